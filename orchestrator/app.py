@@ -1,0 +1,72 @@
+"""``orchestrator up``: start-up checks, the one-per-root lock, then the supervisor."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from .config import Config, load_config
+from .console import Console
+from .errors import AlreadyRunningError, ConfigError
+from .prompts import load_template
+from .runner import resolve_command
+
+
+def preflight(config: Config) -> None:
+    """Every check that must pass before any memo is touched; raises ``ConfigError`` naming what is wrong."""
+    for role in config.roles.values():
+        load_template(config.root / role.prompt)
+        cwd = (config.root / role.cwd).resolve()
+        if not cwd.is_dir():
+            raise ConfigError(f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist")
+        if role.backend == "sdk":
+            from .sdk_backend import check_role
+
+            check_role(role)
+        elif resolve_command(role.command, cwd) is None:
+            raise ConfigError(
+                f"role {role.name}: command {role.command[0]!r} not found on PATH; install it, fix `command` in "
+                f"{config.path.name}, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
+            )
+
+
+@contextlib.contextmanager
+def root_lock(config: Config):  # type: ignore[no-untyped-def]
+    """Hold the project root: a second orchestrator is refused, naming the first one's pid."""
+    state = config.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o700)
+    lock = FileLock(str(state / "lock"))
+    pid_file = state / "pid"
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        try:
+            pid = pid_file.read_text().strip()
+        except OSError:
+            pid = "unknown"
+        raise AlreadyRunningError(f"an orchestrator is already running for {config.root} (pid {pid})") from None
+    try:
+        pid_file.write_text(f"{os.getpid()}\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            pid_file.unlink()
+        lock.release()
+
+
+def run_up(root: Path, *, until_idle: bool = False, plain: bool = False) -> int:
+    from .supervisor import Supervisor
+
+    config = load_config(root)
+    preflight(config)
+    with root_lock(config):
+        console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
+        supervisor = Supervisor(config, console, until_idle=until_idle)
+        code = asyncio.run(supervisor.serve())
+        console.line(f"orchestrator exits with status {code}")
+        return code

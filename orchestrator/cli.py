@@ -1,0 +1,256 @@
+"""The command line: parse arguments, call one core function, turn errors into an exit status once."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from .errors import NotRunningError, OrchestratorError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
+    parser = _Parser(prog="orchestrator", description="Run a team of AI agents through Markdown memos.", parents=[common])
+    parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    up = sub.add_parser("up", parents=[common], help="watch the inboxes and run agents (foreground)")
+    up.add_argument("--until-idle", action="store_true", help="exit 0 once nothing is queued or running")
+    up.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
+
+    status = sub.add_parser("status", parents=[common], help="what runs, what waits, what ended")
+    status.add_argument("--json", action="store_true")
+
+    cancel = sub.add_parser("cancel", parents=[common], help="stop a memo's work at any stage")
+    cancel.add_argument("memo", nargs="?", help="front-matter id, file name (with or without .md), or path")
+    cancel.add_argument("--role", help="cancel all of this role's queued and running work")
+    cancel.add_argument("--reason", default="", help="why; recorded and told to the notify role")
+    cancel.add_argument("--all", action="store_true", help="cancel every memo that matches")
+    cancel.add_argument("--json", action="store_true")
+
+    stop = sub.add_parser("stop", parents=[common], help="end the orchestrator: running agents finish")
+    stop.add_argument("--force", action="store_true", help="kill every agent now and return their memos to the inbox")
+    stop.add_argument("--wait", action="store_true", help="return only when the orchestrator has exited")
+
+    interrupt = sub.add_parser("interrupt", parents=[common], help="end an SDK agent's current turn")
+    interrupt.add_argument("memo")
+    interrupt.add_argument("--keep", action="store_true", help="keep the session open for `tell` instead of ending the run")
+    interrupt.add_argument("--reason", default="interrupted")
+    interrupt.add_argument("--json", action="store_true")
+
+    tell = sub.add_parser("tell", parents=[common], help="send a follow-up message into an SDK agent's session")
+    tell.add_argument("memo")
+    tell.add_argument("text", nargs="?", help="the message (default: standard input)")
+    tell.add_argument("--json", action="store_true")
+
+    history = sub.add_parser("history", parents=[common], help="cost and tokens per run, per role and per day")
+    history.add_argument("--role")
+    history.add_argument("--since", help="a date (YYYY-MM-DD) or ISO time")
+    history.add_argument("--json", action="store_true")
+
+    init = sub.add_parser("init", parents=[common], help="scaffold roles.yaml, prompts/ and memo/ for a default team")
+    init.add_argument("dir", nargs="?", type=Path, default=None)
+
+    sub.add_parser("demo", parents=[common], help="a self-contained team that needs no API key")
+    return parser
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return (args.root or Path.cwd()).resolve()
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is no reason to fail
+        user = str(os.getuid())
+    return f"{user} (pid {os.getpid()})"
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from .app import run_up
+
+    return run_up(_root(args), until_idle=args.until_idle, plain=args.plain)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from . import status
+
+    snap = status.collect(_root(args))
+    if args.json:
+        _print_json(snap)
+    else:
+        status.print_human(snap)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from . import control
+
+    if not args.memo and not args.role:
+        raise UsageError("orchestrator cancel: name a memo (id, file name or path) or use --role ROLE")
+    memo = args.memo
+    if memo and os.sep in memo:
+        memo = str(Path(memo).resolve())
+    result = control.call(_root(args), "cancel", timeout=None, memo=memo, role=args.role, reason=args.reason,
+                          all=args.all, who=_who())  # fmt: skip
+    if args.json:
+        _print_json(result)
+        return 0
+    items = result.get("cancelled", [result]) if "cancelled" in result else [result]
+    if not items:
+        print(result.get("message", "nothing to cancel"))
+    for item in items:
+        print(_describe_cancel(item))
+    return 0
+
+
+def _describe_cancel(item: dict[str, Any]) -> str:
+    if item.get("note"):
+        return f"{item['memo']}: {item['note']}; it is cancelled now"
+    memos = item.get("memos") or [item.get("memo")]
+    held = f"; the batch run held {', '.join(memos)}" if len(memos) > 1 else ""
+    if item.get("previous_state") in ("running", "timing_out"):
+        how = (
+            f"{len(item.get('pids', []))} process(es) ended {item.get('pids')} in {item.get('seconds', 0):.2f}s"
+            + (" (needed SIGKILL)" if item.get("escalated") else "")
+        )
+    else:
+        how = "it never ran" if item.get("previous_state") == "queued" else "its retry will not happen"
+    survivors = f"; WARNING: still alive after SIGKILL: {item['survivors']}" if item.get("survivors") else ""
+    return (
+        f"cancelled {item.get('memo_id') or item['memo']} ({item['role']}, was {item['previous_state']}): {how}{held}; "
+        f"moved to memo/{item['role']}/cancelled/{survivors}"
+    )
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from . import control
+
+    root = _root(args)
+    before = control.call(root, "status")
+    control.call(root, "stop", force=args.force, who=_who())
+    running = before.get("limits", {}).get("running", 0)
+    if args.force:
+        print(f"orchestrator (pid {before.get('pid')}) is killing {running} agent(s) and returning their memos")
+    else:
+        print(f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts")
+    if args.wait or args.force:
+        _wait_for_exit(root)
+    return 0
+
+
+def _wait_for_exit(root: Path) -> None:
+    from . import control
+
+    while True:
+        try:
+            control.call(root, "status", timeout=5)
+        except NotRunningError:
+            return
+        except OrchestratorError:
+            pass
+        time.sleep(0.1)
+
+
+def cmd_interrupt(args: argparse.Namespace) -> int:
+    from . import control
+
+    result = control.call(_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep,
+                          reason=args.reason, who=_who())  # fmt: skip
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"interrupted {args.memo} (run {result.get('run_id')}, role {result.get('role')}): now {result.get('state')}")
+    return 0
+
+
+def cmd_tell(args: argparse.Namespace) -> int:
+    from . import control
+
+    text = args.text if args.text is not None else sys.stdin.read()
+    result = control.call(_root(args), "tell", memo=args.memo, text=text, who=_who())
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')})")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from . import history
+
+    report = history.collect(_root(args), role=args.role, since=args.since)
+    if args.json:
+        _print_json(report)
+    else:
+        history.print_human(report)
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .scaffold import init_project
+
+    target = (args.dir or args.root or Path.cwd()).resolve()
+    created, kept = init_project(target)
+    for path in created:
+        print(f"created {path}")
+    for path in kept:
+        print(f"kept    {path} (already there)")
+    print(f"next: edit {target / 'roles.yaml'} and the prompts, then run `orchestrator up --root {target}`")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo()
+
+
+COMMANDS = {
+    "up": cmd_up,
+    "status": cmd_status,
+    "cancel": cmd_cancel,
+    "stop": cmd_stop,
+    "interrupt": cmd_interrupt,
+    "tell": cmd_tell,
+    "history": cmd_history,
+    "init": cmd_init,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``orchestrator`` command; every error becomes one line and an exit status."""
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except OrchestratorError as exc:
+        print(f"orchestrator: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("orchestrator: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

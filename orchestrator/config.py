@@ -1,0 +1,299 @@
+"""The team's configuration: ``roles.yaml`` validated by pydantic models.
+
+Precedence is environment > file > default, each override in its own small
+function. Unknown keys are errors; every error names the file, the key path and
+what was expected. Nothing here exits: it raises ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+CONFIG_NAME = "roles.yaml"
+SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string with a unit (``500ms``, ``5s``, ``30m``, ``1h``)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 5s, 500ms, 30m or a number of seconds")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("expected a duration that is not negative")
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    raise ValueError(f"expected a duration such as 5s, 500ms, 30m or a number of seconds, got {value!r}")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryPolicy(_Strict):
+    """How often and after which pauses a failed run is tried again."""
+
+    max: int = Field(3, ge=0)
+    backoff: list[Duration] = Field(default_factory=lambda: [5.0, 15.0, 45.0], min_length=1)
+
+    def delay(self, retry_number: int) -> float:
+        """Pause before retry ``retry_number`` (1-based); the last value repeats."""
+        return self.backoff[min(retry_number, len(self.backoff)) - 1]
+
+
+class CrashPolicy(_Strict):
+    """For critical roles: this many failures, each within ``window`` of its start, end the orchestrator."""
+
+    window: Duration = 30.0
+    max: int = Field(3, ge=1)
+
+
+class RoleBudget(_Strict):
+    per_run_usd: float | None = Field(None, gt=0)
+    per_day_usd: float | None = Field(None, gt=0)
+
+
+class TeamBudget(_Strict):
+    per_day_usd: float | None = Field(None, gt=0)
+
+
+class SystemPromptPreset(_Strict):
+    preset: Literal["claude_code"] = "claude_code"
+    append: str | None = None
+
+
+class RoleSettings(_Strict):
+    """Every key a role may set; the same keys may sit under ``defaults``."""
+
+    prompt: str | None = None
+    command: list[str] | None = Field(None, min_length=1)
+    prompt_via: Literal["stdin", "arg"] | None = None
+    timeout: Duration | None = None
+    grace: Duration | None = None
+    retry: dict[str, Any] | None = None
+    crash: dict[str, Any] | None = None
+    batch: bool | None = None
+    critical: bool | None = None
+    max_concurrent: int | None = Field(None, ge=1)
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    retry_timeouts: bool | None = None
+    stop_on_failure: bool | None = None
+    backend: Literal["command", "sdk"] | None = None
+    # claude-agent-sdk backend
+    model: str | None = None
+    system_prompt: str | SystemPromptPreset | None = None
+    permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
+    allowed_tools: list[str] | None = None
+    disallowed_tools: list[str] | None = None
+    max_turns: int | None = Field(None, ge=1)
+    max_budget_usd: float | None = Field(None, gt=0)
+    setting_sources: list[Literal["user", "project", "local"]] | None = None
+    cli_path: str | None = None
+    add_dirs: list[str] | None = None
+    budget: dict[str, Any] | None = None
+    retry_resumes: bool | None = None
+
+    @field_validator("retry")
+    @classmethod
+    def _retry(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            RetryPolicy.model_validate(value)
+        return value
+
+    @field_validator("crash")
+    @classmethod
+    def _crash(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            CrashPolicy.model_validate(value)
+        return value
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            RoleBudget.model_validate(value)
+        return value
+
+
+class Role(_Strict):
+    """One role with its defaults applied: what the supervisor works with."""
+
+    name: str
+    prompt: str
+    command: list[str] = Field(default_factory=lambda: ["claude", "-p"], min_length=1)
+    prompt_via: Literal["stdin", "arg"] = "stdin"
+    timeout: Duration = 1800.0
+    grace: Duration = 10.0
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    crash: CrashPolicy = Field(default_factory=CrashPolicy)
+    batch: bool = False
+    critical: bool = False
+    max_concurrent: int | None = Field(None, ge=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str = "."
+    retry_timeouts: bool = False
+    stop_on_failure: bool = False
+    backend: Literal["command", "sdk"] = "command"
+    model: str | None = None
+    system_prompt: str | SystemPromptPreset = Field(default_factory=SystemPromptPreset)
+    permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
+    allowed_tools: list[str] = Field(default_factory=list)
+    disallowed_tools: list[str] = Field(default_factory=list)
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    setting_sources: list[Literal["user", "project", "local"]] | None = None
+    cli_path: str | None = None
+    add_dirs: list[str] = Field(default_factory=list)
+    budget: RoleBudget = Field(default_factory=RoleBudget)
+    retry_resumes: bool = False
+
+    @property
+    def limit(self) -> int:
+        """How many runs of this role may be running at once."""
+        return 1 if self.batch else (self.max_concurrent or 1_000_000)
+
+
+class TeamFile(_Strict):
+    """The top level of ``roles.yaml``."""
+
+    max_concurrent: int = Field(10, ge=1)
+    notify: str | None = None
+    rescan_interval: Duration = 2.0
+    max_memo_bytes: int = Field(1024 * 1024, ge=1)
+    budget: TeamBudget = Field(default_factory=TeamBudget)
+    defaults: RoleSettings = Field(default_factory=RoleSettings)
+    roles: dict[str, RoleSettings] = Field(min_length=1)
+
+
+class Config(_Strict):
+    """The whole validated configuration of one project root."""
+
+    root: Path
+    path: Path
+    max_concurrent: int
+    notify: str | None
+    rescan_interval: float
+    max_memo_bytes: int
+    budget: TeamBudget
+    roles: dict[str, Role]
+
+    def role_dir(self, role: str) -> Path:
+        return self.root / "memo" / role
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".orchestrator"
+
+
+_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
+
+
+def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+    """A role's keys over the defaults; small mappings merge key by key."""
+    merged = {**defaults, **own}
+    for key in _MERGED_ONE_LEVEL:
+        if isinstance(defaults.get(key), dict) and isinstance(own.get(key), dict):
+            merged[key] = {**defaults[key], **own[key]}
+    return merged
+
+
+def _spawn_command_override() -> list[str] | None:
+    """``ORCHESTRATOR_SPAWN_CMD`` replaces every role's command (for dry runs)."""
+    raw = os.environ.get(SPAWN_CMD_ENV)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        argv = shlex.split(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{SPAWN_CMD_ENV}: cannot split {raw!r} like a shell would: {exc}") from None
+    return argv
+
+
+def describe_validation_error(path: Path | str, error: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
+    """One line per problem: file, key path, what was expected."""
+    lines = []
+    for item in error.errors():
+        loc = [str(p) for p in (*prefix, *item["loc"]) if not str(p).startswith("function-")]
+        # pydantic adds the union member name to the path; it means nothing to a person
+        loc = [p for p in loc if p not in {"str", "SystemPromptPreset", "list[str]", "float", "int"}]
+        key = ".".join(loc) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            message = "unknown key; check its spelling against the README's list of keys"
+        elif item["type"] == "missing":
+            message = "required key is missing"
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            if "input" in item and item["type"] not in {"value_error"}:
+                message += f" (got {item['input']!r})"
+        lines.append(f"{path}: {key}: {message}")
+    return "\n".join(lines)
+
+
+def load_config(root: Path) -> Config:
+    """Read and validate ``<root>/roles.yaml``; raise ``ConfigError`` naming what is wrong."""
+    root = root.resolve()
+    path = root / CONFIG_NAME
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; create one with `orchestrator init {root}`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ConfigError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping with a `roles` key at the top level")
+    try:
+        team = TeamFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(path, exc)) from None
+
+    override = _spawn_command_override()
+    defaults = team.defaults.model_dump(exclude_none=True)
+    roles: dict[str, Role] = {}
+    for name, settings in team.roles.items():
+        if not ROLE_NAME.match(name):
+            raise ConfigError(
+                f"{path}: roles.{name}: a role name must start with a letter or digit and hold only letters, "
+                "digits, '.', '_' and '-' (it names a folder)"
+            )
+        merged = _merge(defaults, settings.model_dump(exclude_none=True))
+        merged.setdefault("prompt", f"prompts/{name}.md")
+        if override is not None:
+            merged["command"] = override
+        try:
+            roles[name] = Role.model_validate({"name": name, **merged})
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(path, exc, ("roles", name))) from None
+    if team.notify is not None and team.notify not in roles:
+        raise ConfigError(f"{path}: notify: names {team.notify!r}, which is not a role under `roles` ({', '.join(roles)})")
+    return Config(
+        root=root,
+        path=path,
+        max_concurrent=team.max_concurrent,
+        notify=team.notify,
+        rescan_interval=team.rescan_interval,
+        max_memo_bytes=team.max_memo_bytes,
+        budget=team.budget,
+        roles=roles,
+    )

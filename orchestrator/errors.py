@@ -1,0 +1,89 @@
+"""The one error tree of the orchestrator.
+
+Every error a person can cause or meet is an ``OrchestratorError``; ``cli.main``
+turns it into one line on stderr and its ``exit_code``, so no traceback ever
+reaches the terminal for a bad configuration, memo or command line::
+
+    OrchestratorError                 exit 1
+    ├── ConfigError                   exit 2  roles.yaml, prompts, start-up checks
+    ├── UsageError                    exit 2  a bad command line
+    ├── NotRunningError               exit 4  no orchestrator serves this root
+    ├── AlreadyRunningError           exit 5  a second `up` for the same root
+    ├── ControlError                  exit 1  the control channel said no
+    │   ├── UnknownMemoError          exit 6  no memo matches
+    │   ├── MemoFinishedError         exit 7  the memo already ended
+    │   ├── AmbiguousMemoError        exit 8  several memos match
+    │   └── UnsupportedError          exit 9  the role's backend cannot do it
+    └── CrashLoopError                exit 3  a critical role keeps crashing
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base of every error meant for a person: one clear line, one exit status."""
+
+    exit_code = 1
+
+
+class ConfigError(OrchestratorError):
+    """The configuration, a prompt file or a start-up check is wrong."""
+
+    exit_code = 2
+
+
+class UsageError(OrchestratorError):
+    """The command line is wrong."""
+
+    exit_code = 2
+
+
+class CrashLoopError(OrchestratorError):
+    """A critical role crashed too often in a row; the orchestrator ended."""
+
+    exit_code = 3
+
+
+class NotRunningError(OrchestratorError):
+    """The command needs a running orchestrator and none serves this root."""
+
+    exit_code = 4
+
+
+class AlreadyRunningError(OrchestratorError):
+    """Another orchestrator already holds this project root."""
+
+    exit_code = 5
+
+
+class ControlError(OrchestratorError):
+    """The running orchestrator refused a request; ``code`` names why."""
+
+    exit_code = 1
+    code = "error"
+
+
+class UnknownMemoError(ControlError):
+    exit_code = 6
+    code = "unknown_memo"
+
+
+class MemoFinishedError(ControlError):
+    exit_code = 7
+    code = "finished"
+
+
+class AmbiguousMemoError(ControlError):
+    exit_code = 8
+    code = "ambiguous"
+
+
+class UnsupportedError(ControlError):
+    exit_code = 9
+    code = "unsupported"
+
+
+CONTROL_ERRORS: dict[str, type[ControlError]] = {
+    cls.code: cls
+    for cls in (ControlError, UnknownMemoError, MemoFinishedError, AmbiguousMemoError, UnsupportedError)
+}

@@ -1,0 +1,180 @@
+"""Memo files: which names count, their front matter, and moves between folders.
+
+A memo lives in ``memo/<role>/<folder>/``; the folder, never the front matter,
+decides its role and its stage. Moves are atomic renames that keep the file
+name and never overwrite: a clash gets a numbered suffix.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
+FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
+FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
+_IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def is_memo_name(name: str) -> bool:
+    """A memo ends in ``.md`` and is no hidden file or editor temporary."""
+    return (
+        name.endswith(".md")
+        and not name.startswith((".", "#"))
+        and not name.endswith(_IGNORED_SUFFIXES)
+        and "/" not in name
+    )
+
+
+class BadMemo(Exception):
+    """A memo that must never reach an agent; the message says why."""
+
+
+@dataclass(frozen=True)
+class MemoHeader:
+    """The front matter fields the orchestrator reads; all optional."""
+
+    id: str | None = None
+    subject: str | None = None
+    sender: str | None = None
+    to: str | None = None
+    created_at: str | None = None
+    reply_to: str | None = None
+    tags: tuple[str, ...] = ()
+    warning: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(value).strip() or None
+
+
+def parse_front_matter(text: str) -> MemoHeader:
+    """The YAML block between leading ``---`` lines; a broken block gives a warning, not an error."""
+    if not text.startswith("---"):
+        return MemoHeader()
+    lines = text.split("\n")
+    if lines[0].strip() != "---":
+        return MemoHeader()
+    for end, line in enumerate(lines[1:], start=1):
+        if line.strip() in ("---", "..."):
+            break
+    else:
+        return MemoHeader(warning="front matter has no closing '---' line")
+    try:
+        data = yaml.load("\n".join(lines[1:end]), Loader=_Loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark else ""
+        return MemoHeader(warning=f"front matter is not valid YAML{where}: {getattr(exc, 'problem', exc)}")
+    if data is None:
+        return MemoHeader()
+    if not isinstance(data, dict):
+        return MemoHeader(warning="front matter is not a mapping of keys")
+    tags = data.get("tags") or ()
+    if isinstance(tags, str):
+        tags = (tags,)
+    elif not isinstance(tags, (list, tuple)):
+        tags = (str(tags),)
+    return MemoHeader(
+        id=_text(data.get("id")),
+        subject=_text(data.get("subject")),
+        sender=_text(data.get("from")),
+        to=_text(data.get("to")),
+        created_at=_text(data.get("created_at")),
+        reply_to=_text(data.get("reply_to")),
+        tags=tuple(str(t) for t in tags),
+        extra=data,
+    )
+
+
+def read_memo(path: Path, max_bytes: int) -> str:
+    """The memo's text, or ``BadMemo`` when it must not be delivered.
+
+    ``FileNotFoundError`` passes through: a memo deleted before its claim is simply gone.
+    """
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise BadMemo("it is a symbolic link; memos must be regular files")
+    if not stat.S_ISREG(info.st_mode):
+        raise BadMemo("it is not a regular file")
+    if info.st_size > max_bytes:
+        raise BadMemo(f"it is {info.st_size} bytes, larger than max_memo_bytes ({max_bytes})")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise BadMemo(f"it grew past max_memo_bytes ({max_bytes})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadMemo(f"it is not UTF-8 text (byte {exc.start})") from None
+
+
+def free_name(folder: Path, name: str) -> Path:
+    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken."""
+    target = folder / name
+    if not os.path.lexists(target):
+        return target
+    stem, dot, suffix = name.rpartition(".")
+    if not dot:
+        stem, suffix = name, ""
+    for number in range(1, 100_000):
+        candidate = folder / (f"{stem}.{number}.{suffix}" if suffix else f"{stem}.{number}")
+        if not os.path.lexists(candidate):
+            return candidate
+    raise OSError(f"no free name for {name} in {folder}")
+
+
+def move_memo(src: Path, folder: Path) -> Path:
+    """Atomically rename ``src`` into ``folder``, keeping its name unless it clashes.
+
+    Raises ``FileNotFoundError`` when ``src`` is gone: the rename is the arbiter
+    between two attempts to move the same memo.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    target = free_name(folder, src.name)
+    os.rename(src, target)
+    return target
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a file whole or not at all: a hidden temporary, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.rename(tmp, path)
+
+
+def new_memo_id() -> str:
+    """An id in the corpus' style: milliseconds since the epoch, in hex."""
+    return format(time.time_ns() // 1_000_000, "x")
+
+
+def render_memo(header: dict[str, Any], body: str) -> str:
+    """Markdown with YAML front matter, keys in the given order."""
+    front = yaml.safe_dump(header, allow_unicode=True, sort_keys=False, default_flow_style=None, width=1000)
+    return f"---\n{front}---\n\n{body.rstrip()}\n"
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """A file-name-safe fragment of ``text`` (ASCII letters, digits and dashes)."""
+    out = []
+    for char in text.lower():
+        if char.isascii() and char.isalnum():
+            out.append(char)
+        elif out and out[-1] != "-":
+            out.append("-")
+    return "".join(out).strip("-")[:limit].strip("-") or "memo"

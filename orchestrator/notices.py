@@ -1,0 +1,173 @@
+"""What the orchestrator writes for people and agents: reason files and notice memos.
+
+A notice memo goes into the ``notify`` role's inbox when work is cancelled or
+fails for good, so a coordinator that restarts later still finds the decision
+in its own inbox. A memo that replies to cancelled work is delivered with a
+plain note in front of its prompt (see ``late_report_note``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from .memo import INBOX, new_memo_id, render_memo, slug, write_atomically
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .run import MemoRef, Run
+    from .states import RunState
+    from .store import Store
+
+LOG_TAIL_LINES = 20
+
+
+def reason_path(memo_path: Path) -> Path:
+    """``failed/<stem>.reason`` beside ``failed/<stem>.md``."""
+    return memo_path.with_name(memo_path.name.removesuffix(".md") + ".reason")
+
+
+def write_reason(memo_path: Path, text: str) -> Path:
+    path = reason_path(memo_path)
+    write_atomically(path, text)
+    return path
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return data.splitlines()[-lines:]
+
+
+def failure_reason_text(run: Run, state: RunState, reason: str, attempts: Iterable[dict[str, Any]]) -> str:
+    """The reason file: what happened on each attempt and the end of the agent's log."""
+    out = [
+        f"{state.value}: {reason}",
+        f"role: {run.role.name}",
+        f"run: {run.run_id}",
+        f"memos: {', '.join(m.name for m in run.memos)}",
+        f"log: {run.log_path}",
+        "attempts:",
+    ]
+    for item in attempts:
+        code = item.get("exit_code")
+        out.append(
+            f"  {item['attempt']}: {item.get('outcome') or '?'}, exit code {code if code is not None else '-'}, "
+            f"started {item.get('started_at') or '-'}, ended {item.get('ended_at') or '-'}"
+            + (f", {item['reason']}" if item.get("reason") else "")
+        )
+    tail = log_tail(run.log_path)
+    if tail:
+        out.append(f"last {len(tail)} lines of the log:")
+        out.extend(f"  | {line}" for line in tail)
+    return "\n".join(out) + "\n"
+
+
+def _write_notice(config: Config, notify: str, header: dict[str, Any], kind: str, about: str, body: str) -> Path:
+    memo_id = new_memo_id()
+    inbox = config.role_dir(notify) / INBOX
+    path = inbox / f"{memo_id}-{kind}-{slug(about)}.md"
+    while path.exists():  # two notices within one millisecond
+        memo_id = format(int(memo_id, 16) + 1, "x")
+        path = inbox / f"{memo_id}-{kind}-{slug(about)}.md"
+    front = {"id": memo_id, **header, "created_at": datetime.now().astimezone().isoformat(timespec="milliseconds")}
+    write_atomically(path, render_memo(front, body))
+    return path
+
+
+def _memo_lines(run: Run, moved: list[Path], root: Path) -> list[str]:
+    lines = []
+    for memo, path in zip(run.memos, moved):
+        rel = path.relative_to(root) if path.is_relative_to(root) else path
+        lines.append(f"- {memo.name} (id {memo.memo_id or '-'}, subject: {memo.subject or '-'}), now at {rel}")
+    return lines
+
+
+def write_cancel_notice(
+    config: Config, notify: str, run: Run, moved: list[Path], *, who: str, reason: str, previous: str,
+    ran_seconds: float | None, pids: list[int], when: str,
+) -> Path:  # fmt: skip
+    """Tell the coordinator that work was called off, so it remembers after any restart."""
+    first = run.memos[0]
+    subject = first.subject or first.name
+    ran = f"{ran_seconds:.1f} s" if ran_seconds is not None else "it had not started"
+    body = "\n".join(
+        [
+            f"The orchestrator cancelled work of role **{run.role.name}** on request.",
+            "",
+            f"- Reason: {reason or '(none given)'}",
+            f"- Cancelled by: {who}",
+            f"- When: {when}",
+            f"- State when cancelled: {previous} (run {run.run_id}, attempt {run.attempt})",
+            f"- How long the agent had run: {ran}",
+            f"- Processes ended: {', '.join(map(str, pids)) or 'none'}",
+            f"- Agent log: {run.log_path or 'none (it never started)'}",
+            "",
+            "Memos of this work:",
+            *_memo_lines(run, moved, config.root),
+            "",
+            f"This decision stands: any later memo that replies to {first.memo_id or first.name} reports on work "
+            "that was called off and must not be accepted as done.",
+        ]
+    )
+    header = {
+        "subject": f"Cancelled: {subject}",
+        "from": "orchestrator",
+        "to": notify,
+        "reply_to": first.memo_id or first.label,
+        "tags": ["cancelled"],
+    }
+    return _write_notice(config, notify, header, "cancelled", subject, body)
+
+
+def write_failure_notice(config: Config, notify: str, run: Run, state: RunState, reason: str, moved: list[Path]) -> Path:
+    """Tell the coordinator that work failed for good (retries ran out, timed out, undeliverable)."""
+    first = run.memos[0]
+    subject = first.subject or first.name
+    tail = log_tail(run.log_path, 10)
+    body = "\n".join(
+        [
+            f"Work of role **{run.role.name}** ended as `{state.value}` after {run.attempt} attempt(s).",
+            "",
+            f"- Reason: {reason}",
+            f"- Run: {run.run_id}",
+            f"- Agent log: {run.log_path}",
+            "",
+            "Memos of this work (a `.reason` file beside each says more):",
+            *_memo_lines(run, moved, config.root),
+            *(["", "Last lines of the agent's log:", "", "```", *tail, "```"] if tail else []),
+        ]
+    )
+    header = {
+        "subject": f"Failed: {subject}",
+        "from": "orchestrator",
+        "to": notify,
+        "reply_to": first.memo_id or first.label,
+        "tags": ["failed" if state.value == "failed" else state.value],
+    }
+    return _write_notice(config, notify, header, state.value.replace("_", "-"), subject, body)
+
+
+def late_report_note(store: Store, memo: MemoRef) -> str | None:
+    """A note put in front of the prompt when the memo replies to cancelled work, else None."""
+    if not memo.reply_to:
+        return None
+    record = store.cancellation_of(memo.reply_to)
+    if record is None:
+        return None
+    return (
+        f"NOTE FROM THE ORCHESTRATOR: memo {memo.name} replies to memo {memo.reply_to} "
+        f"(\"{record.get('subject') or record['memo']}\"), which was CANCELLED at {record['cancelled_at']} "
+        f"by {record.get('who') or 'someone'} (reason: {record.get('reason') or 'none given'}). "
+        "It reports on work that was called off: do not accept or build on its results unless a new "
+        "decision asks for them."
+    )

@@ -1,0 +1,237 @@
+"""Finding and stopping an agent's whole process tree: the kill ladder.
+
+SIGTERM to the agent's process group and to every descendant outside it,
+wait the grace period, SIGKILL whatever is left, reap. A pid is trusted only
+together with its create time. Descendants are found three ways, because each
+alone misses some: the psutil tree walk from the agent, the agent's process
+group (catches a grandchild whose parent already exited), and the run id in a
+process's environment (catches one that left the group with ``setsid``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+
+POLL = 0.01
+
+
+@dataclass(frozen=True)
+class ProcRef:
+    """A process by pid and create time, so a reused pid is never mistaken for it."""
+
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, pid: int) -> ProcRef | None:
+        try:
+            return cls(pid, psutil.Process(pid).create_time())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            return None
+
+    def process(self) -> psutil.Process | None:
+        """The live process, or None when it is gone, a zombie, or another process under the same pid."""
+        try:
+            proc = psutil.Process(self.pid)
+            if abs(proc.create_time() - self.create_time) > 0.05:
+                return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to stop: the agent process, its group, and the run id its descendants carry."""
+
+    root: ProcRef | None
+    pgid: int | None
+    run_id: int | None
+    project_root: str
+
+
+@dataclass
+class KillReport:
+    pids: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    escalated: bool = False
+    survivors: list[int] = field(default_factory=list)
+
+
+def _proc_stat(pid: int) -> tuple[int, str, int] | None:
+    """(pgrp, state, ppid) from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    rest = data[data.rfind(b")") + 2 :].split()
+    return int(rest[2]), rest[0].decode(), int(rest[1])
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _environ_marks(target: Target) -> tuple[bytes, bytes] | None:
+    if target.run_id is None:
+        return None
+    return (f"ORCHESTRATOR_RUN_ID={target.run_id}\0".encode(), f"ORCHESTRATOR_ROOT={target.project_root}\0".encode())
+
+
+def _carries_run(pid: int, marks: tuple[bytes, bytes]) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            env = b"\0" + handle.read()
+    except OSError:
+        return False
+    return (b"\0" + marks[0]) in env and (b"\0" + marks[1]) in env
+
+
+def find_tree(target: Target) -> dict[int, psutil.Process]:
+    """Every live (non-zombie) process that belongs to the run."""
+    found: dict[int, psutil.Process] = {}
+    me = os.getpid()
+    root = target.root.process() if target.root else None
+    if root is not None:
+        found[root.pid] = root
+        try:
+            for child in root.children(recursive=True):
+                found[child.pid] = child
+        except psutil.Error:
+            pass
+    marks = _environ_marks(target)
+    for pid in _all_pids():
+        if pid == me or pid in found:
+            continue
+        info = _proc_stat(pid)
+        if info is None or info[1] == "Z":
+            continue
+        in_group = target.pgid is not None and info[0] == target.pgid
+        if in_group or (marks is not None and _carries_run(pid, marks)):
+            try:
+                found[pid] = psutil.Process(pid)
+            except psutil.Error:
+                pass
+    return {pid: proc for pid, proc in found.items() if _alive(proc)}
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal_all(target: Target, procs: dict[int, psutil.Process], sig: int) -> None:
+    if target.pgid is not None and target.pgid > 1:
+        try:
+            os.killpg(target.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs.values():
+        try:
+            proc.send_signal(sig)  # psutil checks the create time before signalling
+        except psutil.Error:
+            pass
+
+
+async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | None = None) -> KillReport:
+    """The kill ladder. Returns when every process of the run is dead, or SIGKILL could not end it."""
+    say = log or (lambda _line: None)
+    started = time.monotonic()
+    report = KillReport()
+    seen: dict[int, psutil.Process] = find_tree(target)
+    report.pids = sorted(seen)
+    say(f"SIGTERM to process group {target.pgid} and {len(seen)} process(es) {report.pids}")
+    _signal_all(target, seen, signal.SIGTERM)
+    deadline = started + grace
+    while True:
+        reap_orphans()
+        alive = find_tree(target)
+        for pid, proc in alive.items():
+            if pid not in seen:
+                seen[pid] = proc
+                _signal_all(target, {pid: proc}, signal.SIGTERM)
+        if not alive:
+            break
+        if time.monotonic() >= deadline:
+            report.escalated = True
+            say(f"grace of {grace:g}s over; SIGKILL to {sorted(alive)}")
+            _signal_all(target, alive, signal.SIGKILL)
+            kill_deadline = time.monotonic() + 5.0
+            while True:
+                reap_orphans()
+                alive = find_tree(target)
+                if alive:
+                    _signal_all(target, alive, signal.SIGKILL)
+                if not alive or time.monotonic() >= kill_deadline:
+                    report.survivors = sorted(alive)
+                    break
+                await asyncio.sleep(POLL)
+            break
+        await asyncio.sleep(POLL)
+    reap_orphans()
+    report.pids = sorted(seen)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def group_has_members(pgid: int | None) -> bool:
+    """Whether any process is left in the group (cheap: one signal 0)."""
+    if pgid is None:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+_spared: set[int] = set()
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of our agents our children, so we can see and reap them (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def spare(pid: int) -> None:
+    """A direct agent child: asyncio reaps it itself, so ``reap_orphans`` must leave it."""
+    _spared.add(pid)
+
+
+def unspare(pid: int) -> None:
+    _spared.discard(pid)
+
+
+def reap_orphans() -> None:
+    """Collect the exit status of zombie descendants that were handed to us as subreaper."""
+    me = os.getpid()
+    try:
+        children = psutil.Process(me).children()
+    except psutil.Error:
+        return
+    for child in children:
+        if child.pid in _spared:
+            continue
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError, OSError):
+            pass

@@ -1,0 +1,184 @@
+"""Starting one agent process for a run (the ``command`` backend) and watching it end.
+
+Every agent starts from an argv list (never a shell) in a new session, so its
+process group is its own: a Ctrl-C in the orchestrator's terminal does not
+reach it, and the kill ladder can signal the whole group. Output goes to the
+run's log file; the prompt goes to stdin (or is the last argument).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import procs
+from .config import Role
+from .errors import UnsupportedError
+
+ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
+
+
+class SpawnError(Exception):
+    """The agent could not be started; the message says why, for a person."""
+
+
+@dataclass
+class LaunchSpec:
+    """Everything needed to start one attempt of a run."""
+
+    run_id: int
+    attempt: int
+    role: Role
+    root: Path
+    prompt: str
+    memo_paths: list[Path]
+    log_path: Path
+    env: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def agent_environment(role: Role, root: Path, run_id: int, attempt: int, memo_paths: list[Path]) -> dict[str, str]:
+    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables."""
+    env = dict(os.environ)
+    env.update(role.env)
+    env.update(
+        {
+            "ORCHESTRATOR_ROLE": role.name,
+            "ORCHESTRATOR_RUN_ID": str(run_id),
+            "ORCHESTRATOR_ROOT": str(root),
+            "ORCHESTRATOR_ATTEMPT": str(attempt),
+        }
+    )
+    if role.batch:
+        env["ORCHESTRATOR_MEMOS"] = "\n".join(str(p) for p in memo_paths)
+        env.pop("ORCHESTRATOR_MEMO", None)
+    else:
+        env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
+        env.pop("ORCHESTRATOR_MEMOS", None)
+    return env
+
+
+def resolve_command(argv: list[str], cwd: Path) -> str | None:
+    """The executable's full path, or None when it cannot be found."""
+    program = argv[0]
+    if os.sep in program:
+        candidate = program if os.path.isabs(program) else str(cwd / program)
+        return candidate if os.access(candidate, os.X_OK) and os.path.isfile(candidate) else None
+    return shutil.which(program)
+
+
+class Agent:
+    """A started agent process. Backends with a live session override ``interrupt`` and ``tell``."""
+
+    backend = "command"
+
+    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec) -> None:
+        self.proc = proc
+        self.spec = spec
+        self.ref = procs.ProcRef.of(proc.pid)
+        self.activity: str | None = None
+        self.cost_usd: float | None = None
+        self.result: dict[str, Any] = {}
+        self.failure_reason: str | None = None
+        self._tasks: list[asyncio.Future[Any]] = []
+        self.waiter: asyncio.Future[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def wait(self) -> int:
+        code = await self.proc.wait()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 2)
+        return code
+
+    async def interrupt(self) -> None:
+        raise UnsupportedError(
+            f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
+            "use `orchestrator cancel` to stop it, or set `backend: sdk`"
+        )
+
+    async def tell(self, text: str) -> None:
+        raise UnsupportedError(
+            f"role {self.spec.role.name} uses the command backend, which cannot take follow-up messages; "
+            "set `backend: sdk` for that"
+        )
+
+    def _keep(self, coro: Any) -> None:
+        self._tasks.append(asyncio.ensure_future(coro))
+
+
+async def _feed_stdin(stream: asyncio.StreamWriter | None, data: bytes) -> None:
+    if stream is None:
+        return
+    try:
+        stream.write(data)
+        await stream.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the agent did not read all of its prompt; its exit status tells the rest
+    finally:
+        with contextlib.suppress(Exception):
+            stream.close()
+
+
+def open_log(path: Path, header: str) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.write(fd, header.encode())
+    return fd
+
+
+async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> Agent:
+    """Start a ``command`` role's agent; ``on_exit`` is called in the loop when it ends."""
+    role = spec.role
+    cwd = (spec.root / role.cwd).resolve()
+    argv = list(role.command)
+    prompt = spec.prompt.encode("utf-8")
+    if role.prompt_via == "arg":
+        if len(prompt) >= ARG_MAX_SINGLE:
+            raise SpawnError(
+                f"the prompt is {len(prompt)} bytes, too long for one command-line argument "
+                f"(the limit is {ARG_MAX_SINGLE}); use `prompt_via: stdin` for role {role.name}"
+            )
+        argv.append(spec.prompt)
+    executable = resolve_command(argv, cwd)
+    if executable is None:
+        raise SpawnError(f"command {argv[0]!r} not found on PATH (role {role.name})")
+    log_fd = open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n")
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            executable,
+            *argv[1:],
+            stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            cwd=cwd,
+            env=spec.env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(log_fd)
+    procs.spare(proc.pid)
+    agent = Agent(proc, spec)
+    if role.prompt_via == "stdin":
+        agent._keep(_feed_stdin(proc.stdin, prompt))
+    _watch_exit(agent, on_exit)
+    return agent
+
+
+def _watch_exit(agent: Agent, on_exit: Callable[[Agent, int], None]) -> None:
+    async def waiter() -> None:
+        code = await agent.wait()
+        procs.unspare(agent.pid)
+        on_exit(agent, code)
+
+    agent.waiter = asyncio.ensure_future(waiter())  # a strong reference: the loop keeps only weak ones

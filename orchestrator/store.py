@@ -1,0 +1,228 @@
+"""Durable state: a SQLite database (WAL) under ``.orchestrator/``.
+
+Only the supervisor writes; CLI commands open it read-only for ``status`` and
+``history`` when no orchestrator is running. Rows are plain dicts to the rest
+of the code.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    role          TEXT NOT NULL,
+    backend       TEXT NOT NULL DEFAULT 'command',
+    memos         TEXT NOT NULL,          -- JSON list of file names
+    memo_ids      TEXT NOT NULL,          -- JSON list of front-matter ids (or null)
+    subject       TEXT,
+    state         TEXT NOT NULL,
+    attempt       INTEGER NOT NULL DEFAULT 1,
+    pid           INTEGER,
+    create_time   REAL,
+    created_at    TEXT NOT NULL,
+    started_at    TEXT,
+    ended_at      TEXT,
+    next_attempt_at TEXT,
+    exit_code     INTEGER,
+    reason        TEXT,
+    log_path      TEXT,
+    cost_usd      REAL,
+    input_tokens  INTEGER,
+    output_tokens INTEGER,
+    num_turns     INTEGER,
+    session_id    TEXT,
+    is_error      INTEGER
+);
+CREATE INDEX IF NOT EXISTS runs_state ON runs(state);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id      INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    pid         INTEGER,
+    started_at  TEXT,
+    ended_at    TEXT,
+    exit_code   INTEGER,
+    outcome     TEXT,
+    reason      TEXT,
+    log_path    TEXT,
+    PRIMARY KEY (run_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS cancellations (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id         INTEGER,
+    role           TEXT NOT NULL,
+    memo           TEXT NOT NULL,
+    memo_id        TEXT,
+    subject        TEXT,
+    cancelled_at   TEXT NOT NULL,
+    who            TEXT,
+    reason         TEXT,
+    previous_state TEXT,
+    pids           TEXT,
+    seconds        REAL,
+    ran_seconds    REAL,
+    log_path       TEXT,
+    notice_path    TEXT
+);
+CREATE INDEX IF NOT EXISTS cancellations_memo_id ON cancellations(memo_id);
+CREATE TABLE IF NOT EXISTS memo_attempts (
+    role     TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    PRIMARY KEY (role, name)
+);
+"""
+
+_RUN_COLUMNS = {
+    "backend", "memos", "memo_ids", "subject", "state", "attempt", "pid", "create_time", "started_at",
+    "ended_at", "next_attempt_at", "exit_code", "reason", "log_path", "cost_usd", "input_tokens",
+    "output_tokens", "num_turns", "session_id", "is_error",
+}  # fmt: skip
+
+
+def now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def _encode(key: str, value: Any) -> Any:
+    if key in ("memos", "memo_ids", "pids") and not isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _row(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    for key in ("memos", "memo_ids", "pids"):
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(out[key])
+    return out
+
+
+class Store:
+    """The database of one project root."""
+
+    def __init__(self, path: Path, readonly: bool = False) -> None:
+        self.path = path
+        if readonly:
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=5, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        self.db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.db.close()
+
+    # runs -------------------------------------------------------------
+    def insert_run(self, **fields: Any) -> int:
+        fields.setdefault("created_at", now_iso())
+        keys = list(fields)
+        cur = self.db.execute(
+            f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})",
+            [_encode(k, fields[k]) for k in keys],
+        )
+        return int(cur.lastrowid or 0)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        unknown = set(fields) - _RUN_COLUMNS
+        if unknown:
+            raise KeyError(f"unknown run columns {unknown}")
+        self.db.execute(
+            f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
+            [*(_encode(k, v) for k, v in fields.items()), run_id],
+        )
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return _row(row) if row else None
+
+    def runs_in_states(self, states: Iterable[str]) -> list[dict[str, Any]]:
+        states = list(states)
+        rows = self.db.execute(
+            f"SELECT * FROM runs WHERE state IN ({', '.join('?' * len(states))}) ORDER BY run_id", states
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def recent_runs(self, limit: int = 20, finished_states: Iterable[str] = ()) -> list[dict[str, Any]]:
+        states = list(finished_states)
+        rows = self.db.execute(
+            f"SELECT * FROM runs WHERE state IN ({', '.join('?' * len(states))}) ORDER BY run_id DESC LIMIT ?",
+            [*states, limit],
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def history(self, role: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+        query, args = "SELECT * FROM runs WHERE 1=1", []
+        if role:
+            query += " AND role = ?"
+            args.append(role)
+        if since:
+            query += " AND COALESCE(started_at, created_at) >= ?"
+            args.append(since)
+        return [_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
+
+    def finished_runs_for(self, role: str, name: str) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT runs.* FROM runs, json_each(runs.memos) WHERE role = ? AND json_each.value = ? "
+            "ORDER BY run_id DESC",
+            (role, name),
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def spent_since(self, since_iso: str, role: str | None = None) -> float:
+        query = "SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE COALESCE(started_at, created_at) >= ?"
+        args: list[Any] = [since_iso]
+        if role:
+            query += " AND role = ?"
+            args.append(role)
+        return float(self.db.execute(query, args).fetchone()[0])
+
+    # attempts ---------------------------------------------------------
+    def record_attempt(self, run_id: int, attempt: int, **fields: Any) -> None:
+        keys = ["run_id", "attempt", *fields]
+        self.db.execute(
+            f"INSERT OR REPLACE INTO attempts ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})",
+            [run_id, attempt, *fields.values()],
+        )
+
+    def attempts(self, run_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,)).fetchall()
+        return [_row(r) for r in rows]
+
+    # memo attempt counts that survive a return to the inbox -------------
+    def memo_attempts(self, role: str, name: str) -> int:
+        row = self.db.execute("SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?", (role, name)).fetchone()
+        return int(row[0]) if row else 0
+
+    def set_memo_attempts(self, role: str, name: str, attempts: int) -> None:
+        self.db.execute("INSERT OR REPLACE INTO memo_attempts VALUES (?, ?, ?)", (role, name, attempts))
+
+    def forget_memo_attempts(self, role: str, names: Iterable[str]) -> None:
+        self.db.executemany("DELETE FROM memo_attempts WHERE role = ? AND name = ?", [(role, n) for n in names])
+
+    # cancellations ----------------------------------------------------
+    def record_cancellation(self, **fields: Any) -> int:
+        keys = list(fields)
+        cur = self.db.execute(
+            f"INSERT INTO cancellations ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})",
+            [_encode(k, fields[k]) for k in keys],
+        )
+        return int(cur.lastrowid or 0)
+
+    def cancellation_of(self, memo_id: str) -> dict[str, Any] | None:
+        row = self.db.execute(
+            "SELECT * FROM cancellations WHERE memo_id = ? ORDER BY id DESC LIMIT 1", (memo_id,)
+        ).fetchone()
+        return _row(row) if row else None
+
+    def cancellations(self, limit: int = 20) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM cancellations ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [_row(r) for r in rows]

@@ -1,0 +1,781 @@
+"""The supervisor: the one owner of all run state.
+
+A single asyncio loop holds the queues and the table of runs. The watchdog
+thread, the agents' exit watchers, timers, signals and the control channel
+only post events to it (``post`` is thread-safe); every state change of a run
+goes through ``_transition``.
+
+Life of a memo: seen in ``inbox/`` -> queued (FIFO) -> claimed by an atomic
+rename into ``active/`` when its agent starts -> ``archive/`` on exit 0, or
+retried, or ``failed/`` / ``cancelled/``. Work is started the moment it is
+seen complete and the limits allow: there is no debounce delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import stat
+import time
+import traceback
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from . import notices, procs
+from .config import Config, Role
+from .console import Console
+from .errors import ControlError
+from .events import Event, MemoGone, MemoSeen, RescanNeeded, RetryDue, RunExited, SignalReceived, TimeoutFired
+from .memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, BadMemo, is_memo_name, move_memo, parse_front_matter, read_memo
+from .prompts import PromptTemplate, load_template
+from .run import MemoRef, Run
+from .runner import Agent, LaunchSpec, SpawnError, agent_environment, start_command
+from .states import RunState
+from .store import Store, now_iso
+
+SETTLE = 1.0  # a memo found by a scan, unchanged this long and with no close event seen, is complete
+FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
+FORCE_WINDOW = 1.0
+IDLE_EXIT_AFTER = 1.5
+
+
+@dataclass
+class Queued:
+    """A complete memo waiting in its inbox for a slot."""
+
+    role: str
+    path: Path
+    seq: int
+
+
+class Supervisor:
+    """Runs one project root until told to end; ``serve`` returns the exit status."""
+
+    def __init__(self, config: Config, console: Console, *, until_idle: bool = False) -> None:
+        self.config = config
+        self.root = config.root
+        self.console = console
+        self.until_idle = until_idle
+        self.store = Store(config.state_dir / "state.db")
+        self.templates: dict[str, PromptTemplate] = {
+            name: load_template(self.root / role.prompt) for name, role in config.roles.items()
+        }
+        self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in config.roles}
+        self.pending: dict[Path, tuple[str, float]] = {}
+        self.runs: dict[int, Run] = {}
+        self.retry_ready: dict[str, deque[Run]] = {name: deque() for name in config.roles}
+        self.live: dict[str, int] = {name: 0 for name in config.roles}
+        self.total_live = 0
+        self.crashes: dict[str, int] = {name: 0 for name in config.roles if config.roles[name].critical}
+        self.budget_blocks: dict[str, str] = {}
+        self.seq = itertools.count()
+        self.ending: str | None = None  # None, "graceful" or "force"
+        self.exit_code = 0
+        self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
+        self.done = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.watcher: Any = None
+        self.control: Any = None
+        self._pending_timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+        self.started_at = now_iso()
+        self.on_exit_hooks: list[Callable[[Run, Agent], None]] = []
+
+    # ------------------------------------------------------------------ life
+    def post(self, event: Event) -> None:
+        """Thread-safe: hand an event to the loop."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.handle, event)
+
+    async def serve(self) -> int:
+        from .control import ControlServer
+        from .recovery import recover
+        from .watcher import InboxWatcher
+
+        self.loop = asyncio.get_running_loop()
+        procs.become_subreaper()
+        for role in self.config.roles:
+            for folder in (INBOX, ACTIVE):
+                (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
+        await recover(self)
+        self._install_signals()
+        # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
+        # the claim rename makes sure it runs once either way
+        self.watcher = InboxWatcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
+        self.watcher.start()
+        self.control = ControlServer(self)
+        await self.control.start()
+        self.console.line(
+            f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
+            f"root {self.root} (pid {os.getpid()})"
+        )
+        self.rescan(initial=True)
+        ticker = asyncio.ensure_future(self._tick())
+        self.console.start_live(self)
+        try:
+            await self.done.wait()
+        finally:
+            ticker.cancel()
+            self.console.stop_live()
+            self.watcher.stop()
+            await self.control.close()
+            for task in list(self._background):
+                task.cancel()
+            self.store.close()
+        return self.exit_code
+
+    def _install_signals(self) -> None:
+        assert self.loop is not None
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            # the handler only records; the loop decides what it means
+            self.loop.add_signal_handler(signum, lambda s=signum: self.handle(SignalReceived(s, time.monotonic())))
+        self.loop.add_signal_handler(signal.SIGHUP, lambda: None)
+        self.loop.add_signal_handler(signal.SIGPIPE, lambda: None)
+
+    def begin_ending(self, mode: str, why: str, exit_code: int | None = None) -> None:
+        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox."""
+        if exit_code is not None and self.exit_code == 0:
+            self.exit_code = exit_code
+        if self.ending == mode or self.ending == "force":
+            self._maybe_done()
+            return
+        self.ending = mode
+        if mode == "graceful":
+            self.console.line(f"ending: {why}; waiting for {self.total_live} running agent(s); nothing new starts")
+        else:
+            self.exit_code = self.exit_code or 1
+            self.console.line(f"ending now: {why}; stopping {self.total_live} agent(s) and returning their memos")
+        for run in list(self.runs.values()):
+            if run.state is RunState.RETRY_WAIT:
+                self._return_to_inbox(run, "the orchestrator ended before the retry")
+            elif mode == "force" and run.state.live:
+                self._ensure_ladder(run, grace=0.0)
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if self.ending and not self.runs:
+            self.done.set()
+
+    async def _tick(self) -> None:
+        """The safety net: periodic rescan, watcher health, orphan reaping, idle exit."""
+        interval = max(0.05, self.config.rescan_interval)
+        while True:
+            await asyncio.sleep(min(interval, 0.5) if self.until_idle else interval)
+            try:
+                problem = self.watcher.healthy()
+                if problem:
+                    self.console.line(f"watcher: {problem}; restarting it and rescanning the inboxes")
+                    self.watcher.restart()
+                self.rescan()
+                procs.reap_orphans()
+                self._check_idle()
+            except Exception:  # noqa: BLE001 - the safety net must keep running
+                self.console.error(f"periodic check failed:\n{traceback.format_exc()}")
+
+    def _check_idle(self) -> None:
+        if not self.until_idle or self.ending:
+            return
+        busy = self.runs or self.pending or any(self.queues.values())
+        if busy:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = time.monotonic()
+        elif time.monotonic() - self._idle_since >= IDLE_EXIT_AFTER:
+            self.begin_ending("graceful", "all work is done")
+
+    # ---------------------------------------------------------------- events
+    def handle(self, event: Event) -> None:
+        """Dispatch one event; an exception here is logged and never stops the loop."""
+        try:
+            if isinstance(event, MemoSeen):
+                self._on_memo_seen(event)
+            elif isinstance(event, MemoGone):
+                self._on_memo_gone(event)
+            elif isinstance(event, RescanNeeded):
+                self.console.line(f"rescan: {event.reason}")
+                self.rescan()
+            elif isinstance(event, RunExited):
+                self._on_run_exited(event)
+            elif isinstance(event, TimeoutFired):
+                self._on_timeout(event)
+            elif isinstance(event, RetryDue):
+                self._on_retry_due(event)
+            elif isinstance(event, SignalReceived):
+                self._on_signal(event)
+        except Exception:  # noqa: BLE001
+            self.console.error(f"error while handling {event!r}:\n{traceback.format_exc()}")
+        self._schedule()
+
+    def _on_signal(self, event: SignalReceived) -> None:
+        if event.signum == signal.SIGINT:
+            self.sigints.append(event.at)
+            if len(self.sigints) == FORCE_PRESSES and self.sigints[-1] - self.sigints[0] <= FORCE_WINDOW:
+                self.begin_ending("force", f"Ctrl-C pressed {FORCE_PRESSES} times")
+                return
+            self.begin_ending("graceful", "Ctrl-C (press it 3 times within a second to kill the agents)")
+        else:
+            self.begin_ending("graceful", f"signal {signal.Signals(event.signum).name}")
+
+    def _on_memo_seen(self, event: MemoSeen) -> None:
+        path = event.path
+        queue = self.queues.get(event.role)
+        if queue is None or path in queue:
+            return  # duplicate event for a memo already queued
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return  # already claimed or gone: the rename was the arbiter
+        if stat.S_ISDIR(info.st_mode):
+            return
+        if event.complete:
+            self.pending.pop(path, None)
+            self._enqueue(event.role, path)
+        else:
+            self.pending[path] = (event.role, time.monotonic())
+            self._arm_pending_check()
+
+    def _on_memo_gone(self, event: MemoGone) -> None:
+        if os.path.lexists(event.path):
+            return  # a new memo under the same name already took its place
+        self.pending.pop(event.path, None)
+        if self.queues[event.role].pop(event.path, None) is not None:
+            self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
+
+    def _enqueue(self, role: str, path: Path) -> None:
+        self.queues[role][path] = Queued(role, path, next(self.seq))
+
+    def rescan(self, initial: bool = False) -> None:
+        """Look at every inbox; queue what is new and complete. Never queues a memo twice."""
+        now = time.time()
+        for role in self.config.roles:
+            inbox = self.config.role_dir(role) / INBOX
+            try:
+                entries = sorted((e for e in os.scandir(inbox) if is_memo_name(e.name)), key=lambda e: e.name)
+            except FileNotFoundError:
+                inbox.mkdir(parents=True, exist_ok=True)
+                self.console.line(f"inbox {inbox} was missing; created it again", role=role)
+                continue
+            queue = self.queues[role]
+            present = set()
+            for entry in entries:
+                path = Path(entry.path)
+                present.add(path)
+                if path in queue or path in self.pending:
+                    continue
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    continue
+                if now - info.st_mtime >= SETTLE or not stat.S_ISREG(info.st_mode):
+                    self._enqueue(role, path)
+                else:  # written moments ago and no close event seen yet: its writer may be busy
+                    self.pending[path] = (role, time.monotonic())
+            for path in [p for p in queue if p not in present]:
+                del queue[path]
+            if initial and entries:
+                self.console.line(f"{len(entries)} memo(s) waiting in the inbox", role=role)
+        self._check_pending()
+        self._schedule()
+
+    def _arm_pending_check(self) -> None:
+        if self._pending_timer is None and self.loop is not None:
+            self._pending_timer = self.loop.call_later(SETTLE, self._pending_timer_fired)
+
+    def _pending_timer_fired(self) -> None:
+        self._pending_timer = None
+        self._check_pending()
+        self._schedule()
+
+    def _check_pending(self) -> None:
+        """Promote memos that stopped changing; ones still changing wait for their close event."""
+        now = time.time()
+        for path, (role, _seen) in list(self.pending.items()):
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                del self.pending[path]
+                continue
+            if now - info.st_mtime >= SETTLE:
+                del self.pending[path]
+                self._enqueue(role, path)
+        if self.pending:
+            self._arm_pending_check()
+
+    # ------------------------------------------------------------ scheduling
+    def _batch_busy(self, role: str) -> bool:
+        return any(run.role.name == role for run in self.runs.values())
+
+    def _schedule(self) -> None:
+        """Start work while both limits allow, oldest first across roles."""
+        if self.ending:
+            return
+        while self.total_live < self.config.max_concurrent:
+            best: tuple[int, str, str] | None = None
+            for name, role in self.config.roles.items():
+                if self.live[name] >= role.limit:
+                    continue
+                retries, queue = self.retry_ready[name], self.queues[name]
+                if not retries and not queue:
+                    continue
+                if role.batch and not retries and self._batch_busy(name):
+                    continue
+                if self._budget_block(name):
+                    continue
+                if retries:
+                    candidate = (retries[0].seq, name, "retry")
+                else:
+                    candidate = (next(iter(queue.values())).seq, name, "queue")
+                if best is None or candidate < best:
+                    best = candidate
+            if best is None:
+                return
+            _seq, name, source = best
+            if source == "retry":
+                self._start_attempt(self.retry_ready[name].popleft())
+            else:
+                self._start_from_queue(self.config.roles[name])
+
+    def _budget_block(self, role: str) -> str | None:
+        """Why this role may not start new runs now (a daily budget is spent), or None."""
+        return self.budget_blocks.get(role) or self.budget_blocks.get("*")
+
+    def _start_from_queue(self, role: Role) -> None:
+        queue = self.queues[role.name]
+        entries = list(queue.values()) if role.batch else [next(iter(queue.values()))]
+        seq = entries[0].seq
+        memos: list[tuple[MemoRef, str]] = []
+        for entry in entries:
+            del queue[entry.path]
+            claimed = self._claim(role, entry.path)
+            if claimed is not None:
+                memos.append(claimed)
+        if not memos:
+            return
+        attempt = max(self.store.memo_attempts(role.name, ref.name) for ref, _ in memos) + 1
+        run_id = self.store.insert_run(
+            role=role.name,
+            backend=role.backend,
+            memos=[ref.name for ref, _ in memos],
+            memo_ids=[ref.memo_id for ref, _ in memos],
+            subject=memos[0][0].subject,
+            state=RunState.QUEUED.value,
+            attempt=attempt,
+        )
+        run = Run(run_id=run_id, role=role, memos=[ref for ref, _ in memos], seq=seq, attempt=attempt)
+        run.log_path = self.config.state_dir / "logs" / f"{run_id}-{role.name}.log"
+        self.runs[run_id] = run
+        self._start_attempt(run, first_text=memos[0][1])
+
+    def _claim(self, role: Role, path: Path) -> tuple[MemoRef, str] | None:
+        """Rename the memo into active/ and read it; None when it is gone or cannot be delivered."""
+        try:
+            active = move_memo(path, self.config.role_dir(role.name) / ACTIVE)
+        except FileNotFoundError:
+            return None  # deleted or renamed before its claim: simply gone
+        except OSError as exc:
+            self.console.line(f"cannot claim {path.name}: {exc}; leaving it in the inbox", role=role.name)
+            return None
+        try:
+            text = read_memo(active, self.config.max_memo_bytes)
+        except FileNotFoundError:
+            return None
+        except BadMemo as exc:
+            self._reject(role, active, str(exc))
+            return None
+        header = parse_front_matter(text)
+        if header.warning:
+            self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
+        return MemoRef(active.name, active, header.id, header.subject, header.reply_to), text
+
+    def _reject(self, role: Role, path: Path, why: str) -> None:
+        """A memo that must never reach an agent: failed/ with a reason, and a failed run on record."""
+        target = move_memo(path, self.config.role_dir(role.name) / FAILED)
+        notices.write_reason(target, f"not delivered: {why}\n")
+        self.store.insert_run(
+            role=role.name, backend=role.backend, memos=[target.name], memo_ids=[None], subject=None,
+            state=RunState.FAILED.value, attempt=0, ended_at=now_iso(), reason=f"not delivered: {why}",
+        )  # fmt: skip
+        self.console.line(f"{target.name} not delivered: {why}; moved to failed/", role=role.name)
+
+    # ------------------------------------------------------------- attempts
+    def _start_attempt(self, run: Run, first_text: str | None = None) -> None:
+        """Take a slot and launch the agent; spawning is awaited in a task so the loop goes on."""
+        role = run.role
+        if run.state is RunState.RETRY_WAIT:
+            run.attempt += 1
+            run.next_attempt_at = None
+        self._take_slot(run)
+        run.started_mono = time.monotonic()
+        run.started_at = now_iso()
+        self._transition(run, RunState.RUNNING, attempt=run.attempt, started_at=run.started_at, next_attempt_at=None)
+        if first_text is None and not role.batch:
+            try:
+                first_text = run.memos[0].path.read_text(encoding="utf-8")
+            except OSError:
+                first_text = ""
+        prompt = self._render(run, first_text or "")
+        env = agent_environment(role, self.root, run.run_id, run.attempt, [m.path for m in run.memos])
+        spec = LaunchSpec(
+            run_id=run.run_id, attempt=run.attempt, role=role, root=self.root, prompt=prompt,
+            memo_paths=[m.path for m in run.memos], log_path=run.log_path or Path(os.devnull), env=env,
+            extra={"resume": run.session_id if role.retry_resumes and run.attempt > 1 else None},
+        )  # fmt: skip
+        self.console.line(f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name)
+        self._spawn_in_background(run, spec)
+
+    def _spawn_in_background(self, run: Run, spec: LaunchSpec) -> None:
+        assert self.loop is not None
+        launched: asyncio.Future[Agent | None] = self.loop.create_future()
+        run.launched = launched
+        run.agent = None
+
+        async def launch() -> None:
+            try:
+                if run.role.backend == "sdk":
+                    from .sdk_backend import start_sdk
+
+                    agent = await start_sdk(spec, self._agent_exited)
+                else:
+                    agent = await start_command(spec, self._agent_exited)
+            except SpawnError as exc:
+                launched.set_result(None)
+                if run.stopping is None and run.state is RunState.RUNNING:
+                    self._attempt_failed(run, f"could not start the agent: {exc}", None)
+                    self._schedule()
+                return
+            except BaseException:
+                launched.set_result(None)
+                raise
+            run.agent = agent
+            launched.set_result(agent)
+            if run.stopping is not None:
+                return  # cancelled or force-ended while it was being spawned: its ladder stops it now
+            ref = agent.ref
+            self.store.update_run(run.run_id, pid=agent.pid, create_time=ref.create_time if ref else None,
+                                  log_path=str(run.log_path))  # fmt: skip
+            self.store.record_attempt(run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at,
+                                      log_path=str(run.log_path))  # fmt: skip
+            assert self.loop is not None
+            run.timers["timeout"] = self.loop.call_later(
+                run.role.timeout, self.handle, TimeoutFired(run.run_id, run.attempt)
+            )
+
+        self._keep(launch())
+
+    def _keep(self, coro: Any) -> asyncio.Future[Any]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def _render(self, run: Run, text: str) -> str:
+        prompt = self.templates[run.role.name].render(
+            role=run.role.name, run_id=run.run_id, attempt=run.attempt, root=self.root,
+            memo_paths=[m.path for m in run.memos], memo_text=text, batch=run.role.batch,
+        )  # fmt: skip
+        notes = [notices.late_report_note(self.store, m) for m in run.memos]
+        notes = [n for n in notes if n]
+        for note in notes:
+            self.console.line(note.splitlines()[0], role=run.role.name)
+        return "\n".join(notes) + ("\n\n" if notes else "") + prompt
+
+    def _agent_exited(self, agent: Agent, code: int) -> None:
+        self.handle(RunExited(agent.spec.run_id, agent.spec.attempt, code))
+
+    def _take_slot(self, run: Run) -> None:
+        if not run.holds_slot:
+            run.holds_slot = True
+            self.live[run.role.name] += 1
+            self.total_live += 1
+
+    def _release_slot(self, run: Run) -> None:
+        """Idempotent: an attempt gives its slot back exactly once, whoever ends it."""
+        if run.holds_slot:
+            run.holds_slot = False
+            self.live[run.role.name] -= 1
+            self.total_live -= 1
+
+    def _on_run_exited(self, event: RunExited) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None or run.attempt != event.attempt:
+            return
+        run.exit_codes.append(event.returncode)
+        run.cancel_timers("timeout")
+        agent = run.agent
+        if agent is not None:
+            self._record_result(run, agent)
+            if procs.group_has_members(agent.pid):
+                self.console.line(f"run {run.run_id}: processes left in its group after exit; stopping them", role=run.role.name)
+                self._keep(procs.stop_tree(procs.Target(None, agent.pid, run.run_id, str(self.root)), run.role.grace))
+        if run.stopping is not None or run.state is not RunState.RUNNING:
+            return  # a kill ladder owns this run; it finishes the run when the tree is dead
+        self._release_slot(run)
+        ran = run.elapsed()
+        self.store.record_attempt(run.run_id, run.attempt, pid=run.pid, started_at=run.started_at, ended_at=now_iso(),
+                                  exit_code=event.returncode, log_path=str(run.log_path),
+                                  outcome="succeeded" if event.returncode == 0 else "failed")  # fmt: skip
+        if agent is not None and getattr(agent, "interrupted", False) and run.interrupt_request is not None:
+            request = run.interrupt_request
+            self._finish_cancel(run, RunState.RUNNING, request["who"], request["reason"], None)
+        elif agent is not None and getattr(agent, "budget_exceeded", False):
+            self._attempt_failed(run, agent.failure_reason or "per-run budget exceeded", event.returncode, retry=False)
+        elif event.returncode == 0:
+            self._note_crash(run.role, ran, failed=False)
+            self._succeed(run)
+        else:
+            reason = agent.failure_reason if agent and agent.failure_reason else describe_exit(event.returncode)
+            self._attempt_failed(run, reason, event.returncode)
+        self._after_run_change()
+
+    def _record_result(self, run: Run, agent: Agent) -> None:
+        """Figures an SDK agent reported (cost, tokens, session), stored with the run."""
+        result = agent.result
+        if not result:
+            return
+        if result.get("session_id"):
+            run.session_id = result["session_id"]
+        fields = {k: result.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns", "session_id")}
+        fields["is_error"] = int(bool(result.get("is_error")))
+        self.store.update_run(run.run_id, **{k: v for k, v in fields.items() if v is not None})
+        for hook in self.on_exit_hooks:
+            hook(run, agent)
+
+    def _after_run_change(self) -> None:
+        self._maybe_done()
+
+    def _succeed(self, run: Run) -> None:
+        moved = self._move_memos(run, ARCHIVE)
+        self.store.forget_memo_attempts(run.role.name, [m.name for m in run.memos])
+        self._finish(run, RunState.SUCCEEDED, exit_code=0, reason=None)
+        self.console.line(f"done {run.label} in {run.elapsed():.1f}s (run {run.run_id}); archived {len(moved)} memo(s)",
+                          role=run.role.name)  # fmt: skip
+
+    def _note_crash(self, role: Role, ran: float, failed: bool) -> bool:
+        """Count crashes of a critical role on the monotonic clock; True when the loop limit is reached."""
+        if not role.critical:
+            return False
+        if failed and ran <= role.crash.window:
+            self.crashes[role.name] += 1
+        else:
+            self.crashes[role.name] = 0
+        return self.crashes[role.name] >= role.crash.max
+
+    def _attempt_failed(self, run: Run, reason: str, exit_code: int | None, retry: bool = True) -> None:
+        """One attempt failed: retry after the backoff, or give up into failed/."""
+        self._release_slot(run)
+        run.reasons.append(reason)
+        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, ended_at=now_iso(),
+                                  exit_code=exit_code, outcome="failed", reason=reason,
+                                  log_path=str(run.log_path))  # fmt: skip
+        for memo in run.memos:
+            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
+        role = run.role
+        self.console.line(f"{run.label} attempt {run.attempt} failed: {reason} (run {run.run_id})", role=role.name)
+        if self._note_crash(role, run.elapsed(), failed=True):
+            self.begin_ending(
+                "graceful",
+                f"critical role {role.name} crashed {self.crashes[role.name]} times in a row, each within "
+                f"{role.crash.window:g}s of its start (last: {reason}); see {run.log_path}",
+                exit_code=3,
+            )
+        if self.ending:
+            self._return_to_inbox(run, f"the orchestrator is ending; last attempt failed: {reason}")
+            return
+        retries_done = run.attempt - 1
+        if retry and retries_done < role.retry.max:
+            delay = role.retry.delay(retries_done + 1)
+            run.next_attempt_mono = time.monotonic() + delay
+            run.next_attempt_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="milliseconds")
+            self._transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason,
+                             exit_code=exit_code)  # fmt: skip
+            assert self.loop is not None
+            run.timers["retry"] = self.loop.call_later(delay, self.handle, RetryDue(run.run_id))
+            self.console.line(f"{run.label} retry {retries_done + 1} of {role.retry.max} in {delay:g}s", role=role.name)
+            return
+        self._give_up(run, RunState.FAILED, reason, exit_code)
+        if role.stop_on_failure:
+            self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} failed", exit_code=1)
+
+    def _give_up(self, run: Run, state: RunState, reason: str, exit_code: int | None) -> None:
+        """Retries are over: memos to failed/ beside a reason file, and the coordinator told."""
+        moved = self._move_memos(run, FAILED)
+        attempts = self.store.attempts(run.run_id)
+        for path in moved:
+            notices.write_reason(path, notices.failure_reason_text(run, state, reason, attempts))
+        self.store.forget_memo_attempts(run.role.name, [m.name for m in run.memos])
+        self._finish(run, state, exit_code=exit_code, reason=reason)
+        self.console.line(f"{state.value} {run.label}: {reason}; moved to failed/ (run {run.run_id})", role=run.role.name)
+        notify = self.config.notify
+        if notify and notify != run.role.name:
+            notice = notices.write_failure_notice(self.config, notify, run, state, reason, moved)
+            self.console.line(f"told {notify}: {notice.name}", role=run.role.name)
+
+    def _on_retry_due(self, event: RetryDue) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None or run.state is not RunState.RETRY_WAIT:
+            return
+        run.timers.pop("retry", None)
+        self.retry_ready[run.role.name].append(run)
+
+    def _on_timeout(self, event: TimeoutFired) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None or run.attempt != event.attempt or run.state is not RunState.RUNNING:
+            return
+        self.console.line(f"{run.label} passed its timeout of {run.role.timeout:g}s; stopping it", role=run.role.name)
+        self._transition(run, RunState.TIMING_OUT)
+        task = self._ensure_ladder(run, run.role.grace)
+        task.add_done_callback(lambda _t: self._after_timeout_ladder(run))
+
+    def _after_timeout_ladder(self, run: Run) -> None:
+        if run.state is not RunState.TIMING_OUT:
+            return  # a cancel took over, or the orchestrator force-ended
+        reason = f"timed out after {run.role.timeout:g}s (attempt {run.attempt})"
+        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, ended_at=now_iso(),
+                                  exit_code=run.exit_codes[-1] if run.exit_codes else None, outcome="timed_out",
+                                  reason=reason, log_path=str(run.log_path))  # fmt: skip
+        for memo in run.memos:
+            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
+        run.reasons.append(reason)
+        if self.ending:
+            self._return_to_inbox(run, reason)
+        elif run.role.retry_timeouts and run.attempt - 1 < run.role.retry.max:
+            delay = run.role.retry.delay(run.attempt)
+            run.next_attempt_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="milliseconds")
+            self._transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
+            assert self.loop is not None
+            run.timers["retry"] = self.loop.call_later(delay, self.handle, RetryDue(run.run_id))
+        else:
+            self._give_up(run, RunState.TIMED_OUT, reason, run.exit_codes[-1] if run.exit_codes else None)
+        self._schedule()
+        self._maybe_done()
+
+    # ------------------------------------------------------------ stopping
+    def _ensure_ladder(self, run: Run, grace: float) -> asyncio.Future[Any]:
+        """Start the kill ladder for the run's agent once; every caller awaits the same task."""
+        if run.stopping is None:
+            run.stopping = self._keep(self._ladder(run, grace))
+        return run.stopping
+
+    async def _ladder(self, run: Run, grace: float) -> dict[str, Any]:
+        agent = await run.launched if run.launched is not None else run.agent
+        report = procs.KillReport()
+        if agent is not None:
+            target = procs.Target(agent.ref, agent.pid, run.run_id, str(self.root))
+            report = await procs.stop_tree(target, grace, lambda s: self.console.line(f"run {run.run_id}: {s}", role=run.role.name))
+            if agent.waiter is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(agent.waiter), 5)
+                except asyncio.TimeoutError:
+                    pass
+        self._release_slot(run)
+        result = {"pids": report.pids, "seconds": round(report.seconds, 3), "escalated": report.escalated,
+                  "survivors": report.survivors}  # fmt: skip
+        run.stop_result = result
+        if self.ending == "force" and run.state in (RunState.RUNNING, RunState.TIMING_OUT):
+            self._return_to_inbox(run, "the orchestrator was force-stopped")
+        self._schedule()
+        self._maybe_done()
+        return result
+
+    def _return_to_inbox(self, run: Run, why: str) -> None:
+        """Put the run's memos back into the inbox, attempt count kept, and end the run as returned."""
+        run.cancel_timers()
+        if run in self.retry_ready[run.role.name]:
+            self.retry_ready[run.role.name].remove(run)
+        for memo in run.memos:
+            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
+        moved = self._move_memos(run, INBOX)
+        self._finish(run, RunState.RETURNED, exit_code=run.exit_codes[-1] if run.exit_codes else None, reason=why)
+        self.console.line(f"returned {', '.join(p.name for p in moved)} to the inbox: {why} (run {run.run_id})",
+                          role=run.role.name)  # fmt: skip
+
+    def _move_memos(self, run: Run, folder: str) -> list[Path]:
+        moved = []
+        for memo in run.memos:
+            try:
+                memo.path = move_memo(memo.path, self.config.role_dir(run.role.name) / folder)
+                memo.name = memo.path.name
+                moved.append(memo.path)
+            except FileNotFoundError:
+                self.console.line(f"{memo.path} disappeared from {ACTIVE}/ while its run was going", role=run.role.name)
+        return moved
+
+    def _finish(self, run: Run, state: RunState, exit_code: int | None, reason: str | None) -> None:
+        run.cancel_timers()
+        self._transition(run, state, ended_at=now_iso(), exit_code=exit_code, reason=reason,
+                         memos=[m.name for m in run.memos])  # fmt: skip
+        self.runs.pop(run.run_id, None)
+
+    def _transition(self, run: Run, new: RunState, **fields: Any) -> None:
+        run.move_to(new, self._announce)
+        self.store.update_run(run.run_id, state=new.value, **fields)
+
+    def _announce(self, run: Run, old: RunState, new: RunState) -> None:
+        self.console.event(run, old, new)
+
+    # ------------------------------------------------------------ cancel API
+    def _finish_cancel(self, run: Run, previous: RunState, who: str, reason: str,
+                       report: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+        """Memos to cancelled/, the decision on record, the coordinator told."""
+        from .cancel import record_cancel
+
+        return record_cancel(self, run, previous, who, reason, report)
+
+    async def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A control-channel request; raises ``ControlError`` for a refusal."""
+        from . import cancel
+
+        if op == "status":
+            return self.snapshot()
+        if op == "stop":
+            self.begin_ending("force" if args.get("force") else "graceful",
+                              f"`orchestrator stop{' --force' if args.get('force') else ''}` from {args.get('who', '?')}")  # fmt: skip
+            return {"ending": self.ending}
+        if op == "cancel":
+            return await cancel.cancel(self, args)
+        if op in ("interrupt", "tell"):
+            return await cancel.live_control(self, op, args)
+        raise ControlError(f"unknown request {op!r}; known: status, stop, cancel, interrupt, tell")
+
+    def snapshot(self) -> dict[str, Any]:
+        """Live state for ``status``: the light view plus recent finished runs from the database."""
+        from .cancel import FINISHED_STATES
+
+        return {**self.snapshot_light(), "recent": self.store.recent_runs(20, FINISHED_STATES)}
+
+    def snapshot_light(self) -> dict[str, Any]:
+        """Live state without touching the database (redrawn several times a second)."""
+        runs = sorted(self.runs.values(), key=lambda r: r.run_id)
+        return {
+            "running": True,
+            "pid": os.getpid(),
+            "root": str(self.root),
+            "started_at": self.started_at,
+            "ending": self.ending,
+            "runs": [r.describe() for r in runs],
+            "queued": {role: len(q) for role, q in self.queues.items()},
+            "queued_memos": {role: [p.name for p in list(q)[:20]] for role, q in self.queues.items() if q},
+            "pending": len(self.pending),
+            "limits": {"max_concurrent": self.config.max_concurrent, "running": self.total_live},
+            "crash_counts": dict(self.crashes),
+            "budget_blocks": dict(self.budget_blocks),
+            "events": list(self.console.recent),
+        }
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (not sent by the orchestrator)"
+    return f"exit code {code}"
