@@ -1,0 +1,193 @@
+"""Test harness: real `orchestrator` processes in real folders, with a stand-in agent script.
+
+Only the agent command is faked (``tests/agents/stand_in.py``); everything else is
+the real CLI, watcher, supervisor and file system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+import yaml
+
+HERE = Path(__file__).parent
+STAND_IN = HERE / "agents" / "stand_in.py"
+DEADLINE = 20.0
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition", interval: float = 0.02) -> Any:
+    """Poll until ``condition()`` is truthy; fail naming ``what`` after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Orchestrator:
+    """A running `orchestrator up` subprocess."""
+
+    def __init__(self, project: Project, proc: subprocess.Popen[bytes], out: Path) -> None:
+        self.project = project
+        self.proc = proc
+        self.out = out
+
+    @property
+    def output(self) -> str:
+        return self.out.read_text(encoding="utf-8", errors="replace")
+
+    def wait_output(self, text: str, timeout: float = DEADLINE) -> None:
+        wait_for(lambda: text in self.output, timeout, f"{text!r} in the orchestrator's output:\n{self.output}")
+
+    def wait_ready(self) -> None:
+        wait_for(lambda: (self.project.root / ".orchestrator" / "control.sock").exists() or self.proc.poll() is not None,
+                 what="the control socket")
+        assert self.proc.poll() is None, f"orchestrator exited early with {self.proc.returncode}:\n{self.output}"
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = DEADLINE) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"orchestrator did not exit within {timeout}s:\n{self.output}") from None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait()
+
+
+class Project:
+    """A project root under tmp_path with a stand-in team."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.record = root / "records.jsonl"
+        self.procs: list[Orchestrator] = []
+
+    def configure(self, roles: dict[str, dict[str, Any]] | None = None, prompt: str = "memo $memo_path\n$memo",
+                  **top: Any) -> Path:  # fmt: skip
+        """roles.yaml with the stand-in agent as every role's command; each role gets a prompt file."""
+        roles = roles if roles is not None else {"builder": {}}
+        data: dict[str, Any] = {"max_concurrent": 10, "rescan_interval": "0.5s", **top}
+        defaults = {"command": [sys.executable, str(STAND_IN)], "grace": "2s", "retry": {"max": 0, "backoff": ["0.1s"]}}
+        defaults.update(data.pop("defaults", {}))
+        data["defaults"] = defaults
+        data["roles"] = {}
+        for name, settings in roles.items():
+            settings = dict(settings)
+            settings.setdefault("prompt", f"prompts/{name}.md")
+            data["roles"][name] = settings
+            path = self.root / settings["prompt"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                path.write_text(prompt, encoding="utf-8")
+        config = self.root / "roles.yaml"
+        config.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return config
+
+    def memo_text(self, front: dict[str, Any] | None = None, body: str = "body") -> str:
+        if front is None:
+            return body + "\n"
+        return "---\n" + yaml.safe_dump(front, allow_unicode=True, sort_keys=False) + "---\n" + body + "\n"
+
+    def drop(self, role: str, name: str, front: dict[str, Any] | None = None, body: str = "body",
+             atomic: bool = True) -> Path:  # fmt: skip
+        """Write a memo into an inbox: atomically (temp + rename) by default."""
+        inbox = self.root / "memo" / role / "inbox"
+        inbox.mkdir(parents=True, exist_ok=True)
+        path = inbox / name
+        text = self.memo_text(front, body)
+        if atomic:
+            tmp = inbox / f".{name}.tmp"
+            tmp.write_text(text, encoding="utf-8")
+            os.rename(tmp, path)
+        else:
+            path.write_text(text, encoding="utf-8")
+        return path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("ORCHESTRATOR_SPAWN_CMD", None)
+        env["STANDIN_RECORD"] = str(self.record)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra)
+        return env
+
+    def up(self, *args: str, wait_ready: bool = True, **env: str) -> Orchestrator:
+        out = self.root / f"up-{len(self.procs)}.out"
+        handle = open(out, "wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "up", "--plain", "--root", str(self.root), *args],
+            stdout=handle, stderr=subprocess.STDOUT, env=self.env(**env), stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        handle.close()
+        orch = Orchestrator(self, proc, out)
+        self.procs.append(orch)
+        if wait_ready:
+            orch.wait_ready()
+        return orch
+
+    def cli(self, *args: str, input: str | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args, "--root", str(self.root)],
+            capture_output=True, text=True, env=self.env(**env), input=input, timeout=timeout,
+        )  # fmt: skip
+
+    def status(self) -> dict[str, Any]:
+        result = self.cli("status", "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def folder(self, role: str, folder: str) -> list[str]:
+        path = self.root / "memo" / role / folder
+        if not path.is_dir():
+            return []
+        return sorted(p.name for p in path.iterdir() if p.name.endswith(".md"))
+
+    def cleanup(self) -> None:
+        for orch in self.procs:
+            if orch.proc.poll() is None:
+                orch.proc.kill()
+                orch.proc.wait(5)
+        # no stand-in agent of this project may outlive its test
+        mark = f"ORCHESTRATOR_ROOT={self.root}"
+        for proc in psutil.process_iter():
+            try:
+                if mark in "\n".join(f"{k}={v}" for k, v in proc.environ().items()):
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+
+@pytest.fixture
+def project(tmp_path: Path):
+    proj = Project(tmp_path)
+    yield proj
+    proj.cleanup()
