@@ -28,9 +28,10 @@ def preflight(config: Config) -> None:
 
             check_role(role)
         elif resolve_command(role.command, cwd) is None:
+            where = "is not an executable file" if os.sep in role.command[0] else "not found on PATH"
             raise ConfigError(
-                f"role {role.name}: command {role.command[0]!r} not found on PATH; install it, fix `command` in "
-                f"{config.path.name}, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
+                f"{config.path}: roles.{role.name}.command: {role.command[0]!r} {where}; install it, "
+                "fix the role's `command`, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
             )
 
 

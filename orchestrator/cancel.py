@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import notices
 from .errors import AmbiguousMemoError, ControlError, MemoFinishedError, UnknownMemoError, UsageError
-from .memo import CANCELLED, INBOX, is_memo_name, move_memo, parse_front_matter
+from .memo import ACTIVE, CANCELLED, INBOX, is_memo_name, move_memo, parse_front_matter
 from .run import MemoRef, Run
 from .states import RunState
 from .store import now_iso
@@ -43,18 +44,27 @@ class Candidate:
         return f"{self.role}/{self.name} (id {self.memo_id or '-'}, {state})"
 
 
-def _read_id(path: Path) -> str | None:
+def _read_head(path: Path) -> str:
+    """The start of a regular file; never opens a FIFO or device (that could block the loop)."""
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return ""
         with open(path, "rb") as handle:
-            head = handle.read(HEADER_BYTES).decode("utf-8", "replace")
+            return handle.read(HEADER_BYTES).decode("utf-8", "replace")
     except OSError:
-        return None
-    return parse_front_matter(head).id
+        return ""
+
+
+def _read_id(path: Path) -> str | None:
+    return parse_front_matter(_read_head(path)).id
 
 
 def _matches(query: str, qpath: Path | None, name: str, path: Path, memo_id: str | None) -> bool:
-    if qpath is not None and (path == qpath or path.name == qpath.name and qpath.parent.name in ("inbox", "active")):
-        return True
+    if qpath is not None:
+        # a path names one role's memo: where it was dropped (inbox/) or where it runs (active/), never its namesake
+        # in another role
+        same_role = qpath.parent.parent == path.parent.parent
+        return path == qpath or (path.name == qpath.name and same_role and qpath.parent.name in ("inbox", "active"))
     return query in (name, name.removesuffix(".md")) or (memo_id is not None and query == memo_id)
 
 
@@ -126,7 +136,11 @@ async def cancel(sup: Supervisor, args: dict[str, Any]) -> dict[str, Any]:
             raise AmbiguousMemoError(
                 f"{query!r} matches {len(targets)} memos: {listing}. Name one by file name or path, or use --all"
             )
-    results = await asyncio.gather(*(cancel_candidate(sup, c, who, reason) for c in targets))
+    # queued memos first, before the loop runs anything else: a slot freed meanwhile (even by this very cancel's
+    # kill ladder) would otherwise let the scheduler claim a memo that was found queued and is about to be cancelled
+    queued = {id(c): _cancel_queued(sup, c, who, reason) for c in targets if c.run is None}
+    live = iter(await asyncio.gather(*(cancel_candidate(sup, c, who, reason) for c in targets if c.run is not None)))
+    results = [queued[id(c)] if c.run is None else next(live) for c in targets]
     if len(results) == 1 and not args.get("role"):
         return results[0]
     return {"cancelled": list(results), "count": len(results)}
@@ -159,7 +173,7 @@ async def cancel_candidate(sup: Supervisor, cand: Candidate, who: str, reason: s
         await run.stopping  # type: ignore[misc]
         return {**(run.stop_result or {}), "memo": cand.name, "role": run.role.name, "state": "cancelled",
                 "previous_state": "cancelling", "note": "it was already being cancelled"}  # fmt: skip
-    sup._transition(run, RunState.CANCELLING)
+    sup._transition(run, RunState.CANCELLING, reason=_reason_line(who, reason))  # on record, should we die mid-way
     sup.console.line(f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {who}", role=run.role.name)
     agent = run.agent
     if agent is not None and agent.backend == "sdk" and run.stopping is None:
@@ -194,7 +208,7 @@ def _cancel_queued(sup: Supervisor, cand: Candidate, who: str, reason: str) -> d
         target = move_memo(cand.path, sup.config.role_dir(cand.role) / CANCELLED)
     except FileNotFoundError:
         raise UnknownMemoError(f"memo {cand.name} left the inbox before it could be cancelled") from None
-    header = parse_front_matter(target.read_text(encoding="utf-8", errors="replace")[:HEADER_BYTES])
+    header = parse_front_matter(_read_head(target))
     run_id = sup.store.insert_run(
         role=role.name, backend=role.backend, memos=[target.name], memo_ids=[header.id], subject=header.subject,
         state=RunState.CANCELLED.value, attempt=0, ended_at=now_iso(), reason=_reason_line(who, reason),
@@ -292,7 +306,11 @@ async def live_control(sup: Supervisor, op: str, args: dict[str, Any]) -> dict[s
     keep = bool(args.get("keep"))
     if not keep:
         run.interrupt_request = {"who": str(args.get("who") or "unknown"), "reason": str(args.get("reason") or "interrupted")}
-    await agent.interrupt(keep=keep)  # type: ignore[call-arg]
+    try:
+        await agent.interrupt(keep=keep)
+    except ControlError:
+        run.interrupt_request = None  # refused: nothing was interrupted, so its exit must not count as one
+        raise
     sup.console.line(f"interrupted {run.label} (run {run.run_id})", role=run.role.name)
     if keep:
         return {"memo": candidates[0].name, "run_id": run.run_id, "role": run.role.name, "state": run.state.value}
@@ -305,3 +323,28 @@ async def live_control(sup: Supervisor, op: str, args: dict[str, Any]) -> dict[s
     await asyncio.sleep(0)  # let the exit event be handled
     row = sup.store.run(run.run_id) or {}
     return {"memo": candidates[0].name, "run_id": run.run_id, "role": run.role.name, "state": row.get("state", run.state.value)}
+
+
+def finish_after_restart(sup: Supervisor, row: dict[str, Any], report_pids: list[int]) -> None:
+    """A cancel was under way when the orchestrator died: the person's decision still stands, so finish it."""
+    role = sup.config.roles[row["role"]]
+    folder = sup.config.role_dir(role.name) / ACTIVE
+    ids = row.get("memo_ids") or []
+    memos = [
+        MemoRef(name, folder / name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
+        for i, name in enumerate(row["memos"])
+    ]
+    run = Run(run_id=row["run_id"], role=role, memos=memos, seq=0, attempt=row["attempt"], state=RunState.CANCELLING)
+    run.log_path = Path(row["log_path"]) if row.get("log_path") else None
+    moved = []
+    for memo in memos:
+        try:
+            memo.path = move_memo(memo.path, sup.config.role_dir(role.name) / CANCELLED)
+        except FileNotFoundError:
+            continue  # not in active/ any more: nothing to move
+        memo.name = memo.path.name
+        moved.append(memo.path)
+    sup.store.forget_memo_attempts(role.name, row["memos"])
+    reason = f"{row.get('reason') or 'cancelled'} (finished at restart: the orchestrator stopped during the cancel)"
+    sup.store.update_run(run.run_id, state=RunState.CANCELLED.value, ended_at=now_iso(), reason=reason)
+    _record(sup, run, moved, RunState.CANCELLING, "the orchestrator, at restart", reason, {"pids": report_pids}, None)

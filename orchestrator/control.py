@@ -10,7 +10,6 @@ client is dropped after ``IDLE_TIMEOUT`` and never blocks another client.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -23,10 +22,13 @@ from typing import TYPE_CHECKING, Any
 from .errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError
 
 if TYPE_CHECKING:
+    import asyncio  # imported where the server runs: the CLI client never needs it (about 30 ms)
+
     from .supervisor import Supervisor
 
 SOCKET_NAME = "control.sock"
 IDLE_TIMEOUT = 30.0
+CLOSE_GRACE = 5.0  # how long closing waits for answers still being sent
 MAX_LINE = 4 * 1024 * 1024
 UNIX_PATH_MAX = 100
 
@@ -56,8 +58,11 @@ class ControlServer:
         self.path = socket_path(sup.root)
         self.server: asyncio.AbstractServer | None = None
         self.clients: set[asyncio.Task[Any]] = set()
+        self.answering: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
+        import asyncio
+
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
@@ -72,14 +77,22 @@ class ControlServer:
         os.chmod(self.path, 0o600)
 
     async def close(self) -> None:
+        import asyncio
+
         if self.server is not None:
             self.server.close()
+        # a request already answered (say the cancel that ended the last run, and so the orchestrator) still gets its
+        # answer out; idle clients are simply dropped
+        if self.answering:
+            await asyncio.wait(list(self.answering), timeout=CLOSE_GRACE)
         for task in list(self.clients):
             task.cancel()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import asyncio
+
         task = asyncio.current_task()
         if task is not None:
             self.clients.add(task)
@@ -97,7 +110,13 @@ class ControlServer:
                     return
                 if not line:
                     return
-                await _send(writer, await self._answer(line))
+                answered = asyncio.get_running_loop().create_future()
+                self.answering.add(answered)
+                try:
+                    await _send(writer, await self._answer(line))
+                finally:
+                    self.answering.discard(answered)
+                    answered.set_result(None)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -157,7 +176,10 @@ def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict
         sock.close()
         raise NotRunningError(f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)") from None
     try:
-        sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
+        try:
+            sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it refused us and closed before reading; its one-line answer is still there to read
         data = b""
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
@@ -166,6 +188,8 @@ def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict
             data += chunk
     except socket.timeout:
         raise ControlError(f"the orchestrator of {root} did not answer within {timeout:g}s") from None
+    except ConnectionError as exc:
+        raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
     finally:
         sock.close()
     answer = json.loads(data)

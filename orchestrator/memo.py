@@ -12,7 +12,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -97,6 +97,40 @@ def parse_front_matter(text: str) -> MemoHeader:
     )
 
 
+def open_for_writing(paths: list[Path]) -> set[Path]:
+    """Which of ``paths`` some process still holds open for writing (read from Linux ``/proc``).
+
+    A writer may pause longer than any settle time with the memo open; the memo is
+    complete only when it closes it. Processes we may not look into count as not writing.
+    """
+    wanted: dict[str, Path] = {}
+    for path in paths:
+        wanted[str(path)] = path
+        wanted[os.path.realpath(path)] = path
+    busy: set[Path] = set()
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return busy
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = wanted.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                if target is None or target in busy:
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as handle:
+                    flags = next(int(line.split()[1], 8) for line in handle if line.startswith("flags:"))
+            except (OSError, StopIteration, ValueError, IndexError):
+                continue
+            if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+                busy.add(target)
+    return busy
+
+
 def read_memo(path: Path, max_bytes: int) -> str:
     """The memo's text, or ``BadMemo`` when it must not be delivered.
 
@@ -135,14 +169,19 @@ def free_name(folder: Path, name: str) -> Path:
     raise OSError(f"no free name for {name} in {folder}")
 
 
-def move_memo(src: Path, folder: Path) -> Path:
+def move_memo(src: Path, folder: Path, before: Callable[[Path], None] | None = None) -> Path:
     """Atomically rename ``src`` into ``folder``, keeping its name unless it clashes.
 
-    Raises ``FileNotFoundError`` when ``src`` is gone: the rename is the arbiter
-    between two attempts to move the same memo.
+    ``before(target)`` runs just before the rename (a reason file that must be
+    there when the memo appears). Raises ``FileNotFoundError`` when ``src`` is
+    gone: the rename is the arbiter between two attempts to move the same memo.
     """
     folder.mkdir(parents=True, exist_ok=True)
     target = free_name(folder, src.name)
+    if before is not None:
+        if not os.path.lexists(src):
+            raise FileNotFoundError(src)
+        before(target)
     os.rename(src, target)
     return target
 

@@ -5,7 +5,8 @@ orchestrator that still live are **stopped** with the kill ladder, never
 adopted, because their output pipe and exit status cannot be reattached; their
 memos go back to ``inbox/`` with the attempt count kept and run again. So no
 two agents ever work on one memo at once, and nothing in ``active/`` is
-forgotten.
+forgotten. A run that was being cancelled is finished as cancelled: the
+person's decision outlives the orchestrator.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from . import procs
+from .cancel import finish_after_restart
 from .memo import ACTIVE, INBOX, is_memo_name, move_memo
 from .states import RunState
 from .store import now_iso
@@ -72,6 +74,9 @@ async def recover(sup: Supervisor) -> None:
         target = procs.Target(ref, row["pid"] if ref and ref.process() else None, row["run_id"], root)
         report = await procs.stop_tree(target, grace) if procs.find_tree(target) else procs.KillReport()
         handled.add(row["run_id"])
+        if row["state"] == RunState.CANCELLING.value and row["role"] in sup.config.roles:
+            finish_after_restart(sup, row, report.pids)
+            continue
         started = bool(row.get("pid"))
         attempt = row["attempt"] if started or row["state"] == RunState.RETRY_WAIT.value else row["attempt"] - 1
         for name in row["memos"]:
@@ -92,10 +97,11 @@ async def recover(sup: Supervisor) -> None:
         except FileNotFoundError:
             continue
         for name in names:
+            attempts = store.memo_attempts(role, name)
             back = move_memo(active / name, sup.config.role_dir(role) / INBOX)
-            attempts = store.memo_attempts(role, back.name)
-            if back.name != name:
-                store.set_memo_attempts(role, back.name, attempts or store.memo_attempts(role, name))
+            if back.name != name:  # a new memo took the name meanwhile: the count goes with the returned one
+                store.set_memo_attempts(role, back.name, attempts)
+                store.forget_memo_attempts(role, [name])
             sup.console.line(
                 f"warning: {name} was in active/ when the orchestrator stopped; back in the inbox as {back.name} "
                 f"({attempts} attempt(s) so far)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -99,7 +100,8 @@ class Agent:
                 await asyncio.wait_for(task, 2)
         return code
 
-    async def interrupt(self) -> None:
+    async def interrupt(self, keep: bool = False) -> None:
+        """End the current turn; with ``keep`` the session stays open for ``tell``."""
         raise UnsupportedError(
             f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
             "use `orchestrator cancel` to stop it, or set `backend: sdk`"
@@ -150,7 +152,8 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
         argv.append(spec.prompt)
     executable = resolve_command(argv, cwd)
     if executable is None:
-        raise SpawnError(f"command {argv[0]!r} not found on PATH (role {role.name})")
+        where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
+        raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     log_fd = open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n")
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -164,7 +167,9 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
             start_new_session=True,
         )
     except OSError as exc:
-        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        hint = " (the file exists: is the interpreter on its #! line missing?)" if (
+            exc.errno == errno.ENOENT and os.path.isfile(executable)) else ""  # fmt: skip
+        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}{hint}") from None
     finally:
         os.close(log_fd)
     procs.spare(proc.pid)

@@ -31,7 +31,9 @@ from .config import Config, Role
 from .console import Console
 from .errors import ControlError
 from .events import Event, MemoGone, MemoSeen, RescanNeeded, RetryDue, RunExited, SignalReceived, TimeoutFired
-from .memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, BadMemo, is_memo_name, move_memo, parse_front_matter, read_memo
+from .memo import (
+    ACTIVE, ARCHIVE, FAILED, INBOX, BadMemo, is_memo_name, move_memo, open_for_writing, parse_front_matter, read_memo,
+)  # fmt: skip
 from .prompts import PromptTemplate, load_template
 from .run import MemoRef, Run
 from .runner import Agent, LaunchSpec, SpawnError, agent_environment, start_command
@@ -85,7 +87,6 @@ class Supervisor:
         self._idle_since: float | None = None
         self._background: set[asyncio.Future[Any]] = set()
         self.started_at = now_iso()
-        self.on_exit_hooks: list[Callable[[Run, Agent], None]] = []
 
     # ------------------------------------------------------------------ life
     def post(self, event: Event) -> None:
@@ -104,6 +105,7 @@ class Supervisor:
             for folder in (INBOX, ACTIVE):
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
         await recover(self)
+        self.refresh_budgets()
         self._install_signals()
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
         # the claim rename makes sure it runs once either way
@@ -172,6 +174,7 @@ class Supervisor:
                 if problem:
                     self.console.line(f"watcher: {problem}; restarting it and rescanning the inboxes")
                     self.watcher.restart()
+                self.refresh_budgets()
                 self.rescan()
                 procs.reap_orphans()
                 self._check_idle()
@@ -245,6 +248,7 @@ class Supervisor:
             return  # a new memo under the same name already took its place
         self.pending.pop(event.path, None)
         if self.queues[event.role].pop(event.path, None) is not None:
+            self.store.forget_memo_attempts(event.role, [event.path.name])  # a later namesake starts afresh
             self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
 
     def _enqueue(self, role: str, path: Path) -> None:
@@ -252,7 +256,6 @@ class Supervisor:
 
     def rescan(self, initial: bool = False) -> None:
         """Look at every inbox; queue what is new and complete. Never queues a memo twice."""
-        now = time.time()
         for role in self.config.roles:
             inbox = self.config.role_dir(role) / INBOX
             try:
@@ -274,9 +277,9 @@ class Supervisor:
                     continue
                 if stat.S_ISDIR(info.st_mode):
                     continue
-                if now - info.st_mtime >= SETTLE or not stat.S_ISREG(info.st_mode):
-                    self._enqueue(role, path)
-                else:  # written moments ago and no close event seen yet: its writer may be busy
+                if not stat.S_ISREG(info.st_mode):
+                    self._enqueue(role, path)  # its claim rejects it with a reason
+                else:  # no close event seen: _check_pending below decides whether its writer is done
                     self.pending[path] = (role, time.monotonic())
             for path in [p for p in queue if p not in present]:
                 del queue[path]
@@ -295,8 +298,12 @@ class Supervisor:
         self._schedule()
 
     def _check_pending(self) -> None:
-        """Promote memos that stopped changing; ones still changing wait for their close event."""
+        """Promote memos that stopped changing and that no process holds open for writing.
+
+        The others wait for their close event (or a later check): a writer may pause with the file open.
+        """
         now = time.time()
+        settled: list[tuple[Path, str]] = []
         for path, (role, _seen) in list(self.pending.items()):
             try:
                 info = os.lstat(path)
@@ -304,6 +311,10 @@ class Supervisor:
                 del self.pending[path]
                 continue
             if now - info.st_mtime >= SETTLE:
+                settled.append((path, role))
+        busy = open_for_writing([path for path, _ in settled]) if settled else set()
+        for path, role in settled:
+            if path not in busy:
                 del self.pending[path]
                 self._enqueue(role, path)
         if self.pending:
@@ -346,6 +357,35 @@ class Supervisor:
     def _budget_block(self, role: str) -> str | None:
         """Why this role may not start new runs now (a daily budget is spent), or None."""
         return self.budget_blocks.get(role) or self.budget_blocks.get("*")
+
+    def refresh_budgets(self) -> None:
+        """Recompute which daily budgets are spent (SDK-reported costs, finished and running); log each change."""
+        caps = {name: role.budget.per_day_usd for name, role in self.config.roles.items() if role.budget.per_day_usd}
+        team_cap = self.config.budget.per_day_usd
+        if not caps and not team_cap:
+            return
+        day = datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        since = day.isoformat(timespec="milliseconds")
+        running: dict[str, float] = {}
+        for run in self.runs.values():
+            if run.agent is not None and run.agent.cost_usd and run.state.live:
+                running[run.role.name] = running.get(run.role.name, 0.0) + run.agent.cost_usd
+        blocks: dict[str, str] = {}
+        tomorrow = (day + timedelta(days=1)).strftime("%Y-%m-%d")
+        if team_cap:
+            spent = self.store.spent_since(since) + sum(running.values())
+            if spent >= team_cap:
+                blocks["*"] = f"the team spent ${spent:.2f} of its ${team_cap:.2f} daily budget; new runs wait until {tomorrow}"
+        for name, cap in caps.items():
+            spent = self.store.spent_since(since, name) + running.get(name, 0.0)
+            if spent >= cap:
+                blocks[name] = f"role {name} spent ${spent:.2f} of its ${cap:.2f} daily budget; new runs wait until {tomorrow}"
+        for key, why in blocks.items():
+            if self.budget_blocks.get(key) is None:
+                self.console.line(f"budget: {why}", role=None if key == "*" else key)
+        for key in self.budget_blocks.keys() - blocks.keys():
+            self.console.line("budget: new day or budget raised; starting runs again", role=None if key == "*" else key)
+        self.budget_blocks = blocks
 
     def _start_from_queue(self, role: Role) -> None:
         queue = self.queues[role.name]
@@ -397,8 +437,8 @@ class Supervisor:
 
     def _reject(self, role: Role, path: Path, why: str) -> None:
         """A memo that must never reach an agent: failed/ with a reason, and a failed run on record."""
-        target = move_memo(path, self.config.role_dir(role.name) / FAILED)
-        notices.write_reason(target, f"not delivered: {why}\n")
+        target = move_memo(path, self.config.role_dir(role.name) / FAILED,
+                           before=lambda target: notices.write_reason(target, f"not delivered: {why}\n"))  # fmt: skip
         self.store.insert_run(
             role=role.name, backend=role.backend, memos=[target.name], memo_ids=[None], subject=None,
             state=RunState.FAILED.value, attempt=0, ended_at=now_iso(), reason=f"not delivered: {why}",
@@ -545,8 +585,7 @@ class Supervisor:
         fields = {k: result.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns", "session_id")}
         fields["is_error"] = int(bool(result.get("is_error")))
         self.store.update_run(run.run_id, **{k: v for k, v in fields.items() if v is not None})
-        for hook in self.on_exit_hooks:
-            hook(run, agent)
+        self.refresh_budgets()
 
     def _after_run_change(self) -> None:
         self._maybe_done()
@@ -606,10 +645,9 @@ class Supervisor:
 
     def _give_up(self, run: Run, state: RunState, reason: str, exit_code: int | None) -> None:
         """Retries are over: memos to failed/ beside a reason file, and the coordinator told."""
-        moved = self._move_memos(run, FAILED)
-        attempts = self.store.attempts(run.run_id)
-        for path in moved:
-            notices.write_reason(path, notices.failure_reason_text(run, state, reason, attempts))
+        text = notices.failure_reason_text(run, state, reason, self.store.attempts(run.run_id))
+        # the reason file is written first, so nobody sees a failed memo without its reason
+        moved = self._move_memos(run, FAILED, before=lambda target: notices.write_reason(target, text))
         self.store.forget_memo_attempts(run.role.name, [m.name for m in run.memos])
         self._finish(run, state, exit_code=exit_code, reason=reason)
         self.console.line(f"{state.value} {run.label}: {reason}; moved to failed/ (run {run.run_id})", role=run.role.name)
@@ -648,10 +686,14 @@ class Supervisor:
             self._return_to_inbox(run, reason)
         elif run.role.retry_timeouts and run.attempt - 1 < run.role.retry.max:
             delay = run.role.retry.delay(run.attempt)
+            run.stopping = run.stop_result = None  # this attempt's ladder is over; the next attempt starts free of it
+            run.next_attempt_mono = time.monotonic() + delay
             run.next_attempt_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="milliseconds")
             self._transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
             assert self.loop is not None
             run.timers["retry"] = self.loop.call_later(delay, self.handle, RetryDue(run.run_id))
+            self.console.line(f"{run.label} {reason}; retry {run.attempt} of {run.role.retry.max} in {delay:g}s "
+                              "(retry_timeouts)", role=run.role.name)  # fmt: skip
         else:
             self._give_up(run, RunState.TIMED_OUT, reason, run.exit_codes[-1] if run.exit_codes else None)
         self._schedule()
@@ -697,13 +739,20 @@ class Supervisor:
         self.console.line(f"returned {', '.join(p.name for p in moved)} to the inbox: {why} (run {run.run_id})",
                           role=run.role.name)  # fmt: skip
 
-    def _move_memos(self, run: Run, folder: str) -> list[Path]:
+    def _move_memos(self, run: Run, folder: str, before: Callable[[Path], None] | None = None) -> list[Path]:
         moved = []
         for memo in run.memos:
             try:
-                memo.path = move_memo(memo.path, self.config.role_dir(run.role.name) / folder)
+                old_name = memo.name
+                memo.path = move_memo(memo.path, self.config.role_dir(run.role.name) / folder, before)
                 memo.name = memo.path.name
                 moved.append(memo.path)
+                # attempt counts are kept by the name in active/; a move may rename (a clash), so settle them here
+                if folder != INBOX:
+                    self.store.forget_memo_attempts(run.role.name, [old_name])
+                elif memo.name != old_name:
+                    self.store.set_memo_attempts(run.role.name, memo.name, self.store.memo_attempts(run.role.name, old_name))
+                    self.store.forget_memo_attempts(run.role.name, [old_name])
             except FileNotFoundError:
                 self.console.line(f"{memo.path} disappeared from {ACTIVE}/ while its run was going", role=run.role.name)
         return moved
@@ -713,6 +762,7 @@ class Supervisor:
         self._transition(run, state, ended_at=now_iso(), exit_code=exit_code, reason=reason,
                          memos=[m.name for m in run.memos])  # fmt: skip
         self.runs.pop(run.run_id, None)
+        self._maybe_done()  # the last run of an ending orchestrator may end on any path (a failed spawn too)
 
     def _transition(self, run: Run, new: RunState, **fields: Any) -> None:
         run.move_to(new, self._announce)

@@ -6,6 +6,12 @@ watch, which watchdog reports at once (an unmatched move out of a watch is held
 for 0.5 s and delays every event queued behind it), and an inbox folder deleted
 and re-created is picked up by the recursive watch by itself.
 
+Two corrections to watchdog's inotify backend: a paired move is passed on the
+moment its second half arrives (``_PromptDelayedQueue``; watchdog itself may
+sleep the whole 0.5 s first), and a memo renamed in from outside the watch is
+reported as a move, so it counts as complete at once instead of waiting to
+settle like a file still being written (``generate_full_events``).
+
 The handler never raises: whatever goes wrong while classifying an event
 becomes a ``RescanNeeded`` event, because watchdog's thread dies silently on an
 exception in a handler.
@@ -13,9 +19,11 @@ exception in a handler.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +40,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.utils.delayed_queue import DelayedQueue
 
 from .events import Event, MemoGone, MemoSeen, RescanNeeded
 from .memo import INBOX, is_memo_name
@@ -78,6 +87,23 @@ def classify(role: str, role_dir: str, event: FileSystemEvent) -> list[Event]:
     return out
 
 
+TEST_FAULT_ENV = "ORCHESTRATOR_TEST_FAULT"
+
+
+def _inject_test_fault(event: FileSystemEvent) -> None:
+    """Test hook: with ``ORCHESTRATOR_TEST_FAULT`` set, an event whose path contains its value raises.
+
+    Lets the tests prove that an exception while handling one event costs nothing but a rescan.
+    Unset (always, outside the tests) it does nothing.
+    """
+    marker = os.environ.get(TEST_FAULT_ENV)
+    if not marker:
+        return
+    paths = (os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or ""))
+    if any(marker in path for path in paths):
+        raise RuntimeError(f"{TEST_FAULT_ENV}: injected fault for {paths[0]}")
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, role: str, role_dir: Path, post: Callable[[Event], None]) -> None:
         self.role = role
@@ -86,6 +112,7 @@ class _Handler(FileSystemEventHandler):
 
     def dispatch(self, event: FileSystemEvent) -> None:
         try:
+            _inject_test_fault(event)
             for item in classify(self.role, self.role_dir, event):
                 self.post(item)
         except Exception as exc:  # noqa: BLE001 - the observer thread must survive anything
@@ -107,6 +134,54 @@ class _OverflowSpy(logging.Handler):
             self.post(RescanNeeded("inotify queue overflowed"))
 
 
+class _PromptDelayedQueue(DelayedQueue):  # type: ignore[type-arg]
+    """watchdog's queue that holds a moved-from event up to 0.5 s for its moved-to half, without the stall.
+
+    watchdog's own ``get`` sleeps the whole delay once a moved-from event is at the head, even when the
+    moved-to half arrives a moment later and the pair is queued; so any rename in a watched folder (a memo
+    renamed into its inbox, every claim) could hold back every event behind it for up to half a second.
+    This ``get`` waits on the queue's condition, which the pair's ``put`` signals: a paired move goes out
+    at once and an unpaired one still waits its full delay. ``put`` is ours too, to own the clock.
+    """
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self._hold = float(delay)
+
+    def put(self, element, delay: bool = False) -> None:  # type: ignore[no-untyped-def,override]
+        with self._not_empty:
+            self._queue.append((element, time.monotonic(), delay))
+            self._not_empty.notify()
+
+    def get(self):  # type: ignore[no-untyped-def]
+        with self._not_empty:
+            while True:
+                while not self._queue and not self._closed:
+                    self._not_empty.wait()
+                if self._closed:
+                    return None
+                head, inserted, delayed = self._queue[0]
+                left = inserted + self._hold - time.monotonic() if delayed else 0.0
+                if left <= 0:
+                    self._queue.popleft()
+                    return head
+                self._not_empty.wait(left)
+
+
+def _pair_moves_promptly() -> None:
+    """Have watchdog's inotify move grouping use ``_PromptDelayedQueue``, if this watchdog is laid out as expected."""
+    probe = DelayedQueue(0.5)
+    if not all(hasattr(probe, name) for name in ("_not_empty", "_queue", "_closed")):
+        return
+    for name in ("watchdog.observers.inotify_move_event_grouper", "watchdog.observers.inotify_buffer"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if getattr(module, "DelayedQueue", None) is DelayedQueue:
+            module.DelayedQueue = _PromptDelayedQueue  # type: ignore[attr-defined]
+
+
 class InboxWatcher:
     """A watchdog observer over every role folder that can be checked and restarted."""
 
@@ -120,7 +195,12 @@ class InboxWatcher:
 
     def start(self) -> None:
         logging.getLogger("watchdog").addHandler(self._spy)
-        observer = Observer()
+        _pair_moves_promptly()
+        try:
+            # an unpaired move into a watched folder is reported as a move (complete), not as a created file
+            observer = Observer(generate_full_events=True)
+        except TypeError:  # an observer other than inotify's
+            observer = Observer()
         for role, folder in self.role_dirs.items():
             (folder / INBOX).mkdir(parents=True, exist_ok=True)
             observer.schedule(_Handler(role, folder, self.post), str(folder), recursive=True, event_filter=EVENT_TYPES)
@@ -143,6 +223,10 @@ class InboxWatcher:
                 return f"folder {folder} was replaced"
             if not (folder / INBOX).is_dir():
                 return f"folder {folder / INBOX} was removed"
+        # a folder removed and made again may get the same inode number back, but its watch ended with it
+        for emitter in list(self.observer.emitters):
+            if not emitter.is_alive() or emitter.stopped_event.is_set():
+                return f"the watch on {emitter.watch.path} ended (its folder was removed)"
         return None
 
     def restart(self) -> None:
@@ -150,7 +234,6 @@ class InboxWatcher:
         self.start()
 
     def stop(self) -> None:
-        logging.getLogger("watchdog").removeHandler(self._spy)
         observer, self.observer = self.observer, None
         if observer is not None:
             try:
@@ -158,3 +241,6 @@ class InboxWatcher:
                 observer.join(timeout=2)
             except Exception:  # noqa: BLE001 - a dead observer may fail to stop; it is gone either way
                 pass
+        # only now: while the threads stop, watchdog logs benign errors that, with no handler left on its
+        # logger, logging's last resort would print raw on stderr
+        logging.getLogger("watchdog").removeHandler(self._spy)

@@ -9,7 +9,16 @@ for batch roles), with defaults from STANDIN_* environment variables:
   orphan: start a grandchild, then its parent exits (the grandchild stays in the group)
   setsid: start a grandchild that leaves the group with setsid
   reply: {to: role, subject: s}   write a reply memo before exiting
-Every start appends one JSON line to $STANDIN_RECORD.
+  until: path                     after the sleep, work on until this file exists (at most 60 s)
+  sleep_by_attempt: {2: 0.1}      per-attempt sleep, overrides sleep for the attempts it names
+  say: text                       print "<text> (attempt N)" to stdout (the run's log) at start
+  kill_self: SIGKILL              after sleeping, kill itself with this signal (no core dump) ...
+  kill_attempts: n                ... only while ORCHESTRATOR_ATTEMPT <= n (default: every attempt)
+  until_file: path                after sleeping, wait until this file exists (at most 60 s)
+  record_peers: true              record the pids of other live processes of this project that carry
+                                  the same memo file name (ORCHESTRATOR_MEMO), as "peers"
+Every start appends one JSON line to $STANDIN_RECORD; with $STANDIN_ENDS set, every agent that
+finishes by itself (not killed) appends one line with its start and end times there.
 """
 
 import json
@@ -36,6 +45,27 @@ def front(path):
     return data if isinstance(data, dict) else {}
 
 
+def peers(memo_name, own):
+    """Pids of other live processes (not in ``own``) of this project root whose ORCHESTRATOR_MEMO has this file name."""
+    root = os.environ.get("ORCHESTRATOR_ROOT", "")
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in own:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+        except (OSError, IndexError, ValueError):
+            continue
+        if env.get(b"ORCHESTRATOR_ROOT", b"").decode() == root and memo_name and \
+                os.path.basename(env.get(b"ORCHESTRATOR_MEMO", b"").decode()) == memo_name:
+            found.append(int(name))
+    return found
+
+
 def main():
     started = time.time()
     prompt = sys.stdin.read() if os.environ.get("STANDIN_PROMPT_VIA", "stdin") == "stdin" else sys.argv[-1]
@@ -58,6 +88,8 @@ def main():
         "prompt": prompt,
         "extra_env": os.environ.get("EXTRA"),
         "cwd": os.getcwd(),
+        "root": os.environ.get("ORCHESTRATOR_ROOT"),
+        "env_memos": os.environ.get("ORCHESTRATOR_MEMOS"),
     }
     children = []
     if spec.get("ignore_term"):
@@ -73,14 +105,37 @@ def main():
     if spec.get("setsid"):
         children.append(subprocess.Popen(["setsid", "sleep", "300"]).pid)
     record["children"] = children
+    if spec.get("record_peers"):
+        record["peers"] = peers(os.path.basename(record["memo"] or ""), {os.getpid(), *children})
+    if spec.get("say"):
+        print(f"{spec['say']} (attempt {attempt})", flush=True)
     path = os.environ.get("STANDIN_RECORD")
     if path:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
     sleep = float(spec.get("sleep", os.environ.get("STANDIN_SLEEP", "0")))
+    by_attempt = spec.get("sleep_by_attempt") or {}
+    if attempt in by_attempt or str(attempt) in by_attempt:
+        sleep = float(by_attempt.get(attempt, by_attempt.get(str(attempt))))
     deadline = time.time() + sleep
     while time.time() < deadline:
         time.sleep(min(0.05, max(0.0, deadline - time.time())))
+    until = spec.get("until_file")
+    if until:
+        deadline = time.time() + 60
+        while not os.path.exists(until) and time.time() < deadline:
+            time.sleep(0.02)
+    if spec.get("kill_self") and attempt <= int(spec.get("kill_attempts", attempt)):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), getattr(signal, spec["kill_self"]))
+        time.sleep(5)
+    gate = spec.get("until")
+    if gate:  # work until this file exists (a test opens the gate), at most a minute
+        give_up = time.time() + 60
+        while not os.path.exists(gate) and time.time() < give_up:
+            time.sleep(0.02)
     reply = spec.get("reply")
     if reply:
         root = os.environ["ORCHESTRATOR_ROOT"]
@@ -91,8 +146,16 @@ def main():
                          f"reply_to: {reply.get('reply_to', '')}\n---\nreply\n")
         os.rename(tmp, tmp.replace("." + name + ".tmp", name))
     if attempt <= int(spec.get("fail_attempts", os.environ.get("STANDIN_FAIL_ATTEMPTS", "0"))):
-        sys.exit(1)
-    sys.exit(int(spec.get("exit", os.environ.get("STANDIN_EXIT", "0"))))
+        code = 1
+    else:
+        code = int(spec.get("exit", os.environ.get("STANDIN_EXIT", "0")))
+    ends = os.environ.get("STANDIN_ENDS")
+    if ends:  # one line per agent that finished on its own, in a file of its own: records.jsonl keeps only starts
+        with open(ends, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"role": record["role"], "run_id": record["run_id"], "attempt": attempt,
+                                     "pid": record["pid"], "start": started, "end": time.time(),
+                                     "exit": code}) + "\n")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,502 @@
+"""When things go wrong: retries with backoff, agents that die, crash loops, timeouts, signals and bad input.
+
+Every test checks the promise: each memo ends in exactly one of archive/, failed/ or
+cancelled/, or is still waiting in inbox/; and each failure mode says so in one clear line.
+Backoffs, windows and timeouts are fractions of a second; waits poll with deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from conftest import STAND_IN, Orchestrator, Project, pid_alive, wait_for
+
+from orchestrator.store import Store
+
+FOLDERS = ("inbox", "active", "archive", "failed", "cancelled")
+
+
+def where(project: Project, role: str, name: str) -> list[str]:
+    """The folders that hold ``name`` for ``role``: the promise says exactly one."""
+    return [folder for folder in FOLDERS if name in project.folder(role, folder)]
+
+
+def attempts_of(project: Project, run_id: int) -> list[dict]:
+    store = Store(project.root / ".orchestrator" / "state.db", readonly=True)
+    try:
+        return store.attempts(run_id)
+    finally:
+        store.close()
+
+
+def reason_of(project: Project, role: str, name: str) -> str:
+    """The reason file beside a memo in failed/ (written just after the memo's move)."""
+    path = project.root / "memo" / role / "failed" / (name.removesuffix(".md") + ".reason")
+    wait_for(path.exists, what=f"{path.name}")
+    return path.read_text(encoding="utf-8")
+
+
+def lines_with(output: str, text: str) -> list[str]:
+    return [line for line in output.splitlines() if text in line]
+
+
+def one_line(orch: Orchestrator, text: str) -> str:
+    """The one line of the orchestrator's output that contains ``text`` (waited for: it may follow a move)."""
+    orch.wait_output(text)
+    found = lines_with(orch.output, text)
+    assert len(found) == 1, f"{len(found)} lines with {text!r}:\n{orch.output}"
+    return found[0]
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+
+
+def all_dead(pids: list[int]) -> bool:
+    return not any(pid_alive(pid) for pid in pids)
+
+
+def sigint_pending(pid: int) -> bool:
+    """Whether a SIGINT sent to ``pid`` still waits for delivery (ShdPnd in /proc/<pid>/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return bool(int(fields["ShdPnd"].strip(), 16) & (1 << (signal.SIGINT - 1)))
+
+
+# ------------------------------------------------------------------ retries
+def test_fail_twice_then_succeed_with_growing_backoff(project):
+    project.configure({"builder": {"retry": {"max": 3, "backoff": ["0.2s", "0.6s"]}}})
+    orch = project.up()
+    project.drop("builder", "B-1.md", {"id": "B-1", "subject": "flaky", "agent": {"fail_attempts": 2}})
+    wait_for(lambda: where(project, "builder", "B-1.md") == ["archive"], what="B-1 archived")
+
+    records = project.records()
+    assert [r["attempt"] for r in records] == [1, 2, 3]
+    assert len({r["run_id"] for r in records}) == 1, "every attempt belongs to one run"
+    attempts = attempts_of(project, records[0]["run_id"])
+    assert [(a["attempt"], a["outcome"], a["exit_code"]) for a in attempts] == [
+        (1, "failed", 1), (2, "failed", 1), (3, "succeeded", 0)]  # fmt: skip
+    # the pause before each retry is at least its backoff, and the backoffs grow
+    assert seconds_between(attempts[0]["ended_at"], attempts[1]["started_at"]) >= 0.2 - 0.01
+    assert seconds_between(attempts[1]["ended_at"], attempts[2]["started_at"]) >= 0.6 - 0.01
+    one_line(orch, "B-1 attempt 1 failed: exit code 1")
+    one_line(orch, "B-1 retry 1 of 3 in 0.2s")
+    one_line(orch, "B-1 retry 2 of 3 in 0.6s")
+    assert orch.stop() == 0
+    assert len(project.records()) == 3
+
+
+def test_a_reused_memo_name_starts_again_at_attempt_one(project):
+    project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.05s"]}}})
+    orch = project.up()
+    project.drop("builder", "N.md", {"id": "N-1"})
+    wait_for(lambda: project.folder("builder", "archive") == ["N.md"], what="the first N.md archived")
+    project.drop("builder", "N.md", {"id": "N-2", "agent": {"fail_attempts": 1}})
+    wait_for(lambda: project.folder("builder", "archive") == ["N.1.md", "N.md"], what="the second N.md archived")
+    project.drop("builder", "N.md", {"id": "N-3"})  # archived as N.2.md: a clash must not carry a count over
+    wait_for(lambda: len(project.folder("builder", "archive")) == 3, what="the third N.md archived")
+    assert [r["attempt"] for r in project.records()] == [1, 1, 2, 1]
+    assert orch.stop() == 0
+
+
+def test_retries_run_out_memo_to_failed_with_reason_and_notice(project):
+    project.configure({"builder": {"retry": {"max": 3, "backoff": ["0.05s"]}}, "pm": {}}, notify="pm")
+    orch = project.up()
+    project.drop("builder", "B-2.md", {"id": "B-2", "subject": "hopeless",
+                                       "agent": {"fail_attempts": 99, "say": "trying B-2"}})  # fmt: skip
+    wait_for(lambda: where(project, "builder", "B-2.md") == ["failed"], what="B-2 in failed/")
+
+    assert [r["attempt"] for r in project.records() if r["role"] == "builder"] == [1, 2, 3, 4]
+    reason = reason_of(project, "builder", "B-2.md")
+    assert reason.startswith("failed: exit code 1\n")
+    for attempt in (1, 2, 3, 4):
+        assert f"  {attempt}: failed, exit code 1," in reason
+    assert "trying B-2 (attempt 4)" in reason, "the reason file ends with the agent's last log lines"
+    one_line(orch, "failed B-2: exit code 1; moved to failed/")
+    one_line(orch, "told pm: ")
+
+    # the notice wakes the notify role like any memo; it names the memo and why
+    def notice() -> list[str]:
+        return [n for n in project.folder("pm", "archive") if "-failed-" in n]
+
+    wait_for(notice, what="the failure notice handled by pm")
+    text = (project.root / "memo" / "pm" / "archive" / notice()[0]).read_text(encoding="utf-8")
+    assert "subject: 'Failed: hopeless'" in text or "subject: 'Failed: hopeless'" in text.replace('"', "'")
+    assert "B-2.md" in text and "exit code 1" in text
+
+    # the orchestrator goes on serving
+    project.drop("builder", "B-3.md", {"id": "B-3"})
+    wait_for(lambda: where(project, "builder", "B-3.md") == ["archive"], what="a later memo archived")
+    assert orch.proc.poll() is None
+    assert orch.stop() == 0
+
+
+def test_no_notice_when_the_failing_role_is_the_notify_role(project):
+    project.configure({"pm": {}, "builder": {}}, notify="pm")
+    orch = project.up()
+    project.drop("pm", "P-1.md", {"id": "P-1", "agent": {"exit": 2}})
+    wait_for(lambda: where(project, "pm", "P-1.md") == ["failed"], what="P-1 in failed/")
+    assert "failed: exit code 2" in reason_of(project, "pm", "P-1.md")
+    # one more memo through pm: a notice written with the failure would have been seen by now
+    project.drop("pm", "P-2.md", {"id": "P-2"})
+    wait_for(lambda: where(project, "pm", "P-2.md") == ["archive"], what="P-2 archived")
+    for folder in FOLDERS:
+        assert [n for n in project.folder("pm", folder) if n not in ("P-1.md", "P-2.md")] == []
+    assert "told pm" not in orch.output
+    assert orch.stop() == 0
+
+
+def test_agent_killed_by_a_signal_we_did_not_send_is_a_failure(project):
+    project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.05s"]}}})
+    orch = project.up()
+    project.drop("builder", "K-1.md", {"id": "K-1", "agent": {"kill_self": "SIGKILL", "kill_attempts": 1}})
+    project.drop("builder", "K-2.md", {"id": "K-2", "agent": {"kill_self": "SIGSEGV"}})
+    wait_for(lambda: where(project, "builder", "K-1.md") == ["archive"], what="K-1 archived on its retry")
+    wait_for(lambda: where(project, "builder", "K-2.md") == ["failed"], what="K-2 in failed/")
+
+    by_memo: dict[str, list[int]] = {}
+    for record in project.records():
+        by_memo.setdefault(Path(record["memo"]).name, []).append(record["attempt"])
+    assert by_memo == {"K-1.md": [1, 2], "K-2.md": [1, 2]}
+    one_line(orch, "K-1 attempt 1 failed: killed by SIGKILL (not sent by the orchestrator)")
+    one_line(orch, "K-2 attempt 2 failed: killed by SIGSEGV (not sent by the orchestrator)")
+    reason = reason_of(project, "builder", "K-2.md")
+    assert reason.startswith("failed: killed by SIGSEGV")
+    assert f"exit code {-signal.SIGSEGV}," in reason
+    assert orch.stop() == 0
+
+
+def test_an_agent_that_cannot_be_started_is_a_failed_attempt_and_retried(project):
+    wrapper = project.root / "agent.sh"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {STAND_IN} \"$@\"\n", encoding="utf-8")
+    wrapper.chmod(0o755)
+    bad_interpreter = project.root / "broken.sh"
+    bad_interpreter.write_text("#!/nonexistent/interpreter\n", encoding="utf-8")
+    bad_interpreter.chmod(0o755)
+    retry = {"max": 2, "backoff": ["0.05s"]}
+    project.configure({"builder": {"command": [str(wrapper)], "retry": retry},
+                       "broken": {"command": [str(bad_interpreter)], "retry": retry}})  # fmt: skip
+    orch = project.up()
+    wrapper.chmod(0o644)  # start-up checks passed; now it can no longer be executed
+    project.drop("builder", "S-1.md", {"id": "S-1"})
+    project.drop("broken", "S-2.md", {"id": "S-2"})
+    wait_for(lambda: where(project, "builder", "S-1.md") == ["failed"], what="S-1 in failed/")
+    wait_for(lambda: where(project, "broken", "S-2.md") == ["failed"], what="S-2 in failed/")
+    assert project.records() == [], "no agent ever ran"
+    for attempt in (1, 2, 3):
+        one_line(orch, f"S-1 attempt {attempt} failed: could not start the agent")
+        one_line(orch, f"S-2 attempt {attempt} failed: could not start the agent")
+    assert "is not an executable file (role builder)" in one_line(orch, "S-1 attempt 1 failed: could not start")
+    assert "No such file or directory (the file exists: is the interpreter on its #! line missing?)" in one_line(
+        orch, "S-2 attempt 1 failed: could not start the agent: cannot start")
+    reason = reason_of(project, "builder", "S-1.md")
+    assert reason.startswith("failed: could not start the agent")
+    assert reason.count(": failed, exit code -,") == 3
+
+    wrapper.chmod(0o755)  # fixed: the orchestrator is still serving
+    project.drop("builder", "S-3.md", {"id": "S-3"})
+    wait_for(lambda: where(project, "builder", "S-3.md") == ["archive"], what="S-3 archived")
+    assert orch.stop() == 0
+
+
+# ------------------------------------------------------------- crash loops
+def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(project):
+    project.configure({
+        "pm": {"critical": True, "crash": {"window": "10s", "max": 3}, "retry": {"max": 5, "backoff": ["0.05s"]}},
+        "builder": {},
+    })  # fmt: skip
+    orch = project.up()
+    release = project.root / "release-builder"
+    project.drop("builder", "B-9.md", {"id": "B-9", "agent": {"until_file": str(release)}})
+    wait_for(lambda: project.records(), what="the builder agent started")
+    project.drop("pm", "P-1.md", {"id": "P-1", "agent": {"fail_attempts": 99}})
+    orch.wait_output("critical role pm crashed 3 times in a row")
+    # it ends once the running agent finishes; nothing new starts meanwhile
+    assert orch.proc.poll() is None
+    release.touch()
+    assert orch.wait() == 3
+    one_line(orch, "critical role pm crashed 3 times in a row")
+    assert [r["attempt"] for r in project.records() if r["role"] == "pm"] == [1, 2, 3]
+    assert where(project, "pm", "P-1.md") == ["inbox"], "the memo waits in the inbox for the next start"
+    assert where(project, "builder", "B-9.md") == ["archive"]
+    assert "Traceback" not in orch.output
+    one_line(orch, "orchestrator exits with status 3")
+
+
+def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(project):
+    wrapper = project.root / "agent.sh"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {STAND_IN} \"$@\"\n", encoding="utf-8")
+    wrapper.chmod(0o755)
+    project.configure({"pm": {"command": [str(wrapper)], "critical": True, "crash": {"window": "10s", "max": 3},
+                              "retry": {"max": 5, "backoff": ["0.05s"]}}})  # fmt: skip
+    orch = project.up()
+    wrapper.chmod(0o644)
+    project.drop("pm", "P-1.md", {"id": "P-1"})
+    assert orch.wait() == 3
+    one_line(orch, "critical role pm crashed 3 times in a row")
+    assert where(project, "pm", "P-1.md") == ["inbox"]
+    assert project.records() == []
+
+
+def test_a_long_run_resets_the_crash_count(project):
+    project.configure({"pm": {"critical": True, "crash": {"window": "2s", "max": 3}}})
+    orch = project.up()
+
+    def fail(name: str, **agent: object) -> None:
+        project.drop("pm", name, {"id": name.removesuffix(".md"), "agent": {"exit": 1, **agent}})
+        wait_for(lambda: where(project, "pm", name) == ["failed"], what=f"{name} in failed/")
+
+    def crash_count() -> int:
+        return project.status()["crash_counts"]["pm"]
+
+    fail("P-1.md")
+    fail("P-2.md")
+    assert crash_count() == 2
+    fail("P-3.md", sleep=2.5)  # fails, but after the window: not a crash, and the count starts again
+    assert crash_count() == 0
+    fail("P-4.md")
+    fail("P-5.md")
+    assert crash_count() == 2
+    assert "critical roles, crashes in a row: pm 2" in project.cli("status").stdout
+    assert orch.proc.poll() is None
+    project.drop("pm", "P-6.md", {"id": "P-6", "agent": {"exit": 1}})
+    assert orch.wait() == 3
+    one_line(orch, "critical role pm crashed 3 times in a row")
+
+
+# ---------------------------------------------------------------- timeouts
+def test_timeout_kills_the_whole_tree_and_fails_without_retry(project):
+    project.configure({"builder": {"timeout": "0.5s", "grace": "0.3s", "retry": {"max": 2, "backoff": ["0.05s"]}}})
+    orch = project.up()
+    project.drop("builder", "T-1.md", {"id": "T-1", "subject": "slow",
+                                       "agent": {"sleep": 60, "grandchild": True, "ignore_term": True}})  # fmt: skip
+    wait_for(lambda: where(project, "builder", "T-1.md") == ["failed"], what="T-1 in failed/")
+    [record] = project.records()
+    assert record["children"]
+    assert all_dead([record["pid"], *record["children"]]), "agent and grandchild are dead"
+    reason = reason_of(project, "builder", "T-1.md")
+    assert reason.startswith("timed_out: timed out after 0.5s (attempt 1)")
+    one_line(orch, "T-1 passed its timeout of 0.5s; stopping it")
+    one_line(orch, "timed_out T-1: timed out after 0.5s")
+    orch.wait_output("grace of 0.3s over; SIGKILL")
+    [run] = [r for r in project.status()["recent"] if r["memo"] == "T-1.md"]
+    assert run["state"] == "timed_out" and "timed out after 0.5s" in run["reason"]
+    assert orch.stop() == 0
+    assert len(project.records()) == 1, "a timed-out run is not retried"
+
+
+def test_timeout_is_retried_with_retry_timeouts(project):
+    project.configure({"builder": {"timeout": "0.5s", "grace": "0.2s", "retry_timeouts": True,
+                                   "retry": {"max": 1, "backoff": ["0.05s"]}}})  # fmt: skip
+    orch = project.up()
+    project.drop("builder", "T-2.md", {"id": "T-2", "agent": {"sleep_by_attempt": {1: 60}, "grandchild": True}})
+    wait_for(lambda: where(project, "builder", "T-2.md") == ["archive"], what="T-2 archived on its retry")
+    records = project.records()
+    assert [r["attempt"] for r in records] == [1, 2]
+    assert all_dead([records[0]["pid"], *records[0]["children"]])
+    orch.wait_output("T-2 passed its timeout of 0.5s; stopping it")
+    one_line(orch, "T-2 timed out after 0.5s (attempt 1); retry 1 of 1 in 0.05s (retry_timeouts)")
+    assert orch.stop() == 0
+
+
+# --------------------------------------------------- the orchestrator dies
+def test_orchestrator_killed_mid_run_then_restarted(project):
+    project.configure({"builder": {}})
+    first = project.up()
+    project.drop("builder", "R-1.md", {"id": "R-1", "agent": {"sleep_by_attempt": {1: 120}, "grandchild": True,
+                                                              "record_peers": True}})  # fmt: skip
+    [orphan] = wait_for(lambda: project.records(), what="the first agent started")
+    first.proc.kill()
+    first.wait()
+    assert pid_alive(orphan["pid"]) and all(pid_alive(p) for p in orphan["children"]), "the agent outlived us"
+    assert where(project, "builder", "R-1.md") == ["active"]
+
+    second = project.up()
+    wait_for(lambda: where(project, "builder", "R-1.md") == ["archive"], what="R-1 archived after the restart")
+    assert all_dead([orphan["pid"], *orphan["children"]]), "the orphan and its grandchild were stopped"
+    records = project.records()
+    assert [r["attempt"] for r in records] == [1, 2], "the attempt count was kept"
+    assert records[1]["peers"] == [], "no other agent of R-1 was alive when the second one started"
+    one_line(second, "warning: R-1.md was in active/ when the orchestrator stopped; back in the inbox")
+    second.wait_output(f"recovery: run {orphan['run_id']} was running when the orchestrator stopped; stopped its agent")
+    assert second.stop() == 0
+    assert len(project.records()) == 2
+
+
+def test_three_sigints_return_running_memos_and_kill_their_trees(project):
+    project.configure({"builder": {}})
+    orch = project.up()
+    for name in ("I-1.md", "I-2.md"):
+        agent = {"sleep": 120, "grandchild": True, "ignore_term": True}
+        project.drop("builder", name, {"id": name[:-3], "agent": agent})
+    records = wait_for(lambda: len(project.records()) == 2 and project.records(), what="both agents started")
+    for _ in range(3):
+        orch.signal(signal.SIGINT)
+        # signals sent back to back merge into one; a person's presses do not: wait for each to be taken
+        wait_for(lambda: not sigint_pending(orch.proc.pid), what="the SIGINT delivered")
+    assert orch.wait() == 1
+    for record in records:
+        assert all_dead([record["pid"], *record["children"]])
+    assert where(project, "builder", "I-1.md") == ["inbox"]
+    assert where(project, "builder", "I-2.md") == ["inbox"]
+    out = orch.output
+    one_line(orch, "ending now: Ctrl-C pressed 3 times")
+    assert len(lines_with(out, "to the inbox: the orchestrator was force-stopped")) == 2
+
+
+def test_sigterm_is_graceful(project):
+    project.configure({"builder": {"max_concurrent": 1}})
+    orch = project.up()
+    release = project.root / "release"
+    project.drop("builder", "G-1.md", {"id": "G-1", "agent": {"until_file": str(release)}})
+    wait_for(lambda: project.records(), what="G-1 started")
+    project.drop("builder", "G-2.md", {"id": "G-2"})
+    wait_for(lambda: "G-2.md" in project.status().get("queued_memos", {}).get("builder", []), what="G-2 queued")
+    orch.signal(signal.SIGTERM)
+    orch.wait_output("ending: signal SIGTERM; waiting for 1 running agent(s)")
+    assert orch.proc.poll() is None, "it waits for the running agent"
+    release.touch()
+    assert orch.wait() == 0
+    assert where(project, "builder", "G-1.md") == ["archive"], "the running agent finished its work"
+    assert where(project, "builder", "G-2.md") == ["inbox"], "queued work waits for the next start"
+    assert len(project.records()) == 1
+
+
+# --------------------------------------------------------------- bad input
+def test_undeliverable_memos_go_to_failed_and_never_reach_an_agent(project):
+    project.configure({"builder": {}}, max_memo_bytes=300)
+    orch = project.up()
+    inbox = project.root / "memo" / "builder" / "inbox"
+    (inbox / ".binary.md.tmp").write_bytes(b"\xff\xfe\x00\x01 not text \x80\n")
+    os.rename(inbox / ".binary.md.tmp", inbox / "binary.md")
+    project.drop("builder", "big.md", body="x" * 400)
+    target = project.root / "elsewhere.md"
+    target.write_text("---\nid: elsewhere\n---\nsecret\n", encoding="utf-8")
+    os.symlink(target, inbox / "link.md")
+    os.mkfifo(inbox / "pipe.md")
+    (inbox / "broken.md").write_text("---\nsubject: [unclosed\nid: {\n---\nstill a memo\n", encoding="utf-8")
+    project.drop("builder", "good.md", {"id": "good"})
+
+    expected = {
+        "binary.md": "not UTF-8 text",
+        "big.md": "larger than max_memo_bytes (300)",
+        "link.md": "symbolic link",
+        "pipe.md": "not a regular file",
+    }
+    for name in expected:
+        wait_for(lambda n=name: where(project, "builder", n) == ["failed"], what=f"{name} in failed/")
+    for name in ("broken.md", "good.md"):
+        wait_for(lambda n=name: where(project, "builder", n) == ["archive"], what=f"{name} archived")
+    for name, why in expected.items():
+        reason = reason_of(project, "builder", name)
+        assert reason.startswith("not delivered: ") and why in reason, reason
+        assert why in one_line(orch, f"{name} not delivered: ")
+    assert sorted(Path(r["memo"]).name for r in project.records()) == ["broken.md", "good.md"]
+    assert "delivering it anyway" in one_line(orch, "broken.md: front matter is not valid YAML")
+    assert target.read_text(encoding="utf-8").endswith("secret\n"), "a symlink's target is never touched"
+    failed = project.root / "memo" / "builder" / "failed"
+    assert (failed / "link.md").is_symlink()
+    assert stat.S_ISFIFO(os.lstat(failed / "pipe.md").st_mode)
+    assert "Traceback" not in orch.output and "ERROR" not in orch.output
+    assert orch.stop() == 0
+
+
+def test_a_memo_deleted_before_its_claim_is_simply_gone(project):
+    project.configure({"builder": {"max_concurrent": 1}})
+    orch = project.up()
+    release = project.root / "release"
+    project.drop("builder", "D-1.md", {"id": "D-1", "agent": {"until_file": str(release)}})
+    wait_for(lambda: project.records(), what="D-1 started")
+    doomed = project.drop("builder", "D-2.md", {"id": "D-2"})
+    wait_for(lambda: "D-2.md" in project.status().get("queued_memos", {}).get("builder", []), what="D-2 queued")
+    doomed.unlink()
+    orch.wait_output("D-2.md left the inbox before it was claimed")
+    release.touch()
+    wait_for(lambda: where(project, "builder", "D-1.md") == ["archive"], what="D-1 archived")
+    project.drop("builder", "D-3.md", {"id": "D-3"})
+    wait_for(lambda: where(project, "builder", "D-3.md") == ["archive"], what="D-3 archived")
+    assert where(project, "builder", "D-2.md") == []
+    assert [Path(r["memo"]).name for r in project.records()] == ["D-1.md", "D-3.md"]
+    assert "ERROR" not in orch.output and "Traceback" not in orch.output
+    assert orch.stop() == 0
+
+
+# ------------------------------------------------------------- the watcher
+def test_an_exception_in_event_handling_does_not_stop_later_memos(project):
+    project.configure({"builder": {}})
+    orch = project.up(ORCHESTRATOR_TEST_FAULT="faultme")
+    project.drop("builder", "F-faultme.md", {"id": "F-1"})
+    project.drop("builder", "F-plain.md", {"id": "F-2"})
+    for name in ("F-faultme.md", "F-plain.md"):
+        wait_for(lambda n=name: where(project, "builder", n) == ["archive"], what=f"{name} archived")
+    orch.wait_output("rescan: error while handling")
+    project.drop("builder", "F-later.md", {"id": "F-3"})
+    wait_for(lambda: where(project, "builder", "F-later.md") == ["archive"], what="a later memo archived")
+    names = [Path(r["memo"]).name for r in project.records()]
+    assert sorted(names) == ["F-faultme.md", "F-later.md", "F-plain.md"], "each ran exactly once"
+    assert orch.stop() == 0
+    assert len(project.records()) == 3
+
+
+@pytest.mark.parametrize("remove", ["inbox", "role folder"])
+def test_an_inbox_deleted_and_recreated_keeps_working(project, remove):
+    project.configure({"builder": {}})
+    orch = project.up()
+    project.drop("builder", "W-1.md", {"id": "W-1"})
+    wait_for(lambda: where(project, "builder", "W-1.md") == ["archive"], what="W-1 archived")
+    role_dir = project.root / "memo" / "builder"
+    if remove == "inbox":
+        shutil.rmtree(role_dir / "inbox")
+    else:  # moved away first: the orchestrator makes a missing inbox again at once, which would break rm -rf
+        os.rename(role_dir, project.root / "trash")
+        shutil.rmtree(project.root / "trash")
+    (role_dir / "inbox").mkdir(parents=True, exist_ok=True)
+    project.drop("builder", "W-2.md", {"id": "W-2"})
+    wait_for(lambda: where(project, "builder", "W-2.md") == ["archive"], what="W-2 archived after the re-creation")
+    orch.wait_output("rescan: folder" if remove == "inbox" else "restarting it and rescanning the inboxes")
+    project.drop("builder", "W-3.md", {"id": "W-3"})
+    wait_for(lambda: where(project, "builder", "W-3.md") == ["archive"], what="W-3 archived")
+    assert sorted(Path(r["memo"]).name for r in project.records()) == ["W-1.md", "W-2.md", "W-3.md"]
+    assert "Traceback" not in orch.output
+    assert orch.stop() == 0
+
+
+# -------------------------------------------------------------- visibility
+def test_status_shows_retry_wait_with_next_attempt_and_failed_reasons(project):
+    project.configure({"builder": {"retry": {"max": 1, "backoff": ["3s"]}}}, max_concurrent=1)
+    orch = project.up()
+    project.drop("builder", "V-1.md", {"id": "V-1", "agent": {"exit": 4}})
+
+    def waiting() -> dict | None:
+        runs = [r for r in project.status()["runs"] if r["memo"] == "V-1.md" and r["state"] == "retry_wait"]
+        return runs[0] if runs else None
+
+    run = wait_for(waiting, what="V-1 in retry_wait")
+    assert run["next_attempt_at"] and run["attempt"] == 1
+    human = project.cli("status")
+    assert human.returncode == 0
+    assert "retry_wait" in human.stdout and run["next_attempt_at"][:19] in human.stdout
+    orch.wait_output("V-1 retry 1 of 1 in 3s")
+    # waiting for a retry holds no slot: with max_concurrent 1, other work runs meanwhile
+    project.drop("builder", "V-2.md", {"id": "V-2"})
+    wait_for(lambda: where(project, "builder", "V-2.md") == ["archive"], what="V-2 archived")
+    wait_for(lambda: where(project, "builder", "V-1.md") == ["failed"], what="V-1 in failed/")
+    starts = [(Path(r["memo"]).name, r["attempt"]) for r in sorted(project.records(), key=lambda r: r["start"])]
+    assert starts == [("V-1.md", 1), ("V-2.md", 1), ("V-1.md", 2)]
+    [recent] = [r for r in project.status()["recent"] if r["memo"] == "V-1.md"]
+    assert recent["state"] == "failed" and recent["reason"] == "exit code 4" and recent["exit_code"] == 4
+    assert "exit code 4" in project.cli("status").stdout
+    assert orch.stop() == 0
+    # the database still answers with the orchestrator gone
+    [recent] = [r for r in project.status()["recent"] if r["memo"] == "V-1.md"]
+    assert recent["state"] == "failed" and recent["reason"] == "exit code 4"
