@@ -213,7 +213,7 @@ def _cancel_queued(sup: Supervisor, cand: Candidate, who: str, reason: str) -> d
         role=role.name, backend=role.backend, memos=[target.name], memo_ids=[header.id], subject=header.subject,
         state=RunState.CANCELLED.value, attempt=0, ended_at=now_iso(), reason=_reason_line(who, reason),
     )  # fmt: skip
-    run = Run(run_id=run_id, role=role, memos=[MemoRef(target.name, target, header.id, header.subject, header.reply_to)],
+    run = Run(run_id=run_id, role=role, memos=[MemoRef(target.name, target, header.id, header.subject, header.reply_to, header.sender)],
               seq=0, attempt=0, state=RunState.CANCELLED)  # fmt: skip
     return _record(sup, run, [target], RunState.QUEUED, who, reason, None, None)
 
@@ -225,7 +225,8 @@ def _reason_line(who: str, reason: str) -> str:
 def record_cancel(sup: Supervisor, run: Run, previous: RunState, who: str, reason: str,
                   report: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
     """A live or retry-waiting run is stopped: memos to cancelled/, the decision on record, the coordinator told."""
-    ran = run.elapsed() if run.started_mono is not None else None
+    # how long the agent had run: the current attempt, or the last one for a run waiting for its retry
+    ran = run.elapsed() if previous.live and run.started_mono is not None else run.last_ran
     sup._release_slot(run)
     moved = sup._move_memos(run, CANCELLED)
     sup.store.forget_memo_attempts(run.role.name, [m.name for m in run.memos])
@@ -243,8 +244,9 @@ def _record(sup: Supervisor, run: Run, moved: list[Path], previous: RunState, wh
     pids = list((report or {}).get("pids", []))
     notice = None
     first = run.memos[0]
-    is_notice = first.name and "-cancelled-" in first.name and first.subject and first.subject.startswith("Cancelled:")
-    if sup.config.notify and not is_notice:
+    # the coordinator is told even of its own cancelled work (its inbox is its memory), but never of a notice's
+    notify = sup.config.notify
+    if notify and first.sender != "orchestrator":
         notice = notices.write_cancel_notice(
             sup.config, sup.config.notify, run, moved, who=who, reason=reason, previous=previous.value,
             ran_seconds=ran, pids=pids, when=when,

@@ -106,6 +106,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     if not args.memo and not args.role:
         raise UsageError("orchestrator cancel: name a memo (id, file name or path) or use --role ROLE")
+    if args.memo and args.role:
+        raise UsageError("orchestrator cancel: name a memo or use --role ROLE, not both")
     memo = args.memo
     if memo and os.sep in memo:
         memo = str(Path(memo).resolve())

@@ -159,8 +159,8 @@ def write_failure_notice(config: Config, notify: str, run: Run, state: RunState,
 
 def late_report_note(store: Store, memo: MemoRef) -> str | None:
     """A note put in front of the prompt when the memo replies to cancelled work, else None."""
-    if not memo.reply_to:
-        return None
+    if not memo.reply_to or memo.sender == "orchestrator":
+        return None  # our own notices reply to the cancelled memo by design: they are the record, not a late report
     record = store.cancellation_of(memo.reply_to)
     if record is None:
         return None

@@ -22,6 +22,7 @@ class MemoRef:
     memo_id: str | None = None
     subject: str | None = None
     reply_to: str | None = None
+    sender: str | None = None
 
     @property
     def label(self) -> str:
@@ -50,6 +51,7 @@ class Run:
     stopping: asyncio.Future[Any] | None = None
     stop_result: dict[str, Any] | None = None
     session_id: str | None = None
+    last_ran: float | None = None  # seconds the last ended attempt ran
     holds_slot: bool = False
     launched: asyncio.Future[Agent | None] | None = None
     interrupt_request: dict[str, Any] | None = None

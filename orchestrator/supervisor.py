@@ -32,7 +32,7 @@ from .console import Console
 from .errors import ControlError
 from .events import Event, MemoGone, MemoSeen, RescanNeeded, RetryDue, RunExited, SignalReceived, TimeoutFired
 from .memo import (
-    ACTIVE, ARCHIVE, FAILED, INBOX, BadMemo, is_memo_name, move_memo, open_for_writing, parse_front_matter, read_memo,
+    ACTIVE, ARCHIVE, FAILED, FOLDERS, INBOX, BadMemo, is_memo_name, move_memo, open_for_writing, parse_front_matter, read_memo,
 )  # fmt: skip
 from .prompts import PromptTemplate, load_template
 from .run import MemoRef, Run
@@ -102,7 +102,9 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         procs.become_subreaper()
         for role in self.config.roles:
-            for folder in (INBOX, ACTIVE):
+            # every folder now, so each is under the watch before a memo moves into it: a move into a folder
+            # made a moment earlier is seen as half a move, which watchdog holds 0.5 s, stalling every event
+            for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
         await recover(self)
         self.refresh_budgets()
@@ -310,7 +312,8 @@ class Supervisor:
             except FileNotFoundError:
                 del self.pending[path]
                 continue
-            if now - info.st_mtime >= SETTLE:
+            age = now - info.st_mtime
+            if age >= SETTLE or age < -SETTLE:  # a future mtime (copied from another clock) would never settle
                 settled.append((path, role))
         busy = open_for_writing([path for path, _ in settled]) if settled else set()
         for path, role in settled:
@@ -433,7 +436,7 @@ class Supervisor:
         header = parse_front_matter(text)
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
-        return MemoRef(active.name, active, header.id, header.subject, header.reply_to), text
+        return MemoRef(active.name, active, header.id, header.subject, header.reply_to, header.sender), text
 
     def _reject(self, role: Role, path: Path, why: str) -> None:
         """A memo that must never reach an agent: failed/ with a reason, and a failed run on record."""
@@ -610,6 +613,7 @@ class Supervisor:
     def _attempt_failed(self, run: Run, reason: str, exit_code: int | None, retry: bool = True) -> None:
         """One attempt failed: retry after the backoff, or give up into failed/."""
         self._release_slot(run)
+        run.last_ran = run.elapsed()
         run.reasons.append(reason)
         self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, ended_at=now_iso(),
                                   exit_code=exit_code, outcome="failed", reason=reason,

@@ -40,6 +40,7 @@ class Rig:
         self.sup = SimpleNamespace(store=self.store, root=self.config.root, config=self.config,
                                    console=Console(None, stream=self.out, live=False))  # fmt: skip
         self.children: list[subprocess.Popen[str]] = []
+        self.grandchildren: list[int] = []
 
     def memo(self, role: str, folder: str, name: str) -> Path:
         path = self.config.role_dir(role) / folder / name
@@ -57,7 +58,9 @@ class Rig:
                                 start_new_session=True)  # fmt: skip
         self.children.append(proc)
         assert proc.stdout is not None
-        return proc.pid, int(proc.stdout.readline())
+        grandchild = int(proc.stdout.readline())
+        self.grandchildren.append(grandchild)
+        return proc.pid, grandchild
 
     def bystander(self) -> int:
         """A process that is none of the orchestrator's business."""
@@ -73,6 +76,11 @@ class Rig:
         return self.project.folder(role, folder)
 
     def close(self) -> None:
+        for pid in self.grandchildren:  # a test may leave some alive on purpose (another project's)
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
         for proc in self.children:
             if proc.poll() is None:
                 proc.kill()

@@ -1,0 +1,432 @@
+"""The control channel of a running orchestrator: permissions, bad input, clients that misbehave, `stop`, `status`.
+
+Raw requests go through a plain socket in the test; commands go through the
+real CLI. The loop must answer every request, keep serving after a bad one, and
+never let one client hold up another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+import pytest
+
+from conftest import Project, wait_for
+from orchestrator import control
+
+LONG = 300
+
+
+def sock_path(project: Project) -> Path:
+    return project.root / ".orchestrator" / "control.sock"
+
+
+def connect(project: Project, timeout: float = 10.0) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(str(sock_path(project)))
+    return sock
+
+
+def ask(sock: socket.socket, raw: bytes) -> dict[str, Any]:
+    """Send raw bytes (one request line) and read one answer line."""
+    sock.sendall(raw)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        assert chunk, f"the orchestrator closed the connection without answering {raw[:80]!r}"
+        data += chunk
+    return json.loads(data)
+
+
+def status_answers(project: Project, timeout: float = 5.0) -> dict[str, Any]:
+    """A status request from a fresh client, answered within ``timeout`` (not a speed check: a hang check)."""
+    return control.call(project.root, "status", timeout=timeout)
+
+
+def started(project: Project, name: str) -> dict[str, Any]:
+    return wait_for(lambda: next((r for r in project.records() if Path(r["memo"] or "").name == name), None),
+                    what=f"{name}'s agent to start")  # fmt: skip
+
+
+def tree_of(record: dict[str, Any]) -> dict[int, float]:
+    return {pid: psutil.Process(pid).create_time() for pid in [record["pid"], *record["children"]]}
+
+
+def alive_of(tree: dict[int, float]) -> list[int]:
+    out = []
+    for pid, ctime in tree.items():
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - ctime) <= 0.05 and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture
+def running(project: Project) -> Iterator[Project]:
+    project.configure()
+    project.orch = project.up()  # type: ignore[attr-defined]
+    yield project
+
+
+# ------------------------------------------------------------------ permissions
+
+
+def test_socket_folder_is_0700_and_socket_0600(running: Project) -> None:
+    folder = running.root / ".orchestrator"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    info = sock_path(running).stat()
+    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+    assert info.st_uid == os.getuid()
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+    assert not sock_path(running).exists(), "the socket outlived its orchestrator"
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root to act as another user")
+def test_another_user_cannot_use_the_channel() -> None:
+    """Three locks, each checked with the ones before it opened: folder 0700, socket 0600, the peer's uid."""
+    base = Path(tempfile.mkdtemp(prefix="orch-owner-"))
+    try:
+        os.chmod(base, 0o711)  # only the folders the orchestrator makes stand in the way
+        project = Project(base)
+        project.configure()
+        orch = project.up()
+        probe = (
+            "import json, socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "try:\n"
+            "    s.connect(sys.argv[1])\n"
+            "except PermissionError:\n"
+            "    print('EACCES'); sys.exit()\n"
+            "try:\n"
+            "    s.sendall(b'{\"op\": \"stop\", \"force\": true}\\n')\n"
+            "except BrokenPipeError:\n"
+            "    pass  # refused and closed before reading the request: the answer is still there\n"
+            "print(s.makefile().readline().strip())\n"
+        )
+
+        def as_nobody() -> str:
+            result = subprocess.run(["/usr/bin/python3", "-c", probe, str(sock_path(project))], user=65534,
+                                    capture_output=True, text=True, timeout=30)  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            return result.stdout.strip()
+
+        try:
+            assert as_nobody() == "EACCES"  # the folder
+            os.chmod(base / ".orchestrator", 0o711)
+            assert as_nobody() == "EACCES"  # the socket
+            os.chmod(sock_path(project), 0o666)
+            answer = json.loads(as_nobody())  # the peer check
+            assert answer["ok"] is False and "permission denied" in answer["error"]
+            assert status_answers(project)["ending"] is None, "another user's stop request was obeyed"
+        finally:
+            assert orch.stop() == 0
+            project.cleanup()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_requests_get_an_error_answer_and_the_loop_keeps_serving(running: Project) -> None:
+    bad = [
+        b"this is not json\n",
+        b"[1, 2, 3]\n",
+        b'"status"\n',
+        b"42\n",
+        b"null\n",
+        b'{"op": 5}\n',
+        b'{"memo": "B-031"}\n',
+        b'{"op": "explode"}\n',
+        b"\xff\xfe\x00 not utf-8\n",
+        b"{\"op\": \"status\"\n",
+        b'{"op": "cancel"}\n',
+        b'{"op": "cancel", "memo": ["a", "list"]}\n',
+        b'{"op": "cancel", "role": 7}\n',
+        b"\n",
+    ]
+    with connect(running) as sock:
+        for raw in bad:
+            answer = ask(sock, raw)
+            assert answer["ok"] is False and answer["error"], (raw, answer)
+            assert "internal error" not in answer["error"], (raw, answer)
+        unknown = ask(sock, b'{"op": "explode"}\n')
+        assert "unknown request 'explode'" in unknown["error"]
+        # the same connection still works, and so does a new one
+        assert ask(sock, b'{"op": "status"}\n')["ok"] is True
+    assert status_answers(running)["running"] is True
+    assert "Traceback" not in running.orch.output  # type: ignore[attr-defined]
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+
+
+def test_a_request_longer_than_the_limit_is_refused_and_the_loop_keeps_serving(running: Project) -> None:
+    sock = connect(running)
+    answer = None
+    try:
+        sock.sendall(b'{"op": "status", "pad": "' + b"x" * (control.MAX_LINE + 1024) + b'"}\n')
+        with sock.makefile("rb") as answers:
+            answer = json.loads(answers.readline())
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server may close before we finish sending; it must survive either way
+    finally:
+        sock.close()
+    if answer is not None:
+        assert answer["ok"] is False and "longer than" in answer["error"]
+    assert status_answers(running)["running"] is True
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ clients that misbehave
+
+
+def test_silent_and_half_finished_clients_do_not_block_others(running: Project) -> None:
+    silent = [connect(running) for _ in range(3)]
+    half = connect(running)
+    half.sendall(b'{"op": "sta')  # and then nothing: no end of line
+    try:
+        for _ in range(3):
+            assert status_answers(running)["running"] is True
+        result = running.cli("status")
+        assert result.returncode == 0 and "orchestrator running" in result.stdout
+    finally:
+        for sock in [*silent, half]:
+            sock.close()
+    assert status_answers(running)["running"] is True
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+
+
+def test_clients_that_disconnect_mid_request(running: Project) -> None:
+    # gone in the middle of a line
+    sock = connect(running)
+    sock.sendall(b'{"op": "status", "wh')
+    sock.close()
+    # gone after asking for a cancel, before its answer: the cancel still happens in full
+    running.drop("builder", "B-031.md", {"id": "B-031", "agent": {"sleep": LONG, "grandchild": True}})
+    tree = tree_of(started(running, "B-031.md"))
+    sock = connect(running)
+    sock.sendall(b'{"op": "cancel", "memo": "B-031", "who": "a client that left"}\n')
+    sock.close()
+    wait_for(lambda: running.folder("builder", "cancelled") == ["B-031.md"], what="the cancel done")
+    wait_for(lambda: alive_of(tree) == [], what="the agent's tree dead")
+    snap = status_answers(running)
+    assert snap["runs"] == [] and snap["recent"][0]["state"] == "cancelled"
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ stop
+
+
+def test_stop_lets_the_running_agent_finish(project: Project) -> None:
+    project.configure()
+    orch = project.up()
+    project.drop("builder", "slow.md", {"id": "slow", "agent": {"sleep": 4}})
+    started(project, "slow.md")
+
+    result = project.cli("stop")
+
+    assert result.returncode == 0, result.stderr
+    assert "is ending" in result.stdout and "1 running agent(s) finish" in result.stdout
+    orch.wait_output("waiting for 1 running agent(s)")
+    assert project.status()["ending"] == "graceful"
+    project.drop("builder", "late.md", {"id": "late"})  # nothing new starts while ending
+    assert orch.wait(30) == 0, orch.output
+    assert project.folder("builder", "archive") == ["slow.md"]
+    assert project.folder("builder", "inbox") == ["late.md"]
+    assert [Path(r["memo"]).name for r in project.records()] == ["slow.md"]
+
+
+def test_stop_force_kills_agents_and_returns_their_memos(project: Project) -> None:
+    project.configure({"builder": {"grace": "10s"}})
+    orch = project.up()
+    project.drop("builder", "B-031.md", {"id": "B-031", "agent": {"sleep": LONG, "grandchild": True}})
+    tree = tree_of(started(project, "B-031.md"))
+
+    result = project.cli("stop", "--force")
+
+    assert result.returncode == 0, result.stderr
+    assert "killing 1 agent(s)" in result.stdout
+    assert orch.wait() == 1, orch.output
+    assert alive_of(tree) == []
+    assert project.folder("builder", "inbox") == ["B-031.md"] and project.folder("builder", "active") == []
+    snap = project.status()
+    assert snap["running"] is False and snap["runs"] == []
+    assert snap["recent"][0]["state"] == "returned"
+
+
+# ------------------------------------------------------------------ status
+
+
+def test_status_through_the_channel_shows_pids_elapsed_and_cancelling(project: Project) -> None:
+    project.configure({"builder": {"grace": "3s"}})
+    orch = project.up()
+    project.drop("builder", "stubborn.md", {"id": "S-1", "subject": "ignores TERM",
+                                            "agent": {"sleep": LONG, "ignore_term": True}})  # fmt: skip
+    record = started(project, "stubborn.md")
+    snap = project.status()
+    assert snap["running"] is True and snap["pid"] == orch.proc.pid
+    [run] = snap["runs"]
+    assert run["state"] == "running" and run["pid"] == record["pid"] and run["elapsed"] >= 0
+    wait_for(lambda: project.status()["runs"][0]["elapsed"] > run["elapsed"], what="elapsed time to grow")
+
+    canceller = subprocess.Popen([sys.executable, "-m", "orchestrator", "cancel", "S-1", "--json",
+                                  "--root", str(project.root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=project.env())  # fmt: skip
+    try:
+        cancelling = wait_for(lambda: next((r for r in project.status()["runs"] if r["state"] == "cancelling"), None),
+                              what="the run shown as cancelling")  # fmt: skip
+        assert cancelling["pid"] == record["pid"] and cancelling["elapsed"] > 0
+        human = project.cli("status")
+        assert human.returncode == 0 and "cancelling" in human.stdout, human.stdout
+        out, err = canceller.communicate(timeout=60)
+    finally:
+        if canceller.poll() is None:
+            canceller.kill()
+            canceller.communicate()
+    assert canceller.returncode == 0, err
+    answer = json.loads(out)
+    assert answer["escalated"] is True and answer["previous_state"] == "running"
+    snap = project.status()
+    assert snap["runs"] == [] and snap["recent"][0]["state"] == "cancelled"
+    assert orch.stop() == 0
+
+
+def test_status_falls_back_to_the_database_without_an_orchestrator(project: Project) -> None:
+    project.configure()
+    snap = project.status()
+    assert snap["running"] is False and snap["runs"] == [] and snap["recent"] == []
+    orch = project.up()
+    project.drop("builder", "done.md", {"id": "D-1"})
+    wait_for(lambda: project.folder("builder", "archive") == ["done.md"], what="done.md archived")
+    assert orch.stop() == 0
+    snap = project.status()
+    assert snap["running"] is False and snap["recent"][0]["memo_id"] == "D-1"
+    result = project.cli("status")
+    assert result.returncode == 0 and "no orchestrator running" in result.stdout
+
+
+def test_cancel_of_the_last_agent_while_ending_gets_its_answer(project: Project) -> None:
+    """`stop` waits for a long agent; cancelling that agent ends the orchestrator, after it answered the cancel."""
+    project.configure()
+    orch = project.up()
+    project.drop("builder", "long.md", {"id": "L-1", "agent": {"sleep": LONG, "grandchild": True}})
+    tree = tree_of(started(project, "long.md"))
+    assert project.cli("stop").returncode == 0
+    orch.wait_output("waiting for 1 running agent(s)")
+
+    result = project.cli("cancel", "L-1", "--json")
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["state"] == "cancelled"
+    assert alive_of(tree) == []
+    assert orch.wait() == 0, orch.output
+    assert project.folder("builder", "cancelled") == ["long.md"]
+
+
+# ------------------------------------------------------------------ the client against servers that misbehave
+
+
+def _one_shot_server(root: Path, behave: Any) -> Any:
+    """A stand-in server on the project's socket path that treats its one client with ``behave(conn)``."""
+    import threading
+
+    folder = root / ".orchestrator"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(folder / "control.sock"))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            behave(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+@pytest.mark.parametrize(
+    ("behave", "error", "text"),
+    [
+        # refuses at once, before the request is read (what the real server does for another uid)
+        (lambda c: c.sendall(b'{"ok": false, "code": "error", "error": "permission denied: not the socket\'s owner"}\n'),
+         "ControlError", "permission denied"),
+        (lambda c: c.recv(100), "ControlError", "closed the connection without an answer"),
+        (lambda c: (c.recv(100), c.sendall(b'{"ok": false, "code": "ambiguous", "error": "two match"}\n')),
+         "AmbiguousMemoError", "two match"),
+        (lambda c: (c.recv(100), c.sendall(b'{"ok": true, "result": {"x": 1}')), "ControlError", "closed the connection"),
+    ],
+)  # fmt: skip
+def test_the_client_turns_every_server_failure_into_one_clear_error(tmp_path: Path, behave: Any, error: str,
+                                                                     text: str) -> None:  # fmt: skip
+    from orchestrator import errors
+
+    server, thread = _one_shot_server(tmp_path, behave)
+    try:
+        with pytest.raises(errors.OrchestratorError) as caught:
+            control.call(tmp_path, "status", timeout=10)
+        assert type(caught.value).__name__ == error and text in str(caught.value)
+    finally:
+        thread.join(10)
+        server.close()
+
+
+def test_the_client_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> None:
+    from orchestrator import errors
+
+    import threading
+
+    release = threading.Event()
+    server, thread = _one_shot_server(tmp_path, lambda c: (c.recv(100), release.wait(10)))
+    try:
+        with pytest.raises(errors.ControlError, match="did not answer within 0.5s"):
+            control.call(tmp_path, "status", timeout=0.5)
+    finally:
+        release.set()
+        thread.join(10)
+        server.close()
+
+
+def test_a_refusal_sent_before_the_request_is_read_still_reaches_the_client(tmp_path: Path) -> None:
+    """The server refuses another user's connection without reading; a request too big to be buffered meets a
+    closed socket while it is being sent, and the client must still read and report the refusal."""
+    from orchestrator import errors
+
+    refusal = b'{"ok": false, "code": "error", "error": "permission denied: not the socket\'s owner"}\n'
+    server, thread = _one_shot_server(tmp_path, lambda c: c.sendall(refusal))
+    try:
+        with pytest.raises(errors.ControlError, match="permission denied"):
+            control.call(tmp_path, "status", timeout=10, pad="x" * (8 * 1024 * 1024))
+    finally:
+        thread.join(10)
+        server.close()
+
+
+def test_interrupt_and_tell_on_a_command_agent_are_refused_and_it_keeps_running(project: Project) -> None:
+    project.configure()
+    orch = project.up()
+    project.drop("builder", "B-031.md", {"id": "B-031", "agent": {"sleep": LONG}})
+    tree = tree_of(started(project, "B-031.md"))
+    for args in (("interrupt", "B-031"), ("tell", "B-031", "please stop")):
+        result = project.cli(*args)
+        assert result.returncode == 9, result.stderr
+        assert result.stderr.count("\n") == 1 and "command backend" in result.stderr
+    assert project.cli("interrupt", "nope").returncode == 6
+    assert alive_of(tree) == list(tree)
+    assert [r["state"] for r in project.status()["runs"]] == ["running"]
+    assert project.cli("cancel", "B-031").returncode == 0
+    assert orch.stop() == 0
