@@ -26,7 +26,7 @@ def preflight(config: Config) -> None:
         if role.backend == "sdk":
             from .sdk_backend import check_role
 
-            check_role(role)
+            check_role(role, config.root)
         elif resolve_command(role.command, cwd) is None:
             where = "is not an executable file" if os.sep in role.command[0] else "not found on PATH"
             raise ConfigError(

@@ -51,6 +51,8 @@ class Run:
     stopping: asyncio.Future[Any] | None = None
     stop_result: dict[str, Any] | None = None
     session_id: str | None = None
+    resumed_from: str | None = None
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest figures of each SDK session
     last_ran: float | None = None  # seconds the last ended attempt ran
     holds_slot: bool = False
     launched: asyncio.Future[Agent | None] | None = None

@@ -305,7 +305,7 @@ class Totals:
         turn_input = _input_tokens(usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         turn_output = int(usage.get("output_tokens") or 0)
         self._turn_tokens = (self._turn_tokens[0] + turn_input, self._turn_tokens[1] + turn_output)
-        models = [m for m in (result.model_usage or {}).values() if isinstance(m, dict)]
+        models = [m for m in (getattr(result, "model_usage", None) or {}).values() if isinstance(m, dict)]
         if models:
             self.input_tokens = sum(
                 _input_tokens(m, "inputTokens", "cacheCreationInputTokens", "cacheReadInputTokens") for m in models
@@ -369,19 +369,19 @@ def stderr_summary(lines: deque[str], count: int = 3) -> str:
 def describe_exception(exc: BaseException, stderr: deque[str], options: dict[str, Any]) -> str:
     """One line for an exception from the SDK, with the CLI's last stderr lines where they explain it."""
     from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, CLINotFoundError, ProcessError
-    from claude_agent_sdk._errors import MessageParseError, ResultError
 
     tail = stderr_summary(stderr)
+    result_data = getattr(exc, "data", None)  # ``ResultError`` (SDK 0.2): an error result, then a failed exit
     if isinstance(exc, CLINotFoundError):
         where = f" at {options['cli_path']}" if options.get("cli_path") else ""
         return (f"the Claude Code CLI was not found{where}; install it (npm install -g @anthropic-ai/claude-code) "
                 "or set the role's cli_path")  # fmt: skip
     if isinstance(exc, CLIJSONDecodeError):
         return f"Claude Code wrote output that is not JSON: {one_line(exc.line, 120)!r}"
-    if isinstance(exc, MessageParseError):
+    if type(exc).__name__ == "MessageParseError":
         return f"Claude Code sent a message the SDK cannot read: {one_line(str(exc), 160)}"
-    if isinstance(exc, ResultError):
-        return describe_error_result(exc.data, None, options)
+    if isinstance(exc, ProcessError) and isinstance(result_data, dict) and result_data.get("type") == "result":
+        return describe_error_result(result_data, None, options)
     if isinstance(exc, ProcessError):
         known = known_problem(tail) if tail else None
         if known:
@@ -401,33 +401,41 @@ def describe_exception(exc: BaseException, stderr: deque[str], options: dict[str
 
 @dataclasses.dataclass(frozen=True)
 class StdinLine:
+    """A line from the orchestrator: the spec, then control messages."""
+
     text: str
 
 
 @dataclasses.dataclass(frozen=True)
 class StdinClosed:
-    pass
+    """The orchestrator closed our stdin: no more control messages."""
 
 
 @dataclasses.dataclass(frozen=True)
 class SdkMessage:
+    """A parsed message from the CLI, through the SDK."""
+
     message: Any
 
 
 @dataclasses.dataclass(frozen=True)
 class SdkFailed:
+    """The SDK's message stream raised: the CLI crashed, or wrote what it cannot read."""
+
     error: BaseException
 
 
 @dataclasses.dataclass(frozen=True)
 class SdkEnded:
-    pass
+    """The SDK's message stream ended: the CLI closed its stdout."""
 
 
 Event = StdinLine | StdinClosed | SdkMessage | SdkFailed | SdkEnded
 
 
 class Phase(enum.Enum):
+    """Where the session is; ``Session`` alone changes it."""
+
     STARTING = "starting"
     """Connecting to the CLI; the prompt is not sent yet."""
     TURN = "turn"
@@ -624,7 +632,7 @@ class Session:
                 self.out.event("session", session_id=session_id)
         elif isinstance(message, AssistantMessage):
             if message.parent_tool_use_id is None:
-                self.error_kind = message.error
+                self.error_kind = getattr(message, "error", None)  # SDK 0.1 has no ``error``
             activity = describe_activity(message)
             if activity and activity != self.activity:
                 self.activity = activity

@@ -372,7 +372,10 @@ class Supervisor:
         running: dict[str, float] = {}
         for run in self.runs.values():
             if run.agent is not None and run.agent.cost_usd and run.state.live:
-                running[run.role.name] = running.get(run.role.name, 0.0) + run.agent.cost_usd
+                # what this attempt's session spent beyond what is already on record for the run
+                resumed = run.sessions.get(run.resumed_from or "") or {}
+                live = max(0.0, run.agent.cost_usd - (resumed.get("cost_usd") or 0.0))
+                running[run.role.name] = running.get(run.role.name, 0.0) + live
         blocks: dict[str, str] = {}
         tomorrow = (day + timedelta(days=1)).strftime("%Y-%m-%d")
         if team_cap:
@@ -464,12 +467,13 @@ class Supervisor:
                 first_text = run.memos[0].path.read_text(encoding="utf-8")
             except OSError:
                 first_text = ""
+        run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
         prompt = self._render(run, first_text or "")
         env = agent_environment(role, self.root, run.run_id, run.attempt, [m.path for m in run.memos])
         spec = LaunchSpec(
             run_id=run.run_id, attempt=run.attempt, role=role, root=self.root, prompt=prompt,
             memo_paths=[m.path for m in run.memos], log_path=run.log_path or Path(os.devnull), env=env,
-            extra={"resume": run.session_id if role.retry_resumes and run.attempt > 1 else None},
+            extra={"resume": run.resumed_from},
         )  # fmt: skip
         self.console.line(f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name)
         self._spawn_in_background(run, spec)
@@ -579,15 +583,27 @@ class Supervisor:
         self._after_run_change()
 
     def _record_result(self, run: Run, agent: Agent) -> None:
-        """Figures an SDK agent reported (cost, tokens, session), stored with the run."""
+        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts.
+
+        A session's figures are running totals, and a resumed session carries on from the one it resumed,
+        so the run keeps the latest figures of each session and drops those of a session that was resumed.
+        """
+        session = getattr(agent, "session_id", None) or agent.result.get("session_id")
+        if session:
+            run.session_id = session
         result = agent.result
         if not result:
             return
-        if result.get("session_id"):
-            run.session_id = result["session_id"]
-        fields = {k: result.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns", "session_id")}
-        fields["is_error"] = int(bool(result.get("is_error")))
-        self.store.update_run(run.run_id, **{k: v for k, v in fields.items() if v is not None})
+        key = result.get("session_id") or f"attempt-{run.attempt}"
+        if run.resumed_from and run.resumed_from != key:
+            run.sessions.pop(run.resumed_from, None)
+        run.sessions[key] = result
+        totals: dict[str, Any] = {}
+        for name in ("cost_usd", "input_tokens", "output_tokens", "num_turns"):
+            values = [figures[name] for figures in run.sessions.values() if figures.get(name) is not None]
+            if values:
+                totals[name] = sum(values)
+        self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
         self.refresh_budgets()
 
     def _after_run_change(self) -> None:
