@@ -104,9 +104,13 @@ def open_for_writing(paths: list[Path]) -> set[Path]:
     complete only when it closes it. Processes we may not look into count as not writing.
     """
     wanted: dict[str, Path] = {}
+    folders: dict[str, str] = {}  # each folder resolved once: a realpath per memo took 160 ms for 10,000 memos
     for path in paths:
         wanted[str(path)] = path
-        wanted[os.path.realpath(path)] = path
+        parent, name = os.path.split(str(path))
+        if parent not in folders:
+            folders[parent] = os.path.realpath(parent)
+        wanted[os.path.join(folders[parent], name)] = path  # a symlinked memo is refused at its claim anyway
     busy: set[Path] = set()
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]
