@@ -229,7 +229,7 @@ def _spawn_command_override() -> list[str] | None:
 
 def describe_validation_error(path: Path | str, error: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
     """One line per problem: file, key path, what was expected."""
-    lines = []
+    lines: list[tuple[str, str]] = []
     for item in error.errors():
         loc = [str(p) for p in (*prefix, *item["loc"]) if not str(p).startswith("function-")]
         # pydantic adds the union member name to the path; it means nothing to a person
@@ -239,12 +239,17 @@ def describe_validation_error(path: Path | str, error: ValidationError, prefix: 
             message = "unknown key; check its spelling against the README's list of keys"
         elif item["type"] == "missing":
             message = "required key is missing"
+        elif item["type"] in ("model_type", "dict_type"):
+            message = f"expected a mapping of keys (got {item.get('input')!r})"
         else:
             message = item["msg"].removeprefix("Value error, ")
             if "input" in item and item["type"] not in {"value_error"}:
                 message += f" (got {item['input']!r})"
-        lines.append(f"{path}: {key}: {message}")
-    return "\n".join(lines)
+        lines.append((key, f"{path}: {key}: {message}"))
+    # a union (such as system_prompt: a string or a mapping) reports one error per member: keep the deepest
+    keys = [key for key, _ in lines]
+    kept = [line for key, line in lines if not any(other.startswith(key + ".") for other in keys)]
+    return "\n".join(kept)
 
 
 def load_config(root: Path) -> Config:

@@ -18,9 +18,11 @@ def _since(value: str | None) -> str | None:
     if not value:
         return None
     try:
+        # the same shape as the stored times (``store.now_iso``), which are compared with it as strings
         if len(value) == 10:
-            return datetime.combine(date.fromisoformat(value), datetime.min.time()).astimezone().isoformat()
-        return datetime.fromisoformat(value).astimezone().isoformat()
+            day = datetime.combine(date.fromisoformat(value), datetime.min.time())
+            return day.astimezone().isoformat(timespec="milliseconds")
+        return datetime.fromisoformat(value).astimezone().isoformat(timespec="milliseconds")
     except ValueError:
         raise UsageError(f"--since {value!r}: expected a date like 2026-11-30 or an ISO time") from None
 

@@ -44,6 +44,7 @@ SETTLE = 1.0  # a memo found by a scan, unchanged this long and with no close ev
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
 FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
+SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log line
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Supervisor:
         self.watcher: Any = None
         self.control: Any = None
         self._pending_timer: asyncio.TimerHandle | None = None
+        self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
         self._idle_since: float | None = None
         self._background: set[asyncio.Future[Any]] = set()
         self.started_at = now_iso()
@@ -320,6 +322,11 @@ class Supervisor:
             if path not in busy:
                 del self.pending[path]
                 self._enqueue(role, path)
+            elif path not in self._slow_writers and time.monotonic() - self.pending[path][1] >= SLOW_WRITER:
+                self._slow_writers.add(path)
+                self.console.line(f"{path.name} is still open for writing by another process; it waits until closed",
+                                  role=role)  # fmt: skip
+        self._slow_writers &= self.pending.keys()
         if self.pending:
             self._arm_pending_check()
 
@@ -372,9 +379,11 @@ class Supervisor:
         running: dict[str, float] = {}
         for run in self.runs.values():
             if run.agent is not None and run.agent.cost_usd and run.state.live:
-                # what this attempt's session spent beyond what is already on record for the run
-                resumed = run.sessions.get(run.resumed_from or "") or {}
-                live = max(0.0, run.agent.cost_usd - (resumed.get("cost_usd") or 0.0))
+                # what this attempt's session spent beyond what is already on record for the run: nothing once
+                # its exit recorded its figures (the run is still live then), else beyond the session it resumed
+                key = getattr(run.agent, "session_id", None) or f"attempt-{run.attempt}"
+                recorded = run.sessions.get(key) or run.sessions.get(run.resumed_from or "") or {}
+                live = max(0.0, run.agent.cost_usd - (recorded.get("cost_usd") or 0.0))
                 running[run.role.name] = running.get(run.role.name, 0.0) + live
         blocks: dict[str, str] = {}
         tomorrow = (day + timedelta(days=1)).strftime("%Y-%m-%d")
@@ -595,9 +604,11 @@ class Supervisor:
         if not result:
             return
         key = result.get("session_id") or f"attempt-{run.attempt}"
-        if run.resumed_from and run.resumed_from != key:
-            run.sessions.pop(run.resumed_from, None)
-        run.sessions[key] = result
+        resumed = run.sessions.pop(run.resumed_from, None) if run.resumed_from else None
+        figures = dict(result)
+        if resumed and resumed.get("num_turns") is not None:  # cost and tokens carry on in a resumed session, turns not
+            figures["num_turns"] = (figures.get("num_turns") or 0) + resumed["num_turns"]
+        run.sessions[key] = figures
         totals: dict[str, Any] = {}
         for name in ("cost_usd", "input_tokens", "output_tokens", "num_turns"):
             values = [figures[name] for figures in run.sessions.values() if figures.get(name) is not None]
