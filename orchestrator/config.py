@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from .errors import ConfigError
 
@@ -79,6 +79,9 @@ class SystemPromptPreset(_Strict):
     append: str | None = None
 
 
+_NESTED: dict[str, type[BaseModel]] = {"retry": RetryPolicy, "crash": CrashPolicy, "budget": RoleBudget}
+
+
 class RoleSettings(_Strict):
     """Every key a role may set; the same keys may sit under ``defaults``."""
 
@@ -111,25 +114,12 @@ class RoleSettings(_Strict):
     budget: dict[str, Any] | None = None
     retry_resumes: bool | None = None
 
-    @field_validator("retry")
+    @field_validator("retry", "crash", "budget")
     @classmethod
-    def _retry(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _nested(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        """Checked here so an error names the key where it was written; merged with the defaults later."""
         if value is not None:
-            RetryPolicy.model_validate(value)
-        return value
-
-    @field_validator("crash")
-    @classmethod
-    def _crash(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            CrashPolicy.model_validate(value)
-        return value
-
-    @field_validator("budget")
-    @classmethod
-    def _budget(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            RoleBudget.model_validate(value)
+            _NESTED[str(info.field_name)].model_validate(value)
         return value
 
 
