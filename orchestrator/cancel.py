@@ -191,7 +191,9 @@ async def _interrupt_first(sup: Supervisor, run: Run) -> None:
     try:
         await agent.interrupt()  # type: ignore[call-arg]
     except ControlError:
-        return
+        if not getattr(agent, "closing", False):
+            return
+        # its last turn is over and the CLI is saving the session: let it finish within the grace period
     if agent.waiter is not None:
         try:
             await asyncio.wait_for(asyncio.shield(agent.waiter), run.role.grace)
@@ -295,8 +297,10 @@ async def live_control(sup: Supervisor, op: str, args: dict[str, Any]) -> dict[s
         raise AmbiguousMemoError(f"{query!r} matches several runs: " + "; ".join(c.describe() for c in candidates))
     run = candidates[0].run
     assert run is not None
-    if run.state is not RunState.RUNNING or run.agent is None:
+    if run.state is not RunState.RUNNING:
         raise ControlError(f"memo {candidates[0].name} is {run.state.value}, not running; nothing to {op}")
+    if run.agent is None:
+        raise ControlError(f"memo {candidates[0].name}'s agent is still starting; nothing to {op} yet, try again")
     agent = run.agent
     if op == "tell":
         text = str(args.get("text") or "")

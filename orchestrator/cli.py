@@ -188,6 +188,8 @@ def cmd_tell(args: argparse.Namespace) -> int:
     from . import control
 
     text = args.text if args.text is not None else sys.stdin.read()
+    if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
+        raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
     result = control.call(_root(args), "tell", memo=args.memo, text=text, who=_who())
     if args.json:
         _print_json(result)

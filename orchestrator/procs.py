@@ -11,12 +11,13 @@ process's environment (catches one that left the group with ``setsid``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import psutil
 
@@ -200,6 +201,7 @@ def group_has_members(pgid: int | None) -> bool:
 
 _PR_SET_CHILD_SUBREAPER = 36
 _spared: set[int] = set()
+_spawning = 0  # agents being started, whose pid is not spared yet
 
 
 def become_subreaper() -> bool:
@@ -220,8 +222,25 @@ def unspare(pid: int) -> None:
     _spared.discard(pid)
 
 
+@contextlib.contextmanager
+def spawning() -> Iterator[None]:
+    """Around starting an agent until its pid is spared: meanwhile ``reap_orphans`` reaps nothing.
+
+    An agent may exit before ``create_subprocess_exec`` returns; reaped here as an orphan, its exit
+    status would be lost and asyncio would report exit code 255.
+    """
+    global _spawning
+    _spawning += 1
+    try:
+        yield
+    finally:
+        _spawning -= 1
+
+
 def reap_orphans() -> None:
     """Collect the exit status of zombie descendants that were handed to us as subreaper."""
+    if _spawning:
+        return  # a zombie now may be an agent whose pid is not spared yet; the next call reaps the orphans
     me = os.getpid()
     try:
         children = psutil.Process(me).children()

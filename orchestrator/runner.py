@@ -156,23 +156,24 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     log_fd = open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n")
     try:
-        proc = await asyncio.create_subprocess_exec(
-            executable,
-            *argv[1:],
-            stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=log_fd,
-            cwd=cwd,
-            env=spec.env,
-            start_new_session=True,
-        )
+        with procs.spawning():
+            proc = await asyncio.create_subprocess_exec(
+                executable,
+                *argv[1:],
+                stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                cwd=cwd,
+                env=spec.env,
+                start_new_session=True,
+            )
+            procs.spare(proc.pid)
     except OSError as exc:
         hint = " (the file exists: is the interpreter on its #! line missing?)" if (
             exc.errno == errno.ENOENT and os.path.isfile(executable)) else ""  # fmt: skip
         raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}{hint}") from None
     finally:
         os.close(log_fd)
-    procs.spare(proc.pid)
     agent = Agent(proc, spec)
     if role.prompt_via == "stdin":
         agent._keep(_feed_stdin(proc.stdin, prompt))

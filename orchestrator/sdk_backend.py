@@ -21,7 +21,8 @@ API used by the supervisor:
     ``output_tokens``, ``num_turns``, ``session_id``, ``is_error``, ``subtype``),
     ``session_id`` (known from the session's start), ``failure_reason``,
     ``budget_exceeded``, ``interrupted`` (this agent sent an interrupt and no
-    tell since), ``transcript``, ``on_update(agent, event)`` called after each
+    tell since), ``closing`` (the session takes no more turns; controls are
+    refused), ``transcript``, ``on_update(agent, event)`` called after each
     event; ``await interrupt(keep=False)``, ``await tell(text)``, ``await end()``.
 
 The runner's exit status: 0 success, 1 failure, 3 interrupted, 4 per-run
@@ -112,6 +113,7 @@ class SdkAgent(Agent):
         self.session_id: str | None = None
         self.budget_exceeded = False
         self.interrupted = False
+        self.closing = False  # the runner said ``done``: no more turns, so no more controls
         self.on_update: Callable[[SdkAgent, dict[str, Any]], None] | None = None
         self._write_lock = asyncio.Lock()
 
@@ -141,7 +143,7 @@ class SdkAgent(Agent):
 
     async def _control(self, message: dict[str, Any], what: str) -> None:
         stdin = self.proc.stdin
-        if self.proc.returncode is not None or stdin is None or stdin.is_closing():
+        if self.closing or self.proc.returncode is not None or stdin is None or stdin.is_closing():
             raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}")
         try:
             async with self._write_lock:
@@ -182,6 +184,8 @@ class SdkAgent(Agent):
             if isinstance(event.get("cost_usd"), (int, float)):
                 self.cost_usd = float(event["cost_usd"])
             self.session_id = event.get("session_id") or self.session_id
+        elif kind == "done":
+            self.closing = True
         elif kind == "failure":
             self.failure_reason = str(event.get("reason") or "the agent failed")
             self.budget_exceeded = self.budget_exceeded or bool(event.get("budget"))
@@ -209,16 +213,17 @@ async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> 
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (f" resuming {resume}" if resume else "")
     log_fd = open_log(spec.log_path, header + f", transcript {transcript}\n")
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", RUNNER_MODULE,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log_fd,
-            cwd=cwd, env=runner_environment(spec.env), start_new_session=True, limit=EVENT_LINE_LIMIT,
-        )  # fmt: skip
+        with procs.spawning():
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", RUNNER_MODULE,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log_fd,
+                cwd=cwd, env=runner_environment(spec.env), start_new_session=True, limit=EVENT_LINE_LIMIT,
+            )  # fmt: skip
+            procs.spare(proc.pid)
     except OSError as exc:
         raise SpawnError(f"cannot start the sdk runner: {exc.strerror or exc}") from None
     finally:
         os.close(log_fd)
-    procs.spare(proc.pid)
     agent = SdkAgent(proc, spec, transcript)
     agent._keep(agent._read_events())
     assert proc.stdin is not None

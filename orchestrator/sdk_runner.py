@@ -35,6 +35,8 @@ stdout, events::
     {"event": "result", "cost_usd", "input_tokens", "output_tokens", "num_turns",
                         "session_id", "is_error", "subtype"}     totals so far, after every result
     {"event": "failure", "reason": "one line"}     a clear failure; ``"budget": true`` for the per-run budget
+    {"event": "done", "code": int}                 the session takes no more turns: it is closing (which can take
+                                                   seconds while the CLI saves it) and will exit with ``code``
 
 Exit status: 0 the last turn succeeded, 1 failure, 3 interrupted, 4 per-run budget
 exceeded, 143 ended by SIGTERM or SIGINT (the CLI is sent SIGTERM first).
@@ -693,6 +695,7 @@ class Session:
         if self.phase is not Phase.DONE:
             self.code = code
             self.phase = Phase.DONE
+            self.out.event("done", code=code)  # so a tell from now on is refused, not silently dropped
 
     def fail(self, reason: str, code: int = EXIT_FAILED, budget: bool = False) -> None:
         if self.phase is Phase.DONE:

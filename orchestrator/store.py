@@ -187,9 +187,12 @@ class Store:
 
     # attempts ---------------------------------------------------------
     def record_attempt(self, run_id: int, attempt: int, **fields: Any) -> None:
+        """Insert or update an attempt's row; columns not given keep what an earlier call recorded (its pid)."""
         keys = ["run_id", "attempt", *fields]
+        update = f"UPDATE SET {', '.join(f'{k} = excluded.{k}' for k in fields)}" if fields else "NOTHING"
         self.db.execute(
-            f"INSERT OR REPLACE INTO attempts ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})",
+            f"INSERT INTO attempts ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))}) "
+            f"ON CONFLICT (run_id, attempt) DO {update}",
             [run_id, attempt, *fields.values()],
         )
 

@@ -575,11 +575,15 @@ class Supervisor:
             return  # a kill ladder owns this run; it finishes the run when the tree is dead
         self._release_slot(run)
         ran = run.elapsed()
+        # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
+        interrupted = (agent is not None and getattr(agent, "interrupted", False) and run.interrupt_request is not None
+                       and event.returncode != 0)  # fmt: skip
+        outcome = "cancelled" if interrupted else "succeeded" if event.returncode == 0 else "failed"
         self.store.record_attempt(run.run_id, run.attempt, pid=run.pid, started_at=run.started_at, ended_at=now_iso(),
-                                  exit_code=event.returncode, log_path=str(run.log_path),
-                                  outcome="succeeded" if event.returncode == 0 else "failed")  # fmt: skip
-        if agent is not None and getattr(agent, "interrupted", False) and run.interrupt_request is not None:
+                                  exit_code=event.returncode, log_path=str(run.log_path), outcome=outcome)  # fmt: skip
+        if interrupted:
             request = run.interrupt_request
+            assert request is not None
             self._finish_cancel(run, RunState.RUNNING, request["who"], request["reason"], None)
         elif agent is not None and getattr(agent, "budget_exceeded", False):
             self._attempt_failed(run, agent.failure_reason or "per-run budget exceeded", event.returncode, retry=False)

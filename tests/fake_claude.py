@@ -26,8 +26,19 @@ be seen. Behaviour comes from the environment:
 ``FAKE_CLAUDE_COST``           dollars added per turn (default 0.01)
 ``FAKE_CLAUDE_TURN_SECONDS``   how long a turn works (default 0; 60 in ``slow`` mode)
 ``FAKE_CLAUDE_RECORD``         a file that gets one JSON line per thing received (argv, prompts, controls)
+``FAKE_CLAUDE_FAIL_ATTEMPTS``  while ``ORCHESTRATOR_ATTEMPT`` <= this, each turn spends its cost and then
+                               ends with an error result (the API overloaded), so the attempt fails
+``FAKE_CLAUDE_SESSIONS``       a JSON file of each session's running totals, saved at every result; a
+                               ``--resume`` of a saved session carries on from its totals, as Claude Code
+                               does when it resumes a session
+``FAKE_CLAUDE_DEAF``           1: acknowledge an interrupt but keep working (a CLI stuck in a tool)
+``FAKE_CLAUDE_LINGER``         seconds to stay after the end of stdin before exiting (a CLI saving its session);
+                               the end of stdin is recorded as ``{"eof": true}``
+``FAKE_CLAUDE_HONOR_BUDGET``   1: a turn that leaves the total at or over ``--max-budget-usd`` ends with a
+                               result of subtype ``error_max_budget_usd``, as Claude Code does
 
-and from the prompt: a prompt containing ``[slow]`` makes that turn slow.
+and from the prompt: a prompt containing ``[slow]`` makes that turn slow, and one containing
+``[wait:<path>]`` makes that turn work until the file at ``<path>`` exists (at most 60 s).
 Each turn uses the Bash tool once (``echo working``), then answers
 ``echo: <the prompt>``.
 """
@@ -37,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -48,6 +60,12 @@ COST = float(os.environ.get("FAKE_CLAUDE_COST", "0.01"))
 SLOW_SECONDS = 60.0
 TURN_SECONDS = float(os.environ.get("FAKE_CLAUDE_TURN_SECONDS", str(SLOW_SECONDS if MODE == "slow" else 0)))
 RECORD = os.environ.get("FAKE_CLAUDE_RECORD")
+FAIL_ATTEMPTS = int(os.environ.get("FAKE_CLAUDE_FAIL_ATTEMPTS", "0"))
+SESSIONS = os.environ.get("FAKE_CLAUDE_SESSIONS")
+DEAF = os.environ.get("FAKE_CLAUDE_DEAF") == "1"
+HONOR_BUDGET = os.environ.get("FAKE_CLAUDE_HONOR_BUDGET") == "1"
+LINGER = float(os.environ.get("FAKE_CLAUDE_LINGER", "0"))
+WAIT_MARK = re.compile(r"\[wait:([^\]]+)\]")
 MODEL = "claude-fake-1"
 VERSION = "2.1.332"
 
@@ -89,6 +107,11 @@ class FakeClaude:
         self.tokens = [0, 0]
         self.turns = 0
         self.last_error = False
+        self.max_budget = float(option(args, "--max-budget-usd") or 0) or None
+        if SESSIONS and option(args, "--resume"):
+            saved = load_sessions().get(self.session_id)
+            if saved:
+                self.cost, self.tokens = saved["cost"], list(saved["tokens"])
 
     def read_stdin(self) -> None:
         for line in sys.stdin:
@@ -105,6 +128,8 @@ class FakeClaude:
         while True:
             message = self.backlog.pop(0) if self.backlog else self.inbox.get()
             if message is None:
+                record(eof=True)
+                time.sleep(LINGER)
                 return 1 if self.last_error else 0
             if message.get("type") == "control_request":
                 self.answer_control(message, in_turn=False)
@@ -150,6 +175,11 @@ class FakeClaude:
             **({"result": text} if text is not None else {}), **extra,
         }  # fmt: skip
         send(message)
+        if SESSIONS:
+            sessions = load_sessions()
+            sessions[self.session_id] = {"cost": self.cost, "tokens": self.tokens}
+            with open(SESSIONS, "w", encoding="utf-8") as handle:
+                json.dump(sessions, handle)
 
     def turn(self, prompt: str) -> None:
         record(prompt=prompt)
@@ -181,34 +211,54 @@ class FakeClaude:
         self.assistant([{"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:8]}", "name": "Bash",
                          "input": {"command": "echo working", "description": "say it works"}}])  # fmt: skip
         seconds = SLOW_SECONDS if "[slow]" in prompt else TURN_SECONDS
-        if self.work(seconds):
+        gate = WAIT_MARK.search(prompt)
+        if self.work(SLOW_SECONDS if gate else seconds, gate.group(1) if gate else None):
             send({"type": "user", "session_id": self.session_id, "parent_tool_use_id": None,
                   "message": {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]}})
             self.result("error_during_execution", True, None, errors=[], terminal_reason="aborted_streaming")
+            return
+        if FAIL_ATTEMPTS and int(os.environ.get("ORCHESTRATOR_ATTEMPT") or "1") <= FAIL_ATTEMPTS:
+            text = "API Error: Repeated 529 Overloaded errors"
+            self.assistant([{"type": "text", "text": text}], error="overloaded")
+            self.result("success", True, text, api_error_status=529)
+            return
+        if HONOR_BUDGET and self.max_budget is not None and self.cost >= self.max_budget:
+            self.result("error_max_budget_usd", True, None, errors=[f"Reached maximum budget (${self.max_budget})"])
             return
         answer = f"echo: {prompt}"
         self.assistant([{"type": "text", "text": answer}])
         self.result("success", False, answer, terminal_reason="completed")
 
-    def work(self, seconds: float) -> bool:
-        """Work for ``seconds`` while answering control requests; True when interrupted."""
+    def work(self, seconds: float, gate: str | None = None) -> bool:
+        """Work for ``seconds`` (or until ``gate`` exists) while answering control requests; True when interrupted."""
         deadline = time.monotonic() + seconds
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (gate is not None and os.path.exists(gate)):
                 return False
             try:
-                message = self.inbox.get(timeout=left)
+                message = self.inbox.get(timeout=min(left, 0.02) if gate is not None else left)
             except queue.Empty:
-                return False
+                if gate is None:
+                    return False
+                continue
             if message is None:
                 self.inbox.put(None)  # end of input: finish the turn, then exit
                 return False
             if message.get("type") == "control_request":
-                if self.answer_control(message, in_turn=True) == "interrupt":
+                if self.answer_control(message, in_turn=True) == "interrupt" and not DEAF:
                     return True
             elif message.get("type") == "user":
                 self.backlog.append(message)
+
+
+def load_sessions() -> dict[str, Any]:
+    try:
+        with open(SESSIONS or "", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def main() -> int:
