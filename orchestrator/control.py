@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError
+from .errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
 
 if TYPE_CHECKING:
     import asyncio  # imported where the server runs: the CLI client never needs it (about 30 ms)
@@ -134,10 +134,8 @@ class ControlServer:
             return {"ok": False, "code": "error", "error": 'malformed request: expected {"op": "..."}'}
         try:
             result = await self.sup.request(request["op"], request)
-        except ControlError as exc:
-            return {"ok": False, "code": exc.code, "error": str(exc)}
         except OrchestratorError as exc:
-            return {"ok": False, "code": "error", "error": str(exc)}
+            return {"ok": False, "code": control_code(exc), "error": str(exc)}
         except Exception:  # noqa: BLE001 - a bad request must never stop the loop
             self.sup.console.error(f"control request {request.get('op')!r} failed:\n{traceback.format_exc()}")
             return {"ok": False, "code": "error", "error": "internal error; see .orchestrator/orchestrator.log"}

@@ -83,7 +83,18 @@ class UnsupportedError(ControlError):
     code = "unsupported"
 
 
-CONTROL_ERRORS: dict[str, type[ControlError]] = {
-    cls.code: cls
-    for cls in (ControlError, UnknownMemoError, MemoFinishedError, AmbiguousMemoError, UnsupportedError)
+# how a refusal travels over the control channel: its ``code`` names the class the client raises again
+CONTROL_ERRORS: dict[str, type[OrchestratorError]] = {
+    **{
+        cls.code: cls
+        for cls in (ControlError, UnknownMemoError, MemoFinishedError, AmbiguousMemoError, UnsupportedError)
+    },
+    "usage": UsageError,
 }
+
+
+def control_code(exc: OrchestratorError) -> str:
+    """The wire code of an error raised while answering a control request."""
+    if isinstance(exc, ControlError):
+        return exc.code
+    return "usage" if isinstance(exc, UsageError) else "error"

@@ -38,6 +38,8 @@ def _from_row(row: dict[str, Any]) -> dict[str, Any]:
         "reason": row.get("reason"),
         "backend": row.get("backend"),
         "cost_usd": row.get("cost_usd"),
+        "input_tokens": row.get("input_tokens"),
+        "output_tokens": row.get("output_tokens"),
         "log": row.get("log_path"),
     }
 
@@ -71,12 +73,16 @@ def print_human(snap: dict[str, Any]) -> None:
         console.print(f"no orchestrator running for {snap['root']}" + (" (runs below are as last recorded)" if snap["runs"] else ""))
     if snap.get("runs"):
         table = Table(title="current runs", title_justify="left")
-        for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "subject"):
+        for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "cost $", "subject / activity"):
             table.add_column(col)
         for run in snap["runs"]:
             when = f"{run['elapsed']:.0f}s" if run.get("elapsed") is not None else (run.get("next_attempt_at") or "")
+            about = run.get("subject") or ""
+            if run.get("activity"):
+                about = f"{about} | {run['activity']}"
             table.add_row(str(run["run_id"]), run["role"], run.get("memo_id") or run.get("memo") or "", run["state"],
-                          str(run.get("attempt") or ""), str(run.get("pid") or ""), when, run.get("subject") or "")
+                          str(run.get("attempt") or ""), str(run.get("pid") or ""), when, _money(run.get("cost_usd")),
+                          about)  # fmt: skip
         console.print(table)
     queued = snap.get("queued") or {}
     if queued:
@@ -88,10 +94,18 @@ def print_human(snap: dict[str, Any]) -> None:
             console.print(f"paused by budget: {role}: {why}")
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
-        for col in ("run", "role", "memo", "state", "exit", "ended", "reason"):
+        for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):
             table.add_column(col)
         for run in snap["recent"]:
             code = run.get("exit_code")
+            tokens = ""
+            if run.get("input_tokens") is not None or run.get("output_tokens") is not None:
+                tokens = f"{run.get('input_tokens') or 0}/{run.get('output_tokens') or 0}"
             table.add_row(str(run["run_id"]), run["role"], run.get("memo_id") or run.get("memo") or "", run["state"],
-                          "" if code is None else str(code), (run.get("ended_at") or "")[:19], run.get("reason") or "")
+                          "" if code is None else str(code), (run.get("ended_at") or "")[:19],
+                          _money(run.get("cost_usd")), tokens, run.get("reason") or "")  # fmt: skip
         console.print(table)
+
+
+def _money(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"

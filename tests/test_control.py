@@ -190,6 +190,14 @@ def test_a_request_longer_than_the_limit_is_refused_and_the_loop_keeps_serving(r
     assert running.orch.stop() == 0  # type: ignore[attr-defined]
 
 
+def test_a_usage_error_found_by_the_orchestrator_keeps_its_exit_status(running: Project) -> None:
+    from orchestrator import errors
+
+    with pytest.raises(errors.UsageError, match="name a memo"):
+        control.call(running.root, "cancel", memo="")
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------ clients that misbehave
 
 

@@ -208,6 +208,8 @@ def test_a_run_is_archived_with_its_transcript_figures_and_history(project: Proj
 
     human = project.cli("history")
     assert human.returncode == 0 and "writer" in human.stdout and "0.5000" in human.stdout
+    plain = project.cli("status")  # the database's record: cost and tokens per run
+    assert plain.returncode == 0 and "0.2500" in plain.stdout and "100/20" in plain.stdout, plain.stdout
 
 
 def test_tell_while_a_turn_runs_is_answered_in_the_same_session(project: Project, fake_cli: Path) -> None:
