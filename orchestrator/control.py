@@ -58,6 +58,7 @@ class ControlServer:
         self.path = socket_path(sup.root)
         self.server: asyncio.AbstractServer | None = None
         self.clients: set[asyncio.Task[Any]] = set()
+        self.writers: set[asyncio.StreamWriter] = set()
         self.answering: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
@@ -85,8 +86,14 @@ class ControlServer:
         # answer out; idle clients are simply dropped
         if self.answering:
             await asyncio.wait(list(self.answering), timeout=CLOSE_GRACE)
+        # end idle clients by closing their connection (their read then ends) rather than by cancelling their
+        # task: asyncio 3.11's done-callback for a connection task raises on a cancelled one and prints it
+        for writer in list(self.writers):
+            writer.close()
+        if self.clients:
+            await asyncio.wait(list(self.clients), timeout=CLOSE_GRACE)
         for task in list(self.clients):
-            task.cancel()
+            task.cancel()  # only a task still stuck after that; it swallows the cancel, see _client
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -96,6 +103,7 @@ class ControlServer:
         task = asyncio.current_task()
         if task is not None:
             self.clients.add(task)
+        self.writers.add(writer)
         try:
             if not _peer_allowed(writer):
                 await _send(writer, {"ok": False, "code": "error", "error": "permission denied: not the socket's owner"})
@@ -117,9 +125,10 @@ class ControlServer:
                 finally:
                     self.answering.discard(answered)
                     answered.set_result(None)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the connection ends here either way; nothing is left to answer
         finally:
+            self.writers.discard(writer)
             if task is not None:
                 self.clients.discard(task)
             with contextlib.suppress(Exception):

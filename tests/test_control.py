@@ -190,6 +190,20 @@ def test_a_request_longer_than_the_limit_is_refused_and_the_loop_keeps_serving(r
     assert running.orch.stop() == 0  # type: ignore[attr-defined]
 
 
+def test_an_orchestrator_ending_with_idle_clients_connected_prints_no_traceback(running: Project) -> None:
+    idle = [connect(running) for _ in range(3)]
+    half = connect(running)
+    half.sendall(b'{"op": "sta')  # a request never finished
+    try:
+        assert status_answers(running)["running"] is True  # every connection is being served
+        assert running.orch.stop() == 0  # type: ignore[attr-defined]
+    finally:
+        for sock in [*idle, half]:
+            sock.close()
+    output = running.orch.output  # type: ignore[attr-defined]
+    assert "Traceback" not in output and "Exception" not in output, output
+
+
 def test_a_usage_error_found_by_the_orchestrator_keeps_its_exit_status(running: Project) -> None:
     from orchestrator import errors
 
