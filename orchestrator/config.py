@@ -166,7 +166,7 @@ class TeamFile(_Strict):
 
     max_concurrent: int = Field(10, ge=1)
     notify: str | None = None
-    rescan_interval: Duration = 2.0
+    rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
     budget: TeamBudget = Field(default_factory=TeamBudget)
     defaults: RoleSettings = Field(default_factory=RoleSettings)

@@ -45,6 +45,10 @@ from watchdog.utils.delayed_queue import DelayedQueue
 from .events import Event, MemoGone, MemoSeen, RescanNeeded
 from .memo import INBOX, is_memo_name
 
+# how often watchdog's dispatch thread wakes when no event comes (its default, 1 s, is most of an idle
+# orchestrator's CPU time); events themselves are dispatched at once, whatever this is
+OBSERVER_WAKE = 10.0
+
 EVENT_TYPES = [
     FileMovedEvent,
     FileCreatedEvent,
@@ -198,9 +202,9 @@ class InboxWatcher:
         _pair_moves_promptly()
         try:
             # an unpaired move into a watched folder is reported as a move (complete), not as a created file
-            observer = Observer(generate_full_events=True)
+            observer = Observer(timeout=OBSERVER_WAKE, generate_full_events=True)
         except TypeError:  # an observer other than inotify's
-            observer = Observer()
+            observer = Observer(timeout=OBSERVER_WAKE)
         for role, folder in self.role_dirs.items():
             (folder / INBOX).mkdir(parents=True, exist_ok=True)
             observer.schedule(_Handler(role, folder, self.post), str(folder), recursive=True, event_filter=EVENT_TYPES)

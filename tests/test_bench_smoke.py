@@ -1,0 +1,62 @@
+"""The benchmark runs end to end: `bench/run.py --smoke` (a few memos per scenario), as in `make bench-smoke`.
+
+Only that it completes and reports every scenario is checked, never a figure: the
+machine running the tests is shared and its timings mean nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RUN = REPO / "bench" / "run.py"
+SCENARIO_LABELS = ("| latency |", "| throughput |", "| start-up |", "| cancel |", "| memory |", "| idle |")
+
+pytestmark = pytest.mark.skipif(
+    not any(shutil.which(c) for c in (os.environ.get("CC") or "cc", "gcc", "clang")),
+    reason="the benchmark compiles its stand-in agent with a C compiler, and none is installed",
+)
+
+
+def _bench(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHESTRATOR_", "BENCH_"))}
+    full_env.update(env)
+    return subprocess.run([sys.executable, str(RUN), "--smoke", *args], capture_output=True, text=True,
+                          env=full_env, cwd=REPO, timeout=280, check=False)  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_every_scenario_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "RESULTS.md"
+    done = _bench("--out", str(out))
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    for label in SCENARIO_LABELS:
+        assert label in done.stdout, f"no {label} row in:\n{done.stdout}"
+    results = out.read_text(encoding="utf-8")
+    assert "Smoke run" in results and "| scenario | figure |" in results
+    assert "**commit**" in results and "**machine**" in results
+    if shutil.which("inotifywait"):
+        assert "(inotifywait -m piped to sh)" in done.stdout  # the latency baseline was measured
+    else:
+        assert "inotifywait not found" in done.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_missing_inotifywait_skips_only_that_baseline() -> None:
+    done = _bench("--only", "latency", BENCH_INOTIFYWAIT="no-such-inotifywait-here")
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "inotifywait not found" in done.stdout and "apt-get install -y inotify-tools" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| latency | rename -> agent start, p50"))
+    assert "| - | - |" in row, row  # the orchestrator's figure is there, the baseline and ratio are not
+
+
+def test_unknown_scenario_is_a_usage_error() -> None:
+    done = _bench("--only", "latency,nonsense")
+    assert done.returncode == 2
+    assert "unknown scenario(s) nonsense" in done.stderr
