@@ -477,7 +477,12 @@ class Supervisor:
             except OSError:
                 first_text = ""
         run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
-        prompt = self._render(run, first_text or "")
+        try:
+            prompt = self._render(run, first_text or "")
+        except Exception as exc:  # noqa: BLE001 - a run holding a slot must always end somewhere
+            self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
+            self._attempt_failed(run, f"could not prepare the prompt: {exc}", None)
+            return
         env = agent_environment(role, self.root, run.run_id, run.attempt, [m.path for m in run.memos])
         spec = LaunchSpec(
             run_id=run.run_id, attempt=run.attempt, role=role, root=self.root, prompt=prompt,
@@ -501,8 +506,10 @@ class Supervisor:
                     agent = await start_sdk(spec, self._agent_exited)
                 else:
                     agent = await start_command(spec, self._agent_exited)
-            except SpawnError as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run must go on
                 launched.set_result(None)
+                if not isinstance(exc, SpawnError):
+                    self.console.error(f"starting run {run.run_id} failed:\n{traceback.format_exc()}")
                 if run.stopping is None and run.state is RunState.RUNNING:
                     self._attempt_failed(run, f"could not start the agent: {exc}", None)
                     self._schedule()

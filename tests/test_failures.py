@@ -209,6 +209,25 @@ def test_an_agent_that_cannot_be_started_is_a_failed_attempt_and_retried(project
     assert orch.stop() == 0
 
 
+def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_stranding_the_memo(project):
+    """Say the log folder cannot be made: the run must not hold its slot forever with its memo in active/."""
+    project.configure({"builder": {"max_concurrent": 1}})
+    orch = project.up()
+    logs = project.root / ".orchestrator" / "logs"
+    if logs.exists():
+        shutil.rmtree(logs)
+    logs.write_text("not a folder", encoding="utf-8")
+    project.drop("builder", "U-1.md", {"id": "U-1"})
+    wait_for(lambda: where(project, "builder", "U-1.md") == ["failed"], what="U-1 in failed/")
+    assert "could not start the agent" in reason_of(project, "builder", "U-1.md")
+    logs.unlink()  # repaired: the slot was given back, the next memo runs
+    project.drop("builder", "U-2.md", {"id": "U-2"})
+    wait_for(lambda: where(project, "builder", "U-2.md") == ["archive"], what="U-2 archived")
+    assert orch.stop() == 0
+    assert "Task exception was never retrieved" not in orch.output
+    assert "ERROR starting run" in orch.output  # the details are in the log, one line on the terminal
+
+
 # ------------------------------------------------------------- crash loops
 def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(project):
     project.configure({
