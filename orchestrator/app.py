@@ -11,7 +11,7 @@ from filelock import FileLock, Timeout
 
 from .config import Config, load_config
 from .console import Console
-from .errors import AlreadyRunningError, ConfigError
+from .errors import AlreadyRunningError, ConfigError, OrchestratorError
 from .prompts import load_template
 from .runner import resolve_command
 
@@ -68,6 +68,13 @@ def run_up(root: Path, *, until_idle: bool = False, plain: bool = False) -> int:
     with root_lock(config):
         console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
         supervisor = Supervisor(config, console, until_idle=until_idle)
-        code = asyncio.run(supervisor.serve())
+        try:
+            code = asyncio.run(supervisor.serve())
+        except OSError as exc:  # say the inotify instance limit, or a file system without sockets
+            raise OrchestratorError(
+                f"cannot watch or serve {config.root}: {exc.strerror or exc}"
+                + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
+                + "; memos already claimed go back to their inbox at the next start"
+            ) from None
         console.line(f"orchestrator exits with status {code}")
         return code

@@ -157,9 +157,9 @@ def _role_candidates(sup: Supervisor, role: str) -> list[Candidate]:
 
 
 async def cancel_candidate(sup: Supervisor, cand: Candidate, who: str, reason: str) -> dict[str, Any]:
-    if cand.run is None:
-        return _cancel_queued(sup, cand, who, reason)
+    """Stop one live or retry-waiting run (queued memos go through ``_cancel_queued``)."""
     run = cand.run
+    assert run is not None
     previous = run.state
     if previous is RunState.RETRY_WAIT:
         run.cancel_timers()
@@ -170,7 +170,10 @@ async def cancel_candidate(sup: Supervisor, cand: Candidate, who: str, reason: s
     if previous.finished:
         raise MemoFinishedError(f"memo {cand.name} already finished: {previous.value}")
     if previous is RunState.CANCELLING:
-        await run.stopping  # type: ignore[misc]
+        while run.stopping is None and run.state is RunState.CANCELLING:
+            await asyncio.sleep(0.01)  # the first cancel is still ending an SDK agent's turn
+        if run.stopping is not None:
+            await run.stopping
         return {**(run.stop_result or {}), "memo": cand.name, "role": run.role.name, "state": "cancelled",
                 "previous_state": "cancelling", "note": "it was already being cancelled"}  # fmt: skip
     sup._transition(run, RunState.CANCELLING, reason=_reason_line(who, reason))  # on record, should we die mid-way

@@ -59,6 +59,7 @@ class Target:
     pgid: int | None
     run_id: int | None
     project_root: str
+    attempt: int | None = None  # set: only processes of that attempt of the run
 
 
 @dataclass
@@ -84,19 +85,22 @@ def _all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def _environ_marks(target: Target) -> tuple[bytes, bytes] | None:
+def _environ_marks(target: Target) -> tuple[bytes, ...] | None:
     if target.run_id is None:
         return None
-    return (f"ORCHESTRATOR_RUN_ID={target.run_id}\0".encode(), f"ORCHESTRATOR_ROOT={target.project_root}\0".encode())
+    marks = [f"ORCHESTRATOR_RUN_ID={target.run_id}\0", f"ORCHESTRATOR_ROOT={target.project_root}\0"]
+    if target.attempt is not None:
+        marks.append(f"ORCHESTRATOR_ATTEMPT={target.attempt}\0")
+    return tuple(mark.encode() for mark in marks)
 
 
-def _carries_run(pid: int, marks: tuple[bytes, bytes]) -> bool:
+def _carries_run(pid: int, marks: tuple[bytes, ...]) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
             env = b"\0" + handle.read()
     except OSError:
         return False
-    return (b"\0" + marks[0]) in env and (b"\0" + marks[1]) in env
+    return all(b"\0" + mark in env for mark in marks)
 
 
 def find_tree(target: Target) -> dict[int, psutil.Process]:

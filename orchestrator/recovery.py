@@ -19,13 +19,12 @@ import psutil
 from . import procs
 from .cancel import finish_after_restart
 from .memo import ACTIVE, INBOX, is_memo_name, move_memo
-from .states import RunState
+from .states import UNFINISHED, RunState
 from .store import now_iso
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
 
-UNFINISHED = [RunState.QUEUED, RunState.RUNNING, RunState.CANCELLING, RunState.TIMING_OUT, RunState.RETRY_WAIT]
 DEFAULT_GRACE = 10.0
 
 

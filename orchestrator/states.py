@@ -43,6 +43,8 @@ FINISHED = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT, RunState.RETURNED}
 )
 
+UNFINISHED = [state for state in RunState if state not in FINISHED]
+
 ALLOWED: dict[RunState, frozenset[RunState]] = {
     # QUEUED -> RUNNING: claimed and started; -> RETRY_WAIT: could not be started
     RunState.QUEUED: frozenset(

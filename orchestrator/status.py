@@ -11,10 +11,9 @@ from rich.table import Table
 
 from . import control
 from .errors import NotRunningError
-from .states import RunState
+from .states import UNFINISHED, RunState
 from .store import Store
 
-UNFINISHED = [s.value for s in RunState if not s.finished]
 FINISHED = [s.value for s in RunState if s.finished]
 
 
@@ -57,7 +56,7 @@ def collect(root: Path) -> dict[str, Any]:
     if db.exists():
         store = Store(db, readonly=True)
         try:
-            snap["runs"] = [_from_row(r) for r in store.runs_in_states(UNFINISHED)]
+            snap["runs"] = [_from_row(r) for r in store.runs_in_states(s.value for s in UNFINISHED)]
             snap["recent"] = [_from_row(r) for r in store.recent_runs(20, FINISHED)]
         finally:
             store.close()

@@ -169,14 +169,6 @@ class Store:
             args.append(since)
         return [_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
 
-    def finished_runs_for(self, role: str, name: str) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT runs.* FROM runs, json_each(runs.memos) WHERE role = ? AND json_each.value = ? "
-            "ORDER BY run_id DESC",
-            (role, name),
-        ).fetchall()
-        return [_row(r) for r in rows]
-
     def spent_since(self, since_iso: str, role: str | None = None) -> float:
         query = "SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE COALESCE(started_at, created_at) >= ?"
         args: list[Any] = [since_iso]
@@ -225,7 +217,3 @@ class Store:
             "SELECT * FROM cancellations WHERE memo_id = ? ORDER BY id DESC LIMIT 1", (memo_id,)
         ).fetchone()
         return _row(row) if row else None
-
-    def cancellations(self, limit: int = 20) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT * FROM cancellations ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [_row(r) for r in rows]

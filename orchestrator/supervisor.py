@@ -38,6 +38,7 @@ from .prompts import PromptTemplate, load_template
 from .run import MemoRef, Run
 from .runner import Agent, LaunchSpec, SpawnError, agent_environment, start_command
 from .states import RunState
+from .cancel import record_cancel
 from .store import Store, now_iso
 
 SETTLE = 1.0  # a memo found by a scan, unchanged this long and with no close event seen, is complete
@@ -88,6 +89,7 @@ class Supervisor:
         self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
         self._idle_since: float | None = None
         self._background: set[asyncio.Future[Any]] = set()
+        self._sweeps: set[asyncio.Future[Any]] = set()  # kill ladders for processes an agent left behind
         self.started_at = now_iso()
 
     # ------------------------------------------------------------------ life
@@ -131,6 +133,9 @@ class Supervisor:
             self.console.stop_live()
             self.watcher.stop()
             await self.control.close()
+            pending_sweeps = [task for task in self._sweeps if not task.done()]
+            if pending_sweeps:  # an agent's leftovers must not outlive the orchestrator
+                await asyncio.wait(pending_sweeps, timeout=max(r.grace for r in self.config.roles.values()) + 6)
             for task in list(self._background):
                 task.cancel()
             self.store.close()
@@ -335,6 +340,13 @@ class Supervisor:
         return any(run.role.name == role for run in self.runs.values())
 
     def _schedule(self) -> None:
+        """Start work while both limits allow; an error here is logged and never escapes into a caller."""
+        try:
+            self._schedule_now()
+        except Exception:  # noqa: BLE001 - called from handlers, ladders and timers: none may die of it
+            self.console.error(f"error while scheduling:\n{traceback.format_exc()}")
+
+    def _schedule_now(self) -> None:
         """Start work while both limits allow, oldest first across roles."""
         if self.ending:
             return
@@ -445,6 +457,9 @@ class Supervisor:
         except BadMemo as exc:
             self._reject(role, active, str(exc))
             return None
+        except OSError as exc:  # say it is not readable by us: it must not sit in active/ unrecorded
+            self._reject(role, active, f"it cannot be read: {exc.strerror or exc}")
+            return None
         header = parse_front_matter(text)
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
@@ -468,6 +483,7 @@ class Supervisor:
             run.attempt += 1
             run.next_attempt_at = None
         self._take_slot(run)
+        run.interrupt_request = None  # an interrupt asked of an earlier attempt is not this one's
         run.started_mono = time.monotonic()
         run.started_at = now_iso()
         self._transition(run, RunState.RUNNING, attempt=run.attempt, started_at=run.started_at, next_attempt_at=None)
@@ -577,7 +593,9 @@ class Supervisor:
             self._record_result(run, agent)
             if procs.group_has_members(agent.pid):
                 self.console.line(f"run {run.run_id}: processes left in its group after exit; stopping them", role=run.role.name)
-                self._keep(procs.stop_tree(procs.Target(None, agent.pid, run.run_id, str(self.root)), run.role.grace))
+                # only this attempt's leftovers: a retry under the same run id must not be caught by the sweep
+                target = procs.Target(None, agent.pid, run.run_id, str(self.root), attempt=event.attempt)
+                self._sweeps.add(self._keep(procs.stop_tree(target, run.role.grace)))
         if run.stopping is not None or run.state is not RunState.RUNNING:
             return  # a kill ladder owns this run; it finishes the run when the tree is dead
         self._release_slot(run)
@@ -591,7 +609,7 @@ class Supervisor:
         if interrupted:
             request = run.interrupt_request
             assert request is not None
-            self._finish_cancel(run, RunState.RUNNING, request["who"], request["reason"], None)
+            record_cancel(self, run, RunState.RUNNING, request["who"], request["reason"], None)
         elif agent is not None and getattr(agent, "budget_exceeded", False):
             self._attempt_failed(run, agent.failure_reason or "per-run budget exceeded", event.returncode, retry=False)
         elif event.returncode == 0:
@@ -600,7 +618,7 @@ class Supervisor:
         else:
             reason = agent.failure_reason if agent and agent.failure_reason else describe_exit(event.returncode)
             self._attempt_failed(run, reason, event.returncode)
-        self._after_run_change()
+        self._maybe_done()
 
     def _record_result(self, run: Run, agent: Agent) -> None:
         """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts.
@@ -627,9 +645,6 @@ class Supervisor:
                 totals[name] = sum(values)
         self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
         self.refresh_budgets()
-
-    def _after_run_change(self) -> None:
-        self._maybe_done()
 
     def _succeed(self, run: Run) -> None:
         moved = self._move_memos(run, ARCHIVE)
@@ -738,6 +753,9 @@ class Supervisor:
                               "(retry_timeouts)", role=run.role.name)  # fmt: skip
         else:
             self._give_up(run, RunState.TIMED_OUT, reason, run.exit_codes[-1] if run.exit_codes else None)
+            if run.role.stop_on_failure:
+                self.begin_ending("graceful", f"role {run.role.name} has stop_on_failure and {run.label} timed out",
+                                  exit_code=1)  # fmt: skip
         self._schedule()
         self._maybe_done()
 
@@ -814,13 +832,6 @@ class Supervisor:
         self.console.event(run, old, new)
 
     # ------------------------------------------------------------ cancel API
-    def _finish_cancel(self, run: Run, previous: RunState, who: str, reason: str,
-                       report: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
-        """Memos to cancelled/, the decision on record, the coordinator told."""
-        from .cancel import record_cancel
-
-        return record_cancel(self, run, previous, who, reason, report)
-
     async def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """A control-channel request; raises ``ControlError`` for a refusal."""
         from . import cancel

@@ -228,6 +228,19 @@ def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_strandi
     assert "ERROR starting run" in orch.output  # the details are in the log, one line on the terminal
 
 
+def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):
+    """Attempt 1 exits leaving a child that ignores SIGTERM; while its ladder waits the grace, attempt 2 runs."""
+    project.configure({"builder": {"grace": "1.5s", "retry": {"max": 1, "backoff": ["0.1s"]}}})
+    orch = project.up()
+    project.drop("builder", "L-1.md", {"id": "L-1", "agent": {"fail_attempts": 1, "stubborn_child": 1, "sleep": 0.6}})
+    wait_for(lambda: where(project, "builder", "L-1.md") == ["archive"], what="L-1 archived by its second attempt")
+    first = next(r for r in project.records() if r["attempt"] == 1)
+    wait_for(lambda: all_dead(first["children"]), what="attempt 1's leftover child killed after the grace")
+    assert [r["attempt"] for r in project.records()] == [1, 2]
+    assert "processes left in its group after exit" in orch.output
+    assert orch.stop() == 0
+
+
 # ------------------------------------------------------------- crash loops
 def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(project):
     project.configure({

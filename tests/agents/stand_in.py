@@ -8,6 +8,7 @@ for batch roles), with defaults from STANDIN_* environment variables:
   ignore_term: ignore SIGTERM     grandchild: start a sleeping grandchild (same group)
   orphan: start a grandchild, then its parent exits (the grandchild stays in the group)
   setsid: start a grandchild that leaves the group with setsid
+  stubborn_child: n               while ORCHESTRATOR_ATTEMPT <= n, leave a child in the group that ignores SIGTERM
   reply: {to: role, subject: s}   write a reply memo before exiting
   until: path                     after the sleep, work on until this file exists (at most 60 s)
   sleep_by_attempt: {2: 0.1}      per-attempt sleep, overrides sleep for the attempts it names
@@ -104,6 +105,9 @@ def main():
         middle.wait()
     if spec.get("setsid"):
         children.append(subprocess.Popen(["setsid", "sleep", "300"]).pid)
+    if attempt <= int(spec.get("stubborn_child", 0)):  # a child in our group that ignores SIGTERM
+        children.append(subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"]).pid)
     record["children"] = children
     if spec.get("record_peers"):
         record["peers"] = peers(os.path.basename(record["memo"] or ""), {os.getpid(), *children})
