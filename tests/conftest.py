@@ -43,6 +43,15 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def dead(pid: int, create_time: float) -> bool:
+    """Dead for good: gone, a zombie, or the pid now belongs to another process."""
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) > 0.05 or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 class Orchestrator:
     """A running `orchestrator up` subprocess."""
 
@@ -191,3 +200,19 @@ def project(tmp_path: Path):
     proj = Project(tmp_path)
     yield proj
     proj.cleanup()
+
+
+FAKE_CLAUDE = HERE / "fake_claude.py"
+
+
+@pytest.fixture
+def fake_cli(tmp_path: Path) -> Path:
+    """An executable wrapper that runs the fake Claude Code CLI with this interpreter (``exec``: it keeps its pid).
+
+    Every sdk test passes it as ``cli_path``: without one, the SDK would start the real CLI it bundles.
+    """
+    wrapper = tmp_path / "bin" / "fake-claude"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CLAUDE}" "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    return wrapper

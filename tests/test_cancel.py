@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import yaml
 
-from conftest import Project, wait_for
+from conftest import Project, dead, wait_for
 
 LONG = 300  # seconds an agent would work if nobody stopped it
 
@@ -41,14 +41,6 @@ def tree_of(record: dict[str, Any]) -> dict[int, float]:
     for pid in [record["pid"], *record["children"]]:
         out[pid] = psutil.Process(pid).create_time()
     return out
-
-
-def dead(pid: int, create_time: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) > 0.05 or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def alive_of(tree: dict[int, float]) -> list[int]:

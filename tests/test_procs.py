@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from conftest import wait_for
+from conftest import dead, wait_for
 from orchestrator import procs
 
 # A leader (own session) that starts what its argv asks for, prints the pids as one JSON line, then sleeps.
@@ -61,15 +61,6 @@ time.sleep(300)
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def dead(pid: int, create_time: float) -> bool:
-    """Dead for good: gone, a zombie, or the pid now belongs to another process."""
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) > 0.05 or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 class Trees:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,18 +21,7 @@ import pytest
 from conftest import Orchestrator, Project, pid_alive, wait_for
 from orchestrator.recovery import orphan_run_ids
 
-FAKE = Path(__file__).resolve().parent / "fake_claude.py"
 QUICK_RETRY = {"max": 1, "backoff": ["0.1s"]}
-
-
-@pytest.fixture
-def fake_cli(tmp_path: Path) -> Path:
-    """An executable wrapper that runs the fake CLI with this interpreter (``exec``: the fake keeps its pid)."""
-    wrapper = tmp_path / "bin" / "fake-claude"
-    wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n', encoding="utf-8")
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 def sdk_role(project: Project, cli: Path, record: str = "claude", **settings: Any) -> dict[str, Any]:

@@ -31,18 +31,7 @@ from orchestrator.runner import Agent, LaunchSpec, agent_environment
 from orchestrator.sdk_backend import SdkAgent, check_role, start_sdk
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE = Path(__file__).resolve().parent / "fake_claude.py"
 DEADLINE = 30.0
-
-
-@pytest.fixture
-def fake_cli(tmp_path: Path) -> Path:
-    """An executable wrapper that runs the fake CLI with this interpreter."""
-    wrapper = tmp_path / "bin" / "fake-claude"
-    wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n', encoding="utf-8")
-    wrapper.chmod(0o755)
-    return wrapper
 
 
 class Runner:
