@@ -207,8 +207,7 @@ async def _interrupt_first(sup: Supervisor, run: Run) -> None:
 
 def _cancel_queued(sup: Supervisor, cand: Candidate, who: str, reason: str) -> dict[str, Any]:
     role = sup.config.roles[cand.role]
-    sup.queues[cand.role].pop(cand.path, None)
-    sup.pending.pop(cand.path, None)
+    sup.intake.drop(cand.role, cand.path)
     try:
         target = move_memo(cand.path, sup.config.role_dir(cand.role) / CANCELLED)
     except FileNotFoundError:

@@ -1,6 +1,7 @@
 """The supervisor: the one owner of all run state.
 
-A single asyncio loop holds the queues and the table of runs. The watchdog
+A single asyncio loop holds the table of runs and, through its ``Intake``, the
+queues of waiting memos. The watchdog
 thread, the agents' exit watchers, timers, signals and the control channel
 only post events to it (``post`` is thread-safe); every state change of a run
 goes through ``_transition``.
@@ -14,14 +15,11 @@ seen complete and the limits allow: there is no debounce delay.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
-import stat
 import time
 import traceback
-from collections import OrderedDict, deque
-from dataclasses import dataclass
+from collections import deque
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -31,30 +29,18 @@ from .config import Config, Role
 from .console import Console
 from .errors import ControlError
 from .events import Event, MemoGone, MemoSeen, RescanNeeded, RetryDue, RunExited, SignalReceived, TimeoutFired
-from .memo import (
-    ACTIVE, ARCHIVE, FAILED, FOLDERS, INBOX, BadMemo, is_memo_name, move_memo, open_for_writing, parse_front_matter, read_memo,
-)  # fmt: skip
+from .intake import Intake
+from .memo import ACTIVE, ARCHIVE, FAILED, FOLDERS, INBOX, BadMemo, move_memo, parse_front_matter, read_memo
 from .prompts import PromptTemplate, load_template
 from .run import MemoRef, Run
 from .runner import Agent, LaunchSpec, SpawnError, agent_environment, start_command
-from .states import RunState
 from .cancel import record_cancel
+from .states import RunState
 from .store import Store, now_iso
 
-SETTLE = 1.0  # a memo found by a scan, unchanged this long and with no close event seen, is complete
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
 FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
-SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log line
-
-
-@dataclass
-class Queued:
-    """A complete memo waiting in its inbox for a slot."""
-
-    role: str
-    path: Path
-    seq: int
 
 
 class Supervisor:
@@ -69,15 +55,15 @@ class Supervisor:
         self.templates: dict[str, PromptTemplate] = {
             name: load_template(self.root / role.prompt) for name, role in config.roles.items()
         }
-        self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in config.roles}
-        self.pending: dict[Path, tuple[str, float]] = {}
+        self.intake = Intake(list(config.roles), config.role_dir, console, self.store,
+                             lambda delay, callback: self._require_loop().call_later(delay, callback),
+                             self._schedule)  # fmt: skip
         self.runs: dict[int, Run] = {}
         self.retry_ready: dict[str, deque[Run]] = {name: deque() for name in config.roles}
         self.live: dict[str, int] = {name: 0 for name in config.roles}
         self.total_live = 0
         self.crashes: dict[str, int] = {name: 0 for name in config.roles if config.roles[name].critical}
         self.budget_blocks: dict[str, str] = {}
-        self.seq = itertools.count()
         self.ending: str | None = None  # None, "graceful" or "force"
         self.exit_code = 0
         self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
@@ -85,8 +71,6 @@ class Supervisor:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watcher: Any = None
         self.control: Any = None
-        self._pending_timer: asyncio.TimerHandle | None = None
-        self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
         self._idle_since: float | None = None
         self._background: set[asyncio.Future[Any]] = set()
         self._sweeps: set[asyncio.Future[Any]] = set()  # kill ladders for processes an agent left behind
@@ -193,7 +177,7 @@ class Supervisor:
     def _check_idle(self) -> None:
         if not self.until_idle or self.ending:
             return
-        busy = self.runs or self.pending or any(self.queues.values())
+        busy = self.runs or self.intake.busy
         if busy:
             self._idle_since = None
         elif self._idle_since is None:
@@ -206,9 +190,9 @@ class Supervisor:
         """Dispatch one event; an exception here is logged and never stops the loop."""
         try:
             if isinstance(event, MemoSeen):
-                self._on_memo_seen(event)
+                self.intake.seen(event)
             elif isinstance(event, MemoGone):
-                self._on_memo_gone(event)
+                self.intake.gone(event)
             elif isinstance(event, RescanNeeded):
                 self.console.line(f"rescan: {event.reason}")
                 self.rescan()
@@ -234,106 +218,14 @@ class Supervisor:
         else:
             self.begin_ending("graceful", f"signal {signal.Signals(event.signum).name}")
 
-    def _on_memo_seen(self, event: MemoSeen) -> None:
-        path = event.path
-        queue = self.queues.get(event.role)
-        if queue is None or path in queue:
-            return  # duplicate event for a memo already queued
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            return  # already claimed or gone: the rename was the arbiter
-        if stat.S_ISDIR(info.st_mode):
-            return
-        if event.complete:
-            self.pending.pop(path, None)
-            self._enqueue(event.role, path)
-        else:
-            self.pending[path] = (event.role, time.monotonic())
-            self._arm_pending_check()
-
-    def _on_memo_gone(self, event: MemoGone) -> None:
-        if os.path.lexists(event.path):
-            return  # a new memo under the same name already took its place
-        self.pending.pop(event.path, None)
-        if self.queues[event.role].pop(event.path, None) is not None:
-            self.store.forget_memo_attempts(event.role, [event.path.name])  # a later namesake starts afresh
-            self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
-
-    def _enqueue(self, role: str, path: Path) -> None:
-        self.queues[role][path] = Queued(role, path, next(self.seq))
-
     def rescan(self, initial: bool = False) -> None:
-        """Look at every inbox; queue what is new and complete. Never queues a memo twice."""
-        for role in self.config.roles:
-            inbox = self.config.role_dir(role) / INBOX
-            try:
-                entries = sorted((e for e in os.scandir(inbox) if is_memo_name(e.name)), key=lambda e: e.name)
-            except FileNotFoundError:
-                inbox.mkdir(parents=True, exist_ok=True)
-                self.console.line(f"inbox {inbox} was missing; created it again", role=role)
-                continue
-            queue = self.queues[role]
-            present = set()
-            for entry in entries:
-                path = Path(entry.path)
-                present.add(path)
-                if path in queue or path in self.pending:
-                    continue
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISDIR(info.st_mode):
-                    continue
-                if not stat.S_ISREG(info.st_mode):
-                    self._enqueue(role, path)  # its claim rejects it with a reason
-                else:  # no close event seen: _check_pending below decides whether its writer is done
-                    self.pending[path] = (role, time.monotonic())
-            for path in [p for p in queue if p not in present]:
-                del queue[path]
-            if initial and entries:
-                self.console.line(f"{len(entries)} memo(s) waiting in the inbox", role=role)
-        self._check_pending()
+        """Look at every inbox again (the safety net for missed events), then start what may start."""
+        self.intake.rescan(initial)
         self._schedule()
 
-    def _arm_pending_check(self) -> None:
-        if self._pending_timer is None and self.loop is not None:
-            self._pending_timer = self.loop.call_later(SETTLE, self._pending_timer_fired)
-
-    def _pending_timer_fired(self) -> None:
-        self._pending_timer = None
-        self._check_pending()
-        self._schedule()
-
-    def _check_pending(self) -> None:
-        """Promote memos that stopped changing and that no process holds open for writing.
-
-        The others wait for their close event (or a later check): a writer may pause with the file open.
-        """
-        now = time.time()
-        settled: list[tuple[Path, str]] = []
-        for path, (role, _seen) in list(self.pending.items()):
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                del self.pending[path]
-                continue
-            age = now - info.st_mtime
-            if age >= SETTLE or age < -SETTLE:  # a future mtime (copied from another clock) would never settle
-                settled.append((path, role))
-        busy = open_for_writing([path for path, _ in settled]) if settled else set()
-        for path, role in settled:
-            if path not in busy:
-                del self.pending[path]
-                self._enqueue(role, path)
-            elif path not in self._slow_writers and time.monotonic() - self.pending[path][1] >= SLOW_WRITER:
-                self._slow_writers.add(path)
-                self.console.line(f"{path.name} is still open for writing by another process; it waits until closed",
-                                  role=role)  # fmt: skip
-        self._slow_writers &= self.pending.keys()
-        if self.pending:
-            self._arm_pending_check()
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        assert self.loop is not None, "the supervisor's loop runs"
+        return self.loop
 
     # ------------------------------------------------------------ scheduling
     def _batch_busy(self, role: str) -> bool:
@@ -355,7 +247,7 @@ class Supervisor:
             for name, role in self.config.roles.items():
                 if self.live[name] >= role.limit:
                     continue
-                retries, queue = self.retry_ready[name], self.queues[name]
+                retries, queue = self.retry_ready[name], self.intake.queues[name]
                 if not retries and not queue:
                     continue
                 if role.batch and not retries and self._batch_busy(name):
@@ -415,7 +307,7 @@ class Supervisor:
         self.budget_blocks = blocks
 
     def _start_from_queue(self, role: Role) -> None:
-        queue = self.queues[role.name]
+        queue = self.intake.queues[role.name]
         entries = list(queue.values()) if role.batch else [next(iter(queue.values()))]
         seq = entries[0].seq
         memos: list[tuple[MemoRef, str]] = []
@@ -864,9 +756,9 @@ class Supervisor:
             "started_at": self.started_at,
             "ending": self.ending,
             "runs": [r.describe() for r in runs],
-            "queued": {role: len(q) for role, q in self.queues.items()},
-            "queued_memos": {role: [p.name for p in list(q)[:20]] for role, q in self.queues.items() if q},
-            "pending": len(self.pending),
+            "queued": {role: len(q) for role, q in self.intake.queues.items()},
+            "queued_memos": {role: [p.name for p in list(q)[:20]] for role, q in self.intake.queues.items() if q},
+            "pending": len(self.intake.pending),
             "limits": {"max_concurrent": self.config.max_concurrent, "running": self.total_live},
             "crash_counts": dict(self.crashes),
             "budget_blocks": dict(self.budget_blocks),

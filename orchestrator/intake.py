@@ -1,0 +1,171 @@
+"""What waits: memos seen in the inboxes, queued when complete, pending while their writer is busy.
+
+Owned by the supervisor and touched only from its loop. A memo is complete when a rename or a
+close-after-write event says so, or, found by a scan, when it has not changed for ``SETTLE`` seconds
+and no process holds it open for writing. Queues are FIFO per role (file-name order at start-up);
+both sets hold only files still in an inbox, so they stay bounded however long the orchestrator runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import stat
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .console import Console
+from .events import MemoGone, MemoSeen
+from .memo import INBOX, is_memo_name, open_for_writing
+from .store import Store
+
+SETTLE = 1.0  # a memo found by a scan, unchanged this long and open for writing by nobody, is complete
+SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log line
+
+
+@dataclass
+class Queued:
+    """A complete memo waiting in its inbox for a slot; ``seq`` orders all roles' memos by arrival."""
+
+    role: str
+    path: Path
+    seq: int
+
+
+class Intake:
+    """The queues and the pending memos of every role."""
+
+    def __init__(
+        self,
+        roles: list[str],
+        role_dir: Callable[[str], Path],
+        console: Console,
+        store: Store,
+        call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle],
+        changed: Callable[[], None],
+    ) -> None:
+        self.role_dir = role_dir
+        self.console = console
+        self.store = store
+        self._call_later = call_later
+        self._changed = changed  # called when the pending check queued something on its own timer
+        self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in roles}
+        self.pending: dict[Path, tuple[str, float]] = {}
+        self._seq = itertools.count()
+        self._pending_timer: asyncio.TimerHandle | None = None
+        self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending) or any(self.queues.values())
+
+    def drop(self, role: str, path: Path) -> None:
+        """Forget a memo that is being taken out of its inbox (cancelled)."""
+        self.queues[role].pop(path, None)
+        self.pending.pop(path, None)
+
+    def seen(self, event: MemoSeen) -> None:
+        """A memo appeared or changed: queue it when complete, else wait for its writer."""
+        path = event.path
+        queue = self.queues.get(event.role)
+        if queue is None or path in queue:
+            return  # duplicate event for a memo already queued
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return  # already claimed or gone: the rename was the arbiter
+        if stat.S_ISDIR(info.st_mode):
+            return
+        if event.complete:
+            self.pending.pop(path, None)
+            self._enqueue(event.role, path)
+        else:
+            self.pending[path] = (event.role, time.monotonic())
+            self._arm_pending_check()
+
+    def gone(self, event: MemoGone) -> None:
+        """A memo left its inbox before its claim: it is simply gone."""
+        if os.path.lexists(event.path):
+            return  # a new memo under the same name already took its place
+        self.pending.pop(event.path, None)
+        if self.queues[event.role].pop(event.path, None) is not None:
+            self.store.forget_memo_attempts(event.role, [event.path.name])  # a later namesake starts afresh
+            self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
+
+    def _enqueue(self, role: str, path: Path) -> None:
+        self.queues[role][path] = Queued(role, path, next(self._seq))
+
+    def rescan(self, initial: bool = False) -> None:
+        """Look at every inbox; queue what is new and complete. Never queues a memo twice."""
+        for role in self.queues:
+            inbox = self.role_dir(role) / INBOX
+            try:
+                entries = sorted((e for e in os.scandir(inbox) if is_memo_name(e.name)), key=lambda e: e.name)
+            except FileNotFoundError:
+                inbox.mkdir(parents=True, exist_ok=True)
+                self.console.line(f"inbox {inbox} was missing; created it again", role=role)
+                continue
+            queue = self.queues[role]
+            present = set()
+            for entry in entries:
+                path = Path(entry.path)
+                present.add(path)
+                if path in queue or path in self.pending:
+                    continue
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    self._enqueue(role, path)  # its claim rejects it with a reason
+                else:  # no close event seen: _check_pending below decides whether its writer is done
+                    self.pending[path] = (role, time.monotonic())
+            for path in [p for p in queue if p not in present]:
+                del queue[path]
+            if initial and entries:
+                self.console.line(f"{len(entries)} memo(s) waiting in the inbox", role=role)
+        self._check_pending()
+
+    def _arm_pending_check(self) -> None:
+        if self._pending_timer is None:
+            self._pending_timer = self._call_later(SETTLE, self._pending_timer_fired)
+
+    def _pending_timer_fired(self) -> None:
+        self._pending_timer = None
+        self._check_pending()
+        self._changed()
+
+    def _check_pending(self) -> None:
+        """Promote memos that stopped changing and that no process holds open for writing.
+
+        The others wait for their close event (or a later check): a writer may pause with the file open.
+        """
+        now = time.time()
+        settled: list[tuple[Path, str]] = []
+        for path, (role, _seen) in list(self.pending.items()):
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                del self.pending[path]
+                continue
+            age = now - info.st_mtime
+            if age >= SETTLE or age < -SETTLE:  # a future mtime (copied from another clock) would never settle
+                settled.append((path, role))
+        busy = open_for_writing([path for path, _ in settled]) if settled else set()
+        for path, role in settled:
+            if path not in busy:
+                del self.pending[path]
+                self._enqueue(role, path)
+            elif path not in self._slow_writers and time.monotonic() - self.pending[path][1] >= SLOW_WRITER:
+                self._slow_writers.add(path)
+                self.console.line(f"{path.name} is still open for writing by another process; it waits until closed",
+                                  role=role)  # fmt: skip
+        self._slow_writers &= self.pending.keys()
+        if self.pending:
+            self._arm_pending_check()
