@@ -174,12 +174,14 @@ class FakeClaude:
             "permission_denials": [], "uuid": str(uuid.uuid4()), "stop_reason": None,
             **({"result": text} if text is not None else {}), **extra,
         }  # fmt: skip
-        send(message)
-        if SESSIONS:
+        if SESSIONS:  # saved before the result goes out, and whole: a retry may resume the session at once
             sessions = load_sessions()
             sessions[self.session_id] = {"cost": self.cost, "tokens": self.tokens}
-            with open(SESSIONS, "w", encoding="utf-8") as handle:
+            tmp = f"{SESSIONS}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
                 json.dump(sessions, handle)
+            os.replace(tmp, SESSIONS)
+        send(message)
 
     def turn(self, prompt: str) -> None:
         record(prompt=prompt)

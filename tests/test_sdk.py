@@ -581,7 +581,9 @@ def test_a_retry_resumes_the_failed_session_and_counts_its_cost_once(project: Pr
     fake = {"cost": "0.25", "fail_attempts": "1", "sessions": str(project.root / "sessions.json")}
     project.configure({
         "writer": sdk_role(project, fake_cli, retry=QUICK_RETRY, retry_resumes=True, fake=fake),
-        "editor": sdk_role(project, fake_cli, record="editor", retry=QUICK_RETRY, fake=fake),  # starts afresh
+        # starts afresh; its own sessions file, since two fakes writing one file at once could lose an update
+        "editor": sdk_role(project, fake_cli, record="editor", retry=QUICK_RETRY,
+                           fake={**fake, "sessions": str(project.root / "sessions-editor.json")}),
     })  # fmt: skip
     orch = project.up()
     project.drop("writer", "W-1.md", {"id": "W-1"})
