@@ -43,10 +43,8 @@ class Run:
     log_path: Path | None = None
     started_mono: float | None = None
     started_at: str | None = None
-    next_attempt_mono: float | None = None
     next_attempt_at: str | None = None
     exit_codes: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
     timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
     stopping: asyncio.Future[Any] | None = None
     stop_result: dict[str, Any] | None = None

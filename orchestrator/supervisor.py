@@ -558,13 +558,7 @@ class Supervisor:
     def _attempt_failed(self, run: Run, reason: str, exit_code: int | None, retry: bool = True) -> None:
         """One attempt failed: retry after the backoff, or give up into failed/."""
         self._release_slot(run)
-        run.last_ran = run.elapsed()
-        run.reasons.append(reason)
-        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, ended_at=now_iso(),
-                                  exit_code=exit_code, outcome="failed", reason=reason,
-                                  log_path=str(run.log_path))  # fmt: skip
-        for memo in run.memos:
-            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
+        self._end_attempt(run, "failed", reason, exit_code)
         role = run.role
         self.console.line(f"{run.label} attempt {run.attempt} failed: {reason} (run {run.run_id})", role=role.name)
         if self._note_crash(role, run.elapsed(), failed=True):
@@ -579,18 +573,30 @@ class Supervisor:
             return
         retries_done = run.attempt - 1
         if retry and retries_done < role.retry.max:
-            delay = role.retry.delay(retries_done + 1)
-            run.next_attempt_mono = time.monotonic() + delay
-            run.next_attempt_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="milliseconds")
-            self._transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason,
-                             exit_code=exit_code)  # fmt: skip
-            assert self.loop is not None
-            run.timers["retry"] = self.loop.call_later(delay, self.handle, RetryDue(run.run_id))
-            self.console.line(f"{run.label} retry {retries_done + 1} of {role.retry.max} in {delay:g}s", role=role.name)
+            self._wait_for_retry(run, reason, exit_code=exit_code)
             return
         self._give_up(run, RunState.FAILED, reason, exit_code)
         if role.stop_on_failure:
             self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} failed", exit_code=1)
+
+    def _end_attempt(self, run: Run, outcome: str, reason: str, exit_code: int | None) -> None:
+        """An attempt ended without success: on record, with the memos' attempt count kept for any return."""
+        run.last_ran = run.elapsed()
+        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, ended_at=now_iso(),
+                                  exit_code=exit_code, outcome=outcome, reason=reason,
+                                  log_path=str(run.log_path))  # fmt: skip
+        for memo in run.memos:
+            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
+
+    def _wait_for_retry(self, run: Run, reason: str, *, prefix: str = "", suffix: str = "", **fields: Any) -> None:
+        """RETRY_WAIT for the role's next backoff (no slot held); ``RetryDue`` queues it again."""
+        retry_number = run.attempt  # attempts so far, so the next retry is this one
+        delay = run.role.retry.delay(retry_number)
+        run.next_attempt_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="milliseconds")
+        self._transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason, **fields)
+        run.timers["retry"] = self._require_loop().call_later(delay, self.handle, RetryDue(run.run_id))
+        self.console.line(f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
+                          role=run.role.name)  # fmt: skip
 
     def _give_up(self, run: Run, state: RunState, reason: str, exit_code: int | None) -> None:
         """Retries are over: memos to failed/ beside a reason file, and the coordinator told."""
@@ -625,24 +631,12 @@ class Supervisor:
         if run.state is not RunState.TIMING_OUT:
             return  # a cancel took over, or the orchestrator force-ended
         reason = f"timed out after {run.role.timeout:g}s (attempt {run.attempt})"
-        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, ended_at=now_iso(),
-                                  exit_code=run.exit_codes[-1] if run.exit_codes else None, outcome="timed_out",
-                                  reason=reason, log_path=str(run.log_path))  # fmt: skip
-        for memo in run.memos:
-            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
-        run.reasons.append(reason)
+        self._end_attempt(run, "timed_out", reason, run.exit_codes[-1] if run.exit_codes else None)
         if self.ending:
             self._return_to_inbox(run, reason)
         elif run.role.retry_timeouts and run.attempt - 1 < run.role.retry.max:
-            delay = run.role.retry.delay(run.attempt)
             run.stopping = run.stop_result = None  # this attempt's ladder is over; the next attempt starts free of it
-            run.next_attempt_mono = time.monotonic() + delay
-            run.next_attempt_at = (datetime.now().astimezone() + timedelta(seconds=delay)).isoformat(timespec="milliseconds")
-            self._transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
-            assert self.loop is not None
-            run.timers["retry"] = self.loop.call_later(delay, self.handle, RetryDue(run.run_id))
-            self.console.line(f"{run.label} {reason}; retry {run.attempt} of {run.role.retry.max} in {delay:g}s "
-                              "(retry_timeouts)", role=run.role.name)  # fmt: skip
+            self._wait_for_retry(run, reason, prefix=f"{reason}; ", suffix=" (retry_timeouts)")
         else:
             self._give_up(run, RunState.TIMED_OUT, reason, run.exit_codes[-1] if run.exit_codes else None)
             if run.role.stop_on_failure:
