@@ -25,7 +25,6 @@ from .store import now_iso
 if TYPE_CHECKING:
     from .supervisor import Supervisor
 
-FINISHED_STATES = [s.value for s in RunState if s.finished]
 HEADER_BYTES = 16 * 1024
 
 

@@ -11,10 +11,9 @@ from rich.table import Table
 
 from . import control
 from .errors import NotRunningError
-from .states import UNFINISHED, RunState
+from .states import UNFINISHED
 from .store import Store
 
-FINISHED = [s.value for s in RunState if s.finished]
 
 
 def _from_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +56,7 @@ def collect(root: Path) -> dict[str, Any]:
         store = Store(db, readonly=True)
         try:
             snap["runs"] = [_from_row(r) for r in store.runs_in_states(s.value for s in UNFINISHED)]
-            snap["recent"] = [_from_row(r) for r in store.recent_runs(20, FINISHED)]
+            snap["recent"] = [_from_row(r) for r in store.recent_runs(20)]
         finally:
             store.close()
     return snap

@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from .states import FINISHED
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -151,8 +153,9 @@ class Store:
         ).fetchall()
         return [_row(r) for r in rows]
 
-    def recent_runs(self, limit: int = 20, finished_states: Iterable[str] = ()) -> list[dict[str, Any]]:
-        states = list(finished_states)
+    def recent_runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The last ``limit`` runs that ended, newest first."""
+        states = [state.value for state in FINISHED]
         rows = self.db.execute(
             f"SELECT * FROM runs WHERE state IN ({', '.join('?' * len(states))}) ORDER BY run_id DESC LIMIT ?",
             [*states, limit],

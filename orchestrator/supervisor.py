@@ -736,9 +736,7 @@ class Supervisor:
 
     def snapshot(self) -> dict[str, Any]:
         """Live state for ``status``: the light view plus recent finished runs from the database."""
-        from .cancel import FINISHED_STATES
-
-        return {**self.snapshot_light(), "recent": self.store.recent_runs(20, FINISHED_STATES)}
+        return {**self.snapshot_light(), "recent": self.store.recent_runs(20)}
 
     def snapshot_light(self) -> dict[str, Any]:
         """Live state without touching the database (redrawn several times a second)."""
