@@ -79,8 +79,9 @@ def find(sup: Supervisor, query: str) -> list[Candidate]:
                 found.append(Candidate(run.role.name, memo.name, memo.path, memo.memo_id, run))
     for role in sup.config.roles:
         for path in _inbox_files(sup, role):
-            if _matches(query, qpath, path.name, path, None) or _read_id(path) == query:
-                found.append(Candidate(role, path.name, path, _read_id(path)))
+            memo_id = _read_id(path)  # read once: it is matched and reported
+            if _matches(query, qpath, path.name, path, memo_id):
+                found.append(Candidate(role, path.name, path, memo_id))
     return found
 
 
