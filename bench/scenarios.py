@@ -586,8 +586,8 @@ def memory(ctx: Context) -> Outcome:
 
 def _import_floor_mb(project: Project) -> float:
     code = (
-        "import orchestrator.cli, orchestrator.app, orchestrator.supervisor, orchestrator.control, "
-        "orchestrator.watcher, orchestrator.recovery, watchdog.observers\n"
+        "import orchestrator.cli, orchestrator.app, orchestrator.supervisor.loop, orchestrator.control.channel, "
+        "orchestrator.intake.watcher, orchestrator.supervisor.recovery, watchdog.observers\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(project.record),

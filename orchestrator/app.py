@@ -9,11 +9,11 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .config import Config, load_config
-from .console import Console
-from .errors import AlreadyRunningError, ConfigError, OrchestratorError
-from .prompts import load_template
-from .runner import resolve_command
+from orchestrator.config import Config, load_config
+from orchestrator.console import Console
+from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
+from orchestrator.prompts import load_template
+from orchestrator.agents.command import resolve_command
 
 
 def preflight(config: Config) -> None:
@@ -24,7 +24,7 @@ def preflight(config: Config) -> None:
         if not cwd.is_dir():
             raise ConfigError(f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist")
         if role.backend == "sdk":
-            from .sdk_backend import check_role
+            from orchestrator.agents.sdk.backend import check_role
 
             check_role(role, config.root)
         elif resolve_command(role.command, cwd) is None:
@@ -61,7 +61,7 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
 
 
 def run_up(root: Path, *, until_idle: bool = False, plain: bool = False) -> int:
-    from .supervisor import Supervisor
+    from orchestrator.supervisor.loop import Supervisor
 
     config = load_config(root)
     preflight(config)

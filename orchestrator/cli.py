@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
-from .errors import NotRunningError, OrchestratorError, UsageError
+from orchestrator import __version__
+from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,13 +85,13 @@ def _print_json(data: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from .app import run_up
+    from orchestrator.app import run_up
 
     return run_up(_root(args), until_idle=args.until_idle, plain=args.plain)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from . import status
+    from orchestrator.control import status
 
     snap = status.collect(_root(args))
     if args.json:
@@ -102,7 +102,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from . import control
+    from orchestrator.control import channel as control
 
     if not args.memo and not args.role:
         raise UsageError("orchestrator cancel: name a memo (id, file name or path) or use --role ROLE")
@@ -144,7 +144,7 @@ def _describe_cancel(item: dict[str, Any]) -> str:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from . import control
+    from orchestrator.control import channel as control
 
     root = _root(args)
     before = control.call(root, "status")
@@ -160,7 +160,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _wait_for_exit(root: Path) -> None:
-    from . import control
+    from orchestrator.control import channel as control
 
     while True:
         try:
@@ -173,7 +173,7 @@ def _wait_for_exit(root: Path) -> None:
 
 
 def cmd_interrupt(args: argparse.Namespace) -> int:
-    from . import control
+    from orchestrator.control import channel as control
 
     result = control.call(_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep,
                           reason=args.reason, who=_who())  # fmt: skip
@@ -185,7 +185,7 @@ def cmd_interrupt(args: argparse.Namespace) -> int:
 
 
 def cmd_tell(args: argparse.Namespace) -> int:
-    from . import control
+    from orchestrator.control import channel as control
 
     text = args.text if args.text is not None else sys.stdin.read()
     if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
@@ -199,7 +199,7 @@ def cmd_tell(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from . import history
+    from orchestrator.control import history
 
     report = history.collect(_root(args), role=args.role, since=args.since)
     if args.json:
@@ -210,7 +210,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .scaffold import init_project
+    from orchestrator.scaffold import init_project
 
     target = (args.dir or args.root or Path.cwd()).resolve()
     created, kept = init_project(target)
@@ -223,7 +223,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from orchestrator.demo import run_demo
 
     return run_demo()
 

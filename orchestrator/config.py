@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from .errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"

@@ -23,9 +23,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from .run import Run
-    from .states import RunState
-    from .supervisor import Supervisor
+    from orchestrator.core.run import Run
+    from orchestrator.core.states import RunState
+    from orchestrator.supervisor.loop import Supervisor
 
 RECENT_EVENTS = 12
 REFRESH = 0.25

@@ -6,8 +6,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .app import run_up
-from .memo import new_memo_id, render_memo, write_atomically
+from orchestrator.app import run_up
+from orchestrator.intake.memo import new_memo_id, render_memo, write_atomically
 
 ROLES_YAML = """\
 max_concurrent: 4

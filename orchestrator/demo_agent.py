@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .memo import new_memo_id, parse_front_matter, render_memo, slug, write_atomically
+from orchestrator.intake.memo import new_memo_id, parse_front_matter, render_memo, slug, write_atomically
 
 TASKS = ("Build the landing page", "Write the about page")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .errors import ConfigError
+from orchestrator.core.errors import ConfigError
 
 PLACEHOLDERS = frozenset(
     {

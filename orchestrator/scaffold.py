@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from .memo import INBOX
+from orchestrator.intake.memo import INBOX
 
 DEFAULT_ROLES = ("project-manager", "planner", "builder", "reviewer")
 

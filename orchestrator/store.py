@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from .states import FINISHED
+from orchestrator.core.states import FINISHED
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import Project, wait_for
-from orchestrator import control
+from orchestrator.control import channel as control
 
 LONG = 300
 
@@ -205,7 +205,7 @@ def test_an_orchestrator_ending_with_idle_clients_connected_prints_no_traceback(
 
 
 def test_a_usage_error_found_by_the_orchestrator_keeps_its_exit_status(running: Project) -> None:
-    from orchestrator import errors
+    from orchestrator.core import errors
 
     with pytest.raises(errors.UsageError, match="name a memo"):
         control.call(running.root, "cancel", memo="")
@@ -395,7 +395,7 @@ def _one_shot_server(root: Path, behave: Any) -> Any:
 )  # fmt: skip
 def test_the_client_turns_every_server_failure_into_one_clear_error(tmp_path: Path, behave: Any, error: str,
                                                                      text: str) -> None:  # fmt: skip
-    from orchestrator import errors
+    from orchestrator.core import errors
 
     server, thread = _one_shot_server(tmp_path, behave)
     try:
@@ -408,7 +408,7 @@ def test_the_client_turns_every_server_failure_into_one_clear_error(tmp_path: Pa
 
 
 def test_the_client_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> None:
-    from orchestrator import errors
+    from orchestrator.core import errors
 
     import threading
 
@@ -426,7 +426,7 @@ def test_the_client_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> N
 def test_a_refusal_sent_before_the_request_is_read_still_reaches_the_client(tmp_path: Path) -> None:
     """The server refuses another user's connection without reading; a request too big to be buffered meets a
     closed socket while it is being sent, and the client must still read and report the refusal."""
-    from orchestrator import errors
+    from orchestrator.core import errors
 
     refusal = b'{"ok": false, "code": "error", "error": "permission denied: not the socket\'s owner"}\n'
     server, thread = _one_shot_server(tmp_path, lambda c: c.sendall(refusal))

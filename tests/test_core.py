@@ -28,7 +28,7 @@ import pytest
 import yaml
 from conftest import STAND_IN, Orchestrator, Project, wait_for
 
-from orchestrator.intake import SETTLE
+from orchestrator.intake.queue import SETTLE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
 SLOW = 60.0  # deadline for work that starts many agents on a loaded 2-core machine

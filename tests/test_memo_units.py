@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import memo as memo_mod
+from orchestrator.intake import memo as memo_mod
 from orchestrator.config import RetryPolicy, load_config, parse_duration
-from orchestrator.errors import ConfigError
-from orchestrator.memo import (
+from orchestrator.core.errors import ConfigError
+from orchestrator.intake.memo import (
     BadMemo,
     free_name,
     is_memo_name,

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import dead, wait_for
-from orchestrator import procs
+from orchestrator.agents import procs
 
 # A leader (own session) that starts what its argv asks for, prints the pids as one JSON line, then sleeps.
 LEADER = r"""

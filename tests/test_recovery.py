@@ -20,7 +20,7 @@ from conftest import Project, pid_alive, wait_for
 
 from orchestrator.config import load_config
 from orchestrator.console import Console
-from orchestrator.recovery import recover
+from orchestrator.supervisor.recovery import recover
 from orchestrator.store import Store
 
 # an "agent": starts a grandchild in its own group, reports the grandchild's pid, then sleeps

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import Orchestrator, Project, pid_alive, wait_for
-from orchestrator.recovery import orphan_run_ids
+from orchestrator.supervisor.recovery import orphan_run_ids
 
 QUICK_RETRY = {"max": 1, "backoff": ["0.1s"]}
 

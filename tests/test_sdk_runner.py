@@ -1,6 +1,6 @@
 """The ``sdk`` backend against a fake Claude Code CLI: the runner process, then ``start_sdk`` in a loop.
 
-The runner (``python -m orchestrator.sdk_runner``) and claude-agent-sdk run for
+The runner (``python -m orchestrator.agents.sdk.runner``) and claude-agent-sdk run for
 real; only the CLI is faked (``tests/fake_claude.py``, given as ``cli_path``), so
 nothing reaches Anthropic. Every test passes ``cli_path``: without it the SDK
 would start the real CLI it bundles.
@@ -24,24 +24,25 @@ import psutil
 import pytest
 
 from conftest import pid_alive, wait_for
-from orchestrator import procs, sdk_runner
+from orchestrator.agents import procs
+from orchestrator.agents.sdk import runner as sdk_runner
 from orchestrator.config import Role
-from orchestrator.errors import ConfigError, ControlError
-from orchestrator.runner import Agent, LaunchSpec, agent_environment
-from orchestrator.sdk_backend import SdkAgent, check_role, start_sdk
+from orchestrator.core.errors import ConfigError, ControlError
+from orchestrator.agents.command import Agent, LaunchSpec, agent_environment
+from orchestrator.agents.sdk.backend import SdkAgent, check_role, start_sdk
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE = 30.0
 
 
 class Runner:
-    """A ``python -m orchestrator.sdk_runner`` process with its events collected as they arrive."""
+    """A ``python -m orchestrator.agents.sdk.runner`` process with its events collected as they arrive."""
 
     def __init__(self, tmp_path: Path, spec: dict[str, Any], env: dict[str, str]) -> None:
         self.record = tmp_path / "record.jsonl"
         child_env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_CLAUDE_RECORD": str(self.record), **env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.sdk_runner"], cwd=tmp_path, env=child_env,
+            [sys.executable, "-m", "orchestrator.agents.sdk.runner"], cwd=tmp_path, env=child_env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         self.events: list[dict[str, Any]] = []
@@ -320,7 +321,7 @@ def test_sigterm_ends_the_runner_and_its_cli_promptly(tmp_path: Path, fake_cli: 
 
 
 def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.sdk_runner"], stdin=subprocess.PIPE, cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.agents.sdk.runner"], stdin=subprocess.PIPE, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     try:
         # its stdin thread starts after the signal handlers are in place
@@ -343,7 +344,7 @@ def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
 )
 def test_a_bad_spec_is_a_failure_event(tmp_path: Path, spec_line: str, expected: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.sdk_runner"], input=spec_line.encode() + b"\n", capture_output=True,
+        [sys.executable, "-m", "orchestrator.agents.sdk.runner"], input=spec_line.encode() + b"\n", capture_output=True,
         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=DEADLINE, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 1

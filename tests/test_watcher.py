@@ -26,8 +26,8 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
-from orchestrator.events import MemoGone, MemoSeen, RescanNeeded
-from orchestrator.watcher import EVENT_TYPES, TEST_FAULT_ENV, InboxWatcher, _Handler, classify
+from orchestrator.core.events import MemoGone, MemoSeen, RescanNeeded
+from orchestrator.intake.watcher import EVENT_TYPES, TEST_FAULT_ENV, InboxWatcher, _Handler, classify
 
 ROLE_DIR = "/p/memo/builder"
 INBOX = f"{ROLE_DIR}/inbox"

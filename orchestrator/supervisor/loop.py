@@ -24,19 +24,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from . import notices, procs
-from .config import Config, Role
-from .console import Console
-from .errors import ControlError
-from .events import Event, MemoGone, MemoSeen, RescanNeeded, RetryDue, RunExited, SignalReceived, TimeoutFired
-from .intake import Intake
-from .memo import ACTIVE, ARCHIVE, FAILED, FOLDERS, INBOX, BadMemo, move_memo, parse_front_matter, read_memo
-from .prompts import PromptTemplate, load_template
-from .run import MemoRef, Run
-from .runner import Agent, LaunchSpec, SpawnError, agent_environment, start_command
-from .cancel import record_cancel
-from .states import RunState
-from .store import Store, now_iso
+from orchestrator.intake import notices
+
+from orchestrator.agents import procs
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.core.errors import ControlError
+from orchestrator.core.events import Event, MemoGone, MemoSeen, RescanNeeded, RetryDue, RunExited, SignalReceived, TimeoutFired
+from orchestrator.intake.queue import Intake
+from orchestrator.intake.memo import ACTIVE, ARCHIVE, FAILED, FOLDERS, INBOX, BadMemo, move_memo, parse_front_matter, read_memo
+from orchestrator.prompts import PromptTemplate, load_template
+from orchestrator.core.run import MemoRef, Run
+from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, agent_environment, start_command
+from orchestrator.control.cancel import record_cancel
+from orchestrator.core.states import RunState
+from orchestrator.store import Store, now_iso
 
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
 FORCE_WINDOW = 1.0
@@ -83,9 +85,9 @@ class Supervisor:
             self.loop.call_soon_threadsafe(self.handle, event)
 
     async def serve(self) -> int:
-        from .control import ControlServer
-        from .recovery import recover
-        from .watcher import InboxWatcher
+        from orchestrator.control.channel import ControlServer
+        from orchestrator.supervisor.recovery import recover
+        from orchestrator.intake.watcher import InboxWatcher
 
         self.loop = asyncio.get_running_loop()
         procs.become_subreaper()
@@ -409,7 +411,7 @@ class Supervisor:
         async def launch() -> None:
             try:
                 if run.role.backend == "sdk":
-                    from .sdk_backend import start_sdk
+                    from orchestrator.agents.sdk.backend import start_sdk
 
                     agent = await start_sdk(spec, self._agent_exited)
                 else:
@@ -720,7 +722,7 @@ class Supervisor:
     # ------------------------------------------------------------ cancel API
     async def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """A control-channel request; raises ``ControlError`` for a refusal."""
-        from . import cancel
+        from orchestrator.control import cancel
 
         if op == "status":
             return self.snapshot()

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .console import Console
-from .events import MemoGone, MemoSeen
-from .memo import INBOX, is_memo_name, open_for_writing
-from .store import Store
+from orchestrator.console import Console
+from orchestrator.core.events import MemoGone, MemoSeen
+from orchestrator.intake.memo import INBOX, is_memo_name, open_for_writing
+from orchestrator.store import Store
 
 SETTLE = 1.0  # a memo found by a scan, unchanged this long and open for writing by nobody, is complete
 SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log line

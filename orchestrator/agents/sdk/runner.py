@@ -1,6 +1,6 @@
 """The ``sdk`` backend's runner: one Claude session through claude-agent-sdk, in a process of its own.
 
-The orchestrator starts ``python -m orchestrator.sdk_runner`` in a new session,
+The orchestrator starts ``python -m orchestrator.agents.sdk.runner`` in a new session,
 so the kill ladder reaches the Claude Code CLI that the SDK starts below it, and
 talks to it over pipes, one JSON object per line. Keeping the SDK out of the
 orchestrator's own loop means a hung or crashing SDK can only take one run down.
@@ -794,7 +794,7 @@ async def run_session(output: Output) -> int:
 
 
 def main() -> None:
-    """``python -m orchestrator.sdk_runner``: exit with the session's status, never with a traceback."""
+    """``python -m orchestrator.agents.sdk.runner``: exit with the session's status, never with a traceback."""
     _restore_pythonpath()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="claude_agent_sdk: %(message)s")
     output = Output()

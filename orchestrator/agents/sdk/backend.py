@@ -1,6 +1,6 @@
 """The ``sdk`` backend inside the orchestrator: start a run's runner process and follow its events.
 
-The Claude session itself lives in ``orchestrator.sdk_runner``, a child process
+The Claude session itself lives in ``orchestrator.agents.sdk.runner``, a child process
 started in its own session like every agent, so the kill ladder reaches the CLI
 below it and a misbehaving SDK cannot stall the supervisor's loop. This module
 writes the runner's spec, reads its events into an ``SdkAgent``, and turns
@@ -27,7 +27,7 @@ API used by the supervisor:
 
 The runner's exit status: 0 success, 1 failure, 3 interrupted, 4 per-run
 budget exceeded, 143 stopped by a signal. Its event schema is in
-``orchestrator.sdk_runner``.
+``orchestrator.agents.sdk.runner``.
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from . import procs
-from .config import Role
-from .errors import ConfigError, ControlError
-from .runner import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
-from .sdk_runner import EXIT_INTERRUPTED, EXIT_SIGNALLED, RUNNER_PATH_ENV
+from orchestrator.agents import procs
+from orchestrator.config import Role
+from orchestrator.core.errors import ConfigError, ControlError
+from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
+from orchestrator.agents.sdk.runner import EXIT_INTERRUPTED, EXIT_SIGNALLED, RUNNER_PATH_ENV
 
-RUNNER_MODULE = "orchestrator.sdk_runner"
+RUNNER_MODULE = "orchestrator.agents.sdk.runner"
 EVENT_LINE_LIMIT = 4 * 1024 * 1024  # one event line; the runner keeps them small, this only bounds a broken one
-PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 
 
 def resolve_cli_path(cli_path: str, root: Path) -> str | None:
@@ -90,7 +90,7 @@ def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: P
 
 
 def runner_environment(env: dict[str, str]) -> dict[str, str]:
-    """The agent's environment, plus what lets ``python -m orchestrator.sdk_runner`` import this package.
+    """The agent's environment, plus what lets ``python -m orchestrator.agents.sdk.runner`` import this package.
 
     The runner starts in the role's folder, where the package may not be
     importable (a checkout that is not installed); it puts the agent's own

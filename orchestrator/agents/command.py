@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import procs
-from .config import Role
-from .errors import UnsupportedError
+from orchestrator.agents import procs
+from orchestrator.config import Role
+from orchestrator.core.errors import UnsupportedError
 
 ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
 

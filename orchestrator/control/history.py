@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console as RichConsole
 from rich.table import Table
 
-from .errors import UsageError
-from .store import Store
+from orchestrator.core.errors import UsageError
+from orchestrator.store import Store
 
 
 def _since(value: str | None) -> str | None:

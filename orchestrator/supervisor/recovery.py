@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from . import procs
-from .cancel import finish_after_restart
-from .memo import ACTIVE, INBOX, is_memo_name, move_memo
-from .states import UNFINISHED, RunState
-from .store import now_iso
+from orchestrator.agents import procs
+from orchestrator.control.cancel import finish_after_restart
+from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
+from orchestrator.core.states import UNFINISHED, RunState
+from orchestrator.store import now_iso
 
 if TYPE_CHECKING:
-    from .supervisor import Supervisor
+    from orchestrator.supervisor.loop import Supervisor
 
 DEFAULT_GRACE = 10.0
 

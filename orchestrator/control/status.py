@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console as RichConsole
 from rich.table import Table
 
-from . import control
-from .errors import NotRunningError
-from .states import UNFINISHED
-from .store import Store
+from orchestrator.control import channel as control
+from orchestrator.core.errors import NotRunningError
+from orchestrator.core.states import UNFINISHED
+from orchestrator.store import Store
 
 
 

@@ -12,13 +12,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from .memo import INBOX, new_memo_id, render_memo, slug, write_atomically
+from orchestrator.intake.memo import INBOX, new_memo_id, render_memo, slug, write_atomically
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .run import MemoRef, Run
-    from .states import RunState
-    from .store import Store
+    from orchestrator.config import Config
+    from orchestrator.core.run import MemoRef, Run
+    from orchestrator.core.states import RunState
+    from orchestrator.store import Store
 
 LOG_TAIL_LINES = 20
 

@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import notices
-from .errors import AmbiguousMemoError, ControlError, MemoFinishedError, UnknownMemoError, UsageError
-from .memo import ACTIVE, CANCELLED, INBOX, is_memo_name, move_memo, parse_front_matter
-from .run import MemoRef, Run
-from .states import RunState
-from .store import now_iso
+from orchestrator.intake import notices
+from orchestrator.core.errors import AmbiguousMemoError, ControlError, MemoFinishedError, UnknownMemoError, UsageError
+from orchestrator.intake.memo import ACTIVE, CANCELLED, INBOX, is_memo_name, move_memo, parse_front_matter
+from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.states import RunState
+from orchestrator.store import now_iso
 
 if TYPE_CHECKING:
-    from .supervisor import Supervisor
+    from orchestrator.supervisor.loop import Supervisor
 
 HEADER_BYTES = 16 * 1024
 

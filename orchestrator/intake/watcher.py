@@ -42,8 +42,8 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.utils.delayed_queue import DelayedQueue
 
-from .events import Event, MemoGone, MemoSeen, RescanNeeded
-from .memo import INBOX, is_memo_name
+from orchestrator.core.events import Event, MemoGone, MemoSeen, RescanNeeded
+from orchestrator.intake.memo import INBOX, is_memo_name
 
 # how often watchdog's dispatch thread wakes when no event comes (its default, 1 s, is most of an idle
 # orchestrator's CPU time); events themselves are dispatched at once, whatever this is

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import Role
-from .runner import Agent
-from .states import RunState, check_transition
+from orchestrator.config import Role
+from orchestrator.agents.command import Agent
+from orchestrator.core.states import RunState, check_transition
 
 
 @dataclass

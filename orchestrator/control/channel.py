@@ -19,12 +19,12 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
+from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
 
 if TYPE_CHECKING:
     import asyncio  # imported where the server runs: the CLI client never needs it (about 30 ms)
 
-    from .supervisor import Supervisor
+    from orchestrator.supervisor.loop import Supervisor
 
 SOCKET_NAME = "control.sock"
 IDLE_TIMEOUT = 30.0
