@@ -172,6 +172,16 @@ class Store:
             args.append(since)
         return [_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
 
+    def last_run_of_memo(self, query: str) -> dict[str, Any] | None:
+        """The newest run that held a memo named ``query`` (file name, with or without ``.md``, or front-matter id)."""
+        base = query.rsplit("/", 1)[-1]
+        row = self.db.execute(
+            "SELECT runs.* FROM runs WHERE EXISTS (SELECT 1 FROM json_each(runs.memos) WHERE value IN (?, ?)) "
+            "OR EXISTS (SELECT 1 FROM json_each(runs.memo_ids) WHERE value = ?) ORDER BY run_id DESC LIMIT 1",
+            (base, base + ".md", query),
+        ).fetchone()
+        return _row(row) if row else None
+
     def spent_since(self, since_iso: str, role: str | None = None) -> float:
         query = "SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE COALESCE(started_at, created_at) >= ?"
         args: list[Any] = [since_iso]

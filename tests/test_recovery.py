@@ -1,4 +1,4 @@
-"""Start-up reconciliation (``recovery.recover``) as a unit: a database and folders left by a dead orchestrator.
+"""Start-up reconciliation (``recovery.recover``) with a real lifecycle over a database and folders left by a dead orchestrator.
 
 The supervisor is replaced by the few attributes ``recover`` reads; the processes are
 real (small ``sys.executable`` children carrying the ORCHESTRATOR_* variables an agent has).
@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -20,7 +19,11 @@ from conftest import Project, pid_alive, wait_for
 
 from orchestrator.config import load_config
 from orchestrator.console import Console
+from orchestrator.core.clock import SystemClock
+from orchestrator.supervisor.endings import Endings
+from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.recovery import recover
+from orchestrator.supervisor.slots import Slots
 from orchestrator.store import Store
 
 # an "agent": starts a grandchild in its own group, reports the grandchild's pid, then sleeps
@@ -37,8 +40,11 @@ class Rig:
         self.config = load_config(self.root)
         self.store = Store(self.config.state_dir / "state.db")
         self.out = io.StringIO()
-        self.sup = SimpleNamespace(store=self.store, root=self.config.root, config=self.config,
-                                   console=Console(None, stream=self.out, live=False))  # fmt: skip
+        self.console = Console(None, stream=self.out, live=False)
+        clock = SystemClock()
+        slots = Slots({name: role.limit for name, role in self.config.roles.items()}, self.config.max_concurrent)
+        self.lifecycle = Lifecycle(self.config, self.store, self.console, clock, slots,
+                                   Endings(self.config, self.store, self.console, clock))  # fmt: skip
         self.children: list[subprocess.Popen[str]] = []
         self.grandchildren: list[int] = []
 
@@ -69,7 +75,7 @@ class Rig:
         return proc.pid
 
     def recover(self) -> str:
-        asyncio.run(recover(self.sup))  # type: ignore[arg-type]
+        asyncio.run(recover(self.config, self.store, self.console, self.lifecycle))
         return self.out.getvalue()
 
     def folder(self, role: str, folder: str) -> list[str]:

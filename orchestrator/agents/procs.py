@@ -81,7 +81,7 @@ def _proc_stat(pid: int) -> tuple[int, str, int] | None:
     return int(rest[2]), rest[0].decode(), int(rest[1])
 
 
-def _all_pids() -> list[int]:
+def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
@@ -116,7 +116,7 @@ def find_tree(target: Target) -> dict[int, psutil.Process]:
         except psutil.Error:
             pass
     marks = _environ_marks(target)
-    for pid in _all_pids():
+    for pid in all_pids():
         if pid == me or pid in found:
             continue
         info = _proc_stat(pid)

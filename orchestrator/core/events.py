@@ -1,9 +1,17 @@
-"""Typed events posted to the supervisor's loop by the watcher, the agents, timers and signals."""
+"""Typed events posted to the supervisor's loop, and the one it emits when a run ends.
+
+Producers (the watcher thread, agents' exit watchers, spawn and stop tasks,
+timers, signals and the control channel) only post these; the loop alone
+changes the run table in answer. A request from outside carries a future for
+its reply, which the loop resolves (or fails with an ``OrchestratorError``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,10 +39,48 @@ class RescanNeeded:
 
 
 @dataclass(frozen=True)
+class AgentStarted:
+    """The spawn task started the agent of this attempt."""
+
+    run_id: int
+    attempt: int
+    agent: Any = field(compare=False)
+
+
+@dataclass(frozen=True)
+class AgentStartFailed:
+    """The spawn task could not start the agent; ``unexpected`` when it was not a plain spawn error (a bug)."""
+
+    run_id: int
+    attempt: int
+    reason: str
+    unexpected: bool = False
+
+
+@dataclass(frozen=True)
 class RunExited:
+    """The agent process of this attempt exited with ``returncode`` (negative: killed by that signal)."""
+
     run_id: int
     attempt: int
     returncode: int
+
+
+@dataclass(frozen=True)
+class StopDone:
+    """A stop task (interrupt first, then the kill ladder) ended the agent's tree; ``report`` says what it did."""
+
+    run_id: int
+    attempt: int
+    report: Any = field(compare=False)
+
+
+@dataclass(frozen=True)
+class InterruptRefused:
+    """The SDK session of this attempt refused an interrupt (its session had ended)."""
+
+    run_id: int
+    attempt: int
 
 
 @dataclass(frozen=True)
@@ -54,4 +100,78 @@ class SignalReceived:
     at: float
 
 
-Event = MemoSeen | MemoGone | RescanNeeded | RunExited | TimeoutFired | RetryDue | SignalReceived
+@dataclass(frozen=True)
+class Tick:
+    """The periodic safety net: rescan, watcher health, budgets, orphan reaping, idle exit."""
+
+
+# ------------------------------------------------------------------ requests (each with a future for its reply)
+@dataclass(frozen=True)
+class StatusRequested:
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    force: bool
+    who: str
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    memo: str | None
+    role: str | None
+    all: bool
+    who: str
+    reason: str
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class InterruptRequested:
+    memo: str
+    keep: bool
+    who: str
+    reason: str
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class TellRequested:
+    memo: str
+    text: str
+    who: str
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+Request = StatusRequested | StopRequested | CancelRequested | InterruptRequested | TellRequested
+Event = (
+    MemoSeen
+    | MemoGone
+    | RescanNeeded
+    | AgentStarted
+    | AgentStartFailed
+    | RunExited
+    | StopDone
+    | InterruptRefused
+    | TimeoutFired
+    | RetryDue
+    | SignalReceived
+    | Tick
+    | Request
+)
+
+
+# ------------------------------------------------------------------ emitted
+@dataclass(frozen=True)
+class RunFinished:
+    """Emitted once by the lifecycle when a run ends, whatever the way."""
+
+    run: Any = field(compare=False)
+    previous: Any
+    state: Any
+    reason: str | None
+    moved: list[Path] = field(default_factory=list, compare=False)
+    cancel: Any = field(default=None, compare=False)
+    announce: bool = True

@@ -1,16 +1,18 @@
-"""One run in memory: its memos, its state, its current agent, and the one method that changes its state."""
+"""One run in memory: its memos, its state, its current agent and what it is waiting for.
+
+The state is changed only by ``Lifecycle.transition`` (``orchestrator.supervisor.lifecycle``),
+which checks it against ``states.ALLOWED``; nothing here changes it.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.config import Role
-from orchestrator.agents.command import Agent
-from orchestrator.core.states import RunState, check_transition
+from orchestrator.core.states import RunState
 
 
 @dataclass
@@ -29,6 +31,19 @@ class MemoRef:
         return self.memo_id or self.name.removesuffix(".md")
 
 
+@dataclass(frozen=True)
+class CancelOrder:
+    """Who asked to stop a run and why; ``previous`` is the state it was in when asked."""
+
+    who: str
+    reason: str
+    previous: RunState
+
+    @property
+    def line(self) -> str:
+        return f"cancelled by {self.who}" + (f": {self.reason}" if self.reason else "")
+
+
 @dataclass
 class Run:
     """A unit of work for one role: one memo, or every pending memo of a batch role."""
@@ -39,22 +54,20 @@ class Run:
     seq: int
     attempt: int
     state: RunState = RunState.QUEUED
-    agent: Agent | None = None
+    agent: Any = None  # the current attempt's ``Agent`` once it is started
     log_path: Path | None = None
     started_mono: float | None = None
     started_at: str | None = None
     next_attempt_at: str | None = None
     exit_codes: list[int] = field(default_factory=list)
-    timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
-    stopping: asyncio.Future[Any] | None = None
-    stop_result: dict[str, Any] | None = None
+    timers: dict[str, asyncio.TimerHandle | Any] = field(default_factory=dict)
     session_id: str | None = None
     resumed_from: str | None = None
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest figures of each SDK session
     last_ran: float | None = None  # seconds the last ended attempt ran
-    holds_slot: bool = False
-    launched: asyncio.Future[Agent | None] | None = None
-    interrupt_request: dict[str, Any] | None = None
+    cancel: CancelOrder | None = None  # set by the transition into CANCELLING or INTERRUPTING
+    stop_report: Any = None  # the last stop task's ``KillReport``
+    waiters: list[asyncio.Future[Any]] = field(default_factory=list)  # replies due when the run ends
 
     @property
     def label(self) -> str:
@@ -67,10 +80,11 @@ class Run:
 
     @property
     def pid(self) -> int | None:
-        return self.agent.pid if self.agent else None
+        return self.agent.pid if self.agent is not None else None
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started_mono if self.started_mono is not None else 0.0
+    def elapsed(self, now: float) -> float:
+        """Seconds the current attempt has run, by the monotonic clock reading ``now``."""
+        return now - self.started_mono if self.started_mono is not None else 0.0
 
     def cancel_timers(self, *names: str) -> None:
         for name in names or list(self.timers):
@@ -78,16 +92,10 @@ class Run:
             if handle is not None:
                 handle.cancel()
 
-    def move_to(self, new: RunState, emit: Callable[[Run, RunState, RunState], None]) -> None:
-        """Every state change passes here: checked against the table, then announced."""
-        old = self.state
-        check_transition(old, new)
-        self.state = new
-        emit(self, old, new)
-
-    def describe(self) -> dict[str, Any]:
-        """The run as ``status --json`` shows it."""
+    def describe(self, now: float) -> dict[str, Any]:
+        """The run as ``status --json`` shows it; ``now`` is the monotonic clock's reading."""
         first = self.memos[0] if self.memos else None
+        agent = self.agent
         return {
             "run_id": self.run_id,
             "role": self.role.name,
@@ -99,10 +107,10 @@ class Run:
             "pid": self.pid,
             "attempt": self.attempt,
             "started_at": self.started_at,
-            "elapsed": round(self.elapsed(), 3) if self.state.live else None,
+            "elapsed": round(self.elapsed(now), 3) if self.state.live else None,
             "next_attempt_at": self.next_attempt_at if self.state is RunState.RETRY_WAIT else None,
             "backend": self.role.backend,
-            "activity": self.agent.activity if self.agent else None,
-            "cost_usd": self.agent.cost_usd if self.agent and self.agent.cost_usd is not None else None,
+            "activity": agent.activity if agent is not None else None,
+            "cost_usd": agent.cost_usd if agent is not None and agent.cost_usd is not None else None,
             "log": str(self.log_path) if self.log_path else None,
         }

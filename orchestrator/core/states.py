@@ -1,4 +1,9 @@
-"""The states of a run and the transitions allowed between them. Imports nothing of ours."""
+"""The states of a run and the transitions allowed between them. Imports nothing of ours.
+
+A run holds a slot exactly while its state is ``live``; the lifecycle takes and
+gives back slots on the transitions into and out of those states, so no flag
+beside the state says whether it holds one.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,25 @@ class RunState(str, Enum):
     """Where one run (one memo, or one batch of memos, and its attempts) stands."""
 
     QUEUED = "queued"
-    """Waiting in the inbox for a free slot; nothing claimed yet."""
+    """Known to the database, nothing started: waiting for its first attempt (or about to be rejected)."""
+    STARTING = "starting"
+    """Memo(s) claimed into active/, a slot held, the attempt on record; the agent process is being started."""
     RUNNING = "running"
-    """Memo(s) claimed into active/, the agent process is alive."""
+    """The agent process is alive and its pid is on record."""
+    INTERRUPTING = "interrupting"
+    """An SDK agent was asked to end its turn (`orchestrator interrupt`); that end makes the run cancelled."""
     CANCELLING = "cancelling"
-    """A person asked to stop it; the kill ladder is under way."""
+    """A person asked to stop it; the agent is being stopped (interrupt first for SDK agents, then the kill ladder)."""
     TIMING_OUT = "timing_out"
     """It passed the role's timeout; the kill ladder is under way."""
+    STOPPING = "stopping"
+    """The orchestrator is force-ending; the kill ladder is under way and the memos go back to the inbox."""
     RETRY_WAIT = "retry_wait"
     """The last attempt failed; the next starts after the backoff. Holds no slot."""
     SUCCEEDED = "succeeded"
     """The agent exited 0; memo(s) archived."""
     FAILED = "failed"
-    """Retries ran out (or the memo cannot be delivered); memo(s) in failed/ with a reason."""
+    """Retries ran out, the memo cannot be delivered, or an internal error ended it; memo(s) in failed/ with a reason."""
     CANCELLED = "cancelled"
     """Stopped on request; memo(s) in cancelled/, never retried."""
     TIMED_OUT = "timed_out"
@@ -35,43 +46,77 @@ class RunState(str, Enum):
 
     @property
     def live(self) -> bool:
-        """A process exists (or is being stopped) for the run."""
-        return self in (RunState.RUNNING, RunState.CANCELLING, RunState.TIMING_OUT)
+        """A process exists, is being started or is being stopped for the run: it holds a slot."""
+        return self in LIVE
+
+    @property
+    def stopping(self) -> bool:
+        """The agent is being stopped by the orchestrator; its exit does not decide the outcome."""
+        return self in (RunState.CANCELLING, RunState.TIMING_OUT, RunState.STOPPING)
 
 
 FINISHED = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT, RunState.RETURNED}
 )
+LIVE = frozenset(
+    {
+        RunState.STARTING,
+        RunState.RUNNING,
+        RunState.INTERRUPTING,
+        RunState.CANCELLING,
+        RunState.TIMING_OUT,
+        RunState.STOPPING,
+    }
+)
 
 UNFINISHED = [state for state in RunState if state not in FINISHED]
 
+_S = RunState
 ALLOWED: dict[RunState, frozenset[RunState]] = {
-    # QUEUED -> RUNNING: claimed and started; -> RETRY_WAIT: could not be started
-    RunState.QUEUED: frozenset(
-        {RunState.RUNNING, RunState.RETRY_WAIT, RunState.FAILED, RunState.CANCELLED, RunState.RETURNED}
-    ),
-    RunState.RUNNING: frozenset(
+    # QUEUED -> STARTING: claimed, a slot taken; -> FAILED: rejected (undeliverable); -> CANCELLED: cancelled in the
+    # inbox; -> RETURNED: recorded by an orchestrator that died before starting it
+    _S.QUEUED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED, _S.RETURNED}),
+    # STARTING -> RUNNING: the agent is up; -> RETRY_WAIT / FAILED: it could not be started; -> CANCELLING /
+    # STOPPING: stopped before it was up; -> RETURNED: could not be started while ending, or found at restart
+    _S.STARTING: frozenset({_S.RUNNING, _S.RETRY_WAIT, _S.FAILED, _S.CANCELLING, _S.STOPPING, _S.RETURNED}),
+    _S.RUNNING: frozenset(
         {
-            RunState.SUCCEEDED,
-            RunState.RETRY_WAIT,
-            RunState.FAILED,
-            RunState.CANCELLING,
-            RunState.TIMING_OUT,
-            RunState.RETURNED,
-            RunState.CANCELLED,
+            _S.SUCCEEDED,
+            _S.RETRY_WAIT,
+            _S.FAILED,
+            _S.INTERRUPTING,
+            _S.CANCELLING,
+            _S.TIMING_OUT,
+            _S.STOPPING,
+            _S.RETURNED,
         }
     ),
-    RunState.CANCELLING: frozenset({RunState.CANCELLED, RunState.RETURNED}),
-    # a cancel during a timeout's ladder wins: the person's decision is what is remembered
-    RunState.TIMING_OUT: frozenset(
-        {RunState.TIMED_OUT, RunState.RETRY_WAIT, RunState.CANCELLING, RunState.RETURNED}
+    # INTERRUPTING -> CANCELLED: the interrupt ended the turn; -> SUCCEEDED: the work was done before it arrived;
+    # -> RUNNING: it could not be delivered; -> RETRY_WAIT / FAILED: the agent failed on its own meanwhile
+    _S.INTERRUPTING: frozenset(
+        {
+            _S.CANCELLED,
+            _S.SUCCEEDED,
+            _S.RUNNING,
+            _S.RETRY_WAIT,
+            _S.FAILED,
+            _S.CANCELLING,
+            _S.TIMING_OUT,
+            _S.STOPPING,
+            _S.RETURNED,
+        }
     ),
-    RunState.RETRY_WAIT: frozenset({RunState.RUNNING, RunState.CANCELLED, RunState.RETURNED, RunState.FAILED}),
-    RunState.SUCCEEDED: frozenset(),
-    RunState.FAILED: frozenset(),
-    RunState.CANCELLED: frozenset(),
-    RunState.TIMED_OUT: frozenset(),
-    RunState.RETURNED: frozenset(),
+    # CANCELLING -> RETURNED: a cancel under way at a restart whose role left roles.yaml
+    _S.CANCELLING: frozenset({_S.CANCELLED, _S.RETURNED, _S.FAILED}),
+    # a cancel during a timeout's ladder wins: the person's decision is what is remembered
+    _S.TIMING_OUT: frozenset({_S.TIMED_OUT, _S.RETRY_WAIT, _S.CANCELLING, _S.STOPPING, _S.RETURNED, _S.FAILED}),
+    _S.STOPPING: frozenset({_S.RETURNED, _S.FAILED}),
+    _S.RETRY_WAIT: frozenset({_S.STARTING, _S.CANCELLED, _S.RETURNED, _S.FAILED}),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+    _S.TIMED_OUT: frozenset(),
+    _S.RETURNED: frozenset(),
 }
 
 
@@ -80,5 +125,6 @@ class IllegalTransition(RuntimeError):
 
 
 def check_transition(current: RunState, new: RunState) -> None:
+    """Raise ``IllegalTransition`` unless ``current -> new`` is in the table."""
     if new not in ALLOWED[current]:
         raise IllegalTransition(f"run state {current.value} -> {new.value} is not allowed")

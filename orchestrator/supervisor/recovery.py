@@ -3,29 +3,31 @@
 Runs before the watcher starts. The choice made here: agents of an earlier
 orchestrator that still live are **stopped** with the kill ladder, never
 adopted, because their output pipe and exit status cannot be reattached; their
-memos go back to ``inbox/`` with the attempt count kept and run again. So no
-two agents ever work on one memo at once, and nothing in ``active/`` is
-forgotten. A run that was being cancelled is finished as cancelled: the
-person's decision outlives the orchestrator.
+runs are rebuilt from the records and finished through the lifecycle like any
+other, so their memos go back to ``inbox/`` with the attempt count kept and
+run again. So no two agents ever work on one memo at once, and nothing in
+``active/`` is forgotten. A run that was being cancelled is finished as
+cancelled: the person's decision outlives the orchestrator.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
 import psutil
 
 from orchestrator.agents import procs
-from orchestrator.control.cancel import finish_after_restart
-from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.core.run import CancelOrder, Run
 from orchestrator.core.states import UNFINISHED, RunState
-from orchestrator.store import now_iso
-
-if TYPE_CHECKING:
-    from orchestrator.supervisor.loop import Supervisor
+from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
+from orchestrator.store import Store
+from orchestrator.supervisor.lifecycle import Lifecycle, active_ref
 
 DEFAULT_GRACE = 10.0
+AT_RESTART = "the orchestrator, at restart"
 
 
 def _ancestors() -> set[int]:
@@ -43,7 +45,7 @@ def orphan_run_ids(project_root: str) -> set[int]:
     mark = f"ORCHESTRATOR_ROOT={project_root}\0".encode()
     skip = _ancestors()
     found: set[int] = set()
-    for pid in procs._all_pids():
+    for pid in procs.all_pids():
         if pid in skip:
             continue
         try:
@@ -61,48 +63,76 @@ def orphan_run_ids(project_root: str) -> set[int]:
     return found
 
 
-async def recover(sup: Supervisor) -> None:
-    """Stop leftover agents, close their runs as returned, and put every memo in active/ back in its inbox."""
-    store, root = sup.store, str(sup.root)
-    stale = store.runs_in_states(s.value for s in UNFINISHED)
+async def recover(config: Config, store: Store, console: Console, lifecycle: Lifecycle) -> None:
+    """Stop leftover agents, finish their runs (returned, or cancelled), and empty every active/ folder."""
+    root = str(config.root)
     handled: set[int] = set()
-    for row in stale:
-        role = sup.config.roles.get(row["role"])
+    for row in store.runs_in_states(s.value for s in UNFINISHED):
+        role = config.roles.get(row["role"])
         grace = role.grace if role else DEFAULT_GRACE
         ref = procs.ProcRef(row["pid"], row["create_time"]) if row.get("pid") and row.get("create_time") else None
         target = procs.Target(ref, row["pid"] if ref and ref.process() else None, row["run_id"], root)
         report = await procs.stop_tree(target, grace) if procs.find_tree(target) else procs.KillReport()
         handled.add(row["run_id"])
-        if row["state"] == RunState.CANCELLING.value and row["role"] in sup.config.roles:
-            finish_after_restart(sup, row, report.pids)
-            continue
-        started = bool(row.get("pid"))
-        attempt = row["attempt"] if started or row["state"] == RunState.RETRY_WAIT.value else row["attempt"] - 1
-        for name in row["memos"]:
-            store.set_memo_attempts(row["role"], name, max(0, attempt))
-        what = f"stopped its agent ({len(report.pids)} process(es): {report.pids})" if report.pids else "no agent was alive"
-        store.update_run(row["run_id"], state=RunState.RETURNED.value, ended_at=now_iso(),
-                         reason=f"the orchestrator stopped while this run was {row['state']}; at restart {what}; "
-                         "memo returned to the inbox")  # fmt: skip
-        sup.console.line(f"recovery: run {row['run_id']} was {row['state']} when the orchestrator stopped; {what}",
-                         role=row["role"])  # fmt: skip
+        _finish_row(config, store, console, lifecycle, row, role, report)
     for run_id in orphan_run_ids(root) - handled:
         report = await procs.stop_tree(procs.Target(None, None, run_id, root), DEFAULT_GRACE)
-        sup.console.line(f"recovery: stopped {len(report.pids)} leftover process(es) of run {run_id}: {report.pids}")
-    for role in sup.config.roles:
-        active = sup.config.role_dir(role) / ACTIVE
-        try:
-            names = sorted(n for n in os.listdir(active) if is_memo_name(n))
-        except FileNotFoundError:
-            continue
-        for name in names:
-            attempts = store.memo_attempts(role, name)
-            back = move_memo(active / name, sup.config.role_dir(role) / INBOX)
-            if back.name != name:  # a new memo took the name meanwhile: the count goes with the returned one
-                store.set_memo_attempts(role, back.name, attempts)
-                store.forget_memo_attempts(role, [name])
-            sup.console.line(
-                f"warning: {name} was in active/ when the orchestrator stopped; back in the inbox as {back.name} "
-                f"({attempts} attempt(s) so far)",
-                role=role,
-            )
+        console.line(f"recovery: stopped {len(report.pids)} leftover process(es) of run {run_id}: {report.pids}")
+    for name in config.roles:
+        _empty_active(config, store, console, name)
+
+
+def _finish_row(
+    config: Config, store: Store, console: Console, lifecycle: Lifecycle, row: dict[str, Any], role: Role | None,
+    report: procs.KillReport,
+) -> None:  # fmt: skip
+    """Rebuild the run from its record and end it the one way runs end."""
+    state = RunState(row["state"])
+    ids = row.get("memo_ids") or []
+    memos = [active_ref(config, row["role"], name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
+             for i, name in enumerate(row["memos"])]  # fmt: skip
+    run = Run(run_id=row["run_id"], role=role or Role(name=row["role"], prompt="-"), memos=memos, seq=0,
+              attempt=row["attempt"], state=state)  # fmt: skip
+    run.log_path = config.state_dir / "logs" / f"{run.run_id}-{row['role']}.log"
+    lifecycle.adopt(run)
+    if state is RunState.CANCELLING and role is not None:
+        reason = f"{row.get('reason') or 'cancelled'} (finished at restart: the orchestrator stopped during the cancel)"
+        run.cancel = CancelOrder(AT_RESTART, reason, RunState.CANCELLING)
+        run.stop_report = report
+        lifecycle.finish(run, RunState.CANCELLED, reason=reason)
+        return
+    what = f"stopped its agent ({len(report.pids)} process(es): {report.pids})" if report.pids else "no agent was alive"
+    console.line(f"recovery: run {run.run_id} was {state.value} when the orchestrator stopped; {what}", role=row["role"])
+    names = [m.name for m in memos]
+    lifecycle.finish(
+        run, RunState.RETURNED,
+        reason=f"the orchestrator stopped while this run was {state.value}; at restart {what}; memo returned to the inbox",
+        announce=False,
+    )  # fmt: skip
+    for old, memo in zip(names, run.memos):
+        if memo.path.parent.name == INBOX:
+            _warn_returned(console, store, row["role"], old, memo.name)
+
+
+def _empty_active(config: Config, store: Store, console: Console, role: str) -> None:
+    """Memos in active/ that no record holds (claimed just before the orchestrator died) go back to the inbox."""
+    active = config.role_dir(role) / ACTIVE
+    try:
+        names = sorted(n for n in os.listdir(active) if is_memo_name(n))
+    except FileNotFoundError:
+        return
+    for name in names:
+        attempts = store.memo_attempts(role, name)
+        back = move_memo(active / name, config.role_dir(role) / INBOX)
+        if back.name != name:  # a new memo took the name meanwhile: the count goes with the returned one
+            store.set_memo_attempts(role, back.name, attempts)
+            store.forget_memo_attempts(role, [name])
+        _warn_returned(console, store, role, name, back.name)
+
+
+def _warn_returned(console: Console, store: Store, role: str, old: str, new: str) -> None:
+    console.line(
+        f"warning: {old} was in active/ when the orchestrator stopped; back in the inbox as {new} "
+        f"({store.memo_attempts(role, new)} attempt(s) so far)",
+        role=role,
+    )

@@ -1,0 +1,107 @@
+"""Time as a parameter: the wall clock, the monotonic clock and timers, behind one small interface.
+
+The supervisor reads every time it decides by (retry backoff, timeouts, crash
+windows, budgets' days, idle exit, record timestamps) from a ``Clock``; the
+replay tests pass a ``ManualClock`` and step it, so no real time passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from datetime import datetime, timedelta
+from typing import Any, Callable, Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """What the supervisor needs of time."""
+
+    def now(self) -> datetime:
+        """The local wall-clock time, with its UTC offset."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (durations, windows)."""
+        ...
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``callback(*args)`` in the loop after ``delay`` seconds."""
+        ...
+
+
+def iso(moment: datetime) -> str:
+    """ISO 8601 with milliseconds and the UTC offset, as every record stores it."""
+    return moment.isoformat(timespec="milliseconds")
+
+
+class SystemClock:
+    """The real clocks, with timers on the running asyncio loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+
+    def now(self) -> datetime:
+        return datetime.now().astimezone()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(delay, callback, *args)
+
+
+class _ManualTimer:
+    def __init__(self, clock: ManualClock, due: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.due, self.callback, self.args = due, callback, args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """A clock that moves only when told to (``advance``); its timers fire in due order as it passes them."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._wall = start or datetime(2026, 11, 30, 9, 0, 0).astimezone()
+        self._mono = 1000.0
+        self._timers: list[tuple[float, int, _ManualTimer]] = []
+        self._order = itertools.count()
+
+    def now(self) -> datetime:
+        return self._wall
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        timer = _ManualTimer(self, self._mono + max(0.0, delay), callback, args)
+        heapq.heappush(self._timers, (timer.due, next(self._order), timer))
+        return timer
+
+    def pending(self) -> list[float]:
+        """Seconds from now until each timer that has not fired or been cancelled."""
+        return sorted(t.due - self._mono for _, _, t in self._timers if not t.cancelled)
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward, firing each timer at its due time (in order, callbacks may add timers)."""
+        end = self._mono + seconds
+        while self._timers and self._timers[0][0] <= end:
+            due, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self._step_to(due)
+            timer.callback(*timer.args)
+        self._step_to(end)
+
+    def _step_to(self, mono: float) -> None:
+        if mono > self._mono:
+            self._wall += timedelta(seconds=mono - self._mono)
+            self._mono = mono

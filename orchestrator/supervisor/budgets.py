@@ -1,0 +1,94 @@
+"""Daily budgets: which roles (or the whole team, key ``"*"``) have spent their day's money.
+
+The rule (``blocks``) is a pure function of the caps, the figures spent and the
+day, tested without a database or a clock; ``Budgets`` gathers the figures.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Iterable
+
+from orchestrator.config import Config
+from orchestrator.console import Console
+from orchestrator.core.run import Run
+from orchestrator.store import Store
+
+TEAM = "*"
+
+
+def day_start(now: datetime) -> datetime:
+    """Midnight of ``now``'s local day: daily budgets count from here."""
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def blocks(
+    now: datetime,
+    role_caps: dict[str, float],
+    team_cap: float | None,
+    spent_by_role: dict[str, float],
+    team_spent: float,
+) -> dict[str, str]:
+    """Why each blocked role (or ``"*"`` for the team) may start nothing new today, keyed by role."""
+    tomorrow = (day_start(now) + timedelta(days=1)).strftime("%Y-%m-%d")
+    out: dict[str, str] = {}
+    if team_cap:
+        if team_spent >= team_cap:
+            out[TEAM] = f"the team spent ${team_spent:.2f} of its ${team_cap:.2f} daily budget; new runs wait until {tomorrow}"
+    for name, cap in role_caps.items():
+        spent = spent_by_role.get(name, 0.0)
+        if spent >= cap:
+            out[name] = f"role {name} spent ${spent:.2f} of its ${cap:.2f} daily budget; new runs wait until {tomorrow}"
+    return out
+
+
+def blocked_roles(current: dict[str, str], roles: list[str]) -> list[str]:
+    """The roles that may not start new runs under ``current`` blocks."""
+    if TEAM in current:
+        return list(roles)
+    return [name for name in roles if name in current]
+
+
+class Budgets:
+    """The daily budgets in force: recomputed from the store's figures and the live runs, each change logged once."""
+
+    def __init__(self, config: Config, store: Store, console: Console) -> None:
+        self.config = config
+        self.store = store
+        self.console = console
+        self.current: dict[str, str] = {}
+
+    def refresh(self, now: datetime, runs: Iterable[Run]) -> None:
+        """Recompute which daily budgets are spent (SDK-reported costs, finished and running)."""
+        caps = {name: r.budget.per_day_usd for name, r in self.config.roles.items() if r.budget.per_day_usd}
+        team_cap = self.config.budget.per_day_usd
+        if not caps and not team_cap:
+            return
+        since = day_start(now).isoformat(timespec="milliseconds")
+        running = _running_costs(runs)
+        spent = {name: self.store.spent_since(since, name) + running.get(name, 0.0) for name in caps}
+        team = self.store.spent_since(since) + sum(running.values()) if team_cap else 0.0
+        new = blocks(now, caps, team_cap, spent, team)
+        for key, why in new.items():
+            if self.current.get(key) is None:
+                self.console.line(f"budget: {why}", role=None if key == TEAM else key)
+        for key in self.current.keys() - new.keys():
+            self.console.line("budget: new day or budget raised; starting runs again", role=None if key == TEAM else key)
+        self.current = new
+
+    def blocked(self) -> list[str]:
+        return blocked_roles(self.current, list(self.config.roles))
+
+
+def _running_costs(runs: Iterable[Run]) -> dict[str, float]:
+    """What each role's live sessions spent beyond what is already on record for their runs."""
+    out: dict[str, float] = {}
+    for run in runs:
+        agent = run.agent
+        if agent is not None and agent.cost_usd and run.state.live:
+            # nothing once its exit recorded its figures (the run is still live then), else beyond the session it resumed
+            key = getattr(agent, "session_id", None) or f"attempt-{run.attempt}"
+            recorded = run.sessions.get(key) or run.sessions.get(run.resumed_from or "") or {}
+            live = max(0.0, agent.cost_usd - (recorded.get("cost_usd") or 0.0))
+            out[run.role.name] = out.get(run.role.name, 0.0) + live
+    return out

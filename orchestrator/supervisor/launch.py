@@ -1,0 +1,202 @@
+"""Starting work: pick what may start, claim its memos, open the run, render the prompt, spawn the agent.
+
+The claim is an atomic rename from ``inbox/`` into ``active/``: whoever renames
+first owns the memo, so nothing runs twice. From the rename on, every path ends
+in a run: a memo that must not be delivered is rejected through the lifecycle
+into ``failed/``, and an unexpected error while reading it does the same. The
+spawn runs in a task, whose outcome comes back as ``AgentStarted`` or
+``AgentStartFailed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.agents.command import LaunchSpec, SpawnError, agent_environment
+from orchestrator.agents.spawner import Spawner
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.core.clock import Clock
+from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunExited
+from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.states import RunState
+from orchestrator.intake import notices
+from orchestrator.intake.memo import ACTIVE, BadMemo, move_memo, parse_front_matter, read_memo
+from orchestrator.intake.queue import Intake
+from orchestrator.prompts import PromptTemplate
+from orchestrator.store import Store
+from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.slots import Waiting, pick
+
+
+class Launcher:
+    """Turns waiting memos and due retries into started attempts, within the limits."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        console: Console,
+        clock: Clock,
+        lifecycle: Lifecycle,
+        intake: Intake,
+        spawner: Spawner,
+        templates: dict[str, PromptTemplate],
+        dispatch: Callable[[Event], None],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.console = console
+        self.clock = clock
+        self.lc = lifecycle
+        self.intake = intake
+        self.spawner = spawner
+        self.templates = templates
+        self.dispatch = dispatch
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------ what next
+    def schedule(self, blocked: list[str]) -> None:
+        """Start work while the limits allow, oldest first across roles; ``blocked`` roles start nothing."""
+        while True:
+            choice = pick(self._waiting(), self.lc.slots, blocked)
+            if choice is None:
+                return
+            if choice.retry:
+                self.start_attempt(self.lc.retry_ready[choice.role].popleft())
+            else:
+                self.start_from_queue(self.config.roles[choice.role])
+
+    def _waiting(self) -> list[Waiting]:
+        out = []
+        for name, role in self.config.roles.items():
+            retries, queue = self.lc.retry_ready[name], self.intake.queues[name]
+            if retries:
+                out.append(Waiting(name, retries[0].seq, True))
+            elif queue and not (role.batch and any(r.role.name == name for r in self.lc.runs.values())):
+                out.append(Waiting(name, next(iter(queue.values())).seq, False))
+        return out
+
+    # ------------------------------------------------------------ claims
+    def start_from_queue(self, role: Role) -> None:
+        """Claim the role's first memo (every memo, for a batch role) and start its run."""
+        queue = self.intake.queues[role.name]
+        entries = list(queue.values()) if role.batch else [next(iter(queue.values()))]
+        claimed: list[tuple[MemoRef, str, str]] = []
+        for entry in entries:
+            del queue[entry.path]
+            got = self.claim(role, entry.path)
+            if got is not None:
+                claimed.append(got)
+        if not claimed:
+            return
+        attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1
+        for ref, _, inbox in claimed:
+            self.lc.carry_attempts(role.name, inbox, ref.name)
+        run = self.lc.open(role, [ref for ref, _, _ in claimed], seq=entries[0].seq, attempt=attempt)
+        self.start_attempt(run, first_text=claimed[0][1])
+
+    def claim(self, role: Role, path: Path) -> tuple[MemoRef, str, str] | None:
+        """Rename the memo into active/ and read it: (its reference, its text, its inbox name), or None."""
+        try:
+            active = move_memo(path, self.config.role_dir(role.name) / ACTIVE)
+        except FileNotFoundError:
+            return None  # deleted or renamed before its claim: simply gone
+        except OSError as exc:
+            self.console.line(f"cannot claim {path.name}: {exc}; leaving it in the inbox", role=role.name)
+            return None
+        try:
+            return self._read_claimed(role, active, path.name)
+        except Exception as exc:  # noqa: BLE001 - claimed memos always end in a run: at worst a failed one
+            self.console.error(f"internal error: reading {active.name} failed:\n{traceback.format_exc()}")
+            self.reject(role, active, f"internal error: {type(exc).__name__}: {exc}")
+            return None
+
+    def _read_claimed(self, role: Role, active: Path, inbox_name: str) -> tuple[MemoRef, str, str] | None:
+        try:
+            text = read_memo(active, self.config.max_memo_bytes)
+        except FileNotFoundError:
+            return None
+        except BadMemo as exc:
+            self.reject(role, active, str(exc))
+            return None
+        except OSError as exc:  # say it is not readable by us: it must not sit in active/ unrecorded
+            self.reject(role, active, f"it cannot be read: {exc.strerror or exc}")
+            return None
+        header = parse_front_matter(text)
+        if header.warning:
+            self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
+        ref = MemoRef(active.name, active, header.id, header.subject, header.reply_to, header.sender)
+        return ref, text, inbox_name
+
+    def reject(self, role: Role, path: Path, why: str) -> None:
+        """A memo that must never reach an agent: a run on record that ends at once in failed/ with the reason."""
+        run = self.lc.open(role, [MemoRef(path.name, path)], seq=0, attempt=0)
+        reason = f"not delivered: {why}"
+        self.lc.finish(run, RunState.FAILED, reason=reason, reason_text=reason + "\n")
+
+    # ------------------------------------------------------------ attempts
+    def start_attempt(self, run: Run, first_text: str | None = None) -> None:
+        """Take a slot, put the attempt on record, render the prompt and spawn the agent in a task."""
+        role = run.role
+        if run.state is RunState.RETRY_WAIT:
+            run.attempt += 1
+            run.next_attempt_at = None
+        run.agent = None
+        run.stop_report = None
+        run.started_mono = self.clock.monotonic()
+        run.started_at = self.lc.now()
+        self.lc.transition(run, RunState.STARTING, attempt=run.attempt, started_at=run.started_at,
+                           next_attempt_at=None, pid=None, create_time=None)  # fmt: skip
+        if first_text is None and not role.batch:
+            try:
+                first_text = run.memos[0].path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                first_text = ""
+        run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
+        try:
+            prompt = self._render(run, first_text or "")
+        except Exception as exc:  # noqa: BLE001 - a run holding a slot must always end somewhere
+            self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
+            self.dispatch(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
+            return
+        memo_paths = [m.path for m in run.memos]
+        spec = LaunchSpec(
+            run_id=run.run_id, attempt=run.attempt, role=role, root=self.config.root, prompt=prompt,
+            memo_paths=memo_paths, log_path=run.log_path or Path(os.devnull),
+            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths),
+            extra={"resume": run.resumed_from},
+        )  # fmt: skip
+        self.console.line(f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name)
+        task = asyncio.ensure_future(self._spawn(spec))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _spawn(self, spec: LaunchSpec) -> None:
+        try:
+            agent = await self.spawner.start(spec, self._exited)
+        except SpawnError as exc:
+            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run goes on
+            self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
+            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
+        else:
+            # handled before the exit watcher can report: it runs only once this task yields
+            self.dispatch(AgentStarted(spec.run_id, spec.attempt, agent))
+
+    def _exited(self, agent: Any, code: int) -> None:
+        self.dispatch(RunExited(agent.spec.run_id, agent.spec.attempt, code))
+
+    def _render(self, run: Run, text: str) -> str:
+        prompt = self.templates[run.role.name].render(
+            role=run.role.name, run_id=run.run_id, attempt=run.attempt, root=self.config.root,
+            memo_paths=[m.path for m in run.memos], memo_text=text, batch=run.role.batch,
+        )  # fmt: skip
+        notes = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]
+        for note in notes:
+            self.console.line(note.splitlines()[0], role=run.role.name)
+        return "\n".join(notes) + ("\n\n" if notes else "") + prompt

@@ -1,0 +1,250 @@
+"""The one lifecycle of a run: the run table, every transition, and the one way a run ends.
+
+``transition`` is the only place a run's state changes: it checks the edge
+against ``states.ALLOWED``, takes or gives back the run's slot as it enters or
+leaves a live state, records an attempt the moment it begins (before its agent
+is spawned, so a kill of the orchestrator cannot lose the count), writes the
+state to the store and logs it.
+
+``finish`` is the only way a run ends, whatever the cause (success, failure
+after retries, timeout, cancel, return to the inbox at a stop or restart,
+rejection of a bad memo, recovery, an internal error): it cancels the run's
+timers, moves its memos to the folder of the final state (a failed memo's
+reason file first), keeps or forgets the memos' attempt counts, records the
+end, drops the run from the table and emits one ``RunFinished``. Callers ask
+for an end; they never perform one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.core.clock import Clock, iso
+from orchestrator.core.events import RunFinished
+from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.states import RunState, check_transition
+from orchestrator.intake import notices
+from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
+from orchestrator.store import Store
+from orchestrator.supervisor.slots import Slots
+
+FOLDER_OF = {
+    RunState.SUCCEEDED: ARCHIVE,
+    RunState.FAILED: FAILED,
+    RunState.TIMED_OUT: FAILED,
+    RunState.CANCELLED: CANCELLED,
+    RunState.RETURNED: INBOX,
+}
+
+
+class Lifecycle:
+    """Owns the table of runs; the supervisor's loop is its only caller."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        console: Console,
+        clock: Clock,
+        slots: Slots,
+        on_finished: Callable[[RunFinished], None],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.console = console
+        self.clock = clock
+        self.slots = slots
+        self.on_finished = on_finished
+        self.runs: dict[int, Run] = {}
+        self.retry_ready: dict[str, deque[Run]] = {name: deque() for name in config.roles}
+
+    def now(self) -> str:
+        return iso(self.clock.now())
+
+    # ------------------------------------------------------------ beginnings
+    def open(self, role: Role, memos: list[MemoRef], *, seq: int, attempt: int) -> Run:
+        """A new run in QUEUED, on record and in the table."""
+        run_id = self.store.insert_run(
+            role=role.name,
+            backend=role.backend,
+            memos=[m.name for m in memos],
+            memo_ids=[m.memo_id for m in memos],
+            subject=memos[0].subject if memos else None,
+            state=RunState.QUEUED.value,
+            attempt=attempt,
+            created_at=self.now(),
+        )
+        run = Run(run_id=run_id, role=role, memos=memos, seq=seq, attempt=attempt)
+        run.log_path = self.config.state_dir / "logs" / f"{run_id}-{role.name}.log"
+        self.runs[run_id] = run
+        return run
+
+    def adopt(self, run: Run) -> None:
+        """Put a run rebuilt from the store (recovery) into the table, so it can be finished like any other.
+
+        A run recorded in a live state held a slot; it holds one again until it ends.
+        """
+        self.slots.adopt(run.role.name)
+        if run.state.live:
+            self.slots.take(run.role.name)
+        self.runs[run.run_id] = run
+
+    def attempts_so_far(self, role: str, names: list[str]) -> int:
+        """The attempts already made for these memos (kept across returns to the inbox)."""
+        return max((self.store.memo_attempts(role, name) for name in names), default=0)
+
+    def carry_attempts(self, role: str, old: str, new: str) -> None:
+        """A memo changed its name (claim into active/, clash suffix): its attempt count goes with it."""
+        if old != new:
+            self.store.set_memo_attempts(role, new, self.store.memo_attempts(role, old))
+            self.store.forget_memo_attempts(role, [old])
+
+    # ------------------------------------------------------------ transitions
+    def transition(self, run: Run, new: RunState, **fields: Any) -> None:
+        """Every state change passes here: checked against the table, slots kept, recorded, logged."""
+        old = run.state
+        check_transition(old, new)
+        if new.live and not old.live:
+            self.slots.take(run.role.name)
+        elif old.live and not new.live:
+            self.slots.release(run.role.name)
+        run.state = new
+        if new is RunState.STARTING:
+            self._attempt_begins(run)
+        self.store.update_run(run.run_id, state=new.value, **fields)
+        self.console.event(run, old, new)
+
+    def _attempt_begins(self, run: Run) -> None:
+        """On record before the spawn: an orchestrator killed now still counts this attempt at its restart."""
+        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, log_path=str(run.log_path))
+        for memo in run.memos:
+            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
+
+    def end_attempt(self, run: Run, outcome: str, reason: str | None, exit_code: int | None) -> None:
+        """An attempt ended: its row completed (how, why, exit code)."""
+        run.last_ran = run.elapsed(self.clock.monotonic())
+        self.store.record_attempt(
+            run.run_id,
+            run.attempt,
+            started_at=run.started_at,
+            ended_at=self.now(),
+            exit_code=exit_code,
+            outcome=outcome,
+            reason=reason,
+            log_path=str(run.log_path),
+        )
+
+    def wait_for_retry(self, run: Run, delay: float, reason: str, fire: Callable[[], None]) -> None:
+        """RETRY_WAIT for ``delay`` seconds (no slot held); ``fire`` is called when it is due."""
+        run.next_attempt_at = iso(self.clock.now() + timedelta(seconds=delay))
+        self.transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
+        run.timers["retry"] = self.clock.call_later(delay, fire)
+
+    def retry_due(self, run: Run) -> None:
+        run.timers.pop("retry", None)
+        self.retry_ready[run.role.name].append(run)
+
+    # ------------------------------------------------------------ the one end
+    def finish(
+        self,
+        run: Run,
+        state: RunState,
+        *,
+        reason: str | None,
+        exit_code: int | None = None,
+        reason_text: str | None = None,
+        announce: bool = True,
+    ) -> list[Path]:
+        """End the run in ``state``: timers, slot, memos, attempt counts, the record, one ``RunFinished``.
+
+        ``announce=False`` when the caller says it in its own words (recovery); the record is the same.
+        """
+        previous = run.state
+        check_transition(previous, state)  # before anything moves: a bug must not half-end a run
+        run.cancel_timers()
+        ready = self.retry_ready.get(run.role.name)
+        if ready is not None and run in ready:
+            ready.remove(run)
+        folder = FOLDER_OF[state]
+        text = None
+        if folder == FAILED:
+            text = reason_text or notices.failure_reason_text(run, state, reason or state.value, self.store.attempts(run.run_id))
+        renamed = self._move_memos(run, folder, text)
+        self._settle_attempts(run, previous, state, renamed)
+        self.transition(
+            run, state, ended_at=self.now(), exit_code=exit_code, reason=reason, memos=[m.name for m in run.memos]
+        )
+        self.runs.pop(run.run_id, None)
+        moved = [m.path for m in run.memos if m.path.parent.name == folder]
+        self.on_finished(RunFinished(run, previous, state, reason, moved, run.cancel, announce))
+        return moved
+
+    def drop(self, run: Run) -> None:
+        """Last resort after ``finish`` itself failed: the run leaves the table and gives back its slot."""
+        if run.state.live:
+            self.slots.release(run.role.name)
+        self.runs.pop(run.run_id, None)
+        ready = self.retry_ready.get(run.role.name)
+        if ready is not None and run in ready:
+            ready.remove(run)
+        run.cancel_timers()
+
+    def _move_memos(self, run: Run, folder: str, reason_text: str | None) -> list[tuple[str, str]]:
+        """Move every memo of the run into ``folder``; a memo that cannot go there goes to failed/ instead.
+
+        Returns (old name, new name) of each memo moved.
+        """
+        target = self.config.role_dir(run.role.name) / folder
+        before = (lambda path: notices.write_reason(path, reason_text)) if reason_text is not None else None
+        renamed: list[tuple[str, str]] = []
+        for memo in run.memos:
+            if memo.path.parent == target:
+                continue  # already there (a rejected memo recorded after its move)
+            old = memo.name
+            try:
+                memo.path = move_memo(memo.path, target, before)
+            except FileNotFoundError:
+                self.console.line(f"{memo.path} disappeared from {memo.path.parent.name}/ while its run was going",
+                                  role=run.role.name)  # fmt: skip
+                continue
+            except OSError as exc:
+                memo.path = self._move_to_failed(run, memo, folder, exc)
+            memo.name = memo.path.name
+            renamed.append((old, memo.name))
+        return renamed
+
+    def _move_to_failed(self, run: Run, memo: MemoRef, folder: str, exc: OSError) -> Path:
+        why = f"it could not be moved to {folder}/: {exc.strerror or exc}"
+        self.console.error(f"internal error: run {run.run_id}: {memo.name}: {why}")
+        if folder == FAILED:
+            return memo.path
+        try:
+            return move_memo(
+                memo.path,
+                self.config.role_dir(run.role.name) / FAILED,
+                lambda path: notices.write_reason(path, f"failed: {why}\n"),
+            )
+        except OSError as again:
+            self.console.error(f"internal error: run {run.run_id}: {memo.name} stays in {memo.path.parent}: {again}")
+            return memo.path
+
+    def _settle_attempts(self, run: Run, previous: RunState, state: RunState, renamed: list[tuple[str, str]]) -> None:
+        """The one rule: a returned memo keeps the attempts it used; every other end forgets them."""
+        role = run.role.name
+        if state is RunState.RETURNED:
+            used = run.attempt - 1 if previous is RunState.QUEUED else run.attempt
+            for old, new in renamed:
+                self.store.forget_memo_attempts(role, [old])
+                self.store.set_memo_attempts(role, new, max(0, used))
+        else:
+            self.store.forget_memo_attempts(role, [old for old, _ in renamed] + [m.name for m in run.memos])
+
+
+def active_ref(config: Config, role: str, name: str, memo_id: str | None = None, subject: str | None = None) -> MemoRef:
+    """A reference to a memo in ``active/`` by name (recovery rebuilds runs from their records)."""
+    return MemoRef(name, config.role_dir(role) / ACTIVE / name, memo_id, subject)

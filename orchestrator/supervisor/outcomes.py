@@ -1,0 +1,220 @@
+"""What an attempt's events mean for its run: started, could not start, exited, timed out, stopped, retry due.
+
+Every decision here is a transition or a ``finish`` through the lifecycle; the
+failure rules themselves are the pure functions of ``rules``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from orchestrator.console import Console
+from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RetryDue, RunExited, StopDone, TimeoutFired
+from orchestrator.core.run import Run
+from orchestrator.core.states import RunState
+from orchestrator.store import Store
+from orchestrator.supervisor import rules
+from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.stopping import Stopper
+
+FORCED = "the orchestrator was force-stopped"
+Ending = Callable[[str, str, int | None], None]
+
+
+class Outcomes:
+    """Decides each attempt's outcome from its events."""
+
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        stopper: Stopper,
+        store: Store,
+        console: Console,
+        dispatch: Callable[[Event], None],
+        ending: Callable[[], str | None],
+        begin_ending: Ending,
+        figures_changed: Callable[[], None],
+    ) -> None:
+        self.lc = lifecycle
+        self.clock = lifecycle.clock
+        self.stopper = stopper
+        self.store = store
+        self.console = console
+        self.dispatch = dispatch
+        self.ending = ending
+        self.begin_ending = begin_ending
+        self.figures_changed = figures_changed
+        self.crashes = rules.CrashCounter(lifecycle.config.roles)
+
+    def _current(self, run_id: int, attempt: int | None = None) -> Run | None:
+        run = self.lc.runs.get(run_id)
+        if run is None or (attempt is not None and run.attempt != attempt):
+            return None
+        return run
+
+    # ------------------------------------------------------------ start
+    def started(self, event: AgentStarted) -> None:
+        run = self._current(event.run_id, event.attempt)
+        if run is None:  # its run ended meanwhile (an internal error): the agent must not live on without one
+            self.console.error(f"internal error: run {event.run_id} attempt {event.attempt} started an agent after "
+                               "its run ended; stopping it")  # fmt: skip
+            self.stopper.orphan(event.agent, event.run_id)
+            return
+        agent = run.agent = event.agent
+        if run.state is RunState.STARTING:
+            ref = agent.ref
+            self.lc.transition(run, RunState.RUNNING, pid=agent.pid, create_time=ref.create_time if ref else None,
+                               log_path=str(run.log_path))  # fmt: skip
+            self.store.record_attempt(run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at,
+                                      log_path=str(run.log_path))  # fmt: skip
+            run.timers["timeout"] = self.clock.call_later(
+                run.role.timeout, self.dispatch, TimeoutFired(run.run_id, run.attempt)
+            )
+        elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
+            self.stopper.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
+        elif run.state is RunState.STOPPING:
+            self.stopper.stop(run, 0.0)
+
+    def start_failed(self, event: AgentStartFailed) -> None:
+        run = self._current(event.run_id, event.attempt)
+        if run is None:
+            return
+        if run.state is RunState.STARTING:
+            self.attempt_failed(run, event.reason, None)
+        elif run.state is RunState.CANCELLING:
+            assert run.cancel is not None
+            self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line)
+        elif run.state is RunState.STOPPING:
+            self.lc.finish(run, RunState.RETURNED, reason=FORCED)
+
+    # ------------------------------------------------------------ exit
+    def exited(self, event: RunExited) -> None:
+        run = self._current(event.run_id, event.attempt)
+        if run is None:
+            return
+        code = event.returncode
+        run.exit_codes.append(code)
+        run.cancel_timers("timeout")
+        agent = run.agent
+        if agent is not None:
+            self._record_figures(run, agent)
+            self.stopper.sweep(run, event.attempt)
+        if run.state.stopping:
+            return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
+        ran = run.elapsed(self.clock.monotonic())
+        interrupted = run.state is RunState.INTERRUPTING and getattr(agent, "interrupted", False) and code != 0
+        if interrupted:
+            assert run.cancel is not None
+            self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
+            self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
+        elif agent is not None and getattr(agent, "budget_exceeded", False):
+            self.attempt_failed(run, agent.failure_reason or "per-run budget exceeded", code, retry=False)
+        elif code == 0:
+            # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
+            self.crashes.note(run.role.name, ran, failed=False)
+            self.lc.end_attempt(run, "succeeded", None, 0)
+            self.lc.finish(run, RunState.SUCCEEDED, reason=None, exit_code=0)
+        else:
+            reason = agent.failure_reason if agent is not None and agent.failure_reason else rules.describe_exit(code)
+            self.attempt_failed(run, reason, code)
+
+    def attempt_failed(self, run: Run, reason: str, exit_code: int | None, retry: bool = True) -> None:
+        """One attempt failed: retry after the backoff, give up into failed/, or return the memo (ending)."""
+        role = run.role
+        self.lc.end_attempt(run, "failed", reason, exit_code)
+        self.console.line(f"{run.label} attempt {run.attempt} failed: {reason} (run {run.run_id})", role=role.name)
+        if self.crashes.note(role.name, run.last_ran or 0.0, failed=True):
+            self.begin_ending(
+                "graceful",
+                f"critical role {role.name} crashed {self.crashes.counts[role.name]} times in a row, each within "
+                f"{role.crash.window:g}s of its start (last: {reason}); see {run.log_path}",
+                3,
+            )
+        decision = rules.after_failure(role, run.attempt, ending=self.ending() is not None, retry=retry)
+        if decision.next is rules.Next.RETURN:
+            self.lc.finish(run, RunState.RETURNED, reason=f"the orchestrator is ending; last attempt failed: {reason}",
+                           exit_code=exit_code)  # fmt: skip
+        elif decision.next is rules.Next.RETRY:
+            self._retry(run, decision.delay, reason)
+        else:
+            self.lc.finish(run, RunState.FAILED, reason=reason, exit_code=exit_code)
+            if role.stop_on_failure:
+                self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} failed", 1)
+
+    def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
+        retry_number = run.attempt
+        self.lc.wait_for_retry(run, delay, reason, lambda: self.dispatch(RetryDue(run.run_id)))
+        self.console.line(f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
+                          role=run.role.name)  # fmt: skip
+
+    def retry_due(self, event: RetryDue) -> None:
+        run = self._current(event.run_id)
+        if run is not None and run.state is RunState.RETRY_WAIT:
+            self.lc.retry_due(run)
+
+    # ------------------------------------------------------------ timeouts and stops
+    def timed_out(self, event: TimeoutFired) -> None:
+        run = self._current(event.run_id, event.attempt)
+        if run is None or run.state not in (RunState.RUNNING, RunState.INTERRUPTING):
+            return
+        self.console.line(f"{run.label} passed its timeout of {run.role.timeout:g}s; stopping it", role=run.role.name)
+        self.lc.transition(run, RunState.TIMING_OUT)
+        self.stopper.stop(run, run.role.grace)
+
+    def stopped(self, event: StopDone) -> None:
+        """The stop task ended the attempt's tree: the state says why it was stopped, and so how the run ends."""
+        run = self._current(event.run_id, event.attempt)
+        if run is None:
+            return
+        run.stop_report = event.report
+        code = run.exit_codes[-1] if run.exit_codes else None
+        if run.state is RunState.CANCELLING:
+            assert run.cancel is not None
+            if run.cancel.previous is not RunState.RETRY_WAIT:
+                self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
+            self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
+        elif run.state is RunState.STOPPING:
+            self.lc.finish(run, RunState.RETURNED, reason=FORCED, exit_code=code)
+        elif run.state is RunState.TIMING_OUT:
+            self._timed_out_for_good(run, code)
+
+    def _timed_out_for_good(self, run: Run, code: int | None) -> None:
+        role = run.role
+        reason = f"timed out after {role.timeout:g}s (attempt {run.attempt})"
+        self.lc.end_attempt(run, "timed_out", reason, code)
+        decision = rules.after_failure(role, run.attempt, ending=self.ending() is not None, timed_out=True)
+        if decision.next is rules.Next.RETURN:
+            self.lc.finish(run, RunState.RETURNED, reason=reason, exit_code=code)
+        elif decision.next is rules.Next.RETRY:
+            self._retry(run, decision.delay, reason, prefix=f"{reason}; ", suffix=" (retry_timeouts)")
+        else:
+            self.lc.finish(run, RunState.TIMED_OUT, reason=reason, exit_code=code)
+            if role.stop_on_failure:
+                self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} timed out", 1)
+
+    # ------------------------------------------------------------ SDK figures
+    def _record_figures(self, run: Run, agent: Any) -> None:
+        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts.
+
+        A session's figures are running totals, and a resumed session carries on from the one it resumed,
+        so the run keeps the latest figures of each session and drops those of a session that was resumed.
+        """
+        session = getattr(agent, "session_id", None) or agent.result.get("session_id")
+        if session:
+            run.session_id = session
+        result = agent.result
+        if not result:
+            return
+        key = result.get("session_id") or f"attempt-{run.attempt}"
+        resumed = run.sessions.pop(run.resumed_from, None) if run.resumed_from else None
+        figures = dict(result)
+        if resumed and resumed.get("num_turns") is not None:  # cost and tokens carry on in a resumed session, turns not
+            figures["num_turns"] = (figures.get("num_turns") or 0) + resumed["num_turns"]
+        run.sessions[key] = figures
+        totals: dict[str, Any] = {}
+        for name in ("cost_usd", "input_tokens", "output_tokens", "num_turns"):
+            values = [item[name] for item in run.sessions.values() if item.get(name) is not None]
+            if values:
+                totals[name] = sum(values)
+        self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
+        self.figures_changed()

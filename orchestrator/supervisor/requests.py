@@ -1,0 +1,254 @@
+"""Requests from the control channel, answered by the loop: cancel, interrupt, tell (status and stop are in the loop).
+
+Each handler runs in the loop, changes runs only through the lifecycle, and
+answers through the request's future: at once when it can, or when the runs it
+stopped have ended (a cancel answers only once the work is stopped for good).
+A refusal is an ``OrchestratorError`` raised here; the loop turns it into the
+error answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Callable
+
+from orchestrator.console import Console
+from orchestrator.control import lookup
+from orchestrator.control.lookup import Candidate
+from orchestrator.core.errors import (
+    AmbiguousMemoError,
+    ControlError,
+    MemoFinishedError,
+    OrchestratorError,
+    UnknownMemoError,
+    UnsupportedError,
+    UsageError,
+)
+from orchestrator.core.events import CancelRequested, Event, InterruptRefused, InterruptRequested, TellRequested
+from orchestrator.core.run import CancelOrder, MemoRef, Run
+from orchestrator.core.states import RunState
+from orchestrator.intake.queue import Intake
+from orchestrator.store import Store
+from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.stopping import Stopper
+
+ANSWER_SLACK = 5.0  # an interrupt answers at the latest this long after the role's grace, whatever the agent does
+
+
+class Requests:
+    """The cancel, interrupt and tell handlers."""
+
+    def __init__(
+        self, lifecycle: Lifecycle, intake: Intake, stopper: Stopper, store: Store, console: Console,
+        dispatch: Callable[[Event], None],
+    ) -> None:  # fmt: skip
+        self.lc = lifecycle
+        self.config = lifecycle.config
+        self.intake = intake
+        self.stopper = stopper
+        self.store = store
+        self.console = console
+        self.dispatch = dispatch
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    def _find(self, query: str) -> list[Candidate]:
+        return lookup.find(list(self.lc.runs.values()), self.config.roles, self.config.role_dir, query)
+
+    def _keep(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # ------------------------------------------------------------ cancel
+    def cancel(self, event: CancelRequested) -> None:
+        """Cancel one memo, every match (``all``), or all of a role's work (``role``)."""
+        targets = self._cancel_targets(event)
+        if targets is None:
+            event.reply.set_result({"cancelled": [], "role": event.role,
+                                    "message": f"role {event.role} has no queued or running work"})  # fmt: skip
+            return
+        # queued memos first, before the loop runs anything else: a slot freed meanwhile (even by this very cancel's
+        # stop) would otherwise let the scheduler claim a memo that was found queued and is about to be cancelled
+        answers: dict[int, asyncio.Future[Any]] = {}
+        for cand in targets:
+            if cand.run is None:
+                answers[id(cand)] = self._cancel_queued(cand, event)
+        for cand in targets:
+            if cand.run is not None:
+                answers[id(cand)] = self._cancel_run(cand, event)
+        futures = [answers[id(c)] for c in targets]
+        single = len(futures) == 1 and not event.role
+
+        async def answer() -> None:
+            try:
+                results = await asyncio.gather(*futures)
+            except Exception as exc:  # noqa: BLE001 - one failed cancel fails the answer, with its own error
+                if not event.reply.done():
+                    event.reply.set_exception(exc)
+                return
+            if not event.reply.done():
+                event.reply.set_result(results[0] if single else {"cancelled": list(results), "count": len(results)})
+
+        self._keep(answer())
+
+    def _cancel_targets(self, event: CancelRequested) -> list[Candidate] | None:
+        if event.role:
+            if event.role not in self.config.roles:
+                raise UnknownMemoError(f"no role {event.role!r} in roles.yaml ({', '.join(self.config.roles)})")
+            found = lookup.role_candidates(list(self.lc.runs.values()), event.role, self.config.role_dir(event.role))
+            return found or None
+        query = event.memo or ""
+        if not query:
+            raise UsageError("name a memo to cancel (its id, file name or path), or use --role ROLE")
+        targets = self._find(query)
+        if not targets:
+            finished = lookup.finished_message(self.store, query)
+            if finished:
+                raise MemoFinishedError(finished)
+            raise UnknownMemoError(f"no queued or running memo matches {query!r}; `orchestrator status` lists them")
+        distinct = {(c.role, c.name, c.run.run_id if c.run else None) for c in targets}
+        if len(distinct) > 1 and not event.all:
+            listing = "; ".join(c.describe() for c in targets)
+            raise AmbiguousMemoError(
+                f"{query!r} matches {len(targets)} memos: {listing}. Name one by file name or path, or use --all"
+            )
+        return targets
+
+    def _cancel_queued(self, cand: Candidate, event: CancelRequested) -> asyncio.Future[Any]:
+        """A memo still in its inbox: a run on record that ends at once in cancelled/; it never runs."""
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.intake.drop(cand.role, cand.path)
+        if not os.path.lexists(cand.path):
+            reply.set_exception(UnknownMemoError(f"memo {cand.name} left the inbox before it could be cancelled"))
+            return reply
+        header = lookup.read_header(cand.path)
+        ref = MemoRef(cand.name, cand.path, header.id, header.subject, header.reply_to, header.sender)
+        run = self.lc.open(self.config.roles[cand.role], [ref], seq=0, attempt=0)
+        run.cancel = CancelOrder(event.who, event.reason, RunState.QUEUED)
+        run.waiters.append(reply)
+        self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line)
+        return reply
+
+    def _cancel_run(self, cand: Candidate, event: CancelRequested) -> asyncio.Future[Any]:
+        """A run in the table: stopped at whatever stage it is, answered when it has ended."""
+        run = cand.run
+        assert run is not None
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+        previous = run.state
+        if previous is RunState.CANCELLING:
+            first: asyncio.Future[Any] = loop.create_future()
+            run.waiters.append(first)
+            note = {"memo": cand.name, "role": run.role.name, "state": "cancelled", "previous_state": "cancelling",
+                    "note": "it was already being cancelled"}  # fmt: skip
+            first.add_done_callback(lambda done: reply.set_result({**_kill_fields(done.result()), **note}))
+            return reply
+        order = CancelOrder(event.who, event.reason, previous)
+        run.waiters.append(reply)
+        if previous is RunState.RETRY_WAIT:
+            run.cancel = order
+            self.lc.finish(run, RunState.CANCELLED, reason=order.line)
+            return reply
+        run.cancel = order
+        self.lc.transition(run, RunState.CANCELLING, reason=order.line)  # on record, should we die mid-way
+        self.console.line(f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}",
+                          role=run.role.name)  # fmt: skip
+        if run.agent is not None:  # else it is still starting: its start (or failure) brings the stop
+            self.stopper.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
+        return reply
+
+    # ------------------------------------------------------------ interrupt and tell
+    def _running(self, query: str, what: str) -> tuple[Run, Candidate]:
+        candidates = [c for c in self._find(query) if c.run is not None] if query else []
+        if not candidates:
+            finished = lookup.finished_message(self.store, query) if query else None
+            if finished:
+                raise MemoFinishedError(finished)
+            raise UnknownMemoError(f"no running memo matches {query!r}")
+        if len({c.run.run_id for c in candidates if c.run}) > 1:
+            raise AmbiguousMemoError(f"{query!r} matches several runs: " + "; ".join(c.describe() for c in candidates))
+        run = candidates[0].run
+        assert run is not None
+        if run.state is RunState.STARTING:
+            raise ControlError(f"memo {candidates[0].name}'s agent is still starting; nothing to {what} yet, try again")
+        if run.state is not RunState.RUNNING:
+            raise ControlError(f"memo {candidates[0].name} is {run.state.value}, not running; nothing to {what}")
+        if run.agent.backend != "sdk":
+            raise UnsupportedError(_unsupported(run, what))
+        return run, candidates[0]
+
+    def interrupt(self, event: InterruptRequested) -> None:
+        """End an SDK agent's turn: the run ends as cancelled (with ``keep``, the session stays open for a tell)."""
+        run, cand = self._running(event.memo, "interrupt")
+        agent, attempt = run.agent, run.attempt
+        answer = {"memo": cand.name, "run_id": run.run_id, "role": run.role.name}
+        if not event.keep:
+            run.cancel = CancelOrder(event.who, event.reason, RunState.RUNNING)
+            self.lc.transition(run, RunState.INTERRUPTING, reason=run.cancel.line)
+
+        async def send() -> None:
+            try:
+                await agent.interrupt(keep=event.keep)
+            except OrchestratorError as exc:
+                self.dispatch(InterruptRefused(run.run_id, attempt))
+                if not event.reply.done():
+                    event.reply.set_exception(exc)
+                return
+            self.console.line(f"interrupted {run.label} (run {run.run_id})", role=run.role.name)
+            if event.keep or run.state.finished:
+                if not event.reply.done():
+                    event.reply.set_result({**answer, "state": run.state.value})
+                return
+            ended: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            run.waiters.append(ended)
+            try:
+                result = await asyncio.wait_for(asyncio.shield(ended), run.role.grace + ANSWER_SLACK)
+                state = result["state"]
+            except asyncio.TimeoutError:
+                state = run.state.value
+            if not event.reply.done():
+                event.reply.set_result({**answer, "state": state})
+
+        self._keep(send())
+
+    def interrupt_refused(self, event: InterruptRefused) -> None:
+        """The interrupt could not be delivered (the session had ended): its exit must not count as one."""
+        run = self.lc.runs.get(event.run_id)
+        if run is not None and run.attempt == event.attempt and run.state is RunState.INTERRUPTING:
+            run.cancel = None
+            self.lc.transition(run, RunState.RUNNING, reason=None)
+
+    def tell(self, event: TellRequested) -> None:
+        """A follow-up message into an SDK agent's session."""
+        if not event.text.strip():
+            raise UsageError("nothing to tell: give the text as an argument or on standard input")
+        run, cand = self._running(event.memo, "tell")
+        agent = run.agent
+
+        async def send() -> None:
+            try:
+                await agent.tell(event.text)
+            except OrchestratorError as exc:
+                if not event.reply.done():
+                    event.reply.set_exception(exc)
+                return
+            first_line = event.text.splitlines()[0][:80] if event.text.splitlines() else ""
+            self.console.line(f"told {run.label} (run {run.run_id}): {first_line}", role=run.role.name)
+            if not event.reply.done():
+                event.reply.set_result({"memo": cand.name, "run_id": run.run_id, "role": run.role.name,
+                                        "state": run.state.value})  # fmt: skip
+
+        self._keep(send())
+
+
+def _kill_fields(receipt: dict[str, Any]) -> dict[str, Any]:
+    keys = ("pids", "seconds", "escalated", "survivors")
+    return {k: receipt[k] for k in keys if k in receipt}
+
+
+def _unsupported(run: Run, what: str) -> str:
+    if what == "interrupt":
+        return (f"role {run.role.name} uses the command backend, which cannot interrupt a turn; "
+                "use `orchestrator cancel` to stop it, or set `backend: sdk`")  # fmt: skip
+    return f"role {run.role.name} uses the command backend, which cannot take follow-up messages; set `backend: sdk` for that"

@@ -1,0 +1,221 @@
+"""The replay harness: scripted events through the real supervisor loop, with no process and no real time.
+
+Only the two injected boundaries are replaced: the clock (``ManualClock``, moved by
+``advance``) and the spawner (``FakeSpawner``, whose agents exit when the script says
+so). Memos are real files in a real project folder and the database is the real one,
+so every rule (retries, timeouts, crash loops, budgets, cancel at each stage) runs
+through the same lifecycle as in production, in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.agents.command import SpawnError
+from orchestrator.agents.procs import KillReport
+from orchestrator.config import load_config
+from orchestrator.console import Console
+from orchestrator.core.clock import ManualClock
+from orchestrator.core.errors import ControlError
+from orchestrator.core.events import CancelRequested, InterruptRequested, MemoSeen, StopRequested, TellRequested
+from orchestrator.core.run import Run
+from orchestrator.core.states import RunState
+from orchestrator.intake.memo import FOLDERS
+from orchestrator.supervisor.loop import Supervisor
+
+
+class FakeAgent:
+    """An agent that does nothing until the script makes it exit."""
+
+    def __init__(self, spec: Any, on_exit: Any, backend: str) -> None:
+        self.spec = spec
+        self.on_exit = on_exit
+        self.backend = backend
+        self.pid = 4_000_000 + spec.run_id * 100 + spec.attempt  # above any real pid: signals reach nobody
+        self.ref = None
+        self.activity: str | None = None
+        self.cost_usd: float | None = None
+        self.result: dict[str, Any] = {}
+        self.failure_reason: str | None = None
+        self.budget_exceeded = False
+        self.interrupted = False
+        self.closing = False
+        self.waiter = None
+        self.alive = True
+        self.refuse_interrupt = False
+        self.told: list[str] = []
+
+    def exit(self, code: int) -> None:
+        if self.alive:
+            self.alive = False
+            self.on_exit(self, code)
+
+    async def interrupt(self, keep: bool = False) -> None:
+        if self.refuse_interrupt:
+            raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to interrupt")
+        self.interrupted = True
+
+    async def tell(self, text: str) -> None:
+        self.told.append(text)
+        self.interrupted = False
+
+
+class FakeSpawner:
+    """Starts ``FakeAgent``s; ``refuse`` makes starts fail, ``hold_start``/``hold_stop`` keep them pending."""
+
+    def __init__(self) -> None:
+        self.agents: list[FakeAgent] = []
+        self.refuse: str | None = None
+        self.hold_start: asyncio.Event | None = None
+        self.hold_stop: asyncio.Event | None = None
+        self.stops: list[tuple[int, float, bool]] = []
+
+    async def start(self, spec: Any, on_exit: Any) -> FakeAgent:
+        if self.hold_start is not None:
+            await self.hold_start.wait()
+        if self.refuse:
+            raise SpawnError(self.refuse)
+        agent = FakeAgent(spec, on_exit, spec.role.backend)
+        self.agents.append(agent)
+        return agent
+
+    async def stop(self, agent: FakeAgent, run_id: int, grace: float, log: Any, interrupt_first: bool) -> KillReport:
+        self.stops.append((run_id, grace, interrupt_first))
+        if self.hold_stop is not None:
+            await self.hold_stop.wait()
+        pids = [agent.pid] if agent is not None and agent.alive else []
+        if agent is not None:
+            agent.exit(-15)
+        return KillReport(pids=pids, seconds=0.0)
+
+    def left_behind(self, agent: FakeAgent) -> bool:
+        return False
+
+    async def sweep(self, agent: FakeAgent, run_id: int, attempt: int, grace: float) -> KillReport:
+        return KillReport()
+
+
+class RecordingConsole(Console):
+    """The real printer into a buffer, remembering every transition it was told of."""
+
+    def __init__(self) -> None:
+        self.buffer = io.StringIO()
+        super().__init__(None, stream=self.buffer, live=False)
+        self.edges: list[tuple[RunState, RunState]] = []
+
+    def event(self, run: Any, old: RunState, new: RunState) -> None:
+        self.edges.append((old, new))
+        super().event(run, old, new)
+
+    @property
+    def text(self) -> str:
+        return self.buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Boom:
+    """An event no handler knows: the loop must treat it as a bug in the run it names."""
+
+    run_id: int
+
+
+class Replay:
+    """One project root driven by a script; use inside a running asyncio loop."""
+
+    def __init__(self, root: Path, roles: dict[str, dict[str, Any]] | None = None, **top: Any) -> None:
+        self.root = root
+        roles = roles if roles is not None else {"builder": {}}
+        data: dict[str, Any] = {"max_concurrent": 10, "rescan_interval": "5s", **top}
+        defaults = {"command": [sys.executable, "-c", "pass"], "grace": "2s", "retry": {"max": 0, "backoff": ["1s"]}}
+        defaults.update(data.pop("defaults", {}))
+        data["defaults"] = defaults
+        data["roles"] = {}
+        for name, settings in roles.items():
+            settings = {"prompt": f"prompts/{name}.md", **settings}
+            data["roles"][name] = settings
+            prompt = root / settings["prompt"]
+            prompt.parent.mkdir(parents=True, exist_ok=True)
+            prompt.write_text("memo $memo_path\n$memo", encoding="utf-8")
+        (root / "roles.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        self.config = load_config(root)
+        self.clock = ManualClock()
+        self.spawner = FakeSpawner()
+        self.console = RecordingConsole()
+        self.sup = Supervisor(self.config, self.console, clock=self.clock, spawner=self.spawner)
+        self.sup.loop = asyncio.get_running_loop()
+        for role in self.config.roles:
+            for folder in FOLDERS:
+                (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ script
+    async def settle(self) -> None:
+        """Let the spawn, stop and answer tasks run to their next wait (no real time passes for the rules)."""
+        for _ in range(30):
+            await asyncio.sleep(0)
+
+    async def drop(self, role: str, name: str, body: str = "body", front: dict[str, Any] | None = None) -> Path:
+        path = self.config.role_dir(role) / "inbox" / name
+        header = front if front is not None else {"id": name.removesuffix(".md")}
+        path.write_text("---\n" + yaml.safe_dump(header) + "---\n" + body + "\n", encoding="utf-8")
+        self.sup.handle(MemoSeen(role, path, complete=True))
+        await self.settle()
+        return path
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        await self.settle()
+
+    def agent(self, memo: str, attempt: int | None = None) -> FakeAgent:
+        """The newest agent started for the memo (by id or file name)."""
+        for agent in reversed(self.spawner.agents):
+            names = [p.name for p in agent.spec.memo_paths]
+            if (memo in names or memo + ".md" in names) and (attempt is None or agent.spec.attempt == attempt):
+                return agent
+        raise AssertionError(f"no agent started for {memo}; started: {[a.spec.memo_paths for a in self.spawner.agents]}")
+
+    async def exit(self, memo: str, code: int) -> None:
+        self.agent(memo).exit(code)
+        await self.settle()
+
+    async def request(self, kind: type, **fields: Any) -> asyncio.Future[Any]:
+        """Post a control request as the control channel would; the future holds its answer."""
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        defaults: dict[str, Any] = {"who": "tester"}
+        if kind is CancelRequested:
+            defaults.update(memo=None, role=None, all=False, reason="")
+        elif kind is InterruptRequested:
+            defaults.update(keep=False, reason="interrupted")
+        elif kind is StopRequested:
+            defaults.update(force=False)
+        elif kind is TellRequested:
+            defaults.update(text="more")
+        self.sup.handle(kind(**{**defaults, **fields}, reply=reply))
+        await self.settle()
+        return reply
+
+    # ------------------------------------------------------------ looking
+    def run_of(self, memo: str) -> Run:
+        for run in self.sup.runs.values():
+            if any(m.name in (memo, memo + ".md") or m.memo_id == memo for m in run.memos):
+                return run
+        raise AssertionError(f"no live run for {memo}: {[r.memos for r in self.sup.runs.values()]}")
+
+    def state(self, memo: str) -> str:
+        try:
+            return self.run_of(memo).state.value
+        except AssertionError:
+            rows = [r for r in self.sup.store.history() if memo + ".md" in r["memos"] or memo in r["memos"]]
+            return rows[-1]["state"] if rows else "unknown"
+
+    def folder(self, role: str, folder: str) -> list[str]:
+        return sorted(p.name for p in (self.config.role_dir(role) / folder).iterdir() if p.name.endswith(".md"))
+
+    def close(self) -> None:
+        self.sup.store.close()
