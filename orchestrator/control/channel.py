@@ -1,11 +1,12 @@
 """The control channel: a Unix socket under ``.orchestrator/``, one JSON object per line, each answered.
 
 Only the owner can use it: the folder is mode 0700, the socket 0600, and the
-server also checks the peer's uid (SO_PEERCRED). A request is
-``{"op": "status" | "stop" | "cancel" | "interrupt" | "tell", ...}``; the answer is
-``{"ok": true, "result": {...}}`` or ``{"ok": false, "code": "...", "error": "..."}``.
-A malformed request gets an error answer and never stops the loop; a silent
-client is dropped after ``IDLE_TIMEOUT`` and never blocks another client.
+server also checks the peer's uid (SO_PEERCRED). Requests and answers are the
+models of ``protocol``; the server validates each line into a request model and
+hands it to the ``handle`` it was given, so it never dispatches on a raw dict. A
+malformed request (too long, too deeply nested, not JSON, a field of the wrong
+type) gets an error answer and never stops the loop; a silent client is dropped
+after ``IDLE_TIMEOUT`` and never blocks another client.
 """
 
 from __future__ import annotations
@@ -17,23 +18,25 @@ import socket
 import struct
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
 
 if TYPE_CHECKING:
     import asyncio  # imported where the server runs: the CLI client never needs it (about 30 ms)
 
-    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.control.protocol import Answer, Request
 
 SOCKET_NAME = "control.sock"
 IDLE_TIMEOUT = 30.0
 CLOSE_GRACE = 5.0  # how long closing waits for answers still being sent
 MAX_LINE = 4 * 1024 * 1024
 UNIX_PATH_MAX = 100
+INTERNAL_ERROR = "internal error; see .orchestrator/orchestrator.log"
 
 
 def socket_path(root: Path) -> Path:
+    """Where the orchestrator of ``root`` listens."""
     return root / ".orchestrator" / SOCKET_NAME
 
 
@@ -51,18 +54,29 @@ def _short(path: Path):  # type: ignore[no-untyped-def]
 
 
 class ControlServer:
-    """Serves the socket from the supervisor's loop."""
+    """Serves the socket at ``path`` from the supervisor's loop.
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
-        self.path = socket_path(sup.root)
+    ``handle`` answers one validated request with the result dict; an
+    ``OrchestratorError`` it raises becomes a refusal with its wire code, any
+    other exception is logged through ``log_error`` (traceback included) and
+    answered as an internal error.
+    """
+
+    def __init__(self, path: Path, handle: Callable[[Request], Awaitable[dict[str, Any]]],
+                 log_error: Callable[[str], None]) -> None:  # fmt: skip
+        self.path = path
+        self.handle = handle
+        self.log_error = log_error
         self.server: asyncio.AbstractServer | None = None
         self.clients: set[asyncio.Task[Any]] = set()
         self.writers: set[asyncio.StreamWriter] = set()
         self.answering: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
+        """Listen on ``path``: a folder of mode 0700, a socket of mode 0600."""
         import asyncio
+
+        import orchestrator.control.protocol  # noqa: F401 - pydantic is loaded now, not on the first request
 
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
@@ -78,6 +92,7 @@ class ControlServer:
         os.chmod(self.path, 0o600)
 
     async def close(self) -> None:
+        """Stop listening, let answers being sent go out, drop idle clients, remove the socket."""
         import asyncio
 
         if self.server is not None:
@@ -100,13 +115,15 @@ class ControlServer:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         import asyncio
 
+        from orchestrator.control.protocol import Answer
+
         task = asyncio.current_task()
         if task is not None:
             self.clients.add(task)
         self.writers.add(writer)
         try:
             if not _peer_allowed(writer):
-                await _send(writer, {"ok": False, "code": "error", "error": "permission denied: not the socket's owner"})
+                await self._send(writer, Answer.failure("error", "permission denied: not the socket's owner"))
                 return
             while True:
                 try:
@@ -114,14 +131,15 @@ class ControlServer:
                 except asyncio.TimeoutError:
                     return
                 except (ValueError, asyncio.LimitOverrunError):
-                    await _send(writer, {"ok": False, "code": "error", "error": f"request longer than {MAX_LINE} bytes"})
+                    # the rest of the line may still be arriving: nothing after it could be read as a request
+                    await self._send(writer, Answer.failure("usage", f"malformed request: longer than {MAX_LINE} bytes"))
                     return
                 if not line:
                     return
                 answered = asyncio.get_running_loop().create_future()
                 self.answering.add(answered)
                 try:
-                    await _send(writer, await self._answer(line))
+                    await self._send(writer, await self._answer(line))
                 finally:
                     self.answering.discard(answered)
                     answered.set_result(None)
@@ -134,21 +152,29 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _answer(self, line: bytes) -> dict[str, Any]:
+    async def _answer(self, line: bytes) -> Answer:
+        """The answer to one request line; never raises (but for the connection's own cancellation)."""
+        from orchestrator.control.protocol import Answer, parse_request
+
+        op = "?"
         try:
-            request = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            return {"ok": False, "code": "error", "error": "malformed request: expected one JSON object per line"}
-        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-            return {"ok": False, "code": "error", "error": 'malformed request: expected {"op": "..."}'}
-        try:
-            result = await self.sup.request(request["op"], request)
+            request = parse_request(line)
+            op = request.op
+            return Answer.success(await self.handle(request))
         except OrchestratorError as exc:
-            return {"ok": False, "code": control_code(exc), "error": str(exc)}
-        except Exception:  # noqa: BLE001 - a bad request must never stop the loop
-            self.sup.console.error(f"control request {request.get('op')!r} failed:\n{traceback.format_exc()}")
-            return {"ok": False, "code": "error", "error": "internal error; see .orchestrator/orchestrator.log"}
-        return {"ok": True, "result": result}
+            return Answer.failure(control_code(exc), str(exc))
+        except Exception:  # noqa: BLE001 - a bad request (or a bad result) must never stop the loop
+            self.log_error(f"control request {op!r} failed:\n{traceback.format_exc()}")
+            return Answer.failure("error", INTERNAL_ERROR)
+
+    async def _send(self, writer: asyncio.StreamWriter, answer: Answer) -> None:
+        try:
+            line = answer.to_line()
+        except Exception:  # noqa: BLE001 - a result JSON cannot hold (a cycle, say) is this server's fault
+            self.log_error(f"control answer could not be sent:\n{traceback.format_exc()}")
+            line = (json.dumps({"ok": False, "code": "error", "error": INTERNAL_ERROR}) + "\n").encode()
+        writer.write(line)
+        await writer.drain()
 
 
 def _peer_allowed(writer: asyncio.StreamWriter) -> bool:
@@ -161,11 +187,6 @@ def _peer_allowed(writer: asyncio.StreamWriter) -> bool:
         return True
     _pid, uid, _gid = struct.unpack("3i", creds)
     return uid in (os.getuid(), 0)
-
-
-async def _send(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
-    writer.write((json.dumps(answer, ensure_ascii=False, default=str) + "\n").encode())
-    await writer.drain()
 
 
 def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:

@@ -85,7 +85,7 @@ class Supervisor:
             self.loop.call_soon_threadsafe(self.handle, event)
 
     async def serve(self) -> int:
-        from orchestrator.control.channel import ControlServer
+        from orchestrator.control.channel import ControlServer, socket_path
         from orchestrator.supervisor.recovery import recover
         from orchestrator.intake.watcher import InboxWatcher
 
@@ -103,7 +103,9 @@ class Supervisor:
         # the claim rename makes sure it runs once either way
         self.watcher = InboxWatcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
         self.watcher.start()
-        self.control = ControlServer(self)
+        # the lead replaces this adapter (a request model back into op and dict) with the real handler
+        self.control = ControlServer(socket_path(self.root), lambda req: self.request(req.op, req.model_dump()),
+                                     self.console.error)  # fmt: skip
         await self.control.start()
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
