@@ -7,6 +7,9 @@ hands it to the ``handle`` it was given, so it never dispatches on a raw dict. A
 malformed request (too long, too deeply nested, not JSON, a field of the wrong
 type) gets an error answer and never stops the loop; a silent client is dropped
 after ``IDLE_TIMEOUT`` and never blocks another client.
+
+The client (``call``) stays light: it sends plain JSON and checks the answer's
+shape by hand, so a CLI command does not pay for importing pydantic.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import socket
 import struct
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -32,6 +36,8 @@ IDLE_TIMEOUT = 30.0
 CLOSE_GRACE = 5.0  # how long closing waits for answers still being sent
 MAX_LINE = 4 * 1024 * 1024
 UNIX_PATH_MAX = 100
+CONNECT_PATIENCE = 2.0  # how long the client retries while the socket's backlog is full
+CONNECT_RETRY = 0.05
 INTERNAL_ERROR = "internal error; see .orchestrator/orchestrator.log"
 
 
@@ -189,20 +195,49 @@ def _peer_allowed(writer: asyncio.StreamWriter) -> bool:
     return uid in (os.getuid(), 0)
 
 
-def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:
-    """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal."""
+def _connect(root: Path, patience: float) -> socket.socket:
+    """A socket connected to the orchestrator of ``root``, retrying up to ``patience`` seconds while its backlog
+    is full (it is stopped, or swamped by connections it has not accepted yet)."""
     path = socket_path(root)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + patience
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # never a blocking connect: on a full backlog it would wait for as long as the orchestrator does not accept
+        sock.setblocking(False)
+        try:
+            with _short(path) as where:
+                sock.connect(where)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise ControlError(
+                    f"the orchestrator of {root} does not answer: its control socket has accepted no connection "
+                    f"for {patience:g}s (is the process stopped or overloaded?)"
+                ) from None
+            time.sleep(CONNECT_RETRY)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            sock.close()
+            raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
+        except PermissionError:
+            sock.close()
+            raise NotRunningError(
+                f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)"
+            ) from None
+        except BaseException:
+            sock.close()
+            raise
+
+
+def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:
+    """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal.
+
+    ``timeout`` bounds the wait for the answer (``None``: as long as the request takes, as a cancel may); a
+    socket whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
+    """
+    patience = CONNECT_PATIENCE if timeout is None else min(CONNECT_PATIENCE, timeout)
+    sock = _connect(root, patience)
     sock.settimeout(timeout)
-    try:
-        with _short(path) as where:
-            sock.connect(where)
-    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-        sock.close()
-        raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
-    except PermissionError:
-        sock.close()
-        raise NotRunningError(f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)") from None
     try:
         try:
             sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
@@ -220,7 +255,19 @@ def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict
         raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
     finally:
         sock.close()
-    answer = json.loads(data)
-    if answer.get("ok"):
+    return _result(root, data)
+
+
+def _result(root: Path, data: bytes) -> dict[str, Any]:
+    """The result of an answer line, or its refusal raised as the error class its code names."""
+    try:
+        answer = json.loads(data)
+    except (ValueError, RecursionError):
+        answer = None
+    if isinstance(answer, dict) and answer.get("ok") is True and isinstance(answer.get("result") or {}, dict):
         return dict(answer.get("result") or {})
-    raise CONTROL_ERRORS.get(answer.get("code", "error"), ControlError)(answer.get("error", "refused"))
+    if isinstance(answer, dict) and answer.get("ok") is False:
+        code, error = answer.get("code"), answer.get("error")
+        cls = CONTROL_ERRORS.get(code, ControlError) if isinstance(code, str) else ControlError
+        raise cls(str(error) if error else "refused")
+    raise ControlError(f"the orchestrator of {root} sent an answer that is not one: {data[:80]!r}")
