@@ -452,3 +452,59 @@ def test_interrupt_and_tell_on_a_command_agent_are_refused_and_it_keeps_running(
     assert [r["state"] for r in project.status()["runs"]] == ["running"]
     assert project.cli("cancel", "B-031").returncode == 0
     assert orch.stop() == 0
+
+
+# ------------------------------------------------------------------ hostile input (defects 6 and 7)
+
+
+def test_a_deeply_nested_request_gets_an_error_answer_and_the_loop_keeps_serving(running: Project) -> None:
+    """100,000 nested lists once raised RecursionError in the answer path: no answer, a traceback from `up`."""
+    with connect(running) as sock:
+        for raw in (b"[" * 100_000 + b"\n", b'{"op": "status", "x": ' * 100_000 + b"\n"):
+            answer = ask(sock, raw)
+            assert answer["ok"] is False and answer["code"] == "usage", answer
+            assert "nested deeper than" in answer["error"], answer
+        # brackets inside a string are text, not nesting: this one is a real request, for a memo that is not there
+        answer = ask(sock, json.dumps({"op": "cancel", "memo": "[" * 100_000, "who": "test"}).encode() + b"\n")
+        assert answer["ok"] is False and answer["code"] == "unknown_memo", answer["error"][:200]
+        assert ask(sock, b'{"op": "status"}\n')["ok"] is True
+    assert status_answers(running)["running"] is True
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+    output = running.orch.output  # type: ignore[attr-defined]
+    assert "Traceback" not in output and "RecursionError" not in output, output[-2000:]
+
+
+def test_a_stopped_orchestrator_with_a_full_backlog_gets_one_line_not_a_traceback(running: Project) -> None:
+    """With the orchestrator stopped (SIGSTOP) and its socket's backlog full, `status` once printed a
+    BlockingIOError traceback; it must retry briefly, then say in one line that the orchestrator does not answer."""
+    import signal
+
+    pid = running.orch.proc.pid  # type: ignore[attr-defined]
+    pending: list[socket.socket] = []
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, what="the orchestrator stopped")
+        for _ in range(10_000):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(str(sock_path(running)))
+            except BlockingIOError:
+                sock.close()
+                break
+            pending.append(sock)
+        else:
+            pytest.fail("the socket's backlog never filled")
+        assert pending, "not one connection was queued before the backlog was full"
+        result = running.cli("status")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for sock in pending:
+            sock.close()
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert result.stderr.count("\n") == 1 and "does not answer" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "BlockingIOError" not in result.stderr, result.stderr
+    # once resumed it serves again, and the queued connections that left did it no harm
+    assert status_answers(running, timeout=10)["running"] is True
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+    assert "Traceback" not in running.orch.output  # type: ignore[attr-defined]

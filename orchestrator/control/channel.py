@@ -1,11 +1,15 @@
 """The control channel: a Unix socket under ``.orchestrator/``, one JSON object per line, each answered.
 
 Only the owner can use it: the folder is mode 0700, the socket 0600, and the
-server also checks the peer's uid (SO_PEERCRED). A request is
-``{"op": "status" | "stop" | "cancel" | "interrupt" | "tell", ...}``; the answer is
-``{"ok": true, "result": {...}}`` or ``{"ok": false, "code": "...", "error": "..."}``.
-A malformed request gets an error answer and never stops the loop; a silent
-client is dropped after ``IDLE_TIMEOUT`` and never blocks another client.
+server also checks the peer's uid (SO_PEERCRED). Requests and answers are the
+models of ``protocol``; the server validates each line into a request model and
+hands it to the ``handle`` it was given, so it never dispatches on a raw dict. A
+malformed request (too long, too deeply nested, not JSON, a field of the wrong
+type) gets an error answer and never stops the loop; a silent client is dropped
+after ``IDLE_TIMEOUT`` and never blocks another client.
+
+The client (``call``) stays light: it sends plain JSON and checks the answer's
+shape by hand, so a CLI command does not pay for importing pydantic.
 """
 
 from __future__ import annotations
@@ -15,25 +19,30 @@ import json
 import os
 import socket
 import struct
+import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
 
 if TYPE_CHECKING:
     import asyncio  # imported where the server runs: the CLI client never needs it (about 30 ms)
 
-    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.control.protocol import Answer, Request
 
 SOCKET_NAME = "control.sock"
 IDLE_TIMEOUT = 30.0
 CLOSE_GRACE = 5.0  # how long closing waits for answers still being sent
 MAX_LINE = 4 * 1024 * 1024
 UNIX_PATH_MAX = 100
+CONNECT_PATIENCE = 2.0  # how long the client retries while the socket's backlog is full
+CONNECT_RETRY = 0.05
+INTERNAL_ERROR = "internal error; see .orchestrator/orchestrator.log"
 
 
 def socket_path(root: Path) -> Path:
+    """Where the orchestrator of ``root`` listens."""
     return root / ".orchestrator" / SOCKET_NAME
 
 
@@ -51,18 +60,29 @@ def _short(path: Path):  # type: ignore[no-untyped-def]
 
 
 class ControlServer:
-    """Serves the socket from the supervisor's loop."""
+    """Serves the socket at ``path`` from the supervisor's loop.
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
-        self.path = socket_path(sup.root)
+    ``handle`` answers one validated request with the result dict; an
+    ``OrchestratorError`` it raises becomes a refusal with its wire code, any
+    other exception is logged through ``log_error`` (traceback included) and
+    answered as an internal error.
+    """
+
+    def __init__(self, path: Path, handle: Callable[[Request], Awaitable[dict[str, Any]]],
+                 log_error: Callable[[str], None]) -> None:  # fmt: skip
+        self.path = path
+        self.handle = handle
+        self.log_error = log_error
         self.server: asyncio.AbstractServer | None = None
         self.clients: set[asyncio.Task[Any]] = set()
         self.writers: set[asyncio.StreamWriter] = set()
         self.answering: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
+        """Listen on ``path``: a folder of mode 0700, a socket of mode 0600."""
         import asyncio
+
+        import orchestrator.control.protocol  # noqa: F401 - pydantic is loaded now, not on the first request
 
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
@@ -78,6 +98,7 @@ class ControlServer:
         os.chmod(self.path, 0o600)
 
     async def close(self) -> None:
+        """Stop listening, let answers being sent go out, drop idle clients, remove the socket."""
         import asyncio
 
         if self.server is not None:
@@ -100,13 +121,15 @@ class ControlServer:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         import asyncio
 
+        from orchestrator.control.protocol import Answer
+
         task = asyncio.current_task()
         if task is not None:
             self.clients.add(task)
         self.writers.add(writer)
         try:
             if not _peer_allowed(writer):
-                await _send(writer, {"ok": False, "code": "error", "error": "permission denied: not the socket's owner"})
+                await self._send(writer, Answer.failure("error", "permission denied: not the socket's owner"))
                 return
             while True:
                 try:
@@ -114,14 +137,15 @@ class ControlServer:
                 except asyncio.TimeoutError:
                     return
                 except (ValueError, asyncio.LimitOverrunError):
-                    await _send(writer, {"ok": False, "code": "error", "error": f"request longer than {MAX_LINE} bytes"})
+                    # the rest of the line may still be arriving: nothing after it could be read as a request
+                    await self._send(writer, Answer.failure("usage", f"malformed request: longer than {MAX_LINE} bytes"))
                     return
                 if not line:
                     return
                 answered = asyncio.get_running_loop().create_future()
                 self.answering.add(answered)
                 try:
-                    await _send(writer, await self._answer(line))
+                    await self._send(writer, await self._answer(line))
                 finally:
                     self.answering.discard(answered)
                     answered.set_result(None)
@@ -134,21 +158,29 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _answer(self, line: bytes) -> dict[str, Any]:
+    async def _answer(self, line: bytes) -> Answer:
+        """The answer to one request line; never raises (but for the connection's own cancellation)."""
+        from orchestrator.control.protocol import Answer, parse_request
+
+        op = "?"
         try:
-            request = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            return {"ok": False, "code": "error", "error": "malformed request: expected one JSON object per line"}
-        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-            return {"ok": False, "code": "error", "error": 'malformed request: expected {"op": "..."}'}
-        try:
-            result = await self.sup.request(request["op"], request)
+            request = parse_request(line)
+            op = request.op
+            return Answer.success(await self.handle(request))
         except OrchestratorError as exc:
-            return {"ok": False, "code": control_code(exc), "error": str(exc)}
-        except Exception:  # noqa: BLE001 - a bad request must never stop the loop
-            self.sup.console.error(f"control request {request.get('op')!r} failed:\n{traceback.format_exc()}")
-            return {"ok": False, "code": "error", "error": "internal error; see .orchestrator/orchestrator.log"}
-        return {"ok": True, "result": result}
+            return Answer.failure(control_code(exc), str(exc))
+        except Exception:  # noqa: BLE001 - a bad request (or a bad result) must never stop the loop
+            self.log_error(f"control request {op!r} failed:\n{traceback.format_exc()}")
+            return Answer.failure("error", INTERNAL_ERROR)
+
+    async def _send(self, writer: asyncio.StreamWriter, answer: Answer) -> None:
+        try:
+            line = answer.to_line()
+        except Exception:  # noqa: BLE001 - a result JSON cannot hold (a cycle, say) is this server's fault
+            self.log_error(f"control answer could not be sent:\n{traceback.format_exc()}")
+            line = (json.dumps({"ok": False, "code": "error", "error": INTERNAL_ERROR}) + "\n").encode()
+        writer.write(line)
+        await writer.drain()
 
 
 def _peer_allowed(writer: asyncio.StreamWriter) -> bool:
@@ -163,25 +195,49 @@ def _peer_allowed(writer: asyncio.StreamWriter) -> bool:
     return uid in (os.getuid(), 0)
 
 
-async def _send(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
-    writer.write((json.dumps(answer, ensure_ascii=False, default=str) + "\n").encode())
-    await writer.drain()
+def _connect(root: Path, patience: float) -> socket.socket:
+    """A socket connected to the orchestrator of ``root``, retrying up to ``patience`` seconds while its backlog
+    is full (it is stopped, or swamped by connections it has not accepted yet)."""
+    path = socket_path(root)
+    deadline = time.monotonic() + patience
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # never a blocking connect: on a full backlog it would wait for as long as the orchestrator does not accept
+        sock.setblocking(False)
+        try:
+            with _short(path) as where:
+                sock.connect(where)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise ControlError(
+                    f"the orchestrator of {root} does not answer: its control socket has accepted no connection "
+                    f"for {patience:g}s (is the process stopped or overloaded?)"
+                ) from None
+            time.sleep(CONNECT_RETRY)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            sock.close()
+            raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
+        except PermissionError:
+            sock.close()
+            raise NotRunningError(
+                f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)"
+            ) from None
+        except BaseException:
+            sock.close()
+            raise
 
 
 def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:
-    """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal."""
-    path = socket_path(root)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal.
+
+    ``timeout`` bounds the wait for the answer (``None``: as long as the request takes, as a cancel may); a
+    socket whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
+    """
+    patience = CONNECT_PATIENCE if timeout is None else min(CONNECT_PATIENCE, timeout)
+    sock = _connect(root, patience)
     sock.settimeout(timeout)
-    try:
-        with _short(path) as where:
-            sock.connect(where)
-    except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-        sock.close()
-        raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
-    except PermissionError:
-        sock.close()
-        raise NotRunningError(f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)") from None
     try:
         try:
             sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
@@ -199,7 +255,19 @@ def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict
         raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
     finally:
         sock.close()
-    answer = json.loads(data)
-    if answer.get("ok"):
+    return _result(root, data)
+
+
+def _result(root: Path, data: bytes) -> dict[str, Any]:
+    """The result of an answer line, or its refusal raised as the error class its code names."""
+    try:
+        answer = json.loads(data)
+    except (ValueError, RecursionError):
+        answer = None
+    if isinstance(answer, dict) and answer.get("ok") is True and isinstance(answer.get("result") or {}, dict):
         return dict(answer.get("result") or {})
-    raise CONTROL_ERRORS.get(answer.get("code", "error"), ControlError)(answer.get("error", "refused"))
+    if isinstance(answer, dict) and answer.get("ok") is False:
+        code, error = answer.get("code"), answer.get("error")
+        cls = CONTROL_ERRORS.get(code, ControlError) if isinstance(code, str) else ControlError
+        raise cls(str(error) if error else "refused")
+    raise ControlError(f"the orchestrator of {root} sent an answer that is not one: {data[:80]!r}")

@@ -28,6 +28,7 @@ from orchestrator.agents import procs
 from orchestrator.agents.spawner import ProcessSpawner, Spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
+from orchestrator.control import protocol
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import OrchestratorError
@@ -166,7 +167,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ life
     async def serve(self) -> int:
-        from orchestrator.control.channel import ControlServer
+        from orchestrator.control.channel import ControlServer, socket_path
         from orchestrator.intake.watcher import InboxWatcher
         from orchestrator.supervisor.recovery import recover
 
@@ -184,7 +185,7 @@ class Supervisor:
         # the claim rename makes sure it runs once either way
         self.watcher = InboxWatcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
         self.watcher.start()
-        self.control = ControlServer(self)
+        self.control = ControlServer(socket_path(self.root), self.answer, self.console.error)
         await self.control.start()
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
@@ -289,26 +290,21 @@ class Supervisor:
                     self.stopper.stop(run, 0.0)
 
     # ------------------------------------------------------------------ status
-    async def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def answer(self, request: protocol.Request) -> dict[str, Any]:
         """A control-channel request, posted to the loop as a typed event; its answer comes back on a future."""
-        from orchestrator.core.errors import ControlError
-
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        who = str(args.get("who") or "unknown")
-        if op == "status":
-            event: ev.Event = ev.StatusRequested(reply)
-        elif op == "stop":
-            event = ev.StopRequested(bool(args.get("force")), who, reply)
-        elif op == "cancel":
-            event = ev.CancelRequested(args.get("memo") or None, args.get("role") or None, bool(args.get("all")), who,
-                                       str(args.get("reason") or ""), reply)  # fmt: skip
-        elif op == "interrupt":
-            event = ev.InterruptRequested(str(args.get("memo") or ""), bool(args.get("keep")), who,
-                                          str(args.get("reason") or "interrupted"), reply)  # fmt: skip
-        elif op == "tell":
-            event = ev.TellRequested(str(args.get("memo") or ""), str(args.get("text") or ""), who, reply)
+        event: ev.Event
+        if isinstance(request, protocol.StatusRequest):
+            event = ev.StatusRequested(reply)
+        elif isinstance(request, protocol.StopRequest):
+            event = ev.StopRequested(request.force, request.who, reply)
+        elif isinstance(request, protocol.CancelRequest):
+            event = ev.CancelRequested(request.memo or None, request.role or None, request.all, request.who,
+                                       request.reason, reply)  # fmt: skip
+        elif isinstance(request, protocol.InterruptRequest):
+            event = ev.InterruptRequested(request.memo, request.keep, request.who, request.reason, reply)
         else:
-            raise ControlError(f"unknown request {op!r}; known: status, stop, cancel, interrupt, tell")
+            event = ev.TellRequested(request.memo, request.text, request.who, reply)
         self.handle(event)
         return dict(await reply)
 

@@ -1,0 +1,175 @@
+"""The control channel's wire format: one pydantic model per request, told apart by ``op``, and one answer.
+
+A request is one JSON object on one line. ``parse_request`` turns a line into a
+validated model or raises ``UsageError`` with a one-line reason that names the
+field at fault, so the server never dispatches on a raw dict::
+
+    {"op": "status"}
+    {"op": "stop", "force": false, "who": "..."}
+    {"op": "cancel", "memo": "B-031", "role": null, "reason": "", "all": false, "who": "..."}
+    {"op": "interrupt", "memo": "B-031", "keep": false, "reason": "interrupted", "who": "..."}
+    {"op": "tell", "memo": "B-031", "text": "...", "who": "..."}
+
+Validation is strict (``"force": "yes"`` is not a boolean) and unknown fields
+are refused. No request field holds a list or an object, so nesting deeper than
+``MAX_DEPTH`` is refused by a byte scan before ``json.loads`` could recurse on it.
+
+Only the server imports this module: pydantic costs a CLI call about 150 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from orchestrator.core.errors import UsageError
+
+MAX_DEPTH = 32  # a valid request has depth 1; this only has to stop json.loads from recursing without bound
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class StatusRequest(_Request):
+    """The live state, as ``status --json`` prints it."""
+
+    op: Literal["status"] = "status"
+
+
+class StopRequest(_Request):
+    """Begin ending: graceful (running agents finish) or forced (kill them, return their memos)."""
+
+    op: Literal["stop"] = "stop"
+    force: bool = False
+    who: str = "unknown"
+
+
+class CancelRequest(_Request):
+    """Cancel one memo (``memo``), every match (``all``) or all of a role's work (``role``)."""
+
+    op: Literal["cancel"] = "cancel"
+    memo: str | None = None
+    role: str | None = None
+    reason: str = ""
+    all: bool = False
+    who: str = "unknown"
+
+
+class InterruptRequest(_Request):
+    """End an SDK agent's current turn; ``keep`` keeps its session open for ``tell``."""
+
+    op: Literal["interrupt"] = "interrupt"
+    memo: str
+    keep: bool = False
+    reason: str = "interrupted"
+    who: str = "unknown"
+
+
+class TellRequest(_Request):
+    """A follow-up message into an SDK agent's session."""
+
+    op: Literal["tell"] = "tell"
+    memo: str
+    text: str
+    who: str = "unknown"
+
+
+Request = Annotated[StatusRequest | StopRequest | CancelRequest | InterruptRequest | TellRequest, Field(discriminator="op")]
+REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
+OPS: tuple[str, ...] = tuple(get_args(model.model_fields["op"].annotation)[0] for model in get_args(get_args(Request)[0]))
+
+
+class Answer(BaseModel):
+    """``{"ok": true, "result": {...}}`` or ``{"ok": false, "code": "...", "error": "..."}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ok: bool
+    result: dict[str, Any] | None = None
+    code: str | None = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Answer:
+        if self.ok and (self.result is None or self.code is not None or self.error is not None):
+            raise ValueError("an ok answer has a result and no code or error")
+        if not self.ok and (self.result is not None or not self.code or not self.error):
+            raise ValueError("a refusal has a code and an error and no result")
+        return self
+
+    @classmethod
+    def success(cls, result: dict[str, Any]) -> Answer:
+        """The answer to a request that was carried out."""
+        return cls(ok=True, result=result)
+
+    @classmethod
+    def failure(cls, code: str, error: str) -> Answer:
+        """A refusal; ``code`` names the error class the client raises (see ``errors.CONTROL_ERRORS``)."""
+        return cls(ok=False, code=code, error=error)
+
+    def to_line(self) -> bytes:
+        """One line of JSON; values JSON cannot hold (paths, times) are sent as text."""
+        wire: dict[str, Any] = {"ok": True, "result": self.result} if self.ok else {
+            "ok": False, "code": self.code, "error": self.error}  # fmt: skip
+        return (json.dumps(wire, ensure_ascii=False, default=str) + "\n").encode()
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+
+
+def too_deep(line: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``line`` nests lists and objects deeper than ``limit`` (or leaves them unclosed), brackets inside
+    strings not counted.
+
+    Every real request takes the first test (a count of brackets). For the rest, each pass deletes the innermost
+    pairs, so brackets that still remain after ``limit`` passes are nested deeper or unbalanced; all of it runs
+    in C, and stops as soon as a pass deletes nothing.
+    """
+    if line.count(b"[") + line.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", line).translate(_SQUARE, _NOT_BRACKETS)
+    for _ in range(limit):
+        shorter = brackets.replace(b"[]", b"")
+        if not shorter:
+            return False
+        if len(shorter) == len(brackets):
+            return True
+        brackets = shorter
+    return True
+
+
+def parse_request(line: bytes) -> Request:
+    """The validated request on ``line``; ``UsageError`` naming what is wrong (and the field) otherwise."""
+    if too_deep(line):
+        raise UsageError(f"malformed request: lists or objects nested deeper than {MAX_DEPTH} levels, or not closed")
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise UsageError("malformed request: expected one JSON object per line") from None
+    if not isinstance(data, dict):
+        raise UsageError('malformed request: expected a JSON object such as {"op": "status"}')
+    if "op" not in data:
+        raise UsageError('malformed request: field "op": Field required')
+    if not isinstance(data["op"], str) or data["op"] not in OPS:
+        raise UsageError(f"unknown request {data['op']!r}; known: {', '.join(OPS)}")
+    try:
+        return REQUESTS.validate_python(data)
+    except ValidationError as exc:
+        raise UsageError(f"malformed request: {describe(exc)}") from None
+
+
+def describe(exc: ValidationError) -> str:
+    """Each problem as ``field "name": message``, without the union's tag that pydantic puts first."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = [str(p) for p in error["loc"]]
+        if loc and loc[0] in OPS:
+            loc = loc[1:]
+        parts.append(f'field "{".".join(loc)}": {error["msg"]}' if loc else error["msg"])
+    return "; ".join(parts)
