@@ -193,8 +193,8 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
 
 
 def test_a_cancel_view_answers_with_the_keys_of_cancel() -> None:
-    run = _run(RunState.CANCELLED, memos=2)
-    answer = CancelView.from_run(run, previous_state="running", pids=[4242, 4243], seconds=0.051, survivors=[],
+    run = _run(RunState.QUEUED, memos=2)  # a queued memo's stand-in run: the answer names the state it ends in
+    answer = CancelView.from_run(run, state="cancelled", previous_state="running", pids=[4242, 4243], seconds=0.051, survivors=[],
                                  moved_to=["/team/memo/builder/cancelled/m0.md"], reason="called off").to_json()  # fmt: skip
     assert list(answer) == list(CANCEL_KEYS)
     assert (answer["state"], answer["previous_state"], answer["pids"], answer["escalated"]) == \

@@ -90,11 +90,11 @@ class RunView(BaseModel):
 
     @classmethod
     def from_run(cls, run: Run, **extra: Any) -> RunView:
-        """A run the supervisor holds now; ``extra`` fills the fields of a subclass (a cancel's outcome)."""
+        """A run the supervisor holds now; ``extra`` sets or overrides fields (a cancel's outcome, its end state)."""
         first = run.memos[0] if run.memos else None
         state = RunState(run.state)
         agent = run.agent
-        return cls(
+        fields: dict[str, Any] = dict(
             run_id=run.run_id,
             role=run.role.name,
             memo=first.name if first else None,
@@ -111,8 +111,8 @@ class RunView(BaseModel):
             activity=agent.activity if agent else None,
             cost_usd=agent.cost_usd if agent else None,
             log=str(run.log_path) if run.log_path else None,
-            **extra,
         )
+        return cls(**{**fields, **extra})
 
     @property
     def label(self) -> str:
