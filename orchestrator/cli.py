@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from orchestrator import __version__
+from orchestrator import __version__, console
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
 
 
@@ -80,10 +79,6 @@ def _who() -> str:
     return f"{user} (pid {os.getpid()})"
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     from orchestrator.app import run_up
 
@@ -95,9 +90,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     snap = status.collect(_root(args))
     if args.json:
-        _print_json(snap)
+        console.print_json(snap)
     else:
-        status.print_human(snap)
+        console.print_status(snap)
     return 0
 
 
@@ -114,13 +109,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     result = control.call(_root(args), "cancel", timeout=None, memo=memo, role=args.role, reason=args.reason,
                           all=args.all, who=_who())  # fmt: skip
     if args.json:
-        _print_json(result)
+        console.print_json(result)
         return 0
     items = result.get("cancelled", [result]) if "cancelled" in result else [result]
     if not items:
-        print(result.get("message", "nothing to cancel"))
+        console.say(result.get("message", "nothing to cancel"))
     for item in items:
-        print(_describe_cancel(item))
+        console.say(_describe_cancel(item))
     return 0
 
 
@@ -151,9 +146,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     control.call(root, "stop", force=args.force, who=_who())
     running = before.get("limits", {}).get("running", 0)
     if args.force:
-        print(f"orchestrator (pid {before.get('pid')}) is killing {running} agent(s) and returning their memos")
+        console.say(f"orchestrator (pid {before.get('pid')}) is killing {running} agent(s) and returning their memos")
     else:
-        print(f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts")
+        console.say(f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts")
     if args.wait or args.force:
         _wait_for_exit(root)
     return 0
@@ -178,9 +173,9 @@ def cmd_interrupt(args: argparse.Namespace) -> int:
     result = control.call(_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep,
                           reason=args.reason, who=_who())  # fmt: skip
     if args.json:
-        _print_json(result)
+        console.print_json(result)
     else:
-        print(f"interrupted {args.memo} (run {result.get('run_id')}, role {result.get('role')}): now {result.get('state')}")
+        console.say(f"interrupted {args.memo} (run {result.get('run_id')}, role {result.get('role')}): now {result.get('state')}")
     return 0
 
 
@@ -192,9 +187,9 @@ def cmd_tell(args: argparse.Namespace) -> int:
         raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
     result = control.call(_root(args), "tell", memo=args.memo, text=text, who=_who())
     if args.json:
-        _print_json(result)
+        console.print_json(result)
     else:
-        print(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')})")
+        console.say(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')})")
     return 0
 
 
@@ -203,9 +198,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     report = history.collect(_root(args), role=args.role, since=args.since)
     if args.json:
-        _print_json(report)
+        console.print_json(report)
     else:
-        history.print_human(report)
+        console.print_history(report)
     return 0
 
 
@@ -215,10 +210,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     target = (args.dir or args.root or Path.cwd()).resolve()
     created, kept = init_project(target)
     for path in created:
-        print(f"created {path}")
+        console.say(f"created {path}")
     for path in kept:
-        print(f"kept    {path} (already there)")
-    print(f"next: edit {target / 'roles.yaml'} and the prompts, then run `orchestrator up --root {target}`")
+        console.say(f"kept    {path} (already there)")
+    console.say(f"next: edit {target / 'roles.yaml'} and the prompts, then run `orchestrator up --root {target}`")
     return 0
 
 
@@ -247,10 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except OrchestratorError as exc:
-        print(f"orchestrator: {exc}", file=sys.stderr)
+        console.fail(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        print("orchestrator: interrupted", file=sys.stderr)
+        console.fail("interrupted")
         return 130
     except BrokenPipeError:
         return 1

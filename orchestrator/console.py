@@ -1,51 +1,201 @@
-"""The one printer: timestamped log lines, and a live rich view on a terminal.
+"""The one printer: every line for people, on the terminal and in the log file.
 
-On a TTY ``orchestrator up`` shows the running agents, queue lengths and the
-last events, redrawn from the supervisor's loop (never from another thread);
+Commands print through the module functions here (``say``, ``fail``,
+``print_json``, ``print_status``, ``print_history``); ``orchestrator up`` prints
+through a ``Console``. On a TTY ``up`` shows the running agents, queue lengths and
+the last events, redrawn from the supervisor's loop (never from another thread);
 otherwise it prints plain lines such as
 ``2026-11-30 09:12:01 [builder] start B-031 "three articles" (run 7)``.
-Every line also goes to ``.orchestrator/orchestrator.log``.
+Every line of ``up`` also goes to ``.orchestrator/orchestrator.log``, which rotates
+at ``LOG_MAX_BYTES`` keeping ``LOG_BACKUPS`` older files.
+
+rich, pydantic, asyncio and logging are imported only where a table or a view is drawn: ``cancel``,
+``stop`` and ``tell`` start in a few milliseconds without them.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import json
 import sys
 from collections import deque
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console as RichConsole
-from rich.console import Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
 if TYPE_CHECKING:
+    import asyncio
+    import logging
+
+    from rich.console import Console as RichConsole
+    from rich.console import Group
+    from rich.live import Live
+
     from orchestrator.core.run import Run
     from orchestrator.core.states import RunState
     from orchestrator.supervisor.loop import Supervisor
 
 RECENT_EVENTS = 12
 REFRESH = 0.25
+LOG_MAX_BYTES = 10 * 1024 * 1024
+LOG_BACKUPS = 5
+NOT_A_TTY_WIDTH = 160  # tables piped into a file or a test keep their columns whole
 
 
 def stamp() -> str:
+    """The local time as log lines show it."""
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def is_tty(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (a closed or odd stream is not)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- commands
+def say(text: str = "", stream: TextIO | None = None) -> None:
+    """One line for people on standard output (or ``stream``)."""
+    print(text, file=stream or sys.stdout, flush=True)
+
+
+def fail(message: str) -> None:
+    """A command's error: one line ``orchestrator: <message>`` on standard error."""
+    print(f"orchestrator: {message}", file=sys.stderr, flush=True)
+
+
+def print_json(data: Any) -> None:
+    """A command's answer as indented JSON (``--json``)."""
+    say(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+def _rich(stream: TextIO | None = None) -> RichConsole:
+    from rich.console import Console as RichConsole
+
+    out = stream or sys.stdout
+    return RichConsole(file=out, width=None if is_tty(out) else NOT_A_TTY_WIDTH)
+
+
+def print_status(snap: dict[str, Any], stream: TextIO | None = None) -> None:
+    """``orchestrator status`` for people: the orchestrator, its current runs, queues, pauses and recent runs."""
+    console = _rich(stream)
+    for part in status_view(snap):
+        console.print(part)
+
+
+def print_history(report: dict[str, Any], stream: TextIO | None = None) -> None:
+    """``orchestrator history`` for people: every run, then totals per role and per day."""
+    console = _rich(stream)
+    for part in history_view(report):
+        console.print(part)
+
+
+def _money(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def status_view(snap: dict[str, Any]) -> list[Any]:
+    """The parts of ``print_status``, in order (strings and rich tables)."""
+    from rich.table import Table
+
+    from orchestrator.core.view import RunView
+
+    parts: list[Any] = []
+    if snap["running"]:
+        parts.append(f"orchestrator running for {snap['root']} (pid {snap['pid']})"
+                     + (f", ENDING ({snap['ending']})" if snap.get("ending") else ""))  # fmt: skip
+    else:
+        parts.append(f"no orchestrator running for {snap['root']}"
+                     + (" (runs below are as last recorded)" if snap["runs"] else ""))  # fmt: skip
+    if snap.get("runs"):
+        table = Table(title="current runs", title_justify="left")
+        for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "cost $", "subject / activity"):
+            table.add_column(col)
+        for run in map(RunView.of, snap["runs"]):
+            when = f"{run.elapsed:.0f}s" if run.elapsed is not None else (run.next_attempt_at or "")
+            about = run.subject or ""
+            if run.activity:
+                about = f"{about} | {run.activity}"
+            table.add_row(str(run.run_id), run.role, run.label, run.state, str(run.attempt or ""), str(run.pid or ""),
+                          when, _money(run.cost_usd), about)  # fmt: skip
+        parts.append(table)
+    queued = snap.get("queued") or {}
+    if queued:
+        parts.append("queued: " + ", ".join(f"{role} {n}" for role, n in queued.items()))
+    if snap.get("crash_counts"):
+        parts.append("critical roles, crashes in a row: " + ", ".join(f"{r} {n}" for r, n in snap["crash_counts"].items()))
+    for role, why in (snap.get("budget_blocks") or {}).items():
+        parts.append(f"paused by budget: {role}: {why}")
+    if snap.get("recent"):
+        table = Table(title="recent", title_justify="left")
+        for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):
+            table.add_column(col)
+        for run in map(RunView.of, snap["recent"]):
+            tokens = ""
+            if run.input_tokens is not None or run.output_tokens is not None:
+                tokens = f"{run.input_tokens or 0}/{run.output_tokens or 0}"
+            table.add_row(str(run.run_id), run.role, run.label, run.state,
+                          "" if run.exit_code is None else str(run.exit_code), (run.ended_at or "")[:19],
+                          _money(run.cost_usd), tokens, run.reason or "")  # fmt: skip
+        parts.append(table)
+    return parts
+
+
+def history_view(report: dict[str, Any]) -> list[Any]:
+    """The parts of ``print_history``, in order (rich tables and the total line)."""
+    from rich.table import Table
+
+    from orchestrator.core.view import RunView
+
+    table = Table(title="runs", title_justify="left")
+    for col in ("run", "role", "memo", "state", "backend", "cost $", "in tok", "out tok", "turns", "started"):
+        table.add_column(col)
+    for run in map(RunView.of, report["runs"]):
+        table.add_row(str(run.run_id), run.role, run.label, run.state, run.backend or "", _money(run.cost_usd),
+                      str(run.input_tokens or ""), str(run.output_tokens or ""), str(run.num_turns or ""),
+                      (run.started_at or "")[:19])  # fmt: skip
+    parts: list[Any] = [table]
+    for title, key in (("per role", "by_role"), ("per day", "by_day")):
+        totals = Table(title=title, title_justify="left")
+        for col in (title.split()[1], "runs", "cost $", "in tok", "out tok"):
+            totals.add_column(col)
+        for name, entry in report["totals"][key].items():
+            totals.add_row(name, str(entry["runs"]), f"{entry['cost_usd']:.4f}", str(entry["input_tokens"]),
+                           str(entry["output_tokens"]))  # fmt: skip
+        parts.append(totals)
+    parts.append(f"total: {report['totals']['runs']} runs, ${report['totals']['cost_usd']:.4f}")
+    return parts
+
+
+# ---------------------------------------------------------------- orchestrator up
+def open_log(path: Path, max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACKUPS) -> logging.Handler:
+    """The orchestrator's log file: appended to, rotated at ``max_bytes`` into ``path.1`` ... ``path.<backups>``.
+
+    A line that cannot be written is dropped without a traceback: a full disk must not stop the work.
+    """
+    import logging.handlers
+
+    class QuietRotatingFileHandler(logging.handlers.RotatingFileHandler):
+        def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+            pass
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return QuietRotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
 
 
 class Console:
     """Where every line of ``up`` goes: the log file always, the terminal as a list or a live view."""
 
-    def __init__(self, log_path: Path | None, stream: TextIO | None = None, live: bool | None = None) -> None:
+    def __init__(self, log_path: Path | None, stream: TextIO | None = None, live: bool | None = None, *,
+                 max_log_bytes: int = LOG_MAX_BYTES, log_backups: int = LOG_BACKUPS) -> None:  # fmt: skip
         self.stream = stream or sys.stdout
-        self.live_wanted = self.stream.isatty() if live is None else live
+        self.live_wanted = is_tty(self.stream) if live is None else live
         self.recent: deque[str] = deque(maxlen=RECENT_EVENTS)
-        self._log = None
+        self._log: logging.Handler | None = None
         if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(log_path, "a", encoding="utf-8", buffering=1)
+            self._log = open_log(log_path, max_log_bytes, log_backups)
         self._live: Live | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -55,14 +205,15 @@ class Console:
         self._write_log(out)
         self.recent.append(out)
         if self._live is None:
-            print(out, file=self.stream, flush=True)
+            say(out, self.stream)
 
     def error(self, text: str) -> None:
+        """An internal error: its first line on the terminal, the whole text (a traceback) in the log file."""
         first = text.splitlines()[0] if text else "error"
         self._write_log(f"{stamp()} ERROR {text}")
         self.recent.append(f"{stamp()} ERROR {first}")
         if self._live is None:
-            print(f"{stamp()} ERROR {first} (details in the log)", file=self.stream, flush=True)
+            say(f"{stamp()} ERROR {first} (details in the log)", self.stream)
 
     def event(self, run: Run, old: RunState, new: RunState) -> None:
         """A run's state change: always in the log file."""
@@ -70,15 +221,28 @@ class Console:
 
     def _write_log(self, text: str) -> None:
         if self._log is not None:
-            try:
-                self._log.write(text + "\n")
-            except (OSError, ValueError):
-                pass
+            import logging
+
+            self._log.handle(logging.makeLogRecord({"msg": text}))
+
+    def close(self) -> None:
+        """Close the log file (the live view, if any, is stopped first)."""
+        self.stop_live()
+        if self._log is not None:
+            with contextlib.suppress(OSError, ValueError):  # what could not be written is lost, not raised
+                self._log.close()
+            self._log = None
 
     # live view ---------------------------------------------------------
     def start_live(self, sup: Supervisor) -> None:
+        """Start the live view on a terminal (nothing otherwise), redrawn every ``REFRESH`` seconds."""
         if not self.live_wanted:
             return
+        import asyncio
+
+        from rich.console import Console as RichConsole
+        from rich.live import Live
+
         self._live = Live(self.render(sup), console=RichConsole(file=self.stream), auto_refresh=False, transient=False)
         self._live.start()
 
@@ -91,35 +255,43 @@ class Console:
         self._task = asyncio.ensure_future(refresh())
 
     def stop_live(self) -> None:
+        """End the live view (its last frame stays on screen) and flush the log file."""
         if self._task is not None:
             self._task.cancel()
         if self._live is not None:
             self._live.stop()
             self._live = None
         if self._log is not None:
-            self._log.flush()
+            with contextlib.suppress(OSError, ValueError):
+                self._log.flush()
 
     def render(self, sup: Supervisor) -> Group:
+        """The live view of ``sup`` now."""
         return render_view(sup.snapshot_light())
 
 
 def render_view(snap: dict[str, Any]) -> Group:
-    """The live view from a status snapshot (also used by ``status`` on a terminal)."""
+    """The live view from a status snapshot, whose runs are ``RunView``s or their JSON."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from orchestrator.core.view import RunView
+
     table = Table(title=f"agents ({snap['limits']['running']}/{snap['limits']['max_concurrent']} running)", expand=True)
     for col in ("run", "role", "memo", "subject", "state", "attempt", "elapsed", "pid", "activity / cost"):
         table.add_column(col, overflow="ellipsis", no_wrap=True)
-    for run in snap["runs"]:
-        state = run["state"]
-        style = {"running": "green", "cancelling": "red", "timing_out": "red", "retry_wait": "yellow"}.get(state, "")
-        elapsed = f"{run['elapsed']:.0f}s" if run.get("elapsed") is not None else ""
-        if state == "retry_wait" and run.get("next_attempt_at"):
-            elapsed = f"next {run['next_attempt_at'][11:19]}"
-        activity = run.get("activity") or ""
-        if run.get("cost_usd") is not None:
-            activity = f"${run['cost_usd']:.4f} {activity}"
+    for run in map(RunView.of, snap["runs"]):
+        style = {"running": "green", "cancelling": "red", "timing_out": "red", "retry_wait": "yellow"}.get(run.state, "")
+        elapsed = f"{run.elapsed:.0f}s" if run.elapsed is not None else ""
+        if run.state == "retry_wait" and run.next_attempt_at:
+            elapsed = f"next {run.next_attempt_at[11:19]}"
+        activity = run.activity or ""
+        if run.cost_usd is not None:
+            activity = f"${run.cost_usd:.4f} {activity}"
         table.add_row(
-            str(run["run_id"]), run["role"], run.get("memo_id") or run["memo"] or "", run.get("subject") or "",
-            Text(state, style=style), str(run["attempt"]), elapsed, str(run.get("pid") or ""), activity,
+            str(run.run_id), run.role, run.label, run.subject or "",
+            Text(run.state, style=style), str(run.attempt), elapsed, str(run.pid or ""), activity,
         )  # fmt: skip
     queued = ", ".join(f"{role} {n}" for role, n in snap["queued"].items()) or "none"
     extra = []

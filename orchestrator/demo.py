@@ -6,6 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from orchestrator import console
 from orchestrator.app import run_up
 from orchestrator.intake.memo import new_memo_id, render_memo, write_atomically
 
@@ -43,11 +44,11 @@ def make_demo_project(folder: Path) -> Path:
 def run_demo() -> int:
     folder = Path(tempfile.mkdtemp(prefix="orchestrator-demo-"))
     make_demo_project(folder)
-    print(f"demo team in {folder}: project-manager -> builder -> reviewer -> project-manager; ends by itself")
+    console.say(f"demo team in {folder}: project-manager -> builder -> reviewer -> project-manager; ends by itself")
     code = run_up(folder, until_idle=True)
     archived = sorted(p.relative_to(folder) for p in folder.glob("memo/*/archive/*.md"))
-    print(f"\n{len(archived)} memos handled, now in archive/:")
+    console.say(f"\n{len(archived)} memos handled, now in archive/:")
     for path in archived:
-        print(f"  {path}")
-    print(f"look around: ls -R {folder}/memo; cat {folder}/.orchestrator/orchestrator.log")
+        console.say(f"  {path}")
+    console.say(f"look around: ls -R {folder}/memo; cat {folder}/.orchestrator/orchestrator.log")
     return code

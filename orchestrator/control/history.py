@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console as RichConsole
-from rich.table import Table
-
 from orchestrator.core.errors import UsageError
+from orchestrator.core.view import RunView
 from orchestrator.store import Store
 
 
@@ -42,15 +39,7 @@ def collect(root: Path, role: str | None = None, since: str | None = None) -> di
     by_day: dict[str, dict[str, Any]] = {}
     for row in rows:
         started = row.get("started_at") or row.get("created_at")
-        memos = row.get("memos") or []
-        runs.append({
-            "run_id": row["run_id"], "role": row["role"], "memo": memos[0] if memos else None,
-            "memo_id": (row.get("memo_ids") or [None])[0], "state": row["state"], "backend": row.get("backend"),
-            "attempt": row.get("attempt"), "cost_usd": row.get("cost_usd"), "input_tokens": row.get("input_tokens"),
-            "output_tokens": row.get("output_tokens"), "num_turns": row.get("num_turns"),
-            "session_id": row.get("session_id"), "is_error": bool(row["is_error"]) if row.get("is_error") is not None else None,
-            "started_at": row.get("started_at"), "ended_at": row.get("ended_at"),
-        })  # fmt: skip
+        runs.append(RunView.from_row(row).to_history_json())
         cost = row.get("cost_usd") or 0.0
         day = (started or "")[:10]
         for bucket, key in ((by_role, row["role"]), (by_day, day)):
@@ -62,24 +51,3 @@ def collect(root: Path, role: str | None = None, since: str | None = None) -> di
     total = round(sum((r["cost_usd"] or 0.0) for r in runs), 6)
     return {"runs": runs, "totals": {"by_role": by_role, "by_day": by_day, "cost_usd": total, "runs": len(runs)}}
 
-
-def print_human(report: dict[str, Any]) -> None:
-    console = RichConsole(file=sys.stdout, width=160 if not sys.stdout.isatty() else None)
-    table = Table(title="runs", title_justify="left")
-    for col in ("run", "role", "memo", "state", "backend", "cost $", "in tok", "out tok", "turns", "started"):
-        table.add_column(col)
-    for run in report["runs"]:
-        cost = run["cost_usd"]
-        table.add_row(str(run["run_id"]), run["role"], run.get("memo_id") or run.get("memo") or "", run["state"],
-                      run.get("backend") or "", "" if cost is None else f"{cost:.4f}", str(run.get("input_tokens") or ""),
-                      str(run.get("output_tokens") or ""), str(run.get("num_turns") or ""), (run.get("started_at") or "")[:19])
-    console.print(table)
-    for title, key in (("per role", "by_role"), ("per day", "by_day")):
-        totals = Table(title=title, title_justify="left")
-        for col in (title.split()[1], "runs", "cost $", "in tok", "out tok"):
-            totals.add_column(col)
-        for name, entry in report["totals"][key].items():
-            totals.add_row(name, str(entry["runs"]), f"{entry['cost_usd']:.4f}", str(entry["input_tokens"]),
-                           str(entry["output_tokens"]))
-        console.print(totals)
-    console.print(f"total: {report['totals']['runs']} runs, ${report['totals']['cost_usd']:.4f}")

@@ -1,0 +1,151 @@
+"""One view of a run, as ``status``, ``history``, ``cancel`` and the live view show it.
+
+A run reaches people from three places: the live ``Run`` object the supervisor
+owns (``RunView.from_run``), a row of the database (``RunView.from_row``), and the
+JSON the control channel carries (``RunView.model_validate``, whose field names are
+the JSON keys). Each answer keeps its own set of keys: ``to_json`` gives what
+``status --json`` prints for a run, ``to_history_json`` what ``history --json``
+prints, and ``CancelView.to_json`` what a cancel answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.core.states import RunState
+
+if TYPE_CHECKING:
+    from orchestrator.core.run import Run
+
+#: the keys of a run in ``status --json`` (``runs`` and ``recent`` alike), in the order printed
+STATUS_KEYS = (
+    "run_id", "role", "memo", "memo_id", "memos", "subject", "state", "pid", "attempt", "started_at", "ended_at",
+    "elapsed", "next_attempt_at", "exit_code", "reason", "backend", "activity", "cost_usd", "input_tokens",
+    "output_tokens", "log",
+)  # fmt: skip
+#: the keys of a run in ``history --json``
+HISTORY_KEYS = (
+    "run_id", "role", "memo", "memo_id", "state", "backend", "attempt", "cost_usd", "input_tokens", "output_tokens",
+    "num_turns", "session_id", "is_error", "started_at", "ended_at",
+)  # fmt: skip
+#: the keys of one cancelled memo's answer to ``cancel``
+CANCEL_KEYS = (
+    "memo", "memo_id", "role", "run_id", "state", "previous_state", "pids", "seconds", "escalated", "survivors",
+    "memos", "moved_to", "notice", "reason",
+)  # fmt: skip
+
+
+class RunView(BaseModel):
+    """A run as people see it: what it works on, where it stands, what it cost."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    run_id: int
+    role: str
+    memo: str | None = None
+    memo_id: str | None = None
+    memos: list[str] = []
+    subject: str | None = None
+    state: str
+    pid: int | None = None
+    attempt: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    elapsed: float | None = None
+    next_attempt_at: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    backend: str | None = None
+    activity: str | None = None
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    num_turns: int | None = None
+    session_id: str | None = None
+    is_error: bool | None = None
+    log: str | None = None
+
+    @classmethod
+    def of(cls, data: RunView | Mapping[str, Any]) -> RunView:
+        """A view from a view or from its JSON (a run of a status snapshot)."""
+        return data if isinstance(data, RunView) else cls.model_validate(data)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunView:
+        """A run as the database recorded it (a ``runs`` row of ``orchestrator.store``)."""
+        memos = row.get("memos") or []
+        ids = row.get("memo_ids") or []
+        is_error = row.get("is_error")
+        return cls(
+            run_id=row["run_id"], role=row["role"], memo=memos[0] if memos else None, memo_id=ids[0] if ids else None,
+            memos=memos, subject=row.get("subject"), state=row["state"], pid=row.get("pid"), attempt=row.get("attempt"),
+            started_at=row.get("started_at"), ended_at=row.get("ended_at"), next_attempt_at=row.get("next_attempt_at"),
+            exit_code=row.get("exit_code"), reason=row.get("reason"), backend=row.get("backend"),
+            cost_usd=row.get("cost_usd"), input_tokens=row.get("input_tokens"), output_tokens=row.get("output_tokens"),
+            num_turns=row.get("num_turns"), session_id=row.get("session_id"),
+            is_error=None if is_error is None else bool(is_error), log=row.get("log_path"),
+        )  # fmt: skip
+
+    @classmethod
+    def from_run(cls, run: Run, **extra: Any) -> RunView:
+        """A run the supervisor holds now; ``extra`` sets or overrides fields (a cancel's outcome, its end state)."""
+        first = run.memos[0] if run.memos else None
+        state = RunState(run.state)
+        agent = run.agent
+        fields: dict[str, Any] = dict(
+            run_id=run.run_id,
+            role=run.role.name,
+            memo=first.name if first else None,
+            memo_id=first.memo_id if first else None,
+            memos=[m.name for m in run.memos],
+            subject=(first.subject or first.name) if first else "",
+            state=state.value,
+            pid=run.pid,
+            attempt=run.attempt,
+            started_at=run.started_at,
+            elapsed=round(run.elapsed(), 3) if state.live else None,
+            next_attempt_at=run.next_attempt_at if state is RunState.RETRY_WAIT else None,
+            backend=run.role.backend,
+            activity=agent.activity if agent else None,
+            cost_usd=agent.cost_usd if agent else None,
+            log=str(run.log_path) if run.log_path else None,
+        )
+        return cls(**{**fields, **extra})
+
+    @property
+    def label(self) -> str:
+        """How people name the run's memo: its front-matter id, else its file name."""
+        return self.memo_id or self.memo or ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as ``status --json`` prints it."""
+        return {key: getattr(self, key) for key in STATUS_KEYS}
+
+    def to_history_json(self) -> dict[str, Any]:
+        """The run as ``history --json`` prints it."""
+        return {key: getattr(self, key) for key in HISTORY_KEYS}
+
+
+class CancelView(RunView):
+    """A run a cancel ended (or found ending): the run, the state it was in, and how it was stopped."""
+
+    run_id: int | None = None  # type: ignore[assignment]  # an answer about a run already being cancelled has none
+    previous_state: str | None = None
+    pids: list[int] = []
+    seconds: float = 0.0
+    escalated: bool = False
+    survivors: list[int] = []
+    moved_to: list[str] = []
+    notice: str | None = None
+    note: str | None = None
+
+    @classmethod
+    def of(cls, data: RunView | Mapping[str, Any]) -> CancelView:
+        """A cancel's answer for one memo, from its JSON."""
+        return data if isinstance(data, CancelView) else cls.model_validate(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """One cancelled memo as ``cancel`` answers it."""
+        return {key: getattr(self, key) for key in CANCEL_KEYS}
