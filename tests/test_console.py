@@ -146,12 +146,26 @@ def _run(state: RunState, agent: Any = None, memos: int = 1) -> Run:
                started_at="2026-11-30T09:12:01.000+01:00", next_attempt_at="2026-11-30T09:13:01.000+01:00")  # fmt: skip
 
 
+def _described(run: Run) -> dict[str, Any]:
+    """The keys a live run had in ``status --json`` before RunView (the old ``Run.describe``)."""
+    agent = run.agent
+    return {
+        "run_id": run.run_id, "role": run.role.name, "memo": run.memos[0].name, "memo_id": run.memos[0].memo_id,
+        "memos": [m.name for m in run.memos], "subject": run.subject, "state": run.state.value, "pid": run.pid,
+        "attempt": run.attempt, "started_at": run.started_at,
+        "elapsed": round(run.elapsed(time.monotonic()), 3) if run.state.live else None,
+        "next_attempt_at": run.next_attempt_at if run.state is RunState.RETRY_WAIT else None,
+        "backend": run.role.backend, "activity": agent.activity if agent else None,
+        "cost_usd": agent.cost_usd if agent else None, "log": str(run.log_path) if run.log_path else None,
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize("state", [RunState.RUNNING, RunState.RETRY_WAIT, RunState.QUEUED, RunState.CANCELLING])
 def test_from_run_agrees_with_describe_for_every_key(state: RunState) -> None:
     agent = SimpleNamespace(pid=4242, activity="Bash: ls", cost_usd=0.25) if state.live else None
     run = _run(state, agent, memos=2)
-    view = RunView.from_run(run).to_json()
-    described = run.describe()
+    view = RunView.from_run(run, time.monotonic()).to_json()
+    described = _described(run)
     assert list(view) == list(STATUS_KEYS)
     elapsed = view.pop("elapsed")
     assert {k: v for k, v in view.items() if k in described} == {k: v for k, v in described.items() if k != "elapsed"}
@@ -194,7 +208,7 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
 
 def test_a_cancel_view_answers_with_the_keys_of_cancel() -> None:
     run = _run(RunState.QUEUED, memos=2)  # a queued memo's stand-in run: the answer names the state it ends in
-    answer = CancelView.from_run(run, state="cancelled", previous_state="running", pids=[4242, 4243], seconds=0.051, survivors=[],
+    answer = CancelView.from_run(run, 0.0, state="cancelled", previous_state="running", pids=[4242, 4243], seconds=0.051, survivors=[],
                                  moved_to=["/team/memo/builder/cancelled/m0.md"], reason="called off").to_json()  # fmt: skip
     assert list(answer) == list(CANCEL_KEYS)
     assert (answer["state"], answer["previous_state"], answer["pids"], answer["escalated"]) == \

@@ -91,26 +91,3 @@ class Run:
             handle = self.timers.pop(name, None)
             if handle is not None:
                 handle.cancel()
-
-    def describe(self, now: float) -> dict[str, Any]:
-        """The run as ``status --json`` shows it; ``now`` is the monotonic clock's reading."""
-        first = self.memos[0] if self.memos else None
-        agent = self.agent
-        return {
-            "run_id": self.run_id,
-            "role": self.role.name,
-            "memo": first.name if first else None,
-            "memo_id": first.memo_id if first else None,
-            "memos": [m.name for m in self.memos],
-            "subject": self.subject,
-            "state": self.state.value,
-            "pid": self.pid,
-            "attempt": self.attempt,
-            "started_at": self.started_at,
-            "elapsed": round(self.elapsed(now), 3) if self.state.live else None,
-            "next_attempt_at": self.next_attempt_at if self.state is RunState.RETRY_WAIT else None,
-            "backend": self.role.backend,
-            "activity": agent.activity if agent is not None else None,
-            "cost_usd": agent.cost_usd if agent is not None and agent.cost_usd is not None else None,
-            "log": str(self.log_path) if self.log_path else None,
-        }

@@ -89,8 +89,9 @@ class RunView(BaseModel):
         )  # fmt: skip
 
     @classmethod
-    def from_run(cls, run: Run, **extra: Any) -> RunView:
-        """A run the supervisor holds now; ``extra`` sets or overrides fields (a cancel's outcome, its end state)."""
+    def from_run(cls, run: Run, now: float, **extra: Any) -> RunView:
+        """A run the supervisor holds, ``now`` being the monotonic clock's reading; ``extra`` sets or overrides
+        fields (a cancel's outcome, its end state)."""
         first = run.memos[0] if run.memos else None
         state = RunState(run.state)
         agent = run.agent
@@ -105,7 +106,7 @@ class RunView(BaseModel):
             pid=run.pid,
             attempt=run.attempt,
             started_at=run.started_at,
-            elapsed=round(run.elapsed(), 3) if state.live else None,
+            elapsed=round(run.elapsed(now), 3) if state.live else None,
             next_attempt_at=run.next_attempt_at if state is RunState.RETRY_WAIT else None,
             backend=run.role.backend,
             activity=agent.activity if agent else None,

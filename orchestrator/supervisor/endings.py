@@ -16,6 +16,7 @@ from orchestrator.core.clock import Clock, iso
 from orchestrator.core.events import RunFinished
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
+from orchestrator.core.view import CancelView, RunView
 from orchestrator.intake import notices
 from orchestrator.store import Store
 
@@ -36,9 +37,7 @@ class Endings:
             receipt = self._cancelled(event)
         else:
             self._say(event)
-            first = run.memos[0] if run.memos else None
-            receipt = {"memo": first.name if first else None, "run_id": run.run_id, "role": run.role.name,
-                       "state": state.value, "reason": event.reason}  # fmt: skip
+            receipt = RunView.from_run(run, self.clock.monotonic(), state=state.value, reason=event.reason).to_json()
         for waiter in run.waiters:
             if not waiter.done():
                 waiter.set_result(receipt)
@@ -96,22 +95,12 @@ class Endings:
             + how,
             role=run.role.name,
         )
-        return {
-            "memo": first.name,
-            "memo_id": first.memo_id,
-            "role": run.role.name,
-            "run_id": run.run_id,
-            "state": RunState.CANCELLED.value,
-            "previous_state": previous.value,
-            "pids": pids,
-            "seconds": seconds,
-            "escalated": bool(report.escalated) if report is not None else False,
-            "survivors": list(report.survivors) if report is not None else [],
-            "memos": [m.name for m in run.memos],
-            "moved_to": [str(p) for p in event.moved],
-            "notice": str(notice) if notice else None,
-            "reason": reason,
-        }
+        return CancelView.from_run(
+            run, self.clock.monotonic(), state=RunState.CANCELLED.value, previous_state=previous.value, pids=pids,
+            seconds=seconds, escalated=bool(report.escalated) if report is not None else False,
+            survivors=list(report.survivors) if report is not None else [],
+            moved_to=[str(p) for p in event.moved], notice=str(notice) if notice else None, reason=reason,
+        ).to_json()  # fmt: skip
 
     def _ran(self, run: Run, previous: RunState) -> float | None:
         """How long the agent had run: the current attempt, or the last one for a run waiting for its retry."""

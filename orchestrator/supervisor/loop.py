@@ -33,6 +33,7 @@ from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.run import Run
+from orchestrator.core.view import RunView
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake
@@ -310,7 +311,7 @@ class Supervisor:
 
     def snapshot(self) -> dict[str, Any]:
         """Live state for ``status``: the light view plus recent finished runs from the database."""
-        return {**self.snapshot_light(), "recent": self.store.recent_runs(20)}
+        return {**self.snapshot_light(), "recent": [RunView.from_row(row).to_json() for row in self.store.recent_runs(20)]}
 
     def snapshot_light(self) -> dict[str, Any]:
         """Live state without touching the database (redrawn several times a second)."""
@@ -322,7 +323,7 @@ class Supervisor:
             "root": str(self.root),
             "started_at": self.started_at,
             "ending": self.ending,
-            "runs": [r.describe(now) for r in runs],
+            "runs": [RunView.from_run(r, now).to_json() for r in runs],
             "queued": {role: len(q) for role, q in self.intake.queues.items()},
             "queued_memos": {role: [p.name for p in list(q)[:20]] for role, q in self.intake.queues.items() if q},
             "pending": len(self.intake.pending),
