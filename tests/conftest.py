@@ -195,11 +195,27 @@ class Project:
                 pass
 
 
+LOUD = ("Traceback (most recent call last)", "internal error")
+
+
+def loud_lines(proj: Project) -> list[str]:
+    """Lines of any orchestrator's terminal output that say a bug happened (a traceback, an internal error)."""
+    found = []
+    for orch in proj.procs:
+        found += [line for line in orch.output.splitlines() if any(mark in line for mark in LOUD)]
+    return found
+
+
 @pytest.fixture
-def project(tmp_path: Path):
+def project(tmp_path: Path, request: pytest.FixtureRequest):
     proj = Project(tmp_path)
     yield proj
     proj.cleanup()
+    # a broken invariant is never swallowed: a test whose orchestrator printed one fails, whatever it asserted
+    if request.node.get_closest_marker("internal_error_expected") is None:
+        loud = loud_lines(proj)
+        if loud:
+            pytest.fail("the orchestrator reported a bug:\n" + "\n".join(loud[:10]), pytrace=False)
 
 
 FAKE_CLAUDE = HERE / "fake_claude.py"

@@ -1,0 +1,105 @@
+"""The pure parts of the supervisor as units: slots and picking, budgets, the failure rules, the manual clock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import Project, loud_lines
+
+from orchestrator.config import Role
+from orchestrator.core.clock import ManualClock
+from orchestrator.supervisor import budgets, rules
+from orchestrator.supervisor.slots import SlotError, Slots, Waiting, pick
+
+
+def test_slots_respect_the_role_and_the_team_limits() -> None:
+    slots = Slots({"a": 2, "b": 1}, total=2)
+    assert slots.free("a") and slots.free("b")
+    slots.take("a")
+    slots.take("b")
+    assert not slots.free("b"), "role limit"
+    assert not slots.free("a"), "team limit"
+    slots.release("b")
+    assert slots.free("a") and slots.in_use == 1
+    slots.release("a")
+    with pytest.raises(SlotError):
+        slots.release("a")
+
+
+def test_pick_takes_the_oldest_allowed_across_roles() -> None:
+    slots = Slots({"a": 1, "b": 1, "c": 1}, total=5)
+    waiting = [Waiting("a", 5, False), Waiting("b", 3, True), Waiting("c", 1, False)]
+    assert pick(waiting, slots) == Waiting("c", 1, False)
+    assert pick(waiting, slots, blocked=["c"]) == Waiting("b", 3, True)
+    slots.take("b")
+    assert pick(waiting, slots, blocked=["c"]) == Waiting("a", 5, False)
+    assert pick([], slots) is None
+
+
+def test_daily_budget_blocks_per_role_and_for_the_team() -> None:
+    now = datetime(2026, 11, 30, 23, 59).astimezone()
+    out = budgets.blocks(now, {"builder": 1.0, "pm": 5.0}, 3.0, {"builder": 1.2, "pm": 1.0}, team_spent=2.9)
+    assert set(out) == {"builder"} and "new runs wait until 2026-12-01" in out["builder"]
+    out = budgets.blocks(now, {}, 3.0, {}, team_spent=3.0)
+    assert set(out) == {budgets.TEAM} and "the team spent $3.00 of its $3.00" in out[budgets.TEAM]
+    assert budgets.blocked_roles(out, ["a", "b"]) == ["a", "b"]
+    assert budgets.blocked_roles({"a": "x"}, ["a", "b"]) == ["a"]
+    assert budgets.day_start(now).hour == 0
+
+
+def _role(**settings: object) -> Role:
+    return Role.model_validate({"name": "r", "prompt": "p.md", **settings})
+
+
+def test_after_failure_retries_gives_up_or_returns() -> None:
+    role = _role(retry={"max": 2, "backoff": ["1s", "4s"]})
+    assert rules.after_failure(role, 1, ending=False) == rules.Decision(rules.Next.RETRY, 1.0)
+    assert rules.after_failure(role, 2, ending=False) == rules.Decision(rules.Next.RETRY, 4.0)
+    assert rules.after_failure(role, 3, ending=False).next is rules.Next.GIVE_UP
+    assert rules.after_failure(role, 1, ending=True).next is rules.Next.RETURN
+    assert rules.after_failure(role, 1, ending=False, retry=False).next is rules.Next.GIVE_UP
+    assert rules.after_failure(role, 1, ending=False, timed_out=True).next is rules.Next.GIVE_UP
+    again = _role(retry={"max": 1}, retry_timeouts=True)
+    assert rules.after_failure(again, 1, ending=False, timed_out=True).next is rules.Next.RETRY
+
+
+def test_crash_counter_counts_quick_failures_in_a_row() -> None:
+    roles = {"pm": _role(name="pm", critical=True, crash={"window": "2s", "max": 2}), "b": _role(name="b")}
+    crashes = rules.CrashCounter(roles)
+    assert not crashes.note("pm", 0.5, failed=True)
+    assert not crashes.note("pm", 3.0, failed=True), "a long run resets"
+    assert crashes.counts["pm"] == 0
+    assert not crashes.note("pm", 0.1, failed=True)
+    assert crashes.note("pm", 0.1, failed=True)
+    assert not crashes.note("b", 0.1, failed=True), "only critical roles count"
+    assert rules.describe_exit(-9) == "killed by SIGKILL (not sent by the orchestrator)"
+    assert rules.describe_exit(4) == "exit code 4"
+
+
+def test_manual_clock_fires_timers_in_due_order_as_it_passes_them() -> None:
+    clock = ManualClock()
+    fired: list[tuple[str, float]] = []
+    start = clock.monotonic()
+    clock.call_later(2, lambda: fired.append(("b", clock.monotonic() - start)))
+    clock.call_later(1, lambda: fired.append(("a", clock.monotonic() - start)))
+    cancelled = clock.call_later(1.5, lambda: fired.append(("never", 0.0)))
+    cancelled.cancel()
+    wall = clock.now()
+    clock.advance(1.5)
+    assert fired == [("a", 1.0)]
+    clock.advance(10)
+    assert fired == [("a", 1.0), ("b", 2.0)]
+    assert (clock.now() - wall).total_seconds() == pytest.approx(11.5)
+
+
+def test_the_harness_fails_a_test_whose_orchestrator_printed_a_bug(tmp_path: Path) -> None:
+    proj = Project(tmp_path)
+    out = tmp_path / "up.out"
+    out.write_text("2026-11-30 09:00:00 ERROR internal error while handling RunExited: boom (details in the log)\n")
+    proj.procs.append(SimpleNamespace(output=out.read_text()))  # type: ignore[arg-type]
+    assert loud_lines(proj) == [out.read_text().strip()]
+    proj.procs[0] = SimpleNamespace(output="2026-11-30 09:00:00 done B-1 in 0.1s\n")  # type: ignore[call-overload]
+    assert loud_lines(proj) == []
