@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
+from fault_injection.sitecustomize import faulty_classify
 from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
@@ -27,7 +28,7 @@ from watchdog.events import (
 )
 
 from orchestrator.core.events import MemoGone, MemoSeen, RescanNeeded
-from orchestrator.intake.watcher import EVENT_TYPES, TEST_FAULT_ENV, InboxWatcher, _Handler, classify
+from orchestrator.intake.watcher import EVENT_TYPES, InboxWatcher, _Handler, classify
 
 ROLE_DIR = "/p/memo/builder"
 INBOX = f"{ROLE_DIR}/inbox"
@@ -111,19 +112,17 @@ def test_bytes_paths_and_odd_names():
 
 
 # --------------------------------------------------------------- the handler
-def test_the_handler_turns_an_injected_fault_into_a_rescan(monkeypatch):
+def test_the_handler_turns_an_injected_fault_into_a_rescan():
     posted: list[object] = []
-    handler = _Handler("builder", Path(ROLE_DIR), posted.append)
-    monkeypatch.setenv(TEST_FAULT_ENV, "boom")
+    handler = _Handler("builder", Path(ROLE_DIR), posted.append, classify_event=faulty_classify(classify, "boom"))
     handler.dispatch(FileClosedEvent(f"{INBOX}/x-boom.md"))
     handler.dispatch(FileMovedEvent(f"{INBOX}/.tmp", f"{INBOX}/y-boom.md"))  # the destination counts too
     handler.dispatch(FileClosedEvent(f"{INBOX}/fine.md"))
     assert [type(p) for p in posted] == [RescanNeeded, RescanNeeded, MemoSeen]
     assert "injected fault" in posted[0].reason and "x-boom.md" in posted[0].reason  # type: ignore[attr-defined]
-    monkeypatch.delenv(TEST_FAULT_ENV)
     posted.clear()
-    handler.dispatch(FileClosedEvent(f"{INBOX}/x-boom.md"))
-    assert posted == [MemoSeen("builder", Path(f"{INBOX}/x-boom.md"), complete=True)], "no hook without the variable"
+    _Handler("builder", Path(ROLE_DIR), posted.append).dispatch(FileClosedEvent(f"{INBOX}/x-boom.md"))
+    assert posted == [MemoSeen("builder", Path(f"{INBOX}/x-boom.md"), complete=True)], "no fault unless injected"
 
 
 def test_the_handler_never_raises_even_when_posting_fails():

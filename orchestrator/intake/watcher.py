@@ -91,33 +91,20 @@ def classify(role: str, role_dir: str, event: FileSystemEvent) -> list[Event]:
     return out
 
 
-TEST_FAULT_ENV = "ORCHESTRATOR_TEST_FAULT"
-
-
-def _inject_test_fault(event: FileSystemEvent) -> None:
-    """Test hook: with ``ORCHESTRATOR_TEST_FAULT`` set, an event whose path contains its value raises.
-
-    Lets the tests prove that an exception while handling one event costs nothing but a rescan.
-    Unset (always, outside the tests) it does nothing.
-    """
-    marker = os.environ.get(TEST_FAULT_ENV)
-    if not marker:
-        return
-    paths = (os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or ""))
-    if any(marker in path for path in paths):
-        raise RuntimeError(f"{TEST_FAULT_ENV}: injected fault for {paths[0]}")
+Classify = Callable[[str, str, FileSystemEvent], list[Event]]
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, role: str, role_dir: Path, post: Callable[[Event], None]) -> None:
+    def __init__(self, role: str, role_dir: Path, post: Callable[[Event], None],
+                 classify_event: Classify | None = None) -> None:  # fmt: skip
         self.role = role
         self.role_dir = str(role_dir)
         self.post = post
+        self.classify_event = classify_event if classify_event is not None else classify
 
     def dispatch(self, event: FileSystemEvent) -> None:
         try:
-            _inject_test_fault(event)
-            for item in classify(self.role, self.role_dir, event):
+            for item in self.classify_event(self.role, self.role_dir, event):
                 self.post(item)
         except Exception as exc:  # noqa: BLE001 - the observer thread must survive anything
             try:
