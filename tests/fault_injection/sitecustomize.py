@@ -1,14 +1,16 @@
 """Test-only faults for a real ``orchestrator up``: Python loads this at start-up when this folder is on PYTHONPATH.
 
 Nothing here is part of the orchestrator; ``tests/test_failures.py`` and ``tests/test_watcher.py`` put
-this folder on the PYTHONPATH of the process they start, with this variable set:
+this folder on the PYTHONPATH of the process they start, with one of these variables set:
 
 - ``FAULT_MARKER``: classifying a watcher event whose path contains its value raises, which proves an
-  exception while handling one event costs nothing but a rescan.
+  exception while handling one event costs nothing but a rescan;
+- ``FAULT_REFUSE_PROMPT_PAIRING``: the watcher is told the prompt move pairing cannot be installed, with
+  this value as the reason, which proves the start-up line and the slower pairing.
 
 The watcher module is changed right after it is first imported, and only in a process that imports it
-(the orchestrator, not its agents). Its handler looks ``classify`` up when it is built, so the
-replacement is the one used.
+(the orchestrator, not its agents). Its handler and ``InboxWatcher`` look ``classify`` and
+``queue_problem`` up when they are built, so the replacements are the ones used.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 WATCHER = "orchestrator.intake.watcher"
 MARKER_ENV = "FAULT_MARKER"
+REFUSE_ENV = "FAULT_REFUSE_PROMPT_PAIRING"
 
 
 def faulty_classify(classify: Callable[..., Any], marker: str) -> Callable[..., Any]:
@@ -42,6 +45,9 @@ def inject(module: ModuleType) -> None:
     marker = os.environ.get(MARKER_ENV)
     if marker:
         module.classify = faulty_classify(module.classify, marker)  # type: ignore[attr-defined]
+    reason = os.environ.get(REFUSE_ENV)
+    if reason:
+        module.queue_problem = lambda: reason  # type: ignore[attr-defined]
 
 
 class _InjectOnImport(importlib.abc.MetaPathFinder):
@@ -66,5 +72,5 @@ class _InjectOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get(MARKER_ENV):
+if os.environ.get(MARKER_ENV) or os.environ.get(REFUSE_ENV):
     sys.meta_path.insert(0, _InjectOnImport())
