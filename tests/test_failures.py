@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import STAND_IN, Orchestrator, Project, pid_alive, wait_for
+from fault_injection import fault_injection
 
 from orchestrator.store import Store
 
@@ -443,7 +444,7 @@ def test_a_memo_deleted_before_its_claim_is_simply_gone(project):
 # ------------------------------------------------------------- the watcher
 def test_an_exception_in_event_handling_does_not_stop_later_memos(project):
     project.configure({"builder": {}})
-    orch = project.up(ORCHESTRATOR_TEST_FAULT="faultme")
+    orch = project.up(**fault_injection(FAULT_MARKER="faultme"))
     project.drop("builder", "F-faultme.md", {"id": "F-1"})
     project.drop("builder", "F-plain.md", {"id": "F-2"})
     for name in ("F-faultme.md", "F-plain.md"):

@@ -186,6 +186,8 @@ class Supervisor:
         # the claim rename makes sure it runs once either way
         self.watcher = InboxWatcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
         self.watcher.start()
+        if self.watcher.patch_problem:
+            self.console.line(self.watcher.patch_problem)
         self.control = ControlServer(socket_path(self.root), self.answer, self.console.error)
         await self.control.start()
         self.console.line(

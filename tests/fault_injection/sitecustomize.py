@@ -1,0 +1,76 @@
+"""Test-only faults for a real ``orchestrator up``: Python loads this at start-up when this folder is on PYTHONPATH.
+
+Nothing here is part of the orchestrator; ``tests/test_failures.py`` and ``tests/test_watcher.py`` put
+this folder on the PYTHONPATH of the process they start, with one of these variables set:
+
+- ``FAULT_MARKER``: classifying a watcher event whose path contains its value raises, which proves an
+  exception while handling one event costs nothing but a rescan;
+- ``FAULT_REFUSE_PROMPT_PAIRING``: the watcher is told the prompt move pairing cannot be installed, with
+  this value as the reason, which proves the start-up line and the slower pairing.
+
+The watcher module is changed right after it is first imported, and only in a process that imports it
+(the orchestrator, not its agents). Its handler and ``InboxWatcher`` look ``classify`` and
+``queue_problem`` up when they are built, so the replacements are the ones used.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+WATCHER = "orchestrator.intake.watcher"
+MARKER_ENV = "FAULT_MARKER"
+REFUSE_ENV = "FAULT_REFUSE_PROMPT_PAIRING"
+
+
+def faulty_classify(classify: Callable[..., Any], marker: str) -> Callable[..., Any]:
+    """``classify``, except that an event whose source or destination path contains ``marker`` raises."""
+
+    def classify_or_fail(role: str, role_dir: str, event: Any) -> Any:
+        paths = (os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or ""))
+        if any(marker in path for path in paths):
+            raise RuntimeError(f"injected fault for {paths[0]}")
+        return classify(role, role_dir, event)
+
+    return classify_or_fail
+
+
+def inject(module: ModuleType) -> None:
+    """Put the faults the environment asks for into the freshly imported watcher module."""
+    marker = os.environ.get(MARKER_ENV)
+    if marker:
+        module.classify = faulty_classify(module.classify, marker)  # type: ignore[attr-defined]
+    reason = os.environ.get(REFUSE_ENV)
+    if reason:
+        module.queue_problem = lambda: reason  # type: ignore[attr-defined]
+
+
+class _InjectOnImport(importlib.abc.MetaPathFinder):
+    """Finds the watcher module through the other finders and has its loader call ``inject`` after running it."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None,
+                  ) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
+        if name != WATCHER:
+            return None
+        sys.meta_path.remove(self)  # once is enough, and the lookup below must not find this finder again
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run_module = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run_module(module)
+            inject(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+if os.environ.get(MARKER_ENV) or os.environ.get(REFUSE_ENV):
+    sys.meta_path.insert(0, _InjectOnImport())
