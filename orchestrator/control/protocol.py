@@ -19,12 +19,14 @@ Only the server imports this module: pydantic costs a CLI call about 150 ms.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from orchestrator.core import events
 from orchestrator.core.errors import UsageError
 
 MAX_DEPTH = 32  # a valid request has depth 1; this only has to stop json.loads from recursing without bound
@@ -173,3 +175,17 @@ def describe(exc: ValidationError) -> str:
             loc = loc[1:]
         parts.append(f'field "{".".join(loc)}": {error["msg"]}' if loc else error["msg"])
     return "; ".join(parts)
+
+
+def to_event(request: Request, reply: asyncio.Future[Any]) -> events.Request:
+    """The loop's typed event for a validated request; the loop answers through ``reply``."""
+    if isinstance(request, StatusRequest):
+        return events.StatusRequested(reply)
+    if isinstance(request, StopRequest):
+        return events.StopRequested(request.force, request.who, reply)
+    if isinstance(request, CancelRequest):
+        return events.CancelRequested(request.memo or None, request.role or None, request.all, request.who,
+                                      request.reason, reply)  # fmt: skip
+    if isinstance(request, InterruptRequest):
+        return events.InterruptRequested(request.memo, request.keep, request.who, request.reason, reply)
+    return events.TellRequested(request.memo, request.text, request.who, reply)

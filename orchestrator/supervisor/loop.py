@@ -33,12 +33,12 @@ from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.run import Run
-from orchestrator.core.view import RunView
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake
 from orchestrator.prompts import load_template
 from orchestrator.store import Store
+from orchestrator.supervisor import snapshot
 from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.endings import Endings
 from orchestrator.supervisor.launch import Launcher
@@ -296,41 +296,13 @@ class Supervisor:
     async def answer(self, request: protocol.Request) -> dict[str, Any]:
         """A control-channel request, posted to the loop as a typed event; its answer comes back on a future."""
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        event: ev.Event
-        if isinstance(request, protocol.StatusRequest):
-            event = ev.StatusRequested(reply)
-        elif isinstance(request, protocol.StopRequest):
-            event = ev.StopRequested(request.force, request.who, reply)
-        elif isinstance(request, protocol.CancelRequest):
-            event = ev.CancelRequested(request.memo or None, request.role or None, request.all, request.who,
-                                       request.reason, reply)  # fmt: skip
-        elif isinstance(request, protocol.InterruptRequest):
-            event = ev.InterruptRequested(request.memo, request.keep, request.who, request.reason, reply)
-        else:
-            event = ev.TellRequested(request.memo, request.text, request.who, reply)
-        self.handle(event)
+        self.handle(protocol.to_event(request, reply))
         return dict(await reply)
 
     def snapshot(self) -> dict[str, Any]:
         """Live state for ``status``: the light view plus recent finished runs from the database."""
-        return {**self.snapshot_light(), "recent": [RunView.from_row(row).to_json() for row in self.store.recent_runs(20)]}
+        return snapshot.full(self)
 
     def snapshot_light(self) -> dict[str, Any]:
         """Live state without touching the database (redrawn several times a second)."""
-        now = self.clock.monotonic()
-        runs = sorted(self.lc.runs.values(), key=lambda r: r.run_id)
-        return {
-            "running": True,
-            "pid": os.getpid(),
-            "root": str(self.root),
-            "started_at": self.started_at,
-            "ending": self.ending,
-            "runs": [RunView.from_run(r, now).to_json() for r in runs],
-            "queued": {role: len(q) for role, q in self.intake.queues.items()},
-            "queued_memos": {role: [p.name for p in list(q)[:20]] for role, q in self.intake.queues.items() if q},
-            "pending": len(self.intake.pending),
-            "limits": {"max_concurrent": self.config.max_concurrent, "running": self.lc.slots.in_use},
-            "crash_counts": dict(self.outcomes.crashes.counts),
-            "budget_blocks": dict(self.budgets.current),
-            "events": list(self.console.recent),
-        }
+        return snapshot.light(self)
