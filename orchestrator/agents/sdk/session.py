@@ -2,7 +2,8 @@
 
 Two sources post to one queue (the SDK's message stream and a stdin reader
 thread); ``Session`` alone takes from it, talks to the SDK client and decides
-the exit status.
+the exit status. Where the session is lives in one ``Phase``, changed only by
+``Session._enter``; the table ``_NEXT`` lists every allowed change.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
 from orchestrator.agents.sdk.protocol import (
-    EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ActivityEvent, CostEvent, DoneEvent, FailureEvent,
+    EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ActivityEvent, CostEvent, DoneEvent, End, FailureEvent,
     Interrupt, ProtocolError, ResultEvent, RunnerSpec, SessionEvent, Tell, parse_control,
 )  # fmt: skip
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception, one_line, stderr_summary, usd
@@ -102,20 +103,42 @@ def start_stdin_reader(loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Ev
     threading.Thread(target=pump, name="stdin", daemon=True).start()
 
 
-# ---------------------------------------------------------------- the session
+# ---------------------------------------------------------------- where the session is
 
 
 class Phase(enum.Enum):
-    """Where the session is; ``Session`` alone changes it."""
+    """Where the session is, and so what the end of the current turn leads to."""
 
     STARTING = "starting"
     """Connecting to the CLI; the prompt is not sent yet."""
     TURN = "turn"
-    """A user message was sent and its result has not arrived."""
+    """A user message was sent and its result has not arrived; tells queue, and the next one is sent when the
+    turn ends (else the session finishes)."""
+    ENDING = "ending"
+    """``end`` arrived during a turn: tells are refused and the session finishes with this turn."""
+    PAUSING = "pausing"
+    """An interrupt with ``keep`` was sent: when the turn ends, the next queued tell is sent, else the session
+    waits for one. The turn must end by the deadline."""
+    INTERRUPTING = "interrupting"
+    """An interrupt was sent and nothing follows: the session finishes (exit 3) when the turn ends, or at the
+    deadline."""
     WAITING = "waiting"
     """Interrupted with ``keep``: the session is open until a ``tell``, ``end`` or EOF."""
     DONE = "done"
-    """The exit status is decided; the loop stops."""
+    """The exit status is decided and ``done`` was sent; the loop stops."""
+
+
+_NEXT: dict[Phase, frozenset[Phase]] = {
+    Phase.STARTING: frozenset({Phase.TURN, Phase.DONE}),  # the prompt is sent, or the CLI failed at once
+    Phase.TURN: frozenset({Phase.TURN, Phase.ENDING, Phase.PAUSING, Phase.INTERRUPTING, Phase.DONE}),
+    Phase.ENDING: frozenset({Phase.INTERRUPTING, Phase.DONE}),  # an interrupt after end: exit 3 either way
+    Phase.PAUSING: frozenset({Phase.TURN, Phase.WAITING, Phase.INTERRUPTING, Phase.DONE}),
+    Phase.INTERRUPTING: frozenset({Phase.DONE}),
+    Phase.WAITING: frozenset({Phase.TURN, Phase.DONE}),
+    Phase.DONE: frozenset(),
+}
+_INTERRUPTED = frozenset({Phase.PAUSING, Phase.INTERRUPTING})  # an interrupt is in flight: the deadline applies
+_TAKES_TELLS = frozenset({Phase.TURN, Phase.PAUSING})  # a tell is queued for when the turn ends
 
 
 class Session:
@@ -125,24 +148,20 @@ class Session:
         self.spec = spec
         self.sdk_options = options
         self.options = spec.options
-        self.per_run_usd = spec.per_run_usd
         self.events = events
         self.out = output
         self.client: Any = None
         self.phase = Phase.STARTING
-        self.code: int | None = None
+        self.code: int | None = None  # set on entering DONE
+        self.pending: deque[str] = deque()  # tells for after the current turn, in TURN and PAUSING only
+        self.deadline: float | None = None  # when the interrupted turn must have ended, in PAUSING and INTERRUPTING
         self.totals = Totals()
         self.session_id: str | None = None
-        self.pending: deque[str] = deque()
-        self.end_requested = False
-        self.stdin_closed = False
-        self.interrupt_sent = False
-        self.keep_after_interrupt = False
-        self.deadline: float | None = None  # when an interrupted turn must have ended
         self.error_kind: str | None = None  # the last assistant message's ``error``, for the result's reason
         self.activity: str | None = None
 
     async def run(self) -> int:
+        """Connect, send the prompt, and handle events until the exit status is decided; then disconnect."""
         from claude_agent_sdk import ClaudeSDKClient
 
         self.client = ClaudeSDKClient(self.sdk_options)
@@ -164,6 +183,14 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self.client.disconnect(), DISCONNECT_SECONDS)
         return EXIT_FAILED if self.code is None else self.code
+
+    def _enter(self, phase: Phase) -> None:
+        """The one place the phase changes; a change ``_NEXT`` does not list is a bug in this class."""
+        if phase not in _NEXT[self.phase]:
+            raise RuntimeError(f"the sdk session cannot go from {self.phase.name} to {phase.name}")
+        self.phase = phase
+        if phase not in _INTERRUPTED:
+            self.deadline = None
 
     async def _next_event(self) -> Event:
         if self.deadline is None:
@@ -189,62 +216,79 @@ class Session:
     async def _handle(self, event: Event) -> None:
         if self.phase is Phase.DONE:
             return
-        if isinstance(event, SdkMessage):
-            await self._on_message(event.message)
-        elif isinstance(event, StdinLine):
-            await self._on_control(event.text)
-        elif isinstance(event, StdinClosed):
-            self.stdin_closed = True
-            if self.phase is Phase.WAITING:
-                self.finish(EXIT_INTERRUPTED)
-        elif isinstance(event, SdkFailed):
-            await self._settle_stderr()
-            self.fail(describe_exception(event.error, self.out.stderr_tail, self.options))
-        elif isinstance(event, SdkEnded):
-            await self._settle_stderr()
-            tail = stderr_summary(self.out.stderr_tail)
-            when = "while it waited for a tell" if self.phase is Phase.WAITING else "before the turn finished"
-            self.fail(f"Claude Code ended the session {when}" + (f": {tail}" if tail else ""))
+        match event:
+            case SdkMessage(message):
+                await self._on_message(message)
+            case StdinLine(text):
+                await self._on_control(text)
+            case StdinClosed():
+                self._on_stdin_closed()
+            case SdkFailed(error):
+                await self._settle_stderr()
+                self.fail(describe_exception(error, self.out.stderr_tail, self.options))
+            case SdkEnded():
+                await self._settle_stderr()
+                tail = stderr_summary(self.out.stderr_tail)
+                when = "while it waited for a tell" if self.phase is Phase.WAITING else "before the turn finished"
+                self.fail(f"Claude Code ended the session {when}" + (f": {tail}" if tail else ""))
 
     # -- control messages
 
     async def _on_control(self, line: str) -> None:
         try:
-            message = parse_control(line)
+            control = parse_control(line)
         except ProtocolError as exc:
             self.out.note(f"ignored a control line ({one_line(str(exc), 200)}): {one_line(line, 80)!r}")
             return
-        self.out.record({"type": "control", **message.wire()})
-        if isinstance(message, Interrupt):
-            await self._interrupt(message.keep)
-        elif isinstance(message, Tell):
-            text = message.text
-            if self.end_requested:
-                self.out.note("ignored a tell after end")
-            elif self.phase is Phase.WAITING:
-                await self._send_turn(text)
-            else:
-                self.pending.append(text)
-        else:  # End
-            self.end_requested = True
-            if self.pending:
-                self.out.note(f"end: dropping {len(self.pending)} queued tell(s)")
-                self.pending.clear()
-            if self.phase is Phase.WAITING:
-                self.finish(EXIT_INTERRUPTED)
+        self.out.record({"type": "control", **control.wire()})
+        match control:
+            case Interrupt(keep=keep):
+                await self._interrupt(keep)
+            case Tell(text=text):
+                await self._tell(text)
+            case End():
+                self._end()
+
+    async def _tell(self, text: str) -> None:
+        if self.phase is Phase.WAITING:
+            await self._send_turn(text)
+        elif self.phase in _TAKES_TELLS:
+            self.pending.append(text)
+        else:  # ENDING, INTERRUPTING
+            self.out.note("ignored a tell: the session ends with the current turn")
+
+    def _end(self) -> None:
+        if self.pending:
+            self.out.note(f"end: dropping {len(self.pending)} queued tell(s)")
+            self.pending.clear()
+        if self.phase is Phase.WAITING:
+            self.finish(EXIT_INTERRUPTED)
+        elif self.phase is Phase.TURN:
+            self._enter(Phase.ENDING)
+        elif self.phase is Phase.PAUSING:
+            self._enter(Phase.INTERRUPTING)
+
+    def _on_stdin_closed(self) -> None:
+        """No tell can come any more: a session that would wait for one ends instead."""
+        if self.phase is Phase.WAITING:
+            self.finish(EXIT_INTERRUPTED)
+        elif self.phase is Phase.PAUSING and not self.pending:
+            self._enter(Phase.INTERRUPTING)
 
     async def _interrupt(self, keep: bool) -> None:
         if self.phase is Phase.WAITING:
             if not keep:
                 self.finish(EXIT_INTERRUPTED)
             return
-        # keep=false wins for the turn: a cancel must not be undone by a later interrupt --keep
-        self.keep_after_interrupt = keep and (self.keep_after_interrupt or not self.interrupt_sent)
+        if self.phase is Phase.PAUSING and not keep:  # keep=false wins: a cancel is not undone by interrupt --keep
+            self.pending.clear()
+            self._enter(Phase.INTERRUPTING)
+            return
+        if self.phase not in (Phase.TURN, Phase.ENDING):  # PAUSING, INTERRUPTING: the interrupt is already sent
+            return
         if not keep:
             self.pending.clear()
-        if self.interrupt_sent:
-            return
-        self.interrupt_sent = True
+        self._enter(Phase.PAUSING if keep and self.phase is Phase.TURN else Phase.INTERRUPTING)
         self.deadline = asyncio.get_running_loop().time() + INTERRUPT_ACK_SECONDS + INTERRUPTED_TURN_SECONDS
         try:
             await asyncio.wait_for(self.client.interrupt(), INTERRUPT_ACK_SECONDS)
@@ -273,6 +317,7 @@ class Session:
             await self._on_result(message)
 
     async def _on_result(self, result: Any) -> None:
+        """Report the totals, then decide what the turn's end leads to, by phase."""
         self.session_id = result.session_id or self.session_id
         self.totals.add(result)
         cost = round(self.totals.cost_usd, 6)
@@ -284,38 +329,37 @@ class Session:
                 subtype=result.subtype,
             )
         )  # fmt: skip
-        interrupted, self.interrupt_sent, self.deadline = self.interrupt_sent, False, None
         error_kind, self.error_kind = self.error_kind, None
-        keep = interrupted and self.keep_after_interrupt
         if self._over_budget(result):
             self.fail(
-                f"per-run budget of {usd(self.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
+                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
                 code=EXIT_BUDGET, budget=True,
             )  # fmt: skip
-        elif interrupted and not keep:
+        elif self.phase is Phase.INTERRUPTING:
             self.finish(EXIT_INTERRUPTED)
-        elif not interrupted and result.is_error:
+        elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
             fields = {k: getattr(result, k, None) for k in ("subtype", "errors", "result", "api_error_status")}
             self.fail(describe_error_result(fields, error_kind, self.options))
-        elif self.pending:  # ``end`` empties the queue, so a tell here is still wanted
+        elif self.pending:  # only TURN and PAUSING queue tells, and ``end`` empties the queue
             await self._send_turn(self.pending.popleft())
-        elif keep and not (self.end_requested or self.stdin_closed):
-            self.phase = Phase.WAITING
+        elif self.phase is Phase.PAUSING:  # EOF or ``end`` would have made it INTERRUPTING
+            self._enter(Phase.WAITING)
         else:
-            self.finish(EXIT_INTERRUPTED if keep else EXIT_OK)
+            self.finish(EXIT_OK)
 
     def _over_budget(self, result: Any) -> bool:
-        if self.per_run_usd is None:
+        per_run = self.spec.per_run_usd
+        if per_run is None:
             return False
-        if self.totals.cost_usd > self.per_run_usd:
+        if self.totals.cost_usd > per_run:
             return True
         cap = self.options.max_budget_usd
-        per_run_binds = cap is None or cap >= self.per_run_usd
+        per_run_binds = cap is None or cap >= per_run
         return result.subtype == "error_max_budget_usd" and per_run_binds
 
     async def _send_turn(self, text: str) -> None:
         self.out.record({"type": "prompt", "text": text})
-        self.phase = Phase.TURN
+        self._enter(Phase.TURN)
         try:
             await self.client.query(text)
         except Exception as exc:
@@ -325,12 +369,14 @@ class Session:
     # -- ending
 
     def finish(self, code: int) -> None:
+        """Decide the exit status and say ``done``, once; later calls change nothing."""
         if self.phase is not Phase.DONE:
             self.code = code
-            self.phase = Phase.DONE
+            self._enter(Phase.DONE)
             self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
 
     def fail(self, reason: str, code: int = EXIT_FAILED, budget: bool = False) -> None:
+        """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done."""
         if self.phase is Phase.DONE:
             return
         failure = FailureEvent(reason=one_line(reason, 600), budget=budget)
