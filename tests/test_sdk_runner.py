@@ -25,10 +25,16 @@ import pytest
 
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
-from orchestrator.agents.sdk import runner as sdk_runner
+from orchestrator.agents.sdk import protocol
+from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
+from orchestrator.agents.sdk.session import Phase, SdkMessage, Session, StdinClosed, StdinLine
+from orchestrator.agents.sdk.transcript import Output
+from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
+from orchestrator.agents.sdk.totals import Totals
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.agents.command import Agent, LaunchSpec, agent_environment
+from orchestrator.agents.sdk import backend as sdk_backend
 from orchestrator.agents.sdk.backend import SdkAgent, check_role, start_sdk
 
 REPO = Path(__file__).resolve().parent.parent
@@ -315,7 +321,7 @@ def test_sigterm_ends_the_runner_and_its_cli_promptly(tmp_path: Path, fake_cli: 
     cli_pid = runner.recorded("pid")[0]
     started = time.monotonic()
     runner.proc.send_signal(signal.SIGTERM)
-    finished(runner, sdk_runner.EXIT_SIGNALLED)
+    finished(runner, protocol.EXIT_SIGNALLED)
     assert time.monotonic() - started < 5
     wait_for(lambda: not pid_alive(cli_pid), 10, "the fake CLI to end")
 
@@ -327,7 +333,7 @@ def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
         # its stdin thread starts after the signal handlers are in place
         wait_for(lambda: psutil.Process(proc.pid).num_threads() >= 2, what="the runner's stdin thread")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(DEADLINE) == sdk_runner.EXIT_SIGNALLED
+        assert proc.wait(DEADLINE) == protocol.EXIT_SIGNALLED
     finally:
         proc.kill()
         proc.wait()
@@ -363,17 +369,17 @@ def test_failure_reasons_from_sdk_errors() -> None:
     refused = ResultError("Claude Code returned an error result", exit_code=1, data={
         "type": "result", "subtype": "error_during_execution", "is_error": True,
         "errors": ["No conversation found with session ID: abc"]})  # fmt: skip
-    assert sdk_runner.describe_exception(refused, deque(), {}) == (
+    assert describe_exception(refused, deque(), SpecOptions()) == (
         "Claude Code reported an error (error_during_execution): No conversation found with session ID: abc"
     )
     crash = ProcessError("Command failed", exit_code=1, stderr="Check stderr output for details")
     lines = deque(["starting", "Error: Invalid API key", ""])
-    assert sdk_runner.describe_exception(crash, lines, {}).startswith("Claude Code is not logged in (starting | Error")
-    assert sdk_runner.describe_exception(crash, deque(), {}) == (
+    assert describe_exception(crash, lines, SpecOptions()).startswith("Claude Code is not logged in (starting | Error")
+    assert describe_exception(crash, deque(), SpecOptions()) == (
         "Claude Code exited with status 1: it wrote nothing to stderr"
     )
     max_turns = {"subtype": "error_max_turns", "is_error": True}
-    assert sdk_runner.describe_error_result(max_turns, None, {"max_turns": 3}) == (
+    assert describe_error_result(max_turns, None, SpecOptions(max_turns=3)) == (
         "stopped after the role's max_turns (3) turns"
     )
 
@@ -386,12 +392,139 @@ def test_totals_take_running_totals_and_sum_turns() -> None:
                              session_id="s", total_cost_usd=cost, model_usage=model_usage,
                              usage={"input_tokens": 5, "cache_read_input_tokens": 10, "output_tokens": 2})  # fmt: skip
 
-    totals = sdk_runner.Totals()
+    totals = Totals()
     for cost in (0.5, 0.75):
         totals.add(result(cost, None))  # no modelUsage: per-turn ``usage`` is summed
     assert (totals.cost_usd, totals.num_turns, totals.input_tokens, totals.output_tokens) == (0.75, 6, 30, 4)
     totals.add(result(0.0, {"m": {"inputTokens": 7, "cacheReadInputTokens": 100, "outputTokens": 9}}))
     assert (totals.cost_usd, totals.input_tokens, totals.output_tokens) == (0.75, 107, 9)  # a zeroed crash result
+
+
+# ---------------------------------------------------------------- the session loop, replayed
+
+
+class ScriptedClient:
+    """Stands in for ``ClaudeSDKClient``: records what the session sends; its messages come from the script."""
+
+    def __init__(self, options: Any) -> None:
+        self.prompts: list[str] = []
+        self.interrupts = 0
+
+    async def connect(self) -> None:
+        pass
+
+    async def query(self, text: str) -> None:
+        self.prompts.append(text)
+
+    async def interrupt(self) -> None:
+        self.interrupts += 1
+
+    async def receive_messages(self) -> Any:
+        await asyncio.Event().wait()  # the script posts the CLI's messages itself, in order with the controls
+        yield
+
+    async def disconnect(self) -> None:
+        pass
+
+
+class Collected(Output):
+    """The runner's writer, keeping events and notes instead of writing them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+
+    def event(self, event: Any) -> None:
+        self.events.append(event.wire())
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def control(**message: Any) -> StdinLine:
+    return StdinLine(json.dumps(message))
+
+
+def turn_result(subtype: str = "success", cost: float = 0.01) -> SdkMessage:
+    from claude_agent_sdk import ResultMessage
+
+    return SdkMessage(ResultMessage(subtype=subtype, duration_ms=1, duration_api_ms=1, is_error=subtype != "success",
+                                    num_turns=1, session_id="s", total_cost_usd=cost))  # fmt: skip
+
+
+INTERRUPTED = turn_result("error_during_execution")
+KEEP, CANCEL = control(op="interrupt", keep=True), control(op="interrupt", keep=False)
+EOF, END = StdinClosed(), control(op="end")
+TELL_A, TELL_B = control(op="tell", text="a"), control(op="tell", text="b")
+
+SCRIPTS = {  # the events after the first prompt, in order -> exit status, prompts sent, interrupts sent
+    "one turn": ([turn_result()], 0, ["p"], 0),
+    "a tell, then EOF: both turns": ([TELL_A, EOF, turn_result(), turn_result()], 0, ["p", "a"], 0),
+    "end drops the queued tell": ([TELL_A, END, turn_result()], 0, ["p"], 0),
+    "a tell after end is refused": ([END, TELL_A, turn_result()], 0, ["p"], 0),
+    "an error result fails": ([turn_result("error_during_execution")], 1, ["p"], 0),
+    "interrupt ends the session": ([CANCEL, INTERRUPTED], 3, ["p"], 1),
+    "interrupt keep, then a tell": ([KEEP, INTERRUPTED, TELL_B, turn_result()], 0, ["p", "b"], 1),
+    "a tell queued while pausing": ([KEEP, TELL_A, INTERRUPTED, turn_result()], 0, ["p", "a"], 1),
+    "keep, then cancel: cancel wins": ([KEEP, CANCEL, INTERRUPTED, TELL_A], 3, ["p"], 1),
+    "cancel, then keep: still cancelled": ([CANCEL, KEEP, INTERRUPTED, TELL_A], 3, ["p"], 1),
+    "keep, then EOF": ([KEEP, EOF, INTERRUPTED], 3, ["p"], 1),
+    "keep, a queued tell, EOF: the tell": ([TELL_A, KEEP, EOF, INTERRUPTED, turn_result()], 0, ["p", "a"], 1),
+    "keep, then end": ([KEEP, END, INTERRUPTED, TELL_A], 3, ["p"], 1),
+    "end, then keep": ([END, KEEP, INTERRUPTED, TELL_A], 3, ["p"], 1),
+    "waiting, then EOF": ([KEEP, INTERRUPTED, EOF], 3, ["p"], 1),
+    "waiting, then end": ([KEEP, INTERRUPTED, END], 3, ["p"], 1),
+    "waiting, then cancel": ([KEEP, INTERRUPTED, KEEP, CANCEL], 3, ["p"], 1),
+    "a second interrupt after a tell": ([KEEP, INTERRUPTED, TELL_A, KEEP, INTERRUPTED, TELL_B, turn_result()],
+                                        0, ["p", "a", "b"], 2),  # fmt: skip
+    "over the per-run budget": ([TELL_A, turn_result(cost=0.25)], 4, ["p"], 0),
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_session_loop_replays_a_script(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import claude_agent_sdk
+
+    script, code, prompts, interrupts = SCRIPTS[name]
+    monkeypatch.setattr(claude_agent_sdk, "ClaudeSDKClient", ScriptedClient)
+    spec = RunnerSpec(prompt="p", per_run_usd=0.2)
+    out = Collected()
+
+    async def replay() -> tuple[int, Session]:
+        events: asyncio.Queue[Any] = asyncio.Queue()
+        for event in script:
+            events.put_nowait(event)
+        session = Session(spec, None, events, out)
+        return await asyncio.wait_for(session.run(), 5.0), session
+
+    assert (result := asyncio.run(replay()))[0] == code, out.events
+    client = result[1].client
+    assert (client.prompts, client.interrupts) == (prompts, interrupts)
+    assert result[1].phase is Phase.DONE and [e for e in out.events if e["event"] == "done"] == [
+        {"event": "done", "code": code}
+    ]
+    assert any(e["event"] == "failure" for e in out.events) == (code in (1, 4))
+
+
+def test_a_bad_control_line_is_noted_with_its_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    import claude_agent_sdk
+
+    monkeypatch.setattr(claude_agent_sdk, "ClaudeSDKClient", ScriptedClient)
+    out = Collected()
+    script = [StdinLine('{"op": "tell"}'), StdinLine('{"op": "pause"}'), control(op="interrupt", keep="maybe"),
+              StdinLine("not json"), turn_result()]  # fmt: skip
+
+    async def replay() -> int:
+        events: asyncio.Queue[Any] = asyncio.Queue()
+        for event in script:
+            events.put_nowait(event)
+        return await asyncio.wait_for(Session(RunnerSpec(prompt="p"), None, events, out).run(), DEADLINE)
+
+    assert asyncio.run(replay()) == 0
+    fields = [note.removeprefix("ignored a control line (").split(":")[0] for note in out.notes]
+    assert fields == ["text", "op", "keep", "the control line"], out.notes
+    assert "Field required" in out.notes[0] and "'pause'" in out.notes[1]
 
 
 # ---------------------------------------------------------------- sdk_backend in the orchestrator's loop
@@ -474,7 +607,7 @@ def test_start_sdk_interrupt_and_budget(tmp_path: Path, fake_cli: Path) -> None:
         return agent, await asyncio.wait_for(exited, DEADLINE)
 
     agent, code = asyncio.run(interrupted())
-    assert code == sdk_runner.EXIT_INTERRUPTED and agent.interrupted and agent.failure_reason is None
+    assert code == protocol.EXIT_INTERRUPTED and agent.interrupted and agent.failure_reason is None
 
     role = make_role(tmp_path, fake_cli, budget={"per_run_usd": 0.2})
 
@@ -483,9 +616,35 @@ def test_start_sdk_interrupt_and_budget(tmp_path: Path, fake_cli: Path) -> None:
         return agent, await asyncio.wait_for(exited, DEADLINE)
 
     agent, code = asyncio.run(over_budget())
-    assert code == sdk_runner.EXIT_BUDGET and agent.budget_exceeded
+    assert code == protocol.EXIT_BUDGET and agent.budget_exceeded
     assert agent.failure_reason == "per-run budget of $0.20 exceeded ($0.30 spent)"
     assert agent.result["session_id"] == "sess-9"
+
+
+SCRIPTED_RUNNER = """
+import sys
+open("spec.jsonl", "w").write(sys.stdin.readline())
+for line in ['{"event": "cost", "usd": "lots"}', "not json", '{"event": "party"}', '["activity"]',
+             '{"event": "activity", "text": "ok"}', '{"event": "cost", "usd": 0.5}', '{"event": "done", "code": 0}']:
+    print(line, flush=True)
+"""
+
+
+def test_start_sdk_skips_lines_that_are_no_event(
+    tmp_path: Path, fake_cli: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "scripted_runner.py").write_text(SCRIPTED_RUNNER)
+    monkeypatch.setattr(sdk_backend, "RUNNER_MODULE", "scripted_runner")  # ``python -m`` finds it in the role's cwd
+
+    async def scenario() -> tuple[SdkAgent, int, list[dict[str, Any]]]:
+        agent, exited, seen = await started(launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="hi"))
+        return agent, await asyncio.wait_for(exited, DEADLINE), seen
+
+    agent, code, seen = asyncio.run(scenario())
+    assert code == 0
+    assert seen == [{"event": "activity", "text": "ok"}, {"event": "cost", "usd": 0.5}, {"event": "done", "code": 0}]
+    assert (agent.activity, agent.cost_usd, agent.closing) == ("ok", 0.5, True)
+    assert protocol.parse_spec((tmp_path / "spec.jsonl").read_text()).prompt == "hi"
 
 
 def test_check_role(tmp_path: Path, fake_cli: Path, monkeypatch: pytest.MonkeyPatch) -> None:

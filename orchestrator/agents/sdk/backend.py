@@ -26,8 +26,9 @@ API used by the supervisor:
     event; ``await interrupt(keep=False)``, ``await tell(text)``, ``await end()``.
 
 The runner's exit status: 0 success, 1 failure, 3 interrupted, 4 per-run
-budget exceeded, 143 stopped by a signal. Its event schema is in
-``orchestrator.agents.sdk.runner``.
+budget exceeded, 143 stopped by a signal. The messages both ways are the
+models in ``orchestrator.agents.sdk.protocol``, the only module of the runner's
+side that this one imports.
 """
 
 from __future__ import annotations
@@ -41,11 +42,17 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
 from orchestrator.agents import procs
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
-from orchestrator.agents.sdk.runner import EXIT_INTERRUPTED, EXIT_SIGNALLED, RUNNER_PATH_ENV
+from orchestrator.agents.sdk.protocol import (
+    EXIT_INTERRUPTED, EXIT_SIGNALLED, RUNNER_PATH_ENV, ActivityEvent, AnyEvent, CostEvent, DoneEvent, End,
+    FailureEvent, Interrupt, ProtocolError, ResultEvent, RunnerSpec, SessionEvent, SpecOptions, SystemPromptPreset,
+    Tell, explain, parse_event,
+)  # fmt: skip
 
 RUNNER_MODULE = "orchestrator.agents.sdk.runner"
 EVENT_LINE_LIMIT = 4 * 1024 * 1024  # one event line; the runner keeps them small, this only bounds a broken one
@@ -69,24 +76,23 @@ def check_role(role: Role, root: Path | None = None) -> None:
 
 
 def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: Path) -> dict[str, Any]:
-    """The first line the runner reads: the prompt and the role's SDK options."""
+    """The first line the runner reads: the prompt and the role's SDK options, checked by ``RunnerSpec``."""
     role = spec.role
     prompt = role.system_prompt
-    system_prompt: Any = prompt if isinstance(prompt, str) else {"preset": prompt.preset, "append": prompt.append}
-    per_run = spec.extra.get("per_run_usd", role.budget.per_run_usd)
-    return {
-        "prompt": spec.prompt,
-        "options": {
-            "model": role.model, "system_prompt": system_prompt, "permission_mode": role.permission_mode,
-            "allowed_tools": list(role.allowed_tools), "disallowed_tools": list(role.disallowed_tools),
-            "max_turns": role.max_turns, "max_budget_usd": role.max_budget_usd,
-            "setting_sources": role.setting_sources, "cli_path": cli_path,
-            "add_dirs": [str((spec.root / d).resolve()) for d in role.add_dirs], "cwd": str(cwd), "env": dict(role.env),
-        },
-        "transcript": str(transcript),
-        "resume": spec.extra.get("resume") or None,
-        "per_run_usd": per_run,
-    }  # fmt: skip
+    system_prompt: str | SystemPromptPreset = prompt
+    if not isinstance(prompt, str):
+        system_prompt = SystemPromptPreset(preset=prompt.preset, append=prompt.append)
+    options = SpecOptions(
+        model=role.model, system_prompt=system_prompt, permission_mode=role.permission_mode,
+        allowed_tools=list(role.allowed_tools), disallowed_tools=list(role.disallowed_tools),
+        max_turns=role.max_turns, max_budget_usd=role.max_budget_usd,
+        setting_sources=role.setting_sources, cli_path=cli_path,
+        add_dirs=[str((spec.root / d).resolve()) for d in role.add_dirs], cwd=str(cwd), env=dict(role.env),
+    )  # fmt: skip
+    return RunnerSpec(
+        prompt=spec.prompt, options=options, transcript=str(transcript),
+        resume=spec.extra.get("resume") or None, per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
+    ).wire()  # fmt: skip
 
 
 def runner_environment(env: dict[str, str]) -> dict[str, str]:
@@ -114,24 +120,29 @@ class SdkAgent(Agent):
         self.budget_exceeded = False
         self.interrupted = False
         self.closing = False  # the runner said ``done``: no more turns, so no more controls
-        self.on_update: Callable[[SdkAgent, dict[str, Any]], None] | None = None
+        self.on_update: Callable[[SdkAgent, dict[str, Any]], None] | None = None  # gets each event's JSON object
         self._write_lock = asyncio.Lock()
 
     async def interrupt(self, keep: bool = False) -> None:
         """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
-        await self._control({"op": "interrupt", "keep": keep}, "interrupt")
+        await self._control(Interrupt(keep=keep), "interrupt")
         self.interrupted = True
 
     async def tell(self, text: str) -> None:
         """A follow-up message, answered in the same session once the current turn ends."""
-        await self._control({"op": "tell", "text": text}, "tell")
+        try:
+            message = Tell(text=text)
+        except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
+            raise ControlError("nothing to tell: the text is empty") from None
+        await self._control(message, "tell")
         self.interrupted = False
 
     async def end(self) -> None:
         """Finish once the current turn ends, answering no queued tell."""
-        await self._control({"op": "end"}, "end")
+        await self._control(End(), "end")
 
     async def wait(self) -> int:
+        """The runner's exit status, once it has exited; an unexplained failure gets a reason pointing at the log."""
         code = await super().wait()
         if self.proc.stdin is not None:
             self.proc.stdin.close()
@@ -141,13 +152,13 @@ class SdkAgent(Agent):
             )
         return code
 
-    async def _control(self, message: dict[str, Any], what: str) -> None:
+    async def _control(self, message: Interrupt | Tell | End, what: str) -> None:
         stdin = self.proc.stdin
         if self.closing or self.proc.returncode is not None or stdin is None or stdin.is_closing():
             raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}")
         try:
             async with self._write_lock:
-                stdin.write((json.dumps(message) + "\n").encode("utf-8"))
+                stdin.write(message.line().encode("utf-8"))
                 await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}") from None
@@ -163,35 +174,32 @@ class SdkAgent(Agent):
             if not line:
                 return
             try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
+                event = parse_event(line)
+            except ProtocolError:  # not a runner event: skipped, like a line over the limit
                 continue
-            if isinstance(event, dict):
-                self._apply(event)
+            self._apply(event)
 
-    def _apply(self, event: dict[str, Any]) -> None:
+    def _apply(self, event: AnyEvent) -> None:
         """Update the figures from one runner event, then tell ``on_update``."""
-        kind = event.get("event")
-        if kind == "activity" and isinstance(event.get("text"), str):
-            self.activity = event["text"]
-        elif kind == "cost" and isinstance(event.get("usd"), (int, float)):
-            self.cost_usd = float(event["usd"])
-        elif kind == "session" and isinstance(event.get("session_id"), str):
-            self.session_id = event["session_id"]
-        elif kind == "result":
-            keys = ("cost_usd", "input_tokens", "output_tokens", "num_turns", "session_id", "is_error", "subtype")
-            self.result = {k: event.get(k) for k in keys}
-            if isinstance(event.get("cost_usd"), (int, float)):
-                self.cost_usd = float(event["cost_usd"])
-            self.session_id = event.get("session_id") or self.session_id
-        elif kind == "done":
-            self.closing = True
-        elif kind == "failure":
-            self.failure_reason = str(event.get("reason") or "the agent failed")
-            self.budget_exceeded = self.budget_exceeded or bool(event.get("budget"))
+        match event:
+            case ActivityEvent(text=text):
+                self.activity = text
+            case CostEvent(usd=usd):
+                self.cost_usd = usd
+            case SessionEvent(session_id=session_id):
+                self.session_id = session_id
+            case ResultEvent():
+                self.result = event.figures()
+                self.cost_usd = event.cost_usd
+                self.session_id = event.session_id or self.session_id
+            case DoneEvent():
+                self.closing = True
+            case FailureEvent(reason=reason, budget=budget):
+                self.failure_reason = reason or "the agent failed"
+                self.budget_exceeded = self.budget_exceeded or budget
         if self.on_update is not None:
             try:
-                self.on_update(self, event)
+                self.on_update(self, event.wire())
             except Exception as exc:  # a view that fails must not stop the figures from arriving
                 asyncio.get_running_loop().call_exception_handler(
                     {"message": "SdkAgent.on_update failed", "exception": exc}
@@ -210,6 +218,10 @@ async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> 
     default_transcript = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
     transcript = Path(spec.extra.get("transcript") or default_transcript)
     resume = spec.extra.get("resume")
+    try:
+        first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript)) + "\n").encode("utf-8")
+    except ValidationError as exc:
+        raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (f" resuming {resume}" if resume else "")
     log_fd = open_log(spec.log_path, header + f", transcript {transcript}\n")
     try:
@@ -228,7 +240,7 @@ async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> 
     agent._keep(agent._read_events())
     assert proc.stdin is not None
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a runner that died at once: its status says why
-        proc.stdin.write((json.dumps(runner_spec(spec, cli_path, cwd, transcript)) + "\n").encode("utf-8"))
+        proc.stdin.write(first_line)
         await proc.stdin.drain()
     _watch_exit(agent, on_exit)
     return agent

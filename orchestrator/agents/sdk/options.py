@@ -1,0 +1,54 @@
+"""The spec's options in the SDK's shape: ``ClaudeAgentOptions`` for one session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions, SystemPromptPreset
+from orchestrator.agents.sdk.transcript import Output
+
+
+def system_prompt(value: str | SystemPromptPreset | None) -> Any:
+    """The role's ``system_prompt`` in the SDK's shape; absent means the ``claude_code`` preset.
+
+    The SDK turns ``None`` into an empty system prompt, so the default must be explicit.
+    """
+    if value is None:
+        return {"type": "preset", "preset": "claude_code"}
+    if isinstance(value, str):
+        return value
+    prompt: dict[str, Any] = {"type": "preset", "preset": value.preset or "claude_code"}
+    if value.append:
+        prompt["append"] = value.append
+    return prompt
+
+
+def cli_budget(options: SpecOptions, per_run_usd: float | None) -> float | None:
+    """The CLI's own ``--max-budget-usd``: the tighter of the role's cap and the per-run budget."""
+    caps = [v for v in (options.max_budget_usd, per_run_usd) if v is not None]
+    return min(caps) if caps else None
+
+
+def build_options(spec: RunnerSpec, output: Output) -> Any:
+    """``ClaudeAgentOptions`` for the spec; the CLI's stderr goes to ``output``."""
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    options = spec.options
+    kwargs: dict[str, Any] = {
+        "system_prompt": system_prompt(options.system_prompt),
+        "allowed_tools": list(options.allowed_tools),
+        "disallowed_tools": list(options.disallowed_tools),
+        "add_dirs": list(options.add_dirs),
+        "env": dict(options.env),
+        "stderr": output.cli_stderr,
+    }
+    for key in ("model", "permission_mode", "max_turns", "cli_path", "cwd", "setting_sources"):
+        value = getattr(options, key)
+        if value is not None:
+            kwargs[key] = value
+    budget = cli_budget(options, spec.per_run_usd)
+    if budget is not None:
+        kwargs["max_budget_usd"] = budget
+    if spec.resume:
+        kwargs["resume"] = spec.resume
+    return ClaudeAgentOptions(**kwargs)

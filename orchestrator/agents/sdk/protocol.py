@@ -1,0 +1,286 @@
+"""The wire protocol between the orchestrator (``backend``) and the sdk runner process, as pydantic models.
+
+Both sides import this module and nothing else of the other: the orchestrator
+never loads the session or the SDK. Over pipes, one JSON object per line.
+
+stdin, first line, the spec (``RunnerSpec``)::
+
+    {"prompt": str, "transcript": path, "resume": session id or null, "per_run_usd": float or null,
+     "options": {"model", "system_prompt", "permission_mode", "allowed_tools", "disallowed_tools",
+                 "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"}}
+
+``system_prompt`` is a plain string (used as is) or ``{"preset": "claude_code", "append": ...}``;
+absent means the ``claude_code`` preset. The CLI is also given ``--max-budget-usd`` of the
+smaller of ``max_budget_usd`` and ``per_run_usd``, so it can stop a turn that overspends.
+In the spec, ``null`` means the same as an absent key.
+
+stdin, later lines, control messages (``Control``, by ``op``)::
+
+    {"op": "interrupt", "keep": false}  interrupt the current turn; keep=false ends the session (exit 3),
+                                         keep=true keeps it open until a ``tell`` (or ``end`` / EOF: exit 3)
+    {"op": "tell", "text": "..."}       a follow-up user message in the same session; queued while a turn
+                                         is under way and sent when it ends, so each tell is its own turn
+    {"op": "end"}                        finish when the current turn ends; queued tells are dropped
+    end of file                          no more control messages
+
+Without a queued tell, the runner finishes when a turn ends, except after an
+interrupt with ``keep``, where it waits for a ``tell``.
+
+stdout, events (``RunnerEvent``, by ``event``)::
+
+    {"event": "session", "session_id": str}       the CLI started (or resumed) this session
+    {"event": "activity", "text": "Bash: ls"}     the last tool use, or the first line of the last text
+    {"event": "cost", "usd": float}                the running total, at every result
+    {"event": "result", "cost_usd", "input_tokens", "output_tokens", "num_turns",
+                        "session_id", "is_error", "subtype"}     totals so far, after every result
+    {"event": "failure", "reason": "one line"}     a clear failure; ``"budget": true`` for the per-run budget
+    {"event": "done", "code": int}                 the session takes no more turns: it is closing (which can take
+                                                   seconds while the CLI saves it) and will exit with ``code``
+
+Exit status: 0 the last turn succeeded, 1 failure, 3 interrupted, 4 per-run budget
+exceeded, 143 ended by SIGTERM or SIGINT (the CLI is sent SIGTERM first).
+
+A line that does not fit its model raises ``ProtocolError``, whose text names
+the field: the runner refuses a bad spec with a ``failure`` event and notes a bad
+control line in the log; the orchestrator skips a bad event line.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 3
+EXIT_BUDGET = 4
+EXIT_SIGNALLED = 128 + signal.SIGTERM
+
+RUNNER_PATH_ENV = "ORCHESTRATOR_RUNNER_PYTHONPATH"  # the agent's own PYTHONPATH (JSON, null if unset), to restore
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid message; the text says which field is wrong and why."""
+
+
+class _Message(BaseModel):
+    """One JSON object on a pipe: unknown keys are errors, and a message never changes once made."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON object as it goes on the pipe."""
+        return self.model_dump(mode="json")
+
+    def line(self) -> str:
+        """The message as one line of JSON, newline included."""
+        return json.dumps(self.wire()) + "\n"
+
+
+class _SpecPart(_Message):
+    """Part of the spec, where ``null`` means the key is absent, so its default applies."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+# ---------------------------------------------------------------- the spec
+
+
+class SystemPromptPreset(_SpecPart):
+    """A preset system prompt, optionally with text appended."""
+
+    preset: str = "claude_code"
+    append: str | None = None
+
+
+class SpecOptions(_SpecPart):
+    """The role's SDK options, as ``sdk_backend`` resolved them (paths are absolute)."""
+
+    model: str | None = None
+    system_prompt: str | SystemPromptPreset | None = None
+    permission_mode: str | None = None
+    allowed_tools: list[str] = Field(default_factory=list)
+    disallowed_tools: list[str] = Field(default_factory=list)
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    setting_sources: list[str] | None = None
+    cli_path: str | None = None
+    add_dirs: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+SPEC_OPTIONS = frozenset(SpecOptions.model_fields)
+
+
+class RunnerSpec(_SpecPart):
+    """The runner's first stdin line: what to ask, where to write the transcript, and the session's limits."""
+
+    prompt: str
+    transcript: str | None = None
+    resume: str | None = None
+    per_run_usd: float | None = None
+    options: SpecOptions = Field(default_factory=SpecOptions)
+
+
+def parse_spec(line: str) -> RunnerSpec:
+    """The spec on one line; raises ``ProtocolError`` naming what is wrong."""
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"the first line on stdin is not JSON: {exc}") from None
+    try:
+        return RunnerSpec.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        unknown = [str(e["loc"][1]) for e in errors if e["type"] == "extra_forbidden" and e["loc"][:1] == ("options",)]
+        if unknown:
+            known = ", ".join(sorted(SPEC_OPTIONS))
+            raise ProtocolError(f"unknown option(s) {', '.join(sorted(unknown))}; known: {known}") from None
+        raise ProtocolError(explain(exc, "the spec")) from None
+
+
+# ---------------------------------------------------------------- control messages, orchestrator -> runner
+
+
+class Interrupt(_Message):
+    """Stop the current turn; ``keep`` keeps the session open for a ``tell``."""
+
+    op: Literal["interrupt"] = "interrupt"
+    keep: bool = False
+
+
+class Tell(_Message):
+    """A follow-up user message, its own turn in the same session."""
+
+    op: Literal["tell"] = "tell"
+    text: str
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("a tell needs text")
+        return text
+
+
+class End(_Message):
+    """Finish when the current turn ends, dropping queued tells."""
+
+    op: Literal["end"] = "end"
+
+
+Control = Annotated[Interrupt | Tell | End, Field(discriminator="op")]
+_CONTROL: TypeAdapter[Interrupt | Tell | End] = TypeAdapter(Control)
+
+
+def parse_control(line: str | bytes) -> Interrupt | Tell | End:
+    """One control line; raises ``ProtocolError`` naming the bad field."""
+    try:
+        return _CONTROL.validate_json(line)
+    except ValidationError as exc:
+        raise ProtocolError(explain(exc, "the control line", tagged=True)) from None
+
+
+# ---------------------------------------------------------------- events, runner -> orchestrator
+
+
+class SessionEvent(_Message):
+    """The CLI started (or resumed) this session."""
+
+    event: Literal["session"] = "session"
+    session_id: str
+
+
+class ActivityEvent(_Message):
+    """The last tool use, or the first line of the last text."""
+
+    event: Literal["activity"] = "activity"
+    text: str
+
+
+class CostEvent(_Message):
+    """The session's running cost, at every result."""
+
+    event: Literal["cost"] = "cost"
+    usd: float
+
+
+class ResultEvent(_Message):
+    """The totals so far, after every result."""
+
+    event: Literal["result"] = "result"
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    num_turns: int
+    session_id: str | None
+    is_error: bool
+    subtype: str | None
+
+    def figures(self) -> dict[str, Any]:
+        """The totals without the ``event`` tag: what ``SdkAgent.result`` holds."""
+        return self.model_dump(mode="json", exclude={"event"})
+
+
+class FailureEvent(_Message):
+    """A clear failure in one line; ``budget`` when the per-run budget was exceeded."""
+
+    event: Literal["failure"] = "failure"
+    reason: str
+    budget: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        """``budget`` is on the wire only when true."""
+        fields = super().wire()
+        if not self.budget:
+            del fields["budget"]
+        return fields
+
+
+class DoneEvent(_Message):
+    """The session takes no more turns; the runner will exit with ``code`` once the CLI has closed."""
+
+    event: Literal["done"] = "done"
+    code: int
+
+
+RunnerEvent = Annotated[
+    SessionEvent | ActivityEvent | CostEvent | ResultEvent | FailureEvent | DoneEvent, Field(discriminator="event")
+]
+AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | FailureEvent | DoneEvent
+_EVENT: TypeAdapter[AnyEvent] = TypeAdapter(RunnerEvent)
+
+
+def parse_event(line: str | bytes) -> AnyEvent:
+    """One event line from the runner; raises ``ProtocolError`` naming the bad field."""
+    try:
+        return _EVENT.validate_json(line)
+    except ValidationError as exc:
+        raise ProtocolError(explain(exc, "the event line", tagged=True)) from None
+
+
+# ---------------------------------------------------------------- errors
+
+
+def explain(error: ValidationError, what: str, tagged: bool = False) -> str:
+    """One line naming each bad field and why, e.g. ``text: Field required``.
+
+    In a ``tagged`` union pydantic puts the tag first in each location; it is
+    dropped, and a missing or unknown tag is reported under the tag's own field.
+    """
+    parts = []
+    for item in error.errors(include_url=False):
+        loc = [str(part) for part in item["loc"]]
+        if item["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc = [str(item.get("ctx", {}).get("discriminator", "")).strip("'")]
+        elif tagged:
+            loc = loc[1:]
+        parts.append(f"{'.'.join(loc) or what}: {item['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,394 @@
+"""The session loop: the one owner of a Claude session, fed by the SDK's messages and the orchestrator's controls.
+
+Two sources post to one queue (the SDK's message stream and a stdin reader
+thread); ``Session`` alone takes from it, talks to the SDK client and decides
+the exit status. Where the session is lives in one ``Phase``, changed only by
+``Session._enter``; the table ``_NEXT`` lists every allowed change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import os
+import threading
+from collections import deque
+from typing import Any
+
+from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
+from orchestrator.agents.sdk.protocol import (
+    EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ActivityEvent, CostEvent, DoneEvent, End, FailureEvent,
+    Interrupt, ProtocolError, ResultEvent, RunnerSpec, SessionEvent, Tell, parse_control,
+)  # fmt: skip
+from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception, one_line, stderr_summary, usd
+from orchestrator.agents.sdk.totals import Totals
+from orchestrator.agents.sdk.transcript import Output
+
+INTERRUPT_ACK_SECONDS = 15.0  # the CLI answers an interrupt request at once; longer means it is stuck
+INTERRUPTED_TURN_SECONDS = 30.0  # after the acknowledgement, how long the interrupted turn may take to end
+DISCONNECT_SECONDS = 20.0  # the SDK's own close() is bounded at about 15 seconds
+
+
+# ---------------------------------------------------------------- what the loop is told
+
+
+@dataclasses.dataclass(frozen=True)
+class StdinLine:
+    """A line from the orchestrator: the spec, then control messages."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StdinClosed:
+    """The orchestrator closed our stdin: no more control messages."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SdkMessage:
+    """A parsed message from the CLI, through the SDK."""
+
+    message: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SdkFailed:
+    """The SDK's message stream raised: the CLI crashed, or wrote what it cannot read."""
+
+    error: BaseException
+
+
+@dataclasses.dataclass(frozen=True)
+class SdkEnded:
+    """The SDK's message stream ended: the CLI closed its stdout."""
+
+
+Event = StdinLine | StdinClosed | SdkMessage | SdkFailed | SdkEnded
+
+
+def start_stdin_reader(loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Event]) -> None:
+    """Post each stdin line, then ``StdinClosed``, from a daemon thread.
+
+    A thread with ``os.read`` works whatever stdin is (pipe, file, terminal) and
+    holds no lock of ``sys.stdin``'s, so it cannot block the interpreter's exit.
+    """
+
+    def post(event: Event) -> bool:
+        try:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+            return True
+        except RuntimeError:  # the loop is closed: the runner is exiting
+            return False
+
+    def pump() -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(0, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if pending.strip():
+                    post(StdinLine(pending.decode("utf-8", "replace")))
+                post(StdinClosed())
+                return
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.strip() and not post(StdinLine(line.decode("utf-8", "replace"))):
+                    return
+
+    threading.Thread(target=pump, name="stdin", daemon=True).start()
+
+
+# ---------------------------------------------------------------- where the session is
+
+
+class Phase(enum.Enum):
+    """Where the session is, and so what the end of the current turn leads to."""
+
+    STARTING = "starting"
+    """Connecting to the CLI; the prompt is not sent yet."""
+    TURN = "turn"
+    """A user message was sent and its result has not arrived; tells queue, and the next one is sent when the
+    turn ends (else the session finishes)."""
+    ENDING = "ending"
+    """``end`` arrived during a turn: tells are refused and the session finishes with this turn."""
+    PAUSING = "pausing"
+    """An interrupt with ``keep`` was sent: when the turn ends, the next queued tell is sent, else the session
+    waits for one. The turn must end by the deadline."""
+    INTERRUPTING = "interrupting"
+    """An interrupt was sent and nothing follows: the session finishes (exit 3) when the turn ends, or at the
+    deadline."""
+    WAITING = "waiting"
+    """Interrupted with ``keep``: the session is open until a ``tell``, ``end`` or EOF."""
+    DONE = "done"
+    """The exit status is decided and ``done`` was sent; the loop stops."""
+
+
+_NEXT: dict[Phase, frozenset[Phase]] = {
+    Phase.STARTING: frozenset({Phase.TURN, Phase.DONE}),  # the prompt is sent, or the CLI failed at once
+    Phase.TURN: frozenset({Phase.TURN, Phase.ENDING, Phase.PAUSING, Phase.INTERRUPTING, Phase.DONE}),
+    Phase.ENDING: frozenset({Phase.INTERRUPTING, Phase.DONE}),  # an interrupt after end: exit 3 either way
+    Phase.PAUSING: frozenset({Phase.TURN, Phase.WAITING, Phase.INTERRUPTING, Phase.DONE}),
+    Phase.INTERRUPTING: frozenset({Phase.DONE}),
+    Phase.WAITING: frozenset({Phase.TURN, Phase.DONE}),
+    Phase.DONE: frozenset(),
+}
+_INTERRUPTED = frozenset({Phase.PAUSING, Phase.INTERRUPTING})  # an interrupt is in flight: the deadline applies
+_TAKES_TELLS = frozenset({Phase.TURN, Phase.PAUSING})  # a tell is queued for when the turn ends
+
+
+class Session:
+    """The one loop that owns the session: it alone talks to the SDK client and decides the exit status."""
+
+    def __init__(self, spec: RunnerSpec, options: Any, events: asyncio.Queue[Event], output: Output) -> None:
+        self.spec = spec
+        self.sdk_options = options
+        self.options = spec.options
+        self.events = events
+        self.out = output
+        self.client: Any = None
+        self.phase = Phase.STARTING
+        self.code: int | None = None  # set on entering DONE
+        self.pending: deque[str] = deque()  # tells for after the current turn, in TURN and PAUSING only
+        self.deadline: float | None = None  # when the interrupted turn must have ended, in PAUSING and INTERRUPTING
+        self.totals = Totals()
+        self.session_id: str | None = None
+        self.error_kind: str | None = None  # the last assistant message's ``error``, for the result's reason
+        self.activity: str | None = None
+
+    async def run(self) -> int:
+        """Connect, send the prompt, and handle events until the exit status is decided; then disconnect."""
+        from claude_agent_sdk import ClaudeSDKClient
+
+        self.client = ClaudeSDKClient(self.sdk_options)
+        try:
+            await self.client.connect()
+        except Exception as exc:
+            await self._settle_stderr()
+            self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+            return self.code or EXIT_FAILED
+        pump = asyncio.ensure_future(self._pump())
+        try:
+            await self._send_turn(self.spec.prompt)
+            while self.phase is not Phase.DONE:
+                await self._handle(await self._next_event())
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self.client.disconnect(), DISCONNECT_SECONDS)
+        return EXIT_FAILED if self.code is None else self.code
+
+    def _enter(self, phase: Phase) -> None:
+        """The one place the phase changes; a change ``_NEXT`` does not list is a bug in this class."""
+        if phase not in _NEXT[self.phase]:
+            raise RuntimeError(f"the sdk session cannot go from {self.phase.name} to {phase.name}")
+        self.phase = phase
+        if phase not in _INTERRUPTED:
+            self.deadline = None
+
+    async def _next_event(self) -> Event:
+        if self.deadline is None:
+            return await self.events.get()
+        left = self.deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(self.events.get(), max(left, 0.0))
+        except TimeoutError:
+            self.out.note(f"the interrupted turn did not end within {INTERRUPTED_TURN_SECONDS:g}s; ending the session")
+            self.finish(EXIT_INTERRUPTED)
+            return SdkEnded()
+
+    async def _pump(self) -> None:
+        """SDK messages into the loop's queue; kept draining so the SDK's small buffer never blocks its reader."""
+        try:
+            async for message in self.client.receive_messages():
+                self.events.put_nowait(SdkMessage(message))
+        except Exception as exc:
+            self.events.put_nowait(SdkFailed(exc))
+        else:
+            self.events.put_nowait(SdkEnded())
+
+    async def _handle(self, event: Event) -> None:
+        if self.phase is Phase.DONE:
+            return
+        match event:
+            case SdkMessage(message):
+                await self._on_message(message)
+            case StdinLine(text):
+                await self._on_control(text)
+            case StdinClosed():
+                self._on_stdin_closed()
+            case SdkFailed(error):
+                await self._settle_stderr()
+                self.fail(describe_exception(error, self.out.stderr_tail, self.options))
+            case SdkEnded():
+                await self._settle_stderr()
+                tail = stderr_summary(self.out.stderr_tail)
+                when = "while it waited for a tell" if self.phase is Phase.WAITING else "before the turn finished"
+                self.fail(f"Claude Code ended the session {when}" + (f": {tail}" if tail else ""))
+
+    # -- control messages
+
+    async def _on_control(self, line: str) -> None:
+        try:
+            control = parse_control(line)
+        except ProtocolError as exc:
+            self.out.note(f"ignored a control line ({one_line(str(exc), 200)}): {one_line(line, 80)!r}")
+            return
+        self.out.record({"type": "control", **control.wire()})
+        match control:
+            case Interrupt(keep=keep):
+                await self._interrupt(keep)
+            case Tell(text=text):
+                await self._tell(text)
+            case End():
+                self._end()
+
+    async def _tell(self, text: str) -> None:
+        if self.phase is Phase.WAITING:
+            await self._send_turn(text)
+        elif self.phase in _TAKES_TELLS:
+            self.pending.append(text)
+        else:  # ENDING, INTERRUPTING
+            self.out.note("ignored a tell: the session ends with the current turn")
+
+    def _end(self) -> None:
+        if self.pending:
+            self.out.note(f"end: dropping {len(self.pending)} queued tell(s)")
+            self.pending.clear()
+        if self.phase is Phase.WAITING:
+            self.finish(EXIT_INTERRUPTED)
+        elif self.phase is Phase.TURN:
+            self._enter(Phase.ENDING)
+        elif self.phase is Phase.PAUSING:
+            self._enter(Phase.INTERRUPTING)
+
+    def _on_stdin_closed(self) -> None:
+        """No tell can come any more: a session that would wait for one ends instead."""
+        if self.phase is Phase.WAITING:
+            self.finish(EXIT_INTERRUPTED)
+        elif self.phase is Phase.PAUSING and not self.pending:
+            self._enter(Phase.INTERRUPTING)
+
+    async def _interrupt(self, keep: bool) -> None:
+        if self.phase is Phase.WAITING:
+            if not keep:
+                self.finish(EXIT_INTERRUPTED)
+            return
+        if self.phase is Phase.PAUSING and not keep:  # keep=false wins: a cancel is not undone by interrupt --keep
+            self.pending.clear()
+            self._enter(Phase.INTERRUPTING)
+            return
+        if self.phase not in (Phase.TURN, Phase.ENDING):  # PAUSING, INTERRUPTING: the interrupt is already sent
+            return
+        if not keep:
+            self.pending.clear()
+        self._enter(Phase.PAUSING if keep and self.phase is Phase.TURN else Phase.INTERRUPTING)
+        self.deadline = asyncio.get_running_loop().time() + INTERRUPT_ACK_SECONDS + INTERRUPTED_TURN_SECONDS
+        try:
+            await asyncio.wait_for(self.client.interrupt(), INTERRUPT_ACK_SECONDS)
+        except Exception as exc:  # the turn's result, or the CLI's end, still decides what happens next
+            self.out.note(f"the CLI did not acknowledge the interrupt: {one_line(str(exc) or type(exc).__name__)}")
+
+    # -- SDK messages
+
+    async def _on_message(self, message: Any) -> None:
+        from claude_agent_sdk import AssistantMessage, ResultMessage, SystemMessage
+
+        self.out.record(transcript_entry(message))
+        if isinstance(message, SystemMessage) and message.subtype == "init":
+            session_id = message.data.get("session_id")
+            if isinstance(session_id, str) and session_id != self.session_id:
+                self.session_id = session_id
+                self.out.event(SessionEvent(session_id=session_id))
+        elif isinstance(message, AssistantMessage):
+            if message.parent_tool_use_id is None:
+                self.error_kind = getattr(message, "error", None)  # SDK 0.1 has no ``error``
+            activity = describe_activity(message)
+            if activity and activity != self.activity:
+                self.activity = activity
+                self.out.event(ActivityEvent(text=activity))
+        elif isinstance(message, ResultMessage):
+            await self._on_result(message)
+
+    async def _on_result(self, result: Any) -> None:
+        """Report the totals, then decide what the turn's end leads to, by phase."""
+        self.session_id = result.session_id or self.session_id
+        self.totals.add(result)
+        cost = round(self.totals.cost_usd, 6)
+        self.out.event(CostEvent(usd=cost))
+        self.out.event(
+            ResultEvent(
+                cost_usd=cost, input_tokens=self.totals.input_tokens, output_tokens=self.totals.output_tokens,
+                num_turns=self.totals.num_turns, session_id=self.session_id, is_error=bool(result.is_error),
+                subtype=result.subtype,
+            )
+        )  # fmt: skip
+        error_kind, self.error_kind = self.error_kind, None
+        if self._over_budget(result):
+            self.fail(
+                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
+                code=EXIT_BUDGET, budget=True,
+            )  # fmt: skip
+        elif self.phase is Phase.INTERRUPTING:
+            self.finish(EXIT_INTERRUPTED)
+        elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
+            fields = {k: getattr(result, k, None) for k in ("subtype", "errors", "result", "api_error_status")}
+            self.fail(describe_error_result(fields, error_kind, self.options))
+        elif self.pending:  # only TURN and PAUSING queue tells, and ``end`` empties the queue
+            await self._send_turn(self.pending.popleft())
+        elif self.phase is Phase.PAUSING:  # EOF or ``end`` would have made it INTERRUPTING
+            self._enter(Phase.WAITING)
+        else:
+            self.finish(EXIT_OK)
+
+    def _over_budget(self, result: Any) -> bool:
+        per_run = self.spec.per_run_usd
+        if per_run is None:
+            return False
+        if self.totals.cost_usd > per_run:
+            return True
+        cap = self.options.max_budget_usd
+        per_run_binds = cap is None or cap >= per_run
+        return result.subtype == "error_max_budget_usd" and per_run_binds
+
+    async def _send_turn(self, text: str) -> None:
+        self.out.record({"type": "prompt", "text": text})
+        self._enter(Phase.TURN)
+        try:
+            await self.client.query(text)
+        except Exception as exc:
+            await self._settle_stderr()
+            self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+
+    # -- ending
+
+    def finish(self, code: int) -> None:
+        """Decide the exit status and say ``done``, once; later calls change nothing."""
+        if self.phase is not Phase.DONE:
+            self.code = code
+            self._enter(Phase.DONE)
+            self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
+
+    def fail(self, reason: str, code: int = EXIT_FAILED, budget: bool = False) -> None:
+        """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done."""
+        if self.phase is Phase.DONE:
+            return
+        failure = FailureEvent(reason=one_line(reason, 600), budget=budget)
+        self.out.event(failure)
+        self.out.note(failure.reason)
+        self.finish(code)
+
+    async def _settle_stderr(self, limit: float = 1.0) -> None:
+        """Give the SDK's stderr reader a moment to pass on the CLI's last lines before they explain a failure."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + limit
+        seen = -1
+        while seen != self.out.stderr_lines and loop.time() < end:
+            seen = self.out.stderr_lines
+            await asyncio.sleep(0.05)
