@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
     parser = _Parser(prog="orchestrator", description="Run a team of AI agents through Markdown memos.", parents=[common])
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")

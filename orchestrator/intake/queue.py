@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from orchestrator.console import Console
+from orchestrator.core.clock import Timer
 from orchestrator.core.events import MemoGone, MemoSeen
 from orchestrator.intake.memo import INBOX, is_memo_name, open_for_writing
 from orchestrator.store import Store
@@ -45,7 +46,7 @@ class Intake:
         role_dir: Callable[[str], Path],
         console: Console,
         store: Store,
-        call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle],
+        call_later: Callable[[float, Callable[[], None]], Timer],
         changed: Callable[[], None],
     ) -> None:
         self.role_dir = role_dir
@@ -56,7 +57,7 @@ class Intake:
         self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in roles}
         self.pending: dict[Path, tuple[str, float]] = {}
         self._seq = itertools.count()
-        self._pending_timer: asyncio.TimerHandle | None = None
+        self._pending_timer: Timer | None = None
         self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
 
     @property

@@ -208,7 +208,7 @@ def queue_problem() -> str | None:
     return layout if isinstance(layout, str) else None
 
 
-class _PromptDelayedQueue(DelayedQueue):  # type: ignore[type-arg]
+class _PromptDelayedQueue(DelayedQueue):
     """watchdog's queue that holds a moved-from event up to 0.5 s for its moved-to half, without the stall.
 
     watchdog's own ``get`` sleeps the whole delay once a moved-from event is at the head, even when the
@@ -321,7 +321,7 @@ class InboxWatcher:
             problems.append(problem)
         try:
             # an unpaired move into a watched folder is reported as a move (complete), not as a created file
-            observer = Observer(timeout=OBSERVER_WAKE, generate_full_events=True)
+            observer = Observer(timeout=OBSERVER_WAKE, generate_full_events=True)  # type: ignore[call-arg]
         except TypeError:  # an observer other than inotify's
             observer = Observer(timeout=OBSERVER_WAKE)
         for role, folder in self.role_dirs.items():

@@ -200,7 +200,7 @@ class Lifecycle:
         Returns (old name, new name) of each memo moved.
         """
         target = self.config.role_dir(run.role.name) / folder
-        before = (lambda path: notices.write_reason(path, reason_text)) if reason_text is not None else None
+        before = _reason_writer(reason_text) if reason_text is not None else None
         renamed: list[tuple[str, str]] = []
         for memo in run.memos:
             if memo.path.parent == target:
@@ -227,7 +227,7 @@ class Lifecycle:
             return move_memo(
                 memo.path,
                 self.config.role_dir(run.role.name) / FAILED,
-                lambda path: notices.write_reason(path, f"failed: {why}\n"),
+                _reason_writer(f"failed: {why}\n"),
             )
         except OSError as again:
             self.console.error(f"internal error: run {run.run_id}: {memo.name} stays in {memo.path.parent}: {again}")
@@ -243,6 +243,15 @@ class Lifecycle:
                 self.store.set_memo_attempts(role, new, max(0, used))
         else:
             self.store.forget_memo_attempts(role, [old for old, _ in renamed] + [m.name for m in run.memos])
+
+
+def _reason_writer(text: str) -> Callable[[Path], None]:
+    """Writes a failed memo's reason file beside where it is about to appear."""
+
+    def write(path: Path) -> None:
+        notices.write_reason(path, text)
+
+    return write
 
 
 def active_ref(config: Config, role: str, name: str, memo_id: str | None = None, subject: str | None = None) -> MemoRef:

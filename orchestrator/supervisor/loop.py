@@ -215,9 +215,12 @@ class Supervisor:
         assert self.loop is not None
         for signum in (signal.SIGINT, signal.SIGTERM):
             # the handler only records; the loop decides what it means
-            self.loop.add_signal_handler(signum, lambda s=signum: self.handle(ev.SignalReceived(s, self.clock.monotonic())))
+            self.loop.add_signal_handler(signum, self._record_signal, signum)
         self.loop.add_signal_handler(signal.SIGHUP, lambda: None)
         self.loop.add_signal_handler(signal.SIGPIPE, lambda: None)
+
+    def _record_signal(self, signum: int) -> None:
+        self.handle(ev.SignalReceived(signum, self.clock.monotonic()))
 
     async def _tick(self) -> None:
         interval = max(0.05, self.config.rescan_interval)

@@ -79,14 +79,14 @@ def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: P
     """The first line the runner reads: the prompt and the role's SDK options, checked by ``RunnerSpec``."""
     role = spec.role
     prompt = role.system_prompt
-    system_prompt: str | SystemPromptPreset = prompt
-    if not isinstance(prompt, str):
-        system_prompt = SystemPromptPreset(preset=prompt.preset, append=prompt.append)
+    system_prompt: str | SystemPromptPreset = (
+        prompt if isinstance(prompt, str) else SystemPromptPreset(preset=prompt.preset, append=prompt.append)
+    )
     options = SpecOptions(
         model=role.model, system_prompt=system_prompt, permission_mode=role.permission_mode,
         allowed_tools=list(role.allowed_tools), disallowed_tools=list(role.disallowed_tools),
         max_turns=role.max_turns, max_budget_usd=role.max_budget_usd,
-        setting_sources=role.setting_sources, cli_path=cli_path,
+        setting_sources=list(role.setting_sources) if role.setting_sources is not None else None, cli_path=cli_path,
         add_dirs=[str((spec.root / d).resolve()) for d in role.add_dirs], cwd=str(cwd), env=dict(role.env),
     )  # fmt: skip
     return RunnerSpec(
