@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import string
+import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,8 +16,12 @@ from orchestrator.intake import memo as memo_mod
 from orchestrator.config import RetryPolicy, load_config, parse_duration
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake.memo import (
+    FRONT_MATTER_MAX_ALIASES,
+    FRONT_MATTER_MAX_CHARS,
+    FRONT_MATTER_MAX_DEPTH,
     BadMemo,
     free_name,
+    front_matter_problem,
     is_memo_name,
     move_memo,
     new_memo_id,
@@ -98,6 +103,109 @@ def test_broken_front_matter_is_a_warning_not_an_error(text: str, warning: str) 
     header = parse_front_matter(text)
     assert warning in (header.warning or "")
     assert header.id is None
+
+
+# ---------------------------------------------------------------- hostile front matter
+def yaml_bomb(levels: int = 9, width: int = 9) -> str:
+    """Each anchor refers to the previous one ``width`` times: ``width ** levels`` items once expanded."""
+    lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
+    for level in range(1, levels):
+        lines.append(f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * width)}]")
+    return "\n".join(lines) + f"\nid: *l{levels - 1}\nsubject: boom\n"
+
+
+def test_a_yaml_bomb_is_refused_before_it_expands() -> None:
+    tracemalloc.start()
+    try:
+        header = parse_front_matter(f"---\n{yaml_bomb()}---\nbody\n")
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert header.warning == (
+        "front matter would expand past 1048576 nodes and characters through its aliases; its fields are not read"
+    ), header.warning
+    assert header.id is None and header.subject is None and header.extra == {}
+    assert peak < 5 * 2**20, f"reading it took {peak // 2**20} MB"
+
+
+@pytest.mark.parametrize(
+    "block, problem",
+    [
+        ("a: " + "[" * (FRONT_MATTER_MAX_DEPTH + 1) + "]" * (FRONT_MATTER_MAX_DEPTH + 1), "deeper than 32 levels"),
+        ("a: &a x\nb: [" + ", ".join(["*a"] * (FRONT_MATTER_MAX_ALIASES + 1)) + "]", "more than 100 aliases"),
+        ("a: " + "x" * FRONT_MATTER_MAX_CHARS, "longer than 65536 characters"),
+        ("a: &a [*a]", "an alias (*a) to no finished anchor"),  # a list that contains itself
+        ("a: *nowhere", "an alias (*nowhere) to no finished anchor"),
+        (yaml_bomb(levels=30, width=2), "would expand past"),  # few aliases (58), still 2**30 items
+        ("a: &a " + "y" * 60_000 + "\nb: [" + ", ".join(["*a"] * 20) + "]", "would expand past"),  # a text, 20 times
+    ],
+)
+def test_front_matter_limits(block: str, problem: str) -> None:
+    assert problem in (front_matter_problem(block) or ""), front_matter_problem(block)
+    header = parse_front_matter(f"---\n{block}\nid: X\n---\n")
+    assert problem in (header.warning or "") and header.id is None
+
+
+def test_deep_and_long_front_matter_within_the_limits_is_read() -> None:
+    nested = "[" * 30 + "'" + "y" * 60_000 + "'" + "]" * 30  # counted once, not once per level
+    assert front_matter_problem(f"a: {nested}") is None
+    assert parse_front_matter(f"---\na: {nested}\nid: deep\n---\n").id == "deep"
+
+
+def test_aliases_within_the_limits_are_read() -> None:
+    block = "base: &b {owner: pm}\nfirst: *b\nsecond:\n  <<: *b\n  extra: 1\nid: &id A-1\nreply_to: *id\n"
+    assert front_matter_problem(block) is None
+    header = parse_front_matter(f"---\n{block}---\n")
+    assert header.warning is None and header.id == "A-1" and header.reply_to == "A-1"
+    assert header.extra["second"] == {"owner": "pm", "extra": 1}
+
+
+@pytest.mark.parametrize(
+    "line, field, text",
+    [
+        ("created_at: 2026-13-45", "created_at", "2026-13-45"),  # YAML's timestamp pattern, no such month
+        ("created_at: 2026-02-30", "created_at", "2026-02-30"),
+        ("created_at: 2026-02-13T25:61:61Z", "created_at", "2026-02-13T25:61:61Z"),
+        ("created_at: 2026-02-13T17:25:44.816+09:00", "created_at", "2026-02-13T17:25:44.816+09:00"),  # as written
+        ("created_at: 2026-02-13", "created_at", "2026-02-13"),
+        ("id: " + "9" * 5000, "id", "9" * 5000),  # Python refuses to read more than 4300 digits
+        ("id: 0x" + "f" * 4000, "id", "0x" + "f" * 4000),  # it reads them, and then refuses to print them
+        ("id: !!int abc", "id", "abc"),
+        ("subject: !!float nope", "subject", "nope"),
+        ("subject: !!bool maybe", "subject", "maybe"),
+        ("id: 0x1f", "id", "31"),  # a number Python takes is still read as YAML reads it
+    ],
+)
+def test_front_matter_python_rejects_is_read_as_text(line: str, field: str, text: str) -> None:
+    header = parse_front_matter(f"---\n{line}\nsubject_after: ok\n---\nbody\n")
+    assert header.warning is None
+    assert getattr(header, field) == text
+    assert header.extra["subject_after"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "block",
+    ["a: !!binary '%%%'", "? [a]\n: 1", "a: !!python/object:os.system x", "a: !!set 1", "a: !!omap x", "a: !!map x",
+     "a: !!timestamp x", "a: !!str [1]", "\ta: b", "a: \"\\q\""],
+)  # fmt: skip
+def test_front_matter_never_raises(block: str) -> None:
+    header = parse_front_matter(f"---\n{block}\n---\nbody\n")
+    assert header.warning is not None or header.extra, header
+
+
+def test_an_unforeseen_error_in_front_matter_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_block: str) -> None:
+        raise RuntimeError("something nobody foresaw")
+
+    monkeypatch.setattr(memo_mod, "front_matter_problem", broken)
+    header = parse_front_matter("---\nid: A\n---\n")
+    assert header.warning == "front matter could not be read: RuntimeError: something nobody foresaw"
+    assert header.id is None
+
+
+def test_header_text_is_always_utf8() -> None:
+    assert memo_mod._text("\ud800 x ") == "\ufffd x"  # what the pure-Python YAML reader makes of "\\ud800"
+    assert memo_mod._text(" 日本 ") == "日本"
 
 
 def test_the_real_memos_front_matter() -> None:
