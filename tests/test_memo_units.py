@@ -39,14 +39,15 @@ FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
 
 # ---------------------------------------------------------------- names
 @pytest.mark.parametrize(
-    "name", ["a.md", "B-031.md", "日本語 メモ.md", "$(touch x).md", "x.y.md", "-.md", "a b.md", "x.md.md", "a~b.md"]
-)
+    "name", ["a.md", "B-031.md", "日本語 メモ.md", "$(touch x).md", "x.y.md", "-.md", "a b.md", "x.md.md", "a~b.md",
+             "#42-issue.md", "#x.md"],
+)  # fmt: skip
 def test_memo_names(name: str) -> None:
     assert is_memo_name(name)
 
 
 @pytest.mark.parametrize(
-    "name", [".hidden.md", "x.md~", ".#x.md", "#x.md", "x.swp", "x.tmp", "x.md.tmp", "x.md.swp", "x.md.swx",
+    "name", [".hidden.md", "x.md~", ".#x.md", "#x.md#", "x.swp", "x.tmp", "x.md.tmp", "x.md.swp", "x.md.swx",
              "notes.txt", "x.MD", "md", "x.md/", "a/b.md", ".x.md.123.tmp", ""],
 )  # fmt: skip
 def test_names_that_are_no_memo(name: str) -> None:

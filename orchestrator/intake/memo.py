@@ -31,10 +31,10 @@ _BIG_SCALAR = 100  # an integer written with more characters than this stays tex
 
 
 def is_memo_name(name: str) -> bool:
-    """A memo ends in ``.md`` and is no hidden file or editor temporary."""
+    """A memo ends in ``.md`` and is no hidden file (``.*``, Emacs' ``.#*`` too) or editor temporary."""
     return (
         name.endswith(".md")
-        and not name.startswith((".", "#"))
+        and not name.startswith(".")
         and not name.endswith(_IGNORED_SUFFIXES)
         and "/" not in name
     )
