@@ -13,13 +13,16 @@ import pytest
 import yaml
 
 from orchestrator.intake import memo as memo_mod
+from orchestrator.intake.notices import reason_path, write_reason
 from orchestrator.config import RetryPolicy, load_config, parse_duration
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake.memo import (
     FRONT_MATTER_MAX_ALIASES,
     FRONT_MATTER_MAX_CHARS,
     FRONT_MATTER_MAX_DEPTH,
+    NAME_MAX,
     BadMemo,
+    fit_name,
     free_name,
     front_matter_problem,
     is_memo_name,
@@ -275,6 +278,61 @@ def test_moves_keep_the_name_and_never_overwrite(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):  # the rename is the arbiter: a memo moved once cannot move twice
         move_memo(inbox / "a.md", archive)
     assert sorted(p.name for p in archive.iterdir()) == ["a.1.md", "a.2.md", "a.md", "noext"]
+
+
+# ---------------------------------------------------------------- names near the limit
+@pytest.mark.parametrize("char", ["a", "é", "日", "😀"])  # 1, 2, 3, 4 bytes
+@pytest.mark.parametrize("tail", ["", ".1.md", ".12345.md", ".reason", ".4242.tmp"])
+def test_fit_name_cuts_the_stem_at_a_character_boundary(char: str, tail: str) -> None:
+    for count in range(40, 260):
+        stem = char * count
+        name = fit_name(stem, tail)
+        assert len(os.fsencode(name)) <= NAME_MAX and name.endswith(tail)
+        kept = name.removesuffix(tail) if tail else name
+        assert kept == char * len(kept), "only whole characters are kept"
+        if len(os.fsencode(stem + tail)) <= NAME_MAX:
+            assert name == stem + tail, "a name that fits is not touched"
+        else:
+            assert len(os.fsencode(name + char)) > NAME_MAX, "no more is cut than needed"
+
+
+def test_clash_names_of_the_longest_names_fit(tmp_path: Path) -> None:
+    inbox, archive = tmp_path / "inbox", tmp_path / "archive"
+    inbox.mkdir()
+    longest = "日" * 84 + ".md"
+    assert len(longest.encode()) == NAME_MAX
+    moved = []
+    for number in range(3):
+        (inbox / longest).write_text(f"version {number}", encoding="utf-8")
+        moved.append(move_memo(inbox / longest, archive))
+    assert [p.name for p in moved] == [longest, "日" * 83 + ".1.md", "日" * 83 + ".2.md"]
+    assert [p.read_text(encoding="utf-8") for p in moved] == ["version 0", "version 1", "version 2"]
+    (archive / ("x" * 255)).write_text("no suffix", encoding="utf-8")
+    assert free_name(archive, "x" * 255) == archive / ("x" * 253 + ".1")
+
+
+def test_reason_files_of_long_names_fit_and_stay_distinct(tmp_path: Path) -> None:
+    assert reason_path(tmp_path / "B-1.md") == tmp_path / "B-1.reason"
+    near = "b" * 246 + ".md"
+    assert reason_path(tmp_path / near) == tmp_path / ("b" * 246 + ".reason")  # 253 bytes: it fits as it is
+    longest, clash = "x" * 252 + ".md", "x" * 250 + ".1.md"
+    first, second = reason_path(tmp_path / longest), reason_path(tmp_path / clash)
+    assert first != second, "a memo and its clash name have a reason file each"
+    for path in (first, second):
+        assert len(path.name.encode()) <= NAME_MAX and path.name.startswith("x" * 200) and path.name.endswith(".reason")
+    assert reason_path(tmp_path / longest) == first, "the same memo always has the same reason file"
+    for name in (near, longest, clash, "日" * 84 + ".md"):
+        written = write_reason(tmp_path / name, "why\n")
+        assert written.read_text(encoding="utf-8") == "why\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary is left"
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_write_atomically_to_the_longest_name(tmp_path: Path) -> None:
+    target = tmp_path / ("日" * 84 + ".md")
+    write_atomically(target, "whole")
+    assert target.read_text(encoding="utf-8") == "whole"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
 
 
 def test_write_atomically_leaves_no_temporary(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 A memo lives in ``memo/<role>/<folder>/``; the folder, never the front matter,
 decides its role and its stage. Moves are atomic renames that keep the file
-name and never overwrite: a clash gets a numbered suffix. Front matter is
-read with limits, and reading it never raises: whatever a person or an agent
-wrote, the memo is still delivered.
+name and never overwrite: a clash gets a numbered suffix. Every name made here
+fits in ``NAME_MAX`` bytes. Front matter is read with limits, and reading it
+never raises: whatever a person or an agent wrote, the memo is still delivered.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "faile
 FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
 FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
 _IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
+NAME_MAX = 255  # bytes in one file name on Linux file systems
 # front matter beyond these is not read (a warning): a few aliases expanding into millions of items is a YAML bomb
 FRONT_MATTER_MAX_CHARS = 64 * 1024
 FRONT_MATTER_MAX_DEPTH = 32
@@ -47,6 +48,19 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def fit_name(stem: str, tail: str = "", limit: int = NAME_MAX) -> str:
+    """``stem + tail``, the stem cut at a character boundary when the whole would pass ``limit`` bytes."""
+    budget = limit - len(os.fsencode(tail))
+    if len(os.fsencode(stem)) <= budget:
+        return stem + tail
+    used = 0
+    for index, char in enumerate(stem):
+        used += len(os.fsencode(char))
+        if used > budget:
+            return stem[:index] + tail
+    return stem + tail  # not reached: the loop passes the budget
 
 
 class BadMemo(Exception):
@@ -274,7 +288,7 @@ def read_memo(path: Path, max_bytes: int) -> str:
 
 
 def free_name(folder: Path, name: str) -> Path:
-    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken."""
+    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken (the stem cut to fit ``NAME_MAX``)."""
     target = folder / name
     if not os.path.lexists(target):
         return target
@@ -282,7 +296,7 @@ def free_name(folder: Path, name: str) -> Path:
     if not dot:
         stem, suffix = name, ""
     for number in range(1, 100_000):
-        candidate = folder / (f"{stem}.{number}.{suffix}" if suffix else f"{stem}.{number}")
+        candidate = folder / fit_name(stem, f".{number}.{suffix}" if suffix else f".{number}")
         if not os.path.lexists(candidate):
             return candidate
     raise OSError(f"no free name for {name} in {folder}")
@@ -306,9 +320,9 @@ def move_memo(src: Path, folder: Path, before: Callable[[Path], None] | None = N
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write a file whole or not at all: a hidden temporary, fsync, rename."""
+    """Write a file whole or not at all: a hidden temporary (its name cut to fit ``NAME_MAX``), fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    tmp = path.parent / fit_name(f".{path.name}", f".{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
