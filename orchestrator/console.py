@@ -35,6 +35,19 @@ def stamp() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _printable(text: str) -> str:
+    """Text every UTF-8 stream takes: the bytes of a file name that are not UTF-8 shown as ``\\xff``."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: shown as its code point
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class Console:
     """Where every line of ``up`` goes: the log file always, the terminal as a list or a live view."""
 
@@ -51,13 +64,14 @@ class Console:
 
     def line(self, text: str, role: str | None = None) -> None:
         """One event, for people: the log file, and the terminal."""
-        out = f"{stamp()} [{role}] {text}" if role else f"{stamp()} {text}"
+        out = _printable(f"{stamp()} [{role}] {text}" if role else f"{stamp()} {text}")
         self._write_log(out)
         self.recent.append(out)
         if self._live is None:
             print(out, file=self.stream, flush=True)
 
     def error(self, text: str) -> None:
+        text = _printable(text)
         first = text.splitlines()[0] if text else "error"
         self._write_log(f"{stamp()} ERROR {text}")
         self.recent.append(f"{stamp()} ERROR {first}")

@@ -14,6 +14,7 @@ import yaml
 
 from orchestrator.intake import memo as memo_mod
 from orchestrator.intake.notices import reason_path, write_reason
+from orchestrator.store import Store, safe_text
 from orchestrator.config import RetryPolicy, load_config, parse_duration
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake.memo import (
@@ -280,8 +281,8 @@ def test_moves_keep_the_name_and_never_overwrite(tmp_path: Path) -> None:
     assert sorted(p.name for p in archive.iterdir()) == ["a.1.md", "a.2.md", "a.md", "noext"]
 
 
-# ---------------------------------------------------------------- names near the limit
-@pytest.mark.parametrize("char", ["a", "é", "日", "😀"])  # 1, 2, 3, 4 bytes
+# ---------------------------------------------------------------- names near the limit, names not UTF-8
+@pytest.mark.parametrize("char", ["a", "é", "日", "😀", "\udcff"])  # 1, 2, 3, 4 bytes; a byte that is not UTF-8
 @pytest.mark.parametrize("tail", ["", ".1.md", ".12345.md", ".reason", ".4242.tmp"])
 def test_fit_name_cuts_the_stem_at_a_character_boundary(char: str, tail: str) -> None:
     for count in range(40, 260):
@@ -333,6 +334,40 @@ def test_write_atomically_to_the_longest_name(tmp_path: Path) -> None:
     write_atomically(target, "whole")
     assert target.read_text(encoding="utf-8") == "whole"
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_a_file_name_that_is_not_utf8_is_never_delivered(tmp_path: Path) -> None:
+    path = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"bad-\xff\xfe-name.md")))
+    path.write_text("fine text\n", encoding="utf-8")
+    with pytest.raises(BadMemo, match=r"^its file name is not UTF-8; rename it"):
+        read_memo(path, 1000)
+    assert is_memo_name(path.name), "it is a memo, one that goes to failed/ with a reason"
+    with pytest.raises(FileNotFoundError):  # one deleted before its claim is simply gone, whatever its name
+        read_memo(path.with_name("gone-\udcff.md"), 1000)
+
+
+def test_the_store_keeps_names_that_are_not_utf8(tmp_path: Path) -> None:
+    bad = os.fsdecode(b"bad-\xff\xfe-name.md")
+    assert safe_text(bad) == "bad-\\xff\\xfe-name.md" and safe_text(safe_text(bad)) == safe_text(bad)
+    assert safe_text("日本語.md") == "日本語.md" and safe_text("\ud800") == "\\ud800"
+    store = Store(tmp_path / "state.db")
+    try:
+        store.set_memo_attempts("builder", bad, 2)
+        assert store.memo_attempts("builder", bad) == 2
+        store.forget_memo_attempts("builder", [bad])
+        assert store.memo_attempts("builder", bad) == 0
+        run_id = store.insert_run(role="builder", memos=[bad], memo_ids=[None], subject=bad, state="failed",
+                                  reason=f"not delivered: {bad}")  # fmt: skip
+        store.update_run(run_id, memos=[bad, "ok.md"], reason=bad)
+        store.record_attempt(run_id, 1, reason=bad, log_path=bad)
+        store.record_cancellation(role="builder", memo=bad, memo_id=bad, cancelled_at="now")
+        row = store.run(run_id)
+        assert row is not None and row["memos"] == ["bad-\\xff\\xfe-name.md", "ok.md"]
+        assert row["subject"] == safe_text(bad)
+        assert store.attempts(run_id)[0]["reason"] == safe_text(bad)
+        assert store.cancellation_of(bad)["memo"] == safe_text(bad)  # type: ignore[index]
+    finally:
+        store.close()
 
 
 def test_write_atomically_leaves_no_temporary(tmp_path: Path) -> None:

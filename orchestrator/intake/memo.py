@@ -270,6 +270,8 @@ def read_memo(path: Path, max_bytes: int) -> str:
     ``FileNotFoundError`` passes through: a memo deleted before its claim is simply gone.
     """
     info = os.lstat(path)
+    if not is_utf8(path.name):
+        raise BadMemo("its file name is not UTF-8; rename it to UTF-8 text and put it back in the inbox")
     if stat.S_ISLNK(info.st_mode):
         raise BadMemo("it is a symbolic link; memos must be regular files")
     if not stat.S_ISREG(info.st_mode):
