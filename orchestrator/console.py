@@ -47,6 +47,19 @@ def stamp() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _printable(text: str) -> str:
+    """Text every UTF-8 stream takes: the bytes of a file name that are not UTF-8 shown as ``\\xff``."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: shown as its code point
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def is_tty(stream: TextIO) -> bool:
     """Whether ``stream`` is a terminal (a closed or odd stream is not)."""
     try:
@@ -201,7 +214,7 @@ class Console:
 
     def line(self, text: str, role: str | None = None) -> None:
         """One event, for people: the log file, and the terminal."""
-        out = f"{stamp()} [{role}] {text}" if role else f"{stamp()} {text}"
+        out = _printable(f"{stamp()} [{role}] {text}" if role else f"{stamp()} {text}")
         self._write_log(out)
         self.recent.append(out)
         if self._live is None:
@@ -209,6 +222,7 @@ class Console:
 
     def error(self, text: str) -> None:
         """An internal error: its first line on the terminal, the whole text (a traceback) in the log file."""
+        text = _printable(text)
         first = text.splitlines()[0] if text else "error"
         self._write_log(f"{stamp()} ERROR {text}")
         self.recent.append(f"{stamp()} ERROR {first}")

@@ -2,7 +2,8 @@
 
 Only the supervisor writes; CLI commands open it read-only for ``status`` and
 ``history`` when no orchestrator is running. Rows are plain dicts to the rest
-of the code.
+of the code. Text is stored in a safe form (``safe_text``): a memo's file name
+need not be UTF-8, and SQLite refuses what is not.
 """
 
 from __future__ import annotations
@@ -91,10 +92,34 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
+def safe_text(text: str) -> str:
+    """``text`` as UTF-8 SQLite accepts: the bytes of a name that are not UTF-8 written ``\\xff``.
+
+    The same name always gives the same text, so a name's rows are found again by the name.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: shown as its code point
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, (list, tuple)):
+        return [_safe(item) for item in value]
+    return value
+
+
 def _encode(key: str, value: Any) -> Any:
     if key in ("memos", "memo_ids", "pids") and not isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    return value
+        return json.dumps(_safe(value), ensure_ascii=False)
+    return _safe(value)
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
@@ -198,7 +223,7 @@ class Store:
         self.db.execute(
             f"INSERT INTO attempts ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))}) "
             f"ON CONFLICT (run_id, attempt) DO {update}",
-            [run_id, attempt, *fields.values()],
+            [run_id, attempt, *(_safe(v) for v in fields.values())],
         )
 
     def attempts(self, run_id: int) -> list[dict[str, Any]]:
@@ -207,14 +232,16 @@ class Store:
 
     # memo attempt counts that survive a return to the inbox -------------
     def memo_attempts(self, role: str, name: str) -> int:
-        row = self.db.execute("SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?", (role, name)).fetchone()
+        row = self.db.execute("SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?",
+                              (role, safe_text(name))).fetchone()  # fmt: skip
         return int(row[0]) if row else 0
 
     def set_memo_attempts(self, role: str, name: str, attempts: int) -> None:
-        self.db.execute("INSERT OR REPLACE INTO memo_attempts VALUES (?, ?, ?)", (role, name, attempts))
+        self.db.execute("INSERT OR REPLACE INTO memo_attempts VALUES (?, ?, ?)", (role, safe_text(name), attempts))
 
     def forget_memo_attempts(self, role: str, names: Iterable[str]) -> None:
-        self.db.executemany("DELETE FROM memo_attempts WHERE role = ? AND name = ?", [(role, n) for n in names])
+        self.db.executemany("DELETE FROM memo_attempts WHERE role = ? AND name = ?",
+                            [(role, safe_text(n)) for n in names])  # fmt: skip
 
     # cancellations ----------------------------------------------------
     def record_cancellation(self, **fields: Any) -> int:
@@ -227,6 +254,6 @@ class Store:
 
     def cancellation_of(self, memo_id: str) -> dict[str, Any] | None:
         row = self.db.execute(
-            "SELECT * FROM cancellations WHERE memo_id = ? ORDER BY id DESC LIMIT 1", (memo_id,)
+            "SELECT * FROM cancellations WHERE memo_id = ? ORDER BY id DESC LIMIT 1", (safe_text(memo_id),)
         ).fetchone()
         return _row(row) if row else None

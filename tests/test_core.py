@@ -299,7 +299,7 @@ def test_batch_role_takes_every_pending_memo_and_runs_alone(project: Project) ->
 
 def test_ignored_file_names_never_run(project: Project) -> None:
     project.configure({"builder": {}})
-    ignored = [".hidden.md", "x.md~", ".#x.md", "x.swp", "x.tmp", "notes.txt", "x.md.swp", "#x.md"]
+    ignored = [".hidden.md", "x.md~", ".#x.md", "x.swp", "x.tmp", "notes.txt", "x.md.swp", "#x.md#"]
     inbox = project.root / "memo" / "builder" / "inbox"
     inbox.mkdir(parents=True)
     for name in ignored[:4]:  # some present at start-up, some written while it runs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import string
+import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,11 +13,19 @@ import pytest
 import yaml
 
 from orchestrator.intake import memo as memo_mod
+from orchestrator.intake.notices import reason_path, write_reason
+from orchestrator.store import Store, safe_text
 from orchestrator.config import RetryPolicy, load_config, parse_duration
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake.memo import (
+    FRONT_MATTER_MAX_ALIASES,
+    FRONT_MATTER_MAX_CHARS,
+    FRONT_MATTER_MAX_DEPTH,
+    NAME_MAX,
     BadMemo,
+    fit_name,
     free_name,
+    front_matter_problem,
     is_memo_name,
     move_memo,
     new_memo_id,
@@ -34,14 +43,15 @@ FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
 
 # ---------------------------------------------------------------- names
 @pytest.mark.parametrize(
-    "name", ["a.md", "B-031.md", "日本語 メモ.md", "$(touch x).md", "x.y.md", "-.md", "a b.md", "x.md.md", "a~b.md"]
-)
+    "name", ["a.md", "B-031.md", "日本語 メモ.md", "$(touch x).md", "x.y.md", "-.md", "a b.md", "x.md.md", "a~b.md",
+             "#42-issue.md", "#x.md"],
+)  # fmt: skip
 def test_memo_names(name: str) -> None:
     assert is_memo_name(name)
 
 
 @pytest.mark.parametrize(
-    "name", [".hidden.md", "x.md~", ".#x.md", "#x.md", "x.swp", "x.tmp", "x.md.tmp", "x.md.swp", "x.md.swx",
+    "name", [".hidden.md", "x.md~", ".#x.md", "#x.md#", "x.swp", "x.tmp", "x.md.tmp", "x.md.swp", "x.md.swx",
              "notes.txt", "x.MD", "md", "x.md/", "a/b.md", ".x.md.123.tmp", ""],
 )  # fmt: skip
 def test_names_that_are_no_memo(name: str) -> None:
@@ -98,6 +108,109 @@ def test_broken_front_matter_is_a_warning_not_an_error(text: str, warning: str) 
     header = parse_front_matter(text)
     assert warning in (header.warning or "")
     assert header.id is None
+
+
+# ---------------------------------------------------------------- hostile front matter
+def yaml_bomb(levels: int = 9, width: int = 9) -> str:
+    """Each anchor refers to the previous one ``width`` times: ``width ** levels`` items once expanded."""
+    lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
+    for level in range(1, levels):
+        lines.append(f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * width)}]")
+    return "\n".join(lines) + f"\nid: *l{levels - 1}\nsubject: boom\n"
+
+
+def test_a_yaml_bomb_is_refused_before_it_expands() -> None:
+    tracemalloc.start()
+    try:
+        header = parse_front_matter(f"---\n{yaml_bomb()}---\nbody\n")
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert header.warning == (
+        "front matter would expand past 1048576 nodes and characters through its aliases; its fields are not read"
+    ), header.warning
+    assert header.id is None and header.subject is None and header.extra == {}
+    assert peak < 5 * 2**20, f"reading it took {peak // 2**20} MB"
+
+
+@pytest.mark.parametrize(
+    "block, problem",
+    [
+        ("a: " + "[" * (FRONT_MATTER_MAX_DEPTH + 1) + "]" * (FRONT_MATTER_MAX_DEPTH + 1), "deeper than 32 levels"),
+        ("a: &a x\nb: [" + ", ".join(["*a"] * (FRONT_MATTER_MAX_ALIASES + 1)) + "]", "more than 100 aliases"),
+        ("a: " + "x" * FRONT_MATTER_MAX_CHARS, "longer than 65536 characters"),
+        ("a: &a [*a]", "an alias (*a) to no finished anchor"),  # a list that contains itself
+        ("a: *nowhere", "an alias (*nowhere) to no finished anchor"),
+        (yaml_bomb(levels=30, width=2), "would expand past"),  # few aliases (58), still 2**30 items
+        ("a: &a " + "y" * 60_000 + "\nb: [" + ", ".join(["*a"] * 20) + "]", "would expand past"),  # a text, 20 times
+    ],
+)
+def test_front_matter_limits(block: str, problem: str) -> None:
+    assert problem in (front_matter_problem(block) or ""), front_matter_problem(block)
+    header = parse_front_matter(f"---\n{block}\nid: X\n---\n")
+    assert problem in (header.warning or "") and header.id is None
+
+
+def test_deep_and_long_front_matter_within_the_limits_is_read() -> None:
+    nested = "[" * 30 + "'" + "y" * 60_000 + "'" + "]" * 30  # counted once, not once per level
+    assert front_matter_problem(f"a: {nested}") is None
+    assert parse_front_matter(f"---\na: {nested}\nid: deep\n---\n").id == "deep"
+
+
+def test_aliases_within_the_limits_are_read() -> None:
+    block = "base: &b {owner: pm}\nfirst: *b\nsecond:\n  <<: *b\n  extra: 1\nid: &id A-1\nreply_to: *id\n"
+    assert front_matter_problem(block) is None
+    header = parse_front_matter(f"---\n{block}---\n")
+    assert header.warning is None and header.id == "A-1" and header.reply_to == "A-1"
+    assert header.extra["second"] == {"owner": "pm", "extra": 1}
+
+
+@pytest.mark.parametrize(
+    "line, field, text",
+    [
+        ("created_at: 2026-13-45", "created_at", "2026-13-45"),  # YAML's timestamp pattern, no such month
+        ("created_at: 2026-02-30", "created_at", "2026-02-30"),
+        ("created_at: 2026-02-13T25:61:61Z", "created_at", "2026-02-13T25:61:61Z"),
+        ("created_at: 2026-02-13T17:25:44.816+09:00", "created_at", "2026-02-13T17:25:44.816+09:00"),  # as written
+        ("created_at: 2026-02-13", "created_at", "2026-02-13"),
+        ("id: " + "9" * 5000, "id", "9" * 5000),  # Python refuses to read more than 4300 digits
+        ("id: 0x" + "f" * 4000, "id", "0x" + "f" * 4000),  # it reads them, and then refuses to print them
+        ("id: !!int abc", "id", "abc"),
+        ("subject: !!float nope", "subject", "nope"),
+        ("subject: !!bool maybe", "subject", "maybe"),
+        ("id: 0x1f", "id", "31"),  # a number Python takes is still read as YAML reads it
+    ],
+)
+def test_front_matter_python_rejects_is_read_as_text(line: str, field: str, text: str) -> None:
+    header = parse_front_matter(f"---\n{line}\nsubject_after: ok\n---\nbody\n")
+    assert header.warning is None
+    assert getattr(header, field) == text
+    assert header.extra["subject_after"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "block",
+    ["a: !!binary '%%%'", "? [a]\n: 1", "a: !!python/object:os.system x", "a: !!set 1", "a: !!omap x", "a: !!map x",
+     "a: !!timestamp x", "a: !!str [1]", "\ta: b", "a: \"\\q\""],
+)  # fmt: skip
+def test_front_matter_never_raises(block: str) -> None:
+    header = parse_front_matter(f"---\n{block}\n---\nbody\n")
+    assert header.warning is not None or header.extra, header
+
+
+def test_an_unforeseen_error_in_front_matter_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_block: str) -> None:
+        raise RuntimeError("something nobody foresaw")
+
+    monkeypatch.setattr(memo_mod, "front_matter_problem", broken)
+    header = parse_front_matter("---\nid: A\n---\n")
+    assert header.warning == "front matter could not be read: RuntimeError: something nobody foresaw"
+    assert header.id is None
+
+
+def test_header_text_is_always_utf8() -> None:
+    assert memo_mod._text("\ud800 x ") == "\ufffd x"  # what the pure-Python YAML reader makes of "\\ud800"
+    assert memo_mod._text(" 日本 ") == "日本"
 
 
 def test_the_real_memos_front_matter() -> None:
@@ -166,6 +279,95 @@ def test_moves_keep_the_name_and_never_overwrite(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):  # the rename is the arbiter: a memo moved once cannot move twice
         move_memo(inbox / "a.md", archive)
     assert sorted(p.name for p in archive.iterdir()) == ["a.1.md", "a.2.md", "a.md", "noext"]
+
+
+# ---------------------------------------------------------------- names near the limit, names not UTF-8
+@pytest.mark.parametrize("char", ["a", "é", "日", "😀", "\udcff"])  # 1, 2, 3, 4 bytes; a byte that is not UTF-8
+@pytest.mark.parametrize("tail", ["", ".1.md", ".12345.md", ".reason", ".4242.tmp"])
+def test_fit_name_cuts_the_stem_at_a_character_boundary(char: str, tail: str) -> None:
+    for count in range(40, 260):
+        stem = char * count
+        name = fit_name(stem, tail)
+        assert len(os.fsencode(name)) <= NAME_MAX and name.endswith(tail)
+        kept = name.removesuffix(tail) if tail else name
+        assert kept == char * len(kept), "only whole characters are kept"
+        if len(os.fsencode(stem + tail)) <= NAME_MAX:
+            assert name == stem + tail, "a name that fits is not touched"
+        else:
+            assert len(os.fsencode(name + char)) > NAME_MAX, "no more is cut than needed"
+
+
+def test_clash_names_of_the_longest_names_fit(tmp_path: Path) -> None:
+    inbox, archive = tmp_path / "inbox", tmp_path / "archive"
+    inbox.mkdir()
+    longest = "日" * 84 + ".md"
+    assert len(longest.encode()) == NAME_MAX
+    moved = []
+    for number in range(3):
+        (inbox / longest).write_text(f"version {number}", encoding="utf-8")
+        moved.append(move_memo(inbox / longest, archive))
+    assert [p.name for p in moved] == [longest, "日" * 83 + ".1.md", "日" * 83 + ".2.md"]
+    assert [p.read_text(encoding="utf-8") for p in moved] == ["version 0", "version 1", "version 2"]
+    (archive / ("x" * 255)).write_text("no suffix", encoding="utf-8")
+    assert free_name(archive, "x" * 255) == archive / ("x" * 253 + ".1")
+
+
+def test_reason_files_of_long_names_fit_and_stay_distinct(tmp_path: Path) -> None:
+    assert reason_path(tmp_path / "B-1.md") == tmp_path / "B-1.reason"
+    near = "b" * 246 + ".md"
+    assert reason_path(tmp_path / near) == tmp_path / ("b" * 246 + ".reason")  # 253 bytes: it fits as it is
+    longest, clash = "x" * 252 + ".md", "x" * 250 + ".1.md"
+    first, second = reason_path(tmp_path / longest), reason_path(tmp_path / clash)
+    assert first != second, "a memo and its clash name have a reason file each"
+    for path in (first, second):
+        assert len(path.name.encode()) <= NAME_MAX and path.name.startswith("x" * 200) and path.name.endswith(".reason")
+    assert reason_path(tmp_path / longest) == first, "the same memo always has the same reason file"
+    for name in (near, longest, clash, "日" * 84 + ".md"):
+        written = write_reason(tmp_path / name, "why\n")
+        assert written.read_text(encoding="utf-8") == "why\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary is left"
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_write_atomically_to_the_longest_name(tmp_path: Path) -> None:
+    target = tmp_path / ("日" * 84 + ".md")
+    write_atomically(target, "whole")
+    assert target.read_text(encoding="utf-8") == "whole"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_a_file_name_that_is_not_utf8_is_never_delivered(tmp_path: Path) -> None:
+    path = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"bad-\xff\xfe-name.md")))
+    path.write_text("fine text\n", encoding="utf-8")
+    with pytest.raises(BadMemo, match=r"^its file name is not UTF-8; rename it"):
+        read_memo(path, 1000)
+    assert is_memo_name(path.name), "it is a memo, one that goes to failed/ with a reason"
+    with pytest.raises(FileNotFoundError):  # one deleted before its claim is simply gone, whatever its name
+        read_memo(path.with_name("gone-\udcff.md"), 1000)
+
+
+def test_the_store_keeps_names_that_are_not_utf8(tmp_path: Path) -> None:
+    bad = os.fsdecode(b"bad-\xff\xfe-name.md")
+    assert safe_text(bad) == "bad-\\xff\\xfe-name.md" and safe_text(safe_text(bad)) == safe_text(bad)
+    assert safe_text("日本語.md") == "日本語.md" and safe_text("\ud800") == "\\ud800"
+    store = Store(tmp_path / "state.db")
+    try:
+        store.set_memo_attempts("builder", bad, 2)
+        assert store.memo_attempts("builder", bad) == 2
+        store.forget_memo_attempts("builder", [bad])
+        assert store.memo_attempts("builder", bad) == 0
+        run_id = store.insert_run(role="builder", memos=[bad], memo_ids=[None], subject=bad, state="failed",
+                                  reason=f"not delivered: {bad}")  # fmt: skip
+        store.update_run(run_id, memos=[bad, "ok.md"], reason=bad)
+        store.record_attempt(run_id, 1, reason=bad, log_path=bad)
+        store.record_cancellation(role="builder", memo=bad, memo_id=bad, cancelled_at="now")
+        row = store.run(run_id)
+        assert row is not None and row["memos"] == ["bad-\\xff\\xfe-name.md", "ok.md"]
+        assert row["subject"] == safe_text(bad)
+        assert store.attempts(run_id)[0]["reason"] == safe_text(bad)
+        assert store.cancellation_of(bad)["memo"] == safe_text(bad)  # type: ignore[index]
+    finally:
+        store.close()
 
 
 def test_write_atomically_leaves_no_temporary(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_a_rename_within_the_inbox_is_gone_then_seen():
     ]
 
 
-@pytest.mark.parametrize("name", [".a.md", ".a.md.tmp", "a.md~", "a.md.swp", "#a.md", "a.txt", "a.md.tmp", "README"])
+@pytest.mark.parametrize("name", [".a.md", ".a.md.tmp", "a.md~", "a.md.swp", "#a.md#", "a.txt", "a.md.tmp", "README"])
 def test_names_that_are_no_memo_are_ignored(name):
     for event in (FileCreatedEvent(f"{INBOX}/{name}"), FileClosedEvent(f"{INBOX}/{name}"),
                   FileDeletedEvent(f"{INBOX}/{name}")):  # fmt: skip

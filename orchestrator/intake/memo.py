@@ -2,7 +2,9 @@
 
 A memo lives in ``memo/<role>/<folder>/``; the folder, never the front matter,
 decides its role and its stage. Moves are atomic renames that keep the file
-name and never overwrite: a clash gets a numbered suffix.
+name and never overwrite: a clash gets a numbered suffix. Every name made here
+fits in ``NAME_MAX`` bytes. Front matter is read with limits, and reading it
+never raises: whatever a person or an agent wrote, the memo is still delivered.
 """
 
 from __future__ import annotations
@@ -20,17 +22,45 @@ INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "faile
 FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
 FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
 _IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+NAME_MAX = 255  # bytes in one file name on Linux file systems
+# front matter beyond these is not read (a warning): a few aliases expanding into millions of items is a YAML bomb
+FRONT_MATTER_MAX_CHARS = 64 * 1024
+FRONT_MATTER_MAX_DEPTH = 32
+FRONT_MATTER_MAX_ALIASES = 100
+FRONT_MATTER_MAX_EXPANDED = 1024 * 1024  # nodes plus characters of scalars, with every alias expanded
+_BIG_SCALAR = 100  # an integer written with more characters than this stays text (str() refuses > 4300 digits)
 
 
 def is_memo_name(name: str) -> bool:
-    """A memo ends in ``.md`` and is no hidden file or editor temporary."""
+    """A memo ends in ``.md`` and is no hidden file (``.*``, Emacs' ``.#*`` too) or editor temporary."""
     return (
         name.endswith(".md")
-        and not name.startswith((".", "#"))
+        and not name.startswith(".")
         and not name.endswith(_IGNORED_SUFFIXES)
         and "/" not in name
     )
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: a file name whose bytes are not UTF-8 holds lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def fit_name(stem: str, tail: str = "", limit: int = NAME_MAX) -> str:
+    """``stem + tail``, the stem cut at a character boundary when the whole would pass ``limit`` bytes."""
+    budget = limit - len(os.fsencode(tail))
+    if len(os.fsencode(stem)) <= budget:
+        return stem + tail
+    used = 0
+    for index, char in enumerate(stem):
+        used += len(os.fsencode(char))
+        if used > budget:
+            return stem[:index] + tail
+    return stem + tail  # not reached: the loop passes the budget
 
 
 class BadMemo(Exception):
@@ -52,14 +82,111 @@ class MemoHeader:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+class _HeaderLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader, but timestamps stay the text written, and a number Python refuses stays text too.
+
+    A date YAML accepts may not exist (``2026-02-30``), and Python refuses integers of more than
+    4300 digits: to us these fields are text, so reading them must not fail.
+    """
+
+
+def _as_text(loader: Any, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+def _lenient(construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def build(loader: Any, node: Any) -> Any:
+        if isinstance(node, yaml.ScalarNode) and len(node.value) > _BIG_SCALAR:
+            return _as_text(loader, node)
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, TypeError, OverflowError):  # ``!!int abc``, ``!!bool maybe``
+            return _as_text(loader, node)
+
+    return build
+
+
+_HeaderLoader.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
+for _tag, _construct in (("int", yaml.SafeLoader.construct_yaml_int), ("float", yaml.SafeLoader.construct_yaml_float),
+                         ("bool", yaml.SafeLoader.construct_yaml_bool)):  # fmt: skip
+    _HeaderLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _lenient(_construct))
+
+
+def front_matter_problem(block: str) -> str | None:
+    """Why a front matter block is too big to read (a YAML bomb, say), or None; never builds the data.
+
+    One pass over the parser's events, which leave aliases unexpanded, tracks the nesting depth and
+    the size every anchor would expand to, and stops at the first limit passed.
+    """
+    if len(block) > FRONT_MATTER_MAX_CHARS:
+        return f"front matter is longer than {FRONT_MATTER_MAX_CHARS} characters"
+    sizes: dict[str, int] = {}  # expanded size (nodes and characters) of each finished anchor
+    stack: list[list[Any]] = []  # per open collection: [anchor, expanded size of what it holds so far]
+    done = aliases = 0  # the size of what is outside every open collection
+    for event in yaml.parse(block, Loader=_HeaderLoader):
+        size = 0
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= FRONT_MATTER_MAX_DEPTH:
+                return f"front matter nests deeper than {FRONT_MATTER_MAX_DEPTH} levels"
+            stack.append([event.anchor, 1])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = stack.pop()
+            if anchor is not None:
+                sizes[anchor] = size
+        elif isinstance(event, yaml.ScalarEvent):
+            size = 1 + len(event.value)
+            if event.anchor is not None:
+                sizes[event.anchor] = size
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > FRONT_MATTER_MAX_ALIASES:
+                return f"front matter has more than {FRONT_MATTER_MAX_ALIASES} aliases"
+            if event.anchor not in sizes:  # unknown, or a collection that contains itself
+                return f"front matter has an alias (*{event.anchor}) to no finished anchor"
+            size = sizes[event.anchor]
+        else:
+            continue
+        if stack:
+            stack[-1][1] += size
+        else:
+            done += size
+        if done + sum(entry[1] for entry in stack) > FRONT_MATTER_MAX_EXPANDED:
+            return (f"front matter would expand past {FRONT_MATTER_MAX_EXPANDED} nodes and characters "
+                    "through its aliases")  # fmt: skip
+    return None
+
+
+def _clean(text: str) -> str:
+    """Text SQLite and the terminal accept: a lone surrogate (YAML's ``"\\ud800"``) becomes U+FFFD."""
+    return text if is_utf8(text) else "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None
-    return str(value).strip() or None
+    return _clean(str(value).strip()) or None
+
+
+def _yaml_warning(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 2}" if mark else ""
+    return f"front matter is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}"
 
 
 def parse_front_matter(text: str) -> MemoHeader:
-    """The YAML block between leading ``---`` lines; a broken block gives a warning, not an error."""
+    """The YAML block between leading ``---`` lines; never raises.
+
+    A block that is broken, too big to read (``front_matter_problem``) or not a mapping gives a
+    header with a ``warning`` and no fields: the memo is still delivered.
+    """
+    try:
+        return _parse_front_matter(text)
+    except Exception as exc:  # noqa: BLE001 - the last guard: a memo is delivered whatever its header holds
+        return MemoHeader(warning=f"front matter could not be read: {type(exc).__name__}: {exc}"[:300])
+
+
+def _parse_front_matter(text: str) -> MemoHeader:
     if not text.startswith("---"):
         return MemoHeader()
     lines = text.split("\n")
@@ -70,12 +197,14 @@ def parse_front_matter(text: str) -> MemoHeader:
             break
     else:
         return MemoHeader(warning="front matter has no closing '---' line")
+    block = "\n".join(lines[1:end])
     try:
-        data = yaml.load("\n".join(lines[1:end]), Loader=_Loader)  # noqa: S506 - a safe loader
+        problem = front_matter_problem(block)
+        if problem:
+            return MemoHeader(warning=f"{problem}; its fields are not read")
+        data = yaml.load(block, Loader=_HeaderLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 2}" if mark else ""
-        return MemoHeader(warning=f"front matter is not valid YAML{where}: {getattr(exc, 'problem', exc)}")
+        return MemoHeader(warning=_yaml_warning(exc))
     if data is None:
         return MemoHeader()
     if not isinstance(data, dict):
@@ -92,7 +221,7 @@ def parse_front_matter(text: str) -> MemoHeader:
         to=_text(data.get("to")),
         created_at=_text(data.get("created_at")),
         reply_to=_text(data.get("reply_to")),
-        tags=tuple(str(t) for t in tags),
+        tags=tuple(_clean(str(t)) for t in tags),
         extra=data,
     )
 
@@ -141,6 +270,8 @@ def read_memo(path: Path, max_bytes: int) -> str:
     ``FileNotFoundError`` passes through: a memo deleted before its claim is simply gone.
     """
     info = os.lstat(path)
+    if not is_utf8(path.name):
+        raise BadMemo("its file name is not UTF-8; rename it to UTF-8 text and put it back in the inbox")
     if stat.S_ISLNK(info.st_mode):
         raise BadMemo("it is a symbolic link; memos must be regular files")
     if not stat.S_ISREG(info.st_mode):
@@ -159,7 +290,7 @@ def read_memo(path: Path, max_bytes: int) -> str:
 
 
 def free_name(folder: Path, name: str) -> Path:
-    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken."""
+    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken (the stem cut to fit ``NAME_MAX``)."""
     target = folder / name
     if not os.path.lexists(target):
         return target
@@ -167,7 +298,7 @@ def free_name(folder: Path, name: str) -> Path:
     if not dot:
         stem, suffix = name, ""
     for number in range(1, 100_000):
-        candidate = folder / (f"{stem}.{number}.{suffix}" if suffix else f"{stem}.{number}")
+        candidate = folder / fit_name(stem, f".{number}.{suffix}" if suffix else f".{number}")
         if not os.path.lexists(candidate):
             return candidate
     raise OSError(f"no free name for {name} in {folder}")
@@ -191,9 +322,9 @@ def move_memo(src: Path, folder: Path, before: Callable[[Path], None] | None = N
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write a file whole or not at all: a hidden temporary, fsync, rename."""
+    """Write a file whole or not at all: a hidden temporary (its name cut to fit ``NAME_MAX``), fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    tmp = path.parent / fit_name(f".{path.name}", f".{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()

@@ -8,11 +8,13 @@ plain note in front of its prompt (see ``late_report_note``).
 
 from __future__ import annotations
 
+import hashlib
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from orchestrator.intake.memo import INBOX, new_memo_id, render_memo, slug, write_atomically
+from orchestrator.intake.memo import INBOX, NAME_MAX, fit_name, new_memo_id, render_memo, slug, write_atomically
 
 if TYPE_CHECKING:
     from orchestrator.config import Config
@@ -24,11 +26,21 @@ LOG_TAIL_LINES = 20
 
 
 def reason_path(memo_path: Path) -> Path:
-    """``failed/<stem>.reason`` beside ``failed/<stem>.md``."""
-    return memo_path.with_name(memo_path.name.removesuffix(".md") + ".reason")
+    """``failed/<stem>.reason`` beside ``failed/<stem>.md``.
+
+    A stem too long for that (``NAME_MAX`` bytes) is cut at a character boundary and followed by a
+    short hash of the whole name: ``x.md`` and its clash name ``x.1.md`` may cut to the same stem.
+    """
+    stem = memo_path.name.removesuffix(".md")
+    name = stem + ".reason"
+    if len(os.fsencode(name)) > NAME_MAX:
+        digest = hashlib.sha256(os.fsencode(memo_path.name)).hexdigest()[:8]
+        name = fit_name(stem, f"-{digest}.reason")
+    return memo_path.with_name(name)
 
 
 def write_reason(memo_path: Path, text: str) -> Path:
+    """Write the reason file beside a memo in failed/, whole or not at all; returns its path."""
     path = reason_path(memo_path)
     write_atomically(path, text)
     return path
