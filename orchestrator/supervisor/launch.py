@@ -25,11 +25,11 @@ from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunE
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
-from orchestrator.intake.memo import ACTIVE, BadMemo, move_memo, parse_front_matter, read_memo
+from orchestrator.intake.memo import ACTIVE, FAILED, BadMemo, move_memo, parse_front_matter, read_memo
 from orchestrator.intake.queue import Intake
 from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
-from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.lifecycle import Lifecycle, reason_writer
 from orchestrator.supervisor.slots import Waiting, pick
 
 
@@ -94,11 +94,25 @@ class Launcher:
                 claimed.append(got)
         if not claimed:
             return
-        attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1
-        for ref, _, inbox in claimed:
-            self.lc.carry_attempts(role.name, inbox, ref.name)
-        run = self.lc.open(role, [ref for ref, _, _ in claimed], seq=entries[0].seq, attempt=attempt)
+        try:
+            attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1
+            for ref, _, inbox in claimed:
+                self.lc.carry_attempts(role.name, inbox, ref.name)
+            run = self.lc.open(role, [ref for ref, _, _ in claimed], seq=entries[0].seq, attempt=attempt)
+        except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
+            self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")
+            for ref, _, _ in claimed:
+                self._fail_unrecorded(role, ref.path, f"internal error: {type(exc).__name__}: {exc}")
+            return
         self.start_attempt(run, first_text=claimed[0][1])
+
+    def _fail_unrecorded(self, role: Role, path: Path, why: str) -> None:
+        """A claimed memo the database cannot take: failed/ with a reason file, without a run on record."""
+        try:
+            move_memo(path, self.config.role_dir(role.name) / FAILED, reason_writer(f"not delivered: {why}\n"))
+            self.console.line(f"{path.name} not delivered: {why}; moved to failed/", role=role.name)
+        except OSError as exc:
+            self.console.error(f"internal error: {path.name} stays in active/ until the next start: {exc}")
 
     def claim(self, role: Role, path: Path) -> tuple[MemoRef, str, str] | None:
         """Rename the memo into active/ and read it: (its reference, its text, its inbox name), or None."""

@@ -200,7 +200,7 @@ class Lifecycle:
         Returns (old name, new name) of each memo moved.
         """
         target = self.config.role_dir(run.role.name) / folder
-        before = _reason_writer(reason_text) if reason_text is not None else None
+        before = reason_writer(reason_text) if reason_text is not None else None
         renamed: list[tuple[str, str]] = []
         for memo in run.memos:
             if memo.path.parent == target:
@@ -227,7 +227,7 @@ class Lifecycle:
             return move_memo(
                 memo.path,
                 self.config.role_dir(run.role.name) / FAILED,
-                _reason_writer(f"failed: {why}\n"),
+                reason_writer(f"failed: {why}\n"),
             )
         except OSError as again:
             self.console.error(f"internal error: run {run.run_id}: {memo.name} stays in {memo.path.parent}: {again}")
@@ -245,7 +245,7 @@ class Lifecycle:
             self.store.forget_memo_attempts(role, [old for old, _ in renamed] + [m.name for m in run.memos])
 
 
-def _reason_writer(text: str) -> Callable[[Path], None]:
+def reason_writer(text: str) -> Callable[[Path], None]:
     """Writes a failed memo's reason file beside where it is about to appear."""
 
     def write(path: Path) -> None:
