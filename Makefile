@@ -1,12 +1,12 @@
 # Two commands on a fresh machine with Python 3.11+ and make:
 #   make demo   - a self-contained team that needs no API key
-#   make test   - the whole test suite
+#   make test   - lint (ruff), types (mypy), then the whole test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-smoke clean
+.PHONY: demo test lint bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/orchestrator demo
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
