@@ -17,6 +17,7 @@ PLACEHOLDERS = frozenset(
     {
         "role",
         "run_id",
+        "seq",
         "attempt",
         "memo_path",
         "memo_paths",
@@ -41,6 +42,7 @@ class PromptTemplate:
         role: str,
         run_id: int,
         attempt: int,
+        seq: int | None = None,
         root: Path,
         memo_paths: list[Path],
         memo_text: str,
@@ -53,6 +55,7 @@ class PromptTemplate:
         values = {
             "role": role,
             "run_id": str(run_id),
+            "seq": str(seq or ""),
             "attempt": str(attempt),
             "memo_path": "" if batch else str(memo_paths[0]),
             "memo_paths": paths,

@@ -40,9 +40,14 @@ CREATE TABLE IF NOT EXISTS runs (
     output_tokens INTEGER,
     num_turns     INTEGER,
     session_id    TEXT,
-    is_error      INTEGER
+    is_error      INTEGER,
+    seq           INTEGER                 -- the role's run number (1, 2, 3, ...), for runs that started an agent
 );
 CREATE INDEX IF NOT EXISTS runs_state ON runs(state);
+CREATE TABLE IF NOT EXISTS role_seq (
+    role TEXT PRIMARY KEY,
+    last INTEGER NOT NULL                -- the last run number given to a run of the role
+);
 CREATE TABLE IF NOT EXISTS attempts (
     run_id      INTEGER NOT NULL,
     attempt     INTEGER NOT NULL,
@@ -82,7 +87,7 @@ CREATE TABLE IF NOT EXISTS memo_attempts (
 """
 
 _RUN_COLUMNS = {
-    "backend", "memos", "memo_ids", "subject", "state", "attempt", "pid", "create_time", "started_at",
+    "seq", "backend", "memos", "memo_ids", "subject", "state", "attempt", "pid", "create_time", "started_at",
     "ended_at", "next_attempt_at", "exit_code", "reason", "log_path", "cost_usd", "input_tokens",
     "output_tokens", "num_turns", "session_id", "is_error",
 }  # fmt: skip
@@ -143,12 +148,34 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            _migrate(self.db)
         self.db.row_factory = sqlite3.Row
 
     def close(self) -> None:
         self.db.close()
 
+
     # runs -------------------------------------------------------------
+    def insert_run_numbered(self, numbered: bool, **fields: Any) -> tuple[int, int | None]:
+        """Insert a run; a ``numbered`` one takes its role's next run number (1, 2, 3, ...) in the same transaction,
+        so a number is never given twice and never skipped in the record."""
+        if not numbered:
+            return self.insert_run(**fields), None
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.db.execute(
+                "INSERT INTO role_seq (role, last) VALUES (?, 1) ON CONFLICT (role) DO UPDATE SET last = last + 1 "
+                "RETURNING last",
+                (safe_text(fields["role"]),),
+            ).fetchone()
+            seq = int(row[0])
+            run_id = self.insert_run(**fields, seq=seq)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return run_id, seq
+
     def insert_run(self, **fields: Any) -> int:
         fields.setdefault("created_at", now_iso())
         keys = list(fields)
@@ -257,3 +284,10 @@ class Store:
             "SELECT * FROM cancellations WHERE memo_id = ? ORDER BY id DESC LIMIT 1", (safe_text(memo_id),)
         ).fetchone()
         return _row(row) if row else None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Columns added since a database was made: added in place, empty for the runs recorded before."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    if "seq" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN seq INTEGER")

@@ -141,7 +141,7 @@ def _run(state: RunState, agent: Any = None, memos: int = 1) -> Run:
     role = Role(name="builder", prompt="prompts/builder.md", backend="sdk")
     refs = [MemoRef(name=f"m{i}.md", path=Path(f"/team/memo/builder/active/m{i}.md"), memo_id=f"M-{i}" if i == 0 else None,
                     subject="three articles" if i == 0 else None) for i in range(memos)]  # fmt: skip
-    return Run(run_id=7, role=role, memos=refs, seq=1, attempt=2, state=state, agent=agent,
+    return Run(run_id=7, role=role, memos=refs, arrival=1, attempt=2, state=state, agent=agent,
                log_path=Path("/team/.orchestrator/logs/7-builder.log"), started_mono=time.monotonic() - 5.0,
                started_at="2026-11-30T09:12:01.000+01:00", next_attempt_at="2026-11-30T09:13:01.000+01:00")  # fmt: skip
 
@@ -150,7 +150,7 @@ def _described(run: Run) -> dict[str, Any]:
     """The keys a live run had in ``status --json`` before RunView (the old ``Run.describe``)."""
     agent = run.agent
     return {
-        "run_id": run.run_id, "role": run.role.name, "memo": run.memos[0].name, "memo_id": run.memos[0].memo_id,
+        "run_id": run.run_id, "seq": run.seq, "role": run.role.name, "memo": run.memos[0].name, "memo_id": run.memos[0].memo_id,
         "memos": [m.name for m in run.memos], "subject": run.subject, "state": run.state.value, "pid": run.pid,
         "attempt": run.attempt, "started_at": run.started_at,
         "elapsed": round(run.elapsed(time.monotonic()), 3) if run.state.live else None,
@@ -194,7 +194,7 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
     assert row is not None
     view = RunView.from_row(row)
     assert view.to_json() == {
-        "run_id": run_id, "role": "builder", "memo": "b.md", "memo_id": "B-1", "memos": ["b.md", "c.md"],
+        "run_id": run_id, "seq": None, "role": "builder", "memo": "b.md", "memo_id": "B-1", "memos": ["b.md", "c.md"],
         "subject": "three articles", "state": "failed", "pid": 4242, "attempt": 1,
         "started_at": "2026-11-30T09:12:01.000+01:00", "ended_at": "2026-11-30T09:12:09.000+01:00", "elapsed": None,
         "next_attempt_at": None, "exit_code": 3, "reason": "exit code 3", "backend": "sdk", "activity": None,

@@ -454,3 +454,29 @@ def test_every_allowed_transition_is_taken_by_some_scenario(tmp_path: Path) -> N
     assert taken <= allowed
     missing = sorted(f"{old.value} -> {new.value}" for old, new in allowed - taken)
     assert not missing, f"edges no scenario takes: {missing}"
+
+
+def test_run_numbers_count_per_role_and_are_kept_by_retries_and_ends(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 1, "backoff": ["1s"]}}, "pm": {}})
+        (root / "prompts" / "builder.md").write_text("run $seq of $role\n", encoding="utf-8")
+        r.sup.launcher.templates["builder"] = __import__("orchestrator.prompts", fromlist=["x"]).load_template(
+            root / "prompts" / "builder.md"
+        )
+        await r.drop("builder", "a.md")
+        await r.exit("a", 0)
+        await r.drop("pm", "p.md")
+        await r.drop("builder", "b.md")
+        await r.exit("b", 1)  # retried: the retry keeps its run's number
+        await r.advance(1)
+        assert [a.spec.env["ORCHESTRATOR_SEQ"] for a in r.spawner.agents if a.spec.role.name == "builder"] == ["1", "2", "2"]
+        assert r.agent("b").spec.prompt.endswith("run 2 of builder\n")
+        await _cancel(r, "b")  # cancelled: it keeps its number, the next run gets the next one
+        await r.drop("builder", "c.md")
+        assert r.agent("c").spec.env["ORCHESTRATOR_SEQ"] == "3"
+        assert r.agent("p").spec.env["ORCHESTRATOR_SEQ"] == "1", "each role counts on its own"
+        rows = {row["memos"][0]: row["seq"] for row in r.sup.store.history()}
+        assert rows == {"a.md": 1, "p.md": 1, "b.md": 2, "c.md": 3}
+        r.close()
+
+    play(tmp_path, scenario)

@@ -43,7 +43,9 @@ class LaunchSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def agent_environment(role: Role, root: Path, run_id: int, attempt: int, memo_paths: list[Path]) -> dict[str, str]:
+def agent_environment(
+    role: Role, root: Path, run_id: int, attempt: int, memo_paths: list[Path], seq: int | None = None
+) -> dict[str, str]:
     """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables."""
     env = dict(os.environ)
     env.update(role.env)
@@ -53,6 +55,7 @@ def agent_environment(role: Role, root: Path, run_id: int, attempt: int, memo_pa
             "ORCHESTRATOR_RUN_ID": str(run_id),
             "ORCHESTRATOR_ROOT": str(root),
             "ORCHESTRATOR_ATTEMPT": str(attempt),
+            "ORCHESTRATOR_SEQ": str(seq or ""),
         }
     )
     if role.batch:

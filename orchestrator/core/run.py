@@ -51,9 +51,10 @@ class Run:
     run_id: int
     role: Role
     memos: list[MemoRef]
-    seq: int
+    arrival: int  # orders waiting work across roles (the oldest starts first)
     attempt: int
     state: RunState = RunState.QUEUED
+    seq: int | None = None  # the role's run number, given when its memos are claimed for an agent
     agent: Any = None  # the current attempt's ``Agent`` once it is started
     log_path: Path | None = None
     started_mono: float | None = None

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 
 #: the keys of a run in ``status --json`` (``runs`` and ``recent`` alike), in the order printed
 STATUS_KEYS = (
-    "run_id", "role", "memo", "memo_id", "memos", "subject", "state", "pid", "attempt", "started_at", "ended_at",
+    "run_id", "seq", "role", "memo", "memo_id", "memos", "subject", "state", "pid", "attempt", "started_at", "ended_at",
     "elapsed", "next_attempt_at", "exit_code", "reason", "backend", "activity", "cost_usd", "input_tokens",
     "output_tokens", "log",
 )  # fmt: skip
 #: the keys of a run in ``history --json``
 HISTORY_KEYS = (
-    "run_id", "role", "memo", "memo_id", "state", "backend", "attempt", "cost_usd", "input_tokens", "output_tokens",
+    "run_id", "seq", "role", "memo", "memo_id", "state", "backend", "attempt", "cost_usd", "input_tokens", "output_tokens",
     "num_turns", "session_id", "is_error", "started_at", "ended_at",
 )  # fmt: skip
 #: the keys of one cancelled memo's answer to ``cancel``
@@ -43,6 +43,7 @@ class RunView(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     run_id: int
+    seq: int | None = None
     role: str
     memo: str | None = None
     memo_id: str | None = None
@@ -79,7 +80,7 @@ class RunView(BaseModel):
         ids = row.get("memo_ids") or []
         is_error = row.get("is_error")
         return cls(
-            run_id=row["run_id"], role=row["role"], memo=memos[0] if memos else None, memo_id=ids[0] if ids else None,
+            run_id=row["run_id"], seq=row.get("seq"), role=row["role"], memo=memos[0] if memos else None, memo_id=ids[0] if ids else None,
             memos=memos, subject=row.get("subject"), state=row["state"], pid=row.get("pid"), attempt=row.get("attempt"),
             started_at=row.get("started_at"), ended_at=row.get("ended_at"), next_attempt_at=row.get("next_attempt_at"),
             exit_code=row.get("exit_code"), reason=row.get("reason"), backend=row.get("backend"),
@@ -97,6 +98,7 @@ class RunView(BaseModel):
         agent = run.agent
         fields: dict[str, Any] = dict(
             run_id=run.run_id,
+            seq=run.seq,
             role=run.role.name,
             memo=first.name if first else None,
             memo_id=first.memo_id if first else None,

@@ -30,11 +30,11 @@ SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log
 
 @dataclass
 class Queued:
-    """A complete memo waiting in its inbox for a slot; ``seq`` orders all roles' memos by arrival."""
+    """A complete memo waiting in its inbox for a slot; ``arrival`` orders all roles' memos."""
 
     role: str
     path: Path
-    seq: int
+    arrival: int
 
 
 class Intake:
@@ -56,7 +56,7 @@ class Intake:
         self._changed = changed  # called when the pending check queued something on its own timer
         self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in roles}
         self.pending: dict[Path, tuple[str, float]] = {}
-        self._seq = itertools.count()
+        self._arrival = itertools.count()
         self._pending_timer: Timer | None = None
         self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
 
@@ -98,7 +98,7 @@ class Intake:
             self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
 
     def _enqueue(self, role: str, path: Path) -> None:
-        self.queues[role][path] = Queued(role, path, next(self._seq))
+        self.queues[role][path] = Queued(role, path, next(self._arrival))
 
     def rescan(self, initial: bool = False) -> None:
         """Look at every inbox; queue what is new and complete. Never queues a memo twice."""

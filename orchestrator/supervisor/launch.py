@@ -76,9 +76,9 @@ class Launcher:
         for name, role in self.config.roles.items():
             retries, queue = self.lc.retry_ready[name], self.intake.queues[name]
             if retries:
-                out.append(Waiting(name, retries[0].seq, True))
+                out.append(Waiting(name, retries[0].arrival, True))
             elif queue and not (role.batch and any(r.role.name == name for r in self.lc.runs.values())):
-                out.append(Waiting(name, next(iter(queue.values())).seq, False))
+                out.append(Waiting(name, next(iter(queue.values())).arrival, False))
         return out
 
     # ------------------------------------------------------------ claims
@@ -98,7 +98,7 @@ class Launcher:
             attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1
             for ref, _, inbox in claimed:
                 self.lc.carry_attempts(role.name, inbox, ref.name)
-            run = self.lc.open(role, [ref for ref, _, _ in claimed], seq=entries[0].seq, attempt=attempt)
+            run = self.lc.open(role, [ref for ref, _, _ in claimed], arrival=entries[0].arrival, attempt=attempt, numbered=True)
         except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
             self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")
             for ref, _, _ in claimed:
@@ -149,7 +149,7 @@ class Launcher:
 
     def reject(self, role: Role, path: Path, why: str) -> None:
         """A memo that must never reach an agent: a run on record that ends at once in failed/ with the reason."""
-        run = self.lc.open(role, [MemoRef(path.name, path)], seq=0, attempt=0)
+        run = self.lc.open(role, [MemoRef(path.name, path)], arrival=0, attempt=0)
         reason = f"not delivered: {why}"
         self.lc.finish(run, RunState.FAILED, reason=reason, reason_text=reason + "\n")
 
@@ -182,7 +182,7 @@ class Launcher:
         spec = LaunchSpec(
             run_id=run.run_id, attempt=run.attempt, role=role, root=self.config.root, prompt=prompt,
             memo_paths=memo_paths, log_path=run.log_path or Path(os.devnull),
-            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths),
+            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq),
             extra={"resume": run.resumed_from},
         )  # fmt: skip
         self.console.line(f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name)
@@ -207,8 +207,8 @@ class Launcher:
 
     def _render(self, run: Run, text: str) -> str:
         prompt = self.templates[run.role.name].render(
-            role=run.role.name, run_id=run.run_id, attempt=run.attempt, root=self.config.root,
-            memo_paths=[m.path for m in run.memos], memo_text=text, batch=run.role.batch,
+            role=run.role.name, run_id=run.run_id, seq=run.seq, attempt=run.attempt, root=self.config.root,
+            memo_paths=[m.path for m in run.memos], memo_text=text, batch=run.role.batch, now=self.clock.now(),
         )  # fmt: skip
         notes = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]
         for note in notes:

@@ -67,9 +67,9 @@ class Lifecycle:
         return iso(self.clock.now())
 
     # ------------------------------------------------------------ beginnings
-    def open(self, role: Role, memos: list[MemoRef], *, seq: int, attempt: int) -> Run:
-        """A new run in QUEUED, on record and in the table."""
-        run_id = self.store.insert_run(
+    def open(self, role: Role, memos: list[MemoRef], *, arrival: int, attempt: int, numbered: bool = False) -> Run:
+        """A new run in QUEUED, on record and in the table; ``numbered`` runs get the role's next run number."""
+        run_id, seq = self.store.insert_run_numbered(numbered,
             role=role.name,
             backend=role.backend,
             memos=[m.name for m in memos],
@@ -79,7 +79,7 @@ class Lifecycle:
             attempt=attempt,
             created_at=self.now(),
         )
-        run = Run(run_id=run_id, role=role, memos=memos, seq=seq, attempt=attempt)
+        run = Run(run_id=run_id, role=role, memos=memos, arrival=arrival, attempt=attempt, seq=seq)
         run.log_path = self.config.state_dir / "logs" / f"{run_id}-{role.name}.log"
         self.runs[run_id] = run
         return run

@@ -91,7 +91,7 @@ def _finish_row(
     ids = row.get("memo_ids") or []
     memos = [active_ref(config, row["role"], name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
              for i, name in enumerate(row["memos"])]  # fmt: skip
-    run = Run(run_id=row["run_id"], role=role or Role.model_validate({"name": row["role"], "prompt": "-"}), memos=memos, seq=0,
+    run = Run(run_id=row["run_id"], role=role or Role.model_validate({"name": row["role"], "prompt": "-"}), memos=memos, arrival=0, seq=row.get("seq"),
               attempt=row["attempt"], state=state)  # fmt: skip
     run.log_path = config.state_dir / "logs" / f"{run.run_id}-{row['role']}.log"
     lifecycle.adopt(run)

@@ -124,7 +124,7 @@ class Requests:
             return reply
         header = lookup.read_header(cand.path)
         ref = MemoRef(cand.name, cand.path, header.id, header.subject, header.reply_to, header.sender)
-        run = self.lc.open(self.config.roles[cand.role], [ref], seq=0, attempt=0)
+        run = self.lc.open(self.config.roles[cand.role], [ref], arrival=0, attempt=0)
         run.cancel = CancelOrder(event.who, event.reason, RunState.QUEUED)
         run.waiters.append(reply)
         self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line)

@@ -50,7 +50,7 @@ class Waiting:
     """The oldest waiting work of one role: a retry that is due, or its queue's first memo."""
 
     role: str
-    seq: int
+    arrival: int
     retry: bool
 
 
@@ -61,6 +61,6 @@ def pick(candidates: Iterable[Waiting], slots: Slots, blocked: Iterable[str] = (
     for item in candidates:
         if item.role in skip or not slots.free(item.role):
             continue
-        if best is None or (item.seq, item.role) < (best.seq, best.role):
+        if best is None or (item.arrival, item.role) < (best.arrival, best.role):
             best = item
     return best
