@@ -71,13 +71,22 @@ class Stats:
     def of(cls, values: list[float]) -> Stats:
         if not values:
             raise BenchError("no samples")
-        return cls(len(values), percentile(values, 50), percentile(values, 90), percentile(values, 99),
-                   sum(values) / len(values), min(values), max(values))  # fmt: skip
+        return cls(
+            len(values),
+            percentile(values, 50),
+            percentile(values, 90),
+            percentile(values, 99),
+            sum(values) / len(values),
+            min(values),
+            max(values),
+        )
 
     def line(self, unit: str, digits: int = 1) -> str:
         f = f"{{:.{digits}f}}"
-        return (f"n={self.n} p50={f.format(self.p50)} p90={f.format(self.p90)} p99={f.format(self.p99)} "
-                f"mean={f.format(self.mean)} min={f.format(self.low)} max={f.format(self.high)} {unit}")  # fmt: skip
+        return (
+            f"n={self.n} p50={f.format(self.p50)} p90={f.format(self.p90)} p99={f.format(self.p99)} "
+            f"mean={f.format(self.mean)} min={f.format(self.low)} max={f.format(self.high)} {unit}"
+        )
 
 
 # ------------------------------------------------------------------ the stand-in agent
@@ -85,7 +94,9 @@ def build_agent(build_dir: Path) -> Path:
     """Compile agent.c with cc/gcc/clang; static when the C library allows it (no dynamic loader at start)."""
     compilers = [c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)]
     if not compilers:
-        raise BenchError("no C compiler found (tried $CC, cc, gcc, clang); install one, e.g. `sudo apt-get install -y gcc`")
+        raise BenchError(
+            "no C compiler found (tried $CC, cc, gcc, clang); install one, e.g. `sudo apt-get install -y gcc`"
+        )
     out = build_dir / "agent"
     errors = []
     for flags in (["-O2", "-static"], ["-O2"]):
@@ -105,7 +116,7 @@ def agent_is_static(agent: Path) -> bool:
         head = handle.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # not a 64-bit ELF: say dynamic, the cautious answer
             return False
-        phoff, = struct.unpack_from("<Q", head, 32)
+        (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
         handle.seek(phoff)
         table = handle.read(phentsize * phnum)
@@ -209,8 +220,12 @@ class Project:
         import yaml
 
         data: dict[str, Any] = {"max_concurrent": 10, **top}
-        data["defaults"] = {"command": [str(self.agent)], "retry": {"max": 0}, "grace": "1s",
-                            **data.pop("defaults", {})}  # fmt: skip
+        data["defaults"] = {
+            "command": [str(self.agent)],
+            "retry": {"max": 0},
+            "grace": "1s",
+            **data.pop("defaults", {}),
+        }
         data["roles"] = {}
         for name, settings in roles.items():
             prompt = self.root / "prompts" / f"{name}.md"
@@ -257,8 +272,9 @@ def precompile() -> None:
 
     package = Path(orchestrator.__file__).parent
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=False,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(package)], env=env, check=False, stdout=subprocess.DEVNULL
+    )
 
 
 # ------------------------------------------------------------------ processes
@@ -323,8 +339,13 @@ class Orchestrator:
         cmd = [*orchestrator_command(), "up", "--plain", "--root", str(self.project.root)]
         with open(self.log, "ab") as out:
             self.launched_ns = time.time_ns()
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=child_env(self.project.record, **self.env_extra))  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=child_env(self.project.record, **self.env_extra),
+            )
         return self
 
     @property

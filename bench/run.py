@@ -147,8 +147,10 @@ def _table(rows: list[Row]) -> str:
         ratio = "-" if r.ratio is None else f"{r.ratio:.3f}x" if r.ratio < 10 else f"{r.ratio:.1f}x"
         base = f"{_fmt(r.baseline, r.unit, r.digits)} ({r.baseline_name})" if r.baseline is not None else "-"
         met = "" if r.ok is None else ("yes" if r.ok else "**no**")
-        lines.append(f"| {r.scenario} | {r.figure} | {_fmt(r.value, r.unit, r.digits)} | {base} | {ratio} | "
-                     f"{r.target or '-'} | {met} |")  # fmt: skip
+        lines.append(
+            f"| {r.scenario} | {r.figure} | {_fmt(r.value, r.unit, r.digits)} | {base} | {ratio} | "
+            f"{r.target or '-'} | {met} |"
+        )
     return "\n".join(lines)
 
 

@@ -70,18 +70,46 @@ class Sizes:
     cli_samples: int
 
 
-FULL = Sizes(latency_memos=500, latency_pace=0.02, latency_outside=50, warmup=5,
-             throughput_memos=2000, throughput_repeats=3, concurrency=10,
-             startup_memos=10_000, startup_roles=10, startup_repeats=5,
-             cancel_term=20, cancel_ignore=5, grace=1.0, cli_samples=10,
-             memory_checkpoints=(1000, 10_000), memory_batch=1000,
-             idle_window=60.0, idle_roles=10)  # fmt: skip
-SMOKE = Sizes(latency_memos=8, latency_pace=0.02, latency_outside=2, warmup=1,
-              throughput_memos=20, throughput_repeats=1, concurrency=10,
-              startup_memos=40, startup_roles=4, startup_repeats=1,
-              cancel_term=2, cancel_ignore=1, grace=0.3, cli_samples=2,
-              memory_checkpoints=(10, 20), memory_batch=10,
-              idle_window=2.0, idle_roles=10)  # fmt: skip
+FULL = Sizes(
+    latency_memos=500,
+    latency_pace=0.02,
+    latency_outside=50,
+    warmup=5,
+    throughput_memos=2000,
+    throughput_repeats=3,
+    concurrency=10,
+    startup_memos=10_000,
+    startup_roles=10,
+    startup_repeats=5,
+    cancel_term=20,
+    cancel_ignore=5,
+    grace=1.0,
+    cli_samples=10,
+    memory_checkpoints=(1000, 10_000),
+    memory_batch=1000,
+    idle_window=60.0,
+    idle_roles=10,
+)
+SMOKE = Sizes(
+    latency_memos=8,
+    latency_pace=0.02,
+    latency_outside=2,
+    warmup=1,
+    throughput_memos=20,
+    throughput_repeats=1,
+    concurrency=10,
+    startup_memos=40,
+    startup_roles=4,
+    startup_repeats=1,
+    cancel_term=2,
+    cancel_ignore=1,
+    grace=0.3,
+    cli_samples=2,
+    memory_checkpoints=(10, 20),
+    memory_batch=10,
+    idle_window=2.0,
+    idle_roles=10,
+)
 
 
 @dataclass
@@ -143,8 +171,9 @@ def _check_once(records: list[Record], expected: set[str], what: str) -> list[st
     return out
 
 
-def _wait_drained(project: Project, roles: list[str], started: int, orch: Orchestrator | None, timeout: float,
-                  interval: float = 0.005) -> int:  # fmt: skip
+def _wait_drained(
+    project: Project, roles: list[str], started: int, orch: Orchestrator | None, timeout: float, interval: float = 0.005
+) -> int:
     """Wait until ``started`` agents have recorded a start and every inbox and active/ folder is empty.
 
     Cheap to poll (the small folders only), so the poller does not steal CPU from the orchestrator.
@@ -161,8 +190,10 @@ def _wait_drained(project: Project, roles: list[str], started: int, orch: Orches
     def drained() -> bool:
         if orch is not None:
             orch.check_alive()
-        return all(count_memos(project.folder(r, "active")) == 0 and count_memos(project.folder(r, "inbox")) == 0
-                   for r in roles)  # fmt: skip
+        return all(
+            count_memos(project.folder(r, "active")) == 0 and count_memos(project.folder(r, "inbox")) == 0
+            for r in roles
+        )
 
     wait_for(drained, timeout, "every memo archived", interval=interval)
     return time.time_ns()
@@ -183,8 +214,10 @@ def latency(ctx: Context) -> Outcome:
     staging.mkdir()
     orch = Orchestrator(project).start()
     orch.wait_ready()
-    ctx.say(f"latency: {total} memos paced {s.latency_pace * 1000:g} ms apart into a running orchestrator, "
-            f"then {len(outside)} renamed in from another folder")  # fmt: skip
+    ctx.say(
+        f"latency: {total} memos paced {s.latency_pace * 1000:g} ms apart into a running orchestrator, "
+        f"then {len(outside)} renamed in from another folder"
+    )
     inbox = project.folder("r0", "inbox")
     renamed = _paced_drops(inbox, names, s.latency_pace, orch.check_alive)
     renamed.update(_paced_drops(inbox, outside, s.latency_pace, orch.check_alive, staging))
@@ -210,8 +243,9 @@ def latency(ctx: Context) -> Outcome:
         with _InotifyLoop(inbox, ctx.agent, record, base_root / "inotifywait.err"):
             base_renamed = _paced_drops(inbox, names, s.latency_pace, lambda: None)
             base_renamed.update(_paced_drops(inbox, outside, s.latency_pace, lambda: None, staging))
-            wait_for(lambda: count_lines(record) >= total + len(outside), 60 + total * 0.1,
-                     "the baseline's agent starts")  # fmt: skip
+            wait_for(
+                lambda: count_lines(record) >= total + len(outside), 60 + total * 0.1, "the baseline's agent starts"
+            )
         base_records = read_records(record)
         out.notes += _check_once(base_records, set(names) | set(outside), "inotify baseline")
         base = Stats.of(_latencies(base_records, base_renamed, measured))
@@ -219,12 +253,45 @@ def latency(ctx: Context) -> Outcome:
         out.details.append(f"`inotifywait -m | sh` baseline, rename within the inbox (ms): {base.line('ms', 2)}")
         out.details.append(f"`inotifywait -m | sh` baseline, rename from another folder (ms): {base_out.line('ms', 2)}")
     bname = "inotifywait -m piped to sh"
-    out.rows.append(Row("latency", "rename -> agent start, p50", st.p50, "ms", base.p50 if base else None, bname,
-                        "<= 20 ms; ratio <= 5", st.p50 <= 20 and (base is None or st.p50 <= 5 * base.p50), 2))  # fmt: skip
-    out.rows.append(Row("latency", "rename -> agent start, p99", st.p99, "ms", base.p99 if base else None, bname,
-                        "<= 100 ms; ratio <= 5", st.p99 <= 100 and (base is None or st.p99 <= 5 * base.p99), 2))  # fmt: skip
-    out.rows.append(Row("latency", f"the same, renamed in from another folder, p50 (n={ost.n})", ost.p50, "ms",
-                        base_out.p50 if base_out else None, bname, "", None, 2))  # fmt: skip
+    out.rows.append(
+        Row(
+            "latency",
+            "rename -> agent start, p50",
+            st.p50,
+            "ms",
+            base.p50 if base else None,
+            bname,
+            "<= 20 ms; ratio <= 5",
+            st.p50 <= 20 and (base is None or st.p50 <= 5 * base.p50),
+            2,
+        )
+    )
+    out.rows.append(
+        Row(
+            "latency",
+            "rename -> agent start, p99",
+            st.p99,
+            "ms",
+            base.p99 if base else None,
+            bname,
+            "<= 100 ms; ratio <= 5",
+            st.p99 <= 100 and (base is None or st.p99 <= 5 * base.p99),
+            2,
+        )
+    )
+    out.rows.append(
+        Row(
+            "latency",
+            f"the same, renamed in from another folder, p50 (n={ost.n})",
+            ost.p50,
+            "ms",
+            base_out.p50 if base_out else None,
+            bname,
+            "",
+            None,
+            2,
+        )
+    )
     out.details.append(
         f"{s.latency_memos} measured memos after {s.warmup} warm-up memo(s), one role, each written under a hidden "
         "name in the inbox and renamed into place, one every "
@@ -235,8 +302,9 @@ def latency(ctx: Context) -> Outcome:
     return out
 
 
-def _paced_drops(inbox: Path, names: list[str], pace: float, check: Callable[[], None],
-                 staging: Path | None = None) -> dict[str, int]:  # fmt: skip
+def _paced_drops(
+    inbox: Path, names: list[str], pace: float, check: Callable[[], None], staging: Path | None = None
+) -> dict[str, int]:
     """Rename one memo into the inbox every ``pace`` seconds on a fixed schedule; name -> rename time (ns)."""
     renamed = {}
     start = time.monotonic()
@@ -269,12 +337,19 @@ class _InotifyLoop:
 
     def __enter__(self) -> _InotifyLoop:
         with open(self.err, "wb") as err:
-            self.proc = subprocess.Popen(["sh", "-c", self.SCRIPT, "sh", str(self.inbox), str(self.agent),
-                                          str(inotifywait_path())],
-                                         stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL,
-                                         env=child_env(self.record), start_new_session=True)  # fmt: skip
-        wait_for(lambda: "Watches established" in self.err.read_text(errors="replace") or self.proc.poll() is not None,
-                 20, "inotifywait to set up its watch")  # fmt: skip
+            self.proc = subprocess.Popen(
+                ["sh", "-c", self.SCRIPT, "sh", str(self.inbox), str(self.agent), str(inotifywait_path())],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=child_env(self.record),
+                start_new_session=True,
+            )
+        wait_for(
+            lambda: "Watches established" in self.err.read_text(errors="replace") or self.proc.poll() is not None,
+            20,
+            "inotifywait to set up its watch",
+        )
         if self.proc.poll() is not None:
             raise BenchError(f"the inotifywait baseline ended at once: {self.err.read_text(errors='replace')}")
         return self
@@ -293,8 +368,10 @@ def throughput(ctx: Context) -> Outcome:
     s = ctx.sizes
     out = Outcome("throughput")
     n, bname = s.throughput_memos, f"xargs -P {s.concurrency}"
-    ctx.say(f"throughput: {n} memos already in one inbox, max_concurrent {s.concurrency}; "
-            f"{s.throughput_repeats} pair(s) of runs, orchestrator and `{bname}` in turns")  # fmt: skip
+    ctx.say(
+        f"throughput: {n} memos already in one inbox, max_concurrent {s.concurrency}; "
+        f"{s.throughput_repeats} pair(s) of runs, orchestrator and `{bname}` in turns"
+    )
     pairs: list[tuple[_Drain, _Drain]] = []
     for k in range(s.throughput_repeats):
         if k % 2 == 0:  # alternate which goes first, so a drift in the machine's load hits both alike
@@ -308,10 +385,25 @@ def throughput(ctx: Context) -> Outcome:
     ratios = Stats.of([o.wall / b.wall for o, b in pairs])
     steady = Stats.of([o.steady for o, _ in pairs])
     base_steady = Stats.of([b.steady for _, b in pairs])
-    out.rows.append(Row("throughput", f"{n} memos, launch -> all archived, p50 of {walls.n}", walls.p50, "s",
-                        base_walls.p50, bname, "ratio <= 1.5", ratios.p50 <= 1.5, 2, ratios.p50))  # fmt: skip
-    out.rows.append(Row("throughput", "first agent start -> all archived, p50", steady.p50, "s", base_steady.p50,
-                        bname, "", None, 2))  # fmt: skip
+    out.rows.append(
+        Row(
+            "throughput",
+            f"{n} memos, launch -> all archived, p50 of {walls.n}",
+            walls.p50,
+            "s",
+            base_walls.p50,
+            bname,
+            "ratio <= 1.5",
+            ratios.p50 <= 1.5,
+            2,
+            ratios.p50,
+        )
+    )
+    out.rows.append(
+        Row(
+            "throughput", "first agent start -> all archived, p50", steady.p50, "s", base_steady.p50, bname, "", None, 2
+        )
+    )
     for k, (o, b) in enumerate(pairs):
         out.details.append(
             f"pair {k + 1}: orchestrator {o.wall:.2f} s ({n / o.wall:.0f} memos/s; launch -> first agent "
@@ -329,7 +421,7 @@ def throughput(ctx: Context) -> Outcome:
         "mv active/$1 archive/$1'`, the same claim, run and archive moves with a shell, two `mv` and the agent per "
         "memo. The orchestrator does its part in one Python thread; xargs spreads its processes over every core."
     )
-    out.details.append("Memos were written before each start and dated a minute back (they were \"already there\").")
+    out.details.append('Memos were written before each start and dated a minute back (they were "already there").')
     return out
 
 
@@ -372,12 +464,18 @@ def _drain_with_xargs(ctx: Context, k: int, out: Outcome) -> _Drain:
     record = root / "records.txt"
     script = (
         f'cd "$1" && ls inbox | xargs -P {s.concurrency} -n 1 '
-        "sh -c 'mv \"inbox/$1\" \"active/$1\" && \"$0\" \"active/$1\" && mv \"active/$1\" \"archive/$1\"' \"$2\""
+        'sh -c \'mv "inbox/$1" "active/$1" && "$0" "active/$1" && mv "active/$1" "archive/$1"\' "$2"'
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time_ns()
-    done = subprocess.run(["sh", "-c", script, "sh", str(root), str(ctx.agent)], env=child_env(record),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["sh", "-c", script, "sh", str(root), str(ctx.agent)],
+        env=child_env(record),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     t1 = time.time_ns()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -413,12 +511,28 @@ def startup(ctx: Context) -> Outcome:
     st, bst = Stats.of(ours), Stats.of(base)
     waiting = per_role * len(roles)
     bname = "sh: glob the inboxes, exec the agent"
-    out.rows.append(Row("start-up", f"{waiting} memos waiting: launch -> first agent, p50", st.p50, "s", bst.p50,
-                        bname, "", None, 3))  # fmt: skip
-    out.rows.append(Row("start-up", f"the same, slowest of {st.n} starts", st.high, "s", bst.high, bname, "<= 1 s",
-                        st.high <= 1.0, 3))  # fmt: skip
+    out.rows.append(
+        Row(
+            "start-up", f"{waiting} memos waiting: launch -> first agent, p50", st.p50, "s", bst.p50, bname, "", None, 3
+        )
+    )
+    out.rows.append(
+        Row(
+            "start-up",
+            f"the same, slowest of {st.n} starts",
+            st.high,
+            "s",
+            bst.high,
+            bname,
+            "<= 1 s",
+            st.high <= 1.0,
+            3,
+        )
+    )
     out.details.append(f"orchestrator, launch of `orchestrator up` -> first agent start (s): {st.line('s', 3)}")
-    out.details.append(f"baseline `sh -c 'for f in memo/*/inbox/*.md; do exec agent \"$f\"; done'` (s): {bst.line('s', 3)}")
+    out.details.append(
+        f"baseline `sh -c 'for f in memo/*/inbox/*.md; do exec agent \"$f\"; done'` (s): {bst.line('s', 3)}"
+    )
     return out
 
 
@@ -426,8 +540,11 @@ def _shell_first_start(ctx: Context, root: Path) -> float:
     record = ctx.scratch / "startup-baseline.txt"
     record.unlink(missing_ok=True)
     t0 = time.time_ns()
-    subprocess.run(["sh", "-c", 'for f in "$1"/memo/*/inbox/*.md; do exec "$2" "$f"; done', "sh", str(root),
-                    str(ctx.agent)], env=child_env(record), check=True)  # fmt: skip
+    subprocess.run(
+        ["sh", "-c", 'for f in "$1"/memo/*/inbox/*.md; do exec "$2" "$f"; done', "sh", str(root), str(ctx.agent)],
+        env=child_env(record),
+        check=True,
+    )
     return (read_records(record)[0].ns - t0) / 1e9
 
 
@@ -453,10 +570,12 @@ def cancel(ctx: Context) -> Outcome:
     grace = s.grace
     project = ctx.project("cancel")
     sleeping = {"BENCH_AGENT_SLEEP": "600"}
-    project.configure({
-        "sleeper": {"env": sleeping, "grace": f"{grace}s"},
-        "stubborn": {"env": {**sleeping, "BENCH_AGENT_IGNORE_TERM": "1"}, "grace": f"{grace}s"},
-    })  # fmt: skip
+    project.configure(
+        {
+            "sleeper": {"env": sleeping, "grace": f"{grace}s"},
+            "stubborn": {"env": {**sleeping, "BENCH_AGENT_IGNORE_TERM": "1"}, "grace": f"{grace}s"},
+        }
+    )
     orch = Orchestrator(project).start()
     orch.wait_ready()
     ctx.say(f"cancel: {s.cancel_term} agents that exit on SIGTERM, {s.cancel_ignore} that ignore it (grace {grace:g}s)")
@@ -471,29 +590,58 @@ def cancel(ctx: Context) -> Outcome:
     cli = []
     for _ in range(s.cli_samples):
         t0 = time.perf_counter()
-        subprocess.run([*orchestrator_command(), "--version"], capture_output=True, env=child_env(project.record),
-                       check=False)  # fmt: skip
+        subprocess.run(
+            [*orchestrator_command(), "--version"], capture_output=True, env=child_env(project.record), check=False
+        )
         cli.append((time.perf_counter() - t0) * 1000)
     cli_st = Stats.of(cli)
 
     st, ist, bst, bist = Stats.of(term), Stats.of(ignore), Stats.of(base_term), Stats.of(base_ignore)
     limit = grace * 1000 + 150
-    out.rows.append(Row("cancel", "exits on SIGTERM: `orchestrator cancel` wall, p50", st.p50, "ms", bst.p50,
-                        "C kill ladder", "<= 150 ms", st.p50 <= 150, 0))  # fmt: skip
-    out.rows.append(Row("cancel", f"ignores SIGTERM (grace {grace:g} s): wall, p50", ist.p50, "ms", bist.p50,
-                        "C kill ladder", f"<= {limit:.0f} ms", ist.p50 <= limit, 0))  # fmt: skip
+    out.rows.append(
+        Row(
+            "cancel",
+            "exits on SIGTERM: `orchestrator cancel` wall, p50",
+            st.p50,
+            "ms",
+            bst.p50,
+            "C kill ladder",
+            "<= 150 ms",
+            st.p50 <= 150,
+            0,
+        )
+    )
+    out.rows.append(
+        Row(
+            "cancel",
+            f"ignores SIGTERM (grace {grace:g} s): wall, p50",
+            ist.p50,
+            "ms",
+            bist.p50,
+            "C kill ladder",
+            f"<= {limit:.0f} ms",
+            ist.p50 <= limit,
+            0,
+        )
+    )
     out.details.append(f"`orchestrator cancel`, agent exits on SIGTERM (ms): {st.line('ms', 0)}")
     out.details.append(f"`orchestrator cancel`, agent ignores SIGTERM (ms): {ist.line('ms', 0)}")
     for label, values in ladder.items():
         if values:
-            out.details.append(f"of which the kill ladder inside the orchestrator, {label} (ms): {Stats.of(values).line('ms', 0)}")
-    out.details.append(f"baseline `agent --stop PGID GRACE_MS` (SIGTERM the group, poll every 1 ms, SIGKILL after the grace), "
-                       f"exits on SIGTERM (ms): {bst.line('ms', 1)}; ignores it (ms): {bist.line('ms', 0)}")  # fmt: skip
+            out.details.append(
+                f"of which the kill ladder inside the orchestrator, {label} (ms): {Stats.of(values).line('ms', 0)}"
+            )
+    out.details.append(
+        f"baseline `agent --stop PGID GRACE_MS` (SIGTERM the group, poll every 1 ms, SIGKILL after the grace), "
+        f"exits on SIGTERM (ms): {bst.line('ms', 1)}; ignores it (ms): {bist.line('ms', 0)}"
+    )
     out.details.append(f"for scale, `orchestrator --version` (Python start-up of the CLI) (ms): {cli_st.line('ms', 0)}")
     return out
 
 
-def _cancel_series(ctx: Context, project: Project, orch: Orchestrator, role: str, count: int, out: Outcome) -> list[float]:
+def _cancel_series(
+    ctx: Context, project: Project, orch: Orchestrator, role: str, count: int, out: Outcome
+) -> list[float]:
     import psutil
 
     walls = []
@@ -501,11 +649,19 @@ def _cancel_series(ctx: Context, project: Project, orch: Orchestrator, role: str
     for i in range(count):
         name = f"{role}-{i:03d}.md"
         drop_atomically(inbox, name, memo_text(i, role))
-        rec = wait_for(lambda name=name: (orch.check_alive(), [r for r in project.records() if r.name == name])[1],
-                       30, f"the agent of {name} to start")[0]  # fmt: skip
+        rec = wait_for(
+            lambda name=name: (orch.check_alive(), [r for r in project.records() if r.name == name])[1],
+            30,
+            f"the agent of {name} to start",
+        )[0]
         t0 = time.perf_counter()
-        done = subprocess.run([*orchestrator_command(), "cancel", name, "--root", str(project.root)],
-                              capture_output=True, text=True, env=child_env(project.record), check=False)  # fmt: skip
+        done = subprocess.run(
+            [*orchestrator_command(), "cancel", name, "--root", str(project.root)],
+            capture_output=True,
+            text=True,
+            env=child_env(project.record),
+            check=False,
+        )
         walls.append((time.perf_counter() - t0) * 1000)
         if done.returncode != 0:
             raise BenchError(f"`orchestrator cancel {name}` exited {done.returncode}: {done.stderr.strip()}")
@@ -514,7 +670,9 @@ def _cancel_series(ctx: Context, project: Project, orch: Orchestrator, role: str
         except psutil.NoSuchProcess:
             alive = False
         if alive:
-            out.notes.append(f"the agent of {name} (pid {rec.pid}) was still alive after `orchestrator cancel` returned")
+            out.notes.append(
+                f"the agent of {name} (pid {rec.pid}) was still alive after `orchestrator cancel` returned"
+            )
     return walls
 
 
@@ -570,17 +728,39 @@ def memory(ctx: Context) -> Outcome:
 
     floor = _import_floor_mb(project)
     growth = peaks[large][0] - peaks[small][0]
-    out.rows.append(Row("memory", f"peak RSS after {small} memos", peaks[small][0], "MB", floor,
-                        "python + the same imports", "<= 100 MB", peaks[small][0] <= 100))  # fmt: skip
-    out.rows.append(Row("memory", f"peak RSS after {large} memos", peaks[large][0], "MB", floor,
-                        "python + the same imports", "<= 100 MB", peaks[large][0] <= 100))  # fmt: skip
+    out.rows.append(
+        Row(
+            "memory",
+            f"peak RSS after {small} memos",
+            peaks[small][0],
+            "MB",
+            floor,
+            "python + the same imports",
+            "<= 100 MB",
+            peaks[small][0] <= 100,
+        )
+    )
+    out.rows.append(
+        Row(
+            "memory",
+            f"peak RSS after {large} memos",
+            peaks[large][0],
+            "MB",
+            floor,
+            "python + the same imports",
+            "<= 100 MB",
+            peaks[large][0] <= 100,
+        )
+    )
     out.rows.append(Row("memory", f"growth {small} -> {large} memos", growth, "MB", None, "", "<= 10 MB", growth <= 10))
     out.details.append(
         f"peak RSS (VmHWM) after {small} memos {peaks[small][0]:.1f} MB (RSS then {peaks[small][1]:.1f} MB), after "
         f"{large} memos {peaks[large][0]:.1f} MB (RSS then {peaks[large][1]:.1f} MB); memos arrived in bursts of "
         f"{s.memory_batch}, each burst drained before the next."
     )
-    out.details.append(f"baseline: a Python process that imports the orchestrator's modules and does nothing, {floor:.1f} MB.")
+    out.details.append(
+        f"baseline: a Python process that imports the orchestrator's modules and does nothing, {floor:.1f} MB."
+    )
     return out
 
 
@@ -590,8 +770,9 @@ def _import_floor_mb(project: Project) -> float:
         "orchestrator.intake.watcher, orchestrator.supervisor.recovery, watchdog.observers\n"
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(project.record),
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(project.record), check=True
+    )
     return float(done.stdout.strip()) / 1024
 
 
@@ -617,8 +798,11 @@ def idle(ctx: Context) -> Outcome:
     interval = 5.0  # the default rescan_interval, left unset in roles.yaml
     orch = Orchestrator(project).start()
     inboxes = [str(project.folder(r, "inbox")) for r in roles]
-    base = subprocess.Popen([sys.executable, "-c", IDLE_BASELINE, str(interval), *inboxes], env=child_env(project.record),
-                            stdin=subprocess.DEVNULL)  # fmt: skip
+    base = subprocess.Popen(
+        [sys.executable, "-c", IDLE_BASELINE, str(interval), *inboxes],
+        env=child_env(project.record),
+        stdin=subprocess.DEVNULL,
+    )
     try:
         orch.wait_ready()
         time.sleep(min(3.0, interval + 1))  # past start-up and the first periodic check
@@ -641,9 +825,19 @@ def idle(ctx: Context) -> Outcome:
     # a zero baseline (below the clock-tick resolution) would make the ratio meaningless: floor it at one tick
     tick = 1 / os.sysconf("SC_CLK_TCK")
     limit = 0.5 * s.idle_window / 60
-    out.rows.append(Row("idle", f"CPU time over {window:.0f} s, {len(roles)} roles", used, "s", max(base_used, tick),
-                        f"python asyncio loop scanning the inboxes every {interval:g} s", f"<= {limit:.2f} s",
-                        used <= limit, 2))  # fmt: skip
+    out.rows.append(
+        Row(
+            "idle",
+            f"CPU time over {window:.0f} s, {len(roles)} roles",
+            used,
+            "s",
+            max(base_used, tick),
+            f"python asyncio loop scanning the inboxes every {interval:g} s",
+            f"<= {limit:.2f} s",
+            used <= limit,
+            2,
+        )
+    )
     wakes, base_wakes = max(1, w1 - w0), max(1, bw1 - bw0)
     out.details.append(
         f"orchestrator: {used:.2f} s CPU in {window:.1f} s ({100 * used / window:.2f}% of one core), "

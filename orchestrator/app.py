@@ -9,11 +9,11 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from orchestrator.agents.command import resolve_command
 from orchestrator.config import Config, load_config
 from orchestrator.console import Console
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
 from orchestrator.prompts import load_template
-from orchestrator.agents.command import resolve_command
 
 
 def preflight(config: Config) -> None:

@@ -7,8 +7,9 @@ import getpass
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from orchestrator import __version__, console
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
@@ -22,7 +23,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
-    parser = _Parser(prog="orchestrator", description="Run a team of AI agents through Markdown memos.", parents=[common])
+    parser = _Parser(
+        prog="orchestrator", description="Run a team of AI agents through Markdown memos.", parents=[common]
+    )
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -46,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
 
     interrupt = sub.add_parser("interrupt", parents=[common], help="end an SDK agent's current turn")
     interrupt.add_argument("memo")
-    interrupt.add_argument("--keep", action="store_true", help="keep the session open for `tell` instead of ending the run")
+    interrupt.add_argument(
+        "--keep", action="store_true", help="keep the session open for `tell` instead of ending the run"
+    )
     interrupt.add_argument("--reason", default="interrupted")
     interrupt.add_argument("--json", action="store_true")
 
@@ -106,8 +111,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     memo = args.memo
     if memo and os.sep in memo:
         memo = str(Path(memo).resolve())
-    result = control.call(_root(args), "cancel", timeout=None, memo=memo, role=args.role, reason=args.reason,
-                          all=args.all, who=_who())  # fmt: skip
+    result = control.call(
+        _root(args), "cancel", timeout=None, memo=memo, role=args.role, reason=args.reason, all=args.all, who=_who()
+    )
     if args.json:
         console.print_json(result)
         return 0
@@ -125,9 +131,8 @@ def _describe_cancel(item: dict[str, Any]) -> str:
     memos = item.get("memos") or [item.get("memo")]
     held = f"; the batch run held {', '.join(memos)}" if len(memos) > 1 else ""
     if item.get("previous_state") in ("running", "timing_out"):
-        how = (
-            f"{len(item.get('pids', []))} process(es) ended {item.get('pids')} in {item.get('seconds', 0):.2f}s"
-            + (" (needed SIGKILL)" if item.get("escalated") else "")
+        how = f"{len(item.get('pids', []))} process(es) ended {item.get('pids')} in {item.get('seconds', 0):.2f}s" + (
+            " (needed SIGKILL)" if item.get("escalated") else ""
         )
     else:
         how = "it never ran" if item.get("previous_state") == "queued" else "its retry will not happen"
@@ -148,7 +153,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.force:
         console.say(f"orchestrator (pid {before.get('pid')}) is killing {running} agent(s) and returning their memos")
     else:
-        console.say(f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts")
+        console.say(
+            f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts"
+        )
     if args.wait or args.force:
         _wait_for_exit(root)
     return 0
@@ -170,12 +177,15 @@ def _wait_for_exit(root: Path) -> None:
 def cmd_interrupt(args: argparse.Namespace) -> int:
     from orchestrator.control import channel as control
 
-    result = control.call(_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep,
-                          reason=args.reason, who=_who())  # fmt: skip
+    result = control.call(
+        _root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep, reason=args.reason, who=_who()
+    )
     if args.json:
         console.print_json(result)
     else:
-        console.say(f"interrupted {args.memo} (run {result.get('run_id')}, role {result.get('role')}): now {result.get('state')}")
+        console.say(
+            f"interrupted {args.memo} (run {result.get('run_id')}, role {result.get('role')}): now {result.get('state')}"
+        )
     return 0
 
 

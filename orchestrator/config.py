@@ -281,7 +281,9 @@ def load_config(root: Path) -> Config:
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(path, exc, ("roles", name))) from None
     if team.notify is not None and team.notify not in roles:
-        raise ConfigError(f"{path}: notify: names {team.notify!r}, which is not a role under `roles` ({', '.join(roles)})")
+        raise ConfigError(
+            f"{path}: notify: names {team.notify!r}, which is not a role under `roles` ({', '.join(roles)})"
+        )
     return Config(
         root=root,
         path=path,

@@ -117,11 +117,15 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
 
     parts: list[Any] = []
     if snap["running"]:
-        parts.append(f"orchestrator running for {snap['root']} (pid {snap['pid']})"
-                     + (f", ENDING ({snap['ending']})" if snap.get("ending") else ""))  # fmt: skip
+        parts.append(
+            f"orchestrator running for {snap['root']} (pid {snap['pid']})"
+            + (f", ENDING ({snap['ending']})" if snap.get("ending") else "")
+        )
     else:
-        parts.append(f"no orchestrator running for {snap['root']}"
-                     + (" (runs below are as last recorded)" if snap["runs"] else ""))  # fmt: skip
+        parts.append(
+            f"no orchestrator running for {snap['root']}"
+            + (" (runs below are as last recorded)" if snap["runs"] else "")
+        )
     if snap.get("runs"):
         table = Table(title="current runs", title_justify="left")
         for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "cost $", "subject / activity"):
@@ -131,14 +135,25 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
             about = run.subject or ""
             if run.activity:
                 about = f"{about} | {run.activity}"
-            table.add_row(str(run.run_id), run.role, run.label, run.state, str(run.attempt or ""), str(run.pid or ""),
-                          when, _money(run.cost_usd), about)  # fmt: skip
+            table.add_row(
+                str(run.run_id),
+                run.role,
+                run.label,
+                run.state,
+                str(run.attempt or ""),
+                str(run.pid or ""),
+                when,
+                _money(run.cost_usd),
+                about,
+            )
         parts.append(table)
     queued = snap.get("queued") or {}
     if queued:
         parts.append("queued: " + ", ".join(f"{role} {n}" for role, n in queued.items()))
     if snap.get("crash_counts"):
-        parts.append("critical roles, crashes in a row: " + ", ".join(f"{r} {n}" for r, n in snap["crash_counts"].items()))
+        parts.append(
+            "critical roles, crashes in a row: " + ", ".join(f"{r} {n}" for r, n in snap["crash_counts"].items())
+        )
     for role, why in (snap.get("budget_blocks") or {}).items():
         parts.append(f"paused by budget: {role}: {why}")
     if snap.get("recent"):
@@ -149,9 +164,17 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
             tokens = ""
             if run.input_tokens is not None or run.output_tokens is not None:
                 tokens = f"{run.input_tokens or 0}/{run.output_tokens or 0}"
-            table.add_row(str(run.run_id), run.role, run.label, run.state,
-                          "" if run.exit_code is None else str(run.exit_code), (run.ended_at or "")[:19],
-                          _money(run.cost_usd), tokens, run.reason or "")  # fmt: skip
+            table.add_row(
+                str(run.run_id),
+                run.role,
+                run.label,
+                run.state,
+                "" if run.exit_code is None else str(run.exit_code),
+                (run.ended_at or "")[:19],
+                _money(run.cost_usd),
+                tokens,
+                run.reason or "",
+            )
         parts.append(table)
     return parts
 
@@ -166,17 +189,31 @@ def history_view(report: dict[str, Any]) -> list[Any]:
     for col in ("run", "role", "memo", "state", "backend", "cost $", "in tok", "out tok", "turns", "started"):
         table.add_column(col)
     for run in map(RunView.of, report["runs"]):
-        table.add_row(str(run.run_id), run.role, run.label, run.state, run.backend or "", _money(run.cost_usd),
-                      str(run.input_tokens or ""), str(run.output_tokens or ""), str(run.num_turns or ""),
-                      (run.started_at or "")[:19])  # fmt: skip
+        table.add_row(
+            str(run.run_id),
+            run.role,
+            run.label,
+            run.state,
+            run.backend or "",
+            _money(run.cost_usd),
+            str(run.input_tokens or ""),
+            str(run.output_tokens or ""),
+            str(run.num_turns or ""),
+            (run.started_at or "")[:19],
+        )
     parts: list[Any] = [table]
     for title, key in (("per role", "by_role"), ("per day", "by_day")):
         totals = Table(title=title, title_justify="left")
         for col in (title.split()[1], "runs", "cost $", "in tok", "out tok"):
             totals.add_column(col)
         for name, entry in report["totals"][key].items():
-            totals.add_row(name, str(entry["runs"]), f"{entry['cost_usd']:.4f}", str(entry["input_tokens"]),
-                           str(entry["output_tokens"]))  # fmt: skip
+            totals.add_row(
+                name,
+                str(entry["runs"]),
+                f"{entry['cost_usd']:.4f}",
+                str(entry["input_tokens"]),
+                str(entry["output_tokens"]),
+            )
         parts.append(totals)
     parts.append(f"total: {report['totals']['runs']} runs, ${report['totals']['cost_usd']:.4f}")
     return parts
@@ -201,8 +238,15 @@ def open_log(path: Path, max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACK
 class Console:
     """Where every line of ``up`` goes: the log file always, the terminal as a list or a live view."""
 
-    def __init__(self, log_path: Path | None, stream: TextIO | None = None, live: bool | None = None, *,
-                 max_log_bytes: int = LOG_MAX_BYTES, log_backups: int = LOG_BACKUPS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        log_path: Path | None,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+        *,
+        max_log_bytes: int = LOG_MAX_BYTES,
+        log_backups: int = LOG_BACKUPS,
+    ) -> None:
         self.stream = stream or sys.stdout
         self.live_wanted = is_tty(self.stream) if live is None else live
         self.recent: deque[str] = deque(maxlen=RECENT_EVENTS)
@@ -296,7 +340,9 @@ def render_view(snap: dict[str, Any]) -> Group:
     for col in ("run", "role", "memo", "subject", "state", "attempt", "elapsed", "pid", "activity / cost"):
         table.add_column(col, overflow="ellipsis", no_wrap=True)
     for run in map(RunView.of, snap["runs"]):
-        style = {"running": "green", "cancelling": "red", "timing_out": "red", "retry_wait": "yellow"}.get(run.state, "")
+        style = {"running": "green", "cancelling": "red", "timing_out": "red", "retry_wait": "yellow"}.get(
+            run.state, ""
+        )
         elapsed = f"{run.elapsed:.0f}s" if run.elapsed is not None else ""
         if run.state == "retry_wait" and run.next_attempt_at:
             elapsed = f"next {run.next_attempt_at[11:19]}"
@@ -304,9 +350,16 @@ def render_view(snap: dict[str, Any]) -> Group:
         if run.cost_usd is not None:
             activity = f"${run.cost_usd:.4f} {activity}"
         table.add_row(
-            str(run.run_id), run.role, run.label, run.subject or "",
-            Text(run.state, style=style), str(run.attempt), elapsed, str(run.pid or ""), activity,
-        )  # fmt: skip
+            str(run.run_id),
+            run.role,
+            run.label,
+            run.subject or "",
+            Text(run.state, style=style),
+            str(run.attempt),
+            elapsed,
+            str(run.pid or ""),
+            activity,
+        )
     queued = ", ".join(f"{role} {n}" for role, n in snap["queued"].items()) or "none"
     extra = []
     if snap.get("crash_counts"):

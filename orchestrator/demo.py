@@ -34,10 +34,18 @@ def make_demo_project(folder: Path) -> Path:
         (folder / "prompts" / f"{role}.md").write_text(PROMPT, encoding="utf-8")
         (folder / "memo" / role / "inbox").mkdir(parents=True, exist_ok=True)
     memo_id = new_memo_id()
-    header = {"id": memo_id, "subject": "Kick off the website", "from": "owner", "to": "project-manager",
-              "tags": ["kickoff"], "reply_to": None}  # fmt: skip
-    write_atomically(folder / "memo" / "project-manager" / "inbox" / f"{memo_id}-kickoff.md",
-                     render_memo(header, "Build a small website: a landing page and an about page."))  # fmt: skip
+    header = {
+        "id": memo_id,
+        "subject": "Kick off the website",
+        "from": "owner",
+        "to": "project-manager",
+        "tags": ["kickoff"],
+        "reply_to": None,
+    }
+    write_atomically(
+        folder / "memo" / "project-manager" / "inbox" / f"{memo_id}-kickoff.md",
+        render_memo(header, "Build a small website: a landing page and an about page."),
+    )
     return folder
 
 

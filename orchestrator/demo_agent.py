@@ -20,8 +20,15 @@ TASKS = ("Build the landing page", "Write the about page")
 def _send(root: Path, to: str, subject: str, reply_to: str | None, tags: list[str], body: str) -> None:
     memo_id = new_memo_id()
     time.sleep(0.002)  # distinct ids
-    header = {"id": memo_id, "subject": subject, "from": os.environ["ORCHESTRATOR_ROLE"], "to": to,
-              "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tags": tags, "reply_to": reply_to}
+    header = {
+        "id": memo_id,
+        "subject": subject,
+        "from": os.environ["ORCHESTRATOR_ROLE"],
+        "to": to,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "tags": tags,
+        "reply_to": reply_to,
+    }
     write_atomically(root / "memo" / to / "inbox" / f"{memo_id}-{slug(subject)}.md", render_memo(header, body))
     print(f"sent {to}: {subject}", flush=True)
 
@@ -44,10 +51,23 @@ def main() -> int:
         elif role == "project-manager":
             print(f"accepted: {subject}", flush=True)
         elif role == "builder":
-            _send(root, "reviewer", f"Review: {subject}", header.id, ["review-request"], f"Done: {subject}. Please review.")
+            _send(
+                root,
+                "reviewer",
+                f"Review: {subject}",
+                header.id,
+                ["review-request"],
+                f"Done: {subject}. Please review.",
+            )
         elif role == "reviewer":
-            _send(root, "project-manager", f"Approved: {subject.removeprefix('Review: ')}", header.id, ["review"],
-                  "Looks good to me.")
+            _send(
+                root,
+                "project-manager",
+                f"Approved: {subject.removeprefix('Review: ')}",
+                header.id,
+                ["review"],
+                "Looks good to me.",
+            )
     return 0
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from orchestrator.core.states import FINISHED
 
@@ -87,10 +88,28 @@ CREATE TABLE IF NOT EXISTS memo_attempts (
 """
 
 _RUN_COLUMNS = {
-    "seq", "backend", "memos", "memo_ids", "subject", "state", "attempt", "pid", "create_time", "started_at",
-    "ended_at", "next_attempt_at", "exit_code", "reason", "log_path", "cost_usd", "input_tokens",
-    "output_tokens", "num_turns", "session_id", "is_error",
-}  # fmt: skip
+    "seq",
+    "backend",
+    "memos",
+    "memo_ids",
+    "subject",
+    "state",
+    "attempt",
+    "pid",
+    "create_time",
+    "started_at",
+    "ended_at",
+    "next_attempt_at",
+    "exit_code",
+    "reason",
+    "log_path",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "num_turns",
+    "session_id",
+    "is_error",
+}
 
 
 def now_iso() -> str:
@@ -153,7 +172,6 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
-
 
     # runs -------------------------------------------------------------
     def insert_run_numbered(self, numbered: bool, **fields: Any) -> tuple[int, int | None]:
@@ -259,16 +277,18 @@ class Store:
 
     # memo attempt counts that survive a return to the inbox -------------
     def memo_attempts(self, role: str, name: str) -> int:
-        row = self.db.execute("SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?",
-                              (role, safe_text(name))).fetchone()  # fmt: skip
+        row = self.db.execute(
+            "SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?", (role, safe_text(name))
+        ).fetchone()
         return int(row[0]) if row else 0
 
     def set_memo_attempts(self, role: str, name: str, attempts: int) -> None:
         self.db.execute("INSERT OR REPLACE INTO memo_attempts VALUES (?, ?, ?)", (role, safe_text(name), attempts))
 
     def forget_memo_attempts(self, role: str, names: Iterable[str]) -> None:
-        self.db.executemany("DELETE FROM memo_attempts WHERE role = ? AND name = ?",
-                            [(role, safe_text(n)) for n in names])  # fmt: skip
+        self.db.executemany(
+            "DELETE FROM memo_attempts WHERE role = ? AND name = ?", [(role, safe_text(n)) for n in names]
+        )
 
     # cancellations ----------------------------------------------------
     def record_cancellation(self, **fields: Any) -> int:

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
@@ -24,7 +25,9 @@ STAND_IN = HERE / "agents" / "stand_in.py"
 DEADLINE = 20.0
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition", interval: float = 0.02) -> Any:
+def wait_for(
+    condition: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition", interval: float = 0.02
+) -> Any:
     """Poll until ``condition()`` is truthy; fail naming ``what`` after ``timeout`` seconds."""
     end = time.monotonic() + timeout
     while True:
@@ -68,8 +71,10 @@ class Orchestrator:
         wait_for(lambda: text in self.output, timeout, f"{text!r} in the orchestrator's output:\n{self.output}")
 
     def wait_ready(self) -> None:
-        wait_for(lambda: (self.project.root / ".orchestrator" / "control.sock").exists() or self.proc.poll() is not None,
-                 what="the control socket")
+        wait_for(
+            lambda: (self.project.root / ".orchestrator" / "control.sock").exists() or self.proc.poll() is not None,
+            what="the control socket",
+        )
         assert self.proc.poll() is None, f"orchestrator exited early with {self.proc.returncode}:\n{self.output}"
 
     def signal(self, signum: int) -> None:
@@ -95,8 +100,9 @@ class Project:
         self.record = root / "records.jsonl"
         self.procs: list[Orchestrator] = []
 
-    def configure(self, roles: dict[str, dict[str, Any]] | None = None, prompt: str = "memo $memo_path\n$memo",
-                  **top: Any) -> Path:  # fmt: skip
+    def configure(
+        self, roles: dict[str, dict[str, Any]] | None = None, prompt: str = "memo $memo_path\n$memo", **top: Any
+    ) -> Path:
         """roles.yaml with the stand-in agent as every role's command; each role gets a prompt file."""
         roles = roles if roles is not None else {"builder": {}}
         data: dict[str, Any] = {"max_concurrent": 10, "rescan_interval": "0.5s", **top}
@@ -121,8 +127,9 @@ class Project:
             return body + "\n"
         return "---\n" + yaml.safe_dump(front, allow_unicode=True, sort_keys=False) + "---\n" + body + "\n"
 
-    def drop(self, role: str, name: str, front: dict[str, Any] | None = None, body: str = "body",
-             atomic: bool = True) -> Path:  # fmt: skip
+    def drop(
+        self, role: str, name: str, front: dict[str, Any] | None = None, body: str = "body", atomic: bool = True
+    ) -> Path:
         """Write a memo into an inbox: atomically (temp + rename) by default."""
         inbox = self.root / "memo" / role / "inbox"
         inbox.mkdir(parents=True, exist_ok=True)
@@ -149,8 +156,11 @@ class Project:
         handle = open(out, "wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "up", "--plain", "--root", str(self.root), *args],
-            stdout=handle, stderr=subprocess.STDOUT, env=self.env(**env), stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=self.env(**env),
+            stdin=subprocess.DEVNULL,
+        )
         handle.close()
         orch = Orchestrator(self, proc, out)
         self.procs.append(orch)
@@ -158,11 +168,17 @@ class Project:
             orch.wait_ready()
         return orch
 
-    def cli(self, *args: str, input: str | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "orchestrator", *args, "--root", str(self.root)],
-            capture_output=True, text=True, env=self.env(**env), input=input, timeout=timeout,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=self.env(**env),
+            input=input,
+            timeout=timeout,
+        )
 
     def status(self) -> dict[str, Any]:
         result = self.cli("status", "--json")

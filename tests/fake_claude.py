@@ -142,20 +142,37 @@ class FakeClaude:
         record(control=subtype, in_turn=in_turn)
         if subtype in ("initialize", "interrupt"):
             body: dict[str, Any] = {"commands": [], "output_style": "default"} if subtype == "initialize" else {}
-            send({"type": "control_response",
-                  "response": {"subtype": "success", "request_id": message.get("request_id"), "response": body}})
+            send(
+                {
+                    "type": "control_response",
+                    "response": {"subtype": "success", "request_id": message.get("request_id"), "response": body},
+                }
+            )
         else:
             refusal = f"fake-claude does not do {subtype}"
-            send({"type": "control_response",
-                  "response": {"subtype": "error", "request_id": message.get("request_id"), "error": refusal}})
+            send(
+                {
+                    "type": "control_response",
+                    "response": {"subtype": "error", "request_id": message.get("request_id"), "error": refusal},
+                }
+            )
         return str(subtype)
 
     def assistant(self, content: list[dict[str, Any]], error: str | None = None) -> None:
         message: dict[str, Any] = {
-            "type": "assistant", "parent_tool_use_id": None, "session_id": self.session_id, "uuid": str(uuid.uuid4()),
-            "message": {"id": f"msg_{uuid.uuid4().hex[:12]}", "role": "assistant", "model": MODEL, "content": content,
-                        "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 5}},
-        }  # fmt: skip
+            "type": "assistant",
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+            "uuid": str(uuid.uuid4()),
+            "message": {
+                "id": f"msg_{uuid.uuid4().hex[:12]}",
+                "role": "assistant",
+                "model": MODEL,
+                "content": content,
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            },
+        }
         if error:
             message["error"] = error
         send(message)
@@ -163,17 +180,37 @@ class FakeClaude:
     def result(self, subtype: str, is_error: bool, text: str | None, **extra: Any) -> None:
         self.turns += 1
         self.last_error = is_error
-        usage = {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0,
-                 "cache_read_input_tokens": 0}  # this turn only; modelUsage below is the running total
+        usage = {
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }  # this turn only; modelUsage below is the running total
         message = {
-            "type": "result", "subtype": subtype, "is_error": is_error, "duration_ms": 5, "duration_api_ms": 4,
-            "num_turns": 1, "session_id": self.session_id, "total_cost_usd": round(self.cost, 6), "usage": usage,
-            "modelUsage": {MODEL: {"inputTokens": self.tokens[0], "outputTokens": self.tokens[1],
-                                   "cacheReadInputTokens": 0, "cacheCreationInputTokens": 0,
-                                   "costUSD": round(self.cost, 6)}},
-            "permission_denials": [], "uuid": str(uuid.uuid4()), "stop_reason": None,
-            **({"result": text} if text is not None else {}), **extra,
-        }  # fmt: skip
+            "type": "result",
+            "subtype": subtype,
+            "is_error": is_error,
+            "duration_ms": 5,
+            "duration_api_ms": 4,
+            "num_turns": 1,
+            "session_id": self.session_id,
+            "total_cost_usd": round(self.cost, 6),
+            "usage": usage,
+            "modelUsage": {
+                MODEL: {
+                    "inputTokens": self.tokens[0],
+                    "outputTokens": self.tokens[1],
+                    "cacheReadInputTokens": 0,
+                    "cacheCreationInputTokens": 0,
+                    "costUSD": round(self.cost, 6),
+                }
+            },
+            "permission_denials": [],
+            "uuid": str(uuid.uuid4()),
+            "stop_reason": None,
+            **({"result": text} if text is not None else {}),
+            **extra,
+        }
         if SESSIONS:  # saved before the result goes out, and whole: a retry may resume the session at once
             sessions = load_sessions()
             sessions[self.session_id] = {"cost": self.cost, "tokens": self.tokens}
@@ -185,9 +222,20 @@ class FakeClaude:
 
     def turn(self, prompt: str) -> None:
         record(prompt=prompt)
-        send({"type": "system", "subtype": "init", "session_id": self.session_id, "uuid": str(uuid.uuid4()),
-              "cwd": os.getcwd(), "model": MODEL, "tools": ["Bash", "Read"], "claude_code_version": VERSION,
-              "permissionMode": "default", "apiKeySource": "none"})  # fmt: skip
+        send(
+            {
+                "type": "system",
+                "subtype": "init",
+                "session_id": self.session_id,
+                "uuid": str(uuid.uuid4()),
+                "cwd": os.getcwd(),
+                "model": MODEL,
+                "tools": ["Bash", "Read"],
+                "claude_code_version": VERSION,
+                "permissionMode": "default",
+                "apiKeySource": "none",
+            }
+        )
         if MODE == "crash":
             sys.stderr.write("fake-claude: reading the prompt\n")
             sys.stderr.write("fake-claude: fatal: segmentation fault in the tokenizer\n")
@@ -210,13 +258,27 @@ class FakeClaude:
         self.cost += COST
         self.tokens[0] += 100
         self.tokens[1] += 20
-        self.assistant([{"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:8]}", "name": "Bash",
-                         "input": {"command": "echo working", "description": "say it works"}}])  # fmt: skip
+        self.assistant(
+            [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{uuid.uuid4().hex[:8]}",
+                    "name": "Bash",
+                    "input": {"command": "echo working", "description": "say it works"},
+                }
+            ]
+        )
         seconds = SLOW_SECONDS if "[slow]" in prompt else TURN_SECONDS
         gate = WAIT_MARK.search(prompt)
         if self.work(SLOW_SECONDS if gate else seconds, gate.group(1) if gate else None):
-            send({"type": "user", "session_id": self.session_id, "parent_tool_use_id": None,
-                  "message": {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]}})
+            send(
+                {
+                    "type": "user",
+                    "session_id": self.session_id,
+                    "parent_tool_use_id": None,
+                    "message": {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"}]},
+                }
+            )
             self.result("error_during_execution", True, None, errors=[], terminal_reason="aborted_streaming")
             return
         if FAIL_ATTEMPTS and int(os.environ.get("ORCHESTRATOR_ATTEMPT") or "1") <= FAIL_ATTEMPTS:

@@ -178,7 +178,9 @@ class Replay:
             names = [p.name for p in agent.spec.memo_paths]
             if (memo in names or memo + ".md" in names) and (attempt is None or agent.spec.attempt == attempt):
                 return agent
-        raise AssertionError(f"no agent started for {memo}; started: {[a.spec.memo_paths for a in self.spawner.agents]}")
+        raise AssertionError(
+            f"no agent started for {memo}; started: {[a.spec.memo_paths for a in self.spawner.agents]}"
+        )
 
     async def exit(self, memo: str, code: int) -> None:
         self.agent(memo).exit(code)

@@ -27,8 +27,15 @@ pytestmark = pytest.mark.skipif(
 def _bench(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHESTRATOR_", "BENCH_"))}
     full_env.update(env)
-    return subprocess.run([sys.executable, str(RUN), "--smoke", *args], capture_output=True, text=True,
-                          env=full_env, cwd=REPO, timeout=280, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(RUN), "--smoke", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=280,
+        check=False,
+    )
 
 
 @pytest.mark.timeout(300)

@@ -27,7 +27,9 @@ LONG = 300  # seconds an agent would work if nobody stopped it
 
 def rec_for(project: Project, name: str) -> list[dict[str, Any]]:
     """Every recorded start of the memo with this file name."""
-    return [r for r in project.records() if any(Path(m).name == name for m in (r.get("memos") or [r.get("memo") or ""]))]
+    return [
+        r for r in project.records() if any(Path(m).name == name for m in (r.get("memos") or [r.get("memo") or ""]))
+    ]
 
 
 def started(project: Project, name: str) -> dict[str, Any]:
@@ -48,8 +50,14 @@ def alive_of(tree: dict[int, float]) -> list[int]:
 
 
 def cancel(project: Project, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator", "cancel", *args, "--root", str(project.root)],
-                          capture_output=True, text=True, env=project.env(), cwd=cwd, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", "cancel", *args, "--root", str(project.root)],
+        capture_output=True,
+        text=True,
+        env=project.env(),
+        cwd=cwd,
+        timeout=60,
+    )
 
 
 def cancel_json(project: Project, *args: str, cwd: Path | None = None) -> dict[str, Any]:
@@ -95,8 +103,11 @@ def drain_and_stop(project: Project, orch: Any, sentinel_role: str = "builder") 
 def test_cancel_running_agent_and_its_grandchild(project: Project) -> None:
     project.configure({"builder": {"grace": "10s"}})
     orch = project.up()
-    project.drop("builder", "B-031.md", {"id": "B-031", "subject": "three articles",
-                                         "agent": {"sleep": LONG, "grandchild": True}})  # fmt: skip
+    project.drop(
+        "builder",
+        "B-031.md",
+        {"id": "B-031", "subject": "three articles", "agent": {"sleep": LONG, "grandchild": True}},
+    )
     record = started(project, "B-031.md")
     tree = tree_of(record)
     agent, grandchild = record["pid"], record["children"][0]
@@ -120,8 +131,11 @@ def test_cancel_running_agent_and_its_grandchild(project: Project) -> None:
 def test_cancel_escalates_to_sigkill_and_ends_orphaned_and_setsid_grandchildren(project: Project) -> None:
     project.configure({"builder": {"grace": "1s"}})
     orch = project.up()
-    project.drop("builder", "stubborn.md", {"id": "S-1", "agent": {"sleep": LONG, "ignore_term": True,
-                                                                   "orphan": True, "setsid": True}})  # fmt: skip
+    project.drop(
+        "builder",
+        "stubborn.md",
+        {"id": "S-1", "agent": {"sleep": LONG, "ignore_term": True, "orphan": True, "setsid": True}},
+    )
     record = started(project, "stubborn.md")
     tree = tree_of(record)
     orphan, escaped = record["children"]
@@ -167,8 +181,10 @@ def test_cancel_in_retry_wait_is_never_retried(project: Project) -> None:
     project.configure({"builder": {"retry": {"max": 2, "backoff": ["5s"]}}})
     orch = project.up()
     project.drop("builder", "F.md", {"id": "F", "agent": {"exit": 1}})
-    run = wait_for(lambda: next((r for r in live_runs(project) if r["state"] == "retry_wait"), None),
-                   what="the run waiting for its retry")  # fmt: skip
+    run = wait_for(
+        lambda: next((r for r in live_runs(project) if r["state"] == "retry_wait"), None),
+        what="the run waiting for its retry",
+    )
     due = datetime.fromisoformat(run["next_attempt_at"])
 
     answer = cancel_json(project, "F.md")
@@ -198,14 +214,14 @@ def test_cancel_by_id_file_name_stem_and_paths(project: Project) -> None:
     wait_for(lambda: queued_memos(project, "builder") == names, what="five queued memos")
 
     forms: list[tuple[str, tuple[str, ...], Path | None]] = [
-        ("M1.md", ("id-M1",), None),                          # front-matter id
-        ("M2.md", ("M2.md",), None),                          # file name
-        ("M3.md", ("M3",), None),                             # file name without .md
-        ("M4.md", (str(inbox / "M4.md"),), None),             # absolute path
+        ("M1.md", ("id-M1",), None),  # front-matter id
+        ("M2.md", ("M2.md",), None),  # file name
+        ("M3.md", ("M3",), None),  # file name without .md
+        ("M4.md", (str(inbox / "M4.md"),), None),  # absolute path
         ("M5.md", ("memo/builder/inbox/M5.md",), project.root),  # relative path
         ("R1.md", ("memo/builder/inbox/R1.md",), project.root),  # where it was dropped; it runs from active/ now
         ("R2.md", (str(project.root / "memo" / "builder" / "active" / "R2.md"),), None),  # where it runs
-    ]  # fmt: skip
+    ]
     for name, args, cwd in forms:
         answer = cancel_json(project, *args, cwd=cwd)
         assert answer["memo"] == name, f"cancel {args} cancelled {answer['memo']}"
@@ -297,7 +313,10 @@ def test_cancel_role_stops_all_its_queued_and_running_work(project: Project) -> 
 
     assert answer["count"] == 3
     assert sorted((i["memo"], i["previous_state"]) for i in answer["cancelled"]) == [
-        ("b1.md", "running"), ("b2.md", "running"), ("b3.md", "queued")]  # fmt: skip
+        ("b1.md", "running"),
+        ("b2.md", "running"),
+        ("b3.md", "queued"),
+    ]
     assert alive_of(trees["b1.md"]) == [] and alive_of(trees["b2.md"]) == []
     assert project.folder("builder", "cancelled") == ["b1.md", "b2.md", "b3.md"]
     assert alive_of(trees["r1.md"]) == list(trees["r1.md"]), "another role's agent was touched"
@@ -410,7 +429,9 @@ def test_cancellation_is_recorded_told_to_the_coordinator_and_flagged_on_late_re
     db.close()
     assert len(rows) == 1
     row = rows[0]
-    assert row["role"] == "builder" and row["previous_state"] == "running" and row["reason"] == "the owner called it off"
+    assert (
+        row["role"] == "builder" and row["previous_state"] == "running" and row["reason"] == "the owner called it off"
+    )
     assert row["who"] and row["cancelled_at"] and record["pid"] in json.loads(row["pids"])
     assert row["notice_path"] and Path(row["notice_path"]).name == notice.name
 
@@ -439,8 +460,13 @@ def test_a_second_cancel_of_the_same_memo_waits_for_the_first(project: Project) 
     orch = project.up()
     project.drop("builder", "stubborn.md", {"id": "S-2", "agent": {"sleep": LONG, "ignore_term": True}})
     tree = tree_of(started(project, "stubborn.md"))
-    first = subprocess.Popen([sys.executable, "-m", "orchestrator", "cancel", "S-2", "--json", "--root", str(project.root)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=project.env())  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "cancel", "S-2", "--json", "--root", str(project.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=project.env(),
+    )
     try:
         wait_for(lambda: [r["state"] for r in live_runs(project)] == ["cancelling"], what="the first cancel under way")
         second = cancel_json(project, "S-2")

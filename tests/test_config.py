@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from conftest import STAND_IN, Project, wait_for
 
 Mutate = Callable[[Path], None]
@@ -64,36 +65,72 @@ def _raw(text: str | None) -> Mutate:
 CASES: list[tuple[str, Mutate, list[str]]] = [
     ("unknown top-level key", _set("max_concurent", value=3), ["roles.yaml: max_concurent: unknown key"]),
     ("unknown key in defaults", _set("defaults", "timout", value="5s"), ["roles.yaml: defaults.timout: unknown key"]),
-    ("unknown key in a role", _set("roles", "builder", "promt", value="x.md"),
-     ["roles.yaml: roles.builder.promt: unknown key"]),
-    ("unknown key in retry", _set("roles", "builder", "retry", value={"maxx": 1}),
-     ["roles.builder.retry.maxx: unknown key"]),
-    ("bad duration in defaults", _set("defaults", "timeout", value="5 minutes"),
-     ["roles.yaml: defaults.timeout: expected a duration", "'5 minutes'"]),
-    ("bad duration in a role", _set("roles", "builder", "grace", value="soon"),
-     ["roles.builder.grace: expected a duration", "'soon'"]),
-    ("bad backoff duration", _set("roles", "builder", "retry", value={"max": 2, "backoff": ["1s", "later"]}),
-     ["roles.builder.retry.backoff.1: expected a duration", "'later'"]),
-    ("negative duration", _set("defaults", "timeout", value=-5),
-     ["defaults.timeout: expected a duration that is not negative"]),
+    (
+        "unknown key in a role",
+        _set("roles", "builder", "promt", value="x.md"),
+        ["roles.yaml: roles.builder.promt: unknown key"],
+    ),
+    (
+        "unknown key in retry",
+        _set("roles", "builder", "retry", value={"maxx": 1}),
+        ["roles.builder.retry.maxx: unknown key"],
+    ),
+    (
+        "bad duration in defaults",
+        _set("defaults", "timeout", value="5 minutes"),
+        ["roles.yaml: defaults.timeout: expected a duration", "'5 minutes'"],
+    ),
+    (
+        "bad duration in a role",
+        _set("roles", "builder", "grace", value="soon"),
+        ["roles.builder.grace: expected a duration", "'soon'"],
+    ),
+    (
+        "bad backoff duration",
+        _set("roles", "builder", "retry", value={"max": 2, "backoff": ["1s", "later"]}),
+        ["roles.builder.retry.backoff.1: expected a duration", "'later'"],
+    ),
+    (
+        "negative duration",
+        _set("defaults", "timeout", value=-5),
+        ["defaults.timeout: expected a duration that is not negative"],
+    ),
     ("duration as a boolean", _set("rescan_interval", value=True), ["rescan_interval: expected a duration"]),
     ("integer as text", _set("max_concurrent", value="many"), ["roles.yaml: max_concurrent:", "integer", "'many'"]),
-    ("zero limit", _set("roles", "builder", "max_concurrent", value=0),
-     ["roles.builder.max_concurrent:", "greater than or equal to 1"]),
-    ("boolean as text", _set("roles", "builder", "batch", value="maybe"),
-     ["roles.builder.batch:", "boolean", "'maybe'"]),
-    ("command as a string", _set("roles", "builder", "command", value="claude -p"),
-     ["roles.builder.command:", "list", "'claude -p'"]),
+    (
+        "zero limit",
+        _set("roles", "builder", "max_concurrent", value=0),
+        ["roles.builder.max_concurrent:", "greater than or equal to 1"],
+    ),
+    (
+        "boolean as text",
+        _set("roles", "builder", "batch", value="maybe"),
+        ["roles.builder.batch:", "boolean", "'maybe'"],
+    ),
+    (
+        "command as a string",
+        _set("roles", "builder", "command", value="claude -p"),
+        ["roles.builder.command:", "list", "'claude -p'"],
+    ),
     ("empty command", _set("roles", "builder", "command", value=[]), ["roles.builder.command:", "at least 1"]),
-    ("prompt_via not a choice", _set("defaults", "prompt_via", value="pipe"),
-     ["defaults.prompt_via:", "'stdin' or 'arg'", "'pipe'"]),
+    (
+        "prompt_via not a choice",
+        _set("defaults", "prompt_via", value="pipe"),
+        ["defaults.prompt_via:", "'stdin' or 'arg'", "'pipe'"],
+    ),
     ("env value not text", _set("roles", "builder", "env", value={"DEPTH": 3}), ["roles.builder.env.DEPTH:", "string"]),
     ("notify names an unknown role", _set("notify", value="boss"), ["roles.yaml: notify:", "'boss'", "builder"]),
     ("no roles", _set("roles", value={}), ["roles.yaml: roles:", "at least 1"]),
-    ("a role that is null", _set("roles", "builder", value=None),
-     ["roles.yaml: roles.builder: expected a mapping of keys (got None)"]),
-    ("a bad system_prompt preset, one line for a union", _set("roles", "builder", "system_prompt", value={"preset": "x"}),
-     ["roles.builder.system_prompt.preset:", "'claude_code'"]),
+    (
+        "a role that is null",
+        _set("roles", "builder", value=None),
+        ["roles.yaml: roles.builder: expected a mapping of keys (got None)"],
+    ),
+    (
+        "a bad system_prompt preset, one line for a union",
+        _set("roles", "builder", "system_prompt", value={"preset": "x"}),
+        ["roles.builder.system_prompt.preset:", "'claude_code'"],
+    ),
     ("roles missing", _raw("max_concurrent: 3\n"), ["roles.yaml: roles: required key is missing"]),
     ("roles as a list", _raw("roles: [builder]\n"), ["roles.yaml: roles:", "expected a mapping of keys"]),
     ("a list at the top", _raw("- builder\n"), ["roles.yaml: expected a mapping with a `roles` key"]),
@@ -102,29 +139,51 @@ CASES: list[tuple[str, Mutate, list[str]]] = [
     ("tab-indented YAML", _raw("roles:\n\tbuilder: {}\n"), ["roles.yaml: not valid YAML at line 2"]),
     ("missing roles.yaml", _raw(None), ["roles.yaml: not found", "orchestrator init"]),
     ("roles.yaml not UTF-8", _write("roles.yaml", b"roles: {b\xff: {}}\n"), ["roles.yaml: cannot read"]),
-    ("role name with a slash", _set("roles", "a/b", value={"prompt": "prompts/builder.md"}),
-     ["roles.a/b: a role name"]),
-    ("unknown placeholder", _write("prompts/builder.md", "Hello $role,\nsee $memo_pth\n"),
-     ["prompts/builder.md: unknown placeholder $memo_pth", "$memo_path"]),
-    ("unknown braced placeholder", _write("prompts/builder.md", "${nme}"),
-     ["prompts/builder.md: unknown placeholder $nme"]),
-    ("a lone dollar", _write("prompts/builder.md", "$role\ncosts 5 $ each\n"),
-     ["prompts/builder.md: line 2: a '$' that starts no placeholder", "'$$'"]),
+    (
+        "role name with a slash",
+        _set("roles", "a/b", value={"prompt": "prompts/builder.md"}),
+        ["roles.a/b: a role name"],
+    ),
+    (
+        "unknown placeholder",
+        _write("prompts/builder.md", "Hello $role,\nsee $memo_pth\n"),
+        ["prompts/builder.md: unknown placeholder $memo_pth", "$memo_path"],
+    ),
+    (
+        "unknown braced placeholder",
+        _write("prompts/builder.md", "${nme}"),
+        ["prompts/builder.md: unknown placeholder $nme"],
+    ),
+    (
+        "a lone dollar",
+        _write("prompts/builder.md", "$role\ncosts 5 $ each\n"),
+        ["prompts/builder.md: line 2: a '$' that starts no placeholder", "'$$'"],
+    ),
     ("a dollar before a digit", _write("prompts/builder.md", "costs $5\n"), ["prompts/builder.md: line 1:", "'$$'"]),
     ("prompt not UTF-8", _write("prompts/builder.md", b"\xff\xfe$memo"), ["prompts/builder.md: cannot read prompt"]),
-    ("missing prompt file", _set("roles", "builder", "prompt", value="prompts/missing.md"),
-     ["prompts/missing.md: prompt file not found", "`prompt`"]),
-    ("command not on PATH", _set("roles", "builder", "command", value=["no-such-agent-xyz", "-p"]),
-     ["roles.yaml: roles.builder.command: 'no-such-agent-xyz' not found on PATH", "ORCHESTRATOR_SPAWN_CMD"]),
-    ("command path not executable", _set("roles", "builder", "command", value=["./agent.sh"]),
-     ["roles.builder.command: './agent.sh' is not an executable file"]),
+    (
+        "missing prompt file",
+        _set("roles", "builder", "prompt", value="prompts/missing.md"),
+        ["prompts/missing.md: prompt file not found", "`prompt`"],
+    ),
+    (
+        "command not on PATH",
+        _set("roles", "builder", "command", value=["no-such-agent-xyz", "-p"]),
+        ["roles.yaml: roles.builder.command: 'no-such-agent-xyz' not found on PATH", "ORCHESTRATOR_SPAWN_CMD"],
+    ),
+    (
+        "command path not executable",
+        _set("roles", "builder", "command", value=["./agent.sh"]),
+        ["roles.builder.command: './agent.sh' is not an executable file"],
+    ),
     ("missing cwd", _set("roles", "builder", "cwd", value="nowhere"), ["roles.yaml: roles.builder.cwd:", "nowhere"]),
 ]
 
 
 @pytest.mark.parametrize("mutate, fragments", [pytest.param(m, f, id=i) for i, m, f in CASES])
-def test_config_error_exits_2_with_one_line_and_touches_no_memo(project: Project, mutate: Mutate,
-                                                                 fragments: list[str]) -> None:  # fmt: skip
+def test_config_error_exits_2_with_one_line_and_touches_no_memo(
+    project: Project, mutate: Mutate, fragments: list[str]
+) -> None:
     project.configure({"builder": {}, "reviewer": {}})
     mutate(project.root)
     memo = project.drop("builder", "waiting.md", {"id": "W-1"})

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import Project, wait_for
 from rich.console import Console as RichConsole
 
+from conftest import Project, wait_for
 from orchestrator import console
 from orchestrator.config import Role
 from orchestrator.console import LOG_BACKUPS, LOG_MAX_BYTES, Console, render_view
@@ -53,14 +53,46 @@ def test_say_fail_and_print_json_write_exact_lines(capsys: pytest.CaptureFixture
 
 
 def _snapshot(runs: list[Any], recent: list[Any]) -> dict[str, Any]:
-    return {"running": True, "pid": 99, "root": "/team", "ending": None, "runs": runs, "recent": recent,
-            "queued": {"builder": 2}, "limits": {"running": 1, "max_concurrent": 10}, "events": ["e1"]}  # fmt: skip
+    return {
+        "running": True,
+        "pid": 99,
+        "root": "/team",
+        "ending": None,
+        "runs": runs,
+        "recent": recent,
+        "queued": {"builder": 2},
+        "limits": {"running": 1, "max_concurrent": 10},
+        "events": ["e1"],
+    }
 
 
-RUNNING = RunView(run_id=7, role="builder", memo="b.md", memo_id="B-1", memos=["b.md"], subject="three articles",
-                  state="running", pid=4242, attempt=1, elapsed=12.4, backend="sdk", activity="Bash", cost_usd=0.0123)  # fmt: skip
-FAILED = RunView(run_id=3, role="pm", memo="a.md", memos=["a.md"], state="failed", attempt=2, exit_code=3,
-                 ended_at="2026-11-30T09:10:01.000+01:00", reason="exit code 3", input_tokens=10)  # fmt: skip
+RUNNING = RunView(
+    run_id=7,
+    role="builder",
+    memo="b.md",
+    memo_id="B-1",
+    memos=["b.md"],
+    subject="three articles",
+    state="running",
+    pid=4242,
+    attempt=1,
+    elapsed=12.4,
+    backend="sdk",
+    activity="Bash",
+    cost_usd=0.0123,
+)
+FAILED = RunView(
+    run_id=3,
+    role="pm",
+    memo="a.md",
+    memos=["a.md"],
+    state="failed",
+    attempt=2,
+    exit_code=3,
+    ended_at="2026-11-30T09:10:01.000+01:00",
+    reason="exit code 3",
+    input_tokens=10,
+)
 
 
 def test_status_tables_on_a_pipe_are_160_wide_and_show_the_runs() -> None:
@@ -70,8 +102,19 @@ def test_status_tables_on_a_pipe_are_160_wide_and_show_the_runs() -> None:
     assert lines[0] == "orchestrator running for /team (pid 99)"
     assert max(len(line) for line in lines) == 160  # not a terminal: the fixed width, whatever $COLUMNS says
     text = out.getvalue()
-    for shown in ("B-1", "running", "4242", "12s", "0.0123", "a.md", "failed", "2026-11-30T09:10:01", "10/0",
-                  "exit code 3", "queued: builder 2"):  # fmt: skip
+    for shown in (
+        "B-1",
+        "running",
+        "4242",
+        "12s",
+        "0.0123",
+        "a.md",
+        "failed",
+        "2026-11-30T09:10:01",
+        "10/0",
+        "exit code 3",
+        "queued: builder 2",
+    ):
         assert shown in text, shown
 
 
@@ -82,8 +125,10 @@ def test_views_and_their_json_print_the_same() -> None:
     for draw in (console.print_status, console.print_history):
         if draw is console.print_history:
             totals = {"by_role": {}, "by_day": {}, "cost_usd": 0.0, "runs": 2}
-            as_json, as_views = ({"runs": [RUNNING.to_history_json(), FAILED.to_history_json()], "totals": totals},
-                                 {"runs": [RUNNING, FAILED], "totals": totals})  # fmt: skip
+            as_json, as_views = (
+                {"runs": [RUNNING.to_history_json(), FAILED.to_history_json()], "totals": totals},
+                {"runs": [RUNNING, FAILED], "totals": totals},
+            )
         one, other = io.StringIO(), io.StringIO()
         draw(as_json, one)
         draw(as_views, other)
@@ -139,25 +184,52 @@ def test_a_log_that_cannot_be_written_costs_no_traceback(capsys: pytest.CaptureF
 # ---------------------------------------------------------------- RunView
 def _run(state: RunState, agent: Any = None, memos: int = 1) -> Run:
     role = Role(name="builder", prompt="prompts/builder.md", backend="sdk")
-    refs = [MemoRef(name=f"m{i}.md", path=Path(f"/team/memo/builder/active/m{i}.md"), memo_id=f"M-{i}" if i == 0 else None,
-                    subject="three articles" if i == 0 else None) for i in range(memos)]  # fmt: skip
-    return Run(run_id=7, role=role, memos=refs, arrival=1, attempt=2, state=state, agent=agent,
-               log_path=Path("/team/.orchestrator/logs/7-builder.log"), started_mono=time.monotonic() - 5.0,
-               started_at="2026-11-30T09:12:01.000+01:00", next_attempt_at="2026-11-30T09:13:01.000+01:00")  # fmt: skip
+    refs = [
+        MemoRef(
+            name=f"m{i}.md",
+            path=Path(f"/team/memo/builder/active/m{i}.md"),
+            memo_id=f"M-{i}" if i == 0 else None,
+            subject="three articles" if i == 0 else None,
+        )
+        for i in range(memos)
+    ]
+    return Run(
+        run_id=7,
+        role=role,
+        memos=refs,
+        arrival=1,
+        attempt=2,
+        state=state,
+        agent=agent,
+        log_path=Path("/team/.orchestrator/logs/7-builder.log"),
+        started_mono=time.monotonic() - 5.0,
+        started_at="2026-11-30T09:12:01.000+01:00",
+        next_attempt_at="2026-11-30T09:13:01.000+01:00",
+    )
 
 
 def _described(run: Run) -> dict[str, Any]:
     """The keys a live run had in ``status --json`` before RunView (the old ``Run.describe``)."""
     agent = run.agent
     return {
-        "run_id": run.run_id, "seq": run.seq, "role": run.role.name, "memo": run.memos[0].name, "memo_id": run.memos[0].memo_id,
-        "memos": [m.name for m in run.memos], "subject": run.subject, "state": run.state.value, "pid": run.pid,
-        "attempt": run.attempt, "started_at": run.started_at,
+        "run_id": run.run_id,
+        "seq": run.seq,
+        "role": run.role.name,
+        "memo": run.memos[0].name,
+        "memo_id": run.memos[0].memo_id,
+        "memos": [m.name for m in run.memos],
+        "subject": run.subject,
+        "state": run.state.value,
+        "pid": run.pid,
+        "attempt": run.attempt,
+        "started_at": run.started_at,
         "elapsed": round(run.elapsed(time.monotonic()), 3) if run.state.live else None,
         "next_attempt_at": run.next_attempt_at if run.state is RunState.RETRY_WAIT else None,
-        "backend": run.role.backend, "activity": agent.activity if agent else None,
-        "cost_usd": agent.cost_usd if agent else None, "log": str(run.log_path) if run.log_path else None,
-    }  # fmt: skip
+        "backend": run.role.backend,
+        "activity": agent.activity if agent else None,
+        "cost_usd": agent.cost_usd if agent else None,
+        "log": str(run.log_path) if run.log_path else None,
+    }
 
 
 @pytest.mark.parametrize("state", [RunState.RUNNING, RunState.RETRY_WAIT, RunState.QUEUED, RunState.CANCELLING])
@@ -182,24 +254,60 @@ def test_from_run_agrees_with_describe_for_every_key(state: RunState) -> None:
 def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
     try:
-        run_id = store.insert_run(role="builder", backend="sdk", memos=["b.md", "c.md"], memo_ids=["B-1", None],
-                                  subject="three articles", state="running", attempt=1)  # fmt: skip
-        store.update_run(run_id, state="failed", pid=4242, started_at="2026-11-30T09:12:01.000+01:00",
-                         ended_at="2026-11-30T09:12:09.000+01:00", exit_code=3, reason="exit code 3",
-                         log_path="/team/.orchestrator/logs/1-builder.log", cost_usd=0.5, input_tokens=10,
-                         output_tokens=20, num_turns=3, session_id="s-1", is_error=1)  # fmt: skip
+        run_id = store.insert_run(
+            role="builder",
+            backend="sdk",
+            memos=["b.md", "c.md"],
+            memo_ids=["B-1", None],
+            subject="three articles",
+            state="running",
+            attempt=1,
+        )
+        store.update_run(
+            run_id,
+            state="failed",
+            pid=4242,
+            started_at="2026-11-30T09:12:01.000+01:00",
+            ended_at="2026-11-30T09:12:09.000+01:00",
+            exit_code=3,
+            reason="exit code 3",
+            log_path="/team/.orchestrator/logs/1-builder.log",
+            cost_usd=0.5,
+            input_tokens=10,
+            output_tokens=20,
+            num_turns=3,
+            session_id="s-1",
+            is_error=1,
+        )
         row = store.run(run_id)
     finally:
         store.close()
     assert row is not None
     view = RunView.from_row(row)
     assert view.to_json() == {
-        "run_id": run_id, "seq": None, "role": "builder", "memo": "b.md", "memo_id": "B-1", "memos": ["b.md", "c.md"],
-        "subject": "three articles", "state": "failed", "pid": 4242, "attempt": 1,
-        "started_at": "2026-11-30T09:12:01.000+01:00", "ended_at": "2026-11-30T09:12:09.000+01:00", "elapsed": None,
-        "next_attempt_at": None, "exit_code": 3, "reason": "exit code 3", "backend": "sdk", "activity": None,
-        "cost_usd": 0.5, "input_tokens": 10, "output_tokens": 20, "log": "/team/.orchestrator/logs/1-builder.log",
-    }  # fmt: skip
+        "run_id": run_id,
+        "seq": None,
+        "role": "builder",
+        "memo": "b.md",
+        "memo_id": "B-1",
+        "memos": ["b.md", "c.md"],
+        "subject": "three articles",
+        "state": "failed",
+        "pid": 4242,
+        "attempt": 1,
+        "started_at": "2026-11-30T09:12:01.000+01:00",
+        "ended_at": "2026-11-30T09:12:09.000+01:00",
+        "elapsed": None,
+        "next_attempt_at": None,
+        "exit_code": 3,
+        "reason": "exit code 3",
+        "backend": "sdk",
+        "activity": None,
+        "cost_usd": 0.5,
+        "input_tokens": 10,
+        "output_tokens": 20,
+        "log": "/team/.orchestrator/logs/1-builder.log",
+    }
     history = view.to_history_json()
     assert list(history) == list(HISTORY_KEYS)
     assert (history["num_turns"], history["session_id"], history["is_error"]) == (3, "s-1", True)
@@ -208,11 +316,24 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
 
 def test_a_cancel_view_answers_with_the_keys_of_cancel() -> None:
     run = _run(RunState.QUEUED, memos=2)  # a queued memo's stand-in run: the answer names the state it ends in
-    answer = CancelView.from_run(run, 0.0, state="cancelled", previous_state="running", pids=[4242, 4243], seconds=0.051, survivors=[],
-                                 moved_to=["/team/memo/builder/cancelled/m0.md"], reason="called off").to_json()  # fmt: skip
+    answer = CancelView.from_run(
+        run,
+        0.0,
+        state="cancelled",
+        previous_state="running",
+        pids=[4242, 4243],
+        seconds=0.051,
+        survivors=[],
+        moved_to=["/team/memo/builder/cancelled/m0.md"],
+        reason="called off",
+    ).to_json()
     assert list(answer) == list(CANCEL_KEYS)
-    assert (answer["state"], answer["previous_state"], answer["pids"], answer["escalated"]) == \
-        ("cancelled", "running", [4242, 4243], False)  # fmt: skip
+    assert (answer["state"], answer["previous_state"], answer["pids"], answer["escalated"]) == (
+        "cancelled",
+        "running",
+        [4242, 4243],
+        False,
+    )
     assert answer["memos"] == ["m0.md", "m1.md"] and answer["notice"] is None
     # an answer about a run that was already being cancelled names no run
     assert CancelView.of({"memo": "m0.md", "role": "builder", "state": "cancelled", "note": "x"}).run_id is None

@@ -15,8 +15,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -55,8 +56,10 @@ def status_answers(project: Project, timeout: float = 5.0) -> dict[str, Any]:
 
 
 def started(project: Project, name: str) -> dict[str, Any]:
-    return wait_for(lambda: next((r for r in project.records() if Path(r["memo"] or "").name == name), None),
-                    what=f"{name}'s agent to start")  # fmt: skip
+    return wait_for(
+        lambda: next((r for r in project.records() if Path(r["memo"] or "").name == name), None),
+        what=f"{name}'s agent to start",
+    )
 
 
 def tree_of(record: dict[str, Any]) -> dict[int, float]:
@@ -95,7 +98,9 @@ def test_socket_folder_is_0700_and_socket_0600(running: Project) -> None:
     assert not sock_path(running).exists(), "the socket outlived its orchestrator"
 
 
-@pytest.mark.skipif(os.getuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root to act as another user")
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root to act as another user"
+)
 def test_another_user_cannot_use_the_channel() -> None:
     """Three locks, each checked with the ones before it opened: folder 0700, socket 0600, the peer's uid."""
     base = Path(tempfile.mkdtemp(prefix="orch-owner-"))
@@ -112,15 +117,20 @@ def test_another_user_cannot_use_the_channel() -> None:
             "except PermissionError:\n"
             "    print('EACCES'); sys.exit()\n"
             "try:\n"
-            "    s.sendall(b'{\"op\": \"stop\", \"force\": true}\\n')\n"
+            '    s.sendall(b\'{"op": "stop", "force": true}\\n\')\n'
             "except BrokenPipeError:\n"
             "    pass  # refused and closed before reading the request: the answer is still there\n"
             "print(s.makefile().readline().strip())\n"
         )
 
         def as_nobody() -> str:
-            result = subprocess.run(["/usr/bin/python3", "-c", probe, str(sock_path(project))], user=65534,
-                                    capture_output=True, text=True, timeout=30)  # fmt: skip
+            result = subprocess.run(
+                ["/usr/bin/python3", "-c", probe, str(sock_path(project))],
+                user=65534,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert result.returncode == 0, result.stderr
             return result.stdout.strip()
 
@@ -153,7 +163,7 @@ def test_bad_requests_get_an_error_answer_and_the_loop_keeps_serving(running: Pr
         b'{"memo": "B-031"}\n',
         b'{"op": "explode"}\n',
         b"\xff\xfe\x00 not utf-8\n",
-        b"{\"op\": \"status\"\n",
+        b'{"op": "status"\n',
         b'{"op": "cancel"}\n',
         b'{"op": "cancel", "memo": ["a", "list"]}\n',
         b'{"op": "cancel", "role": 7}\n',
@@ -295,8 +305,11 @@ def test_stop_force_kills_agents_and_returns_their_memos(project: Project) -> No
 def test_status_through_the_channel_shows_pids_elapsed_and_cancelling(project: Project) -> None:
     project.configure({"builder": {"grace": "3s"}})
     orch = project.up()
-    project.drop("builder", "stubborn.md", {"id": "S-1", "subject": "ignores TERM",
-                                            "agent": {"sleep": LONG, "ignore_term": True}})  # fmt: skip
+    project.drop(
+        "builder",
+        "stubborn.md",
+        {"id": "S-1", "subject": "ignores TERM", "agent": {"sleep": LONG, "ignore_term": True}},
+    )
     record = started(project, "stubborn.md")
     snap = project.status()
     assert snap["running"] is True and snap["pid"] == orch.proc.pid
@@ -304,12 +317,18 @@ def test_status_through_the_channel_shows_pids_elapsed_and_cancelling(project: P
     assert run["state"] == "running" and run["pid"] == record["pid"] and run["elapsed"] >= 0
     wait_for(lambda: project.status()["runs"][0]["elapsed"] > run["elapsed"], what="elapsed time to grow")
 
-    canceller = subprocess.Popen([sys.executable, "-m", "orchestrator", "cancel", "S-1", "--json",
-                                  "--root", str(project.root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=project.env())  # fmt: skip
+    canceller = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "cancel", "S-1", "--json", "--root", str(project.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=project.env(),
+    )
     try:
-        cancelling = wait_for(lambda: next((r for r in project.status()["runs"] if r["state"] == "cancelling"), None),
-                              what="the run shown as cancelling")  # fmt: skip
+        cancelling = wait_for(
+            lambda: next((r for r in project.status()["runs"] if r["state"] == "cancelling"), None),
+            what="the run shown as cancelling",
+        )
         assert cancelling["pid"] == record["pid"] and cancelling["elapsed"] > 0
         human = project.cli("status")
         assert human.returncode == 0 and "cancelling" in human.stdout, human.stdout
@@ -385,16 +404,29 @@ def _one_shot_server(root: Path, behave: Any) -> Any:
     ("behave", "error", "text"),
     [
         # refuses at once, before the request is read (what the real server does for another uid)
-        (lambda c: c.sendall(b'{"ok": false, "code": "error", "error": "permission denied: not the socket\'s owner"}\n'),
-         "ControlError", "permission denied"),
+        (
+            lambda c: c.sendall(
+                b'{"ok": false, "code": "error", "error": "permission denied: not the socket\'s owner"}\n'
+            ),
+            "ControlError",
+            "permission denied",
+        ),
         (lambda c: c.recv(100), "ControlError", "closed the connection without an answer"),
-        (lambda c: (c.recv(100), c.sendall(b'{"ok": false, "code": "ambiguous", "error": "two match"}\n')),
-         "AmbiguousMemoError", "two match"),
-        (lambda c: (c.recv(100), c.sendall(b'{"ok": true, "result": {"x": 1}')), "ControlError", "closed the connection"),
+        (
+            lambda c: (c.recv(100), c.sendall(b'{"ok": false, "code": "ambiguous", "error": "two match"}\n')),
+            "AmbiguousMemoError",
+            "two match",
+        ),
+        (
+            lambda c: (c.recv(100), c.sendall(b'{"ok": true, "result": {"x": 1}')),
+            "ControlError",
+            "closed the connection",
+        ),
     ],
-)  # fmt: skip
-def test_the_client_turns_every_server_failure_into_one_clear_error(tmp_path: Path, behave: Any, error: str,
-                                                                     text: str) -> None:  # fmt: skip
+)
+def test_the_client_turns_every_server_failure_into_one_clear_error(
+    tmp_path: Path, behave: Any, error: str, text: str
+) -> None:
     from orchestrator.core import errors
 
     server, thread = _one_shot_server(tmp_path, behave)
@@ -408,9 +440,9 @@ def test_the_client_turns_every_server_failure_into_one_clear_error(tmp_path: Pa
 
 
 def test_the_client_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> None:
-    from orchestrator.core import errors
-
     import threading
+
+    from orchestrator.core import errors
 
     release = threading.Event()
     server, thread = _one_shot_server(tmp_path, lambda c: (c.recv(100), release.wait(10)))

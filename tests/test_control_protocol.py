@@ -11,8 +11,9 @@ import asyncio
 import json
 import socket
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,13 @@ def test_every_request_the_cli_sends_is_valid_and_keeps_its_fields(op: str, args
 def test_defaults_are_filled_in() -> None:
     assert protocol.parse_request(b'{"op": "stop"}').model_dump() == {"op": "stop", "force": False, "who": "unknown"}
     assert protocol.parse_request(b'{"op": "cancel"}').model_dump() == {
-        "op": "cancel", "memo": None, "role": None, "reason": "", "all": False, "who": "unknown"}  # fmt: skip
+        "op": "cancel",
+        "memo": None,
+        "role": None,
+        "reason": "",
+        "all": False,
+        "who": "unknown",
+    }
     interrupt = protocol.parse_request(b'{"op": "interrupt", "memo": "x"}')
     assert isinstance(interrupt, protocol.InterruptRequest) and not interrupt.keep and interrupt.reason == "interrupted"
 
@@ -79,7 +86,7 @@ def test_defaults_are_filled_in() -> None:
         (b"\xff\xfe\x00 not utf-8", "expected one JSON object per line"),
         (b"", "expected one JSON object per line"),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_request_is_a_usage_error_that_names_what_is_wrong(raw: bytes, text: str) -> None:
     assert text in refusal(raw)
 
@@ -128,10 +135,16 @@ def test_brackets_inside_a_string_are_text() -> None:
 
 def test_answers_have_one_of_two_shapes() -> None:
     assert json.loads(protocol.Answer.success({"a": None, "p": Path("/x")}).to_line()) == {
-        "ok": True, "result": {"a": None, "p": "/x"}}  # fmt: skip
+        "ok": True,
+        "result": {"a": None, "p": "/x"},
+    }
     assert json.loads(protocol.Answer.failure("usage", "no").to_line()) == {"ok": False, "code": "usage", "error": "no"}
-    for bad in ({"ok": True}, {"ok": True, "result": {}, "error": "x"}, {"ok": False, "code": "error"},
-                {"ok": False, "code": "error", "error": "x", "result": {}}):  # fmt: skip
+    for bad in (
+        {"ok": True},
+        {"ok": True, "result": {}, "error": "x"},
+        {"ok": False, "code": "error"},
+        {"ok": False, "code": "error", "error": "x", "result": {}},
+    ):
         with pytest.raises(ValueError):
             protocol.Answer(**bad)
 
@@ -181,19 +194,31 @@ def test_the_handler_gets_the_validated_model_and_its_result_is_the_answer(tmp_p
     results, logged = serve(tmp_path, handle, client)
     assert [r["op"] for r in results] == [op for op, _ in CLI_REQUESTS]
     assert results[0]["where"] == str(tmp_path)
-    assert [type(r).__name__ for r in seen] == ["StatusRequest", "StopRequest", "CancelRequest", "CancelRequest",
-                                                "InterruptRequest", "TellRequest"]  # fmt: skip
+    assert [type(r).__name__ for r in seen] == [
+        "StatusRequest",
+        "StopRequest",
+        "CancelRequest",
+        "CancelRequest",
+        "InterruptRequest",
+        "TellRequest",
+    ]
     assert isinstance(seen[2], protocol.CancelRequest) and seen[2].memo == "B-031" and seen[2].all is False
     assert logged == []
 
 
 @pytest.mark.parametrize(
     "error",
-    [errors.UsageError("name a memo"), errors.UnknownMemoError("no such memo"), errors.AmbiguousMemoError("two"),
-     errors.UnsupportedError("command backend"), errors.ControlError("not now")],
-)  # fmt: skip
-def test_an_orchestrator_error_from_the_handler_reaches_the_client_as_itself(tmp_path: Path,
-                                                                              error: errors.OrchestratorError) -> None:  # fmt: skip
+    [
+        errors.UsageError("name a memo"),
+        errors.UnknownMemoError("no such memo"),
+        errors.AmbiguousMemoError("two"),
+        errors.UnsupportedError("command backend"),
+        errors.ControlError("not now"),
+    ],
+)
+def test_an_orchestrator_error_from_the_handler_reaches_the_client_as_itself(
+    tmp_path: Path, error: errors.OrchestratorError
+) -> None:
     async def handle(request: protocol.Request) -> dict[str, Any]:
         raise error
 
@@ -230,7 +255,11 @@ def test_any_other_failure_is_logged_with_its_traceback_and_the_server_keeps_ser
     assert stop == cancel == (errors.ControlError, "internal error; see .orchestrator/orchestrator.log")
     assert status == {"fine": True}
     assert len(logged) == 2
-    assert "control request 'stop' failed" in logged[0] and "Traceback" in logged[0] and "the handler's own bug" in logged[0]
+    assert (
+        "control request 'stop' failed" in logged[0]
+        and "Traceback" in logged[0]
+        and "the handler's own bug" in logged[0]
+    )
     assert "Traceback" in logged[1] and "ValueError" in logged[1]
 
 
@@ -257,8 +286,9 @@ def test_a_malformed_request_never_reaches_the_handler_and_is_a_usage_error(tmp_
     assert [type(r).__name__ for r in seen] == ["StatusRequest"] and logged == []
 
 
-def test_a_request_longer_than_the_limit_is_a_usage_error_and_others_are_still_served(tmp_path: Path,
-                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_request_longer_than_the_limit_is_a_usage_error_and_others_are_still_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(control, "MAX_LINE", 64 * 1024)
 
     async def handle(request: protocol.Request) -> dict[str, Any]:
@@ -287,9 +317,10 @@ def test_a_request_longer_than_the_limit_is_a_usage_error_and_others_are_still_s
         (b'{"ok": false, "code": "usage", "error": "bad"}\n', errors.UsageError, "bad"),
         (b"[" * 100_000 + b"\n", errors.ControlError, "sent an answer that is not one"),
     ],
-)  # fmt: skip
-def test_the_client_turns_a_broken_answer_into_one_clear_error(tmp_path: Path, reply: bytes,
-                                                               error: type[errors.OrchestratorError], text: str) -> None:  # fmt: skip
+)
+def test_the_client_turns_a_broken_answer_into_one_clear_error(
+    tmp_path: Path, reply: bytes, error: type[errors.OrchestratorError], text: str
+) -> None:
     folder = tmp_path / ".orchestrator"
     folder.mkdir(mode=0o700)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

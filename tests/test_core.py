@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import STAND_IN, Orchestrator, Project, wait_for
 
+from conftest import STAND_IN, Orchestrator, Project, wait_for
 from orchestrator.intake.queue import SETTLE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
@@ -68,8 +68,11 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
 
 
 def archived(project: Project, role: str, count: int, timeout: float = SLOW) -> list[str]:
-    return wait_for(lambda: len(project.folder(role, "archive")) >= count and project.folder(role, "archive"),
-                    timeout, f"{count} memo(s) in memo/{role}/archive")  # fmt: skip
+    return wait_for(
+        lambda: len(project.folder(role, "archive")) >= count and project.folder(role, "archive"),
+        timeout,
+        f"{count} memo(s) in memo/{role}/archive",
+    )
 
 
 def let_the_orchestrator_act(project: Project, role: str, probe: str) -> None:
@@ -159,8 +162,11 @@ def test_memos_written_during_startup_each_run_exactly_once(project: Project) ->
     assert not thread.is_alive() and not problems, problems
     match = first_scan.search(log.read_text(encoding="utf-8"))
     assert match and 20 <= int(match.group(1)) <= len(written) - 20, "the writes did not straddle the first scan"
-    wait_for(lambda: project.folder("builder", "archive") == sorted(written), SLOW,
-             f"all {len(written)} memos archived; archive has {len(project.folder('builder', 'archive'))}")  # fmt: skip
+    wait_for(
+        lambda: project.folder("builder", "archive") == sorted(written),
+        SLOW,
+        f"all {len(written)} memos archived; archive has {len(project.folder('builder', 'archive'))}",
+    )
     assert orch.stop() == 0
     starts = started_memos(project)
     assert starts == Counter({name: 1 for name in written}), {n: c for n, c in starts.items() if c != 1}
@@ -345,8 +351,9 @@ def test_every_placeholder_and_double_dollar_render(project: Project) -> None:
 
 
 def test_prompt_via_arg(project: Project) -> None:
-    project.configure({"builder": {"prompt_via": "arg", "env": {"STANDIN_PROMPT_VIA": "arg"}}},
-                      prompt="run $run_id for $role:\n$memo")  # fmt: skip
+    project.configure(
+        {"builder": {"prompt_via": "arg", "env": {"STANDIN_PROMPT_VIA": "arg"}}}, prompt="run $run_id for $role:\n$memo"
+    )
     orch = up(project)
     project.drop("builder", "arg.md", {"id": "ARG"}, body="a body with 'quotes' and $(no shell)")
     record = wait_for(lambda: project.records(), what="the agent started")[0]
@@ -384,8 +391,9 @@ WEIRD_NAMES = [
 
 @pytest.mark.parametrize("prompt_via", ["stdin", "arg"])
 def test_file_names_with_spaces_japanese_and_shell_characters(project: Project, prompt_via: str) -> None:
-    project.configure({"builder": {"prompt_via": prompt_via, "env": {"STANDIN_PROMPT_VIA": prompt_via}}},
-                      prompt="$memo_path")  # fmt: skip
+    project.configure(
+        {"builder": {"prompt_via": prompt_via, "env": {"STANDIN_PROMPT_VIA": prompt_via}}}, prompt="$memo_path"
+    )
     orch = up(project)
     for name in WEIRD_NAMES:
         project.drop("builder", name, {"subject": name})
@@ -403,10 +411,12 @@ def test_file_names_with_spaces_japanese_and_shell_characters(project: Project, 
 
 def test_agent_environment_cwd_and_own_session(project: Project) -> None:
     (project.root / "work" / "space").mkdir(parents=True)
-    project.configure({
-        "builder": {"env": {"EXTRA": "from the role"}, "cwd": "work/space"},
-        "pm": {"batch": True},
-    })  # fmt: skip
+    project.configure(
+        {
+            "builder": {"env": {"EXTRA": "from the role"}, "cwd": "work/space"},
+            "pm": {"batch": True},
+        }
+    )
     orch = up(project)
     project.drop("builder", "b.md")
     project.drop("pm", "p1.md")
@@ -430,8 +440,9 @@ def test_agent_environment_cwd_and_own_session(project: Project) -> None:
 
 
 def test_spawn_cmd_override_replaces_every_command(project: Project) -> None:
-    project.configure({"builder": {"command": ["no-such-agent-anywhere"]},
-                       "reviewer": {"command": ["another-missing-agent", "-x"]}})  # fmt: skip
+    project.configure(
+        {"builder": {"command": ["no-such-agent-anywhere"]}, "reviewer": {"command": ["another-missing-agent", "-x"]}}
+    )
     override = shlex.join([sys.executable, str(STAND_IN), "--flag", "two words"])
     orch = up(project, ORCHESTRATOR_SPAWN_CMD=override)
     project.drop("builder", "b.md")
@@ -487,8 +498,9 @@ def test_status_while_running_after_and_without_orchestrator(project: Project) -
     assert orch.stop() == 0
     after = project.status()
     assert after["running"] is False and after["pid"] is None and after["runs"] == []
-    assert [(r["run_id"], r["state"], r["exit_code"]) for r in after["recent"]] == \
-        [(r["run_id"], r["state"], r["exit_code"]) for r in snap["recent"]]  # fmt: skip
+    assert [(r["run_id"], r["state"], r["exit_code"]) for r in after["recent"]] == [
+        (r["run_id"], r["state"], r["exit_code"]) for r in snap["recent"]
+    ]
     human = project.cli("status")
     assert human.returncode == 0 and "no orchestrator running" in human.stdout and "S-1" in human.stdout
 
@@ -539,8 +551,14 @@ def test_one_signal_lets_the_running_agent_finish_and_starts_nothing_new(project
 def test_demo_ends_by_itself_with_every_role_archiving(tmp_path: Path) -> None:
     env = dict(os.environ, ORCHESTRATOR_DEMO_SPEED="0.05", TMPDIR=str(tmp_path), PYTHONUNBUFFERED="1")
     env.pop("ORCHESTRATOR_SPAWN_CMD", None)
-    result = subprocess.run([sys.executable, "-m", "orchestrator", "demo"], capture_output=True, text=True,
-                            env=env, stdin=subprocess.DEVNULL, timeout=100)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=100,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (folder,) = tmp_path.glob("orchestrator-demo-*")
     for role in ("project-manager", "builder", "reviewer"):
@@ -553,8 +571,9 @@ def test_demo_ends_by_itself_with_every_role_archiving(tmp_path: Path) -> None:
 
 def test_real_memos_from_yolo_web_each_run_once(project: Project) -> None:
     roles = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
-    project.configure({role: ({"batch": True} if role == "project-manager" else {}) for role in roles},
-                      max_concurrent=4)  # fmt: skip
+    project.configure(
+        {role: ({"batch": True} if role == "project-manager" else {}) for role in roles}, max_concurrent=4
+    )
     fronts: dict[tuple[str, str], dict[str, Any]] = {}
     for role in roles:
         inbox = project.root / "memo" / role / "inbox"
@@ -566,8 +585,11 @@ def test_real_memos_from_yolo_web_each_run_once(project: Project) -> None:
     assert len(fronts) >= 30
     assert sum(1 for f in fronts.values() if f.get("reply_to")) >= 20
     orch = up(project)
-    wait_for(lambda: sum(len(project.folder(r, "archive")) for r in roles) == len(fronts), SLOW * 2,
-             "every real memo archived")  # fmt: skip
+    wait_for(
+        lambda: sum(len(project.folder(r, "archive")) for r in roles) == len(fronts),
+        SLOW * 2,
+        "every real memo archived",
+    )
     snap = project.status()
     assert orch.stop() == 0
     starts = Counter((r["role"], name) for r in project.records() for name in names(r))
@@ -583,5 +605,6 @@ def test_real_memos_from_yolo_web_each_run_once(project: Project) -> None:
     history = json.loads(project.cli("history", "--json").stdout)
     for run in history["runs"]:
         assert run["memo_id"] == str(fronts[run["role"], run["memo"]]["id"])
-    assert sorted(f"{r['role']}/{r['memo']}" for r in history["runs"] if r["role"] != "project-manager") == \
-        sorted(f"{role}/{name}" for role, name in fronts if role != "project-manager")  # fmt: skip
+    assert sorted(f"{r['role']}/{r['memo']}" for r in history["runs"] if r["role"] != "project-manager") == sorted(
+        f"{role}/{name}" for role, name in fronts if role != "project-manager"
+    )

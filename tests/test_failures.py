@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
 from conftest import STAND_IN, Orchestrator, Project, pid_alive, wait_for
 from fault_injection import fault_injection
-
 from orchestrator.store import Store
 
 FOLDERS = ("inbox", "active", "archive", "failed", "cancelled")
@@ -86,7 +86,10 @@ def test_fail_twice_then_succeed_with_growing_backoff(project):
     assert len({r["run_id"] for r in records}) == 1, "every attempt belongs to one run"
     attempts = attempts_of(project, records[0]["run_id"])
     assert [(a["attempt"], a["outcome"], a["exit_code"]) for a in attempts] == [
-        (1, "failed", 1), (2, "failed", 1), (3, "succeeded", 0)]  # fmt: skip
+        (1, "failed", 1),
+        (2, "failed", 1),
+        (3, "succeeded", 0),
+    ]
     # the pause before each retry is at least its backoff, and the backoffs grow
     assert seconds_between(attempts[0]["ended_at"], attempts[1]["started_at"]) >= 0.2 - 0.01
     assert seconds_between(attempts[1]["ended_at"], attempts[2]["started_at"]) >= 0.6 - 0.01
@@ -113,8 +116,9 @@ def test_a_reused_memo_name_starts_again_at_attempt_one(project):
 def test_retries_run_out_memo_to_failed_with_reason_and_notice(project):
     project.configure({"builder": {"retry": {"max": 3, "backoff": ["0.05s"]}}, "pm": {}}, notify="pm")
     orch = project.up()
-    project.drop("builder", "B-2.md", {"id": "B-2", "subject": "hopeless",
-                                       "agent": {"fail_attempts": 99, "say": "trying B-2"}})  # fmt: skip
+    project.drop(
+        "builder", "B-2.md", {"id": "B-2", "subject": "hopeless", "agent": {"fail_attempts": 99, "say": "trying B-2"}}
+    )
     wait_for(lambda: where(project, "builder", "B-2.md") == ["failed"], what="B-2 in failed/")
 
     assert [r["attempt"] for r in project.records() if r["role"] == "builder"] == [1, 2, 3, 4]
@@ -179,14 +183,18 @@ def test_agent_killed_by_a_signal_we_did_not_send_is_a_failure(project):
 
 def test_an_agent_that_cannot_be_started_is_a_failed_attempt_and_retried(project):
     wrapper = project.root / "agent.sh"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {STAND_IN} \"$@\"\n", encoding="utf-8")
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {STAND_IN} "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
     bad_interpreter = project.root / "broken.sh"
     bad_interpreter.write_text("#!/nonexistent/interpreter\n", encoding="utf-8")
     bad_interpreter.chmod(0o755)
     retry = {"max": 2, "backoff": ["0.05s"]}
-    project.configure({"builder": {"command": [str(wrapper)], "retry": retry},
-                       "broken": {"command": [str(bad_interpreter)], "retry": retry}})  # fmt: skip
+    project.configure(
+        {
+            "builder": {"command": [str(wrapper)], "retry": retry},
+            "broken": {"command": [str(bad_interpreter)], "retry": retry},
+        }
+    )
     orch = project.up()
     wrapper.chmod(0o644)  # start-up checks passed; now it can no longer be executed
     project.drop("builder", "S-1.md", {"id": "S-1"})
@@ -199,7 +207,8 @@ def test_an_agent_that_cannot_be_started_is_a_failed_attempt_and_retried(project
         one_line(orch, f"S-2 attempt {attempt} failed: could not start the agent")
     assert "is not an executable file (role builder)" in one_line(orch, "S-1 attempt 1 failed: could not start")
     assert "No such file or directory (the file exists: is the interpreter on its #! line missing?)" in one_line(
-        orch, "S-2 attempt 1 failed: could not start the agent: cannot start")
+        orch, "S-2 attempt 1 failed: could not start the agent: cannot start"
+    )
     reason = reason_of(project, "builder", "S-1.md")
     assert reason.startswith("failed: could not start the agent")
     assert reason.count(": failed, exit code -,") == 3
@@ -244,10 +253,12 @@ def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):
 
 # ------------------------------------------------------------- crash loops
 def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(project):
-    project.configure({
-        "pm": {"critical": True, "crash": {"window": "10s", "max": 3}, "retry": {"max": 5, "backoff": ["0.05s"]}},
-        "builder": {},
-    })  # fmt: skip
+    project.configure(
+        {
+            "pm": {"critical": True, "crash": {"window": "10s", "max": 3}, "retry": {"max": 5, "backoff": ["0.05s"]}},
+            "builder": {},
+        }
+    )
     orch = project.up()
     release = project.root / "release-builder"
     project.drop("builder", "B-9.md", {"id": "B-9", "agent": {"until_file": str(release)}})
@@ -268,10 +279,18 @@ def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(project):
 
 def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(project):
     wrapper = project.root / "agent.sh"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {STAND_IN} \"$@\"\n", encoding="utf-8")
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {STAND_IN} "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
-    project.configure({"pm": {"command": [str(wrapper)], "critical": True, "crash": {"window": "10s", "max": 3},
-                              "retry": {"max": 5, "backoff": ["0.05s"]}}})  # fmt: skip
+    project.configure(
+        {
+            "pm": {
+                "command": [str(wrapper)],
+                "critical": True,
+                "crash": {"window": "10s", "max": 3},
+                "retry": {"max": 5, "backoff": ["0.05s"]},
+            }
+        }
+    )
     orch = project.up()
     wrapper.chmod(0o644)
     project.drop("pm", "P-1.md", {"id": "P-1"})
@@ -288,8 +307,11 @@ def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(project):
 def test_timeout_kills_the_whole_tree_and_fails_without_retry(project):
     project.configure({"builder": {"timeout": "0.5s", "grace": "0.3s", "retry": {"max": 2, "backoff": ["0.05s"]}}})
     orch = project.up()
-    project.drop("builder", "T-1.md", {"id": "T-1", "subject": "slow",
-                                       "agent": {"sleep": 60, "grandchild": True, "ignore_term": True}})  # fmt: skip
+    project.drop(
+        "builder",
+        "T-1.md",
+        {"id": "T-1", "subject": "slow", "agent": {"sleep": 60, "grandchild": True, "ignore_term": True}},
+    )
     wait_for(lambda: where(project, "builder", "T-1.md") == ["failed"], what="T-1 in failed/")
     [record] = project.records()
     assert record["children"]
@@ -306,8 +328,16 @@ def test_timeout_kills_the_whole_tree_and_fails_without_retry(project):
 
 
 def test_timeout_is_retried_with_retry_timeouts(project):
-    project.configure({"builder": {"timeout": "0.5s", "grace": "0.2s", "retry_timeouts": True,
-                                   "retry": {"max": 1, "backoff": ["0.05s"]}}})  # fmt: skip
+    project.configure(
+        {
+            "builder": {
+                "timeout": "0.5s",
+                "grace": "0.2s",
+                "retry_timeouts": True,
+                "retry": {"max": 1, "backoff": ["0.05s"]},
+            }
+        }
+    )
     orch = project.up()
     project.drop("builder", "T-2.md", {"id": "T-2", "agent": {"sleep_by_attempt": {1: 60}, "grandchild": True}})
     wait_for(lambda: where(project, "builder", "T-2.md") == ["archive"], what="T-2 archived on its retry")
@@ -323,8 +353,11 @@ def test_timeout_is_retried_with_retry_timeouts(project):
 def test_orchestrator_killed_mid_run_then_restarted(project):
     project.configure({"builder": {}})
     first = project.up()
-    project.drop("builder", "R-1.md", {"id": "R-1", "agent": {"sleep_by_attempt": {1: 120}, "grandchild": True,
-                                                              "record_peers": True}})  # fmt: skip
+    project.drop(
+        "builder",
+        "R-1.md",
+        {"id": "R-1", "agent": {"sleep_by_attempt": {1: 120}, "grandchild": True, "record_peers": True}},
+    )
     [orphan] = wait_for(lambda: project.records(), what="the first agent started")
     first.proc.kill()
     first.wait()

@@ -14,8 +14,8 @@ import signal
 from pathlib import Path
 
 import psutil
-from conftest import Orchestrator, Project, wait_for
 
+from conftest import Orchestrator, Project, wait_for
 from orchestrator.store import Store
 
 BOMB_DEADLINE = 30.0  # well under the per-test timeout of pyproject.toml
@@ -66,7 +66,7 @@ def test_a_yaml_bomb_is_a_warning_and_the_memo_is_delivered_without_using_memory
     orch = project.up()
     process = psutil.Process(orch.proc.pid)
     levels = ["a: &a [x, x, x, x, x, x, x, x, x]"]
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         levels.append(f"{name}: &{name} [{', '.join(['*' + prev] * 9)}]")
     bomb = "---\n" + "\n".join(levels) + "\nid: *i\nsubject: boom\n---\nstill a memo\n"
     put(inbox(project), "bomb.md", bomb.encode())

@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.intake import memo as memo_mod
-from orchestrator.intake.notices import reason_path, write_reason
-from orchestrator.store import Store, safe_text
 from orchestrator.config import RetryPolicy, load_config, parse_duration
 from orchestrator.core.errors import ConfigError
+from orchestrator.intake import memo as memo_mod
 from orchestrator.intake.memo import (
     FRONT_MATTER_MAX_ALIASES,
     FRONT_MATTER_MAX_CHARS,
@@ -36,24 +34,55 @@ from orchestrator.intake.memo import (
     slug,
     write_atomically,
 )
+from orchestrator.intake.notices import reason_path, write_reason
 from orchestrator.prompts import PLACEHOLDERS, load_template
+from orchestrator.store import Store, safe_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yolo"
 
 
 # ---------------------------------------------------------------- names
 @pytest.mark.parametrize(
-    "name", ["a.md", "B-031.md", "日本語 メモ.md", "$(touch x).md", "x.y.md", "-.md", "a b.md", "x.md.md", "a~b.md",
-             "#42-issue.md", "#x.md"],
-)  # fmt: skip
+    "name",
+    [
+        "a.md",
+        "B-031.md",
+        "日本語 メモ.md",
+        "$(touch x).md",
+        "x.y.md",
+        "-.md",
+        "a b.md",
+        "x.md.md",
+        "a~b.md",
+        "#42-issue.md",
+        "#x.md",
+    ],
+)
 def test_memo_names(name: str) -> None:
     assert is_memo_name(name)
 
 
 @pytest.mark.parametrize(
-    "name", [".hidden.md", "x.md~", ".#x.md", "#x.md#", "x.swp", "x.tmp", "x.md.tmp", "x.md.swp", "x.md.swx",
-             "notes.txt", "x.MD", "md", "x.md/", "a/b.md", ".x.md.123.tmp", ""],
-)  # fmt: skip
+    "name",
+    [
+        ".hidden.md",
+        "x.md~",
+        ".#x.md",
+        "#x.md#",
+        "x.swp",
+        "x.tmp",
+        "x.md.tmp",
+        "x.md.swp",
+        "x.md.swx",
+        "notes.txt",
+        "x.MD",
+        "md",
+        "x.md/",
+        "a/b.md",
+        ".x.md.123.tmp",
+        "",
+    ],
+)
 def test_names_that_are_no_memo(name: str) -> None:
     assert not is_memo_name(name)
 
@@ -61,8 +90,8 @@ def test_names_that_are_no_memo(name: str) -> None:
 # ---------------------------------------------------------------- front matter
 def test_front_matter_fields() -> None:
     text = (
-        "---\nid: \"19c561b2270\"\nsubject: \"計画依頼: メモツール\"\nfrom: \"project manager\"\nto: builder\n"
-        "created_at: \"2026-02-13T17:25:44.816+09:00\"\ntags:\n  - reply\n  - 実装\nreply_to: \"19c561b1e88\"\n"
+        '---\nid: "19c561b2270"\nsubject: "計画依頼: メモツール"\nfrom: "project manager"\nto: builder\n'
+        'created_at: "2026-02-13T17:25:44.816+09:00"\ntags:\n  - reply\n  - 実装\nreply_to: "19c561b1e88"\n'
         "agent: {sleep: 1}\n---\n\nbody with --- inside\n---\n"
     )
     header = parse_front_matter(text)
@@ -190,9 +219,19 @@ def test_front_matter_python_rejects_is_read_as_text(line: str, field: str, text
 
 @pytest.mark.parametrize(
     "block",
-    ["a: !!binary '%%%'", "? [a]\n: 1", "a: !!python/object:os.system x", "a: !!set 1", "a: !!omap x", "a: !!map x",
-     "a: !!timestamp x", "a: !!str [1]", "\ta: b", "a: \"\\q\""],
-)  # fmt: skip
+    [
+        "a: !!binary '%%%'",
+        "? [a]\n: 1",
+        "a: !!python/object:os.system x",
+        "a: !!set 1",
+        "a: !!omap x",
+        "a: !!map x",
+        "a: !!timestamp x",
+        "a: !!str [1]",
+        "\ta: b",
+        'a: "\\q"',
+    ],
+)
 def test_front_matter_never_raises(block: str) -> None:
     header = parse_front_matter(f"---\n{block}\n---\nbody\n")
     assert header.warning is not None or header.extra, header
@@ -227,12 +266,24 @@ def test_the_real_memos_front_matter() -> None:
 
 
 def test_render_memo_round_trips() -> None:
-    header = {"id": "abc", "subject": "件名: a 'quoted' \"text\" #1", "from": "builder", "to": "reviewer",
-              "tags": ["x", "日本"], "reply_to": None}  # fmt: skip
+    header = {
+        "id": "abc",
+        "subject": "件名: a 'quoted' \"text\" #1",
+        "from": "builder",
+        "to": "reviewer",
+        "tags": ["x", "日本"],
+        "reply_to": None,
+    }
     text = render_memo(header, "本文\n\n")
     parsed = parse_front_matter(text)
     assert (parsed.id, parsed.subject, parsed.sender, parsed.to, parsed.tags, parsed.reply_to) == (
-        "abc", header["subject"], "builder", "reviewer", ("x", "日本"), None)  # fmt: skip
+        "abc",
+        header["subject"],
+        "builder",
+        "reviewer",
+        ("x", "日本"),
+        None,
+    )
     assert text.endswith("---\n\n本文\n")
 
 
@@ -356,8 +407,9 @@ def test_the_store_keeps_names_that_are_not_utf8(tmp_path: Path) -> None:
         assert store.memo_attempts("builder", bad) == 2
         store.forget_memo_attempts("builder", [bad])
         assert store.memo_attempts("builder", bad) == 0
-        run_id = store.insert_run(role="builder", memos=[bad], memo_ids=[None], subject=bad, state="failed",
-                                  reason=f"not delivered: {bad}")  # fmt: skip
+        run_id = store.insert_run(
+            role="builder", memos=[bad], memo_ids=[None], subject=bad, state="failed", reason=f"not delivered: {bad}"
+        )
         store.update_run(run_id, memos=[bad, "ok.md"], reason=bad)
         store.record_attempt(run_id, 1, reason=bad, log_path=bad)
         store.record_cancellation(role="builder", memo=bad, memo_id=bad, cancelled_at="now")
@@ -393,8 +445,19 @@ def test_open_for_writing_sees_writers_only(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- prompts
 def test_placeholders_are_the_documented_set() -> None:
-    assert PLACEHOLDERS == {"role", "run_id", "attempt", "memo_path", "memo_paths", "memo", "root", "now", "date",
-                            "weekday", "INPUT_MEMO_FILES"}  # fmt: skip
+    assert PLACEHOLDERS == {
+        "role",
+        "run_id",
+        "attempt",
+        "memo_path",
+        "memo_paths",
+        "memo",
+        "root",
+        "now",
+        "date",
+        "weekday",
+        "INPUT_MEMO_FILES",
+    }
 
 
 def _template(tmp_path: Path, text: str) -> Path:
@@ -407,8 +470,16 @@ def test_render_single_memo(tmp_path: Path) -> None:
     text = " ".join(f"{name}=${{{name}}}" for name in sorted(PLACEHOLDERS)) + " $$ $$memo"
     template = load_template(_template(tmp_path, text))
     now = datetime(2026, 11, 30, 9, 5, 7, tzinfo=UTC)
-    out = template.render(role="builder", run_id=7, attempt=2, root=Path("/r"), memo_paths=[Path("/r/a b.md")],
-                          memo_text="$role stays ${as} is", batch=False, now=now)  # fmt: skip
+    out = template.render(
+        role="builder",
+        run_id=7,
+        attempt=2,
+        root=Path("/r"),
+        memo_paths=[Path("/r/a b.md")],
+        memo_text="$role stays ${as} is",
+        batch=False,
+        now=now,
+    )
     values = dict(item.split("=", 1) for item in out.rsplit(" $ $memo", 1)[0].split(" ") if "=" in item)
     assert out.endswith(" $ $memo")
     assert values["role"] == "builder" and values["run_id"] == "7" and values["attempt"] == "2"
@@ -421,8 +492,9 @@ def test_render_single_memo(tmp_path: Path) -> None:
 def test_render_batch(tmp_path: Path) -> None:
     template = load_template(_template(tmp_path, "[$memo_path][$memo][$memo_paths][$INPUT_MEMO_FILES]"))
     paths = [Path("/r/1.md"), Path("/r/2.md")]
-    out = template.render(role="pm", run_id=1, attempt=1, root=Path("/r"), memo_paths=paths,
-                          memo_text="ignored", batch=True)  # fmt: skip
+    out = template.render(
+        role="pm", run_id=1, attempt=1, root=Path("/r"), memo_paths=paths, memo_text="ignored", batch=True
+    )
     assert out == "[][][/r/1.md\n/r/2.md][/r/1.md\n/r/2.md]"
 
 
@@ -458,16 +530,31 @@ def test_template_file_problems(tmp_path: Path) -> None:
 def test_a_template_without_placeholders_is_fine(tmp_path: Path) -> None:
     template = load_template(_template(tmp_path, "just do it; it costs $$5"))
     assert isinstance(template.template, string.Template)
-    assert template.render(role="r", run_id=1, attempt=1, root=tmp_path, memo_paths=[tmp_path / "m.md"],
-                           memo_text="", batch=False) == "just do it; it costs $5"  # fmt: skip
+    assert (
+        template.render(
+            role="r", run_id=1, attempt=1, root=tmp_path, memo_paths=[tmp_path / "m.md"], memo_text="", batch=False
+        )
+        == "just do it; it costs $5"
+    )
 
 
 # ---------------------------------------------------------------- roles.yaml
 @pytest.mark.parametrize(
     "value, seconds",
-    [(5, 5.0), (0, 0.0), (1.5, 1.5), ("5s", 5.0), ("500ms", 0.5), ("30m", 1800.0), ("1h", 3600.0), ("2d", 172800.0),
-     ("0.25s", 0.25), (" 7 s ", 7.0), ("10", 10.0)],
-)  # fmt: skip
+    [
+        (5, 5.0),
+        (0, 0.0),
+        (1.5, 1.5),
+        ("5s", 5.0),
+        ("500ms", 0.5),
+        ("30m", 1800.0),
+        ("1h", 3600.0),
+        ("2d", 172800.0),
+        ("0.25s", 0.25),
+        (" 7 s ", 7.0),
+        ("10", 10.0),
+    ],
+)
 def test_parse_duration(value: object, seconds: float) -> None:
     assert parse_duration(value) == seconds
 
@@ -490,16 +577,32 @@ def _config(tmp_path: Path, data: dict[str, object]) -> Path:
 
 def test_defaults_apply_and_small_mappings_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ORCHESTRATOR_SPAWN_CMD", raising=False)
-    root = _config(tmp_path, {
-        "max_concurrent": 4, "notify": "pm", "rescan_interval": "250ms",
-        "defaults": {"command": ["agent", "-p"], "timeout": "2m", "retry": {"max": 1, "backoff": ["1s"]},
-                     "env": {"A": "1", "B": "2"}},
-        "roles": {
-            "pm": {"batch": True, "max_concurrent": 3},
-            "builder": {"max_concurrent": 2, "retry": {"max": 4}, "env": {"B": "own"}, "prompt": "p/b.md",
-                        "command": ["other"], "prompt_via": "arg", "cwd": "sub"},
+    root = _config(
+        tmp_path,
+        {
+            "max_concurrent": 4,
+            "notify": "pm",
+            "rescan_interval": "250ms",
+            "defaults": {
+                "command": ["agent", "-p"],
+                "timeout": "2m",
+                "retry": {"max": 1, "backoff": ["1s"]},
+                "env": {"A": "1", "B": "2"},
+            },
+            "roles": {
+                "pm": {"batch": True, "max_concurrent": 3},
+                "builder": {
+                    "max_concurrent": 2,
+                    "retry": {"max": 4},
+                    "env": {"B": "own"},
+                    "prompt": "p/b.md",
+                    "command": ["other"],
+                    "prompt_via": "arg",
+                    "cwd": "sub",
+                },
+            },
         },
-    })  # fmt: skip
+    )
     config = load_config(root)
     assert config.root == tmp_path.resolve() and config.path == tmp_path.resolve() / "roles.yaml"
     assert (config.max_concurrent, config.notify, config.rescan_interval) == (4, "pm", 0.25)
@@ -527,8 +630,9 @@ def test_an_unlimited_role(tmp_path: Path) -> None:
         ('"/path with spaces/agent" -p', ["/path with spaces/agent", "-p"]),
     ],
 )
-def test_spawn_cmd_overrides_every_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str,
-                                           argv: list[str]) -> None:  # fmt: skip
+def test_spawn_cmd_overrides_every_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: str, argv: list[str]
+) -> None:
     monkeypatch.setenv("ORCHESTRATOR_SPAWN_CMD", raw)
     data = {"defaults": {"command": ["a"]}, "roles": {"x": {}, "y": {"command": ["b"]}}}
     config = load_config(_config(tmp_path, data))

@@ -79,8 +79,13 @@ class Trees:
         return env
 
     def start(self, run_id: int | None = None, root: Path | None = None, **spec: Any) -> dict[str, int]:
-        proc = subprocess.Popen([sys.executable, "-c", LEADER, json.dumps(spec)], stdout=subprocess.PIPE, text=True,
-                                env=self.env(run_id, root), start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LEADER, json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=self.env(run_id, root),
+            start_new_session=True,
+        )
         self.popens.append(proc)
         assert proc.stdout is not None
         pids = json.loads(proc.stdout.readline())

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import Project, pid_alive, wait_for
 
+from conftest import Project, pid_alive, wait_for
 from orchestrator.config import load_config
 from orchestrator.console import Console
 from orchestrator.core.clock import SystemClock
+from orchestrator.store import Store
 from orchestrator.supervisor.endings import Endings
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.recovery import recover
 from orchestrator.supervisor.slots import Slots
-from orchestrator.store import Store
 
 # an "agent": starts a grandchild in its own group, reports the grandchild's pid, then sleeps
 AGENT = "import subprocess, time; c = subprocess.Popen(['sleep', '300']); print(c.pid, flush=True); time.sleep(300)"
@@ -43,8 +43,9 @@ class Rig:
         self.console = Console(None, stream=self.out, live=False)
         clock = SystemClock()
         slots = Slots({name: role.limit for name, role in self.config.roles.items()}, self.config.max_concurrent)
-        self.lifecycle = Lifecycle(self.config, self.store, self.console, clock, slots,
-                                   Endings(self.config, self.store, self.console, clock))  # fmt: skip
+        self.lifecycle = Lifecycle(
+            self.config, self.store, self.console, clock, slots, Endings(self.config, self.store, self.console, clock)
+        )
         self.children: list[subprocess.Popen[str]] = []
         self.grandchildren: list[int] = []
 
@@ -60,8 +61,9 @@ class Rig:
     def agent(self, run_id: int, root: Path | None = None) -> tuple[int, int]:
         """A live agent of ``run_id`` (in its own session, like ours) and its grandchild: (pid, grandchild)."""
         env = {**os.environ, "ORCHESTRATOR_ROOT": str(root or self.config.root), "ORCHESTRATOR_RUN_ID": str(run_id)}
-        proc = subprocess.Popen([sys.executable, "-c", AGENT], env=env, stdout=subprocess.PIPE, text=True,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", AGENT], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         self.children.append(proc)
         assert proc.stdout is not None
         grandchild = int(proc.stdout.readline())
@@ -122,8 +124,9 @@ def test_a_live_agent_is_stopped_with_its_tree_and_its_memo_returned(rig):
     assert row["ended_at"] and "stopped its agent" in row["reason"] and "memo returned to the inbox" in row["reason"]
     assert f"recovery: run {run_id} was running when the orchestrator stopped; stopped its agent" in out
     assert str(pid) in out and str(grandchild) in out
-    assert ("warning: a.md was in active/ when the orchestrator stopped; "
-            "back in the inbox as a.md (2 attempt(s) so far)") in out
+    assert (
+        "warning: a.md was in active/ when the orchestrator stopped; back in the inbox as a.md (2 attempt(s) so far)"
+    ) in out
 
 
 def test_an_agent_whose_pid_was_not_recorded_is_found_by_its_run_id(rig):
@@ -161,8 +164,10 @@ def test_finished_runs_and_other_folders_are_left_alone(rig):
     rig.memo("builder", "archive", "done.md")
     rig.memo("builder", "failed", "bad.md")
     rig.memo("pm", "inbox", "waiting.md")
-    finished = {state: rig.run("builder", state, ["done.md"]) for state in
-                ("succeeded", "failed", "cancelled", "timed_out", "returned")}  # fmt: skip
+    finished = {
+        state: rig.run("builder", state, ["done.md"])
+        for state in ("succeeded", "failed", "cancelled", "timed_out", "returned")
+    }
     out = rig.recover()
     for state, run_id in finished.items():
         assert rig.store.run(run_id)["state"] == state
@@ -178,8 +183,10 @@ def test_a_memo_in_active_without_a_run_goes_back(rig):
     out = rig.recover()
     assert rig.folder("pm", "inbox") == ["lost.md"]
     assert rig.store.memo_attempts("pm", "lost.md") == 0
-    assert "warning: lost.md was in active/ when the orchestrator stopped; back in the inbox as lost.md (0 attempt(s)" \
+    assert (
+        "warning: lost.md was in active/ when the orchestrator stopped; back in the inbox as lost.md (0 attempt(s)"
         in out
+    )
     assert (rig.config.role_dir("pm") / "active" / ".hidden.md").exists(), "only memo names are moved"
 
 

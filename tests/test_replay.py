@@ -8,15 +8,16 @@ to end; these prove the rules exactly, including the timing-sensitive ones.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
-from replay import Boom, Replay
 
 from orchestrator.core.events import CancelRequested, InterruptRequested, StopRequested
 from orchestrator.core.states import ALLOWED, IllegalTransition, RunState, check_transition
 from orchestrator.supervisor.recovery import recover
+from replay import Boom, Replay
 
 Scenario = Callable[[Path], Awaitable[list[tuple[RunState, RunState]]]]
 
@@ -322,8 +323,13 @@ async def walk_force_running_and_interrupting(root: Path) -> list[Any]:
 
 
 async def walk_interrupts(root: Path) -> list[Any]:
-    r = Replay(root, {"sdk": {"backend": "sdk", "timeout": "10s", "retry": {"max": 1, "backoff": ["1s"]}},
-                      "once": {"backend": "sdk", "retry": {"max": 0}}})  # fmt: skip
+    r = Replay(
+        root,
+        {
+            "sdk": {"backend": "sdk", "timeout": "10s", "retry": {"max": 1, "backoff": ["1s"]}},
+            "once": {"backend": "sdk", "retry": {"max": 0}},
+        },
+    )
     await r.drop("sdk", "x.md")
     answer = await r.request(InterruptRequested, memo="x")
     await r.exit("x", 3)  # INTERRUPTING->CANCELLED
@@ -415,13 +421,25 @@ async def walk_recovery(root: Path) -> list[Any]:
     r = Replay(root, {"builder": {}})
     store = r.sup.store
     (r.config.role_dir("builder") / "active" / "q.md").write_text("q\n", encoding="utf-8")
-    store.insert_run(role="builder", memos=["q.md"], memo_ids=[None], state="queued", attempt=1,
-                     created_at="2026-11-30T09:00:00.000+00:00")  # fmt: skip
+    store.insert_run(
+        role="builder",
+        memos=["q.md"],
+        memo_ids=[None],
+        state="queued",
+        attempt=1,
+        created_at="2026-11-30T09:00:00.000+00:00",
+    )
     gone = r.root / "memo" / "retired" / "active"
     gone.mkdir(parents=True)
     (gone / "g.md").write_text("g\n", encoding="utf-8")
-    store.insert_run(role="retired", memos=["g.md"], memo_ids=[None], state="cancelling", attempt=1,
-                     created_at="2026-11-30T09:00:00.000+00:00")  # fmt: skip
+    store.insert_run(
+        role="retired",
+        memos=["g.md"],
+        memo_ids=[None],
+        state="cancelling",
+        attempt=1,
+        created_at="2026-11-30T09:00:00.000+00:00",
+    )
     await recover(r.config, store, r.console, r.sup.lc)  # QUEUED->RETURNED, CANCELLING->RETURNED (role gone)
     assert r.folder("builder", "inbox") == ["q.md"]
     assert not r.sup.runs and r.sup.lc.slots.in_use == 0
@@ -469,7 +487,11 @@ def test_run_numbers_count_per_role_and_are_kept_by_retries_and_ends(tmp_path: P
         await r.drop("builder", "b.md")
         await r.exit("b", 1)  # retried: the retry keeps its run's number
         await r.advance(1)
-        assert [a.spec.env["ORCHESTRATOR_SEQ"] for a in r.spawner.agents if a.spec.role.name == "builder"] == ["1", "2", "2"]
+        assert [a.spec.env["ORCHESTRATOR_SEQ"] for a in r.spawner.agents if a.spec.role.name == "builder"] == [
+            "1",
+            "2",
+            "2",
+        ]
         assert r.agent("b").spec.prompt.endswith("run 2 of builder\n")
         await _cancel(r, "b")  # cancelled: it keeps its number, the next run gets the next one
         await r.drop("builder", "c.md")

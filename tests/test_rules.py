@@ -7,8 +7,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import Project, loud_lines
 
+from conftest import Project, loud_lines
 from orchestrator.config import Role
 from orchestrator.core.clock import ManualClock
 from orchestrator.supervisor import budgets, rules

@@ -63,6 +63,7 @@ def live_run(project: Project, memo: str) -> dict[str, Any] | None:
 
 def running_with(project: Project, memo: str, **fields: Any) -> dict[str, Any]:
     """Wait until the memo's live run shows every field given; that run."""
+
     def found() -> dict[str, Any] | None:
         run = live_run(project, memo)
         return run if run is not None and all(run.get(k) == v for k, v in fields.items()) else None
@@ -117,11 +118,13 @@ def open_gate(path: Path) -> None:
 
 
 def test_a_run_is_archived_with_its_transcript_figures_and_history(project: Project, fake_cli: Path) -> None:
-    project.configure({
-        "writer": sdk_role(project, fake_cli, fake={"cost": "0.25"}),
-        "editor": sdk_role(project, fake_cli, fake={"cost": "0.1"}),
-        "builder": {},
-    })  # fmt: skip
+    project.configure(
+        {
+            "writer": sdk_role(project, fake_cli, fake={"cost": "0.25"}),
+            "editor": sdk_role(project, fake_cli, fake={"cost": "0.1"}),
+            "builder": {},
+        }
+    )
     orch = project.up()
     first = gate(project, "w1")
     project.drop("writer", "W-1.md", {"id": "W-1", "subject": "an article"}, body=f"[wait:{first}] write it")
@@ -136,10 +139,30 @@ def test_a_run_is_archived_with_its_transcript_figures_and_history(project: Proj
     row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row in history")
     session = row["session_id"]
     assert isinstance(session, str) and session
-    assert {k: row[k] for k in ("role", "memo", "state", "backend", "cost_usd", "input_tokens", "output_tokens",
-                                "num_turns", "is_error")} == {
-        "role": "writer", "memo": "W-1.md", "state": "succeeded", "backend": "sdk", "cost_usd": 0.25,
-        "input_tokens": 100, "output_tokens": 20, "num_turns": 1, "is_error": False}  # fmt: skip
+    assert {
+        k: row[k]
+        for k in (
+            "role",
+            "memo",
+            "state",
+            "backend",
+            "cost_usd",
+            "input_tokens",
+            "output_tokens",
+            "num_turns",
+            "is_error",
+        )
+    } == {
+        "role": "writer",
+        "memo": "W-1.md",
+        "state": "succeeded",
+        "backend": "sdk",
+        "cost_usd": 0.25,
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "num_turns": 1,
+        "is_error": False,
+    }
     assert row["started_at"] and row["ended_at"] and row["started_at"] <= row["ended_at"]
     wait_for(lambda: not pid_alive(cli_pid), what="the fake CLI to end with its run")
 
@@ -164,8 +187,20 @@ def test_a_run_is_archived_with_its_transcript_figures_and_history(project: Proj
     runs = {r["memo"]: r for r in report["runs"]}
     assert set(runs) == {"W-1.md", "W-2.md", "E-1.md", "B-1.md"}
     for run in report["runs"]:
-        assert {"run_id", "role", "memo", "state", "backend", "cost_usd", "input_tokens", "output_tokens",
-                "num_turns", "session_id", "started_at", "ended_at"} <= set(run)  # fmt: skip
+        assert {
+            "run_id",
+            "role",
+            "memo",
+            "state",
+            "backend",
+            "cost_usd",
+            "input_tokens",
+            "output_tokens",
+            "num_turns",
+            "session_id",
+            "started_at",
+            "ended_at",
+        } <= set(run)
     assert runs["E-1.md"]["cost_usd"] == 0.1 and runs["E-1.md"]["backend"] == "sdk"
     assert runs["B-1.md"]["backend"] == "command" and runs["B-1.md"]["cost_usd"] is None
     assert runs["B-1.md"]["session_id"] is None
@@ -173,7 +208,10 @@ def test_a_run_is_archived_with_its_transcript_figures_and_history(project: Proj
 
     totals = report["totals"]
     assert {role: (t["cost_usd"], t["runs"]) for role, t in totals["by_role"].items()} == {
-        "writer": (0.5, 2), "editor": (0.1, 1), "builder": (0.0, 1)}  # fmt: skip
+        "writer": (0.5, 2),
+        "editor": (0.1, 1),
+        "builder": (0.0, 1),
+    }
     days: dict[str, tuple[float, int]] = {}
     for run in report["runs"]:
         cost, count = days.get(run["started_at"][:10], (0.0, 0))
@@ -310,8 +348,10 @@ def test_an_interrupt_after_interrupt_keep_ends_the_waiting_session(project: Pro
     project.drop("writer", "W-1.md", {"id": "W-1"}, body="[slow] first")
     live = running_with(project, "W-1.md", activity="Bash: echo working")
     assert project.cli("interrupt", "W-1", "--keep").returncode == 0
-    wait_for(lambda: [r["subtype"] for r in transcript(project, live["run_id"]) if r["type"] == "result"],
-             what="the interrupted turn's result")  # the session now waits for a tell
+    wait_for(
+        lambda: [r["subtype"] for r in transcript(project, live["run_id"]) if r["type"] == "result"],
+        what="the interrupted turn's result",
+    )  # the session now waits for a tell
     assert live_run(project, "W-1.md") is not None
 
     result = project.cli("interrupt", "W-1", "--json")
@@ -451,15 +491,20 @@ def test_a_cli_crash_is_a_failed_attempt_with_its_stderr_and_is_retried(project:
     project.drop("writer", "W-1.md", {"id": "W-1"})
     ended_in(project, "writer", "failed", "W-1.md")
 
-    expected = "Claude Code exited with status 2: fake-claude: reading the prompt | " \
-               "fake-claude: fatal: segmentation fault in the tokenizer"  # fmt: skip
+    expected = (
+        "Claude Code exited with status 2: fake-claude: reading the prompt | "
+        "fake-claude: fatal: segmentation fault in the tokenizer"
+    )
     reason_file = project.root / "memo" / "writer" / "failed" / "W-1.reason"
     assert reason_file.exists()
     assert expected in reason_file.read_text(encoding="utf-8")
     row = run_row(project, "W-1.md")
     assert row is not None and row["state"] == "failed" and row["attempt"] == 2
     attempts = db_rows(project, "SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", row["run_id"])
-    assert [(a["attempt"], a["outcome"], a["reason"]) for a in attempts] == [(1, "failed", expected), (2, "failed", expected)]
+    assert [(a["attempt"], a["outcome"], a["reason"]) for a in attempts] == [
+        (1, "failed", expected),
+        (2, "failed", expected),
+    ]
     assert len(recorded(project, "argv")) == 2  # retried like any failure
     assert all(a["pid"] for a in attempts)  # each attempt's runner, kept on record past its failure
     assert len(log_lines(orch, f"W-1 attempt 1 failed: {expected}")) == 1
@@ -473,13 +518,21 @@ def test_a_cli_crash_is_a_failed_attempt_with_its_stderr_and_is_retried(project:
 
 
 def test_per_run_budget_fails_the_run_without_a_retry(project: Project, fake_cli: Path) -> None:
-    project.configure({
-        # one turn costs more than the run may
-        "writer": sdk_role(project, fake_cli, retry=QUICK_RETRY, budget={"per_run_usd": 0.3}, fake={"cost": "0.5"}),
-        # two turns do; the CLI itself stops at --max-budget-usd, as Claude Code does
-        "editor": sdk_role(project, fake_cli, record="editor", retry=QUICK_RETRY, budget={"per_run_usd": 0.4},
-                           fake={"cost": "0.25", "honor_budget": "1"}),
-    })  # fmt: skip
+    project.configure(
+        {
+            # one turn costs more than the run may
+            "writer": sdk_role(project, fake_cli, retry=QUICK_RETRY, budget={"per_run_usd": 0.3}, fake={"cost": "0.5"}),
+            # two turns do; the CLI itself stops at --max-budget-usd, as Claude Code does
+            "editor": sdk_role(
+                project,
+                fake_cli,
+                record="editor",
+                retry=QUICK_RETRY,
+                budget={"per_run_usd": 0.4},
+                fake={"cost": "0.25", "honor_budget": "1"},
+            ),
+        }
+    )
     orch = project.up()
     project.drop("writer", "W-1.md", {"id": "W-1"})
     ended_in(project, "writer", "failed", "W-1.md")
@@ -504,18 +557,27 @@ def test_per_run_budget_fails_the_run_without_a_retry(project: Project, fake_cli
     argv = recorded(project, "argv", "editor")
     assert len(argv) == 1 and argv[0][argv[0].index("--max-budget-usd") + 1] == "0.4"
     row = run_row(project, "E-1.md")
-    assert row is not None and (row["state"], row["attempt"], row["cost_usd"], row["num_turns"]) == ("failed", 1, 0.5, 2)
+    assert row is not None and (row["state"], row["attempt"], row["cost_usd"], row["num_turns"]) == (
+        "failed",
+        1,
+        0.5,
+        2,
+    )
     assert "per-run budget of $0.40 exceeded ($0.50 spent)" in (
-        project.root / "memo" / "editor" / "failed" / "E-1.reason").read_text(encoding="utf-8")  # fmt: skip
+        project.root / "memo" / "editor" / "failed" / "E-1.reason"
+    ).read_text(encoding="utf-8")
     assert orch.stop() == 0, orch.output
 
 
 def test_a_role_over_its_daily_budget_starts_no_new_runs(project: Project, fake_cli: Path) -> None:
-    project.configure({
-        "writer": sdk_role(project, fake_cli, budget={"per_day_usd": 0.5}, fake={"cost": "0.3"}),
-        "editor": sdk_role(project, fake_cli, fake={"cost": "0.3"}),
-        "builder": {},
-    }, rescan_interval="0.1s")  # fmt: skip
+    project.configure(
+        {
+            "writer": sdk_role(project, fake_cli, budget={"per_day_usd": 0.5}, fake={"cost": "0.3"}),
+            "editor": sdk_role(project, fake_cli, fake={"cost": "0.3"}),
+            "builder": {},
+        },
+        rescan_interval="0.1s",
+    )
     orch = project.up()
     for name in ("W-1.md", "W-2.md"):  # one after the other: the second one passes the budget
         project.drop("writer", name, {"id": name[:-3]})
@@ -543,11 +605,15 @@ def test_a_role_over_its_daily_budget_starts_no_new_runs(project: Project, fake_
 
 
 def test_the_team_daily_budget_stops_every_role(project: Project, fake_cli: Path) -> None:
-    project.configure({
-        "writer": sdk_role(project, fake_cli, fake={"cost": "0.3"}),
-        "editor": sdk_role(project, fake_cli, fake={"cost": "0.3"}),
-        "builder": {},
-    }, budget={"per_day_usd": 0.5}, rescan_interval="0.1s")  # fmt: skip
+    project.configure(
+        {
+            "writer": sdk_role(project, fake_cli, fake={"cost": "0.3"}),
+            "editor": sdk_role(project, fake_cli, fake={"cost": "0.3"}),
+            "builder": {},
+        },
+        budget={"per_day_usd": 0.5},
+        rescan_interval="0.1s",
+    )
     orch = project.up()
     project.drop("writer", "W-1.md", {"id": "W-1"})
     ended_in(project, "writer", "archive", "W-1.md")
@@ -579,12 +645,19 @@ def test_the_team_daily_budget_stops_every_role(project: Project, fake_cli: Path
 
 def test_a_retry_resumes_the_failed_session_and_counts_its_cost_once(project: Project, fake_cli: Path) -> None:
     fake = {"cost": "0.25", "fail_attempts": "1", "sessions": str(project.root / "sessions.json")}
-    project.configure({
-        "writer": sdk_role(project, fake_cli, retry=QUICK_RETRY, retry_resumes=True, fake=fake),
-        # starts afresh; its own sessions file, since two fakes writing one file at once could lose an update
-        "editor": sdk_role(project, fake_cli, record="editor", retry=QUICK_RETRY,
-                           fake={**fake, "sessions": str(project.root / "sessions-editor.json")}),
-    })  # fmt: skip
+    project.configure(
+        {
+            "writer": sdk_role(project, fake_cli, retry=QUICK_RETRY, retry_resumes=True, fake=fake),
+            # starts afresh; its own sessions file, since two fakes writing one file at once could lose an update
+            "editor": sdk_role(
+                project,
+                fake_cli,
+                record="editor",
+                retry=QUICK_RETRY,
+                fake={**fake, "sessions": str(project.root / "sessions-editor.json")},
+            ),
+        }
+    )
     orch = project.up()
     project.drop("writer", "W-1.md", {"id": "W-1"})
     project.drop("editor", "E-1.md", {"id": "E-1"})

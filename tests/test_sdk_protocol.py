@@ -11,9 +11,24 @@ import pytest
 from orchestrator.agents.command import LaunchSpec
 from orchestrator.agents.sdk.backend import runner_spec
 from orchestrator.agents.sdk.protocol import (
-    SPEC_OPTIONS, ActivityEvent, CostEvent, DoneEvent, End, FailureEvent, Interrupt, ProtocolError, ResultEvent,
-    RunnerSpec, SessionEvent, SpecOptions, SystemPromptPreset, Tell, parse_control, parse_event, parse_spec,
-)  # fmt: skip
+    SPEC_OPTIONS,
+    ActivityEvent,
+    CostEvent,
+    DoneEvent,
+    End,
+    FailureEvent,
+    Interrupt,
+    ProtocolError,
+    ResultEvent,
+    RunnerSpec,
+    SessionEvent,
+    SpecOptions,
+    SystemPromptPreset,
+    Tell,
+    parse_control,
+    parse_event,
+    parse_spec,
+)
 from orchestrator.config import Role
 
 EVENTS = [  # each event as a model, and as the runner's docstring documents it on the wire
@@ -21,10 +36,25 @@ EVENTS = [  # each event as a model, and as the runner's docstring documents it 
     (ActivityEvent(text="Bash: ls"), {"event": "activity", "text": "Bash: ls"}),
     (CostEvent(usd=0.25), {"event": "cost", "usd": 0.25}),
     (
-        ResultEvent(cost_usd=0.25, input_tokens=100, output_tokens=20, num_turns=1, session_id=None, is_error=False,
-                    subtype="success"),  # fmt: skip
-        {"event": "result", "cost_usd": 0.25, "input_tokens": 100, "output_tokens": 20, "num_turns": 1,
-         "session_id": None, "is_error": False, "subtype": "success"},  # fmt: skip
+        ResultEvent(
+            cost_usd=0.25,
+            input_tokens=100,
+            output_tokens=20,
+            num_turns=1,
+            session_id=None,
+            is_error=False,
+            subtype="success",
+        ),
+        {
+            "event": "result",
+            "cost_usd": 0.25,
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "num_turns": 1,
+            "session_id": None,
+            "is_error": False,
+            "subtype": "success",
+        },
     ),
     (FailureEvent(reason="it broke"), {"event": "failure", "reason": "it broke"}),
     (FailureEvent(reason="over", budget=True), {"event": "failure", "reason": "over", "budget": True}),
@@ -66,8 +96,11 @@ def test_an_interrupt_without_keep_does_not_keep() -> None:
         ('{"event": "cost", "usd": "lots"}', "usd: "),
         ('{"event": "session"}', "session_id: Field required"),
         ('{"event": "activity", "text": "x", "colour": "blue"}', "colour: Extra inputs are not permitted"),
-        ('{"event": "result", "cost_usd": 1, "input_tokens": 1, "output_tokens": 1, "num_turns": "many",'
-         ' "session_id": null, "is_error": false, "subtype": null}', "num_turns: "),
+        (
+            '{"event": "result", "cost_usd": 1, "input_tokens": 1, "output_tokens": 1, "num_turns": "many",'
+            ' "session_id": null, "is_error": false, "subtype": null}',
+            "num_turns: ",
+        ),
         ('{"event": "party"}', "event: Input tag 'party'"),
         ('{"usd": 1}', "event: Unable to extract tag"),
         ("[1, 2]", "the event line: "),
@@ -102,10 +135,18 @@ def test_a_bad_control_names_its_field(line: str, named: str) -> None:
 
 def test_the_spec_round_trips_and_null_means_absent() -> None:
     spec = RunnerSpec(
-        prompt="hello", transcript="/t.jsonl", resume="s-1", per_run_usd=0.5,
-        options=SpecOptions(model="m", system_prompt=SystemPromptPreset(append="Be brief."), allowed_tools=["Read"],
-                            max_turns=3, env={"A": "1"}),
-    )  # fmt: skip
+        prompt="hello",
+        transcript="/t.jsonl",
+        resume="s-1",
+        per_run_usd=0.5,
+        options=SpecOptions(
+            model="m",
+            system_prompt=SystemPromptPreset(append="Be brief."),
+            allowed_tools=["Read"],
+            max_turns=3,
+            env={"A": "1"},
+        ),
+    )
     assert parse_spec(spec.line()) == spec
     assert set(spec.wire()["options"]) == SPEC_OPTIONS
     assert parse_spec('{"prompt": "x", "options": null, "resume": null}') == RunnerSpec(prompt="x")
@@ -135,10 +176,27 @@ def test_a_bad_spec_names_its_field(line: str, message: str) -> None:
 
 def test_runner_spec_is_a_valid_spec(tmp_path: Path) -> None:
     prompt = {"preset": "claude_code", "append": "Be brief."}
-    role = Role(name="writer", prompt="p.md", backend="sdk", model="m", max_turns=4, add_dirs=["docs"],
-                system_prompt=prompt, budget={"per_run_usd": 0.5})  # fmt: skip
-    launch = LaunchSpec(run_id=7, attempt=1, role=role, root=tmp_path, prompt="do it", memo_paths=[],
-                        log_path=tmp_path / "7.log", env={}, extra={"resume": "s-9"})  # fmt: skip
+    role = Role(
+        name="writer",
+        prompt="p.md",
+        backend="sdk",
+        model="m",
+        max_turns=4,
+        add_dirs=["docs"],
+        system_prompt=prompt,
+        budget={"per_run_usd": 0.5},
+    )
+    launch = LaunchSpec(
+        run_id=7,
+        attempt=1,
+        role=role,
+        root=tmp_path,
+        prompt="do it",
+        memo_paths=[],
+        log_path=tmp_path / "7.log",
+        env={},
+        extra={"resume": "s-9"},
+    )
     wire = runner_spec(launch, "/bin/claude", tmp_path, tmp_path / "t.jsonl")
     spec = parse_spec(json.dumps(wire))
     assert (spec.prompt, spec.resume, spec.per_run_usd) == ("do it", "s-9", 0.5)

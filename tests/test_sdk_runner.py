@@ -17,25 +17,26 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
 
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
-from orchestrator.agents.sdk import protocol
-from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
-from orchestrator.agents.sdk.session import Phase, SdkMessage, Session, StdinClosed, StdinLine
-from orchestrator.agents.sdk.transcript import Output
-from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
-from orchestrator.agents.sdk.totals import Totals
-from orchestrator.config import Role
-from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.agents.command import Agent, LaunchSpec, agent_environment
 from orchestrator.agents.sdk import backend as sdk_backend
+from orchestrator.agents.sdk import protocol
 from orchestrator.agents.sdk.backend import SdkAgent, check_role, start_sdk
+from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
+from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
+from orchestrator.agents.sdk.session import Phase, SdkMessage, Session, StdinClosed, StdinLine
+from orchestrator.agents.sdk.totals import Totals
+from orchestrator.agents.sdk.transcript import Output
+from orchestrator.config import Role
+from orchestrator.core.errors import ConfigError, ControlError
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE = 30.0
@@ -48,14 +49,20 @@ class Runner:
         self.record = tmp_path / "record.jsonl"
         child_env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_CLAUDE_RECORD": str(self.record), **env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.agents.sdk.runner"], cwd=tmp_path, env=child_env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [sys.executable, "-m", "orchestrator.agents.sdk.runner"],
+            cwd=tmp_path,
+            env=child_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.events: list[dict[str, Any]] = []
         self._lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr = ""
-        self.readers = [threading.Thread(target=self._read_stdout, daemon=True),
-                        threading.Thread(target=self._read_stderr, daemon=True)]  # fmt: skip
+        self.readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
         for reader in self.readers:
             reader.start()
         self.send(spec)
@@ -133,8 +140,14 @@ class Runner:
 
 def make_spec(tmp_path: Path, cli: Path | str, prompt: str = "hello", **extra: Any) -> dict[str, Any]:
     options = {"cli_path": str(cli), "cwd": str(tmp_path), **extra.pop("options", {})}
-    return {"prompt": prompt, "options": options, "transcript": str(tmp_path / "runs" / "1" / "transcript.jsonl"),
-            "resume": None, "per_run_usd": None, **extra}  # fmt: skip
+    return {
+        "prompt": prompt,
+        "options": options,
+        "transcript": str(tmp_path / "runs" / "1" / "transcript.jsonl"),
+        "resume": None,
+        "per_run_usd": None,
+        **extra,
+    }
 
 
 Start = Callable[..., Runner]
@@ -162,8 +175,12 @@ def finished(runner: Runner, code: int) -> None:
 
 
 def test_normal_run_reports_cost_result_and_writes_the_transcript(tmp_path: Path, fake_cli: Path, start: Start) -> None:
-    options = {"model": "claude-test", "permission_mode": "acceptEdits", "allowed_tools": ["Read", "Bash"],
-               "system_prompt": {"preset": "claude_code", "append": "Be brief."}}  # fmt: skip
+    options = {
+        "model": "claude-test",
+        "permission_mode": "acceptEdits",
+        "allowed_tools": ["Read", "Bash"],
+        "system_prompt": {"preset": "claude_code", "append": "Be brief."},
+    }
     spec = make_spec(tmp_path, fake_cli, options=options)
     runner = start(spec, cost="0.25")
     runner.close_stdin()
@@ -174,14 +191,26 @@ def test_normal_run_reports_cost_result_and_writes_the_transcript(tmp_path: Path
     assert runner.of("activity")[-1]["text"] == "echo: hello"
     assert runner.of("cost") == [{"event": "cost", "usd": 0.25}]
     assert runner.of("result") == [
-        {"event": "result", "cost_usd": 0.25, "input_tokens": 100, "output_tokens": 20, "num_turns": 1,
-         "session_id": session, "is_error": False, "subtype": "success"}
-    ]  # fmt: skip
+        {
+            "event": "result",
+            "cost_usd": 0.25,
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "num_turns": 1,
+            "session_id": session,
+            "is_error": False,
+            "subtype": "success",
+        }
+    ]
     assert runner.of("failure") == []
     assert runner.recorded("prompt") == ["hello"]
     argv = runner.recorded("argv")[0]
-    for flag in (["--model", "claude-test"], ["--permission-mode", "acceptEdits"], ["--allowedTools", "Read,Bash"],
-                 ["--append-system-prompt", "Be brief."]):  # fmt: skip
+    for flag in (
+        ["--model", "claude-test"],
+        ["--permission-mode", "acceptEdits"],
+        ["--allowedTools", "Read,Bash"],
+        ["--append-system-prompt", "Be brief."],
+    ):
         assert flag[0] in argv and argv[argv.index(flag[0]) + 1] == flag[1], argv
     assert "--system-prompt" not in argv  # the claude_code preset, not an empty prompt
     assert not any(a.startswith("--resume") for a in argv)
@@ -191,8 +220,12 @@ def test_normal_run_reports_cost_result_and_writes_the_transcript(tmp_path: Path
     kinds = [line["type"] for line in lines]
     assert kinds[0] == "prompt" and lines[0]["text"] == "hello"
     assert kinds[1:] == ["system", "assistant", "assistant", "result"]
-    assert lines[2]["content"][0] == {"type": "tool_use", "id": lines[2]["content"][0]["id"], "name": "Bash",
-                                      "input": {"command": "echo working", "description": "say it works"}}  # fmt: skip
+    assert lines[2]["content"][0] == {
+        "type": "tool_use",
+        "id": lines[2]["content"][0]["id"],
+        "name": "Bash",
+        "input": {"command": "echo working", "description": "say it works"},
+    }
     assert lines[-1]["total_cost_usd"] == 0.25 and lines[-1]["session_id"] == session
 
 
@@ -327,8 +360,12 @@ def test_sigterm_ends_the_runner_and_its_cli_promptly(tmp_path: Path, fake_cli: 
 
 
 def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.agents.sdk.runner"], stdin=subprocess.PIPE, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.agents.sdk.runner"],
+        stdin=subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         # its stdin thread starts after the signal handlers are in place
         wait_for(lambda: psutil.Process(proc.pid).num_threads() >= 2, what="the runner's stdin thread")
@@ -350,9 +387,13 @@ def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
 )
 def test_a_bad_spec_is_a_failure_event(tmp_path: Path, spec_line: str, expected: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.agents.sdk.runner"], input=spec_line.encode() + b"\n", capture_output=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=DEADLINE, cwd=tmp_path,
-    )  # fmt: skip
+        [sys.executable, "-m", "orchestrator.agents.sdk.runner"],
+        input=spec_line.encode() + b"\n",
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=DEADLINE,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(events) == 1 and events[0]["event"] == "failure" and events[0]["reason"].startswith(expected)
@@ -366,9 +407,16 @@ def test_failure_reasons_from_sdk_errors() -> None:
 
     from claude_agent_sdk import ProcessError, ResultError
 
-    refused = ResultError("Claude Code returned an error result", exit_code=1, data={
-        "type": "result", "subtype": "error_during_execution", "is_error": True,
-        "errors": ["No conversation found with session ID: abc"]})  # fmt: skip
+    refused = ResultError(
+        "Claude Code returned an error result",
+        exit_code=1,
+        data={
+            "type": "result",
+            "subtype": "error_during_execution",
+            "is_error": True,
+            "errors": ["No conversation found with session ID: abc"],
+        },
+    )
     assert describe_exception(refused, deque(), SpecOptions()) == (
         "Claude Code reported an error (error_during_execution): No conversation found with session ID: abc"
     )
@@ -388,9 +436,17 @@ def test_totals_take_running_totals_and_sum_turns() -> None:
     from claude_agent_sdk import ResultMessage
 
     def result(cost: float, model_usage: dict[str, Any] | None) -> ResultMessage:
-        return ResultMessage(subtype="success", duration_ms=1, duration_api_ms=1, is_error=False, num_turns=3,
-                             session_id="s", total_cost_usd=cost, model_usage=model_usage,
-                             usage={"input_tokens": 5, "cache_read_input_tokens": 10, "output_tokens": 2})  # fmt: skip
+        return ResultMessage(
+            subtype="success",
+            duration_ms=1,
+            duration_api_ms=1,
+            is_error=False,
+            num_turns=3,
+            session_id="s",
+            total_cost_usd=cost,
+            model_usage=model_usage,
+            usage={"input_tokens": 5, "cache_read_input_tokens": 10, "output_tokens": 2},
+        )
 
     totals = Totals()
     for cost in (0.5, 0.75):
@@ -449,8 +505,17 @@ def control(**message: Any) -> StdinLine:
 def turn_result(subtype: str = "success", cost: float = 0.01) -> SdkMessage:
     from claude_agent_sdk import ResultMessage
 
-    return SdkMessage(ResultMessage(subtype=subtype, duration_ms=1, duration_api_ms=1, is_error=subtype != "success",
-                                    num_turns=1, session_id="s", total_cost_usd=cost))  # fmt: skip
+    return SdkMessage(
+        ResultMessage(
+            subtype=subtype,
+            duration_ms=1,
+            duration_api_ms=1,
+            is_error=subtype != "success",
+            num_turns=1,
+            session_id="s",
+            total_cost_usd=cost,
+        )
+    )
 
 
 INTERRUPTED = turn_result("error_during_execution")
@@ -476,8 +541,12 @@ SCRIPTS = {  # the events after the first prompt, in order -> exit status, promp
     "waiting, then EOF": ([KEEP, INTERRUPTED, EOF], 3, ["p"], 1),
     "waiting, then end": ([KEEP, INTERRUPTED, END], 3, ["p"], 1),
     "waiting, then cancel": ([KEEP, INTERRUPTED, KEEP, CANCEL], 3, ["p"], 1),
-    "a second interrupt after a tell": ([KEEP, INTERRUPTED, TELL_A, KEEP, INTERRUPTED, TELL_B, turn_result()],
-                                        0, ["p", "a", "b"], 2),  # fmt: skip
+    "a second interrupt after a tell": (
+        [KEEP, INTERRUPTED, TELL_A, KEEP, INTERRUPTED, TELL_B, turn_result()],
+        0,
+        ["p", "a", "b"],
+        2,
+    ),
     "over the per-run budget": ([TELL_A, turn_result(cost=0.25)], 4, ["p"], 0),
 }
 
@@ -512,8 +581,13 @@ def test_a_bad_control_line_is_noted_with_its_field(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(claude_agent_sdk, "ClaudeSDKClient", ScriptedClient)
     out = Collected()
-    script = [StdinLine('{"op": "tell"}'), StdinLine('{"op": "pause"}'), control(op="interrupt", keep="maybe"),
-              StdinLine("not json"), turn_result()]  # fmt: skip
+    script = [
+        StdinLine('{"op": "tell"}'),
+        StdinLine('{"op": "pause"}'),
+        control(op="interrupt", keep="maybe"),
+        StdinLine("not json"),
+        turn_result(),
+    ]
 
     async def replay() -> int:
         events: asyncio.Queue[Any] = asyncio.Queue()
@@ -538,8 +612,17 @@ def launch_spec(tmp_path: Path, role: Role, prompt: str = "hello", **extra: Any)
     memo = tmp_path / "memo" / "writer" / "inbox" / "a.md"
     env = agent_environment(role, tmp_path, 7, 1, [memo])
     env.update({"FAKE_CLAUDE_RECORD": str(tmp_path / "record.jsonl"), **extra.pop("env", {})})
-    return LaunchSpec(run_id=7, attempt=1, role=role, root=tmp_path, prompt=prompt, memo_paths=[memo],
-                      log_path=tmp_path / "logs" / "7.log", env=env, extra=extra)  # fmt: skip
+    return LaunchSpec(
+        run_id=7,
+        attempt=1,
+        role=role,
+        root=tmp_path,
+        prompt=prompt,
+        memo_paths=[memo],
+        log_path=tmp_path / "logs" / "7.log",
+        env=env,
+        extra=extra,
+    )
 
 
 async def started(spec: LaunchSpec) -> tuple[SdkAgent, asyncio.Future[int], list[dict[str, Any]]]:
@@ -584,8 +667,15 @@ def test_start_sdk_reports_figures_and_takes_a_tell(tmp_path: Path, fake_cli: Pa
     agent, code, seen = asyncio.run(scenario())
     assert code == 0
     assert agent.backend == "sdk"
-    assert agent.result == {"cost_usd": 1.0, "input_tokens": 200, "output_tokens": 40, "num_turns": 2,
-                            "session_id": agent.session_id, "is_error": False, "subtype": "success"}  # fmt: skip
+    assert agent.result == {
+        "cost_usd": 1.0,
+        "input_tokens": 200,
+        "output_tokens": 40,
+        "num_turns": 2,
+        "session_id": agent.session_id,
+        "is_error": False,
+        "subtype": "success",
+    }
     assert agent.cost_usd == 1.0 and agent.activity == "echo: second"
     assert agent.failure_reason is None and not agent.budget_exceeded
     assert [e["event"] for e in seen].count("result") == 2

@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
-from fault_injection import fault_injection
-from fault_injection.sitecustomize import faulty_classify
 from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
@@ -37,6 +34,9 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.utils.delayed_queue import DelayedQueue
 
+from conftest import wait_for
+from fault_injection import fault_injection
+from fault_injection.sitecustomize import faulty_classify
 from orchestrator.core.events import MemoGone, MemoSeen, RescanNeeded
 from orchestrator.intake.watcher import (
     EVENT_TYPES,
@@ -68,9 +68,11 @@ def test_a_closed_memo_is_complete_and_a_created_or_modified_one_is_not():
 def test_a_memo_renamed_into_the_inbox_is_complete():
     # the atomic drop: a hidden temporary renamed to its final name
     assert run(FileMovedEvent(f"{INBOX}/.a.md.tmp", f"{INBOX}/a.md")) == [
-        MemoSeen("builder", Path(f"{INBOX}/a.md"), complete=True)]  # fmt: skip
+        MemoSeen("builder", Path(f"{INBOX}/a.md"), complete=True)
+    ]
     assert run(FileMovedEvent("/elsewhere/a.md", f"{INBOX}/a.md")) == [
-        MemoSeen("builder", Path(f"{INBOX}/a.md"), complete=True)]  # fmt: skip
+        MemoSeen("builder", Path(f"{INBOX}/a.md"), complete=True)
+    ]
 
 
 def test_leaving_the_inbox_is_gone():
@@ -88,8 +90,11 @@ def test_a_rename_within_the_inbox_is_gone_then_seen():
 
 @pytest.mark.parametrize("name", [".a.md", ".a.md.tmp", "a.md~", "a.md.swp", "#a.md#", "a.txt", "a.md.tmp", "README"])
 def test_names_that_are_no_memo_are_ignored(name):
-    for event in (FileCreatedEvent(f"{INBOX}/{name}"), FileClosedEvent(f"{INBOX}/{name}"),
-                  FileDeletedEvent(f"{INBOX}/{name}")):  # fmt: skip
+    for event in (
+        FileCreatedEvent(f"{INBOX}/{name}"),
+        FileClosedEvent(f"{INBOX}/{name}"),
+        FileDeletedEvent(f"{INBOX}/{name}"),
+    ):
         assert run(event) == []
 
 
@@ -109,17 +114,25 @@ def test_events_that_say_nothing_new_are_ignored():
     assert DirModifiedEvent not in EVENT_TYPES
 
 
-@pytest.mark.parametrize("event", [
-    DirDeletedEvent(INBOX), DirCreatedEvent(INBOX), DirMovedEvent(INBOX, f"{ROLE_DIR}/old-inbox"),
-    DirMovedEvent(f"{ROLE_DIR}/new", INBOX), DirDeletedEvent(ROLE_DIR), DirCreatedEvent(ROLE_DIR),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "event",
+    [
+        DirDeletedEvent(INBOX),
+        DirCreatedEvent(INBOX),
+        DirMovedEvent(INBOX, f"{ROLE_DIR}/old-inbox"),
+        DirMovedEvent(f"{ROLE_DIR}/new", INBOX),
+        DirDeletedEvent(ROLE_DIR),
+        DirCreatedEvent(ROLE_DIR),
+    ],
+)
 def test_the_inbox_or_role_folder_changing_means_a_rescan(event):
     [item] = run(event)
     assert isinstance(item, RescanNeeded) and INBOX in item.reason
 
 
-@pytest.mark.parametrize("event", [DirCreatedEvent(f"{ROLE_DIR}/archive"), DirDeletedEvent(f"{INBOX}/sub"),
-                                   DirCreatedEvent(f"{INBOX}/x.md")])  # fmt: skip
+@pytest.mark.parametrize(
+    "event", [DirCreatedEvent(f"{ROLE_DIR}/archive"), DirDeletedEvent(f"{INBOX}/sub"), DirCreatedEvent(f"{INBOX}/x.md")]
+)
 def test_other_folders_changing_need_no_rescan(event):
     assert run(event) == []
 
@@ -293,7 +306,7 @@ def test_closing_wakes_a_waiting_reader_with_none():
         got = read_in_thread(queue)
         assert waiting.wait(timeout=10)
         queue.close()
-        wait_for(lambda: got, timeout=10, what="the reader woken by close")
+        wait_for(lambda got=got: got, timeout=10, what="the reader woken by close")
         assert got[0][0] is None
 
 
@@ -344,13 +357,16 @@ def test_the_probe_accepts_this_watchdog_and_finds_the_clock_its_put_uses():
     assert not isinstance(layout, str) and layout.clock is time.time
 
 
-@pytest.mark.parametrize(("queue_class", "reason"), [
-    (ConditionOverOwnLock, "condition does not guard its lock"),
-    (DropsTheDelayFlag, "no longer queues (element, time, delay)"),
-    (RenamedDelay, "delay under an unknown name"),
-    (NoDelayArgument, "takes no delay argument"),
-    (UnknownClock, "unknown clock"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("queue_class", "reason"),
+    [
+        (ConditionOverOwnLock, "condition does not guard its lock"),
+        (DropsTheDelayFlag, "no longer queues (element, time, delay)"),
+        (RenamedDelay, "delay under an unknown name"),
+        (NoDelayArgument, "takes no delay argument"),
+        (UnknownClock, "unknown clock"),
+    ],
+)
 def test_the_probe_refuses_a_queue_that_behaves_otherwise(queue_class, reason):
     problem = _probe_layout(queue_class)
     assert isinstance(problem, str) and reason in problem
@@ -372,8 +388,11 @@ def test_the_watcher_reports_a_removed_or_replaced_folder_and_recovers_on_restar
     try:
         assert watcher.healthy() is None
         (role_dir / "inbox" / "a.md").write_text("hello", encoding="utf-8")
-        wait_for(lambda: MemoSeen("builder", role_dir / "inbox" / "a.md", complete=True) in posted, timeout=10,
-                 what="the close event")  # fmt: skip
+        wait_for(
+            lambda: MemoSeen("builder", role_dir / "inbox" / "a.md", complete=True) in posted,
+            timeout=10,
+            what="the close event",
+        )
 
         shutil.rmtree(role_dir / "inbox")
         assert watcher.healthy() == f"folder {role_dir / 'inbox'} was removed"
@@ -382,17 +401,25 @@ def test_the_watcher_reports_a_removed_or_replaced_folder_and_recovers_on_restar
         shutil.rmtree(role_dir)
         assert watcher.healthy() == f"folder {role_dir} was removed"
         (role_dir / "inbox").mkdir(parents=True)  # the same inode number may come back: the watch is still gone
-        wait_for(lambda: watcher.healthy() in (f"folder {role_dir} was replaced",
-                                               f"the watch on {role_dir} ended (its folder was removed)"),
-                 timeout=10, what="the lost watch noticed")  # fmt: skip
+        wait_for(
+            lambda: (
+                watcher.healthy()
+                in (f"folder {role_dir} was replaced", f"the watch on {role_dir} ended (its folder was removed)")
+            ),
+            timeout=10,
+            what="the lost watch noticed",
+        )
 
         watcher.restart()
         assert watcher.healthy() is None
         assert (role_dir / "inbox").is_dir(), "a restart makes the inbox again"
         posted.clear()
         (role_dir / "inbox" / "b.md").write_text("hello", encoding="utf-8")
-        wait_for(lambda: MemoSeen("builder", role_dir / "inbox" / "b.md", complete=True) in posted, timeout=10,
-                 what="events from the new folder")  # fmt: skip
+        wait_for(
+            lambda: MemoSeen("builder", role_dir / "inbox" / "b.md", complete=True) in posted,
+            timeout=10,
+            what="events from the new folder",
+        )
     finally:
         watcher.stop()
     assert watcher.healthy() == "the file watcher thread stopped"
@@ -414,8 +441,11 @@ def test_the_prompt_queue_goes_into_the_watchers_own_observer_only(tmp_path):
         assert type(_move_queue(other_emitter)) is DelayedQueue, "an observer made later is left alone"
         (role_dir / "inbox" / ".a.md.tmp").write_text("hello", encoding="utf-8")
         os.rename(role_dir / "inbox" / ".a.md.tmp", role_dir / "inbox" / "a.md")
-        wait_for(lambda: MemoSeen("builder", role_dir / "inbox" / "a.md", complete=True) in posted, timeout=10,
-                 what="the renamed memo")  # fmt: skip
+        wait_for(
+            lambda: MemoSeen("builder", role_dir / "inbox" / "a.md", complete=True) in posted,
+            timeout=10,
+            what="the renamed memo",
+        )
     finally:
         other.stop()
         other.join(timeout=5)
@@ -437,8 +467,11 @@ def test_a_refused_patch_is_one_line_and_moves_still_arrive(tmp_path):
         inbox = role_dir / "inbox"
         (inbox / ".a.md.tmp").write_text("hello", encoding="utf-8")
         os.rename(inbox / ".a.md.tmp", inbox / "a.md")
-        wait_for(lambda: MemoSeen("builder", inbox / "a.md", complete=True) in posted, timeout=10,
-                 what="a memo renamed into the inbox")  # fmt: skip
+        wait_for(
+            lambda: MemoSeen("builder", inbox / "a.md", complete=True) in posted,
+            timeout=10,
+            what="a memo renamed into the inbox",
+        )
         os.rename(inbox / "a.md", role_dir / "active" / "a.md")
         wait_for(lambda: MemoGone("builder", inbox / "a.md") in posted, timeout=10, what="the claim's move")
         watcher.restart()

@@ -13,9 +13,10 @@ import contextlib
 import errno
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.agents import procs
 from orchestrator.config import Role
@@ -172,8 +173,11 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
             )
             procs.spare(proc.pid)
     except OSError as exc:
-        hint = " (the file exists: is the interpreter on its #! line missing?)" if (
-            exc.errno == errno.ENOENT and os.path.isfile(executable)) else ""  # fmt: skip
+        hint = (
+            " (the file exists: is the interpreter on its #! line missing?)"
+            if (exc.errno == errno.ENOENT and os.path.isfile(executable))
+            else ""
+        )
         raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}{hint}") from None
     finally:
         os.close(log_fd)

@@ -16,8 +16,8 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import psutil
 

@@ -8,8 +8,9 @@ methods, so the supervisor's rules run with no process and no real time.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from orchestrator.agents import procs
 from orchestrator.agents.command import Agent, LaunchSpec, start_command
@@ -60,7 +61,7 @@ class ProcessSpawner:
         if agent.waiter is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(agent.waiter), EXIT_WAIT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return report
 
@@ -83,5 +84,5 @@ async def _interrupt_first(agent: Any, grace: float, log: Log) -> None:
     if agent.waiter is not None:
         try:
             await asyncio.wait_for(asyncio.shield(agent.waiter), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log(f"no end of turn within {grace:g}s; using the kill ladder")

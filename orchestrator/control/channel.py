@@ -21,8 +21,9 @@ import socket
 import struct
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
 
@@ -68,8 +69,9 @@ class ControlServer:
     answered as an internal error.
     """
 
-    def __init__(self, path: Path, handle: Callable[[Request], Awaitable[dict[str, Any]]],
-                 log_error: Callable[[str], None]) -> None:  # fmt: skip
+    def __init__(
+        self, path: Path, handle: Callable[[Request], Awaitable[dict[str, Any]]], log_error: Callable[[str], None]
+    ) -> None:
         self.path = path
         self.handle = handle
         self.log_error = log_error
@@ -134,11 +136,13 @@ class ControlServer:
             while True:
                 try:
                     line = await asyncio.wait_for(reader.readline(), IDLE_TIMEOUT)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return
                 except (ValueError, asyncio.LimitOverrunError):
                     # the rest of the line may still be arriving: nothing after it could be read as a request
-                    await self._send(writer, Answer.failure("usage", f"malformed request: longer than {MAX_LINE} bytes"))
+                    await self._send(
+                        writer, Answer.failure("usage", f"malformed request: longer than {MAX_LINE} bytes")
+                    )
                     return
                 if not line:
                     return
@@ -249,7 +253,7 @@ def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict
             if not chunk:
                 raise ControlError(f"the orchestrator of {root} closed the connection without an answer")
             data += chunk
-    except socket.timeout:
+    except TimeoutError:
         raise ControlError(f"the orchestrator of {root} did not answer within {timeout:g}s") from None
     except ConnectionError as exc:
         raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None

@@ -50,4 +50,3 @@ def collect(root: Path, role: str | None = None, since: str | None = None) -> di
             entry["output_tokens"] += row.get("output_tokens") or 0
     total = round(sum((r["cost_usd"] or 0.0) for r in runs), 6)
     return {"runs": runs, "totals": {"by_role": by_role, "by_day": by_day, "cost_usd": total, "runs": len(runs)}}
-

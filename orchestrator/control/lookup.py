@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from orchestrator.core.run import Run
 from orchestrator.intake.memo import INBOX, MemoHeader, is_memo_name, parse_front_matter

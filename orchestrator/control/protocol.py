@@ -80,9 +80,13 @@ class TellRequest(_Request):
     who: str = "unknown"
 
 
-Request = Annotated[StatusRequest | StopRequest | CancelRequest | InterruptRequest | TellRequest, Field(discriminator="op")]
+Request = Annotated[
+    StatusRequest | StopRequest | CancelRequest | InterruptRequest | TellRequest, Field(discriminator="op")
+]
 REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
-OPS: tuple[str, ...] = tuple(get_args(model.model_fields["op"].annotation)[0] for model in get_args(get_args(Request)[0]))
+OPS: tuple[str, ...] = tuple(
+    get_args(model.model_fields["op"].annotation)[0] for model in get_args(get_args(Request)[0])
+)
 
 
 class Answer(BaseModel):
@@ -115,8 +119,9 @@ class Answer(BaseModel):
 
     def to_line(self) -> bytes:
         """One line of JSON; values JSON cannot hold (paths, times) are sent as text."""
-        wire: dict[str, Any] = {"ok": True, "result": self.result} if self.ok else {
-            "ok": False, "code": self.code, "error": self.error}  # fmt: skip
+        wire: dict[str, Any] = (
+            {"ok": True, "result": self.result} if self.ok else {"ok": False, "code": self.code, "error": self.error}
+        )
         return (json.dumps(wire, ensure_ascii=False, default=str) + "\n").encode()
 
 
@@ -184,8 +189,9 @@ def to_event(request: Request, reply: asyncio.Future[Any]) -> events.Request:
     if isinstance(request, StopRequest):
         return events.StopRequested(request.force, request.who, reply)
     if isinstance(request, CancelRequest):
-        return events.CancelRequested(request.memo or None, request.role or None, request.all, request.who,
-                                      request.reason, reply)  # fmt: skip
+        return events.CancelRequested(
+            request.memo or None, request.role or None, request.all, request.who, request.reason, reply
+        )
     if isinstance(request, InterruptRequest):
         return events.InterruptRequested(request.memo, request.keep, request.who, request.reason, reply)
     return events.TellRequested(request.memo, request.text, request.who, reply)

@@ -11,8 +11,9 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 
 class Timer(Protocol):

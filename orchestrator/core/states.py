@@ -55,9 +55,7 @@ class RunState(str, Enum):
         return self in (RunState.CANCELLING, RunState.TIMING_OUT, RunState.STOPPING)
 
 
-FINISHED = frozenset(
-    {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT, RunState.RETURNED}
-)
+FINISHED = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT, RunState.RETURNED})
 LIVE = frozenset(
     {
         RunState.STARTING,

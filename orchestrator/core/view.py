@@ -10,7 +10,8 @@ prints, and ``CancelView.to_json`` what a cancel answers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,20 +22,65 @@ if TYPE_CHECKING:
 
 #: the keys of a run in ``status --json`` (``runs`` and ``recent`` alike), in the order printed
 STATUS_KEYS = (
-    "run_id", "seq", "role", "memo", "memo_id", "memos", "subject", "state", "pid", "attempt", "started_at", "ended_at",
-    "elapsed", "next_attempt_at", "exit_code", "reason", "backend", "activity", "cost_usd", "input_tokens",
-    "output_tokens", "log",
-)  # fmt: skip
+    "run_id",
+    "seq",
+    "role",
+    "memo",
+    "memo_id",
+    "memos",
+    "subject",
+    "state",
+    "pid",
+    "attempt",
+    "started_at",
+    "ended_at",
+    "elapsed",
+    "next_attempt_at",
+    "exit_code",
+    "reason",
+    "backend",
+    "activity",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "log",
+)
 #: the keys of a run in ``history --json``
 HISTORY_KEYS = (
-    "run_id", "seq", "role", "memo", "memo_id", "state", "backend", "attempt", "cost_usd", "input_tokens", "output_tokens",
-    "num_turns", "session_id", "is_error", "started_at", "ended_at",
-)  # fmt: skip
+    "run_id",
+    "seq",
+    "role",
+    "memo",
+    "memo_id",
+    "state",
+    "backend",
+    "attempt",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "num_turns",
+    "session_id",
+    "is_error",
+    "started_at",
+    "ended_at",
+)
 #: the keys of one cancelled memo's answer to ``cancel``
 CANCEL_KEYS = (
-    "memo", "memo_id", "role", "run_id", "state", "previous_state", "pids", "seconds", "escalated", "survivors",
-    "memos", "moved_to", "notice", "reason",
-)  # fmt: skip
+    "memo",
+    "memo_id",
+    "role",
+    "run_id",
+    "state",
+    "previous_state",
+    "pids",
+    "seconds",
+    "escalated",
+    "survivors",
+    "memos",
+    "moved_to",
+    "notice",
+    "reason",
+)
 
 
 class RunView(BaseModel):
@@ -80,14 +126,30 @@ class RunView(BaseModel):
         ids = row.get("memo_ids") or []
         is_error = row.get("is_error")
         return cls(
-            run_id=row["run_id"], seq=row.get("seq"), role=row["role"], memo=memos[0] if memos else None, memo_id=ids[0] if ids else None,
-            memos=memos, subject=row.get("subject"), state=row["state"], pid=row.get("pid"), attempt=row.get("attempt"),
-            started_at=row.get("started_at"), ended_at=row.get("ended_at"), next_attempt_at=row.get("next_attempt_at"),
-            exit_code=row.get("exit_code"), reason=row.get("reason"), backend=row.get("backend"),
-            cost_usd=row.get("cost_usd"), input_tokens=row.get("input_tokens"), output_tokens=row.get("output_tokens"),
-            num_turns=row.get("num_turns"), session_id=row.get("session_id"),
-            is_error=None if is_error is None else bool(is_error), log=row.get("log_path"),
-        )  # fmt: skip
+            run_id=row["run_id"],
+            seq=row.get("seq"),
+            role=row["role"],
+            memo=memos[0] if memos else None,
+            memo_id=ids[0] if ids else None,
+            memos=memos,
+            subject=row.get("subject"),
+            state=row["state"],
+            pid=row.get("pid"),
+            attempt=row.get("attempt"),
+            started_at=row.get("started_at"),
+            ended_at=row.get("ended_at"),
+            next_attempt_at=row.get("next_attempt_at"),
+            exit_code=row.get("exit_code"),
+            reason=row.get("reason"),
+            backend=row.get("backend"),
+            cost_usd=row.get("cost_usd"),
+            input_tokens=row.get("input_tokens"),
+            output_tokens=row.get("output_tokens"),
+            num_turns=row.get("num_turns"),
+            session_id=row.get("session_id"),
+            is_error=None if is_error is None else bool(is_error),
+            log=row.get("log_path"),
+        )
 
     @classmethod
     def from_run(cls, run: Run, now: float, **extra: Any) -> RunView:

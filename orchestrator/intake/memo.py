@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -34,10 +35,7 @@ _BIG_SCALAR = 100  # an integer written with more characters than this stays tex
 def is_memo_name(name: str) -> bool:
     """A memo ends in ``.md`` and is no hidden file (``.*``, Emacs' ``.#*`` too) or editor temporary."""
     return (
-        name.endswith(".md")
-        and not name.startswith(".")
-        and not name.endswith(_IGNORED_SUFFIXES)
-        and "/" not in name
+        name.endswith(".md") and not name.startswith(".") and not name.endswith(_IGNORED_SUFFIXES) and "/" not in name
     )
 
 
@@ -107,8 +105,11 @@ def _lenient(construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
 
 
 _HeaderLoader.add_constructor("tag:yaml.org,2002:timestamp", _as_text)
-for _tag, _construct in (("int", yaml.SafeLoader.construct_yaml_int), ("float", yaml.SafeLoader.construct_yaml_float),
-                         ("bool", yaml.SafeLoader.construct_yaml_bool)):  # fmt: skip
+for _tag, _construct in (
+    ("int", yaml.SafeLoader.construct_yaml_int),
+    ("float", yaml.SafeLoader.construct_yaml_float),
+    ("bool", yaml.SafeLoader.construct_yaml_bool),
+):
     _HeaderLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _lenient(_construct))
 
 
@@ -152,8 +153,9 @@ def front_matter_problem(block: str) -> str | None:
         else:
             done += size
         if done + sum(entry[1] for entry in stack) > FRONT_MATTER_MAX_EXPANDED:
-            return (f"front matter would expand past {FRONT_MATTER_MAX_EXPANDED} nodes and characters "
-                    "through its aliases")  # fmt: skip
+            return (
+                f"front matter would expand past {FRONT_MATTER_MAX_EXPANDED} nodes and characters through its aliases"
+            )
     return None
 
 
@@ -192,7 +194,7 @@ def _parse_front_matter(text: str) -> MemoHeader:
     lines = text.split("\n")
     if lines[0].strip() != "---":
         return MemoHeader()
-    for end, line in enumerate(lines[1:], start=1):
+    for end, line in enumerate(lines[1:], start=1):  # noqa: B007 - ``end`` is read after the loop
         if line.strip() in ("---", "..."):
             break
     else:

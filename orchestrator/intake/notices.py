@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.intake.memo import INBOX, NAME_MAX, fit_name, new_memo_id, render_memo, slug, write_atomically
 
@@ -98,16 +99,25 @@ def _write_notice(config: Config, notify: str, header: dict[str, Any], kind: str
 
 def _memo_lines(run: Run, moved: list[Path], root: Path) -> list[str]:
     lines = []
-    for memo, path in zip(run.memos, moved):
+    for memo, path in zip(run.memos, moved, strict=False):
         rel = path.relative_to(root) if path.is_relative_to(root) else path
         lines.append(f"- {memo.name} (id {memo.memo_id or '-'}, subject: {memo.subject or '-'}), now at {rel}")
     return lines
 
 
 def write_cancel_notice(
-    config: Config, notify: str, run: Run, moved: list[Path], *, who: str, reason: str, previous: str,
-    ran_seconds: float | None, pids: list[int], when: str,
-) -> Path:  # fmt: skip
+    config: Config,
+    notify: str,
+    run: Run,
+    moved: list[Path],
+    *,
+    who: str,
+    reason: str,
+    previous: str,
+    ran_seconds: float | None,
+    pids: list[int],
+    when: str,
+) -> Path:
     """Tell the coordinator that work was called off, so it remembers after any restart."""
     first = run.memos[0]
     subject = first.subject or first.name
@@ -141,7 +151,9 @@ def write_cancel_notice(
     return _write_notice(config, notify, header, "cancelled", subject, body)
 
 
-def write_failure_notice(config: Config, notify: str, run: Run, state: RunState, reason: str, moved: list[Path]) -> Path:
+def write_failure_notice(
+    config: Config, notify: str, run: Run, state: RunState, reason: str, moved: list[Path]
+) -> Path:
     """Tell the coordinator that work failed for good (retries ran out, timed out, undeliverable)."""
     first = run.memos[0]
     subject = first.subject or first.name
@@ -178,7 +190,7 @@ def late_report_note(store: Store, memo: MemoRef) -> str | None:
         return None
     return (
         f"NOTE FROM THE ORCHESTRATOR: memo {memo.name} replies to memo {memo.reply_to} "
-        f"(\"{record.get('subject') or record['memo']}\"), which was CANCELLED at {record['cancelled_at']} "
+        f'("{record.get("subject") or record["memo"]}"), which was CANCELLED at {record["cancelled_at"]} '
         f"by {record.get('who') or 'someone'} (reason: {record.get('reason') or 'none given'}). "
         "It reports on work that was called off: do not accept or build on its results unless a new "
         "decision asks for them."

@@ -8,15 +8,14 @@ both sets hold only files still in an inbox, so they stay bounded however long t
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import stat
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from orchestrator.console import Console
 from orchestrator.core.clock import Timer
@@ -165,8 +164,9 @@ class Intake:
                 self._enqueue(role, path)
             elif path not in self._slow_writers and time.monotonic() - self.pending[path][1] >= SLOW_WRITER:
                 self._slow_writers.add(path)
-                self.console.line(f"{path.name} is still open for writing by another process; it waits until closed",
-                                  role=role)  # fmt: skip
+                self.console.line(
+                    f"{path.name} is still open for writing by another process; it waits until closed", role=role
+                )
         self._slow_writers &= self.pending.keys()
         if self.pending:
             self._arm_pending_check()

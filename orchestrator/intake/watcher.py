@@ -33,10 +33,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -107,8 +107,9 @@ Classify = Callable[[str, str, FileSystemEvent], list[Event]]
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, role: str, role_dir: Path, post: Callable[[Event], None],
-                 classify_event: Classify | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, role: str, role_dir: Path, post: Callable[[Event], None], classify_event: Classify | None = None
+    ) -> None:
         self.role = role
         self.role_dir = str(role_dir)
         self.post = post
@@ -277,8 +278,11 @@ def _pair_promptly_when_started(emitter: EventEmitter, report: Callable[[str], N
         started()
         try:
             queue = _move_queue(emitter)
-            problem = (_PromptDelayedQueue.adopt(queue) if queue is not None
-                       else f"{type(emitter).__name__} keeps no DelayedQueue where expected")  # fmt: skip
+            problem = (
+                _PromptDelayedQueue.adopt(queue)
+                if queue is not None
+                else f"{type(emitter).__name__} keeps no DelayedQueue where expected"
+            )
         except Exception as exc:  # noqa: BLE001 - the watcher works without it
             problem = f"could not install the prompt queue: {exc}"
         if problem is not None:
@@ -301,8 +305,12 @@ class InboxWatcher:
     given); after ``start``, ``patch_problem`` is None when it was, else one line saying it was not.
     """
 
-    def __init__(self, role_dirs: dict[str, Path], post: Callable[[Event], None],
-                 queue_check: Callable[[], str | None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        role_dirs: dict[str, Path],
+        post: Callable[[Event], None],
+        queue_check: Callable[[], str | None] | None = None,
+    ) -> None:
         self.role_dirs = role_dirs
         self.post = post
         self.queue_check = queue_check if queue_check is not None else queue_problem
@@ -335,10 +343,14 @@ class InboxWatcher:
         observer.daemon = True
         observer.start()
         self.observer = observer
-        self.patch_problem = None if not problems else (
-            f"watcher: renames are paired at watchdog's own pace, up to 0.5 s late "
-            f"(watchdog {_watchdog_version()}: {' '.join(problems[0].split())})"
-        )  # fmt: skip
+        self.patch_problem = (
+            None
+            if not problems
+            else (
+                f"watcher: renames are paired at watchdog's own pace, up to 0.5 s late "
+                f"(watchdog {_watchdog_version()}: {' '.join(problems[0].split())})"
+            )
+        )
 
     def healthy(self) -> str | None:
         """None when all is well, else why the observer must be restarted."""

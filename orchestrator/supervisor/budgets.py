@@ -6,8 +6,8 @@ day, tested without a database or a clock; ``Budgets`` gathers the figures.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Iterable
 
 from orchestrator.config import Config
 from orchestrator.console import Console
@@ -34,7 +34,9 @@ def blocks(
     out: dict[str, str] = {}
     if team_cap:
         if team_spent >= team_cap:
-            out[TEAM] = f"the team spent ${team_spent:.2f} of its ${team_cap:.2f} daily budget; new runs wait until {tomorrow}"
+            out[TEAM] = (
+                f"the team spent ${team_spent:.2f} of its ${team_cap:.2f} daily budget; new runs wait until {tomorrow}"
+            )
     for name, cap in role_caps.items():
         spent = spent_by_role.get(name, 0.0)
         if spent >= cap:
@@ -73,7 +75,9 @@ class Budgets:
             if self.current.get(key) is None:
                 self.console.line(f"budget: {why}", role=None if key == TEAM else key)
         for key in self.current.keys() - new.keys():
-            self.console.line("budget: new day or budget raised; starting runs again", role=None if key == TEAM else key)
+            self.console.line(
+                "budget: new day or budget raised; starting runs again", role=None if key == TEAM else key
+            )
         self.current = new
 
     def blocked(self) -> list[str]:

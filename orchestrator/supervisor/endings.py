@@ -48,14 +48,17 @@ class Endings:
         names = ", ".join(p.name for p in event.moved)
         if state is RunState.SUCCEEDED:
             ran = run.elapsed(self.clock.monotonic())
-            self.console.line(f"done {run.label} in {ran:.1f}s (run {run.run_id}); archived {len(event.moved)} memo(s)",
-                              role=role)  # fmt: skip
+            self.console.line(
+                f"done {run.label} in {ran:.1f}s (run {run.run_id}); archived {len(event.moved)} memo(s)", role=role
+            )
         elif state is RunState.RETURNED and event.announce:
             self.console.line(f"returned {names} to the inbox: {event.reason} (run {run.run_id})", role=role)
         elif state in (RunState.FAILED, RunState.TIMED_OUT) and run.attempt == 0:
             self.console.line(f"{names or run.label} {event.reason}; moved to failed/", role=role)
         elif state in (RunState.FAILED, RunState.TIMED_OUT):
-            self.console.line(f"{state.value} {run.label}: {event.reason}; moved to failed/ (run {run.run_id})", role=role)
+            self.console.line(
+                f"{state.value} {run.label}: {event.reason}; moved to failed/ (run {run.run_id})", role=role
+            )
             notify = self.config.notify
             if notify and notify != role:
                 notice = notices.write_failure_notice(self.config, notify, run, state, event.reason or "", event.moved)
@@ -78,16 +81,34 @@ class Endings:
         # the coordinator is told even of its own cancelled work (its inbox is its memory), but never of a notice's
         if self.config.notify and first.sender != "orchestrator":
             notice = notices.write_cancel_notice(
-                self.config, self.config.notify, run, event.moved, who=who, reason=reason, previous=previous.value,
-                ran_seconds=ran, pids=pids, when=when,
-            )  # fmt: skip
+                self.config,
+                self.config.notify,
+                run,
+                event.moved,
+                who=who,
+                reason=reason,
+                previous=previous.value,
+                ran_seconds=ran,
+                pids=pids,
+                when=when,
+            )
         for memo in run.memos:
             self.store.record_cancellation(
-                run_id=run.run_id, role=run.role.name, memo=memo.name,
-                memo_id=memo.memo_id or memo.name.removesuffix(".md"), subject=memo.subject, cancelled_at=when,
-                who=who, reason=reason, previous_state=previous.value, pids=pids, seconds=seconds, ran_seconds=ran,
-                log_path=str(run.log_path) if run.log_path else None, notice_path=str(notice) if notice else None,
-            )  # fmt: skip
+                run_id=run.run_id,
+                role=run.role.name,
+                memo=memo.name,
+                memo_id=memo.memo_id or memo.name.removesuffix(".md"),
+                subject=memo.subject,
+                cancelled_at=when,
+                who=who,
+                reason=reason,
+                previous_state=previous.value,
+                pids=pids,
+                seconds=seconds,
+                ran_seconds=ran,
+                log_path=str(run.log_path) if run.log_path else None,
+                notice_path=str(notice) if notice else None,
+            )
         how = f"; {len(pids)} process(es) ended in {seconds:.2f}s" if report is not None else ""
         self.console.line(
             f"cancelled {run.label} (was {previous.value}, run {run.run_id}) by {who}"
@@ -96,11 +117,18 @@ class Endings:
             role=run.role.name,
         )
         return CancelView.from_run(
-            run, self.clock.monotonic(), state=RunState.CANCELLED.value, previous_state=previous.value, pids=pids,
-            seconds=seconds, escalated=bool(report.escalated) if report is not None else False,
+            run,
+            self.clock.monotonic(),
+            state=RunState.CANCELLED.value,
+            previous_state=previous.value,
+            pids=pids,
+            seconds=seconds,
+            escalated=bool(report.escalated) if report is not None else False,
             survivors=list(report.survivors) if report is not None else [],
-            moved_to=[str(p) for p in event.moved], notice=str(notice) if notice else None, reason=reason,
-        ).to_json()  # fmt: skip
+            moved_to=[str(p) for p in event.moved],
+            notice=str(notice) if notice else None,
+            reason=reason,
+        ).to_json()
 
     def _ran(self, run: Run, previous: RunState) -> float | None:
         """How long the agent had run: the current attempt, or the last one for a run waiting for its retry."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import os
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.agents.command import LaunchSpec, SpawnError, agent_environment
 from orchestrator.agents.spawner import Spawner
@@ -98,7 +99,9 @@ class Launcher:
             attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1
             for ref, _, inbox in claimed:
                 self.lc.carry_attempts(role.name, inbox, ref.name)
-            run = self.lc.open(role, [ref for ref, _, _ in claimed], arrival=entries[0].arrival, attempt=attempt, numbered=True)
+            run = self.lc.open(
+                role, [ref for ref, _, _ in claimed], arrival=entries[0].arrival, attempt=attempt, numbered=True
+            )
         except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
             self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")
             for ref, _, _ in claimed:
@@ -164,8 +167,15 @@ class Launcher:
         run.stop_report = None
         run.started_mono = self.clock.monotonic()
         run.started_at = self.lc.now()
-        self.lc.transition(run, RunState.STARTING, attempt=run.attempt, started_at=run.started_at,
-                           next_attempt_at=None, pid=None, create_time=None)  # fmt: skip
+        self.lc.transition(
+            run,
+            RunState.STARTING,
+            attempt=run.attempt,
+            started_at=run.started_at,
+            next_attempt_at=None,
+            pid=None,
+            create_time=None,
+        )
         if first_text is None and not role.batch:
             try:
                 first_text = run.memos[0].path.read_text(encoding="utf-8")
@@ -180,12 +190,19 @@ class Launcher:
             return
         memo_paths = [m.path for m in run.memos]
         spec = LaunchSpec(
-            run_id=run.run_id, attempt=run.attempt, role=role, root=self.config.root, prompt=prompt,
-            memo_paths=memo_paths, log_path=run.log_path or Path(os.devnull),
+            run_id=run.run_id,
+            attempt=run.attempt,
+            role=role,
+            root=self.config.root,
+            prompt=prompt,
+            memo_paths=memo_paths,
+            log_path=run.log_path or Path(os.devnull),
             env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq),
             extra={"resume": run.resumed_from},
-        )  # fmt: skip
-        self.console.line(f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name)
+        )
+        self.console.line(
+            f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name
+        )
         task = asyncio.ensure_future(self._spawn(spec))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -207,9 +224,16 @@ class Launcher:
 
     def _render(self, run: Run, text: str) -> str:
         prompt = self.templates[run.role.name].render(
-            role=run.role.name, run_id=run.run_id, seq=run.seq, attempt=run.attempt, root=self.config.root,
-            memo_paths=[m.path for m in run.memos], memo_text=text, batch=run.role.batch, now=self.clock.now(),
-        )  # fmt: skip
+            role=run.role.name,
+            run_id=run.run_id,
+            seq=run.seq,
+            attempt=run.attempt,
+            root=self.config.root,
+            memo_paths=[m.path for m in run.memos],
+            memo_text=text,
+            batch=run.role.batch,
+            now=self.clock.now(),
+        )
         notes = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]
         for note in notes:
             self.console.line(note.splitlines()[0], role=run.role.name)

@@ -18,9 +18,10 @@ for an end; they never perform one.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
@@ -69,7 +70,8 @@ class Lifecycle:
     # ------------------------------------------------------------ beginnings
     def open(self, role: Role, memos: list[MemoRef], *, arrival: int, attempt: int, numbered: bool = False) -> Run:
         """A new run in QUEUED, on record and in the table; ``numbered`` runs get the role's next run number."""
-        run_id, seq = self.store.insert_run_numbered(numbered,
+        run_id, seq = self.store.insert_run_numbered(
+            numbered,
             role=role.name,
             backend=role.backend,
             memos=[m.name for m in memos],
@@ -173,7 +175,9 @@ class Lifecycle:
         folder = FOLDER_OF[state]
         text = None
         if folder == FAILED:
-            text = reason_text or notices.failure_reason_text(run, state, reason or state.value, self.store.attempts(run.run_id))
+            text = reason_text or notices.failure_reason_text(
+                run, state, reason or state.value, self.store.attempts(run.run_id)
+            )
         renamed = self._move_memos(run, folder, text)
         self._settle_attempts(run, previous, state, renamed)
         self.transition(
@@ -209,8 +213,9 @@ class Lifecycle:
             try:
                 memo.path = move_memo(memo.path, target, before)
             except FileNotFoundError:
-                self.console.line(f"{memo.path} disappeared from {memo.path.parent.name}/ while its run was going",
-                                  role=run.role.name)  # fmt: skip
+                self.console.line(
+                    f"{memo.path} disappeared from {memo.path.parent.name}/ while its run was going", role=run.role.name
+                )
                 continue
             except OSError as exc:
                 memo.path = self._move_to_failed(run, memo, folder, exc)

@@ -22,7 +22,8 @@ import os
 import signal
 import traceback
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from orchestrator.agents import procs
 from orchestrator.agents.spawner import ProcessSpawner, Spawner
@@ -57,8 +58,15 @@ INTERNAL_ERROR_ANSWER = "internal error; see .orchestrator/orchestrator.log"
 class Supervisor:
     """Runs one project root until told to end; ``serve`` returns the exit status."""
 
-    def __init__(self, config: Config, console: Console, *, until_idle: bool = False,
-                 clock: Clock | None = None, spawner: Spawner | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Config,
+        console: Console,
+        *,
+        until_idle: bool = False,
+        clock: Clock | None = None,
+        spawner: Spawner | None = None,
+    ) -> None:
         self.config = config
         self.root = config.root
         self.console = console
@@ -66,16 +74,33 @@ class Supervisor:
         self.clock: Clock = clock or SystemClock()
         self.store = Store(config.state_dir / "state.db")
         templates = {name: load_template(self.root / role.prompt) for name, role in config.roles.items()}
-        self.intake = Intake(list(config.roles), config.role_dir, console, self.store,
-                             lambda delay, callback: self.clock.call_later(delay, callback), self._after_event)  # fmt: skip
+        self.intake = Intake(
+            list(config.roles),
+            config.role_dir,
+            console,
+            self.store,
+            lambda delay, callback: self.clock.call_later(delay, callback),
+            self._after_event,
+        )
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
-        self.lc = Lifecycle(config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock))
+        self.lc = Lifecycle(
+            config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock)
+        )
         self.stopper = Stopper(spawner or ProcessSpawner(self.root), console, self.post)
         self.budgets = Budgets(config, self.store, console)
-        self.launcher = Launcher(config, self.store, console, self.clock, self.lc, self.intake,
-                                 self.stopper.spawner, templates, self.handle)  # fmt: skip
-        self.outcomes = Outcomes(self.lc, self.stopper, self.store, console, self.handle, lambda: self.ending,
-                                 self.begin_ending, self._refresh_budgets)  # fmt: skip
+        self.launcher = Launcher(
+            config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
+        )
+        self.outcomes = Outcomes(
+            self.lc,
+            self.stopper,
+            self.store,
+            console,
+            self.handle,
+            lambda: self.ending,
+            self.begin_ending,
+            self._refresh_budgets,
+        )
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ev.MemoSeen: self.intake.seen,
@@ -151,10 +176,14 @@ class Supervisor:
         if run.agent is not None and run.state.live:
             self.stopper.orphan(run.agent, run.run_id)
         try:
-            self.lc.finish(run, RunState.FAILED, reason=reason, exit_code=run.exit_codes[-1] if run.exit_codes else None)
+            self.lc.finish(
+                run, RunState.FAILED, reason=reason, exit_code=run.exit_codes[-1] if run.exit_codes else None
+            )
         except Exception as again:  # noqa: BLE001 - the last resort: the run must leave the table
-            self.console.error(f"internal error: run {run.run_id} could not be ended ({again}); dropping it\n"
-                               + "".join(traceback.format_exception(again)))  # fmt: skip
+            self.console.error(
+                f"internal error: run {run.run_id} could not be ended ({again}); dropping it\n"
+                + "".join(traceback.format_exception(again))
+            )
             self.lc.drop(run)
 
     def _after_event(self) -> None:
@@ -289,8 +318,12 @@ class Supervisor:
         for run in list(self.lc.runs.values()):
             if run.state is RunState.RETRY_WAIT:
                 self.lc.finish(run, RunState.RETURNED, reason="the orchestrator ended before the retry")
-            elif mode == "force" and run.state in (RunState.STARTING, RunState.RUNNING, RunState.INTERRUPTING,
-                                                   RunState.TIMING_OUT):  # fmt: skip
+            elif mode == "force" and run.state in (
+                RunState.STARTING,
+                RunState.RUNNING,
+                RunState.INTERRUPTING,
+                RunState.TIMING_OUT,
+            ):
                 self.lc.transition(run, RunState.STOPPING, reason=FORCED)
                 if run.agent is not None:  # else its start (or failure) brings the stop
                     self.stopper.stop(run, 0.0)

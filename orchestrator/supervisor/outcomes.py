@@ -6,7 +6,8 @@ failure rules themselves are the pure functions of ``rules``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from orchestrator.console import Console
 from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RetryDue, RunExited, StopDone, TimeoutFired
@@ -56,17 +57,25 @@ class Outcomes:
     def started(self, event: AgentStarted) -> None:
         run = self._current(event.run_id, event.attempt)
         if run is None:  # its run ended meanwhile (an internal error): the agent must not live on without one
-            self.console.error(f"internal error: run {event.run_id} attempt {event.attempt} started an agent after "
-                               "its run ended; stopping it")  # fmt: skip
+            self.console.error(
+                f"internal error: run {event.run_id} attempt {event.attempt} started an agent after "
+                "its run ended; stopping it"
+            )
             self.stopper.orphan(event.agent, event.run_id)
             return
         agent = run.agent = event.agent
         if run.state is RunState.STARTING:
             ref = agent.ref
-            self.lc.transition(run, RunState.RUNNING, pid=agent.pid, create_time=ref.create_time if ref else None,
-                               log_path=str(run.log_path))  # fmt: skip
-            self.store.record_attempt(run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at,
-                                      log_path=str(run.log_path))  # fmt: skip
+            self.lc.transition(
+                run,
+                RunState.RUNNING,
+                pid=agent.pid,
+                create_time=ref.create_time if ref else None,
+                log_path=str(run.log_path),
+            )
+            self.store.record_attempt(
+                run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at, log_path=str(run.log_path)
+            )
             run.timers["timeout"] = self.clock.call_later(
                 run.role.timeout, self.dispatch, TimeoutFired(run.run_id, run.attempt)
             )
@@ -132,8 +141,12 @@ class Outcomes:
             )
         decision = rules.after_failure(role, run.attempt, ending=self.ending() is not None, retry=retry)
         if decision.next is rules.Next.RETURN:
-            self.lc.finish(run, RunState.RETURNED, reason=f"the orchestrator is ending; last attempt failed: {reason}",
-                           exit_code=exit_code)  # fmt: skip
+            self.lc.finish(
+                run,
+                RunState.RETURNED,
+                reason=f"the orchestrator is ending; last attempt failed: {reason}",
+                exit_code=exit_code,
+            )
         elif decision.next is rules.Next.RETRY:
             self._retry(run, decision.delay, reason)
         else:
@@ -144,8 +157,10 @@ class Outcomes:
     def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
         retry_number = run.attempt
         self.lc.wait_for_retry(run, delay, reason, lambda: self.dispatch(RetryDue(run.run_id)))
-        self.console.line(f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
-                          role=run.role.name)  # fmt: skip
+        self.console.line(
+            f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
+            role=run.role.name,
+        )
 
     def retry_due(self, event: RetryDue) -> None:
         run = self._current(event.run_id)

@@ -83,16 +83,30 @@ async def recover(config: Config, store: Store, console: Console, lifecycle: Lif
 
 
 def _finish_row(
-    config: Config, store: Store, console: Console, lifecycle: Lifecycle, row: dict[str, Any], role: Role | None,
+    config: Config,
+    store: Store,
+    console: Console,
+    lifecycle: Lifecycle,
+    row: dict[str, Any],
+    role: Role | None,
     report: procs.KillReport,
-) -> None:  # fmt: skip
+) -> None:
     """Rebuild the run from its record and end it the one way runs end."""
     state = RunState(row["state"])
     ids = row.get("memo_ids") or []
-    memos = [active_ref(config, row["role"], name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
-             for i, name in enumerate(row["memos"])]  # fmt: skip
-    run = Run(run_id=row["run_id"], role=role or Role.model_validate({"name": row["role"], "prompt": "-"}), memos=memos, arrival=0, seq=row.get("seq"),
-              attempt=row["attempt"], state=state)  # fmt: skip
+    memos = [
+        active_ref(config, row["role"], name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
+        for i, name in enumerate(row["memos"])
+    ]
+    run = Run(
+        run_id=row["run_id"],
+        role=role or Role.model_validate({"name": row["role"], "prompt": "-"}),
+        memos=memos,
+        arrival=0,
+        seq=row.get("seq"),
+        attempt=row["attempt"],
+        state=state,
+    )
     run.log_path = config.state_dir / "logs" / f"{run.run_id}-{row['role']}.log"
     lifecycle.adopt(run)
     if state is RunState.CANCELLING and role is not None:
@@ -102,14 +116,17 @@ def _finish_row(
         lifecycle.finish(run, RunState.CANCELLED, reason=reason)
         return
     what = f"stopped its agent ({len(report.pids)} process(es): {report.pids})" if report.pids else "no agent was alive"
-    console.line(f"recovery: run {run.run_id} was {state.value} when the orchestrator stopped; {what}", role=row["role"])
+    console.line(
+        f"recovery: run {run.run_id} was {state.value} when the orchestrator stopped; {what}", role=row["role"]
+    )
     names = [m.name for m in memos]
     lifecycle.finish(
-        run, RunState.RETURNED,
+        run,
+        RunState.RETURNED,
         reason=f"the orchestrator stopped while this run was {state.value}; at restart {what}; memo returned to the inbox",
         announce=False,
-    )  # fmt: skip
-    for old, memo in zip(names, run.memos):
+    )
+    for old, memo in zip(names, run.memos, strict=True):
         if memo.path.parent.name == INBOX:
             _warn_returned(console, store, row["role"], old, memo.name)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from orchestrator.console import Console
 from orchestrator.control import lookup
@@ -40,9 +41,14 @@ class Requests:
     """The cancel, interrupt and tell handlers."""
 
     def __init__(
-        self, lifecycle: Lifecycle, intake: Intake, stopper: Stopper, store: Store, console: Console,
+        self,
+        lifecycle: Lifecycle,
+        intake: Intake,
+        stopper: Stopper,
+        store: Store,
+        console: Console,
         dispatch: Callable[[Event], None],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.lc = lifecycle
         self.config = lifecycle.config
         self.intake = intake
@@ -65,8 +71,9 @@ class Requests:
         """Cancel one memo, every match (``all``), or all of a role's work (``role``)."""
         targets = self._cancel_targets(event)
         if targets is None:
-            event.reply.set_result({"cancelled": [], "role": event.role,
-                                    "message": f"role {event.role} has no queued or running work"})  # fmt: skip
+            event.reply.set_result(
+                {"cancelled": [], "role": event.role, "message": f"role {event.role} has no queued or running work"}
+            )
             return
         # queued memos first, before the loop runs anything else: a slot freed meanwhile (even by this very cancel's
         # stop) would otherwise let the scheduler claim a memo that was found queued and is about to be cancelled
@@ -140,8 +147,13 @@ class Requests:
         if previous is RunState.CANCELLING:
             first: asyncio.Future[Any] = loop.create_future()
             run.waiters.append(first)
-            note = {"memo": cand.name, "role": run.role.name, "state": "cancelled", "previous_state": "cancelling",
-                    "note": "it was already being cancelled"}  # fmt: skip
+            note = {
+                "memo": cand.name,
+                "role": run.role.name,
+                "state": "cancelled",
+                "previous_state": "cancelling",
+                "note": "it was already being cancelled",
+            }
             first.add_done_callback(lambda done: reply.set_result({**_kill_fields(done.result()), **note}))
             return reply
         order = CancelOrder(event.who, event.reason, previous)
@@ -152,8 +164,9 @@ class Requests:
             return reply
         run.cancel = order
         self.lc.transition(run, RunState.CANCELLING, reason=order.line)  # on record, should we die mid-way
-        self.console.line(f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}",
-                          role=run.role.name)  # fmt: skip
+        self.console.line(
+            f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}", role=run.role.name
+        )
         if run.agent is not None:  # else it is still starting: its start (or failure) brings the stop
             self.stopper.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
         return reply
@@ -205,7 +218,7 @@ class Requests:
             try:
                 result = await asyncio.wait_for(asyncio.shield(ended), run.role.grace + ANSWER_SLACK)
                 state = result["state"]
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 state = run.state.value
             if not event.reply.done():
                 event.reply.set_result({**answer, "state": state})
@@ -236,8 +249,9 @@ class Requests:
             first_line = event.text.splitlines()[0][:80] if event.text.splitlines() else ""
             self.console.line(f"told {run.label} (run {run.run_id}): {first_line}", role=run.role.name)
             if not event.reply.done():
-                event.reply.set_result({"memo": cand.name, "run_id": run.run_id, "role": run.role.name,
-                                        "state": run.state.value})  # fmt: skip
+                event.reply.set_result(
+                    {"memo": cand.name, "run_id": run.run_id, "role": run.role.name, "state": run.state.value}
+                )
 
         self._keep(send())
 
@@ -249,6 +263,8 @@ def _kill_fields(receipt: dict[str, Any]) -> dict[str, Any]:
 
 def _unsupported(run: Run, what: str) -> str:
     if what == "interrupt":
-        return (f"role {run.role.name} uses the command backend, which cannot interrupt a turn; "
-                "use `orchestrator cancel` to stop it, or set `backend: sdk`")  # fmt: skip
+        return (
+            f"role {run.role.name} uses the command backend, which cannot interrupt a turn; "
+            "use `orchestrator cancel` to stop it, or set `backend: sdk`"
+        )
     return f"role {run.role.name} uses the command backend, which cannot take follow-up messages; set `backend: sdk` for that"

@@ -7,8 +7,8 @@ one; the scheduler asks ``pick`` what may start.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 
 class SlotError(RuntimeError):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from orchestrator.agents.procs import KillReport
 from orchestrator.agents.spawner import Spawner
@@ -70,7 +71,9 @@ class Stopper:
         agent = run.agent
         if agent is None or not self.spawner.left_behind(agent):
             return
-        self.console.line(f"run {run.run_id}: processes left in its group after exit; stopping them", role=run.role.name)
+        self.console.line(
+            f"run {run.run_id}: processes left in its group after exit; stopping them", role=run.role.name
+        )
         task = asyncio.ensure_future(self.spawner.sweep(agent, run.run_id, attempt, run.role.grace))
         self.sweeps.add(task)
         task.add_done_callback(self.sweeps.discard)

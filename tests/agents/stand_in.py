@@ -41,7 +41,7 @@ def front(path):
         return {}
     try:
         data = yaml.safe_load(text.split("---", 2)[1])
-    except Exception:
+    except Exception:  # noqa: BLE001 - any front matter it cannot read means no instructions
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -61,8 +61,11 @@ def peers(memo_name, own):
                 env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
         except (OSError, IndexError, ValueError):
             continue
-        if env.get(b"ORCHESTRATOR_ROOT", b"").decode() == root and memo_name and \
-                os.path.basename(env.get(b"ORCHESTRATOR_MEMO", b"").decode()) == memo_name:
+        if (
+            env.get(b"ORCHESTRATOR_ROOT", b"").decode() == root
+            and memo_name
+            and os.path.basename(env.get(b"ORCHESTRATOR_MEMO", b"").decode()) == memo_name
+        ):
             found.append(int(name))
     return found
 
@@ -73,7 +76,7 @@ def main():
     memos = (os.environ.get("ORCHESTRATOR_MEMOS") or os.environ.get("ORCHESTRATOR_MEMO") or "").splitlines()
     spec = {}
     if memos:
-        spec = (front(memos[0]).get("agent") or {})
+        spec = front(memos[0]).get("agent") or {}
     attempt = int(os.environ.get("ORCHESTRATOR_ATTEMPT", "1"))
     record = {
         "role": os.environ.get("ORCHESTRATOR_ROLE"),
@@ -98,16 +101,25 @@ def main():
     if spec.get("grandchild"):
         children.append(subprocess.Popen(["sleep", "300"]).pid)
     if spec.get("orphan"):
-        middle = subprocess.Popen([sys.executable, "-c",
-                                   "import subprocess,sys; p=subprocess.Popen(['sleep','300']); print(p.pid)"],
-                                  stdout=subprocess.PIPE, text=True)
+        middle = subprocess.Popen(
+            [sys.executable, "-c", "import subprocess,sys; p=subprocess.Popen(['sleep','300']); print(p.pid)"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         children.append(int(middle.stdout.readline()))
         middle.wait()
     if spec.get("setsid"):
         children.append(subprocess.Popen(["setsid", "sleep", "300"]).pid)
     if attempt <= int(spec.get("stubborn_child", 0)):  # a child in our group that ignores SIGTERM
-        children.append(subprocess.Popen([sys.executable, "-c", "import signal, time; "
-                                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"]).pid)
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)",
+                ]
+            ).pid
+        )
     record["children"] = children
     if spec.get("record_peers"):
         record["peers"] = peers(os.path.basename(record["memo"] or ""), {os.getpid(), *children})
@@ -146,8 +158,10 @@ def main():
         name = f"reply-{os.environ['ORCHESTRATOR_RUN_ID']}.md"
         tmp = os.path.join(root, "memo", reply["to"], "inbox", "." + name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(f"---\nid: reply-{os.environ['ORCHESTRATOR_RUN_ID']}\nsubject: {reply.get('subject', 'reply')}\n"
-                         f"reply_to: {reply.get('reply_to', '')}\n---\nreply\n")
+            handle.write(
+                f"---\nid: reply-{os.environ['ORCHESTRATOR_RUN_ID']}\nsubject: {reply.get('subject', 'reply')}\n"
+                f"reply_to: {reply.get('reply_to', '')}\n---\nreply\n"
+            )
         os.rename(tmp, tmp.replace("." + name + ".tmp", name))
     if attempt <= int(spec.get("fail_attempts", os.environ.get("STANDIN_FAIL_ATTEMPTS", "0"))):
         code = 1
@@ -156,9 +170,20 @@ def main():
     ends = os.environ.get("STANDIN_ENDS")
     if ends:  # one line per agent that finished on its own, in a file of its own: records.jsonl keeps only starts
         with open(ends, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"role": record["role"], "run_id": record["run_id"], "attempt": attempt,
-                                     "pid": record["pid"], "start": started, "end": time.time(),
-                                     "exit": code}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "role": record["role"],
+                        "run_id": record["run_id"],
+                        "attempt": attempt,
+                        "pid": record["pid"],
+                        "start": started,
+                        "end": time.time(),
+                        "exit": code,
+                    }
+                )
+                + "\n"
+            )
     sys.exit(code)
 
 

@@ -20,8 +20,9 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 WATCHER = "orchestrator.intake.watcher"
 MARKER_ENV = "FAULT_MARKER"
@@ -53,8 +54,12 @@ def inject(module: ModuleType) -> None:
 class _InjectOnImport(importlib.abc.MetaPathFinder):
     """Finds the watcher module through the other finders and has its loader call ``inject`` after running it."""
 
-    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None,
-                  ) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
+    def find_spec(
+        self,
+        name: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         if name != WATCHER:
             return None
         sys.meta_path.remove(self)  # once is enough, and the lookup below must not find this finder again

@@ -39,20 +39,37 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 
 from orchestrator.agents import procs
-from orchestrator.config import Role
-from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
 from orchestrator.agents.sdk.protocol import (
-    EXIT_INTERRUPTED, EXIT_SIGNALLED, RUNNER_PATH_ENV, ActivityEvent, AnyEvent, CostEvent, DoneEvent, End,
-    FailureEvent, Interrupt, ProtocolError, ResultEvent, RunnerSpec, SessionEvent, SpecOptions, SystemPromptPreset,
-    Tell, explain, parse_event,
-)  # fmt: skip
+    EXIT_INTERRUPTED,
+    EXIT_SIGNALLED,
+    RUNNER_PATH_ENV,
+    ActivityEvent,
+    AnyEvent,
+    CostEvent,
+    DoneEvent,
+    End,
+    FailureEvent,
+    Interrupt,
+    ProtocolError,
+    ResultEvent,
+    RunnerSpec,
+    SessionEvent,
+    SpecOptions,
+    SystemPromptPreset,
+    Tell,
+    explain,
+    parse_event,
+)
+from orchestrator.config import Role
+from orchestrator.core.errors import ConfigError, ControlError
 
 RUNNER_MODULE = "orchestrator.agents.sdk.runner"
 EVENT_LINE_LIMIT = 4 * 1024 * 1024  # one event line; the runner keeps them small, this only bounds a broken one
@@ -83,16 +100,26 @@ def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: P
         prompt if isinstance(prompt, str) else SystemPromptPreset(preset=prompt.preset, append=prompt.append)
     )
     options = SpecOptions(
-        model=role.model, system_prompt=system_prompt, permission_mode=role.permission_mode,
-        allowed_tools=list(role.allowed_tools), disallowed_tools=list(role.disallowed_tools),
-        max_turns=role.max_turns, max_budget_usd=role.max_budget_usd,
-        setting_sources=list(role.setting_sources) if role.setting_sources is not None else None, cli_path=cli_path,
-        add_dirs=[str((spec.root / d).resolve()) for d in role.add_dirs], cwd=str(cwd), env=dict(role.env),
-    )  # fmt: skip
+        model=role.model,
+        system_prompt=system_prompt,
+        permission_mode=role.permission_mode,
+        allowed_tools=list(role.allowed_tools),
+        disallowed_tools=list(role.disallowed_tools),
+        max_turns=role.max_turns,
+        max_budget_usd=role.max_budget_usd,
+        setting_sources=list(role.setting_sources) if role.setting_sources is not None else None,
+        cli_path=cli_path,
+        add_dirs=[str((spec.root / d).resolve()) for d in role.add_dirs],
+        cwd=str(cwd),
+        env=dict(role.env),
+    )
     return RunnerSpec(
-        prompt=spec.prompt, options=options, transcript=str(transcript),
-        resume=spec.extra.get("resume") or None, per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
-    ).wire()  # fmt: skip
+        prompt=spec.prompt,
+        options=options,
+        transcript=str(transcript),
+        resume=spec.extra.get("resume") or None,
+        per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
+    ).wire()
 
 
 def runner_environment(env: dict[str, str]) -> dict[str, str]:
@@ -200,7 +227,7 @@ class SdkAgent(Agent):
         if self.on_update is not None:
             try:
                 self.on_update(self, event.wire())
-            except Exception as exc:  # a view that fails must not stop the figures from arriving
+            except Exception as exc:  # noqa: BLE001 - a view that fails must not stop the figures from arriving
                 asyncio.get_running_loop().call_exception_handler(
                     {"message": "SdkAgent.on_update failed", "exception": exc}
                 )
@@ -227,10 +254,17 @@ async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> 
     try:
         with procs.spawning():
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", RUNNER_MODULE,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log_fd,
-                cwd=cwd, env=runner_environment(spec.env), start_new_session=True, limit=EVENT_LINE_LIMIT,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                RUNNER_MODULE,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_fd,
+                cwd=cwd,
+                env=runner_environment(spec.env),
+                start_new_session=True,
+                limit=EVENT_LINE_LIMIT,
+            )
             procs.spare(proc.pid)
     except OSError as exc:
         raise SpawnError(f"cannot start the sdk runner: {exc.strerror or exc}") from None

@@ -8,15 +8,21 @@ from typing import Any
 from orchestrator.agents.sdk.reasons import one_line
 
 _BLOCK_TYPES = {
-    "TextBlock": "text", "ThinkingBlock": "thinking", "ToolUseBlock": "tool_use",
-    "ToolResultBlock": "tool_result", "ServerToolUseBlock": "server_tool_use",
+    "TextBlock": "text",
+    "ThinkingBlock": "thinking",
+    "ToolUseBlock": "tool_use",
+    "ToolResultBlock": "tool_result",
+    "ServerToolUseBlock": "server_tool_use",
     "ServerToolResultBlock": "server_tool_result",
-}  # fmt: skip
+}
 _MESSAGE_TYPES = {
-    "UserMessage": "user", "AssistantMessage": "assistant", "ResultMessage": "result",
-    "StreamEvent": "stream_event", "RateLimitEvent": "rate_limit_event",
+    "UserMessage": "user",
+    "AssistantMessage": "assistant",
+    "ResultMessage": "result",
+    "StreamEvent": "stream_event",
+    "RateLimitEvent": "rate_limit_event",
     "ConversationResetMessage": "conversation_reset",
-}  # fmt: skip
+}
 
 
 def _jsonable(value: Any) -> Any:
@@ -63,4 +69,3 @@ def describe_activity(message: Any) -> str | None:
             first = next(line for line in block.text.splitlines() if line.strip())
             return one_line(first, 160)
     return None
-

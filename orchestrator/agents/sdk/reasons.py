@@ -20,8 +20,13 @@ def usd(amount: float) -> str:
     return f"${amount:.2f}" if amount >= 0.01 or amount == 0 else f"${amount:.4f}"
 
 
-_AUTH_ERRORS = {"authentication_failed", "oauth_org_not_allowed", "account_on_hold", "verification_required",
-                "cloud_credential_error"}  # fmt: skip
+_AUTH_ERRORS = {
+    "authentication_failed",
+    "oauth_org_not_allowed",
+    "account_on_hold",
+    "verification_required",
+    "cloud_credential_error",
+}
 _AUTH_TEXT = re.compile(r"not logged in|/login|invalid api key|authenticat|unauthori[sz]ed|\b401\b", re.I)
 _OVERLOADED_TEXT = re.compile(r"overloaded|\b529\b", re.I)
 _RATE_TEXT = re.compile(r"rate.?limit|\b429\b", re.I)
@@ -31,8 +36,10 @@ def known_problem(text: str, error_kind: str | None = None, status: int | None =
     """A one-line reason for the problems people meet most, or None."""
     detail = one_line(text, 200)
     if error_kind in _AUTH_ERRORS or status == 401 or _AUTH_TEXT.search(text):
-        return (f"Claude Code is not logged in ({detail}); run `claude` once and sign in with /login, "
-                "or set ANTHROPIC_API_KEY")  # fmt: skip
+        return (
+            f"Claude Code is not logged in ({detail}); run `claude` once and sign in with /login, "
+            "or set ANTHROPIC_API_KEY"
+        )
     if error_kind == "overloaded" or status == 529 or _OVERLOADED_TEXT.search(text):
         return f"the Anthropic API is overloaded ({detail}); try again later"
     if error_kind == "rate_limit" or status == 429 or _RATE_TEXT.search(text):
@@ -74,8 +81,10 @@ def describe_exception(exc: BaseException, stderr: deque[str], options: SpecOpti
     result_data = getattr(exc, "data", None)  # ``ResultError`` (SDK 0.2): an error result, then a failed exit
     if isinstance(exc, CLINotFoundError):
         where = f" at {options.cli_path}" if options.cli_path else ""
-        return (f"the Claude Code CLI was not found{where}; install it (npm install -g @anthropic-ai/claude-code) "
-                "or set the role's cli_path")  # fmt: skip
+        return (
+            f"the Claude Code CLI was not found{where}; install it (npm install -g @anthropic-ai/claude-code) "
+            "or set the role's cli_path"
+        )
     if isinstance(exc, CLIJSONDecodeError):
         return f"Claude Code wrote output that is not JSON: {one_line(exc.line, 120)!r}"
     if type(exc).__name__ == "MessageParseError":

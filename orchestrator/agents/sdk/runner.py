@@ -25,8 +25,12 @@ import sys
 
 from orchestrator.agents.sdk.options import build_options
 from orchestrator.agents.sdk.protocol import (
-    EXIT_FAILED, EXIT_SIGNALLED, RUNNER_PATH_ENV, FailureEvent, parse_spec,
-)  # fmt: skip
+    EXIT_FAILED,
+    EXIT_SIGNALLED,
+    RUNNER_PATH_ENV,
+    FailureEvent,
+    parse_spec,
+)
 from orchestrator.agents.sdk.reasons import one_line
 from orchestrator.agents.sdk.session import Event, Session, StdinLine, start_stdin_reader
 from orchestrator.agents.sdk.transcript import Output
@@ -56,7 +60,7 @@ def _terminate_children() -> None:
         import psutil
 
         children = psutil.Process().children()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: the ladder stops the group anyway
         return
     for child in children:
         with contextlib.suppress(Exception):
@@ -111,7 +115,7 @@ def main() -> None:
     output = Output()
     try:
         code = asyncio.run(serve(output))
-    except Exception as exc:  # a bug here must still end with one line the orchestrator can show
+    except Exception as exc:  # noqa: BLE001 - a bug here must still end with one line the orchestrator can show
         output.event(FailureEvent(reason=one_line(f"the sdk runner failed: {type(exc).__name__}: {exc}")))
         import traceback
 

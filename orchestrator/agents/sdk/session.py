@@ -19,9 +19,23 @@ from typing import Any
 
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
 from orchestrator.agents.sdk.protocol import (
-    EXIT_BUDGET, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ActivityEvent, CostEvent, DoneEvent, End, FailureEvent,
-    Interrupt, ProtocolError, ResultEvent, RunnerSpec, SessionEvent, Tell, parse_control,
-)  # fmt: skip
+    EXIT_BUDGET,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ActivityEvent,
+    CostEvent,
+    DoneEvent,
+    End,
+    FailureEvent,
+    Interrupt,
+    ProtocolError,
+    ResultEvent,
+    RunnerSpec,
+    SessionEvent,
+    Tell,
+    parse_control,
+)
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception, one_line, stderr_summary, usd
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
@@ -167,7 +181,7 @@ class Session:
         self.client = ClaudeSDKClient(self.sdk_options)
         try:
             await self.client.connect()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
             await self._settle_stderr()
             self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
             return self.code or EXIT_FAILED
@@ -208,7 +222,7 @@ class Session:
         try:
             async for message in self.client.receive_messages():
                 self.events.put_nowait(SdkMessage(message))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
             self.events.put_nowait(SdkFailed(exc))
         else:
             self.events.put_nowait(SdkEnded())
@@ -292,7 +306,7 @@ class Session:
         self.deadline = asyncio.get_running_loop().time() + INTERRUPT_ACK_SECONDS + INTERRUPTED_TURN_SECONDS
         try:
             await asyncio.wait_for(self.client.interrupt(), INTERRUPT_ACK_SECONDS)
-        except Exception as exc:  # the turn's result, or the CLI's end, still decides what happens next
+        except Exception as exc:  # noqa: BLE001 - the turn's result, or the CLI's end, still decides what happens next
             self.out.note(f"the CLI did not acknowledge the interrupt: {one_line(str(exc) or type(exc).__name__)}")
 
     # -- SDK messages
@@ -324,17 +338,22 @@ class Session:
         self.out.event(CostEvent(usd=cost))
         self.out.event(
             ResultEvent(
-                cost_usd=cost, input_tokens=self.totals.input_tokens, output_tokens=self.totals.output_tokens,
-                num_turns=self.totals.num_turns, session_id=self.session_id, is_error=bool(result.is_error),
+                cost_usd=cost,
+                input_tokens=self.totals.input_tokens,
+                output_tokens=self.totals.output_tokens,
+                num_turns=self.totals.num_turns,
+                session_id=self.session_id,
+                is_error=bool(result.is_error),
                 subtype=result.subtype,
             )
-        )  # fmt: skip
+        )
         error_kind, self.error_kind = self.error_kind, None
         if self._over_budget(result):
             self.fail(
                 f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
-                code=EXIT_BUDGET, budget=True,
-            )  # fmt: skip
+                code=EXIT_BUDGET,
+                budget=True,
+            )
         elif self.phase is Phase.INTERRUPTING:
             self.finish(EXIT_INTERRUPTED)
         elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
@@ -362,7 +381,7 @@ class Session:
         self._enter(Phase.TURN)
         try:
             await self.client.query(text)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
             await self._settle_stderr()
             self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
 
