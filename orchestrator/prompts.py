@@ -7,11 +7,15 @@ configuration error naming the file, never a surprise at the first memo.
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from orchestrator.core.errors import ConfigError
+
+# filled by the supervisor's prompt sections (continuity, memory, wakes); empty when nothing fills them
+SECTIONS = ("context", "memory", "handoff", "journal", "tasks", "signals")
 
 PLACEHOLDERS = frozenset(
     {
@@ -26,6 +30,8 @@ PLACEHOLDERS = frozenset(
         "now",
         "date",
         "weekday",
+        "time",
+        *SECTIONS,
         "INPUT_MEMO_FILES",  # the old spawner's name for $memo_paths
     }
 )
@@ -48,6 +54,7 @@ class PromptTemplate:
         memo_text: str,
         batch: bool,
         now: datetime | None = None,
+        sections: Mapping[str, str] | None = None,
     ) -> str:
         """The prompt for one run; ``$memo_path`` and ``$memo`` are empty for batch roles."""
         now = (now or datetime.now()).astimezone()
@@ -65,6 +72,9 @@ class PromptTemplate:
             "now": now.isoformat(timespec="seconds"),
             "date": now.date().isoformat(),
             "weekday": now.strftime("%A"),
+            "time": now.strftime("%H:%M"),
+            **dict.fromkeys(SECTIONS, ""),
+            **(sections or {}),
         }
         return self.template.substitute(values)
 

@@ -502,3 +502,45 @@ def test_run_numbers_count_per_role_and_are_kept_by_retries_and_ends(tmp_path: P
         r.close()
 
     play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ extension points
+def test_extension_points_hold_fill_check_and_hook_without_touching_the_core(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}})
+        (root / "prompts" / "builder.md").write_text("tasks: $tasks | memory: [$memory] | at $time\n", encoding="utf-8")
+        r.sup.launcher.templates["builder"] = __import__("orchestrator.prompts", fromlist=["x"]).load_template(
+            root / "prompts" / "builder.md"
+        )
+        seen: list[tuple[str, str]] = []
+        r.sup.lc.before_finish.append(lambda run, state, reason: seen.append((run.memos[0].path.parent.name, state.value)))
+        r.sup.launcher.sections.append(lambda run: {"tasks": f"diary (run {run.seq})"})
+        r.sup.launcher.memo_checks.append(lambda role, ref, text: "a loop" if "ping" in text else None)
+
+        r.sup.holds.hold("builder", "preflight", "preflight python3 -c 'import discord' failed")
+        await r.drop("builder", "a.md")
+        assert r.spawner.agents == [] and r.folder("builder", "inbox") == ["a.md"], "a held role starts nothing"
+        assert r.sup.snapshot_light()["holds"] == {"builder": {"preflight": "preflight python3 -c 'import discord' failed"}}
+        r.sup.holds.release("builder", "preflight")
+        r.sup.handle(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
+        await r.settle()
+        agent = r.agent("a")
+        assert agent.spec.prompt.startswith("tasks: diary (run 1) | memory: [] | at ")
+        await r.exit("a", 0)
+        assert seen == [("active", "succeeded")], "the hook runs before the memo moves"
+
+        await r.drop("builder", "p.md", body="ping")
+        assert r.folder("builder", "held") == ["p.md"] and len(r.spawner.agents) == 1
+        assert (r.config.role_dir("builder") / "held" / "p.reason").read_text().startswith("held: a loop")
+
+        def broken(event: object) -> None:
+            raise RuntimeError("a listener with a bug")
+
+        r.sup.lc.listeners.append(broken)
+        await r.drop("builder", "b.md")
+        await r.exit("b", 0)
+        assert "b.md" in r.folder("builder", "archive"), "a failing listener never stops an end"
+        assert "internal error in test_extension_points" in r.console.text
+        r.close()
+
+    play(tmp_path, scenario)

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
+HELD = "held"  # memos a check held back from running (released by a person)
 FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
 FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
 _IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")

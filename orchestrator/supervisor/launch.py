@@ -26,7 +26,7 @@ from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunE
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
-from orchestrator.intake.memo import ACTIVE, FAILED, BadMemo, move_memo, parse_front_matter, read_memo
+from orchestrator.intake.memo import ACTIVE, FAILED, HELD, BadMemo, move_memo, parse_front_matter, read_memo
 from orchestrator.intake.queue import Intake
 from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
@@ -59,6 +59,9 @@ class Launcher:
         self.templates = templates
         self.dispatch = dispatch
         self.tasks: set[asyncio.Task[Any]] = set()
+        # extension points: prompt sections fill placeholders; memo checks may hold a memo back (held/)
+        self.sections: list[Callable[[Run], dict[str, str]]] = []
+        self.memo_checks: list[Callable[[Role, MemoRef, str], str | None]] = []
 
     # ------------------------------------------------------------ what next
     def schedule(self, blocked: list[str]) -> None:
@@ -148,7 +151,17 @@ class Launcher:
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
         ref = MemoRef(active.name, active, header.id, header.subject, header.reply_to, header.sender)
+        for check in self.memo_checks:
+            why = check(role, ref, text)
+            if why:
+                self._hold(role, active, why)
+                return None
         return ref, text, inbox_name
+
+    def _hold(self, role: Role, path: Path, why: str) -> None:
+        """A memo that may not run now: ``held/`` with its reason beside it, until someone releases it."""
+        target = move_memo(path, self.config.role_dir(role.name) / HELD, reason_writer(f"held: {why}\n"))
+        self.console.line(f"{target.name} held: {why}; moved to {HELD}/", role=role.name)
 
     def reject(self, role: Role, path: Path, why: str) -> None:
         """A memo that must never reach an agent: a run on record that ends at once in failed/ with the reason."""
@@ -223,6 +236,9 @@ class Launcher:
         self.dispatch(RunExited(agent.spec.run_id, agent.spec.attempt, code))
 
     def _render(self, run: Run, text: str) -> str:
+        sections: dict[str, str] = {}
+        for section in self.sections:
+            sections.update(section(run))
         prompt = self.templates[run.role.name].render(
             role=run.role.name,
             run_id=run.run_id,
@@ -233,6 +249,7 @@ class Launcher:
             memo_text=text,
             batch=run.role.batch,
             now=self.clock.now(),
+            sections=sections,
         )
         notes = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]
         for note in notes:

@@ -17,6 +17,7 @@ for an end; they never perform one.
 
 from __future__ import annotations
 
+import traceback
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
@@ -55,12 +56,15 @@ class Lifecycle:
         slots: Slots,
         on_finished: Callable[[RunFinished], None],
     ) -> None:
+        """``on_finished`` is the first listener; more may be added to ``listeners`` and ``before_finish``."""
         self.config = config
         self.store = store
         self.console = console
         self.clock = clock
         self.slots = slots
-        self.on_finished = on_finished
+        self.listeners: list[Callable[[RunFinished], None]] = [on_finished]
+        # called inside ``finish`` before the memos move (a journal entry must exist before the memo is archived)
+        self.before_finish: list[Callable[[Run, RunState, str | None], None]] = []
         self.runs: dict[int, Run] = {}
         self.retry_ready: dict[str, deque[Run]] = {name: deque() for name in config.roles}
 
@@ -172,6 +176,8 @@ class Lifecycle:
         ready = self.retry_ready.get(run.role.name)
         if ready is not None and run in ready:
             ready.remove(run)
+        for hook in self.before_finish:
+            self._call(hook, run, state, reason)
         folder = FOLDER_OF[state]
         text = None
         if folder == FAILED:
@@ -185,8 +191,18 @@ class Lifecycle:
         )
         self.runs.pop(run.run_id, None)
         moved = [m.path for m in run.memos if m.path.parent.name == folder]
-        self.on_finished(RunFinished(run, previous, state, reason, moved, run.cancel, announce))
+        event = RunFinished(run, previous, state, reason, moved, run.cancel, announce)
+        for listener in self.listeners:
+            self._call(listener, event)
         return moved
+
+    def _call(self, hook: Callable[..., None], *args: Any) -> None:
+        """A hook's failure is a bug to report, never a reason for a run not to end."""
+        try:
+            hook(*args)
+        except Exception:  # noqa: BLE001 - the end goes on; the bug is loud in the log and on the terminal
+            name = getattr(hook, "__qualname__", repr(hook))
+            self.console.error(f"internal error in {name} while ending a run:\n{traceback.format_exc()}")
 
     def drop(self, run: Run) -> None:
         """Last resort after ``finish`` itself failed: the run leaves the table and gives back its slot."""

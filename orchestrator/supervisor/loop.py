@@ -42,6 +42,7 @@ from orchestrator.store import Store
 from orchestrator.supervisor import snapshot
 from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.endings import Endings
+from orchestrator.supervisor.holds import Holds
 from orchestrator.supervisor.launch import Launcher
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.outcomes import FORCED, Outcomes
@@ -88,6 +89,7 @@ class Supervisor:
         )
         self.stopper = Stopper(spawner or ProcessSpawner(self.root), console, self.post)
         self.budgets = Budgets(config, self.store, console)
+        self.holds = Holds(console)
         self.launcher = Launcher(
             config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
         )
@@ -189,7 +191,7 @@ class Supervisor:
     def _after_event(self) -> None:
         try:
             if not self.ending:
-                self.launcher.schedule(self.budgets.blocked())
+                self.launcher.schedule(self.budgets.blocked() + self.holds.held_roles())
         except Exception as exc:  # noqa: BLE001
             self.internal_error(ev.Tick(), exc)
         if self.ending and not self.lc.runs:

@@ -34,5 +34,6 @@ def light(sup: Supervisor) -> dict[str, Any]:
         "limits": {"max_concurrent": sup.config.max_concurrent, "running": sup.lc.slots.in_use},
         "crash_counts": dict(sup.outcomes.crashes.counts),
         "budget_blocks": dict(sup.budgets.current),
+        "holds": sup.holds.snapshot(),
         "events": list(sup.console.recent),
     }
