@@ -45,10 +45,7 @@ CREATE TABLE IF NOT EXISTS runs (
     seq           INTEGER                 -- the role's run number (1, 2, 3, ...), for runs that started an agent
 );
 CREATE INDEX IF NOT EXISTS runs_state ON runs(state);
-CREATE TABLE IF NOT EXISTS role_seq (
-    role TEXT PRIMARY KEY,
-    last INTEGER NOT NULL                -- the last run number given to a run of the role
-);
+
 CREATE TABLE IF NOT EXISTS attempts (
     run_id      INTEGER NOT NULL,
     attempt     INTEGER NOT NULL,
@@ -175,24 +172,18 @@ class Store:
 
     # runs -------------------------------------------------------------
     def insert_run_numbered(self, numbered: bool, **fields: Any) -> tuple[int, int | None]:
-        """Insert a run; a ``numbered`` one takes its role's next run number (1, 2, 3, ...) in the same transaction,
-        so a number is never given twice and never skipped in the record."""
+        """Insert a run; a ``numbered`` one takes its role's next run number (1, 2, 3, ...) in the same statement,
+        so a number is never given twice and never skipped in the record (runs are never deleted)."""
         if not numbered:
             return self.insert_run(**fields), None
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            row = self.db.execute(
-                "INSERT INTO role_seq (role, last) VALUES (?, 1) ON CONFLICT (role) DO UPDATE SET last = last + 1 "
-                "RETURNING last",
-                (safe_text(fields["role"]),),
-            ).fetchone()
-            seq = int(row[0])
-            run_id = self.insert_run(**fields, seq=seq)
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        return run_id, seq
+        fields.setdefault("created_at", now_iso())
+        keys = list(fields)
+        row = self.db.execute(
+            f"INSERT INTO runs ({', '.join(keys)}, seq) VALUES ({', '.join('?' * len(keys))}, "
+            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE role = ?)) RETURNING run_id, seq",
+            [*(_encode(k, fields[k]) for k in keys), safe_text(fields["role"])],
+        ).fetchone()
+        return int(row[0]), int(row[1])
 
     def insert_run(self, **fields: Any) -> int:
         fields.setdefault("created_at", now_iso())
@@ -311,3 +302,4 @@ def _migrate(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     if "seq" not in columns:
         db.execute("ALTER TABLE runs ADD COLUMN seq INTEGER")
+    db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")

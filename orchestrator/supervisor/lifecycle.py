@@ -2,9 +2,10 @@
 
 ``transition`` is the only place a run's state changes: it checks the edge
 against ``states.ALLOWED``, takes or gives back the run's slot as it enters or
-leaves a live state, records an attempt the moment it begins (before its agent
-is spawned, so a kill of the orchestrator cannot lose the count), writes the
-state to the store and logs it.
+leaves a live state, writes the state to the store and logs it. An attempt is
+on record from its ``starting`` transition on (state and attempt number in the
+run's row, before the agent is spawned), so a kill of the orchestrator cannot
+lose the count: recovery counts every attempt of a run past ``queued``.
 
 ``finish`` is the only way a run ends, whatever the cause (success, failure
 after retries, timeout, cancel, return to the inbox at a stop or restart,
@@ -120,16 +121,8 @@ class Lifecycle:
         elif old.live and not new.live:
             self.slots.release(run.role.name)
         run.state = new
-        if new is RunState.STARTING:
-            self._attempt_begins(run)
         self.store.update_run(run.run_id, state=new.value, **fields)
         self.console.event(run, old, new)
-
-    def _attempt_begins(self, run: Run) -> None:
-        """On record before the spawn: an orchestrator killed now still counts this attempt at its restart."""
-        self.store.record_attempt(run.run_id, run.attempt, started_at=run.started_at, log_path=str(run.log_path))
-        for memo in run.memos:
-            self.store.set_memo_attempts(run.role.name, memo.name, run.attempt)
 
     def end_attempt(self, run: Run, outcome: str, reason: str | None, exit_code: int | None) -> None:
         """An attempt ended: its row completed (how, why, exit code)."""
