@@ -7,7 +7,6 @@ import json
 import os
 import sqlite3
 import stat
-from pathlib import Path
 
 import pytest
 
