@@ -69,6 +69,28 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("dir", nargs="?", type=Path, default=None)
 
     sub.add_parser("demo", parents=[common], help="a self-contained team that needs no API key")
+
+    schedule = sub.add_parser("schedule", parents=[common], help="per role: next tick, tasks, last wake, skips")
+    schedule.add_argument("--json", action="store_true")
+
+    wake = sub.add_parser("wake", parents=[common], help="write a wake of a role now (same picking rules)")
+    wake.add_argument("role")
+    wake.add_argument("--task", help="force this one task (its name, or a ledger id)")
+    wake.add_argument("--json", action="store_true")
+
+    task = sub.add_parser("task", parents=[common], help="the one-off ledger: add, list, drop")
+    task_sub = task.add_subparsers(dest="task_command", required=True, parser_class=_Parser)
+    task_add = task_sub.add_parser("add", parents=[common], help="a one-off task, picked like a `once` task")
+    task_add.add_argument("role")
+    task_add.add_argument("text")
+    task_add.add_argument("--due", help="ISO 8601 time, or +DURATION such as +2h (default: now)")
+    task_add.add_argument("--priority", type=int, default=None, help="higher first (default 100, as `once`)")
+    task_add.add_argument("--json", action="store_true")
+    task_list = task_sub.add_parser("list", parents=[common], help="the ledger's tasks, open and done")
+    task_list.add_argument("--role")
+    task_list.add_argument("--json", action="store_true")
+    task_drop = task_sub.add_parser("drop", parents=[common], help="remove a task from the ledger")
+    task_drop.add_argument("id")
     return parser
 
 
@@ -233,6 +255,56 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from orchestrator.config import load_config
+    from orchestrator.schedule import view
+
+    report = view.schedule(load_config(_root(args)))
+    if args.json:
+        console.print_json(report)
+    else:
+        console.print_schedule(report)
+    return 0
+
+
+def cmd_wake(args: argparse.Namespace) -> int:
+    from orchestrator.control import channel as control
+
+    result = control.call(_root(args), "wake", timeout=120, role=args.role, task=args.task, who=_who())
+    if args.json:
+        console.print_json(result)
+    else:
+        console.say(f"wrote {result['memo']} for {result['role']}: tasks {', '.join(result['tasks']) or '(none)'}")
+    return 0
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    from orchestrator.config import load_config
+    from orchestrator.schedule import view
+
+    config = load_config(_root(args))
+    if args.task_command == "add":
+        row = view.add_task(config, args.role, args.text, args.due, args.priority)
+        if args.json:
+            console.print_json(row)
+        else:
+            console.say(f"added {row['id']} for {row['role']}, due {row['due_at']}")
+    elif args.task_command == "list":
+        rows = view.list_tasks(config, args.role)
+        if args.json:
+            console.print_json({"tasks": rows})
+        else:
+            for row in rows:
+                state = f"done {row['done_at']} (run {row['seq']})" if row["done_at"] else "open"
+                console.say(
+                    f"{row['id']}  {row['role']}  due {row['due_at']}  p{row['priority']}  {state}  {row['text']}"
+                )
+    else:
+        view.drop_task(config, args.id)
+        console.say(f"dropped {args.id}")
+    return 0
+
+
 COMMANDS = {
     "up": cmd_up,
     "status": cmd_status,
@@ -243,6 +315,9 @@ COMMANDS = {
     "history": cmd_history,
     "init": cmd_init,
     "demo": cmd_demo,
+    "schedule": cmd_schedule,
+    "wake": cmd_wake,
+    "task": cmd_task,
 }
 
 

@@ -14,9 +14,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from orchestrator.core.errors import ConfigError
+from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
@@ -113,6 +123,11 @@ class RoleSettings(_Strict):
     add_dirs: list[str] | None = None
     budget: dict[str, Any] | None = None
     retry_resumes: bool | None = None
+    # wakes on a schedule (orchestrator/schedule)
+    wake: WakeSettings | None = None
+    tasks: dict[str, TaskSettings] | None = None
+    signals: dict[str, SignalSettings] | None = None
+    preflight: list[Annotated[list[str], Field(min_length=1)]] | None = None
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -154,6 +169,10 @@ class Role(_Strict):
     add_dirs: list[str] = Field(default_factory=list)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
+    wake: WakeSettings | None = None
+    tasks: dict[str, TaskSettings] = Field(default_factory=dict)
+    signals: dict[str, SignalSettings] = Field(default_factory=dict)
+    preflight: list[list[str]] = Field(default_factory=list)
 
     @property
     def limit(self) -> int:
@@ -169,6 +188,7 @@ class TeamFile(_Strict):
     rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
     budget: TeamBudget = Field(default_factory=TeamBudget)
+    timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -184,6 +204,7 @@ class Config(_Strict):
     max_memo_bytes: int
     budget: TeamBudget
     roles: dict[str, Role]
+    timezone: str | None = None
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -284,6 +305,9 @@ def load_config(root: Path) -> Config:
         raise ConfigError(
             f"{path}: notify: names {team.notify!r}, which is not a role under `roles` ({', '.join(roles)})"
         )
+    problem = check_team(path, root, roles)
+    if problem:
+        raise ConfigError(problem)
     return Config(
         root=root,
         path=path,
@@ -293,4 +317,5 @@ def load_config(root: Path) -> Config:
         max_memo_bytes=team.max_memo_bytes,
         budget=team.budget,
         roles=roles,
+        timezone=team.timezone,
     )

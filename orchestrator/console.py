@@ -105,6 +105,20 @@ def print_history(report: dict[str, Any], stream: TextIO | None = None) -> None:
         console.print(part)
 
 
+def print_schedule(report: dict[str, Any], stream: TextIO | None = None) -> None:
+    """``orchestrator schedule``: per role its tick, its tasks and what its last wake did."""
+    out = stream or sys.stdout
+    say(f"time zone {report['timezone']}, now {report['now']}", out)
+    for role, info in report["roles"].items():
+        tick = f"every {info['every']:g}s, next tick {info['next_tick']}" if info["every"] else "woken by due tasks"
+        skips = ", ".join(f"{k} {v}" for k, v in sorted(info["skips"].items())) or "none"
+        say(f"{role}: {tick}; last: {info['last'] or '-'} {info['last_reason'] or ''}; skips: {skips}", out)
+        for task in info["tasks"]:
+            last = f"last done {task['last_done']} (run {task['last_seq']})" if task["last_done"] else "never done"
+            due = "DUE NOW" if task["due_now"] else f"next due {task['next_due'] or 'never'}"
+            say(f"  {task['name']}: {task['rule']}, priority {task['priority']}; {due}; {last}", out)
+
+
 def _money(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 

@@ -9,6 +9,8 @@ field at fault, so the server never dispatches on a raw dict::
     {"op": "cancel", "memo": "B-031", "role": null, "reason": "", "all": false, "who": "..."}
     {"op": "interrupt", "memo": "B-031", "keep": false, "reason": "interrupted", "who": "..."}
     {"op": "tell", "memo": "B-031", "text": "...", "who": "..."}
+    {"op": "wake", "role": "rin", "task": null, "who": "..."}
+    {"op": "schedule_changed"}
 
 Validation is strict (``"force": "yes"`` is not a boolean) and unknown fields
 are refused. No request field holds a list or an object, so nesting deeper than
@@ -80,8 +82,24 @@ class TellRequest(_Request):
     who: str = "unknown"
 
 
+class WakeRequest(_Request):
+    """Write a wake of ``role`` now; ``task`` forces that one task."""
+
+    op: Literal["wake"] = "wake"
+    role: str
+    task: str | None = None
+    who: str = "unknown"
+
+
+class ScheduleChangedRequest(_Request):
+    """The ledger changed: the schedule looks again at what is due."""
+
+    op: Literal["schedule_changed"] = "schedule_changed"
+
+
 Request = Annotated[
-    StatusRequest | StopRequest | CancelRequest | InterruptRequest | TellRequest, Field(discriminator="op")
+    StatusRequest | StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest | ScheduleChangedRequest,
+    Field(discriminator="op"),
 ]
 REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
 OPS: tuple[str, ...] = tuple(
@@ -194,4 +212,8 @@ def to_event(request: Request, reply: asyncio.Future[Any]) -> events.Request:
         )
     if isinstance(request, InterruptRequest):
         return events.InterruptRequested(request.memo, request.keep, request.who, request.reason, reply)
+    if isinstance(request, WakeRequest):
+        return events.WakeRequested(request.role, request.task or None, request.who, reply)
+    if isinstance(request, ScheduleChangedRequest):
+        return events.ScheduleChanged(reply)
     return events.TellRequested(request.memo, request.text, request.who, reply)

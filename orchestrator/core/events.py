@@ -145,7 +145,32 @@ class TellRequested:
     reply: asyncio.Future[Any] = field(compare=False, repr=False)
 
 
-Request = StatusRequested | StopRequested | CancelRequested | InterruptRequested | TellRequested
+@dataclass(frozen=True)
+class WakeRequested:
+    """``orchestrator wake ROLE [--task NAME]``: write a wake now (``task`` forces that one task)."""
+
+    role: str
+    task: str | None
+    who: str
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ScheduleChanged:
+    """The ledger changed under the running orchestrator (``orchestrator task add|drop``): look again."""
+
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
+Request = (
+    StatusRequested
+    | StopRequested
+    | CancelRequested
+    | InterruptRequested
+    | TellRequested
+    | WakeRequested
+    | ScheduleChanged
+)
 Event = (
     MemoSeen
     | MemoGone

@@ -38,6 +38,7 @@ from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake
 from orchestrator.prompts import load_template
+from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
 from orchestrator.supervisor import snapshot
 from orchestrator.supervisor.budgets import Budgets
@@ -123,6 +124,7 @@ class Supervisor:
             ev.InterruptRequested: self.requests.interrupt,
             ev.TellRequested: self.requests.tell,
         }
+        self.wakes = Wakes(self)  # registers its own events, a finish listener and a prompt section
         self.ending: str | None = None  # None, "graceful" or "force"
         self.exit_code = 0
         self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
@@ -226,6 +228,7 @@ class Supervisor:
             f"root {self.root} (pid {os.getpid()})"
         )
         self.intake.rescan(initial=True)
+        self.wakes.start()
         self._after_event()
         ticker = asyncio.ensure_future(self._tick())
         self.console.start_live(self)
@@ -237,7 +240,7 @@ class Supervisor:
             self.watcher.stop()
             await self.control.close()
             await self.stopper.drain(max(r.grace for r in self.config.roles.values()) + 6)
-            for task in [*self.launcher.tasks, *self.requests.tasks]:
+            for task in [*self.launcher.tasks, *self.requests.tasks, *self.wakes.tasks]:
                 task.cancel()
             self.store.close()
         return self.exit_code

@@ -13,7 +13,11 @@ if TYPE_CHECKING:
 
 def full(sup: Supervisor) -> dict[str, Any]:
     """The light view plus the recent finished runs from the database."""
-    return {**light(sup), "recent": [RunView.from_row(row).to_json() for row in sup.store.recent_runs(20)]}
+    return {
+        **light(sup),
+        "recent": [RunView.from_row(row).to_json() for row in sup.store.recent_runs(20)],
+        "wakes": sup.wakes.snapshot(),
+    }
 
 
 def light(sup: Supervisor) -> dict[str, Any]:

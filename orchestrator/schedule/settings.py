@@ -1,0 +1,191 @@
+"""The schedule's keys in ``roles.yaml``: ``timezone`` at the top, ``wake``, ``tasks``, ``signals`` and
+``preflight`` in a role. Each is checked at load time, so a bad time, an unknown weekday or time zone, an
+empty or overlapping window, ``every: 0``, a reused task name or a signal that cannot run is a start-up
+error naming its key (exit 2) before any memo moves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime, time, tzinfo
+from pathlib import Path
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.schedule import rules
+
+RULE_KEYS = ("daily", "weekly", "every", "once")
+
+
+def _duration(value: Any) -> float:
+    from orchestrator.config import parse_duration  # config imports this module: resolved at validation time
+
+    return parse_duration(value)
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def zone(name: str | None) -> tzinfo:
+    """The team's time zone: an IANA name, or the machine's local zone when none is configured."""
+    if name is None:
+        local = datetime.now().astimezone().tzinfo
+        return local if local is not None else UTC
+    return ZoneInfo(name)
+
+
+def check_timezone(name: str | None) -> str | None:
+    """``timezone:``: an IANA name such as Asia/Tokyo."""
+    if name is not None:
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {name!r}; expected an IANA name such as Asia/Tokyo or UTC") from None
+    return name
+
+
+class WakeSettings(_Strict):
+    """``wake:`` of a role: its heartbeat and how a wake picks."""
+
+    every: Duration | None = None
+    max_tasks: int = Field(2, ge=1)
+    skip_when_idle: bool = True
+    quiet_hours: str | list[str] | None = None
+
+    @field_validator("every")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("a heartbeat must be longer than 0; omit `every` for a role woken only by due tasks")
+        return value
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _windows(cls, value: str | list[str] | None) -> str | list[str] | None:
+        windows = [rules.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
+        overlap = rules.window_overlap(windows)
+        if overlap is not None:
+            assert isinstance(value, list)
+            raise ValueError(f"the windows {value[overlap[0]]!r} and {value[overlap[1]]!r} overlap; merge them")
+        return value
+
+    @property
+    def windows(self) -> list[tuple[time, time]]:
+        """The quiet-hours windows, parsed."""
+        value = self.quiet_hours
+        return [rules.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
+
+
+class TaskSettings(_Strict):
+    """One task: exactly one of ``daily``, ``weekly``, ``every``, ``once``, and its ``text``."""
+
+    daily: str | None = None
+    weekly: str | None = None
+    every: Duration | None = None
+    once: str | None = None
+    text: str = ""
+    priority: int | None = None
+    in_quiet_hours: bool = False
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> TaskSettings:
+        given = [key for key in RULE_KEYS if getattr(self, key) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a task needs exactly one of daily, weekly, every, once"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.daily is not None:
+            rules.parse_time_of_day(self.daily)
+        if self.weekly is not None:
+            rules.parse_weekly(self.weekly)
+        if self.every is not None and self.every <= 0:
+            raise ValueError("every: must be longer than 0")
+        if self.once is not None:
+            rules.parse_moment(self.once, UTC)
+        return self
+
+    def rule(self, tz: tzinfo) -> rules.Rule:
+        """The parsed rule, its times in ``tz``."""
+        if self.daily is not None:
+            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily))
+        if self.weekly is not None:
+            weekday, at = rules.parse_weekly(self.weekly)
+            return rules.Rule("weekly", at=at, weekday=weekday)
+        if self.every is not None:
+            return rules.Rule("every", period=self.every)
+        assert self.once is not None
+        return rules.Rule("once", when=rules.parse_moment(self.once, tz))
+
+    @property
+    def kind(self) -> str:
+        return next(key for key in RULE_KEYS if getattr(self, key) is not None)
+
+    @property
+    def rank(self) -> int:
+        """Its priority: ``priority`` when given, else the default of its kind."""
+        return self.priority if self.priority is not None else rules.DEFAULT_PRIORITY[self.kind]
+
+
+class SignalSettings(_Strict):
+    """A signal: a command whose trimmed standard output is its news."""
+
+    command: list[str] = Field(min_length=1)
+    timeout: Duration = 30.0
+
+
+def resolve(argv0: str, root: Path) -> str | None:
+    """The program a command would run (relative paths from the root), or None."""
+    if os.sep in argv0:
+        path = Path(argv0) if os.path.isabs(argv0) else root / argv0
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    return shutil.which(argv0)
+
+
+def check_team(path: Path, root: Path, roles: dict[str, Any]) -> str | None:
+    """The cross-key checks pydantic cannot make alone; a one-line error naming the key, or None."""
+    duplicate = _duplicate_task(path)
+    if duplicate:
+        return duplicate
+    for name, role in roles.items():
+        for signal, spec in (role.signals or {}).items():
+            if resolve(spec.command[0], root) is None:
+                where = "is not an executable file" if os.sep in spec.command[0] else "not found on PATH"
+                return (
+                    f"{path}: roles.{name}.signals.{signal}.command: {spec.command[0]!r} {where}; "
+                    "fix the path or make it executable"
+                )
+    return None
+
+
+def _duplicate_task(path: Path) -> str | None:
+    """YAML keeps the last of two equal keys silently: a task name written twice is found in the node tree."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+    for role_name, role in _items(_get(node, "roles")):
+        for key in ("tasks", "signals"):
+            seen: set[str] = set()
+            for task_name, _ in _items(_get(role, key)):
+                if task_name in seen:
+                    return f"{path}: roles.{role_name}.{key}.{task_name}: the name is used twice; give each its own"
+                seen.add(task_name)
+    return None
+
+
+def _items(node: Any) -> list[tuple[str, Any]]:
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    return [(str(k.value), v) for k, v in node.value if isinstance(k, yaml.ScalarNode)]
+
+
+def _get(node: Any, key: str) -> Any:
+    return next((v for k, v in _items(node) if k == key), None)
