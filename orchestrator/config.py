@@ -113,6 +113,11 @@ class RoleSettings(_Strict):
     add_dirs: list[str] | None = None
     budget: dict[str, Any] | None = None
     retry_resumes: bool | None = None
+    # continuity (orchestrator/continuity)
+    context: list[str] | None = None
+    context_max_bytes: int | None = Field(None, ge=1)
+    journal_in_prompt: int | None = Field(None, ge=0)
+    handoff_max_bytes: int | None = Field(None, ge=1)
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -154,6 +159,10 @@ class Role(_Strict):
     add_dirs: list[str] = Field(default_factory=list)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
+    context: list[str] = Field(default_factory=list)
+    context_max_bytes: int = Field(64 * 1024, ge=1)
+    journal_in_prompt: int = Field(5, ge=0)
+    handoff_max_bytes: int = Field(20 * 1024, ge=1)
 
     @property
     def limit(self) -> int:
