@@ -861,6 +861,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "cancel": cancel,
     "memory": memory,
     "idle": idle,
+    "continuity": lambda ctx: __import__("continuity_scenario").continuity(ctx),
 }
 
 

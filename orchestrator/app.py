@@ -12,12 +12,14 @@ from filelock import FileLock, Timeout
 from orchestrator.agents.command import resolve_command
 from orchestrator.config import Config, load_config
 from orchestrator.console import Console
+from orchestrator.continuity.context import check_context
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
 from orchestrator.prompts import load_template
 
 
 def preflight(config: Config) -> None:
     """Every check that must pass before any memo is touched; raises ``ConfigError`` naming what is wrong."""
+    check_context(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)
         cwd = (config.root / role.cwd).resolve()

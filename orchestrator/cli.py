@@ -65,6 +65,20 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--since", help="a date (YYYY-MM-DD) or ISO time")
     history.add_argument("--json", action="store_true")
 
+    journal = sub.add_parser("journal", parents=[common], help="the journal: one entry per ended run")
+    journal.add_argument("--role")
+    journal.add_argument("--since", help="a date (YYYY-MM-DD)")
+    journal.add_argument("--last", type=int, help="only the newest N entries")
+    journal.add_argument("--json", action="store_true")
+
+    handoff = sub.add_parser("handoff", parents=[common], help="a role's handoff file and its kept versions")
+    handoff.add_argument("role")
+    which = handoff.add_mutually_exclusive_group()
+    which.add_argument("--history", action="store_true", help="list the versions with the run (seq) that wrote each")
+    which.add_argument("--show", type=int, metavar="SEQ", help="print the version written by run SEQ")
+    which.add_argument("--restore", type=int, metavar="SEQ", help="make the version of run SEQ the handoff again")
+    handoff.add_argument("--json", action="store_true")
+
     init = sub.add_parser("init", parents=[common], help="scaffold roles.yaml, prompts/ and memo/ for a default team")
     init.add_argument("dir", nargs="?", type=Path, default=None)
 
@@ -236,6 +250,37 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_journal(args: argparse.Namespace) -> int:
+    from orchestrator.continuity import commands
+
+    entries = commands.journal_entries(_root(args), role=args.role, since=args.since, last=args.last)
+    if args.json:
+        console.print_json(entries)
+    else:
+        console.print_journal(entries)
+    return 0
+
+
+def cmd_handoff(args: argparse.Namespace) -> int:
+    from orchestrator.continuity import commands
+
+    root = _root(args)
+    result: Any
+    if args.history:
+        result = commands.handoff_history(root, args.role)
+    elif args.show is not None:
+        result = {"role": args.role, "seq": args.show, "text": commands.handoff_version(root, args.role, args.show)}
+    elif args.restore is not None:
+        result = commands.handoff_restore(root, args.role, args.restore)
+    else:
+        result = commands.handoff_current(root, args.role)
+    if args.json:
+        console.print_json(result)
+    else:
+        console.print_handoff(result)
+    return 0
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from orchestrator.scaffold import init_project
 
@@ -313,6 +358,8 @@ COMMANDS = {
     "interrupt": cmd_interrupt,
     "tell": cmd_tell,
     "history": cmd_history,
+    "journal": cmd_journal,
+    "handoff": cmd_handoff,
     "init": cmd_init,
     "demo": cmd_demo,
     "schedule": cmd_schedule,

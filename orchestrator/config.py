@@ -128,6 +128,11 @@ class RoleSettings(_Strict):
     tasks: dict[str, TaskSettings] | None = None
     signals: dict[str, SignalSettings] | None = None
     preflight: list[Annotated[list[str], Field(min_length=1)]] | None = None
+    # continuity (orchestrator/continuity)
+    context: list[str] | None = None
+    context_max_bytes: int | None = Field(None, ge=1)
+    journal_in_prompt: int | None = Field(None, ge=0)
+    handoff_max_bytes: int | None = Field(None, ge=1)
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -173,6 +178,10 @@ class Role(_Strict):
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
     signals: dict[str, SignalSettings] = Field(default_factory=dict)
     preflight: list[list[str]] = Field(default_factory=list)
+    context: list[str] = Field(default_factory=list)
+    context_max_bytes: int = Field(64 * 1024, ge=1)
+    journal_in_prompt: int = Field(5, ge=0)
+    handoff_max_bytes: int = Field(20 * 1024, ge=1)
 
     @property
     def limit(self) -> int:

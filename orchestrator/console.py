@@ -119,6 +119,39 @@ def print_schedule(report: dict[str, Any], stream: TextIO | None = None) -> None
             say(f"  {task['name']}: {task['rule']}, priority {task['priority']}; {due}; {last}", out)
 
 
+def print_journal(entries: list[dict[str, Any]], stream: TextIO | None = None) -> None:
+    """``orchestrator journal`` for people: each entry's Markdown, under its role and date."""
+    if not entries:
+        say("no journal entries", stream)
+    for entry in entries:
+        say(f"# {entry['role']} {entry['date']}", stream)
+        say(_printable_block(entry["text"]) + "\n", stream)
+
+
+def print_handoff(result: dict[str, Any] | list[dict[str, Any]], stream: TextIO | None = None) -> None:
+    """``orchestrator handoff`` for people: the text, a version, the list of versions or what a restore did."""
+    if isinstance(result, list):
+        if not result:
+            say("no versions kept yet", stream)
+        for item in result:
+            say(f"run {item['seq']:>5}  {item['bytes']:>7} bytes  kept {item['saved_at']}", stream)
+    elif "replaced_kept_at" in result:
+        kept = result["replaced_kept_at"]
+        say(
+            f"restored version {result['seq']} into {result['path']}"
+            + (f"; the text it replaced is kept at {kept}" if kept else ""),
+            stream,
+        )
+    else:
+        if "cap" in result:
+            say(f"{result['path']}: {result['bytes']} bytes (cap {result['cap']})", stream)
+        say(_printable_block(result["text"]) if result["text"] else "(empty)", stream)
+
+
+def _printable_block(text: str) -> str:
+    return "\n".join(_printable(line) for line in text.splitlines())
+
+
 def _money(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
@@ -170,6 +203,10 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         )
     for role, why in (snap.get("budget_blocks") or {}).items():
         parts.append(f"paused by budget: {role}: {why}")
+    for role, held in (snap.get("holds") or {}).items():
+        parts.append(f"held: {role}: " + "; ".join(held.values()))
+    for role, why in (snap.get("journal_problems") or {}).items():
+        parts.append(f"journal: {role}: {why}")
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):

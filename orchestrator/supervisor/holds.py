@@ -7,6 +7,8 @@ change is one log line, so a hold that lasts a thousand ticks says so once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from orchestrator.console import Console
 
 
@@ -16,6 +18,8 @@ class Holds:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.current: dict[str, dict[str, str]] = {}
+        # called before each scheduling pass, so a hold follows a condition (a context file gone, back again)
+        self.checks: list[Callable[[], None]] = []
 
     def hold(self, role: str, source: str, reason: str) -> bool:
         """Hold ``role`` for ``source``; True when this is new (or a new reason), so callers can tell people once."""
@@ -38,6 +42,9 @@ class Holds:
         return True
 
     def held_roles(self) -> list[str]:
+        """The roles that start no new work now, after every check has had its say."""
+        for check in self.checks:
+            check()
         return list(self.current)
 
     def snapshot(self) -> dict[str, dict[str, str]]:

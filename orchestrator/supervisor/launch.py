@@ -62,6 +62,8 @@ class Launcher:
         # extension points: prompt sections fill placeholders; memo checks may hold a memo back (held/)
         self.sections: list[Callable[[Run], dict[str, str]]] = []
         self.memo_checks: list[Callable[[Role, MemoRef, str], str | None]] = []
+        # notes put at the very top of a prompt (called after the sections), such as a handoff over its cap
+        self.notes: list[Callable[[Run], list[str]]] = []
 
     # ------------------------------------------------------------ what next
     def schedule(self, blocked: list[str]) -> None:
@@ -251,7 +253,9 @@ class Launcher:
             now=self.clock.now(),
             sections=sections,
         )
-        notes = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]
-        for note in notes:
+        notes = [note for source in self.notes for note in source(run)]
+        late = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]
+        notes += late
+        for note in late:
             self.console.line(note.splitlines()[0], role=run.role.name)
         return "\n".join(notes) + ("\n\n" if notes else "") + prompt

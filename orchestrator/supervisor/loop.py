@@ -29,6 +29,7 @@ from orchestrator.agents import procs
 from orchestrator.agents.spawner import ProcessSpawner, Spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
+from orchestrator.continuity import hooks as continuity
 from orchestrator.control import protocol
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
@@ -105,6 +106,7 @@ class Supervisor:
             self._refresh_budgets,
         )
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
+        self.continuity = continuity.install(self)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ev.MemoSeen: self.intake.seen,
             ev.MemoGone: self.intake.gone,

@@ -1,0 +1,386 @@
+"""Continuity wired into the supervisor: prompt sections and notes, the journal and handoff at each end, holds.
+
+Registered by ``install`` in the supervisor's extension points, never in its loop:
+
+- ``Launcher.sections`` fill ``$context``, ``$handoff`` and ``$journal``; expired
+  handoff items are dropped first, and ``Launcher.notes`` put a plain note at
+  the top of the prompt when the handoff is over its cap or cannot be used;
+- ``Lifecycle.before_finish``: the journal entry first (before the memos move),
+  then the handoff (the note of a run that died, or its removal after a
+  success that saw it), then the version snapshot;
+- ``Holds.checks``: a role whose context files are missing starts no new work.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import date, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.continuity import handoff as ho
+from orchestrator.continuity import journal as jn
+from orchestrator.continuity.context import ContextProblem, context_paths, read_context
+from orchestrator.core.clock import Clock
+from orchestrator.core.run import Run
+from orchestrator.core.states import RunState
+from orchestrator.intake import notices
+from orchestrator.intake.memo import parse_front_matter
+from orchestrator.store import Store
+from orchestrator.supervisor.holds import Holds
+
+if TYPE_CHECKING:
+    from orchestrator.supervisor.loop import Supervisor
+
+DIED = (RunState.FAILED, RunState.TIMED_OUT, RunState.CANCELLED, RunState.RETURNED)
+NOTE = "NOTE FROM THE ORCHESTRATOR:"
+HOLD_SOURCE = "context"
+DEATH_LOG_LINES = 5
+
+
+def install(sup: Supervisor) -> Continuity:
+    """Create the continuity of ``sup`` and register it in the supervisor's extension points."""
+    cont = Continuity(sup.config, sup.store, sup.console, sup.clock, sup.holds)
+    sup.launcher.sections.append(cont.sections)
+    sup.launcher.notes.append(cont.notes)
+    sup.lc.before_finish.append(cont.before_finish)
+    sup.holds.checks.append(cont.check_context)
+    return cont
+
+
+def _hhmm(moment: str | datetime | None) -> str:
+    if moment is None:
+        return "-"
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return "-"
+    return moment.astimezone().strftime("%H:%M")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "an unknown time"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (f"{hours}h " if hours else "") + (f"{minutes}m " if hours or minutes else "") + f"{secs}s"
+
+
+def _defang(text: str) -> str:
+    """Agent text inside our section must not close or open it."""
+    return text.replace("<!--", "<!\u200b--")
+
+
+class Continuity:
+    """What one run hands the next: context, journal, handoff; its state is per run and per role."""
+
+    def __init__(self, config: Config, store: Store, console: Console, clock: Clock, holds: Holds) -> None:
+        self.config = config
+        self.store = store
+        self.console = console
+        self.clock = clock
+        self.holds = holds
+        self.expired: dict[int, list[str]] = {}  # run id -> handoff lines dropped before it read the file
+        self.seen_note: dict[int, str] = {}  # run id -> the orchestrator's section it was shown
+        self.pending_notes: dict[int, list[str]] = {}  # run id -> notes for the top of its prompt
+        self.problems: dict[str, str] = {}  # role -> why its journal could not be written (for status)
+
+    def today(self) -> date:
+        return self.clock.now().astimezone().date()
+
+    # ------------------------------------------------------------ holds
+    def check_context(self) -> None:
+        """Hold each role whose context files are missing or over the cap; release it once they are back."""
+        for role in self.config.roles.values():
+            if not role.context:
+                continue
+            problem = self._context_problem(role)
+            if problem:
+                self.holds.hold(role.name, HOLD_SOURCE, problem)
+            elif role.name in self.holds.current:
+                self.holds.release(role.name, HOLD_SOURCE)
+
+    def _context_problem(self, role: Role) -> str | None:
+        total = 0
+        for name, path in zip(role.context, context_paths(self.config, role), strict=True):
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                return f"context file {name} is missing"
+            except OSError as exc:
+                return f"context file {name} cannot be read: {exc.strerror or exc}"
+            if not os.access(path, os.R_OK) or os.path.isdir(path):
+                return f"context file {name} cannot be read"
+            total += info.st_size
+        if total > role.context_max_bytes:
+            return f"context files are {total} bytes together, over context_max_bytes {role.context_max_bytes}"
+        return None
+
+    # ------------------------------------------------------------ the prompt
+    def sections(self, run: Run) -> dict[str, str]:
+        """``$context``, ``$handoff`` and ``$journal`` for the run (expired handoff items are dropped first)."""
+        role = run.role
+        notes: list[str] = []
+        try:
+            context = read_context(self.config, role)
+        except ContextProblem as exc:  # gone since the hold check: never start without it
+            self.holds.hold(role.name, HOLD_SOURCE, str(exc))
+            raise
+        values = {
+            "context": f"# Context\n\n{context}" if context else "",
+            "handoff": self._handoff_section(run, notes),
+            "journal": self._journal_section(role),
+        }
+        self.pending_notes[run.run_id] = notes
+        return values
+
+    def notes(self, run: Run) -> list[str]:
+        """Notes for the very top of the prompt (computed while the sections were filled)."""
+        return self.pending_notes.pop(run.run_id, [])
+
+    def _handoff_section(self, run: Run, notes: list[str]) -> str:
+        role = run.role.name
+        handoff = ho.read_handoff(self.config, role)
+        rel = f"memo/{role}/{ho.HANDOFF}"
+        if not handoff.usable:
+            note = f"{NOTE} {handoff.problem}; $handoff is empty for this run and the file was not touched."
+            notes.append(note)
+            self.console.line(f"handoff: {handoff.problem}; the run starts without it", role=role)
+            return ""
+        text, dropped = ho.expire(handoff.text, self.today())
+        if dropped:
+            try:
+                ho.write_handoff(handoff, text)
+                self.expired[run.run_id] = dropped
+                self.console.line(f"handoff: removed {len(dropped)} expired line(s) from {rel}", role=role)
+            except OSError as exc:
+                self.console.line(f"handoff: cannot remove expired lines from {rel}: {exc}", role=role)
+                text = handoff.text
+        seen = ho.section(text)
+        if seen:
+            self.seen_note[run.run_id] = seen
+        size = len(text.encode("utf-8"))
+        cap = run.role.handoff_max_bytes
+        if size > cap:
+            notes.append(
+                f"{NOTE} the handoff file {rel} is {size} bytes, over its cap of {cap} bytes "
+                "(handoff_max_bytes). Before anything else, compact it: keep only the short-lived facts that "
+                "change what the next run does, each with a condition for removing it."
+            )
+        if not text.strip():
+            return ""
+        return f"# Handoff ({rel})\n\n{text.rstrip()}\n"
+
+    def _journal_section(self, role: Role) -> str:
+        if role.journal_in_prompt <= 0:
+            return ""
+        folder = self.config.role_dir(role.name) / jn.JOURNAL
+        text = jn.prompt_text(jn.read_entries(role.name, folder, last=role.journal_in_prompt))
+        return f"# Journal (the last runs of {role.name}, oldest first)\n\n{text}" if text else ""
+
+    # ------------------------------------------------------------ the end of a run
+    def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
+        """Journal entry first, then the handoff (death note or its removal), then the version snapshot."""
+        if run.seq is None:  # a memo rejected before any agent: no run of the role to record
+            return
+        try:
+            handoff = ho.read_handoff(self.config, run.role.name)
+            warning = self._cap_warning(run, handoff)
+            self._journal(run, state, reason, warning)
+            if handoff.usable:
+                self._handoff_after(run, state, reason, handoff)
+        finally:
+            self.expired.pop(run.run_id, None)
+            self.seen_note.pop(run.run_id, None)
+            self.pending_notes.pop(run.run_id, None)
+
+    def _cap_warning(self, run: Run, handoff: ho.Handoff) -> str | None:
+        if not handoff.usable:
+            return None
+        size, cap = len(handoff.text.encode("utf-8")), run.role.handoff_max_bytes
+        if size <= cap:
+            return None
+        warning = f"the handoff is {size} bytes, over its cap of {cap} bytes; the next run is asked to compact it"
+        self.console.line(f"warning: {warning} (run {run.run_id})", role=run.role.name)
+        return warning
+
+    def _journal(self, run: Run, state: RunState, reason: str | None, warning: str | None) -> None:
+        role = run.role.name
+        folder = self.config.role_dir(role) / jn.JOURNAL
+        attempts = self.store.attempts(run.run_id)
+        started = next((a["started_at"] for a in attempts if a.get("started_at")), run.started_at)
+        now = self.clock.now().astimezone()
+        text = self.entry_text(run, state, reason, warning, started, now)
+        since = None
+        if started:
+            try:
+                since = datetime.fromisoformat(started).astimezone().date()
+            except ValueError:
+                since = None
+        try:
+            jn.append_entry(folder, now.date(), run.run_id, run.attempt, text, since)
+        except OSError as exc:
+            why = f"cannot write the journal in {folder}: {exc.strerror or exc}"
+            self.problems[role] = why
+            self.console.line(f"{why}; run {run.run_id} ended {state.value} (on record in the database)", role=role)
+            return
+        self.problems.pop(role, None)
+
+    def entry_text(
+        self, run: Run, state: RunState, reason: str | None, warning: str | None, started: str | None, now: datetime
+    ) -> str:
+        """The Markdown of the run's journal entry, its marker line first."""
+        start, end = _hhmm(started), _hhmm(now)
+        lines = [
+            jn.marker(run.run_id, run.attempt, run.seq, state.value, start, end),
+            f"## Run {run.seq} ({start}-{end}, {state.value})",
+            "",
+            f"- Run id {run.run_id}, attempt {run.attempt}",
+        ]
+        for memo in run.memos:
+            lines.append(f'- Memo: {memo.label} "{memo.subject or memo.name}"')
+        tasks = self._tasks(run)
+        if tasks:
+            lines.append("- Tasks: " + "; ".join(tasks))
+        if run.role.backend == "sdk":
+            row = self.store.run(run.run_id) or {}
+            cost = row.get("cost_usd")
+            lines.append(
+                f"- Cost: {f'${cost:.4f}' if cost is not None else 'unknown'}; tokens: "
+                f"{row.get('input_tokens') or 0} in, {row.get('output_tokens') or 0} out"
+            )
+        if reason and state is not RunState.SUCCEEDED:
+            lines.append(f"- Reason: {reason}")
+        for line in self.expired.get(run.run_id, []):
+            lines.append(f"- Handoff: removed the expired line `{line.strip()}`")
+        if warning:
+            lines.append(f"- Warning: {warning}")
+        closing = self._closing_words(run)
+        lines += ["", "Closing words:", "", jn.quote(closing) if closing.strip() else "> (none)", "", ""]
+        return "\n".join(lines)
+
+    def _tasks(self, run: Run) -> list[str]:
+        out: list[str] = []
+        for memo in run.memos:
+            try:
+                text = memo.path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            tasks = parse_front_matter(text).extra.get("tasks")
+            if isinstance(tasks, list):
+                out += [str(t) for t in tasks]
+            elif isinstance(tasks, str):
+                out.append(tasks)
+        return out
+
+    def _transcript(self, run: Run) -> list[dict[str, Any]]:
+        return jn.transcript_lines(self.config.state_dir / "runs" / str(run.run_id) / "transcript.jsonl")
+
+    def _closing_words(self, run: Run) -> str:
+        """The SDK result text, or for command roles the last lines of the agent's output (its log)."""
+        if run.role.backend == "sdk":
+            text = jn.sdk_result_text(self._transcript(run))
+            return jn.capped((text or "").splitlines())
+        return jn.capped(jn.log_tail(run.log_path, jn.CLOSING_LINES))
+
+    def _handoff_after(self, run: Run, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
+        role = run.role.name
+        text = handoff.text
+        if state in DIED:
+            text = ho.put_section(text, self.death_note(run, state, reason))
+        elif state is RunState.SUCCEEDED:
+            seen = self.seen_note.get(run.run_id)
+            if seen is not None and ho.section(text) == seen:
+                text = ho.remove_section(text)
+        try:
+            if text != handoff.text:
+                ho.write_handoff(handoff, text)
+            if run.seq is not None and ho.snapshot(self.config, role, run.seq, text):
+                self.console.line(f"handoff: kept version {run.seq}", role=role)
+            self._tell_over_cap(run, text)
+        except OSError as exc:
+            self.console.line(f"handoff: cannot update memo/{role}/{ho.HANDOFF}: {exc}", role=role)
+
+    def death_note(self, run: Run, state: RunState, reason: str | None) -> str:
+        """The orchestrator's section after a run died: what it was doing, on what, for how long, where its log is."""
+        now = self.clock.now().astimezone()
+        ran = run.last_ran if run.last_ran is not None else None
+        if ran is None and run.started_mono is not None:
+            ran = run.elapsed(self.clock.monotonic())
+        lines = [
+            f"## The orchestrator: run {run.seq} of {run.role.name} ended {state.value}",
+            "",
+            f"- Run {run.seq} (run id {run.run_id}, attempt {run.attempt}) ended **{state.value}** at "
+            f"{now.strftime('%Y-%m-%d %H:%M')} after {_duration(ran)}.",
+        ]
+        for memo in run.memos:
+            lines.append(f'- Memo: {memo.label} "{_defang(memo.subject or memo.name)}"')
+        if reason:
+            lines.append(f"- Why: {_defang(reason)}")
+        if run.role.backend == "sdk":
+            tool, said = self._last_activity(self._transcript(run))
+            lines.append(f"- Last tool use: {_defang(tool) if tool else '(none)'}")
+            lines.append(f"- Last text: {_defang(said) if said else '(none)'}")
+            if run.session_id:
+                lines.append(f"- Session: {run.session_id} (resume it to carry on where it stopped)")
+        else:
+            tail = jn.log_tail(run.log_path, DEATH_LOG_LINES)
+            lines.append(f"- Last {len(tail)} log line(s):" if tail else "- Last log lines: (none)")
+            lines += [f"      {_defang(line)}" for line in tail]
+        log = run.log_path
+        rel = log.relative_to(self.config.root) if log is not None and log.is_relative_to(self.config.root) else log
+        lines.append(f"- Log: {rel}")
+        lines.append("")
+        lines.append("(Written by the orchestrator; removed once a later run that saw it succeeds.)")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _last_activity(transcript: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+        tool: str | None = None
+        said: str | None = None
+        for item in reversed(transcript):
+            if item.get("type") != "assistant" or not isinstance(item.get("content"), list):
+                continue
+            for block in reversed(item["content"]):
+                if not isinstance(block, dict):
+                    continue
+                if tool is None and block.get("type") == "tool_use":
+                    raw = block.get("input")
+                    args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+                    detail = next((v for v in args.values() if isinstance(v, str)), "")
+                    tool = f"{block.get('name')}: {detail}"[:200] if detail else str(block.get("name"))
+                if said is None and block.get("type") == "text" and str(block.get("text", "")).strip():
+                    said = [ln for ln in str(block["text"]).splitlines() if ln.strip()][-1][:200]
+            if tool is not None and said is not None:
+                break
+        return tool, said
+
+    def _tell_over_cap(self, run: Run, text: str) -> None:
+        """With ``notify`` set, that role is told once that the handoff is over its cap (again once it was under)."""
+        role = run.role.name
+        flag = ho.versions_dir(self.config, role) / "told-over-cap"
+        size, cap = len(text.encode("utf-8")), run.role.handoff_max_bytes
+        if size <= cap:
+            flag.unlink(missing_ok=True)
+            return
+        notify = self.config.notify
+        if not notify or flag.exists():
+            return
+        header = {
+            "subject": f"Handoff over its cap: {role}",
+            "from": "orchestrator",
+            "to": notify,
+            "tags": ["handoff"],
+        }
+        body = (
+            f"The handoff file of role **{role}** (memo/{role}/{ho.HANDOFF}) is {size} bytes, over its cap of "
+            f"{cap} bytes (handoff_max_bytes), after run {run.seq}. Its next run is asked to compact it first.\n"
+        )
+        notice = notices._write_notice(self.config, notify, header, "handoff", role, body)
+        flag.parent.mkdir(parents=True, exist_ok=True)
+        flag.write_text(str(run.seq), encoding="utf-8")
+        self.console.line(f"told {notify}: {Path(notice).name}", role=role)

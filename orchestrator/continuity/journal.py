@@ -1,0 +1,241 @@
+"""The journal: one entry per ended run, written by the orchestrator before the run's memos move.
+
+Entries are appended to ``memo/<role>/journal/YYYY-MM-DD.md`` (the local date
+the run ended). Each starts with a marker line keyed by run id and attempt, so a
+run finished twice (a crash between the entry and the memo move, then recovery)
+is recorded once: the entry is written only when no journal file holds its key.
+Files are only ever appended to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+JOURNAL = "journal"
+CLOSING_LINES = 40
+CLOSING_MAX_BYTES = 4096
+PROMPT_MAX_BYTES = 8192
+_MARKER = re.compile(
+    r"^<!-- journal run_id=(?P<run_id>\d+) attempt=(?P<attempt>\d+) seq=(?P<seq>\d+|-) "
+    r"state=(?P<state>[a-z_]+) start=(?P<start>[0-9:-]+) end=(?P<end>[0-9:]+) -->$",
+    re.MULTILINE,
+)
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One journal entry as read back: its key, heading fields and Markdown text (without the marker)."""
+
+    role: str
+    date: str
+    run_id: int
+    attempt: int
+    seq: int | None
+    state: str
+    start: str
+    end: str
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def marker(run_id: int, attempt: int, seq: int | None, state: str, start: str, end: str) -> str:
+    """The first line of an entry: its key and heading fields, machine-readable."""
+    return f"<!-- journal run_id={run_id} attempt={attempt} seq={seq if seq is not None else '-'} state={state} start={start} end={end} -->"
+
+
+def _key(run_id: int, attempt: int) -> str:
+    return f"<!-- journal run_id={run_id} attempt={attempt} "
+
+
+def day_file(folder: Path, day: date) -> Path:
+    return folder / f"{day.isoformat()}.md"
+
+
+_KEYS: dict[Path, tuple[int, set[tuple[int, int]]]] = {}  # journal file -> (bytes read, keys seen in them)
+_KEY = re.compile(r"^<!-- journal run_id=(\d+) attempt=(\d+) ", re.MULTILINE)
+TAIL_BYTES = 256 * 1024  # the newest entries are read from this much of a file's end
+
+
+def _keys(path: Path) -> set[tuple[int, int]]:
+    """The (run id, attempt) keys in a journal file, reading only what was appended since the last call."""
+    done, keys = _KEYS.get(path, (0, set()))
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            if size < done:  # replaced or cut by hand: read it again
+                done, keys = 0, set()
+            handle.seek(done)
+            data = handle.read()
+    except OSError:
+        return set()
+    cut = data.rfind(b"\n") + 1  # only whole lines; a partial last line is read next time
+    keys = keys | {(int(a), int(b)) for a, b in _KEY.findall(data[:cut].decode("utf-8", "replace"))}
+    _KEYS[path] = (done + cut, keys)
+    return keys
+
+
+def has_entry(folder: Path, run_id: int, attempt: int, days: Iterable[date]) -> bool:
+    """Whether a journal file of one of ``days`` already holds the entry of this run and attempt."""
+    return any((run_id, attempt) in _keys(day_file(folder, day)) for day in days)
+
+
+def append_entry(folder: Path, day: date, run_id: int, attempt: int, text: str, since: date | None = None) -> bool:
+    """Append ``text`` (beginning with its ``marker``) to the day's file unless the entry exists; True if written.
+
+    ``since`` is the first day a file holding the entry could be dated (the run's start): a recovery
+    after midnight still finds the entry written the day before. Raises ``OSError`` when the folder
+    cannot be written.
+    """
+    first = since if since is not None and since <= day else day
+    days = [first + timedelta(days=n) for n in range(min((day - first).days, 7) + 1)]
+    if has_entry(folder, run_id, attempt, days):
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    data = (text if text.endswith("\n") else text + "\n").encode("utf-8")
+    # one write on an O_APPEND descriptor: the entry lands whole after whatever is there; no fsync, because
+    # the crash to survive is the orchestrator's (the page cache outlives it), and a sync would stall the loop
+    fd = os.open(day_file(folder, day), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return True
+
+
+def quote(text: str) -> str:
+    """Text of an agent as a Markdown quote: nothing it says can look like an entry's marker or heading."""
+    return "\n".join(f"> {line}".rstrip() for line in text.splitlines())
+
+
+def capped(lines: list[str], limit: int = CLOSING_MAX_BYTES) -> str:
+    """The last lines, within ``limit`` bytes; a note says when the start was cut."""
+    text = "\n".join(lines).strip("\n")
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    kept = data[-limit:].decode("utf-8", "ignore")
+    kept = kept.split("\n", 1)[1] if "\n" in kept else kept
+    return f"[cut: only the last {len(kept.encode('utf-8'))} of {len(data)} bytes are kept]\n{kept}"
+
+
+def log_tail(path: Path | None, lines: int) -> list[str]:
+    """The last ``lines`` lines of a log file (read from its last 64 KB)."""
+    if path is None:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return data.splitlines()[-lines:]
+
+
+def transcript_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of an SDK transcript (lines that do not parse are skipped)."""
+    out: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(item, dict):
+                    out.append(item)
+    except OSError:
+        pass
+    return out
+
+
+def sdk_result_text(transcript: list[dict[str, Any]]) -> str | None:
+    """The final text of an SDK run: the ``result`` of its last result message."""
+    for item in reversed(transcript):
+        if item.get("type") == "result" and isinstance(item.get("result"), str):
+            return str(item["result"])
+    return None
+
+
+# ------------------------------------------------------------------ reading back
+def parse(role: str, day: str, text: str) -> list[Entry]:
+    """The entries of one journal file, in the order they were written."""
+    found = list(_MARKER.finditer(text))
+    out = []
+    for index, match in enumerate(found):
+        end = found[index + 1].start() if index + 1 < len(found) else len(text)
+        body = text[match.end() : end].strip("\n")
+        seq = match.group("seq")
+        out.append(
+            Entry(
+                role=role,
+                date=day,
+                run_id=int(match.group("run_id")),
+                attempt=int(match.group("attempt")),
+                seq=None if seq == "-" else int(seq),
+                state=match.group("state"),
+                start=match.group("start"),
+                end=match.group("end"),
+                text=body,
+            )
+        )
+    return out
+
+
+def day_files(folder: Path, since: str | None = None) -> list[Path]:
+    """The role's journal files, oldest first; ``since`` (YYYY-MM-DD) leaves out older days."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if _DAY.match(n))
+    except OSError:
+        return []
+    return [folder / n for n in names if since is None or n[:10] >= since]
+
+
+def read_entries(role: str, folder: Path, since: str | None = None, last: int | None = None) -> list[Entry]:
+    """The role's entries, oldest first; ``last`` keeps the newest N, read from the newest files only."""
+    files = day_files(folder, since)
+    out: list[Entry] = []
+    for path in reversed(files):
+        try:
+            with open(path, "rb") as handle:
+                size = handle.seek(0, 2)
+                start = max(0, size - TAIL_BYTES) if last is not None else 0
+                handle.seek(start)
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        out = parse(role, path.name[:10], text) + out
+        if last is not None and len(out) >= last:
+            break
+    return out[-last:] if last is not None else out
+
+
+def prompt_text(entries: list[Entry], limit: int = PROMPT_MAX_BYTES) -> str:
+    """``$journal``: the entries (newest last) within ``limit`` bytes; older ones go first, a cut is said."""
+    chosen: list[str] = []
+    used = 0
+    for entry in reversed(entries):
+        block = f"{entry.text}\n\n"
+        size = len(block.encode("utf-8"))
+        if used + size > limit:
+            if not chosen:  # the newest alone is too big: its end is what matters least, keep its start
+                room = max(0, limit - 80)
+                cut = block.encode("utf-8")[:room].decode("utf-8", "ignore")
+                chosen.append(cut + f"\n[cut: this entry is {size} bytes, over the journal's {limit} bytes]\n\n")
+            break
+        chosen.append(block)
+        used += size
+    return "".join(reversed(chosen))

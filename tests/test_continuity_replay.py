@@ -1,0 +1,196 @@
+"""Continuity rules through the replay harness (real loop, fake agents, manual clock) and as plain functions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from orchestrator.continuity import handoff as ho
+from orchestrator.continuity import journal as jn
+from orchestrator.core.states import RunState
+from orchestrator.supervisor.recovery import recover
+from replay import Replay
+
+PROMPT = "$context\n$memory\n$handoff\n$journal\nmemo $memo_path\n$memo"
+
+
+def play(tmp_path: Path, scenario: Callable[[Path], Awaitable[Any]]) -> Any:
+    return asyncio.run(scenario(tmp_path))
+
+
+def continuity_replay(root: Path, roles: dict[str, dict[str, Any]] | None = None, **top: Any) -> Replay:
+    """A replay whose prompts use every continuity placeholder.
+
+    ``Replay`` writes its own prompt files before it builds the supervisor, so the templates are loaded again.
+    """
+    from orchestrator.prompts import load_template
+
+    replay = Replay(root, roles, **top)
+    for name, role in replay.config.roles.items():
+        (root / role.prompt).write_text(PROMPT, encoding="utf-8")
+        replay.sup.launcher.templates[name] = load_template(root / role.prompt)
+    return replay
+
+
+def test_the_entry_is_written_while_the_memo_is_still_in_active(tmp_path: Path, monkeypatch: Any) -> None:
+    seen: list[list[str]] = []
+    real = jn.append_entry
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root)
+
+        def spy(folder: Path, *args: Any, **kwargs: Any) -> bool:
+            seen.append(r.folder("builder", "active") + r.folder("builder", "archive"))
+            return real(folder, *args, **kwargs)
+
+        monkeypatch.setattr(jn, "append_entry", spy)
+        await r.drop("builder", "B-1.md")
+        await r.exit("B-1", 0)
+        assert r.folder("builder", "archive") == ["B-1.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+    assert seen == [["B-1.md"]], "journal first, then the move"
+
+
+def test_a_crash_between_entry_and_move_is_finished_without_a_second_entry(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root)
+        await r.drop("builder", "B-1.md")
+        run = r.run_of("B-1")
+        r.sup.continuity.before_finish(run, RunState.SUCCEEDED, None)  # the entry is written ...
+        r.close()  # ... and the orchestrator dies before the memo moves
+        again = continuity_replay(root)
+        await recover(again.config, again.sup.store, again.console, again.sup.lc)
+        folder = root / "memo" / "builder" / "journal"
+        found = jn.read_entries("builder", folder)
+        assert [(e.run_id, e.attempt, e.state) for e in found] == [(run.run_id, 1, "succeeded")]
+        assert again.folder("builder", "inbox") == ["B-1.md"], "recovery finishes the move"
+        again.close()
+
+    play(tmp_path, scenario)
+
+
+def _transcript(root: Path, run_id: int, lines: list[dict[str, Any]]) -> None:
+    path = root / ".orchestrator" / "runs" / str(run_id) / "transcript.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+
+
+def test_sdk_runs_journal_cost_tokens_and_result_and_the_note_names_the_session(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root, {"writer": {"backend": "sdk"}})
+        await r.drop("writer", "W-1.md", front={"id": "W-1", "subject": "wake", "tasks": ["check mail", "post"]})
+        agent = r.agent("W-1")
+        agent.result = {"cost_usd": 0.125, "input_tokens": 40, "output_tokens": 7, "session_id": "s-1"}
+        _transcript(root, agent.spec.run_id, [{"type": "result", "result": "Posted the summary.\nBye."}])
+        await r.exit("W-1", 0)
+        await r.drop("writer", "W-2.md", front={"id": "W-2", "subject": "again"})
+        agent = r.agent("W-2")
+        agent.result = {"cost_usd": 0.5, "session_id": "s-2"}
+        assistant = {
+            "type": "assistant",
+            "content": [
+                {"type": "text", "text": "Looking at the feed\nnow fetching"},
+                {"type": "tool_use", "name": "Bash", "input": {"command": "curl feed"}},
+            ],
+        }
+        _transcript(root, agent.spec.run_id, [assistant])
+        await r.advance(65)
+        await r.exit("W-2", 1)
+        found = jn.read_entries("writer", root / "memo" / "writer" / "journal")
+        assert "- Tasks: check mail; post" in found[0].text
+        assert "- Cost: $0.1250; tokens: 40 in, 7 out" in found[0].text
+        assert "> Posted the summary.\n> Bye." in found[0].text
+        note = (root / "memo" / "writer" / "handoff.md").read_text(encoding="utf-8")
+        assert "- Last tool use: Bash: curl feed" in note and "- Last text: now fetching" in note
+        assert "- Session: s-2" in note and "after 1m 5s" in note
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_the_note_is_kept_when_the_successful_run_never_saw_it(tmp_path: Path) -> None:
+    """Two runs at once: one dies while the other works; the other's success must not remove a note it never saw."""
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root)
+        await r.drop("builder", "A.md")
+        await r.drop("builder", "B.md")
+        await r.exit("A", 1)
+        await r.exit("B", 0)
+        text = (root / "memo" / "builder" / "handoff.md").read_text(encoding="utf-8")
+        assert ho.START in text and "ended **failed**" in text
+        await r.drop("builder", "C.md")
+        await r.exit("C", 0)
+        assert ho.START not in (root / "memo" / "builder" / "handoff.md").read_text(encoding="utf-8")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_expiry_follows_the_injected_clock(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root)
+        path = root / "memo" / "builder" / "handoff.md"
+        today = r.clock.now().date()
+        path.write_text(f"- today (until {today})\n- yesterday (until {today - timedelta(days=1)})\n", "utf-8")
+        await r.drop("builder", "A.md")
+        assert "yesterday" not in r.agent("A").spec.prompt and "- today" in r.agent("A").spec.prompt
+        await r.exit("A", 0)
+        await r.advance(86_400)
+        await r.drop("builder", "B.md")
+        assert "- today" not in r.agent("B").spec.prompt
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ plain functions
+def test_journal_prompt_text_keeps_the_newest_within_the_cap() -> None:
+    made = [
+        jn.Entry("r", "2026-11-30", n, 1, n, "succeeded", "09:00", "09:01", f"## Run {n}\n" + "x" * 3000)
+        for n in range(1, 6)
+    ]
+    text = jn.prompt_text(made)
+    assert len(text.encode()) <= jn.PROMPT_MAX_BYTES
+    assert "## Run 5" in text and "## Run 4" in text and "## Run 3" not in text
+    assert text.index("## Run 4") < text.index("## Run 5")
+    huge = [jn.Entry("r", "2026-11-30", 1, 1, 1, "failed", "09:00", "09:01", "y" * 20_000)]
+    cut = jn.prompt_text(huge)
+    assert len(cut.encode()) <= jn.PROMPT_MAX_BYTES and "[cut:" in cut
+
+
+def test_closing_words_are_capped_with_a_note_and_quoted_safely() -> None:
+    lines = [f"line {n} " + "z" * 200 for n in range(40)]
+    text = jn.capped(lines)
+    assert len(text.encode()) <= jn.CLOSING_MAX_BYTES + 100 and text.startswith("[cut: only the last")
+    assert text.endswith(lines[-1])
+    forged = jn.marker(99, 1, 9, "succeeded", "09:00", "09:01")
+    body = jn.marker(1, 1, 1, "failed", "09:00", "09:01") + "\n## Run 1\n\n" + jn.quote(forged + "\n## Run 9") + "\n"
+    parsed = jn.parse("r", "2026-11-30", body)
+    assert [(e.run_id, e.state) for e in parsed] == [(1, "failed")]
+
+
+def test_append_entry_is_keyed_by_run_and_attempt_across_midnight(tmp_path: Path) -> None:
+    first, second = date(2026, 11, 30), date(2026, 12, 1)
+    text = jn.marker(7, 2, 3, "succeeded", "23:59", "23:59") + "\n## Run 3\n"
+    assert jn.append_entry(tmp_path, first, 7, 2, text)
+    again = jn.marker(7, 2, 3, "returned", "23:59", "00:01") + "\n## Run 3\n"
+    assert not jn.append_entry(tmp_path, second, 7, 2, again, since=first)
+    assert jn.append_entry(tmp_path, second, 7, 3, jn.marker(7, 3, 3, "failed", "00:01", "00:02") + "\n")
+    assert [(e.attempt, e.state) for e in jn.read_entries("r", tmp_path)] == [(2, "succeeded"), (3, "failed")]
+
+
+def test_the_section_is_replaced_never_duplicated_and_expiry_spares_it() -> None:
+    text = "mine\n"
+    once = ho.put_section(text, "first")
+    twice = ho.put_section(once, "second - item (until 2000-01-01)")
+    assert twice.count(ho.START) == 1 and "second" in twice and "first" not in twice
+    kept, dropped = ho.expire(twice, date(2026, 11, 30))
+    assert kept == twice and dropped == []
+    assert ho.remove_section(twice) == "mine\n"
