@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator import __version__, console
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
+from orchestrator.memory import command as memory_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("dir", nargs="?", type=Path, default=None)
 
     sub.add_parser("demo", parents=[common], help="a self-contained team that needs no API key")
+    memory_command.add_parser(sub, common)
     return parser
 
 
@@ -243,6 +245,7 @@ COMMANDS = {
     "history": cmd_history,
     "init": cmd_init,
     "demo": cmd_demo,
+    "memory": memory_command.run,
 }
 
 

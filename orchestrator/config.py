@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from orchestrator.core.errors import ConfigError
+from orchestrator.memory.settings import MemorySettings
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
@@ -169,6 +170,7 @@ class TeamFile(_Strict):
     rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
     budget: TeamBudget = Field(default_factory=TeamBudget)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -184,6 +186,7 @@ class Config(_Strict):
     max_memo_bytes: int
     budget: TeamBudget
     roles: dict[str, Role]
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -284,6 +287,10 @@ def load_config(root: Path) -> Config:
         raise ConfigError(
             f"{path}: notify: names {team.notify!r}, which is not a role under `roles` ({', '.join(roles)})"
         )
+    if team.memory.keeper is not None and team.memory.keeper not in roles:
+        raise ConfigError(
+            f"{path}: memory.keeper: names {team.memory.keeper!r}, which is not a role under `roles` ({', '.join(roles)})"
+        )
     return Config(
         root=root,
         path=path,
@@ -293,4 +300,5 @@ def load_config(root: Path) -> Config:
         max_memo_bytes=team.max_memo_bytes,
         budget=team.budget,
         roles=roles,
+        memory=team.memory,
     )
