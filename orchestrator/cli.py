@@ -13,6 +13,7 @@ from typing import Any
 
 from orchestrator import __version__, console
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
+from orchestrator.memory import command as memory_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     task_list.add_argument("--json", action="store_true")
     task_drop = task_sub.add_parser("drop", parents=[common], help="remove a task from the ledger")
     task_drop.add_argument("id")
+    memory_command.add_parser(sub, common)
     return parser
 
 
@@ -365,6 +367,7 @@ COMMANDS = {
     "schedule": cmd_schedule,
     "wake": cmd_wake,
     "task": cmd_task,
+    "memory": memory_command.run,
 }
 
 

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from orchestrator.core.errors import ConfigError
+from orchestrator.memory.settings import MemorySettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
 
 CONFIG_NAME = "roles.yaml"
@@ -198,6 +199,7 @@ class TeamFile(_Strict):
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
     budget: TeamBudget = Field(default_factory=TeamBudget)
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -214,6 +216,7 @@ class Config(_Strict):
     budget: TeamBudget
     roles: dict[str, Role]
     timezone: str | None = None
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -317,6 +320,10 @@ def load_config(root: Path) -> Config:
     problem = check_team(path, root, roles)
     if problem:
         raise ConfigError(problem)
+    if team.memory.keeper is not None and team.memory.keeper not in roles:
+        raise ConfigError(
+            f"{path}: memory.keeper: names {team.memory.keeper!r}, which is not a role under `roles` ({', '.join(roles)})"
+        )
     return Config(
         root=root,
         path=path,
@@ -327,4 +334,5 @@ def load_config(root: Path) -> Config:
         budget=team.budget,
         roles=roles,
         timezone=team.timezone,
+        memory=team.memory,
     )

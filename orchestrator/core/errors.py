@@ -14,7 +14,10 @@ reaches the terminal for a bad configuration, memo or command line::
     │   ├── MemoFinishedError         exit 7  the memo already ended
     │   ├── AmbiguousMemoError        exit 8  several memos match
     │   └── UnsupportedError          exit 9  the role's backend cannot do it
-    └── CrashLoopError                exit 3  a critical role keeps crashing
+    ├── CrashLoopError                exit 3  a critical role keeps crashing
+    ├── MemoryRefusedError            exit 20 memory: core full, or an entry too large
+    ├── SecretRefusedError            exit 21 memory: the text holds a secret; nothing stored
+    └── MemoryUnavailableError        exit 22 memory: the database is corrupt, locked or unreadable
 """
 
 from __future__ import annotations
@@ -54,6 +57,24 @@ class AlreadyRunningError(OrchestratorError):
     """Another orchestrator already holds this project root."""
 
     exit_code = 5
+
+
+class MemoryRefusedError(OrchestratorError):
+    """A memory cap refuses the entry (core full, entry too large); nothing was stored or cut."""
+
+    exit_code = 20
+
+
+class SecretRefusedError(OrchestratorError):
+    """The text holds a secret; it was neither stored nor logged."""
+
+    exit_code = 21
+
+
+class MemoryUnavailableError(OrchestratorError):
+    """The memory database cannot be used now (corrupt, locked, unreadable)."""
+
+    exit_code = 22
 
 
 class ControlError(OrchestratorError):

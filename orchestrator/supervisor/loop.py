@@ -38,6 +38,7 @@ from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake
+from orchestrator.memory import keeper as memory_keeper
 from orchestrator.prompts import load_template
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
@@ -136,6 +137,7 @@ class Supervisor:
         self.control: Any = None
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
+        self.memory = memory_keeper.attach(self)
 
     @property
     def runs(self) -> dict[int, Run]:
@@ -215,6 +217,7 @@ class Supervisor:
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
         await recover(self.config, self.store, self.console, self.lc)
+        self.memory.start()
         self._refresh_budgets()
         self._install_signals()
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;

@@ -1,0 +1,280 @@
+"""``orchestrator memory ...``: the sub-commands' arguments, and the one function each calls.
+
+Reads (``search``, ``list``, ``show``) take only the role names and the keeper
+from ``roles.yaml`` without the full validation, so an agent's search starts
+in tens of milliseconds; writes and ``stats`` load the validated configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator import console
+from orchestrator.core.errors import ConfigError, UsageError
+
+ROOT_ENV = "ORCHESTRATOR_ROOT"
+READS = ("search", "list", "show")
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``memory`` and its verbs to the CLI's sub-parsers."""
+    memory = sub.add_parser("memory", parents=[common], help="long-term memory per role: add, search, forget ...")
+    verbs = memory.add_subparsers(dest="verb", required=True, parser_class=type(memory))
+
+    add = verbs.add_parser("add", parents=[common], help="remember something (text, or - for standard input)")
+    add.add_argument("text")
+    add.add_argument("--role")
+    add.add_argument("--layer")
+    add.add_argument("--importance", type=int, default=3)
+    add.add_argument("--category", default="other")
+    add.add_argument("--source", default="agent")
+    add.add_argument("--period")
+    add.add_argument("--summarises", default="", help="ids this entry summarises: ID,ID,...")
+    add.add_argument("--tag", action="append", default=[])
+    add.add_argument("--remember", action="store_true", help="keep it in core")
+    add.add_argument("--json", action="store_true")
+
+    search = verbs.add_parser("search", parents=[common], help="find entries by words (any language)")
+    search.add_argument("query")
+    _filters(search)
+    search.add_argument("--since", help="created on or after this day (YYYY-MM-DD)")
+    search.add_argument("--until", help="created on or before this day (YYYY-MM-DD)")
+    search.add_argument("--min-importance", type=int)
+
+    listing = verbs.add_parser("list", parents=[common], help="entries, newest first")
+    _filters(listing)
+    listing.add_argument("--forgotten", action="store_true", help="the tombstones instead")
+
+    show = verbs.add_parser("show", parents=[common], help="one entry with its changes")
+    show.add_argument("id", type=int)
+    show.add_argument("--json", action="store_true")
+
+    forget = verbs.add_parser("forget", parents=[common], help="take a memory back (kept as a tombstone)")
+    forget.add_argument("id", type=int)
+    forget.add_argument("--why", required=True)
+    forget.add_argument("--source", default="agent")
+    forget.add_argument("--json", action="store_true")
+
+    replace = verbs.add_parser("replace", parents=[common], help="correct a memory (the growth log keeps both)")
+    replace.add_argument("id", type=int, nargs="?")
+    replace.add_argument("text", nargs="?")
+    replace.add_argument("--why", default="")
+    replace.add_argument("--approve", type=int, metavar="ID", help="approve the latest change of entry ID")
+    replace.add_argument("--source", default="agent")
+    replace.add_argument("--json", action="store_true")
+
+    stats = verbs.add_parser("stats", parents=[common], help="counts per role and layer, what waits for a summary")
+    stats.add_argument("--role")
+    stats.add_argument("--json", action="store_true")
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--role")
+    parser.add_argument("--layer")
+    parser.add_argument("--category")
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+
+
+@dataclass(frozen=True)
+class _LightSettings:
+    keeper: str | None
+
+
+def _root(args: argparse.Namespace) -> Path:
+    root = args.root or (Path(os.environ[ROOT_ENV]) if os.environ.get(ROOT_ENV) else Path.cwd())
+    return Path(root).resolve()
+
+
+def _light(root: Path) -> tuple[list[str], Any]:
+    """Role names and keeper from roles.yaml, without validating the rest (reads only)."""
+    import yaml
+
+    path = root / "roles.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        roles = list(raw["roles"])
+        keeper = (raw.get("memory") or {}).get("keeper")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; run memory commands inside a project (or set --root)") from None
+    except Exception:  # noqa: BLE001 - anything odd: let the full loader name the problem
+        from orchestrator.config import load_config
+
+        config = load_config(root)
+        return list(config.roles), config.memory
+    return [str(r) for r in roles], _LightSettings(keeper if isinstance(keeper, str) else None)
+
+
+def _now(settings: Any) -> datetime:
+    zone = settings.zone() if hasattr(settings, "zone") else None
+    return datetime.now(zone).astimezone(zone)
+
+
+def _text(value: str | None, verb: str) -> str:
+    if value is None:
+        raise UsageError(f"memory {verb}: give the text as an argument or - for standard input")
+    if value != "-":
+        return value
+    try:
+        return sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"memory {verb}: standard input is not UTF-8 text; nothing stored") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``memory`` verb; errors propagate to ``cli.main`` as one line and an exit status."""
+    from orchestrator.memory.db import MemoryDB, db_path
+    from orchestrator.memory.service import Memory, caller_from
+
+    root = _root(args)
+    if args.verb in READS:
+        roles, settings = _light(root)
+    else:
+        from orchestrator.config import load_config
+
+        config = load_config(root)
+        roles, settings = list(config.roles), config.memory
+    path = db_path(root / ".orchestrator")
+    if args.verb in READS and not path.exists():
+        return _print(args, [] if args.verb != "show" else None, root)
+    db = MemoryDB(path)
+    try:
+        memory = Memory(db, settings, roles, caller_from())
+        return _print(args, _call(memory, args, settings), root)
+    finally:
+        db.close()
+
+
+def _call(memory: Any, args: argparse.Namespace, settings: Any) -> Any:
+    verb = args.verb
+    if verb == "add":
+        try:
+            ids = [int(x) for x in args.summarises.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise UsageError(f"memory add: --summarises takes ids such as 12,13 (got {args.summarises!r})") from None
+        return memory.add(
+            _text(args.text, "add"),
+            now=_now(settings),
+            role=args.role,
+            layer=args.layer,
+            importance=args.importance,
+            category=args.category,
+            source=args.source,
+            period=args.period,
+            summarises=ids,
+            tags=args.tag,
+            remember=args.remember,
+        )
+    if verb in ("search", "list"):
+        for name in ("layer", "category"):
+            _check_choice(verb, name, getattr(args, name))
+        if args.limit < 1:
+            raise UsageError(f"memory {verb}: --limit must be at least 1")
+        filters: dict[str, Any] = {"layer": args.layer, "category": args.category, "limit": args.limit}
+        if verb == "list":
+            return memory.list(role=args.role, forgotten=args.forgotten, **filters)
+        for name in ("since", "until"):
+            _check_day(getattr(args, name), name)
+        return memory.search(
+            args.query,
+            role=args.role,
+            since=args.since,
+            until=args.until,
+            min_importance=args.min_importance,
+            **filters,
+        )
+    if verb == "show":
+        return memory.show(args.id)
+    if verb == "forget":
+        return memory.forget(args.id, args.why, _now(settings), args.source)
+    if verb == "replace":
+        if args.approve is not None:
+            return memory.approve(args.approve, _now(settings), args.source)
+        if args.id is None:
+            raise UsageError("memory replace: give ID TEXT --why TEXT, or --approve ID")
+        return memory.replace(args.id, _text(args.text, "replace"), args.why, _now(settings), args.source)
+    return memory.stats(role=args.role, today=_now(settings))
+
+
+def _check_choice(verb: str, name: str, value: str | None) -> None:
+    from orchestrator.memory import rules
+
+    choices = {"layer": rules.LAYERS, "category": rules.CATEGORIES}[name]
+    if value is not None and value not in choices:
+        raise UsageError(f"memory {verb}: unknown {name} {value!r}; one of {', '.join(choices)}")
+
+
+def _check_day(value: str | None, name: str) -> None:
+    if value is None:
+        return
+    try:
+        datetime.strptime(value, "%Y-%m-%d")
+    except ValueError:
+        raise UsageError(f"memory search: --{name} {value!r} is not a day such as 2026-12-01") from None
+
+
+def _print(args: argparse.Namespace, result: Any, root: Path) -> int:
+    verb = args.verb
+    if getattr(args, "json", False):
+        if verb == "show" and result is None:
+            raise UsageError(f"memory show: no entry #{args.id}")
+        console.print_json(result)
+        return 0
+    if verb == "add":
+        console.say(str(result["id"]))
+    elif verb in ("search", "list"):
+        for entry in result:
+            console.say(_line(entry))
+        if not result:
+            console.say("no entries")
+    elif verb == "show":
+        if result is None:
+            raise UsageError(f"memory show: no entry #{args.id}")
+        console.say(_line(result))
+        for key in ("period", "source", "tags", "created_at", "summarises", "summarised_by", "run_id"):
+            if result.get(key):
+                console.say(f"  {key}: {result[key]}")
+        if result.get("forgotten_at"):
+            console.say(f"  forgotten {result['forgotten_at']} by {result['forgotten_by']}: {result['forgotten_why']}")
+        for change in result.get("growth", []):
+            approved = f", approved by {change['approved_by']}" if change.get("approved_at") else ", not approved"
+            console.say(f"  changed {change['at']} by {change['by']} ({change['why']}{approved})")
+            console.say(f"    before: {change['before']}")
+            console.say(f"    after:  {change['after']}")
+    elif verb == "forget":
+        console.say(f"forgot #{result['id']} (kept as a tombstone: {result['forgotten_why']})")
+    elif verb == "replace":
+        if result.get("approved"):
+            console.say(f"approved change {result['growth_id']} of #{result['id']}")
+        else:
+            console.say(f"replaced #{result['id']} (change {result['growth_id']} in its growth log)")
+    else:
+        _print_stats(result)
+    return 0
+
+
+def _line(entry: dict[str, Any]) -> str:
+    where = f"{entry['role']} {entry['layer']}" + (f" {entry['period']}" if entry.get("period") else "")
+    gone = " FORGOTTEN" if entry.get("forgotten_at") else ""
+    return f"#{entry['id']} [{where} {entry['category']} {entry['importance']}{gone}] {entry['text']}"
+
+
+def _print_stats(stats: dict[str, Any]) -> None:
+    for role, layers in sorted(stats["roles"].items()):
+        counts = ", ".join(f"{layer} {layers.get(layer, 0)}" for layer in ("core", "daily", "weekly", "monthly"))
+        console.say(f"{role}: {counts} (core max {stats['core_max']})")
+    if not stats["roles"]:
+        console.say("no entries")
+    console.say(
+        f"tombstones {stats['forgotten']}, changes {stats['changes']} ({stats['unapproved_changes']} not approved)"
+    )
+    for key, count in sorted(stats["waiting_for_summary"].items()):
+        layer, period = key.split(" ", 1)
+        wanted = "weekly" if layer == "daily" else "monthly"
+        console.say(f"waiting: {count} {layer} entries past retention wait for a {wanted} summary of {period}")

@@ -1,0 +1,227 @@
+"""The rules of memory as pure functions: layers from importance, periods, the prompt budget, due moments.
+
+Nothing here reads a clock, a file or the database, so every rule is tested
+with plain values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+LAYERS = ("daily", "weekly", "monthly", "core")
+CATEGORIES = ("value", "belief", "insight", "relationship", "event", "learning", "other")
+SOURCES = ("agent", "supervisor", "owner")
+TEAM = "team"
+SUPERVISOR_BONUS = 2
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+_DAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+_CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+
+
+def effective_importance(importance: int, source: str) -> int:
+    """Importance after the +2 for what comes from the supervisor, capped at 10."""
+    bonus = SUPERVISOR_BONUS if source == "supervisor" else 0
+    return min(10, importance + bonus)
+
+
+def layer_for(importance: int, remember: bool = False) -> str:
+    """Where a memory lives: 1-3 daily, 4-6 weekly, 7-9 monthly (the long-term layer), 10 or "remember" core."""
+    if remember or importance >= 10:
+        return "core"
+    if importance >= 7:
+        return "monthly"
+    if importance >= 4:
+        return "weekly"
+    return "daily"
+
+
+def week_of(day: date) -> str:
+    """The ISO week of a day, ``2026-W49``."""
+    year, week, _ = day.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def month_of(day: date) -> str:
+    return f"{day.year}-{day.month:02d}"
+
+
+def period_for(layer: str, day: date) -> str | None:
+    """The period an entry of ``layer`` written on ``day`` belongs to; core has none."""
+    return {"daily": day.isoformat(), "weekly": week_of(day), "monthly": month_of(day)}.get(layer)
+
+
+def week_days(period: str) -> tuple[date, date]:
+    """Monday and Sunday of an ISO week ``YYYY-Www``."""
+    match = _WEEK.match(period)
+    if not match:
+        raise ValueError(f"not an ISO week: {period!r}")
+    monday = date.fromisocalendar(int(match.group(1)), int(match.group(2)), 1)
+    return monday, monday + timedelta(days=6)
+
+
+def month_of_week(period: str) -> str:
+    """The month an ISO week belongs to: the month of its Thursday (as ISO years are counted)."""
+    monday, _ = week_days(period)
+    return month_of(monday + timedelta(days=3))
+
+
+def period_problem(layer: str, period: str | None) -> str | None:
+    """Why ``period`` does not fit ``layer`` (None when it fits)."""
+    if layer == "core":
+        return None if period is None else "core memories have no period; leave out --period"
+    if period is None:
+        return None
+    forms = {"daily": ("a day such as 2026-12-01", _DAY), "weekly": ("an ISO week such as 2026-W49", _WEEK)}
+    forms["monthly"] = ("a month such as 2026-12", _MONTH)
+    what, pattern = forms[layer]
+    match = pattern.match(period)
+    try:
+        if match is None:
+            raise ValueError
+        if layer == "daily":
+            date.fromisoformat(period)
+        elif layer == "weekly":
+            week_days(period)
+        elif not 1 <= int(match.group(2)) <= 12:
+            raise ValueError
+    except ValueError:
+        return f"--period {period!r} does not fit layer {layer}: expected {what}"
+    return None
+
+
+# ---------------------------------------------------------------- the prompt budget
+@dataclass(frozen=True)
+class Group:
+    """One block of ``$memory``: a title and its entries, newest first."""
+
+    title: str
+    entries: Sequence[dict[str, Any]]
+
+
+def entry_line(entry: dict[str, Any]) -> str:
+    """How one entry reads in the prompt: id, period, category and importance, then its text."""
+    period = f" {entry['period']}" if entry.get("period") else ""
+    return f"- [#{entry['id']}{period} {entry['category']} {entry['importance']}] {entry['text']}"
+
+
+def fit_budget(groups: Sequence[Group], max_lines: int, max_bytes: int) -> tuple[list[Group], int]:
+    """The groups cut to the budget, and how many entries were left out.
+
+    The lowest-importance entries of the oldest groups go first (monthly before
+    weekly before daily before core; within a group the least important, then the oldest).
+    """
+    kept: list[list[dict[str, Any]]] = [list(g.entries) for g in groups]
+    cost = {id(x): (1 + entry_line(x).count("\n"), len(entry_line(x).encode("utf-8")) + 1) for e in kept for x in e}
+    lines = 1 + sum(2 + sum(cost[id(x)][0] for x in e) for e in kept if e)
+    used = 300 + sum(len(g.title) + 8 + sum(cost[id(x)][1] for x in e) for g, e in zip(groups, kept, strict=True))
+    # candidates to leave out, the first ones first
+    order = [
+        (gi, x)
+        for gi in reversed(range(len(groups)))
+        for x in sorted(kept[gi], key=lambda x: (x["importance"], x.get("created_at") or ""))
+    ]
+    gone: set[int] = set()
+    for gi, entry in order:
+        if lines <= max_lines and used <= max_bytes:
+            break
+        gone.add(id(entry))
+        lines -= cost[id(entry)][0]
+        used -= cost[id(entry)][1]
+        if all(id(x) in gone for x in kept[gi]):
+            lines -= 2  # its title and blank line go with the last entry
+    kept = [[x for x in e if id(x) not in gone] for e in kept]
+    left_out = len(gone)
+    return [Group(g.title, e) for g, e in zip(groups, kept, strict=True)], left_out
+
+
+# ---------------------------------------------------------------- due moments
+@dataclass(frozen=True)
+class WeeklyAt:
+    weekday: int  # 0 = Monday
+    hour: int
+    minute: int
+
+
+@dataclass(frozen=True)
+class MonthlyAt:
+    day: int
+    hour: int
+    minute: int
+
+
+def _clock(text: str, what: str) -> tuple[int, int]:
+    match = _CLOCK.match(text)
+    if not match:
+        raise ValueError(f"expected {what} with a time such as 23:00, got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_weekly_at(text: str) -> WeeklyAt:
+    """``sun 23:00`` -> weekday and time."""
+    parts = str(text).lower().split()
+    if len(parts) != 2 or parts[0][:3] not in WEEKDAYS:
+        raise ValueError(f"expected a weekday and a time such as 'sun 23:00', got {text!r}")
+    hour, minute = _clock(parts[1], "a weekday")
+    return WeeklyAt(WEEKDAYS.index(parts[0][:3]), hour, minute)
+
+
+def parse_monthly_at(text: str) -> MonthlyAt:
+    """``1 00:30`` -> day of the month (1-28) and time."""
+    parts = str(text).split()
+    if len(parts) != 2 or not parts[0].isdigit() or not 1 <= int(parts[0]) <= 28:
+        raise ValueError(f"expected a day of the month (1-28) and a time such as '1 00:30', got {text!r}")
+    hour, minute = _clock(parts[1], "a day of the month")
+    return MonthlyAt(int(parts[0]), hour, minute)
+
+
+def last_weekly_due(spec: WeeklyAt, now: datetime) -> tuple[datetime, str]:
+    """The latest weekly due moment at or before ``now`` and the ISO week it compacts.
+
+    Due on a Sunday it compacts the week that ends that day; on another weekday, the week before.
+    """
+    moment = now.replace(hour=spec.hour, minute=spec.minute, second=0, microsecond=0)
+    moment -= timedelta(days=(now.weekday() - spec.weekday) % 7)
+    if moment > now:
+        moment -= timedelta(days=7)
+    day = moment.date() if spec.weekday == 6 else moment.date() - timedelta(days=7)
+    return moment, week_of(day)
+
+
+def last_monthly_due(spec: MonthlyAt, now: datetime) -> tuple[datetime, str]:
+    """The latest monthly due moment at or before ``now`` and the month it compacts (the one before)."""
+    moment = now.replace(day=spec.day, hour=spec.hour, minute=spec.minute, second=0, microsecond=0)
+    if moment > now:
+        first = moment.replace(day=1) - timedelta(days=1)
+        moment = moment.replace(year=first.year, month=first.month)
+    previous = moment.replace(day=1) - timedelta(days=1)
+    return moment, month_of(previous)
+
+
+def next_weekly_due(spec: WeeklyAt, now: datetime) -> datetime:
+    return last_weekly_due(spec, now)[0] + timedelta(days=7)
+
+
+def next_monthly_due(spec: MonthlyAt, now: datetime) -> datetime:
+    moment = last_monthly_due(spec, now)[0]
+    after = moment.replace(day=28) + timedelta(days=4)
+    return moment.replace(year=after.year, month=after.month)
+
+
+def render_memory(groups: Sequence[Group], max_lines: int, max_bytes: int) -> str:
+    """``$memory``: each non-empty group under its title, within the budget; a last line says what was left out."""
+    kept, left_out = fit_budget(groups, max_lines, max_bytes)
+    blocks = [f"### {g.title}\n" + "\n".join(entry_line(e) for e in g.entries) for g in kept if g.entries]
+    text = "\n\n".join(blocks)
+    if left_out:
+        text += (
+            f"\n\n({left_out} older or less important entries were left out to stay within "
+            f"{max_lines} lines / {max_bytes} bytes; find them with `orchestrator memory search WORD`)"
+        )
+    return text

@@ -1,0 +1,55 @@
+"""``$memory`` in the prompt: a ``Launcher.sections`` callable that loads the role's memory in its fixed order.
+
+A memory database that cannot be read never stops a run: the agent starts
+with ``$memory`` holding one line that says memory is unavailable and why.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from orchestrator.config import Config
+from orchestrator.core.clock import Clock
+from orchestrator.core.errors import MemoryUnavailableError
+from orchestrator.memory import rules
+from orchestrator.memory.db import MemoryDB, db_path
+
+NO_MEMORY = ""  # nothing remembered yet: the placeholder stays empty
+
+
+def render_for(db: MemoryDB, role: str, today: date, lines: int, size: int) -> str:
+    """The text of ``$memory`` for ``role``: its and team's entries, within the budget."""
+    groups = [rules.Group(title, entries) for title, entries in db.prompt_groups([role, rules.TEAM], today)]
+    return rules.render_memory(groups, lines, size) or NO_MEMORY
+
+
+class MemorySection:
+    """Fills ``$memory`` for each run from ``.orchestrator/memory.db``."""
+
+    def __init__(self, config: Config, clock: Clock, log: Any) -> None:
+        self.config = config
+        self.clock = clock
+        self.log = log
+        self.path = db_path(config.state_dir)
+        self._db: MemoryDB | None = None
+
+    def __call__(self, run: Any) -> dict[str, str]:
+        if not self.path.exists():
+            return {"memory": NO_MEMORY}
+        budget = self.config.memory.prompt_budget
+        zone = self.config.memory.zone()
+        today = self.clock.now().astimezone(zone).date()
+        try:
+            if self._db is None:
+                self._db = MemoryDB(self.path, create=False)
+            return {"memory": render_for(self._db, run.role.name, today, budget.lines, budget.bytes)}
+        except MemoryUnavailableError as exc:
+            self.close()
+            self.log(f"{exc}; run {run.run_id} starts with $memory empty")
+            return {"memory": f"(memory unavailable: {exc}; run `orchestrator memory stats` to check)"}
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,60 @@
+"""The ``memory:`` key of ``roles.yaml``: caps, the prompt budget, retention and the compaction times."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.memory.rules import parse_monthly_at, parse_weekly_at
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PromptBudget(_Strict):
+    """How much of the prompt ``$memory`` may take."""
+
+    lines: int = Field(450, ge=1)
+    bytes: int = Field(32 * 1024, ge=1)
+
+
+class MemorySettings(_Strict):
+    """Every key under ``memory:``; all have defaults, so the key may be left out."""
+
+    keeper: str | None = None
+    core_max: int = Field(100, ge=1)
+    entry_max_bytes: int = Field(2048, ge=1)
+    prompt_budget: PromptBudget = Field(default_factory=PromptBudget)
+    daily_days: int = Field(30, ge=1)
+    weekly_days: int = Field(365, ge=1)
+    weekly_at: str = "sun 23:00"
+    monthly_at: str = "1 00:30"
+    timezone: str | None = None
+
+    @field_validator("weekly_at")
+    @classmethod
+    def _weekly(cls, value: str) -> str:
+        parse_weekly_at(value)
+        return value
+
+    @field_validator("monthly_at")
+    @classmethod
+    def _monthly(cls, value: str) -> str:
+        parse_monthly_at(value)
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {value!r}; use an IANA name such as Asia/Tokyo") from None
+        return value
+
+    def zone(self) -> ZoneInfo | None:
+        """The team's zone, or None for the machine's local zone."""
+        return ZoneInfo(self.timezone) if self.timezone else None
