@@ -156,6 +156,9 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         )
     for role, why in (snap.get("budget_blocks") or {}).items():
         parts.append(f"paused by budget: {role}: {why}")
+    if snap.get("held"):
+        held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
+        parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):
