@@ -79,6 +79,25 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--show", type=int, metavar="SEQ", help="print the version written by run SEQ")
     which.add_argument("--restore", type=int, metavar="SEQ", help="make the version of run SEQ the handoff again")
     handoff.add_argument("--json", action="store_true")
+    send = sub.add_parser("send", parents=[common], help="write a memo into a role's inbox (for agents and people)")
+    send.add_argument("--to", required=True, metavar="ROLE", help="the role that gets the memo")
+    send.add_argument("text", help="the memo's text, or - to read it from standard input")
+    send.add_argument("--subject", help="default: the first line of the text")
+    send.add_argument("--reply-to", metavar="ID", help="the id of the memo this one answers")
+    send.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
+    send.add_argument("--from", dest="sender", metavar="NAME", help="default: $ORCHESTRATOR_ROLE, else owner")
+    send.add_argument("--strict", action="store_true", help="refuse a --reply-to that names no known memo")
+    send.add_argument("--json", action="store_true")
+
+    trace = sub.add_parser("trace", parents=[common], help="the conversation a memo belongs to, as a tree")
+    trace.add_argument("memo", help="front-matter id, file name (with or without .md), or path")
+    trace.add_argument("--json", action="store_true")
+
+    release = sub.add_parser("release", parents=[common], help="let memos the loop breaker held run after all")
+    release.add_argument("memo", nargs="?", help="front-matter id, file name (with or without .md), or path")
+    release.add_argument("--role", help="only this role's held memos")
+    release.add_argument("--all", action="store_true", help="every held memo that matches (with --role: all of it)")
+    release.add_argument("--json", action="store_true")
 
     init = sub.add_parser("init", parents=[common], help="scaffold roles.yaml, prompts/ and memo/ for a default team")
     init.add_argument("dir", nargs="?", type=Path, default=None)
@@ -283,6 +302,61 @@ def cmd_handoff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_send(args: argparse.Namespace) -> int:
+    from orchestrator.tools.send import send
+
+    # an agent runs anywhere: its own root comes from its environment when --root is not given
+    root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
+    text = sys.stdin.read() if args.text == "-" else args.text
+    result = send(
+        root,
+        args.to,
+        text,
+        subject=args.subject,
+        reply_to=args.reply_to,
+        tags=args.tag,
+        sender=args.sender,
+        strict=args.strict,
+    )
+    if result.warning:
+        console.fail(result.warning)
+    if args.json:
+        console.print_json({"id": result.memo_id, "path": str(result.path), "warning": result.warning})
+    else:
+        console.say(str(result.path))
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from orchestrator.tools import trace
+
+    memo = str(Path(args.memo).resolve()) if os.sep in args.memo else args.memo
+    report = trace.trace(_root(args), memo)
+    if args.json:
+        console.print_json(report)
+    else:
+        for line in trace.render(report):
+            console.say(line)
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from orchestrator.tools.release import release
+
+    memo = str(Path(args.memo).resolve()) if args.memo and os.sep in args.memo else args.memo
+    done = release(_root(args), memo, role=args.role, every=args.all, who=_who())
+    if args.json:
+        console.print_json({"released": done})
+        return 0
+    if not done:
+        console.say(f"nothing to release: memo/{args.role}/held/ is empty")
+    for item in done:
+        console.say(
+            f"released {item['from']} -> memo/{item['role']}/inbox/{item['memo']}; it runs and is not held again"
+        )
+    return 0
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from orchestrator.scaffold import init_project
 
@@ -362,6 +436,9 @@ COMMANDS = {
     "history": cmd_history,
     "journal": cmd_journal,
     "handoff": cmd_handoff,
+    "send": cmd_send,
+    "trace": cmd_trace,
+    "release": cmd_release,
     "init": cmd_init,
     "demo": cmd_demo,
     "schedule": cmd_schedule,

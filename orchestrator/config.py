@@ -85,6 +85,29 @@ class TeamBudget(_Strict):
     per_day_usd: float | None = Field(None, gt=0)
 
 
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_rate(value: Any) -> tuple[int, float] | None:
+    """``20/h`` or ``5/30m`` as (count, window in seconds); None (or ``off``) turns the limit off."""
+    if value is None or value is False or value == "off":  # YAML reads a bare `off` as false
+        return None
+    if isinstance(value, str):
+        match = _RATE.match(value)
+        if match and int(match.group(1)) >= 1:
+            window = float(match.group(2) or 1) * _UNITS[match.group(3)]
+            if window > 0:
+                return int(match.group(1)), window
+    raise ValueError(f"expected a rate such as 20/h or 5/30m (memos per window), or off, got {value!r}")
+
+
+class Limits(_Strict):
+    """The loop breaker: a memo over a limit is held in ``memo/<role>/held/`` instead of run."""
+
+    chain_depth: int | None = Field(40, ge=1)  # reply_to links above a memo; None turns the limit off
+    pair_rate: Annotated[tuple[int, float] | None, BeforeValidator(parse_rate)] = (20, 3600.0)
+
+
 class SystemPromptPreset(_Strict):
     preset: Literal["claude_code"] = "claude_code"
     append: str | None = None
@@ -200,6 +223,7 @@ class TeamFile(_Strict):
     budget: TeamBudget = Field(default_factory=TeamBudget)
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    limits: Limits = Field(default_factory=Limits)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -217,6 +241,7 @@ class Config(_Strict):
     roles: dict[str, Role]
     timezone: str | None = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    limits: Limits = Field(default_factory=Limits)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -335,4 +360,5 @@ def load_config(root: Path) -> Config:
         roles=roles,
         timezone=team.timezone,
         memory=team.memory,
+        limits=team.limits,
     )

@@ -207,6 +207,9 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         parts.append(f"held: {role}: " + "; ".join(held.values()))
     for role, why in (snap.get("journal_problems") or {}).items():
         parts.append(f"journal: {role}: {why}")
+    if snap.get("held"):
+        held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
+        parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):

@@ -1,7 +1,8 @@
 """Durable state: a SQLite database (WAL) under ``.orchestrator/``.
 
-Only the supervisor writes; CLI commands open it read-only for ``status`` and
-``history`` when no orchestrator is running. Rows are plain dicts to the rest
+Only the supervisor writes, and ``orchestrator release``, which records a release
+(one row) before the memo goes back to its inbox; CLI commands open it read-only
+for ``status``, ``history`` and ``trace`` when no orchestrator is running. Rows are plain dicts to the rest
 of the code. Text is stored in a safe form (``safe_text``): a memo's file name
 need not be UTF-8, and SQLite refuses what is not.
 """
@@ -128,6 +129,30 @@ CREATE TABLE IF NOT EXISTS wake_skips (
     reason TEXT NOT NULL,                   -- idle, quiet hours, budget, held, coalesced, ending
     count  INTEGER NOT NULL,
     PRIMARY KEY (role, reason)
+);
+CREATE TABLE IF NOT EXISTS memo_links (  -- every memo the loop breaker checked at its claim
+    role      TEXT NOT NULL,              -- the role it was addressed to (its folder)
+    name      TEXT NOT NULL,
+    memo_id   TEXT,
+    reply_to  TEXT,
+    sender    TEXT,                       -- its `from`, normalised (lower case, dashes)
+    seen_ts   REAL NOT NULL,              -- seconds since the epoch, from the supervisor's clock
+    outcome   TEXT NOT NULL,              -- delivered | held
+    PRIMARY KEY (role, name)
+);
+CREATE INDEX IF NOT EXISTS memo_links_id ON memo_links(memo_id);
+CREATE INDEX IF NOT EXISTS memo_links_pair ON memo_links(sender, role, seen_ts);
+CREATE TABLE IF NOT EXISTS memo_releases (  -- `orchestrator release`: these memos are never held again
+    role        TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    memo_id     TEXT,
+    released_at TEXT NOT NULL,
+    who         TEXT
+);
+CREATE TABLE IF NOT EXISTS breaker_notices (  -- one notice to the notify role per held chain
+    chain       TEXT PRIMARY KEY,
+    noticed_at  TEXT NOT NULL,
+    notice_path TEXT
 );
 """
 

@@ -10,6 +10,7 @@ from orchestrator.control import channel as control
 from orchestrator.core.errors import NotRunningError
 from orchestrator.core.states import UNFINISHED
 from orchestrator.core.view import RunView
+from orchestrator.intake.catalog import held_counts
 from orchestrator.store import Store
 
 RECENT_RUNS = 20
@@ -26,11 +27,12 @@ def collect(root: Path) -> dict[str, Any]:
         snap = control.call(root, "status", timeout=10)
         snap["runs"] = [RunView.of(r).to_json() for r in snap.get("runs", [])]
         snap["recent"] = [_recent(r).to_json() for r in snap.get("recent", [])]
+        snap["held"] = held_counts(root)
         return snap
     except NotRunningError:
         pass
     db = root / ".orchestrator" / "state.db"
-    snap = {"running": False, "pid": None, "root": str(root), "runs": [], "recent": []}
+    snap = {"running": False, "pid": None, "root": str(root), "runs": [], "recent": [], "held": held_counts(root)}
     if db.exists():
         store = Store(db, readonly=True)
         try:

@@ -9,6 +9,7 @@ reaches the terminal for a bad configuration, memo or command line::
     ├── UsageError                    exit 2  a bad command line
     ├── NotRunningError               exit 4  no orchestrator serves this root
     ├── AlreadyRunningError           exit 5  a second `up` for the same root
+    ├── UnknownRoleError              exit 10 `send --to` names no role of roles.yaml
     ├── ControlError                  exit 1  the control channel said no
     │   ├── UnknownMemoError          exit 6  no memo matches
     │   ├── MemoFinishedError         exit 7  the memo already ended
@@ -75,6 +76,12 @@ class MemoryUnavailableError(OrchestratorError):
     """The memory database cannot be used now (corrupt, locked, unreadable)."""
 
     exit_code = 22
+
+
+class UnknownRoleError(OrchestratorError):
+    """A command names a role that ``roles.yaml`` does not have."""
+
+    exit_code = 10
 
 
 class ControlError(OrchestratorError):

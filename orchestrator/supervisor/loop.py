@@ -43,6 +43,7 @@ from orchestrator.prompts import load_template
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
 from orchestrator.supervisor import snapshot
+from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.endings import Endings
 from orchestrator.supervisor.holds import Holds
@@ -96,6 +97,7 @@ class Supervisor:
         self.launcher = Launcher(
             config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
         )
+        self.launcher.memo_checks.append(Breaker(config, self.store, console, self.clock).check)
         self.outcomes = Outcomes(
             self.lc,
             self.stopper,
