@@ -24,6 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from orchestrator.core.text import printable as _printable
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -45,19 +47,6 @@ NOT_A_TTY_WIDTH = 160  # tables piped into a file or a test keep their columns w
 def stamp() -> str:
     """The local time as log lines show it."""
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _printable(text: str) -> str:
-    """Text every UTF-8 stream takes: the bytes of a file name that are not UTF-8 shown as ``\\xff``."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a lone surrogate no file name holds: shown as its code point
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def is_tty(stream: TextIO) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.states import FINISHED
+from orchestrator.core.text import printable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -185,20 +186,7 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
-def safe_text(text: str) -> str:
-    """``text`` as UTF-8 SQLite accepts: the bytes of a name that are not UTF-8 written ``\\xff``.
-
-    The same name always gives the same text, so a name's rows are found again by the name.
-    """
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a lone surrogate no file name holds: shown as its code point
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+safe_text = printable  # the name the store's callers know it by
 
 
 def _safe(value: Any) -> Any:
