@@ -70,6 +70,13 @@ class RoleBudget(_Strict):
     per_day_usd: float | None = Field(None, gt=0)
 
 
+class Prices(_Strict):
+    """Dollars per million tokens, for the live budget fuse's estimate."""
+
+    input: float = Field(gt=0)
+    output: float = Field(gt=0)
+
+
 class TeamBudget(_Strict):
     per_day_usd: float | None = Field(None, gt=0)
 
@@ -113,6 +120,8 @@ class RoleSettings(_Strict):
     add_dirs: list[str] | None = None
     budget: dict[str, Any] | None = None
     retry_resumes: bool | None = None
+    api_retries: int | None = Field(None, ge=0, le=20)
+    price_per_mtok: Prices | None = None
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -154,6 +163,8 @@ class Role(_Strict):
     add_dirs: list[str] = Field(default_factory=list)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
+    api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
+    price_per_mtok: Prices | None = None  # overrides the fuse's price table
 
     @property
     def limit(self) -> int:
