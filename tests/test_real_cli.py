@@ -225,6 +225,24 @@ def test_cancel_during_a_bash_tool_call_ends_every_process_and_says_which(
     assert "W-bash.md" in project.folder("writer", "cancelled")
 
 
+def test_cancel_of_claude_p_during_a_bash_tool_call_counts_the_tools_own_session(
+    project: Project, env: dict[str, str]
+) -> None:
+    command = ["claude", "-p", "--permission-mode", "acceptEdits", "--allowedTools", "Bash"]
+    project.configure({"builder": {"command": command, "grace": "5s"}})
+    project.up(**env)
+    project.drop("builder", "B-bash.md", body="[bash:setsid sh -c 'sleep 98; echo slept'] work")
+    tools = wait_for(lambda: tool_processes(project, "sleep 98"), SLOW, "the Bash tool's sleep")
+    run = live(project, "B-bash.md")
+    assert run is not None
+    result = project.cli("cancel", "B-bash.md", "--json")
+    assert result.returncode == 0, result.stderr
+    receipt = json.loads(result.stdout)
+    assert run["pid"] in receipt["pids"] and {p.pid for p in tools} <= set(receipt["pids"]), receipt
+    assert receipt["seconds"] > 0 and receipt["survivors"] == []
+    assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in tools)
+
+
 def test_interrupt_ends_a_streaming_turn(project: Project, env: dict[str, str], api: MessagesApi) -> None:
     project.configure({"writer": sdk_role()})
     project.up(**env)
