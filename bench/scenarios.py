@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from budget_fuse import fuse
 from harness import (
     INOTIFY_HELP,
     BenchError,
@@ -861,6 +862,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "cancel": cancel,
     "memory": memory,
     "idle": idle,
+    "fuse": fuse,
 }
 
 
