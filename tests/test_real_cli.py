@@ -262,6 +262,10 @@ def test_tell_reaches_the_model_within_the_running_turn(
     wait_for(lambda: any(r["tool_results"] >= 1 for r in messages(api, "[steps:6]")), SLOW, "the first step")
     result = project.cli("tell", "W-tell.md", "[reply] also check ping-7731")
     assert result.returncode == 0, result.stderr
+    pending = wait_for(
+        lambda: "1 tell pending" in str((live(project, "W-tell.md") or {}).get("activity")), SLOW, "a pending tell"
+    )
+    assert pending  # shown by status until the model has answered
     ended(project, "writer", "archive", "W-tell.md")
     calls = messages(api, "[steps:6]")
     carried = [i for i, r in enumerate(calls) if "ping-7731" in json.dumps(r["user_texts"])]
