@@ -19,10 +19,10 @@ stdin, later lines, control messages (``Control``, by ``op``)::
 
     {"op": "interrupt", "keep": false}  interrupt the current turn; keep=false ends the session (exit 3),
                                          keep=true keeps it open until a ``tell`` (or ``end`` / EOF: exit 3)
-    {"op": "tell", "text": "..."}       a follow-up user message in the same session, written to the CLI at
-                                         once: Claude Code takes it into the running turn's next model call
-                                         (or starts a turn for it); after an interrupt with keep it waits for
-                                         the interrupted turn to end
+    {"op": "tell", "text": "..."}       a follow-up user message in the same session: written to the CLI
+                                         while a tool runs (Claude Code takes it into the turn's next model
+                                         call and answers it within the turn), else sent as a turn of its
+                                         own when the current one ends (as after an interrupt with keep)
     {"op": "end"}                        finish when the current turn ends; queued tells are dropped
     end of file                          no more control messages
 

@@ -138,9 +138,9 @@ class Phase(enum.Enum):
     STARTING = "starting"
     """Connecting to the CLI; the prompt is not sent yet."""
     TURN = "turn"
-    """A user message was sent and its result has not arrived; a tell is written to the CLI at once (it takes
-    it into the running turn, or starts a turn for it), and the session finishes once every message it wrote
-    has been answered."""
+    """A user message was sent and its result has not arrived. A tell is written to the CLI while a tool runs
+    (the CLI takes it into the turn's next model call); otherwise it is held and sent as a turn of its own
+    when this one ends. The session finishes once every message it wrote has been answered."""
     ENDING = "ending"
     """``end`` arrived during a turn: tells are refused and the session finishes with this turn."""
     PAUSING = "pausing"
