@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from budget_fuse import fuse
 from harness import (
     INOTIFY_HELP,
     BenchError,
@@ -862,6 +863,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "memory": memory,
     "idle": idle,
     "continuity": lambda ctx: __import__("continuity_scenario").continuity(ctx),
+    "fuse": fuse,
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from orchestrator.agents import claude_cli
 from orchestrator.agents.command import resolve_command
 from orchestrator.config import Config, load_config
 from orchestrator.console import Console
@@ -35,6 +36,7 @@ def preflight(config: Config) -> None:
                 f"{config.path}: roles.{role.name}.command: {role.command[0]!r} {where}; install it, "
                 "fix the role's `command`, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
             )
+        claude_cli.check_role(config, role)
 
 
 @contextlib.contextmanager

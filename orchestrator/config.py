@@ -81,6 +81,13 @@ class RoleBudget(_Strict):
     per_day_usd: float | None = Field(None, gt=0)
 
 
+class Prices(_Strict):
+    """Dollars per million tokens, for the live budget fuse's estimate."""
+
+    input: float = Field(gt=0)
+    output: float = Field(gt=0)
+
+
 class TeamBudget(_Strict):
     per_day_usd: float | None = Field(None, gt=0)
 
@@ -157,6 +164,8 @@ class RoleSettings(_Strict):
     context_max_bytes: int | None = Field(None, ge=1)
     journal_in_prompt: int | None = Field(None, ge=0)
     handoff_max_bytes: int | None = Field(None, ge=1)
+    api_retries: int | None = Field(None, ge=0, le=20)
+    price_per_mtok: Prices | None = None
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -206,6 +215,8 @@ class Role(_Strict):
     context_max_bytes: int = Field(64 * 1024, ge=1)
     journal_in_prompt: int = Field(5, ge=0)
     handoff_max_bytes: int = Field(20 * 1024, ge=1)
+    api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
+    price_per_mtok: Prices | None = None  # overrides the fuse's price table
 
     @property
     def limit(self) -> int:

@@ -107,6 +107,7 @@ class FakeClaude:
         self.tokens = [0, 0]
         self.turns = 0
         self.last_error = False
+        self.turn_of: str | None = None  # the uuid of the user message that started the turn
         self.max_budget = float(option(args, "--max-budget-usd") or 0) or None
         if SESSIONS and option(args, "--resume"):
             saved = load_sessions().get(self.session_id)
@@ -134,6 +135,7 @@ class FakeClaude:
             if message.get("type") == "control_request":
                 self.answer_control(message, in_turn=False)
             elif message.get("type") == "user":
+                self.turn_of = message.get("uuid")
                 self.turn(text_of(message))
 
     def answer_control(self, message: dict[str, Any], in_turn: bool) -> str:
@@ -208,6 +210,7 @@ class FakeClaude:
             "permission_denials": [],
             "uuid": str(uuid.uuid4()),
             "stop_reason": None,
+            **({"user_message_uuid": self.turn_of, "user_message_uuids": [self.turn_of]} if self.turn_of else {}),
             **({"result": text} if text is not None else {}),
             **extra,
         }
@@ -250,10 +253,25 @@ class FakeClaude:
             self.assistant([{"type": "text", "text": text}], error="authentication_failed")
             self.result("success", True, text)
             return
-        if MODE == "overloaded":
+        if MODE == "overloaded":  # as Claude Code 2.1: its own retries first, then a synthetic answer
+            retries = int(os.environ.get("CLAUDE_CODE_MAX_RETRIES") or "10")
+            for attempt in range(1, retries + 1):
+                send(
+                    {
+                        "type": "system",
+                        "subtype": "api_retry",
+                        "attempt": attempt,
+                        "max_retries": retries,
+                        "retry_delay_ms": 1,
+                        "error_status": 529,
+                        "error": "overloaded",
+                        "session_id": self.session_id,
+                        "uuid": str(uuid.uuid4()),
+                    }
+                )
             text = "API Error: Repeated 529 Overloaded errors"
-            self.assistant([{"type": "text", "text": text}], error="overloaded")
-            self.result("success", True, text, api_error_status=529)
+            self.assistant([{"type": "text", "text": text}], error="server_error")
+            self.result("success", True, text, api_error_status=529, terminal_reason="completed")
             return
         self.cost += COST
         self.tokens[0] += 100
@@ -327,6 +345,9 @@ def load_sessions() -> dict[str, Any]:
 
 def main() -> int:
     args = sys.argv[1:]
+    if args == ["--version"]:  # the orchestrator's start-up check; not recorded, it starts no session
+        print(f"{VERSION} (Claude Code)")
+        return 0
     watched = ("CLAUDE_CODE_ENTRYPOINT", "ORCHESTRATOR_RUN_ID", "PYTHONPATH")
     record(argv=args, cwd=os.getcwd(), env={k: os.environ.get(k) for k in watched})
     if "--input-format" not in args or option(args, "--input-format") != "stream-json":

@@ -49,6 +49,8 @@ def agent_environment(
 ) -> dict[str, str]:
     """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables."""
     env = dict(os.environ)
+    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own retries: claude_cli
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
     env.update(role.env)
     env.update(
         {
@@ -159,6 +161,7 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     log_fd = open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n")
+    log_offset = os.lseek(log_fd, 0, os.SEEK_END)
     try:
         with procs.spawning():
             proc = await asyncio.create_subprocess_exec(
@@ -181,7 +184,9 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
         raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}{hint}") from None
     finally:
         os.close(log_fd)
-    agent = Agent(proc, spec)
+    from orchestrator.agents.claude_cli import ClaudeCommandAgent, is_claude_command
+
+    agent = ClaudeCommandAgent(proc, spec, log_offset=log_offset) if is_claude_command(argv) else Agent(proc, spec)
     if role.prompt_via == "stdin":
         agent._keep(_feed_stdin(proc.stdin, prompt))
     _watch_exit(agent, on_exit)

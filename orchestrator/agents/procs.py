@@ -192,6 +192,18 @@ async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | N
     return report
 
 
+async def wait_gone(processes: dict[int, psutil.Process], timeout: float) -> list[int]:
+    """Wait until every one of ``processes`` is dead (gone, a zombie, or its pid reused); the pids still alive
+    after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reap_orphans()
+        alive = [pid for pid, proc in processes.items() if _alive(proc)]
+        if not alive or time.monotonic() >= deadline:
+            return sorted(alive)
+        await asyncio.sleep(POLL)
+
+
 def group_has_members(pgid: int | None) -> bool:
     """Whether any process is left in the group (cheap: one signal 0)."""
     if pgid is None:

@@ -8,6 +8,7 @@ methods, so the supervisor's rules run with no process and no real time.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,15 +55,23 @@ class ProcessSpawner:
     async def stop(self, agent: Any, run_id: int, grace: float, log: Log, interrupt_first: bool) -> procs.KillReport:
         if agent is None:
             return procs.KillReport()
+        started = time.monotonic()
+        target = procs.Target(agent.ref, agent.pid, run_id, self.root)
+        # what lives now is what this stop ends, whichever step ends it: an interrupted SDK session exits by
+        # itself (its CLI and the tool processes in their own sessions with it), before the ladder looks
+        before = procs.find_tree(target)
         if interrupt_first and agent.backend == "sdk":
             await _interrupt_first(agent, grace, log)
-        target = procs.Target(agent.ref, agent.pid, run_id, self.root)
         report = await procs.stop_tree(target, grace, log)
         if agent.waiter is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(agent.waiter), EXIT_WAIT)
             except TimeoutError:
                 pass
+        survivors = await procs.wait_gone(before, EXIT_WAIT)
+        report.pids = sorted(set(report.pids) | set(before))
+        report.survivors = sorted(set(report.survivors) | set(survivors))
+        report.seconds = time.monotonic() - started
         return report
 
     def left_behind(self, agent: Any) -> bool:

@@ -118,6 +118,8 @@ class Outcomes:
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
         elif agent is not None and getattr(agent, "budget_exceeded", False):
             self.attempt_failed(run, agent.failure_reason or "per-run budget exceeded", code, retry=False)
+        elif code != 0 and agent is not None and getattr(agent, "permanent_failure", False):
+            self.attempt_failed(run, agent.failure_reason or rules.describe_exit(code), code, retry=False)
         elif code == 0:
             # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
             self.crashes.note(run.role.name, ran, failed=False)

@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import procs
+from orchestrator.agents.claude_cli import retry_environment
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
 from orchestrator.agents.sdk.protocol import (
     EXIT_INTERRUPTED,
@@ -65,6 +66,7 @@ from orchestrator.agents.sdk.protocol import (
     SpecOptions,
     SystemPromptPreset,
     Tell,
+    TellsEvent,
     explain,
     parse_event,
 )
@@ -111,7 +113,7 @@ def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: P
         cli_path=cli_path,
         add_dirs=[str((spec.root / d).resolve()) for d in role.add_dirs],
         cwd=str(cwd),
-        env=dict(role.env),
+        env={**retry_environment(role), **role.env},
     )
     return RunnerSpec(
         prompt=spec.prompt,
@@ -119,6 +121,7 @@ def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: P
         transcript=str(transcript),
         resume=spec.extra.get("resume") or None,
         per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
+        price_per_mtok=(role.price_per_mtok.input, role.price_per_mtok.output) if role.price_per_mtok else None,
     ).wire()
 
 
@@ -147,8 +150,18 @@ class SdkAgent(Agent):
         self.budget_exceeded = False
         self.interrupted = False
         self.closing = False  # the runner said ``done``: no more turns, so no more controls
+        self._doing: str | None = None  # the last activity the runner reported
+        self.tells_pending = 0  # tells written into the session that the model has not answered yet
+        self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
         self.on_update: Callable[[SdkAgent, dict[str, Any]], None] | None = None  # gets each event's JSON object
         self._write_lock = asyncio.Lock()
+
+    def _activity(self) -> str | None:
+        """What the session does, and the tells it has not answered yet (``status`` and the live view show it)."""
+        if not self.tells_pending:
+            return self._doing
+        tells = f"{self.tells_pending} tell{'s' if self.tells_pending > 1 else ''} pending"
+        return f"{self._doing} ({tells})" if self._doing else tells
 
     async def interrupt(self, keep: bool = False) -> None:
         """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
@@ -156,7 +169,7 @@ class SdkAgent(Agent):
         self.interrupted = True
 
     async def tell(self, text: str) -> None:
-        """A follow-up message, answered in the same session once the current turn ends."""
+        """A follow-up message into the session; Claude Code takes it into the running turn (or a turn of its own)."""
         try:
             message = Tell(text=text)
         except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
@@ -210,7 +223,8 @@ class SdkAgent(Agent):
         """Update the figures from one runner event, then tell ``on_update``."""
         match event:
             case ActivityEvent(text=text):
-                self.activity = text
+                self._doing = text
+                self.activity = self._activity()
             case CostEvent(usd=usd):
                 self.cost_usd = usd
             case SessionEvent(session_id=session_id):
@@ -221,9 +235,13 @@ class SdkAgent(Agent):
                 self.session_id = event.session_id or self.session_id
             case DoneEvent():
                 self.closing = True
-            case FailureEvent(reason=reason, budget=budget):
+            case TellsEvent(pending=pending):
+                self.tells_pending = pending
+                self.activity = self._activity()
+            case FailureEvent(reason=reason, budget=budget, permanent=permanent):
                 self.failure_reason = reason or "the agent failed"
                 self.budget_exceeded = self.budget_exceeded or budget
+                self.permanent_failure = self.permanent_failure or permanent
         if self.on_update is not None:
             try:
                 self.on_update(self, event.wire())

@@ -49,6 +49,9 @@ def build_options(spec: RunnerSpec, output: Output) -> Any:
     budget = cli_budget(options, spec.per_run_usd)
     if budget is not None:
         kwargs["max_budget_usd"] = budget
+    if spec.per_run_usd is not None:
+        kwargs["include_partial_messages"] = True  # the live fuse reads each model call's stream
+
     if spec.resume:
         kwargs["resume"] = spec.resume
     return ClaudeAgentOptions(**kwargs)

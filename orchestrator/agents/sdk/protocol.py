@@ -6,6 +6,7 @@ never loads the session or the SDK. Over pipes, one JSON object per line.
 stdin, first line, the spec (``RunnerSpec``)::
 
     {"prompt": str, "transcript": path, "resume": session id or null, "per_run_usd": float or null,
+     "price_per_mtok": [input, output] or null,
      "options": {"model", "system_prompt", "permission_mode", "allowed_tools", "disallowed_tools",
                  "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"}}
 
@@ -18,8 +19,10 @@ stdin, later lines, control messages (``Control``, by ``op``)::
 
     {"op": "interrupt", "keep": false}  interrupt the current turn; keep=false ends the session (exit 3),
                                          keep=true keeps it open until a ``tell`` (or ``end`` / EOF: exit 3)
-    {"op": "tell", "text": "..."}       a follow-up user message in the same session; queued while a turn
-                                         is under way and sent when it ends, so each tell is its own turn
+    {"op": "tell", "text": "..."}       a follow-up user message in the same session: written to the CLI
+                                         while a tool runs (Claude Code takes it into the turn's next model
+                                         call and answers it within the turn), else sent as a turn of its
+                                         own when the current one ends (as after an interrupt with keep)
     {"op": "end"}                        finish when the current turn ends; queued tells are dropped
     end of file                          no more control messages
 
@@ -30,10 +33,13 @@ stdout, events (``RunnerEvent``, by ``event``)::
 
     {"event": "session", "session_id": str}       the CLI started (or resumed) this session
     {"event": "activity", "text": "Bash: ls"}     the last tool use, or the first line of the last text
-    {"event": "cost", "usd": float}                the running total, at every result
+    {"event": "cost", "usd": float}                the running total, at every result; with a per-run budget
+                                                   also the fuse's estimate while a turn streams
     {"event": "result", "cost_usd", "input_tokens", "output_tokens", "num_turns",
                         "session_id", "is_error", "subtype"}     totals so far, after every result
-    {"event": "failure", "reason": "one line"}     a clear failure; ``"budget": true`` for the per-run budget
+    {"event": "tells", "pending": int}             tells written that the model has not answered yet
+    {"event": "failure", "reason": "one line"}     a clear failure; ``"budget": true`` for the per-run budget,
+                                                   ``"permanent": true`` when no retry can help (not logged in, ...)
     {"event": "done", "code": int}                 the session takes no more turns: it is closing (which can take
                                                    seconds while the CLI saves it) and will exit with ``code``
 
@@ -126,6 +132,7 @@ class RunnerSpec(_SpecPart):
     transcript: str | None = None
     resume: str | None = None
     per_run_usd: float | None = None
+    price_per_mtok: tuple[float, float] | None = None
     options: SpecOptions = Field(default_factory=SpecOptions)
 
 
@@ -229,18 +236,28 @@ class ResultEvent(_Message):
         return self.model_dump(mode="json", exclude={"event"})
 
 
+class TellsEvent(_Message):
+    """How many tells the model has not answered yet."""
+
+    event: Literal["tells"] = "tells"
+    pending: int
+
+
 class FailureEvent(_Message):
-    """A clear failure in one line; ``budget`` when the per-run budget was exceeded."""
+    """A clear failure in one line; ``budget`` when the per-run budget was exceeded, ``permanent`` when no retry
+    can help."""
 
     event: Literal["failure"] = "failure"
     reason: str
     budget: bool = False
+    permanent: bool = False
 
     def wire(self) -> dict[str, Any]:
-        """``budget`` is on the wire only when true."""
+        """``budget`` and ``permanent`` are on the wire only when true."""
         fields = super().wire()
-        if not self.budget:
-            del fields["budget"]
+        for flag in ("budget", "permanent"):
+            if not fields[flag]:
+                del fields[flag]
         return fields
 
 
@@ -252,9 +269,10 @@ class DoneEvent(_Message):
 
 
 RunnerEvent = Annotated[
-    SessionEvent | ActivityEvent | CostEvent | ResultEvent | FailureEvent | DoneEvent, Field(discriminator="event")
+    SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | DoneEvent,
+    Field(discriminator="event"),
 ]
-AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | FailureEvent | DoneEvent
+AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | DoneEvent
 _EVENT: TypeAdapter[AnyEvent] = TypeAdapter(RunnerEvent)
 
 

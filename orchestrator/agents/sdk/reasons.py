@@ -2,53 +2,54 @@
 
 from __future__ import annotations
 
-import re
+import math
 from collections import deque
 from typing import Any
 
+from orchestrator.agents.claude_errors import classify
+from orchestrator.agents.claude_errors import one_line as _one_line
 from orchestrator.agents.sdk.protocol import SpecOptions
 
 
 def one_line(text: str, limit: int = 240) -> str:
     """Whitespace collapsed, cut to ``limit`` characters."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return _one_line(text, limit)
 
 
 def usd(amount: float) -> str:
-    """Dollars for people: cents, or four places below one cent."""
-    return f"${amount:.2f}" if amount >= 0.01 or amount == 0 else f"${amount:.4f}"
-
-
-_AUTH_ERRORS = {
-    "authentication_failed",
-    "oauth_org_not_allowed",
-    "account_on_hold",
-    "verification_required",
-    "cloud_credential_error",
-}
-_AUTH_TEXT = re.compile(r"not logged in|/login|invalid api key|authenticat|unauthori[sz]ed|\b401\b", re.I)
-_OVERLOADED_TEXT = re.compile(r"overloaded|\b529\b", re.I)
-_RATE_TEXT = re.compile(r"rate.?limit|\b429\b", re.I)
+    """Dollars for people, to four significant figures, with at least cents: ``$0.10``, ``$0.006412``, ``$12.35``."""
+    if amount == 0:
+        return "$0.00"
+    if amount >= 100:
+        return f"${amount:.2f}"
+    text = f"{amount:.4g}"
+    if "e" in text:  # below $0.0001
+        text = f"{amount:.{3 - math.floor(math.log10(amount))}f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
 
 
 def known_problem(text: str, error_kind: str | None = None, status: int | None = None) -> str | None:
     """A one-line reason for the problems people meet most, or None."""
-    detail = one_line(text, 200)
-    if error_kind in _AUTH_ERRORS or status == 401 or _AUTH_TEXT.search(text):
-        return (
-            f"Claude Code is not logged in ({detail}); run `claude` once and sign in with /login, "
-            "or set ANTHROPIC_API_KEY"
-        )
-    if error_kind == "overloaded" or status == 529 or _OVERLOADED_TEXT.search(text):
-        return f"the Anthropic API is overloaded ({detail}); try again later"
-    if error_kind == "rate_limit" or status == 429 or _RATE_TEXT.search(text):
-        return f"rate limited by the Anthropic API ({detail})"
-    if error_kind == "billing_error":
-        return f"the Anthropic account has a billing problem ({detail})"
-    if text.startswith("API Error") or error_kind in {"server_error", "invalid_request", "model_not_found"}:
-        return f"the Anthropic API returned an error ({detail})"
-    return None
+    problem = classify(text, error_kind, status)
+    return problem.reason if problem else None
+
+
+def is_permanent(reason: str) -> bool:
+    """Whether a reason these functions gave describes a failure no retry can help (not logged in, ...)."""
+    return reason in _PERMANENT
+
+
+_PERMANENT: set[str] = set()  # the reasons given in this process that were permanent problems
+
+
+def _known(text: str, error_kind: str | None = None, status: int | None = None) -> str | None:
+    problem = classify(text, error_kind, status)
+    if problem is None:
+        return None
+    if problem.permanent:
+        _PERMANENT.add(problem.reason)
+    return problem.reason
 
 
 def describe_error_result(fields: dict[str, Any], error_kind: str | None, options: SpecOptions) -> str:
@@ -61,7 +62,7 @@ def describe_error_result(fields: dict[str, Any], error_kind: str | None, option
     if subtype == "error_max_budget_usd":
         return f"stopped at the role's max_budget_usd ({usd(options.max_budget_usd or 0)})"
     status = fields.get("api_error_status")
-    known = known_problem(text, error_kind, status if isinstance(status, int) else None)
+    known = _known(text, error_kind, status if isinstance(status, int) else None)
     if known:
         return known
     return f"Claude Code reported an error ({subtype or 'no subtype'}): {one_line(text or 'no details', 200)}"
@@ -92,7 +93,7 @@ def describe_exception(exc: BaseException, stderr: deque[str], options: SpecOpti
     if isinstance(exc, ProcessError) and isinstance(result_data, dict) and result_data.get("type") == "result":
         return describe_error_result(result_data, None, options)
     if isinstance(exc, ProcessError):
-        known = known_problem(tail) if tail else None
+        known = _known(tail) if tail else None
         if known:
             return known
         status = f"status {exc.exit_code}" if exc.exit_code is not None else "an error"

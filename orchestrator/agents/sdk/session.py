@@ -14,9 +14,12 @@ import dataclasses
 import enum
 import os
 import threading
+import uuid
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
+from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
 from orchestrator.agents.sdk.protocol import (
     EXIT_BUDGET,
@@ -34,15 +37,24 @@ from orchestrator.agents.sdk.protocol import (
     RunnerSpec,
     SessionEvent,
     Tell,
+    TellsEvent,
     parse_control,
 )
-from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception, one_line, stderr_summary, usd
+from orchestrator.agents.sdk.reasons import (
+    describe_error_result,
+    describe_exception,
+    is_permanent,
+    one_line,
+    stderr_summary,
+    usd,
+)
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
 
 INTERRUPT_ACK_SECONDS = 15.0  # the CLI answers an interrupt request at once; longer means it is stuck
 INTERRUPTED_TURN_SECONDS = 30.0  # after the acknowledgement, how long the interrupted turn may take to end
 DISCONNECT_SECONDS = 20.0  # the SDK's own close() is bounded at about 15 seconds
+TELL_QUIET_SECONDS = 0.1  # how long the CLI must have been quiet during a tool step before a tell is written
 
 
 # ---------------------------------------------------------------- what the loop is told
@@ -126,8 +138,9 @@ class Phase(enum.Enum):
     STARTING = "starting"
     """Connecting to the CLI; the prompt is not sent yet."""
     TURN = "turn"
-    """A user message was sent and its result has not arrived; tells queue, and the next one is sent when the
-    turn ends (else the session finishes)."""
+    """A user message was sent and its result has not arrived. A tell is written to the CLI while a tool runs
+    (the CLI takes it into the turn's next model call); otherwise it is held and sent as a turn of its own
+    when this one ends. The session finishes once every message it wrote has been answered."""
     ENDING = "ending"
     """``end`` arrived during a turn: tells are refused and the session finishes with this turn."""
     PAUSING = "pausing"
@@ -152,7 +165,7 @@ _NEXT: dict[Phase, frozenset[Phase]] = {
     Phase.DONE: frozenset(),
 }
 _INTERRUPTED = frozenset({Phase.PAUSING, Phase.INTERRUPTING})  # an interrupt is in flight: the deadline applies
-_TAKES_TELLS = frozenset({Phase.TURN, Phase.PAUSING})  # a tell is queued for when the turn ends
+_TAKES_TELLS = frozenset({Phase.TURN, Phase.PAUSING})  # a tell is written now (TURN) or after the turn (PAUSING)
 
 
 class Session:
@@ -167,12 +180,19 @@ class Session:
         self.client: Any = None
         self.phase = Phase.STARTING
         self.code: int | None = None  # set on entering DONE
-        self.pending: deque[str] = deque()  # tells for after the current turn, in TURN and PAUSING only
+        self.pending: deque[str] = deque()  # tells held: until a tool runs (TURN) or the turn has ended (PAUSING)
+        self.tool_running = False  # the turn's last model call asked for a tool: another call will follow
+        self.outstanding: deque[str] = deque()  # uuids of the user messages written and not answered yet
+        self.tells: set[str] = set()  # of those, the tells
         self.deadline: float | None = None  # when the interrupted turn must have ended, in PAUSING and INTERRUPTING
         self.totals = Totals()
         self.session_id: str | None = None
         self.error_kind: str | None = None  # the last assistant message's ``error``, for the result's reason
         self.activity: str | None = None
+        self.fuse = Fuse(spec.price_per_mtok)
+        self.fuse_blown: float | None = None  # the estimate when the fuse interrupted the turn
+        self.shown_cost = 0.0
+        self._reported_tells = 0
 
     async def run(self) -> int:
         """Connect, send the prompt, and handle events until the exit status is decided; then disconnect."""
@@ -207,6 +227,15 @@ class Session:
             self.deadline = None
 
     async def _next_event(self) -> Event:
+        while self.pending and self.phase is Phase.TURN and self.tool_running:
+            # a tool is running, so the CLI will make another model call: write the tells now and it carries
+            # them. Only once the CLI has been quiet a moment: a turn whose tool ended at once (its result is
+            # already here) would otherwise get them after its last call, as a turn of their own.
+            try:
+                return await asyncio.wait_for(self.events.get(), TELL_QUIET_SECONDS)
+            except TimeoutError:
+                while self.pending and self.phase is Phase.TURN:
+                    await self._write_user(self.pending.popleft(), tell=True)
         if self.deadline is None:
             return await self.events.get()
         left = self.deadline - asyncio.get_running_loop().time()
@@ -265,9 +294,13 @@ class Session:
 
     async def _tell(self, text: str) -> None:
         if self.phase is Phase.WAITING:
-            await self._send_turn(text)
-        elif self.phase in _TAKES_TELLS:
+            await self._send_turn(text, tell=True)
+        elif self.phase is Phase.TURN:  # written once a tool runs (``_next_event``); an ``end`` before drops it
             self.pending.append(text)
+            self._report_tells()
+        elif self.phase is Phase.PAUSING:  # an interrupt may drop what the CLI has queued: wait for the turn's end
+            self.pending.append(text)
+            self._report_tells()
         else:  # ENDING, INTERRUPTING
             self.out.note("ignored a tell: the session ends with the current turn")
 
@@ -302,6 +335,9 @@ class Session:
             return
         if not keep:
             self.pending.clear()
+        await self._send_interrupt(keep)
+
+    async def _send_interrupt(self, keep: bool) -> None:
         self._enter(Phase.PAUSING if keep and self.phase is Phase.TURN else Phase.INTERRUPTING)
         self.deadline = asyncio.get_running_loop().time() + INTERRUPT_ACK_SECONDS + INTERRUPTED_TURN_SECONDS
         try:
@@ -312,10 +348,17 @@ class Session:
     # -- SDK messages
 
     async def _on_message(self, message: Any) -> None:
-        from claude_agent_sdk import AssistantMessage, ResultMessage, SystemMessage
+        from claude_agent_sdk import AssistantMessage, ResultMessage, StreamEvent, SystemMessage
 
+        if isinstance(message, StreamEvent):
+            await self._on_stream(message.event)
+            return  # partial messages stay out of the transcript: the whole message follows
         self.out.record(transcript_entry(message))
-        if isinstance(message, SystemMessage) and message.subtype == "init":
+        if isinstance(message, SystemMessage) and message.subtype == "api_retry":
+            data = message.data
+            status = data.get("error_status") or data.get("error") or "an error"
+            self._show(f"API retry {data.get('attempt', '?')}/{data.get('max_retries', '?')} after {status}")
+        elif isinstance(message, SystemMessage) and message.subtype == "init":
             session_id = message.data.get("session_id")
             if isinstance(session_id, str) and session_id != self.session_id:
                 self.session_id = session_id
@@ -323,17 +366,40 @@ class Session:
         elif isinstance(message, AssistantMessage):
             if message.parent_tool_use_id is None:
                 self.error_kind = getattr(message, "error", None)  # SDK 0.1 has no ``error``
-            activity = describe_activity(message)
-            if activity and activity != self.activity:
-                self.activity = activity
-                self.out.event(ActivityEvent(text=activity))
+                self.tool_running = any(type(b).__name__ == "ToolUseBlock" for b in message.content)
+            self._show(describe_activity(message))
         elif isinstance(message, ResultMessage):
             await self._on_result(message)
+
+    def _show(self, activity: str | None) -> None:
+        if activity and activity != self.activity:
+            self.activity = activity
+            self.out.event(ActivityEvent(text=activity))
+
+    async def _on_stream(self, event: dict[str, Any]) -> None:
+        """A model call's stream: update the estimate, and blow the fuse when it passes the per-run cap."""
+        cap = self.spec.per_run_usd
+        if cap is None or not isinstance(event, dict):
+            return
+        self.fuse.observe(event)
+        estimate = self.fuse.estimate()
+        if estimate - self.shown_cost >= max(cap / 50, 1e-6):
+            self.shown_cost = estimate
+            self.out.event(CostEvent(usd=round(estimate, 6)))
+        if estimate > cap and self.fuse_blown is None and self.phase in (Phase.TURN, Phase.ENDING, Phase.PAUSING):
+            self.fuse_blown = estimate
+            self.out.note(f"budget fuse: about {usd(estimate)} spent, over the per-run budget of {usd(cap)}")
+            self.pending.clear()
+            await self._send_interrupt(keep=False)
 
     async def _on_result(self, result: Any) -> None:
         """Report the totals, then decide what the turn's end leads to, by phase."""
         self.session_id = result.session_id or self.session_id
+        self.tool_running = False
         self.totals.add(result)
+        self.fuse.result(result)
+        self.shown_cost = self.totals.cost_usd
+        self._answered(result)
         cost = round(self.totals.cost_usd, 6)
         self.out.event(CostEvent(usd=cost))
         self.out.event(
@@ -348,7 +414,14 @@ class Session:
             )
         )
         error_kind, self.error_kind = self.error_kind, None
-        if self._over_budget(result):
+        if self.fuse_blown is not None:
+            self.fail(
+                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded: the turn was interrupted at about "
+                f"{usd(self.fuse_blown)} spent (Claude Code reported {usd(self.totals.cost_usd)})",
+                code=EXIT_BUDGET,
+                budget=True,
+            )
+        elif self._over_budget(result):
             self.fail(
                 f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
                 code=EXIT_BUDGET,
@@ -359,8 +432,10 @@ class Session:
         elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
             fields = {k: getattr(result, k, None) for k in ("subtype", "errors", "result", "api_error_status")}
             self.fail(describe_error_result(fields, error_kind, self.options))
-        elif self.pending:  # only TURN and PAUSING queue tells, and ``end`` empties the queue
-            await self._send_turn(self.pending.popleft())
+        elif self.outstanding and self.phase is Phase.TURN:
+            pass  # the CLI answers the messages it has queued in a turn of their own
+        elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
+            await self._send_turn(self.pending.popleft(), tell=True)
         elif self.phase is Phase.PAUSING:  # EOF or ``end`` would have made it INTERRUPTING
             self._enter(Phase.WAITING)
         else:
@@ -376,14 +451,55 @@ class Session:
         per_run_binds = cap is None or cap >= per_run
         return result.subtype == "error_max_budget_usd" and per_run_binds
 
-    async def _send_turn(self, text: str) -> None:
-        self.out.record({"type": "prompt", "text": text})
+    async def _send_turn(self, text: str, tell: bool = False) -> None:
         self._enter(Phase.TURN)
+        self.tool_running = False
+        await self._write_user(text, tell)
+
+    async def _write_user(self, text: str, tell: bool = False) -> None:
+        """Write one user message to the CLI, with a uuid so its result can say it was answered."""
+        message_id = str(uuid.uuid4())
+        self.out.record({"type": "prompt", "text": text, "uuid": message_id})
+        self.outstanding.append(message_id)
+        if tell:
+            self.tells.add(message_id)
+            self._report_tells()
+        message = {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None}
+
+        async def one() -> AsyncIterator[dict[str, Any]]:
+            yield {**message, "uuid": message_id}
+
         try:
-            await self.client.query(text)
+            if hasattr(self.client, "_transport"):  # the SDK's client: the dict form carries the uuid
+                await self.client.query(one())
+            else:  # a stand-in client that takes text only
+                await self.client.query(text)
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
             await self._settle_stderr()
             self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+
+    def _answered(self, result: Any) -> None:
+        """Take the messages a result answered off ``outstanding``: those it names, else the oldest one.
+
+        An interrupted turn ends them all: the CLI drops what it had queued.
+        """
+        named = list(getattr(result, "user_message_uuids", None) or [])
+        single = getattr(result, "user_message_uuid", None)
+        if isinstance(single, str):
+            named.append(single)
+        if self.phase in _INTERRUPTED:
+            self.outstanding.clear()
+        elif named:
+            self.outstanding = deque(u for u in self.outstanding if u not in named)
+        elif self.outstanding:
+            self.outstanding.popleft()
+        self._report_tells()
+
+    def _report_tells(self) -> None:
+        pending = len(self.tells.intersection(self.outstanding)) + len(self.pending)
+        if pending != self._reported_tells:
+            self._reported_tells = pending
+            self.out.event(TellsEvent(pending=pending))
 
     # -- ending
 
@@ -398,7 +514,7 @@ class Session:
         """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done."""
         if self.phase is Phase.DONE:
             return
-        failure = FailureEvent(reason=one_line(reason, 600), budget=budget)
+        failure = FailureEvent(reason=one_line(reason, 600), budget=budget, permanent=is_permanent(reason))
         self.out.event(failure)
         self.out.note(failure.reason)
         self.finish(code)

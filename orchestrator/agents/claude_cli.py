@@ -1,0 +1,156 @@
+"""The Claude Code CLI as an agent program, for both backends: its retries, start-up checks and failure reasons.
+
+- ``retry_environment(role)``: ``CLAUDE_CODE_MAX_RETRIES`` from the role's ``api_retries`` (default 2), so
+  the CLI's own retries of an overloaded or failing API stay short and the role's ``retry`` is the policy
+  that counts. A role's ``env`` may still set the variable itself.
+- ``check_role(config, role)``: at start-up, for ``sdk`` roles and ``command`` roles whose program is the
+  Claude CLI (named ``claude``): the CLI is found and answers ``--version`` like Claude Code, and
+  ``bypassPermissions`` is not asked for as root without ``IS_SANDBOX`` (the CLI refuses it every time).
+- ``ClaudeCommandAgent``: a ``command`` agent running the Claude CLI, whose failure reason is the CLI's last
+  meaningful output line (it writes its errors to stdout), and which knows the failures no retry can help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from orchestrator.agents.claude_errors import classify, last_meaningful_line, one_line
+from orchestrator.agents.command import Agent, LaunchSpec, resolve_command
+from orchestrator.config import Config, Role
+from orchestrator.core.errors import ConfigError
+
+MAX_RETRIES_ENV = "CLAUDE_CODE_MAX_RETRIES"
+VERSION_SECONDS = 20.0
+VERSION_ANSWER = re.compile(r"\(Claude Code\)")
+LOG_TAIL_BYTES = 64 * 1024
+_checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many roles asks once
+
+
+def is_claude_command(command: list[str]) -> bool:
+    """Whether a ``command`` role runs the Claude Code CLI (its program is named ``claude``)."""
+    return bool(command) and Path(command[0]).name == "claude"
+
+
+def retry_environment(role: Role) -> dict[str, str]:
+    """The CLI's own API retry count for the role's agents."""
+    return {MAX_RETRIES_ENV: str(role.api_retries)}
+
+
+def sdk_cli_path(role: Role, root: Path) -> str | None:
+    """The CLI an ``sdk`` role's session runs: its ``cli_path``, else the one bundled with claude-agent-sdk,
+    else ``claude`` on PATH (the SDK's own order); None when there is none."""
+    if role.cli_path:
+        return resolve_command([os.path.expanduser(role.cli_path)], root)
+    try:
+        import claude_agent_sdk
+    except ImportError:
+        return None
+    bundled = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    if os.access(bundled, os.X_OK) and bundled.is_file():
+        return str(bundled)
+    return resolve_command(["claude"], root)
+
+
+def check_version(path: str, where: str) -> str:
+    """The CLI's ``--version`` line; raises ``ConfigError`` (naming ``where``) when it does not answer like
+    Claude Code."""
+    if path in _checked:
+        return _checked[path]
+    fix = "point it at the Claude Code CLI (npm install -g @anthropic-ai/claude-code)"
+    try:
+        done = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_SECONDS,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{where}: {path} did not answer --version within {VERSION_SECONDS:g}s; {fix}") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot run {path} --version ({exc.strerror or exc}); {fix}") from None
+    answer = (done.stdout or "").strip() or (done.stderr or "").strip()
+    if done.returncode != 0 or not VERSION_ANSWER.search(done.stdout or ""):
+        said = one_line(answer, 120) if answer else "nothing"
+        raise ConfigError(
+            f"{where}: {path} does not answer --version like Claude Code (exit {done.returncode}, said {said}); {fix}"
+        )
+    _checked[path] = one_line(answer, 120)
+    return _checked[path]
+
+
+def _asks_bypass(role: Role) -> bool:
+    if role.backend == "sdk":
+        return role.permission_mode == "bypassPermissions"
+    argv = role.command
+    if "--dangerously-skip-permissions" in argv or "--permission-mode=bypassPermissions" in argv:
+        return True
+    return any(a == "--permission-mode" and b == "bypassPermissions" for a, b in zip(argv, argv[1:], strict=False))
+
+
+def check_role(config: Config, role: Role) -> None:
+    """Start-up checks of a role that runs the Claude CLI; raises ``ConfigError`` in ``file: key: what to do``
+    form. Roles that do not run the Claude CLI are left alone."""
+    if role.backend == "sdk":
+        key = f"roles.{role.name}.cli_path"
+        path = sdk_cli_path(role, config.root)
+        if path is None:
+            raise ConfigError(
+                f"{config.path}: {key}: no Claude Code CLI found (none bundled with claude-agent-sdk, none on PATH); "
+                "install it (npm install -g @anthropic-ai/claude-code) or set cli_path"
+            )
+        mode_key = f"roles.{role.name}.permission_mode"
+    elif is_claude_command(role.command):
+        key = f"roles.{role.name}.command"
+        path = resolve_command(role.command, (config.root / role.cwd).resolve())
+        if path is None:
+            return  # the generic check says it is not found
+        mode_key = key
+    else:
+        return
+    check_version(path, f"{config.path}: {key}")
+    sandboxed = role.env.get("IS_SANDBOX", os.environ.get("IS_SANDBOX", "")) not in ("", "0")
+    if _asks_bypass(role) and os.geteuid() == 0 and not sandboxed:
+        raise ConfigError(
+            f"{config.path}: {mode_key}: Claude Code refuses bypassPermissions when run as root; run the "
+            "orchestrator as another user, set IS_SANDBOX=1 in the role's env if this is a sandbox, or choose "
+            "acceptEdits with allowed tools"
+        )
+
+
+class ClaudeCommandAgent(Agent):
+    """A ``command`` agent that runs the Claude CLI: its failures are explained from its own output."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, log_offset: int = 0) -> None:
+        super().__init__(proc, spec)
+        self.log_offset = log_offset
+        self.permanent_failure = False
+
+    async def wait(self) -> int:
+        """The exit status; a failure gets the CLI's last meaningful output line as its reason."""
+        code = await super().wait()
+        if code > 0 and self.failure_reason is None:
+            self._explain(code)
+        return code
+
+    def _explain(self, code: int) -> None:
+        try:
+            with open(self.spec.log_path, "rb") as handle:
+                handle.seek(max(self.log_offset, os.path.getsize(self.spec.log_path) - LOG_TAIL_BYTES))
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return
+        line = last_meaningful_line(text)
+        if line is None:
+            return
+        problem = classify(line)
+        if problem is not None:
+            self.failure_reason = f"{problem.reason} (exit code {code})"
+            self.permanent_failure = problem.permanent
+        else:
+            self.failure_reason = f"exit code {code}: Claude Code said: {line}"

@@ -1,0 +1,86 @@
+"""What the Claude Code CLI's error output means: one line for a person, and whether a retry can help.
+
+Claude Code 2.1 writes most of its failures to standard output (and into the
+``result`` of a stream-json session), not to stderr: ``Not logged in · Please run
+/login``, ``Invalid API key · Fix external API key``, ``API Error: 529
+Overloaded...``, ``API Error: Request rejected (429) ...``; it refuses
+``--dangerously-skip-permissions`` (``bypassPermissions``) as root on stderr.
+Both backends read the text through ``classify``; this module imports nothing
+of the orchestrator, so the sdk runner uses it too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NOT_LOGGED_IN = re.compile(r"not logged in|/login|invalid api key|authenticat|unauthori[sz]ed", re.I)
+# what Claude Code 2.1 says when the API answers 401 to the key it was given
+_KEY_REJECTED = re.compile(r"fix external api key|invalid x-api-key|authentication_error|\b401\b", re.I)
+_PERMISSION = re.compile(
+    r"(dangerously-skip-permissions|bypassPermissions).{0,80}(cannot|root|sudo|not allowed)|"
+    r"cannot be used with root",
+    re.I,
+)
+_OVERLOADED = re.compile(r"overloaded|\b529\b", re.I)
+_RATE = re.compile(r"rate.?limit|\b429\b", re.I)
+_AUTH_KINDS = {"oauth_org_not_allowed", "account_on_hold", "verification_required", "cloud_credential_error"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A known failure: the one-line reason, and ``permanent`` when no retry can help."""
+
+    reason: str
+    permanent: bool = False
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """Whitespace collapsed, cut to ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def classify(text: str, error_kind: str | None = None, status: int | None = None) -> Problem | None:
+    """The problem ``text`` (and the API's error kind and HTTP status, when known) describes, or None."""
+    detail = one_line(text, 200)
+    if _PERMISSION.search(text):
+        return Problem(
+            f"Claude Code refused the permission mode ({detail}); as root, bypassPermissions needs IS_SANDBOX=1 "
+            "in a sandbox, or choose another permission_mode",
+            permanent=True,
+        )
+    if status == 401 or _KEY_REJECTED.search(text):
+        return Problem(
+            f"the Anthropic API rejected the API key (401: {detail}); check ANTHROPIC_API_KEY "
+            "(or the CLI's login) and ANTHROPIC_BASE_URL",
+            permanent=True,
+        )
+    if error_kind == "authentication_failed" or _NOT_LOGGED_IN.search(text):
+        return Problem(
+            f"Claude Code is not logged in ({detail}); run `claude` once and sign in with /login, "
+            "or set ANTHROPIC_API_KEY",
+            permanent=True,
+        )
+    if error_kind in _AUTH_KINDS:
+        return Problem(f"the Anthropic account cannot be used ({error_kind}: {detail})", permanent=True)
+    if status == 529 or error_kind == "overloaded" or _OVERLOADED.search(text):
+        return Problem(f"the Anthropic API is overloaded ({detail}); try again later")
+    if status == 429 or error_kind == "rate_limit" or _RATE.search(text):
+        return Problem(f"rate limited by the Anthropic API ({detail}); try again later")
+    if error_kind == "billing_error":
+        return Problem(f"the Anthropic account has a billing problem ({detail})", permanent=True)
+    if text.startswith("API Error") or error_kind in {"server_error", "invalid_request", "model_not_found"}:
+        return Problem(f"the Anthropic API returned an error ({detail})")
+    return None
+
+
+_NOISE = re.compile(r"^\s*(=== run \d+ attempt \d+|sdk_runner:)")
+
+
+def last_meaningful_line(text: str) -> str | None:
+    """The last line of output that says something (not blank, not one of the orchestrator's own headers)."""
+    for line in reversed(text.splitlines()):
+        if line.strip() and not _NOISE.match(line):
+            return one_line(line, 200)
+    return None
