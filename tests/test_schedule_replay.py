@@ -284,3 +284,18 @@ def test_a_job_writes_its_memo_when_due_and_is_done_only_on_success(tmp_path: Pa
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_a_wall_clock_that_goes_back_does_not_stall_the_heartbeat(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = await start(root, {"rin": {"wake": {"every": "30m"}}}, at("2026-11-30T09:00"))
+        assert records.skips(r.sup.store.db, "rin") == {"idle": 1}
+        await r.advance(600)  # 09:10
+        r.clock._wall -= timedelta(hours=1)  # NTP or a restored snapshot: 08:10 again
+        await r.advance(33 * 60)  # 08:43 by the wall: one period and the timer's minute after the jump
+        assert records.skips(r.sup.store.db, "rin") == {"idle": 2}, "the next tick came within one period"
+        await r.advance(30 * 60)
+        assert records.skips(r.sup.store.db, "rin") == {"idle": 3}, "and the ones after it, never two at once"
+        r.close()
+
+    play(tmp_path, scenario)

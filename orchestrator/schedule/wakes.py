@@ -228,8 +228,11 @@ class Wakes:
         for name in self.scheduled_roles():
             role = self.config.roles[name]
             if name in self.next_tick:
+                assert role.wake is not None and role.wake.every
+                # a wall clock that went back (NTP, a restored snapshot) must not stall the heartbeat: the next
+                # tick is never further off than one period, as ``rules.next_tick`` has it at start-up
+                self.next_tick[name] = min(self.next_tick[name], now + timedelta(seconds=role.wake.every))
                 if self.next_tick[name] <= now:
-                    assert role.wake is not None and role.wake.every
                     records.set_tick(self.db, name, now)
                     self.next_tick[name] = now + timedelta(seconds=role.wake.every)
                     self.tick(name, "heartbeat")
