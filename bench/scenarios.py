@@ -864,6 +864,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "idle": idle,
     "continuity": lambda ctx: __import__("continuity_scenario").continuity(ctx),
     "fuse": fuse,
+    "schedule": lambda ctx: __import__("schedule_scenario").schedule(ctx),
 }
 
 

@@ -159,6 +159,7 @@ class RoleSettings(_Strict):
     tasks: dict[str, TaskSettings] | None = None
     signals: dict[str, SignalSettings] | None = None
     preflight: list[Annotated[list[str], Field(min_length=1)]] | None = None
+    preflight_reuse: Duration | None = None
     # continuity (orchestrator/continuity)
     context: list[str] | None = None
     context_max_bytes: int | None = Field(None, ge=1)
@@ -211,6 +212,7 @@ class Role(_Strict):
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
     signals: dict[str, SignalSettings] = Field(default_factory=dict)
     preflight: list[list[str]] = Field(default_factory=list)
+    preflight_reuse: Duration = 60.0  # a passed preflight is not run again before a run for this long
     context: list[str] = Field(default_factory=list)
     context_max_bytes: int = Field(64 * 1024, ge=1)
     journal_in_prompt: int = Field(5, ge=0)

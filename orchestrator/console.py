@@ -194,6 +194,13 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         parts.append(f"paused by budget: {role}: {why}")
     for role, held in (snap.get("holds") or {}).items():
         parts.append(f"held: {role}: " + "; ".join(held.values()))
+    for role, wake in (snap.get("wakes") or {}).items():
+        skips = ", ".join(f"{k} {v}" for k, v in sorted((wake.get("skips") or {}).items()))
+        parts.append(
+            f"wakes: {role}: next tick {wake.get('next_tick') or '-'}; last: {wake.get('last') or '-'} "
+            f"{wake.get('last_reason') or ''}".rstrip()
+            + (f"; skips: {skips}" if skips else "")
+        )
     for role, why in (snap.get("journal_problems") or {}).items():
         parts.append(f"journal: {role}: {why}")
     if snap.get("held"):

@@ -16,7 +16,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = REPO / "bench" / "run.py"
-SCENARIO_LABELS = ("| latency |", "| throughput |", "| start-up |", "| cancel |", "| memory |", "| idle |")
+SCENARIO_LABELS = (
+    "| latency |",
+    "| throughput |",
+    "| start-up |",
+    "| cancel |",
+    "| memory |",
+    "| idle |",
+    "| schedule |",
+)
 
 pytestmark = pytest.mark.skipif(
     not any(shutil.which(c) for c in (os.environ.get("CC") or "cc", "gcc", "clang")),

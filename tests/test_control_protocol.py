@@ -29,6 +29,9 @@ CLI_REQUESTS: list[tuple[str, dict[str, Any]]] = [
     ("cancel", {"memo": None, "role": "builder", "reason": "enough", "all": False, "who": "me (pid 1)"}),
     ("interrupt", {"memo": "B-031", "keep": True, "reason": "interrupted", "who": "me (pid 1)"}),
     ("tell", {"memo": "B-031", "text": "and the footer [too]", "who": "me (pid 1)"}),
+    ("wake", {"role": "rin", "task": None, "who": "me (pid 1)"}),
+    ("wake", {"role": "rin", "task": "diary", "who": "me (pid 1)"}),
+    ("schedule_changed", {}),
 ]
 
 
@@ -201,6 +204,9 @@ def test_the_handler_gets_the_validated_model_and_its_result_is_the_answer(tmp_p
         "CancelRequest",
         "InterruptRequest",
         "TellRequest",
+        "WakeRequest",
+        "WakeRequest",
+        "ScheduleChangedRequest",
     ]
     assert isinstance(seen[2], protocol.CancelRequest) and seen[2].memo == "B-031" and seen[2].all is False
     assert logged == []

@@ -122,3 +122,17 @@ def test_a_task_name_used_twice_is_an_error(project: Project) -> None:
     result = project.cli("schedule")
     assert result.returncode == 2 and "roles.rin.tasks.a" in result.stderr, result.stderr
     assert os.path.exists(project.root / "roles.yaml")
+
+
+def test_skip_reasons_show_in_plain_status_and_schedule(project: Project) -> None:
+    project.configure({"rin": {"wake": {"every": "1s"}, "tasks": {"diary": {"daily": "21:00", "text": "d"}}}})
+    orch = project.up()
+    wait_for(lambda: project.status()["wakes"]["rin"]["skips"].get("idle", 0) >= 2, what="idle skips counted")
+    status = project.cli("status")
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.startswith("wakes: rin:"))
+    assert "last: skip idle: no task due" in line and "skips: idle " in line, line
+    schedule = project.cli("schedule")
+    assert schedule.returncode == 0, schedule.stderr
+    assert "last: skip idle: no task due" in schedule.stdout and "skips: idle " in schedule.stdout
+    assert orch.stop() == 0

@@ -4,6 +4,7 @@ weekly rules across DST, clock jumps, coalescing, done only on success, quiet ho
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -284,3 +285,38 @@ def test_a_job_writes_its_memo_when_due_and_is_done_only_on_success(tmp_path: Pa
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_a_wall_clock_that_goes_back_does_not_stall_the_heartbeat(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = await start(root, {"rin": {"wake": {"every": "30m"}}}, at("2026-11-30T09:00"))
+        assert records.skips(r.sup.store.db, "rin") == {"idle": 1}
+        await r.advance(600)  # 09:10
+        r.clock._wall -= timedelta(hours=1)  # NTP or a restored snapshot: 08:10 again
+        await r.advance(33 * 60)  # 08:43 by the wall: one period and the timer's minute after the jump
+        assert records.skips(r.sup.store.db, "rin") == {"idle": 2}, "the next tick came within one period"
+        await r.advance(30 * 60)
+        assert records.skips(r.sup.store.db, "rin") == {"idle": 3}, "and the ones after it, never two at once"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_the_default_zone_is_the_machines_with_its_dst_rules(monkeypatch: Any) -> None:
+    from orchestrator.schedule.settings import zone
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    tz = zone(None)
+    winter, summer = datetime(2026, 1, 15, 12, tzinfo=tz), datetime(2026, 7, 15, 12, tzinfo=tz)
+    assert winter.utcoffset() == timedelta(hours=-5) and summer.utcoffset() == timedelta(hours=-4)
+    daily = rules.Rule("daily", at=rules.parse_time_of_day("21:00"))
+    before = datetime(2026, 3, 7, 22, 0, tzinfo=tz).astimezone(UTC)  # the evening before the spring change
+    after = rules.due_at(daily, before, before, tz)
+    assert after is not None and after.astimezone(tz).strftime("%Y-%m-%d %H:%M") == "2026-03-08 21:00"
+    monkeypatch.setenv("TZ", "JST-9")  # a POSIX rule, not a zone name: the offset the C library has for it
+    time.tzset()
+    try:
+        assert datetime(2026, 1, 15, tzinfo=zone(None)).utcoffset() == timedelta(hours=9)
+    finally:
+        monkeypatch.undo()  # TZ as it was, and the C library told so
+        time.tzset()

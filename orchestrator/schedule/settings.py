@@ -5,6 +5,7 @@ error naming its key (exit 2) before any memo moves."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from datetime import UTC, datetime, time, tzinfo
@@ -36,9 +37,27 @@ class _Strict(BaseModel):
 def zone(name: str | None) -> tzinfo:
     """The team's time zone: an IANA name, or the machine's local zone when none is configured."""
     if name is None:
-        local = datetime.now().astimezone().tzinfo
-        return local if local is not None else UTC
+        return local_zone()
     return ZoneInfo(name)
+
+
+def local_zone() -> tzinfo:
+    """The machine's zone with its rules (``$TZ``, else ``/etc/localtime``), so a daily 21:00 stays at 21:00 across
+    a DST change; the current fixed offset only when neither names a zone (a POSIX ``TZ`` such as ``JST-9``)."""
+    fixed = datetime.now().astimezone().tzinfo or UTC
+    env = os.environ.get("TZ")
+    if env is not None:
+        try:
+            return ZoneInfo(env.removeprefix(":"))
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            return fixed
+    with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
+        target = os.path.realpath("/etc/localtime")
+        if "/zoneinfo/" in target:
+            return ZoneInfo(target.split("/zoneinfo/", 1)[1])
+        with open("/etc/localtime", "rb") as handle:
+            return ZoneInfo.from_file(handle, key="localtime")
+    return fixed
 
 
 def check_timezone(name: str | None) -> str | None:

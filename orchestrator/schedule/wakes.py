@@ -35,6 +35,7 @@ from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import ACTIVE, INBOX, new_memo_id, render_memo, slug, write_atomically
 from orchestrator.schedule import records, rules
+from orchestrator.schedule.preflight import PreflightGate, preflight_probes
 from orchestrator.schedule.probes import Probe, ProbeResult, run_probes
 from orchestrator.schedule.settings import TaskSettings, zone
 
@@ -118,6 +119,8 @@ class Wakes:
         sup.handlers[ScheduleChanged] = self._on_schedule_changed
         sup.lc.listeners.append(self.run_finished)
         sup.launcher.sections.append(self.section)
+        self.told: set[str] = set()  # roles whose notify role was told of a held wake, to be told of the recovery
+        self.preflight = PreflightGate(sup, self)  # the preflight before every run, not only wakes
 
     # ------------------------------------------------------------------ public API
     def register_job(
@@ -225,8 +228,11 @@ class Wakes:
         for name in self.scheduled_roles():
             role = self.config.roles[name]
             if name in self.next_tick:
+                assert role.wake is not None and role.wake.every
+                # a wall clock that went back (NTP, a restored snapshot) must not stall the heartbeat: the next
+                # tick is never further off than one period, as ``rules.next_tick`` has it at start-up
+                self.next_tick[name] = min(self.next_tick[name], now + timedelta(seconds=role.wake.every))
                 if self.next_tick[name] <= now:
-                    assert role.wake is not None and role.wake.every
                     records.set_tick(self.db, name, now)
                     self.next_tick[name] = now + timedelta(seconds=role.wake.every)
                     self.tick(name, "heartbeat")
@@ -341,8 +347,7 @@ class Wakes:
 
     def _probes(self, role: Role) -> list[Probe]:
         out = [Probe("signal", name, tuple(s.command), s.timeout) for name, s in role.signals.items()]
-        out += [Probe("preflight", " ".join(argv), tuple(argv), 30.0) for argv in role.preflight]
-        return out
+        return out + preflight_probes(role)
 
     async def _run_probes(
         self, name: str, probes: list[Probe], forced: str | None, manual: bool, reply: asyncio.Future[Any] | None
@@ -357,6 +362,7 @@ class Wakes:
     def _on_probes_done(self, event: ProbesDone) -> None:
         name = event.role
         self.probing.discard(name)
+        self.preflight.observed(name, event.results)
         failures = [r for r in event.results if not r.ok]
         if failures:
             self._held(name, failures[0].describe)
@@ -465,6 +471,9 @@ class Wakes:
     def _held(self, name: str, reason: str) -> None:
         if self.sup.holds.hold(name, HOLD_SOURCE, reason):
             self.console.line(f"wake held: {reason}", role=name)
+            if reason.startswith("preflight ") and name in self.preflight.told:
+                return  # the notify role was told of this preflight failure already, for the role's runs
+            self.told.add(name)
             self._notify(
                 name,
                 f"Held: wakes of {name}",
@@ -473,12 +482,18 @@ class Wakes:
             )
 
     def _released(self, name: str) -> None:
-        if self.sup.holds.release(name, HOLD_SOURCE):
+        if self.sup.holds.release(name, HOLD_SOURCE) and name in self.told:
+            self.told.discard(name)
             self._notify(
                 name,
                 f"Recovered: wakes of {name}",
                 f"The signals and preflight of role **{name}** succeed again; its wakes go on.",
             )
+
+    def preflight_recovered(self, name: str) -> None:
+        """The role's preflight passed (before a run): a wake hold that a failing preflight set is lifted too."""
+        if self.sup.holds.current.get(name, {}).get(HOLD_SOURCE, "").startswith("preflight "):
+            self._released(name)
 
     def _notify(self, name: str, subject: str, body: str) -> None:
         notify = self.config.notify

@@ -21,24 +21,28 @@ class Holds:
         # called before each scheduling pass, so a hold follows a condition (a context file gone, back again)
         self.checks: list[Callable[[], None]] = []
 
-    def hold(self, role: str, source: str, reason: str) -> bool:
-        """Hold ``role`` for ``source``; True when this is new (or a new reason), so callers can tell people once."""
+    def hold(self, role: str, source: str, reason: str, *, quiet: bool = False) -> bool:
+        """Hold ``role`` for ``source``; True when this is new (or a new reason), so callers can tell people once.
+
+        ``quiet``: no log line, for a hold of milliseconds that is no news (a check under way)."""
         held = self.current.setdefault(role, {})
         if held.get(source) == reason:
             return False
         held[source] = reason
-        self.console.line(f"held: {reason}; its memos wait in the inbox", role=role)
+        if not quiet:
+            self.console.line(f"held: {reason}; its memos wait in the inbox", role=role)
         return True
 
-    def release(self, role: str, source: str) -> bool:
-        """Lift ``source``'s hold of ``role``; True when there was one."""
+    def release(self, role: str, source: str, *, quiet: bool = False) -> bool:
+        """Lift ``source``'s hold of ``role``; True when there was one (``quiet``: no log line)."""
         held = self.current.get(role, {})
         if source not in held:
             return False
         del held[source]
         if not held:
             del self.current[role]
-        self.console.line(f"released ({source}): new work may start again", role=role)
+        if not quiet:
+            self.console.line(f"released ({source}): new work may start again", role=role)
         return True
 
     def held_roles(self) -> list[str]:
