@@ -75,8 +75,15 @@ def write_handoff(handoff: Handoff, text: str) -> None:
     write_atomically(handoff.path, text)
 
 
+_ANY_DATE = re.compile(r"\(until (\d{4}-\d{2}-\d{2})\)", re.MULTILINE)
+
+
 def expire(text: str, today: date) -> tuple[str, list[str]]:
     """Drop list items ending in ``(until YYYY-MM-DD)`` whose date has passed; (new text, dropped lines)."""
+    # the common case, every date still to come: one scan of the text (ISO dates compare as strings)
+    cutoff = today.isoformat()
+    if all(found.group(1) >= cutoff for found in _ANY_DATE.finditer(text)):
+        return text, []
     kept: list[str] = []
     dropped: list[str] = []
     inside = False
