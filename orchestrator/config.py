@@ -168,6 +168,7 @@ class TeamFile(_Strict):
     notify: str | None = None
     rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
+    recovery: Literal["adopt", "restart"] = "adopt"
     budget: TeamBudget = Field(default_factory=TeamBudget)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
@@ -184,6 +185,7 @@ class Config(_Strict):
     max_memo_bytes: int
     budget: TeamBudget
     roles: dict[str, Role]
+    recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -293,4 +295,5 @@ def load_config(root: Path) -> Config:
         max_memo_bytes=team.max_memo_bytes,
         budget=team.budget,
         roles=roles,
+        recovery=team.recovery,
     )
