@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crashes import keeper
+
 from harness import (
     INOTIFY_HELP,
     BenchError,
@@ -68,6 +70,9 @@ class Sizes:
     idle_window: float
     idle_roles: int
     cli_samples: int
+    crash_memos: int = 300
+    crash_kills: int = 5
+    crash_sleep: float = 0.3
 
 
 FULL = Sizes(
@@ -109,6 +114,9 @@ SMOKE = Sizes(
     memory_batch=10,
     idle_window=2.0,
     idle_roles=10,
+    crash_memos=20,
+    crash_kills=2,
+    crash_sleep=0.05,
 )
 
 
@@ -861,6 +869,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "cancel": cancel,
     "memory": memory,
     "idle": idle,
+    "keeper": keeper,
 }
 
 

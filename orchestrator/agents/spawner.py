@@ -8,6 +8,7 @@ methods, so the supervisor's rules run with no process and no real time.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,8 +42,10 @@ class Spawner(Protocol):
 class ProcessSpawner:
     """Real agent processes under this project root."""
 
-    def __init__(self, root: Path, use_keeper: bool = True) -> None:
+    def __init__(self, root: Path, use_keeper: bool | None = None) -> None:
         self.root = str(root)
+        if use_keeper is None:  # ORCHESTRATOR_KEEPER=off: no keeper (the benchmark's comparison)
+            use_keeper = os.environ.get("ORCHESTRATOR_KEEPER", "on") != "off"
         # every command agent runs under a keeper, so its exit status outlives us (None: no compiler, no keeper)
         self.keeper = keeper.build() if use_keeper else None
 
