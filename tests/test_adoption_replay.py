@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from conftest import wait_for
 from orchestrator.agents import keeper
 from orchestrator.core.clock import iso
 from orchestrator.supervisor.adoption import Adopter
@@ -61,7 +62,8 @@ def test_a_recorded_success_is_archived_and_never_run_again(tmp_path: Path) -> N
         assert r.folder("builder", "archive") == ["A-1.md"]
         assert r.spawner.agents == [], "no agent started"
         assert r.sup.store.run(run_id)["state"] == "succeeded"
-        assert not keeper.exit_path(r.config.state_dir, run_id, 1).exists(), "the spent record is removed"
+        spent = keeper.exit_path(r.config.state_dir, run_id, 1)
+        wait_for(lambda: not spent.exists(), timeout=5, what="the spent record removed")
         r.close()
 
     play(tmp_path, scenario)

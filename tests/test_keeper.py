@@ -139,7 +139,7 @@ def test_an_agent_that_ends_while_the_orchestrator_is_down_is_not_run_again(proj
     wait_for(lambda: project.folder("builder", "archive") == ["A-1.md"], what="A-1 archived")
     assert len(project.records()) == 1, "never run again"
     assert "ended while the orchestrator was down (exit status 0)" in orch.output
-    assert not exit_file.exists(), "a spent record is removed with its run"
+    wait_for(lambda: not exit_file.exists(), timeout=5, what="the spent record removed with its run")
     assert orch.stop() == 0
 
 
