@@ -513,14 +513,18 @@ def test_extension_points_hold_fill_check_and_hook_without_touching_the_core(tmp
             root / "prompts" / "builder.md"
         )
         seen: list[tuple[str, str]] = []
-        r.sup.lc.before_finish.append(lambda run, state, reason: seen.append((run.memos[0].path.parent.name, state.value)))
+        r.sup.lc.before_finish.append(
+            lambda run, state, reason: seen.append((run.memos[0].path.parent.name, state.value))
+        )
         r.sup.launcher.sections.append(lambda run: {"tasks": f"diary (run {run.seq})"})
         r.sup.launcher.memo_checks.append(lambda role, ref, text: "a loop" if "ping" in text else None)
 
         r.sup.holds.hold("builder", "preflight", "preflight python3 -c 'import discord' failed")
         await r.drop("builder", "a.md")
         assert r.spawner.agents == [] and r.folder("builder", "inbox") == ["a.md"], "a held role starts nothing"
-        assert r.sup.snapshot_light()["holds"] == {"builder": {"preflight": "preflight python3 -c 'import discord' failed"}}
+        assert r.sup.snapshot_light()["holds"] == {
+            "builder": {"preflight": "preflight python3 -c 'import discord' failed"}
+        }
         r.sup.holds.release("builder", "preflight")
         r.sup.handle(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
         await r.settle()
