@@ -210,3 +210,22 @@ def test_stop_force_still_kills_every_agent(project):
     assert not pid_alive(record["pid"])
     assert not any(keeper.is_keeper(p.pid) and p.ppid() == orch.proc.pid for p in psutil.process_iter())
     assert project.folder("builder", "inbox") == ["F-1.md"]
+
+
+def test_a_killed_keeper_leaves_its_run_waiting_for_the_agent(project):
+    """Nobody may start a second agent for the memo while the first still works, even without its keeper."""
+    project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.1s"]}}})
+    gate = project.root / "gate"
+    orch = project.up()
+    project.drop("builder", "K-1.md", {"id": "K-1", "agent": {"until": str(gate)}})
+    record = wait_for(lambda: project.records(), what="the agent started")[0]
+    keeper_pid = psutil.Process(record["pid"]).ppid()
+    assert keeper.is_keeper(keeper_pid)
+    os.kill(keeper_pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(keeper_pid), what="the keeper gone")
+    assert project.status()["runs"][0]["state"] == "running"
+    assert pid_alive(record["pid"]) and len(project.records()) == 1
+    gate.touch()
+    wait_for(lambda: len(project.records()) == 2, what="the retry")  # its status died with the keeper: a failure
+    assert not pid_alive(record["pid"]), "the retry starts only after the first agent ended"
+    assert orch.stop() == 0

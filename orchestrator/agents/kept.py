@@ -42,7 +42,12 @@ class KeptAgent(Agent):
     async def wait(self) -> int:
         code = await super().wait()
         record = keeper.read_exit(exit_record_path(self.spec))
-        return record.returncode if record is not None else code
+        if record is not None:
+            return record.returncode
+        if self.ref is not None and self.ref.process() is not None:
+            # the keeper was killed on its own: the agent lives on (now our child, as subreaper); its end counts
+            await keeper.wait_pid(self.agent_pid)
+        return code
 
 
 async def start_kept(
