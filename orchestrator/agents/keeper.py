@@ -169,10 +169,8 @@ def is_keeper(pid: int) -> bool:
 
 def main() -> int:
     """``python -m orchestrator.agents.keeper``: build the binary (``make`` calls this)."""
-    built = build(force="--force" in sys.argv)
-    if built is None:
-        print("orchestrator: could not build the keeper (no C compiler?); agents run without it", file=sys.stderr)
-        return 1
+    if build(force="--force" in sys.argv) is None:
+        sys.exit("orchestrator: could not build the keeper (no C compiler?); agents run without it")
     return 0
 
 
