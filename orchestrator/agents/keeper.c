@@ -2,13 +2,13 @@
  *
  *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD PROGRAM [ARG...]
  *
- * The agent is forked, made the leader of a new session (so its pid is its process group and
- * its session, as without a keeper), and exec'd with this environment, where every KEEPER_X=v
+ * The agent is spawned as the leader of a new session (so its pid is its process group and
+ * its session, as without a keeper) with this environment, where every KEEPER_X=v
  * becomes X=v: the orchestrator hands the ORCHESTRATOR_* variables over that way, so the
  * keeper itself carries no run id and no kill ladder mistakes it for part of the agent.
  *
- * STATUS_FD (close-on-exec) tells the orchestrator "P<pid>\n" once the agent is forked, and
- * "E<errno>\n" when its exec failed; its end of file means the exec is done.
+ * STATUS_FD tells the orchestrator "P<pid>\n" once the agent is exec'd, or "E<errno>\n" when
+ * its exec failed (the keeper then exits 127); its end of file means the keeper has said it.
  *
  * When the agent ends, "exit N\n" or "signal N\n" (with " timeout" appended when the keeper
  * itself stopped it) goes to EXIT_PATH.tmp, then is renamed to EXIT_PATH, then the keeper exits.
@@ -23,9 +23,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,9 +48,31 @@ static void say(int fd, char kind, long value) {
     }
 }
 
+/* mkdir of PATH's folder and of the folder above it, here and not in the orchestrator: it is off the
+ * start's path, and a metadata write on a busy disk can wait milliseconds behind a journal commit */
+static void make_parents(const char *path) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return;
+    *slash = '\0';
+    if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+        return;
+    char *up = strrchr(dir, '/');
+    if (up != NULL) {
+        *up = '\0';
+        mkdir(dir, 0700);
+        *up = '/';
+    }
+    mkdir(dir, 0700);
+}
+
 static int record(const char *path, int status, int timed_out) {
     char tmp[4096], line[64];
     int len;
+    make_parents(path);
     if (WIFEXITED(status))
         len = snprintf(line, sizeof line, "exit %d%s\n", WEXITSTATUS(status), timed_out ? " timeout" : "");
     else
@@ -101,18 +125,23 @@ int main(int argc, char **argv) {
     /* a write to the status pipe of an orchestrator that just died must not kill the keeper */
     signal(SIGPIPE, SIG_IGN);
     double started = now();
-    pid_t agent = fork();
-    if (agent < 0) {
-        say(status_fd, 'E', errno);
-        return 126;
-    }
-    if (agent == 0) {
-        setsid();
-        signal(SIGPIPE, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &previous, NULL);
-        execve(command[0], command, env);
-        say(status_fd, 'E', errno);
-        _exit(127);
+    /* posix_spawn (a vfork in glibc) returns once the agent is exec'd, in a session of its own with the
+     * signal mask and SIGPIPE as they were: only then is the orchestrator woken by the status line, so
+     * on a busy machine it does not take the CPU from an agent that is between its fork and its exec */
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigmask(&attr, &previous);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t agent;
+    int failed = posix_spawn(&agent, command[0], NULL, &attr, command, env);
+    posix_spawnattr_destroy(&attr);
+    if (failed != 0) {
+        say(status_fd, 'E', failed);
+        return 127;
     }
     say(status_fd, 'P', (long)agent);
     if (status_fd >= 0)

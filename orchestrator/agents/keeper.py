@@ -47,10 +47,13 @@ def build(force: bool = False) -> Path | None:
     fd, tmp = tempfile.mkstemp(prefix=".keeper-", dir=BINARY.parent)
     os.close(fd)
     try:
-        done = subprocess.run(
-            [compiler, "-O2", "-Wall", "-o", tmp, str(SOURCE)], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
+        for flags in (["-static"], []):  # static when the C library allows it: no dynamic loader at each start
+            done = subprocess.run(
+                [compiler, "-O2", "-Wall", *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, check=False
+            )
+            if done.returncode == 0:
+                break
+        else:
             return None
         os.chmod(tmp, 0o755)
         os.replace(tmp, BINARY)  # atomic: concurrent builds each install a whole binary

@@ -63,9 +63,7 @@ async def start_kept(
     from orchestrator.agents.command import _feed_stdin
 
     role = spec.role
-    record = exit_record_path(spec)
-    record.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    record.unlink(missing_ok=True)
+    record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
     read_fd, write_fd = os.pipe()
     kill_after = role.timeout + role.grace + keeper.MARGIN
     try:
