@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,sdk]'
+	$(BIN)/python -m orchestrator.agents.keeper || true   # the per-attempt keeper (C); agents run without it if it cannot be built
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crashes import keeper
+
 from budget_fuse import fuse
 from harness import (
     INOTIFY_HELP,
@@ -69,6 +71,9 @@ class Sizes:
     idle_window: float
     idle_roles: int
     cli_samples: int
+    crash_memos: int = 300
+    crash_kills: int = 5
+    crash_sleep: float = 0.3
 
 
 FULL = Sizes(
@@ -110,6 +115,9 @@ SMOKE = Sizes(
     memory_batch=10,
     idle_window=2.0,
     idle_roles=10,
+    crash_memos=20,
+    crash_kills=2,
+    crash_sleep=0.05,
 )
 
 
@@ -865,6 +873,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "continuity": lambda ctx: __import__("continuity_scenario").continuity(ctx),
     "fuse": fuse,
     "schedule": lambda ctx: __import__("schedule_scenario").schedule(ctx),
+    "keeper": keeper,
 }
 
 

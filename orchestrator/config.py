@@ -233,6 +233,7 @@ class TeamFile(_Strict):
     notify: str | None = None
     rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
+    recovery: Literal["adopt", "restart"] = "adopt"
     budget: TeamBudget = Field(default_factory=TeamBudget)
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
@@ -255,6 +256,7 @@ class Config(_Strict):
     timezone: str | None = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
     limits: Limits = Field(default_factory=Limits)
+    recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -374,4 +376,5 @@ def load_config(root: Path) -> Config:
         timezone=team.timezone,
         memory=team.memory,
         limits=team.limits,
+        recovery=team.recovery,
     )

@@ -90,8 +90,8 @@ class FakeSpawner:
         self.stops.append((run_id, grace, interrupt_first))
         if self.hold_stop is not None:
             await self.hold_stop.wait()
-        pids = [agent.pid] if agent is not None and agent.alive else []
-        if agent is not None:
+        pids = [agent.pid] if isinstance(agent, FakeAgent) and agent.alive else []
+        if isinstance(agent, FakeAgent):  # an adopted agent is a real process: the test ends it itself
             agent.exit(-15)
         return KillReport(pids=pids, seconds=0.0)
 

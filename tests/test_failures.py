@@ -351,7 +351,8 @@ def test_timeout_is_retried_with_retry_timeouts(project):
 
 # --------------------------------------------------- the orchestrator dies
 def test_orchestrator_killed_mid_run_then_restarted(project):
-    project.configure({"builder": {}})
+    # the stop-and-requeue way, kept as `recovery: restart`; adoption (the default) is in test_keeper.py
+    project.configure({"builder": {}}, recovery="restart")
     first = project.up()
     project.drop(
         "builder",

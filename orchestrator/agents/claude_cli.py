@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents.claude_errors import classify, last_meaningful_line, one_line
 from orchestrator.agents.command import Agent, LaunchSpec, resolve_command
@@ -135,22 +136,24 @@ class ClaudeCommandAgent(Agent):
         """The exit status; a failure gets the CLI's last meaningful output line as its reason."""
         code = await super().wait()
         if code > 0 and self.failure_reason is None:
-            self._explain(code)
+            explain_exit(self, code, self.log_offset)
         return code
 
-    def _explain(self, code: int) -> None:
-        try:
-            with open(self.spec.log_path, "rb") as handle:
-                handle.seek(max(self.log_offset, os.path.getsize(self.spec.log_path) - LOG_TAIL_BYTES))
-                text = handle.read().decode("utf-8", "replace")
-        except OSError:
-            return
-        line = last_meaningful_line(text)
-        if line is None:
-            return
-        problem = classify(line)
-        if problem is not None:
-            self.failure_reason = f"{problem.reason} (exit code {code})"
-            self.permanent_failure = problem.permanent
-        else:
-            self.failure_reason = f"exit code {code}: Claude Code said: {line}"
+
+def explain_exit(agent: Any, code: int, log_offset: int) -> None:
+    """Set a failed Claude CLI agent's ``failure_reason`` (and ``permanent_failure``) from its own output."""
+    try:
+        with open(agent.spec.log_path, "rb") as handle:
+            handle.seek(max(log_offset, os.path.getsize(agent.spec.log_path) - LOG_TAIL_BYTES))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return
+    line = last_meaningful_line(text)
+    if line is None:
+        return
+    problem = classify(line)
+    if problem is not None:
+        agent.failure_reason = f"{problem.reason} (exit code {code})"
+        agent.permanent_failure = problem.permanent
+    else:
+        agent.failure_reason = f"exit code {code}: Claude Code said: {line}"

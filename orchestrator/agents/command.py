@@ -143,8 +143,10 @@ def open_log(path: Path, header: str) -> int:
     return fd
 
 
-async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> Agent:
-    """Start a ``command`` role's agent; ``on_exit`` is called in the loop when it ends."""
+async def start_command(
+    spec: LaunchSpec, on_exit: Callable[[Agent, int], None], keeper_binary: Path | None = None
+) -> Agent:
+    """Start a ``command`` role's agent (under ``keeper_binary`` when given); ``on_exit`` is called when it ends."""
     role = spec.role
     cwd = (spec.root / role.cwd).resolve()
     argv = list(role.command)
@@ -162,6 +164,18 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     log_fd = open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n")
     log_offset = os.lseek(log_fd, 0, os.SEEK_END)
+    if keeper_binary is not None:
+        from orchestrator.agents.kept import start_kept
+
+        try:
+            kept = await start_kept(spec, keeper_binary, executable, argv, prompt, log_fd, on_exit)
+        finally:
+            os.close(log_fd)
+        from orchestrator.agents.claude_cli import is_claude_command
+
+        if is_claude_command(argv):
+            setattr(kept, "explain_from_log", log_offset)  # noqa: B010 - a KeptAgent: explained from the CLI's output
+        return kept
     try:
         with procs.spawning():
             proc = await asyncio.create_subprocess_exec(
@@ -176,12 +190,7 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
             )
             procs.spare(proc.pid)
     except OSError as exc:
-        hint = (
-            " (the file exists: is the interpreter on its #! line missing?)"
-            if (exc.errno == errno.ENOENT and os.path.isfile(executable))
-            else ""
-        )
-        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}{hint}") from None
+        raise cannot_start(argv[0], executable, exc.errno, exc.strerror or str(exc)) from None
     finally:
         os.close(log_fd)
     from orchestrator.agents.claude_cli import ClaudeCommandAgent, is_claude_command
@@ -189,14 +198,27 @@ async def start_command(spec: LaunchSpec, on_exit: Callable[[Agent, int], None])
     agent = ClaudeCommandAgent(proc, spec, log_offset=log_offset) if is_claude_command(argv) else Agent(proc, spec)
     if role.prompt_via == "stdin":
         agent._keep(_feed_stdin(proc.stdin, prompt))
-    _watch_exit(agent, on_exit)
+    watch_exit(agent, on_exit)
     return agent
 
 
-def _watch_exit(agent: Agent, on_exit: Callable[[Agent, int], None]) -> None:
+def cannot_start(program: str, executable: str, code: int | None, text: str) -> SpawnError:
+    """The one-line error for an exec that failed with errno ``code``."""
+    hint = (
+        " (the file exists: is the interpreter on its #! line missing?)"
+        if (code == errno.ENOENT and os.path.isfile(executable))
+        else ""
+    )
+    return SpawnError(f"cannot start {program!r}: {text}{hint}")
+
+
+def watch_exit(agent: Agent, on_exit: Callable[[Agent, int], None]) -> None:
     async def waiter() -> None:
         code = await agent.wait()
         procs.unspare(agent.pid)
         on_exit(agent, code)
 
     agent.waiter = asyncio.ensure_future(waiter())  # a strong reference: the loop keeps only weak ones
+
+
+_watch_exit = watch_exit  # the sdk backend imports it under this name

@@ -8,12 +8,13 @@ methods, so the supervisor's rules run with no process and no real time.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.agents import procs
+from orchestrator.agents import keeper, procs
 from orchestrator.agents.command import Agent, LaunchSpec, start_command
 from orchestrator.core.errors import ControlError
 
@@ -42,15 +43,19 @@ class Spawner(Protocol):
 class ProcessSpawner:
     """Real agent processes under this project root."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, use_keeper: bool | None = None) -> None:
         self.root = str(root)
+        if use_keeper is None:  # ORCHESTRATOR_KEEPER=off: no keeper (the benchmark's comparison)
+            use_keeper = os.environ.get("ORCHESTRATOR_KEEPER", "on") != "off"
+        # every command agent runs under a keeper, so its exit status outlives us (None: no compiler, no keeper)
+        self.keeper = keeper.build() if use_keeper else None
 
     async def start(self, spec: LaunchSpec, on_exit: Callable[[Any, int], None]) -> Agent:
         if spec.role.backend == "sdk":
             from orchestrator.agents.sdk.backend import start_sdk
 
             return await start_sdk(spec, on_exit)
-        return await start_command(spec, on_exit)
+        return await start_command(spec, on_exit, self.keeper)
 
     async def stop(self, agent: Any, run_id: int, grace: float, log: Log, interrupt_first: bool) -> procs.KillReport:
         if agent is None:

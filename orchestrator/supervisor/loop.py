@@ -209,6 +209,7 @@ class Supervisor:
     async def serve(self) -> int:
         from orchestrator.control.channel import ControlServer, socket_path
         from orchestrator.intake.watcher import InboxWatcher
+        from orchestrator.supervisor.adoption import Adopter
         from orchestrator.supervisor.recovery import recover
 
         self.loop = asyncio.get_running_loop()
@@ -218,7 +219,7 @@ class Supervisor:
             # made a moment earlier is seen as half a move, which watchdog holds 0.5 s, stalling every event
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
-        await recover(self.config, self.store, self.console, self.lc)
+        await recover(self.config, self.store, self.console, self.lc, Adopter(*self._recovery_parts()))
         self.memory.start()
         self._refresh_budgets()
         self._install_signals()
@@ -251,6 +252,9 @@ class Supervisor:
                 task.cancel()
             self.store.close()
         return self.exit_code
+
+    def _recovery_parts(self) -> tuple[Any, ...]:
+        return (self.config, self.store, self.console, self.lc, self.handle, self.post)
 
     def _install_signals(self) -> None:
         assert self.loop is not None

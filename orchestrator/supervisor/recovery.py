@@ -1,11 +1,13 @@
 """Start-up reconciliation of the database with the folders, after an orchestrator died.
 
-Runs before the watcher starts. The choice made here: agents of an earlier
-orchestrator that still live are **stopped** with the kill ladder, never
-adopted, because their output pipe and exit status cannot be reattached; their
-runs are rebuilt from the records and finished through the lifecycle like any
-other, so their memos go back to ``inbox/`` with the attempt count kept and
-run again. So no two agents ever work on one memo at once, and nothing in
+Runs before the watcher starts. First the ``Adopter`` (``adoption``) takes back
+every run it can: a ``command`` run whose keeper recorded its agent's exit, or
+whose agent still lives, goes back into the table (``recovery: adopt``, the
+default). The agents of the other runs that still live (SDK runners, agents
+started without a keeper, ``recovery: restart``) are **stopped** with the kill
+ladder; their runs are rebuilt from the records and finished through the
+lifecycle like any other, so their memos go back to ``inbox/`` with the
+attempt count kept and run again. So no two agents ever work on one memo at once, and nothing in
 ``active/`` is forgotten. A run that was being cancelled is finished as
 cancelled: the person's decision outlives the orchestrator.
 """
@@ -20,10 +22,11 @@ import psutil
 from orchestrator.agents import procs
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
-from orchestrator.core.run import CancelOrder, Run
+from orchestrator.core.run import CancelOrder, MemoRef, Run
 from orchestrator.core.states import UNFINISHED, RunState
 from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
 from orchestrator.store import Store
+from orchestrator.supervisor.adoption import Adopter
 from orchestrator.supervisor.lifecycle import Lifecycle, active_ref
 
 DEFAULT_GRACE = 10.0
@@ -63,12 +66,17 @@ def orphan_run_ids(project_root: str) -> set[int]:
     return found
 
 
-async def recover(config: Config, store: Store, console: Console, lifecycle: Lifecycle) -> None:
-    """Stop leftover agents, finish their runs (returned, or cancelled), and empty every active/ folder."""
+async def recover(
+    config: Config, store: Store, console: Console, lifecycle: Lifecycle, adopter: Adopter | None = None
+) -> None:
+    """Adopt what ``adopter`` can; stop other leftover agents, finish their runs, and empty every active/ folder."""
     root = str(config.root)
     handled: set[int] = set()
     for row in store.runs_in_states(s.value for s in UNFINISHED):
         role = config.roles.get(row["role"])
+        if adopter is not None and adopter.adopt(row, role, _memo_refs(config, row)):
+            handled.add(row["run_id"])
+            continue
         grace = role.grace if role else DEFAULT_GRACE
         ref = procs.ProcRef(row["pid"], row["create_time"]) if row.get("pid") and row.get("create_time") else None
         target = procs.Target(ref, row["pid"] if ref and ref.process() else None, row["run_id"], root)
@@ -79,7 +87,17 @@ async def recover(config: Config, store: Store, console: Console, lifecycle: Lif
         report = await procs.stop_tree(procs.Target(None, None, run_id, root), DEFAULT_GRACE)
         console.line(f"recovery: stopped {len(report.pids)} leftover process(es) of run {run_id}: {report.pids}")
     for name in config.roles:
-        _empty_active(config, store, console, name)
+        _empty_active(config, store, console, name, adopter.kept.get(name, set()) if adopter else set())
+    if adopter is not None:
+        adopter.release()
+
+
+def _memo_refs(config: Config, row: dict[str, Any]) -> list[MemoRef]:
+    ids = row.get("memo_ids") or []
+    return [
+        active_ref(config, row["role"], name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
+        for i, name in enumerate(row["memos"])
+    ]
 
 
 def _finish_row(
@@ -93,11 +111,7 @@ def _finish_row(
 ) -> None:
     """Rebuild the run from its record and end it the one way runs end."""
     state = RunState(row["state"])
-    ids = row.get("memo_ids") or []
-    memos = [
-        active_ref(config, row["role"], name, ids[i] if i < len(ids) else None, row.get("subject") if i == 0 else None)
-        for i, name in enumerate(row["memos"])
-    ]
+    memos = _memo_refs(config, row)
     run = Run(
         run_id=row["run_id"],
         role=role or Role.model_validate({"name": row["role"], "prompt": "-"}),
@@ -131,11 +145,11 @@ def _finish_row(
             _warn_returned(console, store, row["role"], old, memo.name)
 
 
-def _empty_active(config: Config, store: Store, console: Console, role: str) -> None:
-    """Memos in active/ that no record holds (claimed just before the orchestrator died) go back to the inbox."""
+def _empty_active(config: Config, store: Store, console: Console, role: str, keep: set[str]) -> None:
+    """Memos in active/ that no live run holds (claimed just before the orchestrator died) go back to the inbox."""
     active = config.role_dir(role) / ACTIVE
     try:
-        names = sorted(n for n in os.listdir(active) if is_memo_name(n))
+        names = sorted(n for n in os.listdir(active) if is_memo_name(n) and n not in keep)
     except FileNotFoundError:
         return
     for name in names:

@@ -1,0 +1,187 @@
+/* The per-attempt keeper: starts one agent, waits for it, and leaves its exit status on disk.
+ *
+ *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD PROGRAM [ARG...]
+ *
+ * The agent is spawned as the leader of a new session (so its pid is its process group and
+ * its session, as without a keeper) with this environment, where every KEEPER_X=v
+ * becomes X=v: the orchestrator hands the ORCHESTRATOR_* variables over that way, so the
+ * keeper itself carries no run id and no kill ladder mistakes it for part of the agent.
+ *
+ * STATUS_FD tells the orchestrator "P<pid>\n" once the agent is exec'd, or "E<errno>\n" when
+ * its exec failed (the keeper then exits 127); its end of file means the keeper has said it.
+ *
+ * When the agent ends, "exit N\n" or "signal N\n" (with " timeout" appended when the keeper
+ * itself stopped it) goes to EXIT_PATH.tmp, then is renamed to EXIT_PATH, then the keeper exits.
+ * An orchestrator that died meanwhile reads it at its restart. Past KILL_AFTER seconds (0:
+ * never) the keeper stops the agent's group itself: SIGTERM, GRACE seconds, SIGKILL, so an
+ * agent whose orchestrator never comes back does not run unbounded.
+ *
+ * SIGTERM, SIGINT, SIGHUP and SIGQUIT are blocked and ignored, SIGPIPE too: the keeper ends
+ * when its agent ends, and only SIGKILL ends it sooner.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void say(int fd, char kind, long value) {
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "%c%ld\n", kind, value);
+    if (fd >= 0 && write(fd, buf, (size_t)len) < 0) {
+        /* the orchestrator is gone: nobody to tell */
+    }
+}
+
+/* mkdir of PATH's folder and of the folder above it, here and not in the orchestrator: it is off the
+ * start's path, and a metadata write on a busy disk can wait milliseconds behind a journal commit */
+static void make_parents(const char *path) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return;
+    *slash = '\0';
+    if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+        return;
+    char *up = strrchr(dir, '/');
+    if (up != NULL) {
+        *up = '\0';
+        mkdir(dir, 0700);
+        *up = '/';
+    }
+    mkdir(dir, 0700);
+}
+
+static int record(const char *path, int status, int timed_out) {
+    char tmp[4096], line[64];
+    int len;
+    make_parents(path);
+    if (WIFEXITED(status))
+        len = snprintf(line, sizeof line, "exit %d%s\n", WEXITSTATUS(status), timed_out ? " timeout" : "");
+    else
+        len = snprintf(line, sizeof line, "signal %d%s\n", WTERMSIG(status), timed_out ? " timeout" : "");
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return -1;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    ssize_t wrote = write(fd, line, (size_t)len);
+    close(fd);
+    if (wrote != len || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: %s EXIT_PATH KILL_AFTER GRACE STATUS_FD PROGRAM [ARG...]\n", argv[0]);
+        return 125;
+    }
+    const char *exit_path = argv[1];
+    double kill_after = atof(argv[2]);
+    double grace = atof(argv[3]);
+    int status_fd = atoi(argv[4]);
+    char **command = argv + 5;
+
+    size_t count = 0;
+    while (environ[count])
+        count++;
+    char **env = calloc(count + 1, sizeof *env);
+    if (env == NULL)
+        return 125;
+    for (size_t i = 0; i < count; i++)
+        env[i] = strncmp(environ[i], "KEEPER_", 7) == 0 ? environ[i] + 7 : environ[i];
+
+    sigset_t watched, previous;
+    sigemptyset(&watched);
+    sigaddset(&watched, SIGCHLD);
+    sigaddset(&watched, SIGTERM);
+    sigaddset(&watched, SIGINT);
+    sigaddset(&watched, SIGHUP);
+    sigaddset(&watched, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &watched, &previous);
+    if (status_fd >= 0)
+        fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+
+    /* a write to the status pipe of an orchestrator that just died must not kill the keeper */
+    signal(SIGPIPE, SIG_IGN);
+    double started = now();
+    /* posix_spawn (a vfork in glibc) returns once the agent is exec'd, in a session of its own with the
+     * signal mask and SIGPIPE as they were: only then is the orchestrator woken by the status line, so
+     * on a busy machine it does not take the CPU from an agent that is between its fork and its exec */
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigmask(&attr, &previous);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t agent;
+    int failed = posix_spawn(&agent, command[0], NULL, &attr, command, env);
+    posix_spawnattr_destroy(&attr);
+    if (failed != 0) {
+        say(status_fd, 'E', failed);
+        return 127;
+    }
+    say(status_fd, 'P', (long)agent);
+    if (status_fd >= 0)
+        close(status_fd);
+    int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) { /* the agent alone holds the prompt pipe: it must see its writer close */
+        dup2(null, 0);
+        close(null);
+    }
+
+    int stage = 0; /* 0: running, 1: SIGTERM sent, 2: SIGKILL sent */
+    double next = kill_after > 0 ? started + kill_after : 0;
+    int status = 0;
+    for (;;) {
+        pid_t done = waitpid(agent, &status, WNOHANG);
+        if (done == agent)
+            break;
+        if (done < 0 && errno != EINTR)
+            return 125;
+        int got;
+        if (next > 0 && stage < 2) {
+            double left = next - now();
+            if (left < 0)
+                left = 0;
+            struct timespec wait = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+            got = sigtimedwait(&watched, NULL, &wait);
+        } else {
+            got = sigwaitinfo(&watched, NULL);
+        }
+        if (got < 0 && errno == EAGAIN) {
+            if (stage == 0) {
+                kill(-agent, SIGTERM);
+                stage = 1;
+                next = now() + grace;
+            } else {
+                kill(-agent, SIGKILL);
+                stage = 2;
+            }
+        }
+    }
+    record(exit_path, status, stage > 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}

@@ -1,0 +1,181 @@
+"""The per-attempt keeper: a small C program between the orchestrator and each ``command`` agent.
+
+It forks the agent into a session of its own, waits for it and writes its exit
+status to ``.orchestrator/runs/<run_id>/<attempt>.exit`` before it exits, so the
+status outlives an orchestrator that was killed meanwhile; past the role's
+timeout (plus grace and a margin, so a live orchestrator always acts first) it
+stops the agent itself. The binary is built from ``keeper.c`` by ``make`` (or on
+first use, with ``cc``); without a compiler agents run without it, as before.
+
+A C program, not ``/bin/sh`` or a forked Python: measured on the 2-core VM (see
+bench/RESULTS.md), the keeper adds well under a millisecond to a start, where a
+shell wrapper cannot tell an exit status from a signal nor keep its stdin off the
+agent's prompt pipe, and a fork of the orchestrator copies a 40 MB process with
+threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.agents import procs
+
+SOURCE = Path(__file__).with_name("keeper.c")
+BINARY = Path(__file__).with_name("orchestrator-keeper")
+MARGIN = 1.0  # seconds past timeout + grace before the keeper acts on its own
+MARKS = ("ORCHESTRATOR_RUN_ID", "ORCHESTRATOR_ROOT", "ORCHESTRATOR_ATTEMPT")
+
+
+def build(force: bool = False) -> Path | None:
+    """The keeper binary, compiled now if it is missing or older than its source; None without a compiler."""
+    try:
+        if not force and BINARY.exists() and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
+            return BINARY
+    except OSError:
+        return None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    fd, tmp = tempfile.mkstemp(prefix=".keeper-", dir=BINARY.parent)
+    os.close(fd)
+    try:
+        for flags in (["-static"], []):  # static when the C library allows it: no dynamic loader at each start
+            done = subprocess.run(
+                [compiler, "-O2", "-Wall", *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, check=False
+            )
+            if done.returncode == 0:
+                break
+        else:
+            return None
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, BINARY)  # atomic: concurrent builds each install a whole binary
+        return BINARY
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def exit_path(state_dir: Path, run_id: int, attempt: int) -> Path:
+    """Where the keeper of this attempt leaves its agent's exit status."""
+    return state_dir / "runs" / str(run_id) / f"{attempt}.exit"
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """An agent's end as its keeper saw it: the return code as asyncio gives it (negative: a signal)."""
+
+    returncode: int
+    timed_out: bool
+
+
+def read_exit(path: Path) -> ExitRecord | None:
+    """The keeper's record, or None when there is none (yet) or it cannot be read."""
+    try:
+        words = path.read_text(encoding="ascii").split()
+        kind, number = words[0], int(words[1])
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    if kind not in ("exit", "signal"):
+        return None
+    return ExitRecord(number if kind == "exit" else -number, "timeout" in words[2:])
+
+
+def keeper_argv(binary: Path, record: Path, kill_after: float, grace: float, status_fd: int) -> list[str]:
+    """The keeper's own arguments; the agent's argv follows them."""
+    return [str(binary), str(record), f"{kill_after:.3f}", f"{grace:.3f}", str(status_fd)]
+
+
+def keeper_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment for the keeper: the run's marks under ``KEEPER_``, which it strips for the agent."""
+    out = dict(env)
+    for name in MARKS:
+        if name in out:
+            out["KEEPER_" + name] = out.pop(name)
+    return out
+
+
+async def read_status(fd: int) -> tuple[int | None, int | None]:
+    """Read the keeper's status pipe to its end: (the agent's pid, the exec's errno)."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            chunk = os.read(fd, 256)
+        except BlockingIOError:
+            await _readable(loop, fd)
+            continue
+        if not chunk:
+            break
+        data += chunk
+    pid = errno_ = None
+    for line in data.decode("ascii", "replace").split():
+        if line[:1] == "P" and line[1:].isdigit():
+            pid = int(line[1:])
+        elif line[:1] == "E" and line[1:].isdigit():
+            errno_ = int(line[1:])
+    return pid, errno_
+
+
+async def wait_pid(pid: int) -> None:
+    """Return when the process ``pid`` (not necessarily our child) has exited: a pidfd, or polling without one."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        while procs.ProcRef.of(pid) is not None and _running(pid):
+            await asyncio.sleep(0.05)
+        return
+    try:
+        await _readable(asyncio.get_running_loop(), fd)
+    finally:
+        os.close(fd)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+def _running(pid: int) -> bool:
+    ref = procs.ProcRef.of(pid)
+    return ref is not None and ref.process() is not None
+
+
+def is_keeper(pid: int) -> bool:
+    """Whether the live process ``pid`` is one of our keepers."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            first = handle.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(first) == BINARY.name.encode()
+
+
+def main() -> int:
+    """``python -m orchestrator.agents.keeper``: build the binary (``make`` calls this)."""
+    if build(force="--force" in sys.argv) is None:
+        sys.exit("orchestrator: could not build the keeper (no C compiler?); agents run without it")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""Agents under a keeper: started through it, or adopted at a restart from an orchestrator that died.
+
+``KeptAgent`` is the ``command`` backend's agent when the keeper binary exists:
+its pid is the agent's (a session leader, as without a keeper), its exit status
+is the one its keeper wrote to disk. ``AdoptedAgent`` is a live agent found at
+start-up: it is not our child, so its end is seen through a pidfd, and its
+status is read from the keeper's file the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents import keeper, procs
+from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, cannot_start, watch_exit
+
+UNKNOWN_EXIT = -signal.SIGKILL  # no record and no keeper: it was most likely killed with its keeper
+
+
+def exit_record_path(spec: LaunchSpec) -> Path:
+    return keeper.exit_path(spec.root / ".orchestrator", spec.run_id, spec.attempt)
+
+
+class KeptAgent(Agent):
+    """An agent started under a keeper; ``proc`` is the keeper, ``pid`` the agent."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, agent_pid: int) -> None:
+        super().__init__(proc, spec)
+        self.agent_pid = agent_pid
+        self.keeper_pid = proc.pid
+        self.ref = procs.ProcRef.of(agent_pid)
+        self.explain_from_log: int | None = None  # set for the Claude CLI: where this attempt's output starts
+        self.permanent_failure = False
+
+    @property
+    def pid(self) -> int:
+        return self.agent_pid
+
+    async def wait(self) -> int:
+        code = await self._wait()
+        if code > 0 and self.failure_reason is None and self.explain_from_log is not None:
+            from orchestrator.agents.claude_cli import explain_exit
+
+            explain_exit(self, code, self.explain_from_log)
+        return code
+
+    async def _wait(self) -> int:
+        code = await super().wait()
+        record = keeper.read_exit(exit_record_path(self.spec))
+        if record is not None:
+            return record.returncode
+        if self.ref is not None and self.ref.process() is not None:
+            # the keeper was killed on its own: the agent lives on (now our child, as subreaper); its end counts
+            await keeper.wait_pid(self.agent_pid)
+        return code
+
+
+async def start_kept(
+    spec: LaunchSpec,
+    binary: Path,
+    executable: str,
+    argv: list[str],
+    prompt: bytes,
+    log_fd: int,
+    on_exit: Callable[[Agent, int], None],
+) -> Agent:
+    """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``)."""
+    from orchestrator.agents.command import _feed_stdin
+
+    role = spec.role
+    record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
+    read_fd, write_fd = os.pipe()
+    kill_after = role.timeout + role.grace + keeper.MARGIN
+    try:
+        with procs.spawning():
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    str(binary),
+                    *keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd)[1:],
+                    executable,
+                    *argv[1:],
+                    stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=log_fd,
+                    cwd=(spec.root / role.cwd).resolve(),
+                    env=keeper.keeper_env(spec.env),
+                    start_new_session=True,
+                    pass_fds=(write_fd,),
+                )
+            finally:
+                os.close(write_fd)
+            procs.spare(proc.pid)
+    except OSError as exc:
+        os.close(read_fd)
+        raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}") from None
+    try:
+        agent_pid, failed = await keeper.read_status(read_fd)
+    finally:
+        os.close(read_fd)
+    if agent_pid is None or failed is not None:
+        await proc.wait()
+        procs.unspare(proc.pid)
+        if failed is not None:
+            raise cannot_start(argv[0], executable, failed, os.strerror(failed))
+        raise SpawnError(f"the keeper could not start {argv[0]!r} (exit status {proc.returncode})")
+    agent = KeptAgent(proc, spec, agent_pid)
+    if role.prompt_via == "stdin":
+        agent._keep(_feed_stdin(proc.stdin, prompt))
+
+    def exited(done: Agent, code: int) -> None:
+        procs.unspare(proc.pid)
+        on_exit(done, code)
+
+    watch_exit(agent, exited)
+    return agent
+
+
+class AdoptedAgent:
+    """A live agent of an earlier orchestrator, watched again; ``waiter`` ends when its exit status is known."""
+
+    backend = "command"
+
+    def __init__(self, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> None:
+        self.spec = spec
+        self.ref: procs.ProcRef | None = ref
+        self.agent_pid = ref.pid
+        self.keeper_pid = keeper_pid
+        self.activity: str | None = None
+        self.cost_usd: float | None = None
+        self.result: dict[str, Any] = {}
+        self.failure_reason: str | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.agent_pid
+
+    async def wait(self) -> int:
+        """The agent's exit status: its keeper's record once the keeper has ended (or the agent, without one)."""
+        path = exit_record_path(self.spec)
+        if self.keeper_pid is not None:
+            await keeper.wait_pid(self.keeper_pid)
+            record = keeper.read_exit(path)
+            if record is not None:
+                return record.returncode
+        await keeper.wait_pid(self.agent_pid)
+        record = keeper.read_exit(path)
+        return record.returncode if record is not None else UNKNOWN_EXIT
+
+    def watch(self, on_exit: Callable[[Any, int], None]) -> None:
+        """Report the exit through ``on_exit`` (in the loop), as a started agent's exit watcher does."""
+
+        async def waiter() -> None:
+            on_exit(self, await self.wait())
+
+        self.waiter = asyncio.ensure_future(waiter())
+
+    async def interrupt(self, keep: bool = False) -> None:
+        await Agent.interrupt(self, keep)  # type: ignore[arg-type]
+
+    async def tell(self, text: str) -> None:
+        await Agent.tell(self, text)  # type: ignore[arg-type]

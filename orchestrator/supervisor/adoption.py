@@ -1,0 +1,265 @@
+"""Adoption at a restart: runs whose agent outlived the orchestrator go back into the table, not back to the inbox.
+
+Recovery asks ``Adopter.adopt`` about each unfinished run before it acts. A
+``command`` run (``recovery: adopt``, the default) whose keeper left an exit
+record is rebuilt in its live state and its recorded exit comes back as the
+usual ``RunExited`` (with ``StopDone`` when the keeper stopped it for its
+timeout), so it is archived, retried or failed by the ordinary rules and never
+run again. A run whose agent still lives (same pid and create time, its run id,
+root and attempt in its environment) is rebuilt with its agent re-attached
+through a pidfd, its slot held and its timeout counted from the original start.
+Anything else is left to recovery's stop-and-requeue.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents import keeper, procs
+from orchestrator.agents.command import LaunchSpec
+from orchestrator.agents.kept import AdoptedAgent
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.core.events import Event, RunExited, RunFinished, StopDone, TimeoutFired
+from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.states import RunState
+from orchestrator.store import Store
+from orchestrator.supervisor.lifecycle import Lifecycle
+
+EXEC_WAIT = 2.0  # how long a keeper found before its agent's exec is waited for
+ADOPTABLE = (RunState.STARTING, RunState.RUNNING, RunState.TIMING_OUT)
+
+
+class Adopter:
+    """Re-attaches runs that outlived the orchestrator; its events are posted once recovery is done."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        console: Console,
+        lifecycle: Lifecycle,
+        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.console = console
+        self.lc = lifecycle
+        self.clock = lifecycle.clock
+        self.dispatch = dispatch
+        self.post = post
+        self.pending: list[Event] = []
+        self.kept: dict[str, set[str]] = {}  # role -> names of adopted memos, which stay in active/
+        self._remover: ThreadPoolExecutor | None = None
+        lifecycle.listeners.append(self.forget_records)
+
+    def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
+        """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
+        state = RunState(row["state"])
+        if self.config.recovery != "adopt" or role is None or role.backend != "command" or state not in ADOPTABLE:
+            return False
+        run_id, attempt = row["run_id"], row["attempt"]
+        record = keeper.read_exit(keeper.exit_path(self.config.state_dir, run_id, attempt))
+        found = None if record is not None else self._live_agent(row)
+        if record is None and found is None:  # it may have ended while we looked: its keeper is writing
+            record = self._await_record(row)
+        if record is None and found is None:
+            return False
+        run = self._rebuild(row, role, memos, RunState.TIMING_OUT if state is RunState.TIMING_OUT else RunState.RUNNING)
+        if record is not None:
+            how = f"exit status {record.returncode}" if record.returncode >= 0 else f"signal {-record.returncode}"
+            timed_out = record.timed_out or state is RunState.TIMING_OUT
+            if timed_out and run.state is RunState.RUNNING:
+                run.state = RunState.TIMING_OUT
+            self.console.line(
+                f"recovery: run {run_id} ({run.label}) ended while the orchestrator was down ({how}"
+                f"{', stopped by its keeper at its timeout' if record.timed_out else ''}); "
+                "finishing it as its keeper recorded, not running it again",
+                role=role.name,
+            )
+            self.pending.append(RunExited(run_id, attempt, record.returncode))
+            if timed_out:
+                self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
+        else:
+            assert found is not None
+            ref, keeper_pid = found
+            agent = AdoptedAgent(self._spec(run), ref, keeper_pid)
+            run.agent = agent
+            agent.watch(lambda _agent, code: self.dispatch(RunExited(run_id, attempt, code)))
+            self.store.update_run(run_id, state=run.state.value, pid=ref.pid, create_time=ref.create_time)
+            left = role.timeout - run.elapsed(self.clock.monotonic())
+            if state is RunState.TIMING_OUT:
+                run.state = RunState.RUNNING  # its ladder starts again, from the top
+                self.pending.append(TimeoutFired(run_id, attempt))
+            else:
+                run.timers["timeout"] = self.clock.call_later(
+                    max(0.0, left), self.dispatch, TimeoutFired(run_id, attempt)
+                )
+            self.console.line(
+                f"recovery: run {run_id} ({run.label}) was {state.value} when the orchestrator stopped; adopted its "
+                f"live agent (pid {ref.pid}{', keeper ' + str(keeper_pid) if keeper_pid else ''}), "
+                f"{max(0.0, left):.0f}s left of its timeout",
+                role=role.name,
+            )
+        self.lc.adopt(run)
+        self.kept.setdefault(role.name, set()).update(m.name for m in memos)
+        return True
+
+    def release(self) -> None:
+        """Recovery is done: the recorded exits are handled by the loop like any other."""
+        for event in self.pending:
+            self.post(event)
+        self.pending.clear()
+
+    def forget_records(self, event: RunFinished) -> None:
+        """A run ended: its keepers' exit records are spent; removed by a thread of their own.
+
+        Off the loop: an ``rmdir`` on a busy ext3 disk was measured at 1.4 ms, a start's worth of latency.
+        """
+        if event.run.role.backend != "command":
+            return
+        if self._remover is None:
+            self._remover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exit-records")
+        self._remover.submit(_remove_records, self.config.state_dir / "runs" / str(event.run.run_id))
+
+    # ------------------------------------------------------------ helpers
+    def _rebuild(self, row: dict[str, Any], role: Role, memos: list[MemoRef], state: RunState) -> Run:
+        run = Run(
+            run_id=row["run_id"],
+            role=role,
+            memos=memos,
+            arrival=0,
+            seq=row.get("seq"),
+            attempt=row["attempt"],
+            state=state,
+        )
+        run.log_path = self.config.state_dir / "logs" / f"{run.run_id}-{role.name}.log"
+        run.started_at = row.get("started_at")
+        ran = _seconds_since(row.get("started_at"), self.clock.now())
+        run.started_mono = self.clock.monotonic() - ran
+        return run
+
+    def _spec(self, run: Run) -> LaunchSpec:
+        return LaunchSpec(
+            run_id=run.run_id,
+            attempt=run.attempt,
+            role=run.role,
+            root=self.config.root,
+            prompt="",
+            memo_paths=[m.path for m in run.memos],
+            log_path=run.log_path or Path(os.devnull),
+            env={},
+        )
+
+    def _live_agent(self, row: dict[str, Any]) -> tuple[procs.ProcRef, int | None] | None:
+        """The run's agent when it still lives: (its reference, its keeper's pid or None)."""
+        marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
+        if row.get("pid") and row.get("create_time"):
+            ref = procs.ProcRef(row["pid"], row["create_time"])
+            proc = ref.process()
+            if proc is None or not _carries(ref.pid, marks):
+                return None
+        else:  # it died between the spawn and recording the pid: the session leader carrying the run's marks
+            found = self._unrecorded_agent(row, marks)
+            if found is None:
+                return None
+            ref = found
+        parent = _ppid(ref.pid)
+        return ref, parent if parent > 1 and keeper.is_keeper(parent) else None
+
+    def _await_record(self, row: dict[str, Any]) -> keeper.ExitRecord | None:
+        """The exit record, once every live keeper of the attempt has ended (it writes just before)."""
+        path = keeper.exit_path(self.config.state_dir, row["run_id"], row["attempt"])
+        keeper_marks = _keeper_marks(_marks(str(self.config.root), row["run_id"], row["attempt"]))
+        deadline = time.monotonic() + EXEC_WAIT
+        while not path.exists() and time.monotonic() < deadline:
+            if not any(_carries(pid, keeper_marks) and keeper.is_keeper(pid) for pid in procs.all_pids()):
+                break
+            time.sleep(0.005)
+        return keeper.read_exit(path)
+
+    def _unrecorded_agent(self, row: dict[str, Any], marks: tuple[bytes, ...]) -> procs.ProcRef | None:
+        """An agent whose pid never reached the record; a keeper caught before its exec is given a moment."""
+        keeper_marks = _keeper_marks(marks)
+        record = keeper.exit_path(self.config.state_dir, row["run_id"], row["attempt"])
+        deadline = time.monotonic() + EXEC_WAIT
+        while True:
+            keepers = []
+            for pid in procs.all_pids():
+                if _carries(pid, marks) and _pgid(pid) == pid and keeper.is_keeper(_ppid(pid)):
+                    ref = procs.ProcRef.of(pid)
+                    if ref is not None and ref.process() is not None:
+                        return ref
+                elif _carries(pid, keeper_marks) and keeper.is_keeper(pid):
+                    keepers.append(pid)
+            if not keepers or record.exists() or time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)  # a keeper whose agent is between its fork and its exec: milliseconds
+
+
+def _marks(root: str, run_id: int, attempt: int) -> tuple[bytes, ...]:
+    return tuple(
+        f"\0{name}={value}\0".encode()
+        for name, value in (
+            ("ORCHESTRATOR_RUN_ID", run_id),
+            ("ORCHESTRATOR_ROOT", root),
+            ("ORCHESTRATOR_ATTEMPT", attempt),
+        )
+    )
+
+
+def _remove_records(folder: Path) -> None:
+    """The run's exit records, then its folder unless something else (a transcript) lives there."""
+    try:
+        for name in os.listdir(folder):
+            if name.endswith(".exit"):
+                (folder / name).unlink(missing_ok=True)
+        os.rmdir(folder)
+    except OSError:
+        pass  # not there, or it holds a transcript
+
+
+def _keeper_marks(marks: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The same marks as a keeper carries them (under ``KEEPER_``)."""
+    return tuple(b"\0KEEPER_" + mark[1:] for mark in marks)
+
+
+def _carries(pid: int, marks: tuple[bytes, ...]) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            env = b"\0" + handle.read()
+    except OSError:
+        return False
+    return all(mark in env for mark in marks)
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return int(data[data.rfind(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return 0
+
+
+def _seconds_since(stamp: str | None, now: datetime) -> float:
+    if not stamp:
+        return 0.0
+    try:
+        return max(0.0, (now - datetime.fromisoformat(stamp)).total_seconds())
+    except (ValueError, TypeError):
+        return 0.0

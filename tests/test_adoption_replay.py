@@ -1,0 +1,149 @@
+"""Adoption's rules through the replay harness: recorded exits end runs by the ordinary rules, on the injected clock.
+
+A dead orchestrator's database and folders are set up by hand; ``recover`` with the
+supervisor's real ``Adopter`` then runs through the real loop, with the manual clock and
+fake agents for whatever starts afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from conftest import wait_for
+from orchestrator.agents import keeper
+from orchestrator.core.clock import iso
+from orchestrator.supervisor.adoption import Adopter
+from orchestrator.supervisor.recovery import recover
+from replay import Replay
+
+
+def play(tmp_path: Path, scenario: Any) -> Any:
+    return asyncio.run(scenario(tmp_path))
+
+
+def left_by_a_dead_orchestrator(r: Replay, name: str, state: str = "running", attempt: int = 1, ran: float = 10) -> int:
+    (r.config.role_dir("builder") / "active" / name).write_text(f"---\nid: {name[:-3]}\n---\nbody\n")
+    run_id = r.sup.store.insert_run(
+        role="builder", memos=[name], memo_ids=[name[:-3]], state=state, attempt=attempt, seq=1
+    )
+    started = iso(r.clock.now() - timedelta(seconds=ran))
+    r.sup.store.update_run(run_id, started_at=started)
+    r.sup.store.record_attempt(run_id, attempt, started_at=started)
+    r.sup.store.set_memo_attempts("builder", name, attempt)
+    return run_id
+
+
+def exit_record(r: Replay, run_id: int, attempt: int, text: str) -> None:
+    path = keeper.exit_path(r.config.state_dir, run_id, attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+async def restart(r: Replay) -> None:
+    await recover(r.config, r.sup.store, r.console, r.sup.lc, Adopter(*r.sup._recovery_parts()))
+    await r.settle()
+
+
+def test_a_recorded_success_is_archived_and_never_run_again(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        run_id = left_by_a_dead_orchestrator(r, "A-1.md")
+        exit_record(r, run_id, 1, "exit 0\n")
+        await restart(r)
+        assert r.folder("builder", "archive") == ["A-1.md"]
+        assert r.spawner.agents == [], "no agent started"
+        assert r.sup.store.run(run_id)["state"] == "succeeded"
+        spent = keeper.exit_path(r.config.state_dir, run_id, 1)
+        wait_for(lambda: not spent.exists(), timeout=5, what="the spent record removed")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_recorded_failure_is_retried_after_its_backoff(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["5s"]}}})
+        run_id = left_by_a_dead_orchestrator(r, "F-1.md")
+        exit_record(r, run_id, 1, "exit 3\n")
+        await restart(r)
+        assert r.state("F-1") == "retry_wait"
+        assert r.spawner.agents == []
+        await r.advance(4.9)
+        assert r.spawner.agents == []
+        await r.advance(0.1)
+        assert r.agent("F-1").spec.attempt == 2, "the next attempt, not a rerun of the first"
+        await r.exit("F-1", 0)
+        assert r.folder("builder", "archive") == ["F-1.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_keeper_that_stopped_its_agent_at_the_timeout_ends_the_run_as_timed_out(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["1s"]}}})
+        run_id = left_by_a_dead_orchestrator(r, "T-1.md")
+        exit_record(r, run_id, 1, "signal 15 timeout\n")
+        await restart(r)
+        assert r.folder("builder", "failed") == ["T-1.md"]
+        assert r.sup.store.run(run_id)["state"] == "timed_out"
+        await r.advance(5)
+        assert r.spawner.agents == [], "a timed-out run is not retried"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_recovery_restart_ignores_the_records(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, recovery="restart")
+        run_id = left_by_a_dead_orchestrator(r, "R-1.md")
+        exit_record(r, run_id, 1, "exit 0\n")
+        await restart(r)
+        assert r.folder("builder", "inbox") == ["R-1.md"]
+        assert r.sup.store.run(run_id)["state"] == "returned"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_adopted_agent_keeps_the_timeout_of_its_first_start(tmp_path: Path) -> None:
+    """A live agent (a real process carrying the run's marks) that ran 100 s of a 120 s timeout has 20 s left."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"timeout": "120s", "grace": "1s"}})
+        run_id = left_by_a_dead_orchestrator(r, "L-1.md", ran=100)
+        env = {
+            **os.environ,
+            "ORCHESTRATOR_ROOT": str(r.config.root),
+            "ORCHESTRATOR_RUN_ID": str(run_id),
+            "ORCHESTRATOR_ATTEMPT": "1",
+        }
+        agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+        try:
+            r.sup.store.update_run(run_id, pid=agent.pid, create_time=psutil.Process(agent.pid).create_time())
+            await restart(r)
+            assert r.state("L-1") == "running" and r.folder("builder", "active") == ["L-1.md"]
+            assert r.run_of("L-1").pid == agent.pid
+            assert f"adopted its live agent (pid {agent.pid})" in r.console.text
+            assert r.clock.pending() == [20.0]
+            await r.advance(19.9)
+            assert r.state("L-1") == "running" and r.spawner.stops == []
+            await r.advance(0.1)
+            assert r.spawner.stops == [(run_id, 1.0, False)]
+            assert r.folder("builder", "failed") == ["L-1.md"]
+        finally:
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(5)
+        r.close()
+
+    play(tmp_path, scenario)
