@@ -110,8 +110,19 @@ def test_the_next_prompt_holds_the_journal_and_the_load_order(project: Project) 
     assert "> second words (attempt 1)" in prompt
 
 
-def test_a_sigkill_between_runs_neither_loses_nor_doubles_an_entry(project: Project, tmp_path: Path) -> None:
-    project.configure({"builder": {}})
+@pytest.mark.parametrize(
+    ("recovery", "expected"),
+    [
+        # the running agent is adopted at the restart and finishes its run: one entry for it
+        ("adopt", [(1, "succeeded"), (2, "succeeded")]),
+        # the old way: the run is returned and its memo runs again as the next run
+        ("restart", [(1, "succeeded"), (2, "returned"), (3, "succeeded")]),
+    ],
+)
+def test_a_sigkill_between_runs_neither_loses_nor_doubles_an_entry(
+    project: Project, tmp_path: Path, recovery: str, expected: list[tuple[int, str]]
+) -> None:
+    project.configure({"builder": {}}, recovery=recovery)
     gate = tmp_path / "gate"
     orch = project.up()
     project.drop("builder", "K-0.md", {"id": "K-0"})
@@ -127,7 +138,7 @@ def test_a_sigkill_between_runs_neither_loses_nor_doubles_an_entry(project: Proj
     keys = [(e["run_id"], e["attempt"]) for e in entries(project)]
     assert len(keys) == len(set(keys)), keys
     states = [(e["seq"], e["state"]) for e in entries(project)]
-    assert states == [(1, "succeeded"), (2, "returned"), (3, "succeeded")], states
+    assert states == expected, states
     # a third start, no new run: nothing written twice
     project.up("--until-idle").wait()
     assert [(e["run_id"], e["attempt"]) for e in entries(project)] == keys
