@@ -20,7 +20,8 @@ NO_MEMORY = ""  # nothing remembered yet: the placeholder stays empty
 
 def render_for(db: MemoryDB, role: str, today: date, lines: int, size: int) -> str:
     """The text of ``$memory`` for ``role``: its and team's entries, within the budget."""
-    groups = [rules.Group(title, entries) for title, entries in db.prompt_groups([role, rules.TEAM], today)]
+    loaded = db.prompt_groups([role, rules.TEAM], today, most=lines)
+    groups = [rules.Group(title, entries, unread) for title, entries, unread in loaded]
     return rules.render_memory(groups, lines, size) or NO_MEMORY
 
 
