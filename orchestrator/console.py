@@ -207,6 +207,9 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         parts.append(f"held: {role}: " + "; ".join(held.values()))
     for role, why in (snap.get("journal_problems") or {}).items():
         parts.append(f"journal: {role}: {why}")
+    from orchestrator.memory.status import lines as memory_lines
+
+    parts += memory_lines(snap.get("memory"))
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):
