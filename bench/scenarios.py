@@ -862,6 +862,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "memory": memory,
     "idle": idle,
     "continuity": lambda ctx: __import__("continuity_scenario").continuity(ctx),
+    "memory-store": lambda ctx: __import__("memory_store_scenario").memory_store(ctx),
 }
 
 
