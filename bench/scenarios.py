@@ -874,6 +874,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "fuse": fuse,
     "schedule": lambda ctx: __import__("schedule_scenario").schedule(ctx),
     "keeper": keeper,
+    "memory-store": lambda ctx: __import__("memory_store_scenario").memory_store(ctx),
 }
 
 

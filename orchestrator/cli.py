@@ -451,7 +451,7 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchestrator`` command; every error becomes one line and an exit status."""
     try:
-        args = _parser().parse_args(argv)
+        args = memory_command.parse_alone(argv) or _parser().parse_args(argv)  # an agent's memory call starts fast
         return COMMANDS[args.command](args)
     except OrchestratorError as exc:
         console.fail(str(exc))

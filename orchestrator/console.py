@@ -206,6 +206,9 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
     if snap.get("held"):
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
+    from orchestrator.memory.status import lines as memory_lines
+
+    parts += memory_lines(snap.get("memory"))
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):

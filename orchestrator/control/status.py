@@ -11,6 +11,7 @@ from orchestrator.core.errors import NotRunningError
 from orchestrator.core.states import UNFINISHED
 from orchestrator.core.view import RunView
 from orchestrator.intake.catalog import held_counts
+from orchestrator.memory import status as memory_status
 from orchestrator.store import Store
 
 RECENT_RUNS = 20
@@ -40,4 +41,5 @@ def collect(root: Path) -> dict[str, Any]:
             snap["recent"] = [RunView.from_row(r).to_json() for r in store.recent_runs(RECENT_RUNS)]
         finally:
             store.close()
+    snap["memory"] = memory_status.offline(root)
     return snap

@@ -1,8 +1,10 @@
 """``orchestrator memory ...``: the sub-commands' arguments, and the one function each calls.
 
 Reads (``search``, ``list``, ``show``) take only the role names and the keeper
-from ``roles.yaml`` without the full validation, so an agent's search starts
-in tens of milliseconds; writes and ``stats`` load the validated configuration.
+from ``roles.yaml`` without the full validation, and only when the call names a
+role (an agent's own scope needs neither); ``parse_alone`` builds just this
+command's parser. So an agent's search starts without yaml, pydantic, rich or the
+other commands' parsers. Writes and ``stats`` load the validated configuration.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,27 @@ from orchestrator.core.errors import ConfigError, UsageError
 
 ROOT_ENV = "ORCHESTRATOR_ROOT"
 READS = ("search", "list", "show")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def parse_alone(argv: Sequence[str] | None) -> argparse.Namespace | None:
+    """``orchestrator memory ...`` parsed by a parser of this command only; None for any other command.
+
+    The same ``add_parser`` builds it, so arguments, help and errors are those of the full parser.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "memory":
+        return None
+    common = _Parser(add_help=False)
+    common.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
+    parser = _Parser(prog="orchestrator", parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    add_parser(sub, common)
+    return parser.parse_args(args)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -82,9 +105,60 @@ def _filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true")
 
 
-@dataclass(frozen=True)
-class _LightSettings:
-    keeper: str | None
+class _Light:
+    """Role names and keeper from roles.yaml, read without validating the rest, and only when asked for."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._roles: list[str] | None = None
+        self._keeper: str | None = None
+        self.path = root / "roles.yaml"
+        if not self.path.exists():
+            raise ConfigError(f"{self.path}: not found; run memory commands inside a project (or set --root)")
+
+    def _load(self) -> list[str]:
+        if self._roles is None:
+            import yaml
+
+            try:
+                raw = yaml.safe_load(self.path.read_text(encoding="utf-8"))
+                roles = [str(r) for r in raw["roles"]]
+                keeper = (raw.get("memory") or {}).get("keeper")
+            except FileNotFoundError:
+                raise ConfigError(
+                    f"{self.path}: not found; run memory commands inside a project (or set --root)"
+                ) from None
+            except Exception:  # noqa: BLE001 - anything odd: let the full loader name the problem
+                from orchestrator.config import load_config
+
+                config = load_config(self.root)
+                roles, keeper = list(config.roles), config.memory.keeper
+            self._roles, self._keeper = roles, keeper if isinstance(keeper, str) else None
+        return self._roles
+
+    @property
+    def keeper(self) -> str | None:
+        self._load()
+        return self._keeper
+
+
+class _LazyRoles(Sequence[str]):
+    """The project's role names, read from roles.yaml the first time they are looked at."""
+
+    def __init__(self, light: _Light) -> None:
+        self.light = light
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.light._load()[index]
+
+    def __len__(self) -> int:
+        return len(self.light._load())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.light._load())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.light._load()
 
 
 def _root(args: argparse.Namespace) -> Path:
@@ -92,23 +166,10 @@ def _root(args: argparse.Namespace) -> Path:
     return Path(root).resolve()
 
 
-def _light(root: Path) -> tuple[list[str], Any]:
-    """Role names and keeper from roles.yaml, without validating the rest (reads only)."""
-    import yaml
-
-    path = root / "roles.yaml"
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        roles = list(raw["roles"])
-        keeper = (raw.get("memory") or {}).get("keeper")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; run memory commands inside a project (or set --root)") from None
-    except Exception:  # noqa: BLE001 - anything odd: let the full loader name the problem
-        from orchestrator.config import load_config
-
-        config = load_config(root)
-        return list(config.roles), config.memory
-    return [str(r) for r in roles], _LightSettings(keeper if isinstance(keeper, str) else None)
+def _light(root: Path) -> tuple[Sequence[str], Any]:
+    """Role names and keeper for reads: looked up in roles.yaml only if a check needs them."""
+    light = _Light(root)
+    return _LazyRoles(light), light
 
 
 def _now(settings: Any) -> datetime:

@@ -2,9 +2,17 @@
 
 Entries live in ``entries``; a trigram FTS5 index (``entries_fts``, rowid = entry id)
 finds any substring of three characters or more, so unsegmented Japanese is
-found too; shorter queries (記憶, 監督) are matched with ``instr`` over the rows
-in scope. Nothing is ever deleted: ``forget`` and retention leave a tombstone
-(``forgotten_at``, ``forgotten_why``), and every ``replace`` is kept in ``growth``.
+found too; a contentless bigram index (``entries_bi``, tokens from ``grams``)
+finds the words of one or two characters (記憶, 監督, PM). Nothing is ever
+deleted: ``forget`` and retention leave a tombstone (``forgotten_at``,
+``forgotten_why``), and every ``replace`` is kept in ``growth``.
+
+Search cost is bounded whatever the size of the store: the words' index gives
+the matching ids newest first, at most ``RANK_WINDOW`` of them in scope are
+ranked (bm25, then importance, then recency) inside SQLite, and only the
+``limit`` rows shown are read whole. ``$memory`` reads per group only as many
+rows as its line budget can hold, plus counts. A database of an older schema
+(``PRAGMA user_version``) is brought up to date, indexes filled, when first opened.
 Every SQLite failure (corrupt, locked, unreadable) becomes ``MemoryUnavailableError``.
 """
 
@@ -21,10 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.errors import MemoryRefusedError, MemoryUnavailableError, UsageError
+from orchestrator.memory import grams
 from orchestrator.memory.rules import month_of_week, week_of
 
 DB_NAME = "memory.db"
-BUSY_TIMEOUT = 10.0
+BUSY_TIMEOUT = 10.0  # the CLI waits this long for another writer (ORCHESTRATOR_MEMORY_WAIT overrides it)
+WAIT_ENV = "ORCHESTRATOR_MEMORY_WAIT"
+SCHEMA_VERSION = 2  # 1 (0 in the file): no bigram index; 2: entries_bi and the load indexes
+RANK_WINDOW = 500  # a search ranks at most this many of its newest matches in scope
+MMAP_BYTES = 256 * 1024 * 1024
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -45,12 +58,16 @@ CREATE TABLE IF NOT EXISTS entries (
     forgotten_by  TEXT
 );
 CREATE INDEX IF NOT EXISTS entries_scope ON entries(role, layer, period);
+CREATE INDEX IF NOT EXISTS entries_live ON entries(layer, period) WHERE forgotten_at IS NULL;
+CREATE INDEX IF NOT EXISTS entries_load ON entries(role, layer, period, importance, created_at)
+    WHERE forgotten_at IS NULL;
 CREATE TABLE IF NOT EXISTS summaries (
     entry_id   INTEGER NOT NULL,          -- an entry ...
     summary_id INTEGER NOT NULL,          -- ... and an entry that summarises it
     PRIMARY KEY (entry_id, summary_id)
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, tokenize='trigram');
+CREATE VIRTUAL TABLE IF NOT EXISTS entries_bi USING fts5(grams, content='', detail=none, tokenize='ascii');
 CREATE TABLE IF NOT EXISTS growth (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     entry_id    INTEGER NOT NULL,
@@ -86,11 +103,24 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     return out
 
 
-class MemoryDB:
-    """One connection to the memory database; every method is one short transaction."""
+def wait_seconds() -> float:
+    """How long a CLI call waits for another writer: ``ORCHESTRATOR_MEMORY_WAIT`` seconds, else ``BUSY_TIMEOUT``."""
+    try:
+        return max(0.0, float(os.environ.get(WAIT_ENV, BUSY_TIMEOUT)))
+    except ValueError:
+        return BUSY_TIMEOUT
 
-    def __init__(self, path: Path, *, create: bool = True) -> None:
+
+class MemoryDB:
+    """One connection to the memory database; every method is one short transaction.
+
+    ``timeout`` is how long a statement waits for another writer's lock (the
+    supervisor passes a fraction of a second, so a locked database never stalls its loop).
+    """
+
+    def __init__(self, path: Path, *, create: bool = True, timeout: float | None = None) -> None:
         self.path = path
+        self.timeout = wait_seconds() if timeout is None else timeout
         with self._guard("open"):
             if create:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,28 +129,46 @@ class MemoryDB:
                     os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             elif not path.exists():
                 raise MemoryUnavailableError(f"memory: no memory database at {path} yet (nothing was added)")
-            self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+            self.conn = sqlite3.connect(path, timeout=self.timeout, isolation_level=None)
             self.conn.row_factory = sqlite3.Row
-            self._prepare(create)
+            self.conn.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
+            self._prepare()
             for suffix in ("-wal", "-shm"):
                 with contextlib.suppress(OSError):
                     os.chmod(str(path) + suffix, 0o600)
 
-    def _prepare(self, create: bool) -> None:
-        # switching to WAL and creating the schema may meet SQLITE_BUSY without the busy handler
-        # when several agents open a new database at once: those two steps are retried
-        deadline = time.monotonic() + BUSY_TIMEOUT
+    def _prepare(self) -> None:
+        # a database of this schema needs nothing but its per-connection setting; a new or older one gets WAL,
+        # the schema and its indexes filled. Switching to WAL and creating the schema may meet SQLITE_BUSY
+        # without the busy handler when several agents open a new database at once: those steps are retried
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        (version,) = self.conn.execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise MemoryUnavailableError(
+                f"memory: the database {self.path} has schema {version}, newer than this orchestrator's "
+                f"{SCHEMA_VERSION}; upgrade the orchestrator"
+            )
+        deadline = time.monotonic() + max(self.timeout, 1.0)
         while True:
             try:
                 self.conn.execute("PRAGMA journal_mode=WAL")
-                self.conn.execute("PRAGMA synchronous=NORMAL")
-                if create:
-                    self.conn.executescript(SCHEMA)
-                return
+                self.conn.executescript(SCHEMA)
+                break
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
+        with self._write("upgrade") as conn:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version < SCHEMA_VERSION:  # else another process upgraded it meanwhile
+                conn.execute("INSERT INTO entries_bi(entries_bi) VALUES ('delete-all')")
+                rows = conn.execute("SELECT id, text FROM entries WHERE forgotten_at IS NULL")
+                conn.executemany(
+                    "INSERT INTO entries_bi (rowid, grams) VALUES (?, ?)", ((i, grams.tokens(t)) for i, t in rows)
+                )
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error, AttributeError):
@@ -192,6 +240,7 @@ class MemoryDB:
             )
             new_id = int(cur.lastrowid or 0)
             conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (new_id, entry["text"]))
+            conn.execute("INSERT INTO entries_bi (rowid, grams) VALUES (?, ?)", (new_id, grams.tokens(entry["text"])))
             conn.executemany("INSERT OR IGNORE INTO summaries VALUES (?, ?)", [(i, new_id) for i in ids])
             return new_id
 
@@ -203,6 +252,12 @@ class MemoryDB:
 
     @staticmethod
     def _tombstone(conn: sqlite3.Connection, entry_id: int, why: str, by: str, at: str, clear: bool) -> None:
+        row = conn.execute("SELECT text FROM entries WHERE id = ? AND forgotten_at IS NULL", (entry_id,)).fetchone()
+        if row is not None:  # a contentless index forgets a row only when given the tokens it was given
+            conn.execute(
+                "INSERT INTO entries_bi (entries_bi, rowid, grams) VALUES ('delete', ?, ?)",
+                (entry_id, grams.tokens(row[0])),
+            )
         conn.execute(
             "UPDATE entries SET forgotten_at = ?, forgotten_why = ?, forgotten_by = ?"
             + (", text = ''" if clear else "")
@@ -225,6 +280,11 @@ class MemoryDB:
             before = self._live(conn, entry_id, "replace")["text"]
             conn.execute("UPDATE entries SET text = ? WHERE id = ?", (text, entry_id))
             conn.execute("UPDATE entries_fts SET text = ? WHERE rowid = ?", (text, entry_id))
+            conn.execute(
+                "INSERT INTO entries_bi (entries_bi, rowid, grams) VALUES ('delete', ?, ?)",
+                (entry_id, grams.tokens(before)),
+            )
+            conn.execute("INSERT INTO entries_bi (rowid, grams) VALUES (?, ?)", (entry_id, grams.tokens(text)))
             cur = conn.execute(
                 "INSERT INTO growth (entry_id, before, after, why, at, by) VALUES (?,?,?,?,?,?)",
                 (entry_id, before, text, why, at, by),
@@ -269,36 +329,47 @@ class MemoryDB:
         min_importance: int | None = None,
         limit: int = 20,
     ) -> list[dict[str, Any]]:
-        """Live entries holding every word of ``query``: by relevance, then importance, then recency."""
+        """Live entries holding every word of ``query``: by relevance, then importance, then recency.
+
+        Words of three characters or more are found by the trigram index, shorter ones by the bigram
+        index; the index of the longer words leads and the others narrow it. Only the ``RANK_WINDOW``
+        newest matches in scope are ranked, so a word found in thousands of entries costs no more
+        than one found in hundreds.
+        """
         words = [w.strip("\"'") for w in query.split()]
         words = [w for w in words if w]
         if not words:
             raise UsageError("memory search: give a word to search for")
-        long = [w for w in words if len(w) >= 3]
-        short = [w for w in words if len(w) < 3]
+        long = [w for w in words if len(w.lower()) >= 3]
+        short = [w for w in words if len(w.lower()) < 3]
         where, params = self._filters(roles, layer, category, since, until, min_importance)
-        for word in short:
-            where.append("instr(lower(e.text), lower(?)) > 0")
-            params.append(word)
+        if long:
+            table, match = "entries_fts", " AND ".join('"' + w.replace('"', '""') + '"' for w in long)
+            if short:
+                where.append("e.id IN (SELECT rowid FROM entries_bi WHERE entries_bi MATCH ?)")
+                params.append(" AND ".join(grams.query(w) for w in short))
+        else:
+            table, match = "entries_bi", " AND ".join(grams.query(w) for w in short)
+        found = f"FROM {table} f JOIN entries e ON e.id = f.rowid WHERE {table} MATCH ? AND " + " AND ".join(where)
         with self._guard("search"):
-            if long:
-                match = " AND ".join('"' + w.replace('"', '""') + '"' for w in long)
-                sql = (
-                    "SELECT e.*, bm25(entries_fts) AS score FROM entries_fts JOIN entries e ON e.id = entries_fts.rowid"
-                    " WHERE entries_fts MATCH ? AND " + " AND ".join(where) + " ORDER BY score, e.importance DESC,"
-                    " e.created_at DESC, e.id DESC LIMIT ?"
-                )
-                rows = self.conn.execute(sql, [match, *params, limit])
-            else:
-                word = short[0]
-                hits = "(length(e.text) - length(replace(lower(e.text), lower(?), ''))) / length(?)"
-                sql = (
-                    f"SELECT e.*, -{hits} AS score FROM entries e WHERE "
-                    + " AND ".join(where)
-                    + " ORDER BY score, e.importance DESC, e.created_at DESC, e.id DESC LIMIT ?"
-                )
-                rows = self.conn.execute(sql, [word, word, *params, limit])
-            return [_row(r) for r in rows]
+            # the oldest id of the newest RANK_WINDOW matches in scope (none: fewer match, rank them all)
+            cutoff = self.conn.execute(
+                f"SELECT f.rowid {found} ORDER BY f.rowid DESC LIMIT 1 OFFSET {RANK_WINDOW - 1}", [match, *params]
+            ).fetchone()
+            window = "" if cutoff is None else f" AND f.rowid >= {int(cutoff[0])}"
+            ranked = self.conn.execute(
+                f"SELECT e.id, bm25({table}) AS score {found}{window}"
+                " ORDER BY score, e.importance DESC, e.created_at DESC, e.id DESC LIMIT ?",
+                [match, *params, limit],
+            ).fetchall()
+            ids = [r[0] for r in ranked]
+            if not ids:
+                return []
+            rows = {
+                r["id"]: r
+                for r in self.conn.execute(f"SELECT * FROM entries WHERE id IN ({','.join('?' * len(ids))})", ids)
+            }
+        return [{**_row(rows[i]), "score": score} for i, score in ranked]
 
     @staticmethod
     def _filters(
@@ -346,32 +417,65 @@ class MemoryDB:
             sql = f"SELECT e.* FROM entries e WHERE {' AND '.join(where)} ORDER BY e.created_at DESC, e.id DESC LIMIT ?"
             return [_row(r) for r in self.conn.execute(sql, [*params, limit])]
 
-    def prompt_groups(self, roles: Sequence[str], today: date) -> list[tuple[str, list[dict[str, Any]]]]:
-        """What ``$memory`` loads, in order: core, daily of the last 7 days, weekly of the last 4 weeks, last monthly."""
+    def prompt_groups(
+        self, roles: Sequence[str], today: date, most: int | None = None
+    ) -> list[tuple[str, list[dict[str, Any]], int]]:
+        """What ``$memory`` loads, in order: core, daily of the last 7 days, weekly of the last 4 weeks, last monthly.
+
+        Each group comes newest first with how many of its entries were not read. With ``most``
+        (the line budget) only what the budget can hold is read: the budget keeps a prefix of the
+        order core, daily, weekly, monthly (each by importance, then newest), and every entry takes
+        at least a line, so a group reads at most ``most`` minus the entries of the groups before it.
+        """
         marks = ",".join("?" * len(roles))
-        base = f"SELECT * FROM entries e WHERE {_LIVE} AND e.role IN ({marks}) AND e.layer = ?"
-        newest = " ORDER BY e.created_at DESC, e.id DESC"
         days = [(today - timedelta(days=n)).isoformat() for n in range(7)]
         weeks = [week_of(today - timedelta(days=7 * n)) for n in range(4)]
+        out: list[tuple[str, list[dict[str, Any]], int]] = []
+        room = most
         with self._guard("load"):
-            core = self.conn.execute(base + newest, [*roles, "core"]).fetchall()
-            daily = self.conn.execute(
-                base + f" AND e.period IN ({','.join('?' * 7)})" + newest, [*roles, "daily", *days]
-            ).fetchall()
-            weekly = self.conn.execute(
-                base + f" AND e.period IN ({','.join('?' * 4)})" + newest, [*roles, "weekly", *weeks]
-            ).fetchall()
-            last = self.conn.execute(
+            (last,) = self.conn.execute(
                 f"SELECT max(period) FROM entries e WHERE {_LIVE} AND e.role IN ({marks}) AND e.layer = 'monthly'",
                 list(roles),
-            ).fetchone()[0]
-            monthly = self.conn.execute(base + " AND e.period = ?" + newest, [*roles, "monthly", last]).fetchall()
-        return [
-            ("core", [_row(r) for r in core]),
-            ("daily, last 7 days", [_row(r) for r in daily]),
-            ("weekly, last 4 weeks", [_row(r) for r in weekly]),
-            (f"monthly, {last}" if last else "monthly", [_row(r) for r in monthly]),
-        ]
+            ).fetchone()
+            plan: list[tuple[str, str, list[str]]] = [
+                ("core", "core", []),
+                ("daily, last 7 days", "daily", days),
+                ("weekly, last 4 weeks", "weekly", weeks),
+                (f"monthly, {last}" if last else "monthly", "monthly", [last] if last else []),
+            ]
+            for title, layer, periods in plan:
+                if layer != "core" and not periods:
+                    out.append((title, [], 0))
+                    continue
+                where = f"{_LIVE} AND e.role IN ({marks}) AND e.layer = ?"
+                if periods:
+                    where += f" AND e.period IN ({','.join('?' * len(periods))})"
+                args = [*roles, layer, *periods]
+                total = None
+                if room is not None:
+                    (total,) = self.conn.execute(f"SELECT count(*) FROM entries e WHERE {where}", args).fetchone()
+                ids = [
+                    i
+                    for (i,) in self.conn.execute(
+                        f"SELECT e.id FROM entries e WHERE {where} ORDER BY e.importance DESC, e.created_at DESC, e.id"
+                        + ("" if room is None else f" LIMIT {max(0, room)}"),
+                        args,
+                    )
+                ]
+                rows = self.conn.execute(
+                    "SELECT id, period, category, importance, created_at, text FROM entries"
+                    f" WHERE id IN ({','.join('?' * len(ids))})",
+                    ids,
+                ).fetchall()
+                entries = [
+                    {"id": i, "period": p, "category": c, "importance": n, "created_at": at, "text": t}
+                    for i, p, c, n, at, t in rows
+                ]
+                entries.sort(key=lambda x: (x["created_at"], x["id"]), reverse=True)
+                if total is not None and room is not None:
+                    room -= total
+                out.append((title, entries, 0 if total is None else total - len(entries)))
+        return out
 
     # ------------------------------------------------------------ retention and compaction
     def unsummarised(self, layer: str, summary_layer: str, periods: Sequence[str]) -> list[dict[str, Any]]:
@@ -401,30 +505,56 @@ class MemoryDB:
 
         Returns how many were retired and, per period still waiting, how many entries wait
         (``daily 2026-W40`` -> 5 means five daily entries of that week wait for a weekly summary).
+        With ``apply=False`` nothing changes and only the waiting are counted.
         """
         retired = 0
         waiting: dict[str, int] = {}
-        rules = (
-            ("daily", "weekly", (today - timedelta(days=daily_days)).isoformat()),
-            ("weekly", "monthly", week_of(today - timedelta(days=weekly_days))),
+        summary = (
+            "(SELECT min(s.summary_id) FROM summaries s JOIN entries x ON x.id = s.summary_id"
+            " WHERE s.entry_id = e.id AND x.layer = ? AND x.forgotten_at IS NULL)"
         )
-        with self._write("retention") as conn:
-            for layer, summary_layer, cutoff in rules:
+        with self._write("retention") if apply else self._read("retention") as conn:
+            for layer, summary_layer, cutoff in self._retention_rules(today, daily_days, weekly_days):
+                if not apply:
+                    for period, count in conn.execute(
+                        f"SELECT e.period, count(*) FROM entries e WHERE {_LIVE} AND e.layer = ? AND e.period < ?"
+                        f" AND {summary} IS NULL GROUP BY e.period",
+                        (layer, cutoff, summary_layer),
+                    ):
+                        key = self._waiting_key(layer, period)
+                        waiting[key] = waiting.get(key, 0) + count
+                    continue
                 rows = conn.execute(
-                    f"SELECT e.id, e.period, (SELECT min(s.summary_id) FROM summaries s JOIN entries x"
-                    f" ON x.id = s.summary_id WHERE s.entry_id = e.id AND x.layer = ? AND x.forgotten_at IS NULL)"
-                    f" AS summary FROM entries e WHERE {_LIVE} AND e.layer = ? AND e.period < ?",
+                    f"SELECT e.id, e.period, {summary} AS summary FROM entries e"
+                    f" WHERE {_LIVE} AND e.layer = ? AND e.period < ?",
                     (summary_layer, layer, cutoff),
                 ).fetchall()
-                for entry_id, period, summary in rows:
-                    if summary is None:
-                        key = f"{layer} {week_of(date.fromisoformat(period)) if layer == 'daily' else month_of_week(period)}"
+                for entry_id, period, summary_id in rows:
+                    if summary_id is None:
+                        key = self._waiting_key(layer, period)
                         waiting[key] = waiting.get(key, 0) + 1
-                    elif apply:
-                        why = f"retention: {layer} entry past {daily_days if layer == 'daily' else weekly_days} days, summarised by #{summary}"
+                    else:
+                        days = daily_days if layer == "daily" else weekly_days
+                        why = f"retention: {layer} entry past {days} days, summarised by #{summary_id}"
                         self._tombstone(conn, entry_id, why, "retention", at, True)
                         retired += 1
         return retired, waiting
+
+    @staticmethod
+    def _retention_rules(today: date, daily_days: int, weekly_days: int) -> list[tuple[str, str, str]]:
+        return [
+            ("daily", "weekly", (today - timedelta(days=daily_days)).isoformat()),
+            ("weekly", "monthly", week_of(today - timedelta(days=weekly_days))),
+        ]
+
+    @staticmethod
+    def _waiting_key(layer: str, period: str) -> str:
+        return f"{layer} {week_of(date.fromisoformat(period)) if layer == 'daily' else month_of_week(period)}"
+
+    @contextlib.contextmanager
+    def _read(self, doing: str) -> Iterator[sqlite3.Connection]:
+        with self._guard(doing):
+            yield self.conn
 
     def stats(self, roles: Sequence[str] | None) -> dict[str, Any]:
         """Counts per role and layer, tombstones and changes, for ``memory stats``."""

@@ -23,7 +23,7 @@ from orchestrator.core.errors import MemoryUnavailableError
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB, db_path
-from orchestrator.memory.section import MemorySection
+from orchestrator.memory.section import LOOP_WAIT, MemorySection
 
 MAX_SLEEP = 6 * 3600.0  # look again at least this often, whatever the due times say
 
@@ -104,7 +104,7 @@ class MemoryKeeper:
         now = self.now()
         try:
             if self.path.exists():
-                db = MemoryDB(self.path)
+                db = MemoryDB(self.path, timeout=LOOP_WAIT)
                 try:
                     self._retention(db, now)
                     self._compact(db, "weekly", *rules.last_weekly_due(self.weekly, now))
@@ -114,6 +114,12 @@ class MemoryKeeper:
         except MemoryUnavailableError as exc:
             self.log(f"memory: {exc}; retention and compaction wait for the next check")
         self._arm(now)
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """For ``status``: how many entries past retention wait for which summary (``memory.status``)."""
+        from orchestrator.memory.status import memory_status
+
+        return memory_status(self.config.state_dir, self.settings, self.clock.now())
 
     def _arm(self, now: datetime) -> None:
         if self.timer is not None:

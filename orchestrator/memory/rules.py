@@ -99,10 +99,15 @@ def period_problem(layer: str, period: str | None) -> str | None:
 # ---------------------------------------------------------------- the prompt budget
 @dataclass(frozen=True)
 class Group:
-    """One block of ``$memory``: a title and its entries, newest first."""
+    """One block of ``$memory``: a title and its entries, newest first.
+
+    ``unread`` counts entries of the group that were not even read because the budget could
+    not hold them; they are left out and counted in the closing line like the others.
+    """
 
     title: str
     entries: Sequence[dict[str, Any]]
+    unread: int = 0
 
 
 def entry_line(entry: dict[str, Any]) -> str:
@@ -117,28 +122,34 @@ def fit_budget(groups: Sequence[Group], max_lines: int, max_bytes: int) -> tuple
     The lowest-importance entries of the oldest groups go first (monthly before
     weekly before daily before core; within a group the least important, then the oldest).
     """
-    kept: list[list[dict[str, Any]]] = [list(g.entries) for g in groups]
-    cost = {id(x): (1 + entry_line(x).count("\n"), len(entry_line(x).encode("utf-8")) + 1) for e in kept for x in e}
-    lines = 1 + sum(2 + sum(cost[id(x)][0] for x in e) for e in kept if e)
-    used = 300 + sum(len(g.title) + 8 + sum(cost[id(x)][1] for x in e) for g, e in zip(groups, kept, strict=True))
-    # candidates to leave out, the first ones first
-    order = [
-        (gi, x)
-        for gi in reversed(range(len(groups)))
-        for x in sorted(kept[gi], key=lambda x: (x["importance"], x.get("created_at") or ""))
-    ]
-    gone: set[int] = set()
-    for gi, entry in order:
+    kept, left_out = _fit(groups, max_lines, max_bytes)
+    return [Group(g.title, [x for x, _ in e]) for g, e in zip(groups, kept, strict=True)], left_out
+
+
+def _fit(groups: Sequence[Group], max_lines: int, max_bytes: int) -> tuple[list[list[tuple[dict[str, Any], str]]], int]:
+    """``fit_budget`` with each kept entry's prompt line beside it (each line is made once)."""
+    texts = [[entry_line(x) for x in g.entries] for g in groups]
+    costs = [[(1 + t.count("\n"), len(t.encode("utf-8")) + 1) for t in ts] for ts in texts]
+    lines = 1 + sum(2 + sum(c[0] for c in cs) for cs in costs if cs)
+    used = 300 + sum(len(g.title) + 8 + sum(c[1] for c in cs) for g, cs in zip(groups, costs, strict=True))
+    gone: list[set[int]] = [set() for _ in groups]
+    for gi in reversed(range(len(groups))):  # the candidates to leave out, the first ones first
         if lines <= max_lines and used <= max_bytes:
             break
-        gone.add(id(entry))
-        lines -= cost[id(entry)][0]
-        used -= cost[id(entry)][1]
-        if all(id(x) in gone for x in kept[gi]):
-            lines -= 2  # its title and blank line go with the last entry
-    kept = [[x for x in e if id(x) not in gone] for e in kept]
-    left_out = len(gone)
-    return [Group(g.title, e) for g, e in zip(groups, kept, strict=True)], left_out
+        entries = groups[gi].entries
+        order = sorted(
+            range(len(entries)), key=lambda i: (entries[i]["importance"], entries[i].get("created_at") or "")
+        )
+        for i in order:
+            if lines <= max_lines and used <= max_bytes:
+                break
+            gone[gi].add(i)
+            lines -= costs[gi][i][0]
+            used -= costs[gi][i][1]
+            if len(gone[gi]) == len(entries):
+                lines -= 2  # its title and blank line go with the last entry
+    kept = [[(x, texts[gi][i]) for i, x in enumerate(g.entries) if i not in gone[gi]] for gi, g in enumerate(groups)]
+    return kept, sum(len(s) for s in gone) + sum(g.unread for g in groups)
 
 
 # ---------------------------------------------------------------- due moments
@@ -216,8 +227,8 @@ def next_monthly_due(spec: MonthlyAt, now: datetime) -> datetime:
 
 def render_memory(groups: Sequence[Group], max_lines: int, max_bytes: int) -> str:
     """``$memory``: each non-empty group under its title, within the budget; a last line says what was left out."""
-    kept, left_out = fit_budget(groups, max_lines, max_bytes)
-    blocks = [f"### {g.title}\n" + "\n".join(entry_line(e) for e in g.entries) for g in kept if g.entries]
+    kept, left_out = _fit(groups, max_lines, max_bytes)
+    blocks = [f"### {g.title}\n" + "\n".join(t for _, t in e) for g, e in zip(groups, kept, strict=True) if e]
     text = "\n\n".join(blocks)
     if left_out:
         text += (

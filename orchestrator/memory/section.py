@@ -1,7 +1,8 @@
 """``$memory`` in the prompt: a ``Launcher.sections`` callable that loads the role's memory in its fixed order.
 
-A memory database that cannot be read never stops a run: the agent starts
-with ``$memory`` holding one line that says memory is unavailable and why.
+A memory database that cannot be read (corrupt, or locked for longer than
+``LOOP_WAIT``) never stops a run nor stalls the loop: the agent starts with
+``$memory`` holding one line that says memory is unavailable and why.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB, db_path
 
 NO_MEMORY = ""  # nothing remembered yet: the placeholder stays empty
+LOOP_WAIT = 0.5  # inside the supervisor's loop a locked database is waited for this long at most, then passed over
 
 
 def render_for(db: MemoryDB, role: str, today: date, lines: int, size: int) -> str:
     """The text of ``$memory`` for ``role``: its and team's entries, within the budget."""
-    groups = [rules.Group(title, entries) for title, entries in db.prompt_groups([role, rules.TEAM], today)]
+    loaded = db.prompt_groups([role, rules.TEAM], today, most=lines)
+    groups = [rules.Group(title, entries, unread) for title, entries, unread in loaded]
     return rules.render_memory(groups, lines, size) or NO_MEMORY
 
 
@@ -42,7 +45,7 @@ class MemorySection:
         today = self.clock.now().astimezone(zone).date()
         try:
             if self._db is None:
-                self._db = MemoryDB(self.path, create=False)
+                self._db = MemoryDB(self.path, create=False, timeout=LOOP_WAIT)
             return {"memory": render_for(self._db, run.role.name, today, budget.lines, budget.bytes)}
         except MemoryUnavailableError as exc:
             self.close()

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.core.errors import MemoryRefusedError, SecretRefusedError, UsageError
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB
-from orchestrator.memory.secrets import find_secret
 
 if TYPE_CHECKING:
     from orchestrator.memory.settings import MemorySettings
@@ -98,6 +97,8 @@ class Memory:
                 f"memory {verb}: the entry is {size} bytes, over memory.entry_max_bytes "
                 f"{self.settings.entry_max_bytes}; nothing stored: split it or say it shorter"
             )
+        from orchestrator.memory.secrets import find_secret  # its patterns are compiled only for a write
+
         kind = find_secret(text)
         if kind is not None:
             raise SecretRefusedError(

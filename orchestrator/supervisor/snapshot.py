@@ -17,6 +17,7 @@ def full(sup: Supervisor) -> dict[str, Any]:
         **light(sup),
         "recent": [RunView.from_row(row).to_json() for row in sup.store.recent_runs(20)],
         "wakes": sup.wakes.snapshot(),
+        "memory": sup.memory.snapshot(),
     }
 
 
