@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
 from orchestrator.core.errors import ConfigError
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
@@ -134,6 +135,8 @@ class RoleSettings(_Strict):
     context_max_bytes: int | None = Field(None, ge=1)
     journal_in_prompt: int | None = Field(None, ge=0)
     handoff_max_bytes: int | None = Field(None, ge=1)
+    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
+    resources: RoleResources | None = None
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -183,6 +186,7 @@ class Role(_Strict):
     context_max_bytes: int = Field(64 * 1024, ge=1)
     journal_in_prompt: int = Field(5, ge=0)
     handoff_max_bytes: int = Field(20 * 1024, ge=1)
+    resources: RoleResources = Field(default_factory=RoleResources)
 
     @property
     def limit(self) -> int:
@@ -200,6 +204,7 @@ class TeamFile(_Strict):
     budget: TeamBudget = Field(default_factory=TeamBudget)
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -217,6 +222,7 @@ class Config(_Strict):
     roles: dict[str, Role]
     timezone: str | None = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -335,4 +341,5 @@ def load_config(root: Path) -> Config:
         roles=roles,
         timezone=team.timezone,
         memory=team.memory,
+        executor=team.executor,
     )

@@ -133,6 +133,7 @@ CREATE TABLE IF NOT EXISTS wake_skips (
 
 _RUN_COLUMNS = {
     "seq",
+    "node",
     "backend",
     "memos",
     "memo_ids",
@@ -349,4 +350,6 @@ def _migrate(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     if "seq" not in columns:
         db.execute("ALTER TABLE runs ADD COLUMN seq INTEGER")
+    if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
+        db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
