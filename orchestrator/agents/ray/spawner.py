@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from orchestrator.core.errors import ConfigError, ExecutorError, UnsupportedErro
 
 Log = Callable[[str], None]
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
+PROBE_WAIT = 5.0  # how long the start-up check waits for the cluster's port to answer
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
 KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
 LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
@@ -118,6 +120,12 @@ def connect(settings: ExecutorSettings) -> Any:
 
     if ray.is_initialized():
         return ray
+    problem = _probe(settings.address)
+    if problem:
+        raise ExecutorError(
+            f"executor: cannot reach the Ray cluster at {settings.address!r}: {problem}; start one with "
+            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
+        )
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
     try:
         if settings.address == "local-cluster":
@@ -370,6 +378,21 @@ class RaySpawner:
     async def sweep(self, agent: Any, run_id: int, attempt: int, grace: float) -> procs.KillReport:
         """Nothing to do on the head (see ``left_behind``)."""
         return procs.KillReport()
+
+
+def _probe(address: str, timeout: float = PROBE_WAIT) -> str | None:
+    """Why a ``host:port`` (or ``ray://host:port``) address takes no connection, or None; Ray itself would retry
+    an unreachable address for minutes."""
+    if address in ("auto", "local-cluster"):
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return "expected auto, local-cluster, host:port or ray://host:port"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _first_line(exc: BaseException) -> str:

@@ -94,18 +94,28 @@ def run(payload: Payload, ask: Ask, node: str) -> Iterator[Started | StartFailed
             yield StartFailed(lease=lease, reason=f"cannot start {payload.argv[0]!r} on {node}: {exc}", node=node)
             return
         procs.spare(proc.pid)  # our direct child: Popen reaps it, the kill ladder's reaper must leave it
+        # the prompt is fed and the output read from the start, whenever the consumer asks for the next message
+        out: queue.Queue[bytes | None] = queue.Queue()
+        reader = threading.Thread(target=_read, args=(proc, out), daemon=True)
+        reader.start()
+        if payload.prompt_via == "stdin":
+            threading.Thread(target=_feed, args=(proc, payload.prompt.encode("utf-8")), daemon=True).start()
         ref = procs.ProcRef.of(proc.pid)
         target = procs.Target(ref, proc.pid, payload.run_id, payload.root, attempt=payload.attempt)
         yield Started(
             lease=lease, pid=proc.pid, create_time=ref.create_time if ref else 0.0, node=node, orphans=orphans
         )
-        yield from _watch(payload, proc, target, ask)
+        yield from _watch(payload, proc, target, ask, out, reader)
     finally:
         if proc is not None and target is not None and proc.poll() is None:
             # closed early (the task was cancelled, the head went away): the tree must not outlive us
             asyncio.run(procs.stop_tree(target, 0.0))
         if proc is not None:
             procs.unspare(proc.pid)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -181,14 +191,14 @@ def _drain(out: queue.Queue[bytes | None], wait: float) -> tuple[bytes, bool]:
 
 
 def _watch(
-    payload: Payload, proc: subprocess.Popen[bytes], target: procs.Target, ask: Ask
+    payload: Payload,
+    proc: subprocess.Popen[bytes],
+    target: procs.Target,
+    ask: Ask,
+    out: queue.Queue[bytes | None],
+    reader: threading.Thread,
 ) -> Iterator[Output | Beat | Ended]:
     lease = payload.lease
-    out: queue.Queue[bytes | None] = queue.Queue()
-    reader = threading.Thread(target=_read, args=(proc, out), daemon=True)
-    reader.start()
-    if payload.prompt_via == "stdin":
-        threading.Thread(target=_feed, args=(proc, payload.prompt.encode("utf-8")), daemon=True).start()
     last_said = last_heard = time.monotonic()
     closed = False
     while True:
