@@ -862,6 +862,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "memory": memory,
     "idle": idle,
     "continuity": lambda ctx: __import__("continuity_scenario").continuity(ctx),
+    "ray": lambda ctx: __import__("ray_scenario").ray(ctx),
 }
 
 

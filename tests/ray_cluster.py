@@ -34,7 +34,13 @@ def _free_port() -> int:
 class LocalCluster:
     """A head (``head_cpus`` CPUs) and a worker node with custom resources and a label."""
 
-    def __init__(self, head_cpus: int = 2, node_cpus: int = 2, node_resources: str = '{"role_builder": 2}') -> None:
+    def __init__(
+        self,
+        head_cpus: int = 2,
+        node_cpus: int = 2,
+        node_resources: str = '{"role_builder": 2}',
+        second_node: bool = True,
+    ) -> None:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         # a short path: Ray's socket paths must fit in 107 bytes
@@ -56,6 +62,8 @@ class LocalCluster:
             ],
             env,
         )
+        if not second_node:
+            return
         self._start(
             [
                 RAY,

@@ -74,16 +74,19 @@ def test_a_memo_runs_on_a_worker_is_archived_once_and_status_and_history_show_th
     project.drop("builder", "a.md", {"id": "A-1", "agent": {"say": "hello from the worker", "until": str(gate)}})
     (record,) = wait_for(lambda: records(project, "a.md"), START, "the agent to start on a worker")
     assert not record["memo"].startswith(str(project.root))  # its memo is a copy the task carried, not a shared file
-    run = wait_for(
-        lambda: [r for r in project.status()["runs"] if r["state"] == "running" and r["node"]], what="a running run"
-    )[0]
-    assert run["pid"] == record["pid"] and "/" in run["node"]  # ip/node-id
+    status = wait_for(
+        lambda: (lambda s: s if s["nodes"] and s["runs"][0]["state"] == "running" else None)(project.status()),
+        what="a running run with its node",
+    )
+    (run,) = status["runs"]
+    node = status["nodes"][str(run["run_id"])]
+    assert run["pid"] == record["pid"] and "/" in node  # ip/node-id
     gate.touch()
     wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="a.md archived")
     log = (project.root / ".orchestrator" / "logs").glob("*builder*")
     assert "hello from the worker (attempt 1)" in "".join(p.read_text() for p in log)  # streamed back to the head
     (done,) = history(project)
-    assert done["state"] == "succeeded" and done["node"] == run["node"] and done["attempt"] == 1
+    assert done["state"] == "succeeded" and done["node"] == node and done["attempt"] == 1
     stop(orch)
     assert len(records(project, "a.md")) == 1
 

@@ -44,7 +44,6 @@ STATUS_KEYS = (
     "input_tokens",
     "output_tokens",
     "log",
-    "node",
 )
 #: the keys of a run in ``history --json``
 HISTORY_KEYS = (
