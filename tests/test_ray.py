@@ -81,6 +81,8 @@ def test_a_memo_runs_on_a_worker_is_archived_once_and_status_and_history_show_th
     (run,) = status["runs"]
     node = status["nodes"][str(run["run_id"])]
     assert run["pid"] == record["pid"] and "/" in node  # ip/node-id
+    shown = project.cli("status", COLUMNS="250")  # wide enough that no cell wraps
+    assert f"{record['pid']} on {node}" in shown.stdout, shown.stdout
     gate.touch()
     wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="a.md archived")
     log = (project.root / ".orchestrator" / "logs").glob("*builder*")
