@@ -17,7 +17,7 @@ from scenarios import SMOKE, Context, Outcome, Row, _cancel_series, _latencies
 
 
 def _measure(
-    ctx: Context, kind: str, executor: dict[str, Any], starts: int, cancels: int, out: Outcome
+    ctx: Context, kind: str, executor: dict[str, Any], starts: int, cancels: int, out: Outcome, up_env: dict[str, str]
 ) -> tuple[list[float], list[float]]:
     project = ctx.project(f"ray-{kind}")
     env = {"BENCH_RECORD": str(project.record)}  # a role's env is what travels to a Ray worker
@@ -25,7 +25,7 @@ def _measure(
         {"quick": {"env": env}, "sleeper": {"env": {**env, "BENCH_AGENT_SLEEP": "600"}, "grace": "1s"}},
         executor=executor,
     )
-    orch = Orchestrator(project).start()
+    orch = Orchestrator(project, dict(up_env)).start()  # the orchestrator's own environment
     orch.wait_ready(120)
     inbox = project.folder("quick", "inbox")
     renamed: dict[str, int] = {}
@@ -48,17 +48,19 @@ def _measure(
 def ray(ctx: Context) -> Outcome:
     """Start latency and cancel wall time, Ray against local."""
     sys.path.insert(0, str(REPO / "tests"))
-    from ray_cluster import LocalCluster
+    from ray_cluster import ENV, LocalCluster
 
     out = Outcome("ray")
     starts = max(3, ctx.sizes.cancel_term)
     cancels = max(2, ctx.sizes.cancel_term // 2)
     ctx.say(f"ray: {starts} starts and {cancels} cancels with executor local, then the same on a local Ray cluster")
-    local_start, local_cancel = _measure(ctx, "local", {"kind": "local"}, starts, cancels, out)
+    local_start, local_cancel = _measure(ctx, "local", {"kind": "local"}, starts, cancels, out, {})
     ctx.say("ray: starting a local Ray cluster (a head and a second node)")
     cluster = LocalCluster(second_node=ctx.sizes is not SMOKE)  # a smoke run only checks that it runs
     try:
-        ray_start, ray_cancel = _measure(ctx, "ray", {"kind": "ray", "address": cluster.address}, starts, cancels, out)
+        ray_start, ray_cancel = _measure(
+            ctx, "ray", {"kind": "ray", "address": cluster.address}, starts, cancels, out, ENV
+        )
     finally:
         left = cluster.stop()
         if left:

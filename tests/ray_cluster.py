@@ -22,6 +22,10 @@ from pathlib import Path
 import psutil
 
 RAY = str(Path(sys.executable).with_name("ray"))
+#: for the nodes and for every orchestrator that joins them: the same authentication mode on both sides, whatever
+#: this machine's ~/.ray holds (Ray turns token authentication on when ~/.ray/auth_token exists, and a private
+#: `ray.init()` writes that file), and no usage reports
+ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 STARTED = "Ray runtime started"
 
 
@@ -47,7 +51,7 @@ class LocalCluster:
         self.temp = Path(tempfile.mkdtemp(prefix="ort", dir="/tmp"))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        env = {**os.environ, **ENV}
         common = ["--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
         self._start(
             [

@@ -23,7 +23,7 @@ from conftest import Orchestrator, Project, dead, wait_for
 
 pytest.importorskip("ray")
 
-from ray_cluster import LocalCluster  # noqa: E402
+from ray_cluster import ENV, LocalCluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
 START = 60.0  # an orchestrator's first start on Ray: import, join, and the first worker's start
@@ -70,7 +70,7 @@ def test_a_memo_runs_on_a_worker_is_archived_once_and_status_and_history_show_th
 ) -> None:
     gate = project.root / "gate"
     configure(project, cluster, {"builder": {}})
-    orch = project.up()
+    orch = project.up(**ENV)
     project.drop("builder", "a.md", {"id": "A-1", "agent": {"say": "hello from the worker", "until": str(gate)}})
     (record,) = wait_for(lambda: records(project, "a.md"), START, "the agent to start on a worker")
     assert not record["memo"].startswith(str(project.root))  # its memo is a copy the task carried, not a shared file
@@ -105,7 +105,7 @@ def test_per_role_caps_hold_under_a_flood_ours_and_rays_custom_resources(
             "reviewer": {"max_concurrent": 1, "resources": {"cpu": 0.5}},
         },
     )
-    orch = project.up()
+    orch = project.up(**ENV)
     for i in range(6):
         project.drop("builder", f"b{i}.md", {"agent": {"sleep": 0.6}})
     for i in range(3):
@@ -126,7 +126,7 @@ def test_cancel_returns_when_the_tree_on_the_worker_is_dead_grandchild_and_setsi
     project: Project, cluster: LocalCluster
 ) -> None:
     configure(project, cluster, {"builder": {"grace": "0.5s"}})
-    orch = project.up()
+    orch = project.up(**ENV)
     project.drop(
         "builder",
         "s.md",
@@ -152,7 +152,7 @@ def test_a_worker_killed_mid_run_fails_the_attempt_which_is_retried_once_and_its
     project: Project, cluster: LocalCluster
 ) -> None:
     configure(project, cluster, {"builder": {"retry": {"max": 2, "backoff": ["0.2s"]}}})
-    orch = project.up()
+    orch = project.up(**ENV)
     project.drop("builder", "k.md", {"agent": {"sleep_by_attempt": {1: 120, 2: 0.2}}})
     (first,) = wait_for(lambda: records(project, "k.md"), START, "attempt 1 on a worker")
     orphan = psutil.Process(first["pid"])
@@ -175,7 +175,7 @@ def test_a_result_after_a_simulated_partition_is_ignored_and_the_memo_archived_o
 ) -> None:
     # the partition: the wrapper says nothing (no beat for 30 s) while the head gives up after 1 s of silence
     configure(project, cluster, {"builder": {"retry": {"max": 1, "backoff": ["0.1s"]}}}, lost_after="1s", beat="30s")
-    orch = project.up()
+    orch = project.up(**ENV)
     project.drop("builder", "p.md", {"agent": {"sleep_by_attempt": {1: 3, 2: 0}}})
     wait_for(lambda: project.folder("builder", "archive") == ["p.md"], START, "p.md archived by attempt 2")
     orch.wait_output("came after the head gave this attempt up; ignored", 30)

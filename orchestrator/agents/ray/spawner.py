@@ -219,7 +219,7 @@ class RaySpawner:
         self.leases.add(lease)
         argv = " ".join(spec.role.command[:8])
         os.close(open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): {argv}\n"))
-        agent.next = asyncio.ensure_future(self._next(gen))
+        agent.next = _pending(self._next(gen))
         try:
             done, _ = await asyncio.wait({agent.next}, timeout=self.settings.start_timeout)
             if not done:
@@ -271,7 +271,7 @@ class RaySpawner:
         log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             while True:
-                agent.next = asyncio.ensure_future(self._next(agent.gen))
+                agent.next = _pending(self._next(agent.gen))
                 done, _ = await asyncio.wait({agent.next}, timeout=self.settings.lost_after)
                 if not done and not agent.ended:
                     self._end(
@@ -393,6 +393,14 @@ def _probe(address: str, timeout: float = PROBE_WAIT) -> str | None:
             return None
     except OSError as exc:
         return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _pending(coro: Any) -> asyncio.Future[Any]:
+    """A task for the stream's next message whose error is always retrieved, even when nobody waits for it any more
+    (a start given up, a cancelled task): asyncio would otherwise print it with a traceback at exit."""
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ killed mid-run leaves its agent orphaned on the node). Nothing here imports Ray:
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import queue
@@ -199,6 +200,7 @@ def _watch(
     reader: threading.Thread,
 ) -> Iterator[Output | Beat | Ended]:
     lease = payload.lease
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
     last_said = last_heard = time.monotonic()
     closed = False
     while True:
@@ -208,7 +210,7 @@ def _watch(
             time.sleep(payload.poll)  # its output is closed but it runs on: keep polling at the same pace
         now = time.monotonic()
         if data:
-            yield Output(lease=lease, data=data.decode("utf-8", errors="replace"))
+            yield Output(lease=lease, data=text.decode(data))
             last_said = now
         code = proc.poll()
         if code is not None:
@@ -227,7 +229,7 @@ def _watch(
             reader.join(timeout=2)
             rest, _ = _drain(out, 0.0)
             if rest:
-                yield Output(lease=lease, data=rest.decode("utf-8", errors="replace"))
+                yield Output(lease=lease, data=text.decode(rest, final=True))
             yield Ended(
                 lease=lease,
                 code=proc.returncode,
@@ -249,5 +251,5 @@ def _watch(
     reader.join(timeout=2)
     rest, _ = _drain(out, 0.0)
     if rest:
-        yield Output(lease=lease, data=rest.decode("utf-8", errors="replace"))
+        yield Output(lease=lease, data=text.decode(rest, final=True))
     yield Ended(lease=lease, code=code, pids=report.pids, seconds=round(report.seconds, 3))
