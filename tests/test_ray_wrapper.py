@@ -220,3 +220,10 @@ def test_unreachable_cluster_fails_at_start_up_in_one_line(project: Project) -> 
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 120
     assert dead  # the helper is shared with the cluster tests
+
+
+def test_output_split_inside_a_character_arrives_whole(tmp_path: Path) -> None:
+    text = "x" + "é" * 70_000  # two-byte characters after one byte: a read of 64 KB ends inside a character
+    messages = list(wrapper.run(_payload(tmp_path, tmp_path / "r", {"say": text}), lambda: None, "n"))
+    streamed = "".join(m.data for m in messages if isinstance(m, Output))
+    assert streamed == f"{text} (attempt 1)\n" and "\ufffd" not in streamed
