@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,sdk]'
+	$(BIN)/pip install --quiet -e '.[test,sdk,ray]'
 	$(BIN)/python -m orchestrator.agents.keeper || true   # the per-attempt keeper (C); agents run without it if it cannot be built
 	touch $(STAMP)
 

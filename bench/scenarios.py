@@ -875,6 +875,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "schedule": lambda ctx: __import__("schedule_scenario").schedule(ctx),
     "keeper": keeper,
     "memory-store": lambda ctx: __import__("memory_store_scenario").memory_store(ctx),
+    "ray": lambda ctx: __import__("ray_scenario").ray(ctx),
 }
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
 from orchestrator.core.errors import ConfigError
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
@@ -167,6 +168,8 @@ class RoleSettings(_Strict):
     handoff_max_bytes: int | None = Field(None, ge=1)
     api_retries: int | None = Field(None, ge=0, le=20)
     price_per_mtok: Prices | None = None
+    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
+    resources: RoleResources | None = None
 
     @field_validator("retry", "crash", "budget")
     @classmethod
@@ -219,6 +222,7 @@ class Role(_Strict):
     handoff_max_bytes: int = Field(20 * 1024, ge=1)
     api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
     price_per_mtok: Prices | None = None  # overrides the fuse's price table
+    resources: RoleResources = Field(default_factory=RoleResources)
 
     @property
     def limit(self) -> int:
@@ -238,6 +242,7 @@ class TeamFile(_Strict):
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
     limits: Limits = Field(default_factory=Limits)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -257,6 +262,7 @@ class Config(_Strict):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     limits: Limits = Field(default_factory=Limits)
     recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -377,4 +383,5 @@ def load_config(root: Path) -> Config:
         memory=team.memory,
         limits=team.limits,
         recovery=team.recovery,
+        executor=team.executor,
     )

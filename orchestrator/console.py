@@ -166,6 +166,7 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         table = Table(title="current runs", title_justify="left")
         for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "cost $", "subject / activity"):
             table.add_column(col)
+        nodes = snap.get("nodes") or {}  # executor: ray, where each agent runs
         for run in map(RunView.of, snap["runs"]):
             when = f"{run.elapsed:.0f}s" if run.elapsed is not None else (run.next_attempt_at or "")
             about = run.subject or ""
@@ -177,7 +178,7 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
                 run.label,
                 run.state,
                 str(run.attempt or ""),
-                str(run.pid or ""),
+                str(run.pid or "") + (f" on {nodes[str(run.run_id)]}" if str(run.run_id) in nodes else ""),
                 when,
                 _money(run.cost_usd),
                 about,

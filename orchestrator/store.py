@@ -159,6 +159,7 @@ CREATE TABLE IF NOT EXISTS breaker_notices (  -- one notice to the notify role p
 
 _RUN_COLUMNS = {
     "seq",
+    "node",
     "backend",
     "memos",
     "memo_ids",
@@ -362,4 +363,6 @@ def _migrate(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     if "seq" not in columns:
         db.execute("ALTER TABLE runs ADD COLUMN seq INTEGER")
+    if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
+        db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from orchestrator.agents import keeper, procs
 from orchestrator.agents.command import Agent, LaunchSpec, start_command
-from orchestrator.core.errors import ControlError
+from orchestrator.config import Config
+from orchestrator.core.errors import ConfigError, ControlError
 
 Log = Callable[[str], None]
 EXIT_WAIT = 5.0  # after the ladder, how long to wait for the agent's exit status to be read
@@ -38,6 +39,21 @@ class Spawner(Protocol):
     async def sweep(self, agent: Any, run_id: int, attempt: int, grace: float) -> procs.KillReport:
         """Stop what one exited attempt left behind (only that attempt's: a retry must be spared)."""
         ...
+
+
+def choose_spawner(config: Config, say: Log) -> Spawner:
+    """The spawner the configuration's ``executor`` asks for; Ray is imported only when it is asked for."""
+    if config.executor.kind == "local":
+        return ProcessSpawner(config.root)
+    sdk = [name for name, role in config.roles.items() if role.backend == "sdk"]
+    if sdk:
+        raise ConfigError(
+            f"{config.path}: executor: kind ray runs command roles only; roles {', '.join(sdk)} use `backend: sdk` "
+            "(run them with `executor: {kind: local}`)"
+        )
+    from orchestrator.agents.ray.spawner import RaySpawner
+
+    return RaySpawner(config.root, config.executor, say)
 
 
 class ProcessSpawner:

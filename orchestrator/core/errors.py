@@ -18,7 +18,8 @@ reaches the terminal for a bad configuration, memo or command line::
     ├── CrashLoopError                exit 3  a critical role keeps crashing
     ├── MemoryRefusedError            exit 20 memory: core full, or an entry too large
     ├── SecretRefusedError            exit 21 memory: the text holds a secret; nothing stored
-    └── MemoryUnavailableError        exit 22 memory: the database is corrupt, locked or unreadable
+    ├── MemoryUnavailableError        exit 22 memory: the database is corrupt, locked or unreadable
+    └── ExecutorError                 exit 30 executor ray: the cluster cannot be reached at start-up
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ class UnknownRoleError(OrchestratorError):
     """A command names a role that ``roles.yaml`` does not have."""
 
     exit_code = 10
+
+
+class ExecutorError(OrchestratorError):
+    """The configured executor cannot be used (``executor: ray`` and no cluster at its address)."""
+
+    exit_code = 30
 
 
 class ControlError(OrchestratorError):

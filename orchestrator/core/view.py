@@ -63,6 +63,7 @@ HISTORY_KEYS = (
     "is_error",
     "started_at",
     "ended_at",
+    "node",
 )
 #: the keys of one cancelled memo's answer to ``cancel``
 CANCEL_KEYS = (
@@ -113,6 +114,7 @@ class RunView(BaseModel):
     session_id: str | None = None
     is_error: bool | None = None
     log: str | None = None
+    node: str | None = None  # the Ray node it runs (ran) on; None for local runs
 
     @classmethod
     def of(cls, data: RunView | Mapping[str, Any]) -> RunView:
@@ -149,6 +151,7 @@ class RunView(BaseModel):
             session_id=row.get("session_id"),
             is_error=None if is_error is None else bool(is_error),
             log=row.get("log_path"),
+            node=row.get("node"),
         )
 
     @classmethod
@@ -176,6 +179,7 @@ class RunView(BaseModel):
             activity=agent.activity if agent else None,
             cost_usd=agent.cost_usd if agent else None,
             log=str(run.log_path) if run.log_path else None,
+            node=getattr(agent, "node", None),
         )
         return cls(**{**fields, **extra})
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.agents import procs
-from orchestrator.agents.spawner import ProcessSpawner, Spawner
+from orchestrator.agents.spawner import Spawner, choose_spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
 from orchestrator.continuity import hooks as continuity
@@ -42,7 +42,7 @@ from orchestrator.memory import keeper as memory_keeper
 from orchestrator.prompts import load_template
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
-from orchestrator.supervisor import snapshot
+from orchestrator.supervisor import nodes, snapshot
 from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.endings import Endings
@@ -91,7 +91,7 @@ class Supervisor:
         self.lc = Lifecycle(
             config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock)
         )
-        self.stopper = Stopper(spawner or ProcessSpawner(self.root), console, self.post)
+        self.stopper = Stopper(spawner or choose_spawner(config, console.line), console, self.post)
         self.budgets = Budgets(config, self.store, console)
         self.holds = Holds(console)
         self.launcher = Launcher(
@@ -110,6 +110,7 @@ class Supervisor:
         )
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
         self.continuity = continuity.install(self)
+        nodes.install(self)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ev.MemoSeen: self.intake.seen,
             ev.MemoGone: self.intake.gone,

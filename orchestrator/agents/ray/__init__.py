@@ -1,0 +1,18 @@
+"""Running agents on a Ray cluster: the same spawner boundary as local processes, one Ray task per attempt.
+
+``settings`` (the ``executor:`` and ``resources:`` keys) imports nothing heavy;
+``wire`` is the typed messages between a wrapper and the head; ``wrapper`` is
+what runs on a worker; ``spawner`` is the head's side and the only module that
+imports Ray. A configuration that does not ask for Ray never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+INSTALL_HINT = "pip install 'orchestrator[ray]'"
+
+
+def ray_installed() -> bool:
+    """Whether the ``ray`` package can be imported, without importing it."""
+    return importlib.util.find_spec("ray") is not None

@@ -1,0 +1,420 @@
+"""The head's side of the Ray executor: each attempt is one Ray task running the wrapper; the only module importing Ray.
+
+``RaySpawner`` implements the spawner boundary (``orchestrator.agents.spawner``):
+``start`` submits the task (``num_cpus``/``num_gpus``/custom resources and node
+labels from the role, ``max_retries=0``: retries are ours) and returns once the
+wrapper reports the agent started; a pump task appends the streamed output to
+the run's log and calls ``on_exit`` once, when the wrapper reports the tree
+dead, when Ray reports the task lost (a dead worker or node), or when the
+wrapper has been silent for ``lost_after``. ``stop`` posts a stop request to a
+small actor the wrappers poll and waits for the wrapper's report; if the
+wrapper or its node is gone it falls back to ``ray.cancel(force=True)`` and a
+bounded wait, and says so. Every attempt holds a lease token: a message whose
+lease the head no longer holds is logged and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents import procs
+from orchestrator.agents.command import LaunchSpec, SpawnError, open_log
+from orchestrator.agents.ray import INSTALL_HINT, ray_installed
+from orchestrator.agents.ray.settings import ExecutorSettings
+from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed, parse
+from orchestrator.core.errors import ConfigError, ExecutorError, UnsupportedError
+
+Log = Callable[[str], None]
+BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
+PROBE_WAIT = 5.0  # how long the start-up check waits for the cluster's port to answer
+CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
+KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
+LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
+
+
+class StopBoard:
+    """A small actor on the head: stop requests by lease, which the wrappers poll."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, float] = {}
+
+    def stop(self, lease: str, grace: float) -> None:
+        self.asked.setdefault(lease, grace)
+
+    def ask(self, lease: str) -> float | None:
+        return self.asked.get(lease)
+
+    def forget(self, lease: str) -> None:
+        self.asked.pop(lease, None)
+
+
+def wrapper_task(payload: dict[str, Any], board: Any) -> Iterator[dict[str, Any]]:
+    """The Ray task's body, on a worker: the wrapper's messages as dicts (``orchestrator.agents.ray.wire``)."""
+    import ray
+
+    from orchestrator.agents.ray import wrapper
+
+    spec = Payload.model_validate(payload)
+    context = ray.get_runtime_context()
+    node = f"{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
+    timeout = max(1.0, spec.poll * 10)
+
+    def ask() -> float | None:
+        grace: float | None = ray.get(board.ask.remote(spec.lease), timeout=timeout)
+        return grace
+
+    for message in wrapper.run(spec, ask, node):
+        yield message.model_dump()
+
+
+class RayAgent:
+    """An agent running under a wrapper on a Ray worker, as the supervisor sees it (``ref`` None, ``pid`` remote)."""
+
+    backend = "command"
+
+    def __init__(self, spec: LaunchSpec, lease: str, gen: Any) -> None:
+        self.spec = spec
+        self.lease = lease
+        self.gen = gen
+        self.pid: int | None = None
+        self.ref: procs.ProcRef | None = None
+        self.node: str | None = None
+        self.activity: str | None = None
+        self.cost_usd: float | None = None
+        self.result: dict[str, Any] = {}
+        self.failure_reason: str | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.report: procs.KillReport | None = None  # set when the wrapper reports having stopped the tree
+        self.ended = False
+        self.on_exit: Callable[[Any, int], None] = lambda _agent, _code: None
+        self.next: asyncio.Future[Any] | None = None
+
+    async def interrupt(self, keep: bool = False) -> None:
+        """End the current turn: the command backend cannot."""
+        raise UnsupportedError(
+            f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
+            "use `orchestrator cancel` to stop it"
+        )
+
+    async def tell(self, text: str) -> None:
+        """Send a follow-up message: the command backend cannot."""
+        raise UnsupportedError(
+            f"role {self.spec.role.name} uses the command backend, which cannot take follow-up messages"
+        )
+
+
+def connect(settings: ExecutorSettings) -> Any:
+    """Import Ray and join (or, for ``local-cluster``, start) the cluster; one line for a person if it cannot."""
+    if not ray_installed():
+        raise ConfigError(f"executor: kind ray needs the Ray package, which is not installed; run `{INSTALL_HINT}`")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    problem = _probe(settings.address)
+    if problem:
+        raise ExecutorError(
+            f"executor: cannot reach the Ray cluster at {settings.address!r}: {problem}; start one with "
+            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
+        )
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
+    try:
+        if settings.address == "local-cluster":
+            ray.init(num_cpus=settings.num_cpus, include_dashboard=False, **options)
+        else:
+            ray.init(address=settings.address, **options)
+    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, RuntimeError, ValueError)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExecutorError(
+            f"executor: cannot reach the Ray cluster at {settings.address!r}: {first}; start one with "
+            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
+        ) from None
+    return ray
+
+
+class RaySpawner:
+    """Agents as Ray tasks, one per attempt, under the head's limits, retry policy and logs."""
+
+    def __init__(self, root: Path, settings: ExecutorSettings, say: Log) -> None:
+        self.root = str(root)
+        self.settings = settings
+        self.say = say
+        self.ray = connect(settings)
+        self.leases: set[str] = set()  # the attempts whose results the head still accepts
+        here = self.ray.get_runtime_context().get_node_id()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.board = (
+            self.ray.remote(StopBoard)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True))
+            .remote()
+        )
+        self.task = self.ray.remote(num_returns="streaming", max_retries=0)(wrapper_task)
+
+    # ------------------------------------------------------------ start
+    def _payload(self, spec: LaunchSpec, lease: str) -> Payload:
+        role = spec.role
+        memos = {}
+        for path in spec.memo_paths:
+            try:
+                memos[path.name] = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SpawnError(f"cannot read {path.name} to send it to the worker: {exc}") from None
+        if not memos:
+            raise SpawnError("no memo to send to the worker")
+        # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
+        env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
+        for key in ("ORCHESTRATOR_MEMO", "ORCHESTRATOR_MEMOS"):
+            env.pop(key, None)
+        return Payload(
+            run_id=spec.run_id,
+            attempt=spec.attempt,
+            lease=lease,
+            role=role.name,
+            root=self.root,
+            argv=list(role.command),
+            prompt=spec.prompt,
+            prompt_via=role.prompt_via,
+            cwd=role.cwd,
+            env=env,
+            memos=memos,
+            batch=role.batch,
+            poll=self.settings.poll,
+            beat=self.settings.beat,
+            lost_after=self.settings.lost_after,
+        )
+
+    def _options(self, spec: LaunchSpec) -> dict[str, Any]:
+        res = spec.role.resources
+        options: dict[str, Any] = {
+            "num_cpus": res.cpu,
+            "num_gpus": res.gpu,
+            "num_returns": "streaming",
+            "max_retries": 0,
+        }
+        if res.custom:
+            options["resources"] = dict(res.custom)
+        if res.node_labels:
+            options["label_selector"] = dict(res.node_labels)
+        return options
+
+    async def start(self, spec: LaunchSpec, on_exit: Callable[[Any, int], None]) -> RayAgent:
+        """Submit the attempt's task; return once the wrapper has started the agent on a worker."""
+        if spec.role.backend != "command":
+            raise SpawnError(f"role {spec.role.name}: executor ray runs command roles only")
+        lease = uuid.uuid4().hex
+        payload = self._payload(spec, lease)
+        gen = self.task.options(**self._options(spec)).remote(payload.model_dump(), self.board)
+        agent = RayAgent(spec, lease, gen)
+        agent.on_exit = on_exit
+        self.leases.add(lease)
+        argv = " ".join(spec.role.command[:8])
+        os.close(open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): {argv}\n"))
+        agent.next = _pending(self._next(gen))
+        try:
+            done, _ = await asyncio.wait({agent.next}, timeout=self.settings.start_timeout)
+            if not done:
+                raise SpawnError(
+                    f"no Ray node could take it within {self.settings.start_timeout:g}s "
+                    f"(it asks for {self._options(spec)})"
+                )
+            first = agent.next.result()
+        except StopAsyncIteration:
+            self._revoke(agent)
+            raise SpawnError("the Ray task ended before the agent started") from None
+        except SpawnError:
+            self._revoke(agent)
+            self._cancel(gen)
+            raise
+        except self.ray.exceptions.RayError as exc:
+            self._revoke(agent)
+            raise SpawnError(f"the Ray task failed before the agent started: {_first_line(exc)}") from None
+        if isinstance(first, StartFailed):
+            self._revoke(agent)
+            agent.node = first.node
+            raise SpawnError(first.reason)
+        if not isinstance(first, Started):
+            self._revoke(agent)
+            raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
+        agent.pid, agent.node = first.pid, first.node
+        if first.orphans:
+            self.say(f"run {spec.run_id}: killed orphaned agent processes {first.orphans} on {first.node}")
+        agent.waiter = asyncio.ensure_future(self._pump(agent))
+        return agent
+
+    async def _next(self, gen: Any) -> Started | StartFailed | Output | Beat | Ended:
+        ref = await gen.__anext__()
+        return parse(await ref)
+
+    def _revoke(self, agent: RayAgent) -> None:
+        self.leases.discard(agent.lease)
+        with contextlib.suppress(Exception):
+            self.board.forget.remote(agent.lease)
+
+    def _cancel(self, gen: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.ray.cancel(gen, force=True)
+
+    # ------------------------------------------------------------ the stream
+    async def _pump(self, agent: RayAgent) -> None:
+        """Read the wrapper's stream to its end; the attempt ends once, by the first of: its report, Ray's error, silence."""
+        spec = agent.spec
+        log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while True:
+                agent.next = _pending(self._next(agent.gen))
+                done, _ = await asyncio.wait({agent.next}, timeout=self.settings.lost_after)
+                if not done and not agent.ended:
+                    self._end(
+                        agent,
+                        None,
+                        f"no word from the wrapper on {agent.node} for {self.settings.lost_after:g}s "
+                        "(a partition or a lost node)",
+                    )
+                    self._ask_stop(agent, 0.0)
+                if not done:
+                    await asyncio.wait({agent.next})
+                try:
+                    message = agent.next.result()
+                except StopAsyncIteration:
+                    break
+                except self.ray.exceptions.RayError as exc:
+                    self._end(agent, None, _lost_reason(exc, agent.node))
+                    break
+                if agent.lease not in self.leases or message.lease != agent.lease:
+                    self.say(
+                        f"run {spec.run_id} attempt {spec.attempt}: a {message.type!r} message from {agent.node} came "
+                        "after the head gave this attempt up; ignored"
+                    )
+                    continue
+                if isinstance(message, Output):
+                    os.write(log_fd, message.data.encode("utf-8"))
+                elif isinstance(message, Ended):
+                    if message.stopped:
+                        agent.report = procs.KillReport(
+                            pids=message.pids,
+                            seconds=message.seconds,
+                            escalated=message.escalated,
+                            survivors=message.survivors,
+                        )
+                    reason = (
+                        f"the wrapper on {agent.node} could not reach the head"
+                        if message.why == "lost the head"
+                        else None
+                    )
+                    self._end(agent, message.code, reason)
+        finally:
+            os.close(log_fd)
+        if not agent.ended:
+            self._end(agent, None, f"the wrapper on {agent.node} ended without reporting the agent's exit")
+
+    def _end(self, agent: RayAgent, code: int | None, reason: str | None) -> None:
+        """The attempt's one end: the lease is given up and ``on_exit`` is called, once."""
+        if agent.ended:
+            return
+        agent.ended = True
+        self._revoke(agent)
+        if reason is not None:
+            agent.failure_reason = reason
+        agent.on_exit(agent, code if code is not None else LOST_EXIT)
+
+    def give_up(self, agent: RayAgent, reason: str) -> None:
+        """End the attempt as the head sees it now (a partition): any later result of its wrapper is ignored."""
+        self._end(agent, None, reason)
+        self._ask_stop(agent, 0.0)
+
+    def _ask_stop(self, agent: RayAgent, grace: float) -> Any:
+        try:
+            return self.board.stop.remote(agent.lease, grace)
+        except Exception:  # noqa: BLE001 - the board is unreachable: the wrapper fences itself after lost_after
+            return None
+
+    # ------------------------------------------------------------ stop
+    async def stop(self, agent: Any, run_id: int, grace: float, log: Log, interrupt_first: bool) -> procs.KillReport:
+        """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.cancel(force=True)``."""
+        if agent is None:
+            return procs.KillReport()
+        if not agent.ended and agent.waiter is not None:
+            sent = self._ask_stop(agent, grace)
+            if sent is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(sent, BOARD_WAIT)
+            log(f"asked the wrapper on {agent.node} to stop the agent's tree (SIGTERM, {grace:g}s grace, SIGKILL)")
+            bound = grace + KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
+            await asyncio.wait({agent.waiter}, timeout=bound)
+        if agent.report is not None:
+            log(
+                f"the wrapper on {agent.node} reported the tree dead: {len(agent.report.pids)} process(es) "
+                f"{agent.report.pids} in {agent.report.seconds:.2f}s"
+            )
+            return agent.report
+        if agent.ended and agent.failure_reason is None:
+            return procs.KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
+        why = agent.failure_reason or f"no report within {grace + KILL_WAIT:g}s"
+        log(f"the wrapper on {agent.node} did not report the tree dead ({why}); ray.cancel(force=True)")
+        self._cancel(agent.gen)
+        if agent.waiter is not None:
+            await asyncio.wait({agent.waiter}, timeout=CANCEL_WAIT)
+        self._end(agent, None, why)
+        log(
+            f"forced cancel of the Ray task done; the agent (pid {agent.pid}) could not be checked and is killed by "
+            f"the next wrapper that runs on {agent.node}"
+        )
+        return procs.KillReport(pids=[agent.pid] if agent.pid else [], survivors=[agent.pid] if agent.pid else [])
+
+    def left_behind(self, agent: Any) -> bool:
+        """Never: the wrapper itself kills what an exited agent left, before it reports the exit."""
+        return False
+
+    async def sweep(self, agent: Any, run_id: int, attempt: int, grace: float) -> procs.KillReport:
+        """Nothing to do on the head (see ``left_behind``)."""
+        return procs.KillReport()
+
+
+def _probe(address: str, timeout: float = PROBE_WAIT) -> str | None:
+    """Why a ``host:port`` (or ``ray://host:port``) address takes no connection, or None; Ray itself would retry
+    an unreachable address for minutes."""
+    if address in ("auto", "local-cluster"):
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return "expected auto, local-cluster, host:port or ray://host:port"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _pending(coro: Any) -> asyncio.Future[Any]:
+    """A task for the stream's next message whose error is always retrieved, even when nobody waits for it any more
+    (a start given up, a cancelled task): asyncio would otherwise print it with a traceback at exit."""
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _lost_reason(exc: BaseException, node: str | None) -> str:
+    """A Ray error as a failed attempt's reason."""
+    name = type(exc).__name__
+    if "NodeDied" in name:
+        return f"the Ray node {node} died"
+    if "WorkerCrashed" in name or "ActorDied" in name or "OwnerDied" in name:
+        return f"the Ray worker on {node} died (its agent is killed by the next wrapper on that node)"
+    if "Cancelled" in name:
+        return f"the Ray task on {node} was cancelled"
+    return f"Ray lost the task on {node}: {name}: {_first_line(exc)}"

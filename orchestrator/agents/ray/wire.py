@@ -1,0 +1,85 @@
+"""What travels between the head and a wrapper on a worker: the task's payload and the messages it streams back.
+
+Every message carries the attempt's lease token; the head acts only on messages
+whose lease it still holds, so a result that arrives after the head gave the
+attempt up (a partition, a lost worker) is logged and ignored, never acted on twice.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Payload(_Wire):
+    """Everything the wrapper needs: nothing is read from the head's disk on the worker."""
+
+    run_id: int
+    attempt: int
+    lease: str
+    role: str
+    root: str  # the head's project root: an identity carried in the agent's environment, and its cwd if present
+    argv: list[str]
+    prompt: str
+    prompt_via: Literal["stdin", "arg"]
+    cwd: str  # relative to root
+    env: dict[str, str]  # the role's env and the ORCHESTRATOR_* variables; the worker's own environment is the base
+    memos: dict[str, str]  # file name -> text: copied into a private folder on the worker
+    batch: bool
+    poll: float
+    beat: float
+    lost_after: float
+
+
+class _Message(_Wire):
+    lease: str
+
+
+class Started(_Message):
+    type: Literal["started"] = "started"
+    pid: int
+    create_time: float
+    node: str  # "ip/node-id-prefix"
+    orphans: list[int] = []  # agents of dead wrappers on this node, killed before this one started
+
+
+class StartFailed(_Message):
+    type: Literal["start_failed"] = "start_failed"
+    reason: str
+    node: str
+
+
+class Output(_Message):
+    type: Literal["output"] = "output"
+    data: str
+
+
+class Beat(_Message):
+    type: Literal["beat"] = "beat"
+
+
+class Ended(_Message):
+    """The agent's tree is dead: it exited by itself (``stopped`` false) or the wrapper killed it."""
+
+    type: Literal["ended"] = "ended"
+    code: int | None
+    stopped: bool = False
+    why: str | None = None  # why the wrapper stopped it: "asked", "lost the head"
+    pids: list[int] = []
+    seconds: float = 0.0
+    escalated: bool = False
+    survivors: list[int] = []
+
+
+Message = Annotated[Started | StartFailed | Output | Beat | Ended, Field(discriminator="type")]
+MESSAGE = TypeAdapter(Message)
+
+
+def parse(data: Any) -> Started | StartFailed | Output | Beat | Ended:
+    """A message from its dict; a malformed one raises ``pydantic.ValidationError`` naming the field."""
+    return MESSAGE.validate_python(data)

@@ -1,0 +1,255 @@
+"""What runs on a Ray worker for one attempt: start the agent, stream its output, stop its whole tree when asked.
+
+The agent starts in its own session and process group, with the run id, the
+attempt, the lease and this wrapper's pid in its environment. The wrapper polls
+for a stop request every ``poll`` seconds and, when asked (or when it cannot
+reach the head for ``lost_after``), stops the tree with the same kill ladder as
+the local executor (``orchestrator.agents.procs``: group, tree walk, and the
+``setsid`` escapees found by environment), then reports the pids and the
+seconds to dead. Before starting, it kills agents whose wrapper died (a worker
+killed mid-run leaves its agent orphaned on the node). Nothing here imports Ray:
+``ask`` is the stop-request probe the Ray task passes in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from orchestrator.agents import procs
+from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed
+
+WRAPPER_ENV = "ORCHESTRATOR_WRAPPER"  # "<pid>:<create time>" of the wrapper that started the agent
+LEASE_ENV = "ORCHESTRATOR_LEASE"
+CHUNK = 64 * 1024
+
+#: the stop-request probe: the grace period asked for, None when nobody asked; raises when the head is unreachable
+Ask = Callable[[], float | None]
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _wrapper_alive(mark: str) -> bool:
+    pid, _, created = mark.partition(":")
+    try:
+        ref = procs.ProcRef(int(pid), float(created))
+    except ValueError:
+        return True  # not ours to judge
+    return ref.process() is not None
+
+
+def sweep_orphans(root: str) -> list[int]:
+    """Kill every agent of this project root on this node whose wrapper is dead; return the pids ended."""
+    targets: dict[tuple[str, str], procs.Target] = {}
+    for pid in procs.all_pids():
+        env = _environ(pid)
+        if not env or env.get("ORCHESTRATOR_ROOT") != root or WRAPPER_ENV not in env:
+            continue
+        if _wrapper_alive(env[WRAPPER_ENV]):
+            continue
+        key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
+        stat = procs._proc_stat(pid)
+        if stat is None or not key[0].isdigit() or not key[1].isdigit():
+            continue
+        targets.setdefault(key, procs.Target(None, stat[0], int(key[0]), root, attempt=int(key[1])))
+    ended: list[int] = []
+    for target in targets.values():
+        ended += asyncio.run(procs.stop_tree(target, 0.0)).pids
+    return sorted(set(ended))
+
+
+def node_name() -> str:
+    """How ``status`` names this node when Ray does not say: the host name."""
+    return os.uname().nodename
+
+
+def run(payload: Payload, ask: Ask, node: str) -> Iterator[Started | StartFailed | Output | Beat | Ended]:
+    """The wrapper's life as a stream of messages: started (or start failed), output and beats, then ended."""
+    lease = payload.lease
+    orphans = sweep_orphans(payload.root)
+    folder = Path(tempfile.mkdtemp(prefix=f"orchestrator-run{payload.run_id}-{payload.attempt}-"))
+    proc: subprocess.Popen[bytes] | None = None
+    target: procs.Target | None = None
+    try:
+        try:
+            proc = _start(payload, folder)
+        except (OSError, ValueError) as exc:
+            yield StartFailed(lease=lease, reason=f"cannot start {payload.argv[0]!r} on {node}: {exc}", node=node)
+            return
+        procs.spare(proc.pid)  # our direct child: Popen reaps it, the kill ladder's reaper must leave it
+        # the prompt is fed and the output read from the start, whenever the consumer asks for the next message
+        out: queue.Queue[bytes | None] = queue.Queue()
+        reader = threading.Thread(target=_read, args=(proc, out), daemon=True)
+        reader.start()
+        if payload.prompt_via == "stdin":
+            threading.Thread(target=_feed, args=(proc, payload.prompt.encode("utf-8")), daemon=True).start()
+        ref = procs.ProcRef.of(proc.pid)
+        target = procs.Target(ref, proc.pid, payload.run_id, payload.root, attempt=payload.attempt)
+        yield Started(
+            lease=lease, pid=proc.pid, create_time=ref.create_time if ref else 0.0, node=node, orphans=orphans
+        )
+        yield from _watch(payload, proc, target, ask, out, reader)
+    finally:
+        if proc is not None and target is not None and proc.poll() is None:
+            # closed early (the task was cancelled, the head went away): the tree must not outlive us
+            asyncio.run(procs.stop_tree(target, 0.0))
+        if proc is not None:
+            procs.unspare(proc.pid)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start(payload: Payload, folder: Path) -> subprocess.Popen[bytes]:
+    paths = []
+    for name, text in payload.memos.items():
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+        paths.append(str(path))
+    env = dict(os.environ)
+    for key in ("ORCHESTRATOR_MEMO", "ORCHESTRATOR_MEMOS"):
+        env.pop(key, None)
+    env.update(payload.env)
+    env["ORCHESTRATOR_MEMOS" if payload.batch else "ORCHESTRATOR_MEMO"] = (
+        "\n".join(paths) if payload.batch else paths[0]
+    )
+    env[LEASE_ENV] = payload.lease
+    me = procs.ProcRef.of(os.getpid())
+    env[WRAPPER_ENV] = f"{os.getpid()}:{me.create_time if me else 0.0}"
+    workdir = Path(payload.root) / payload.cwd
+    cwd = workdir if workdir.is_dir() else folder
+    argv = list(payload.argv) + ([payload.prompt] if payload.prompt_via == "arg" else [])
+    executable = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else str(cwd / argv[0])
+    if executable is None:
+        raise ValueError("not found on PATH")
+    return subprocess.Popen(
+        [executable, *argv[1:]],
+        stdin=subprocess.PIPE if payload.prompt_via == "stdin" else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError):
+        proc.stdin.write(data)
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+
+
+def _read(proc: subprocess.Popen[bytes], out: queue.Queue[bytes | None]) -> None:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while True:
+        try:
+            chunk = os.read(fd, CHUNK)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            out.put(None)
+            return
+        out.put(chunk)
+
+
+def _drain(out: queue.Queue[bytes | None], wait: float) -> tuple[bytes, bool]:
+    """What the agent printed so far (waiting at most ``wait`` for the first piece), and whether its output ended."""
+    data, closed = b"", False
+    try:
+        item = out.get(timeout=wait) if wait > 0 else out.get_nowait()
+        while True:
+            if item is None:
+                closed = True
+                break
+            data += item
+            item = out.get_nowait()
+    except queue.Empty:
+        pass
+    return data, closed
+
+
+def _watch(
+    payload: Payload,
+    proc: subprocess.Popen[bytes],
+    target: procs.Target,
+    ask: Ask,
+    out: queue.Queue[bytes | None],
+    reader: threading.Thread,
+) -> Iterator[Output | Beat | Ended]:
+    lease = payload.lease
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
+    last_said = last_heard = time.monotonic()
+    closed = False
+    while True:
+        data, ended_output = _drain(out, 0.0 if closed else payload.poll)
+        closed = closed or ended_output
+        if closed and proc.poll() is None:
+            time.sleep(payload.poll)  # its output is closed but it runs on: keep polling at the same pace
+        now = time.monotonic()
+        if data:
+            yield Output(lease=lease, data=text.decode(data))
+            last_said = now
+        code = proc.poll()
+        if code is not None:
+            break
+        try:
+            grace = ask()
+            last_heard = now
+        except Exception:  # noqa: BLE001 - whatever the transport raised, the head did not answer
+            grace = 0.0 if now - last_heard >= payload.lost_after else None
+            why = "lost the head"
+        else:
+            why = "asked"
+        if grace is not None:
+            report = asyncio.run(procs.stop_tree(target, grace))
+            proc.wait()
+            reader.join(timeout=2)
+            rest, _ = _drain(out, 0.0)
+            if rest:
+                yield Output(lease=lease, data=text.decode(rest, final=True))
+            yield Ended(
+                lease=lease,
+                code=proc.returncode,
+                stopped=True,
+                why=why,
+                pids=report.pids,
+                seconds=round(report.seconds, 3),
+                escalated=report.escalated,
+                survivors=report.survivors,
+            )
+            return
+        if now - last_said >= payload.beat:
+            yield Beat(lease=lease)
+            last_said = now
+    # what the agent left in its group or under its run id after it exited (only this attempt's): killed before
+    # the output is read to its end, since a leftover may hold the pipe open
+    left = procs.Target(None, target.pgid, target.run_id, target.project_root, attempt=target.attempt)
+    report = asyncio.run(procs.stop_tree(left, payload.poll)) if procs.find_tree(left) else procs.KillReport()
+    reader.join(timeout=2)
+    rest, _ = _drain(out, 0.0)
+    if rest:
+        yield Output(lease=lease, data=text.decode(rest, final=True))
+    yield Ended(lease=lease, code=code, pids=report.pids, seconds=round(report.seconds, 3))

@@ -1,0 +1,189 @@
+"""The Ray executor against a real local Ray cluster: a head and a second node, started once for this module.
+
+Marked ``ray``: starting the cluster takes about 20-30 s on a loaded 2-core
+machine, each test 5-20 s after that (the orchestrator's own start includes
+importing Ray and joining the cluster). Everything runs on this machine, so
+"on the worker" pids are checked here; the cluster is stopped at the end and
+every process it started is checked dead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from conftest import Orchestrator, Project, dead, wait_for
+
+pytest.importorskip("ray")
+
+from ray_cluster import ENV, LocalCluster  # noqa: E402
+
+pytestmark = pytest.mark.ray
+START = 60.0  # an orchestrator's first start on Ray: import, join, and the first worker's start
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    nodes = LocalCluster()
+    yield nodes
+    left = nodes.stop()
+    assert left == [], f"Ray processes still alive after the cluster was stopped: {left}"
+
+
+def configure(project: Project, cluster: LocalCluster, roles: dict[str, dict[str, Any]], **executor: Any) -> None:
+    """Every role's env carries the stand-in's record files: a role's env is what travels to the worker."""
+    env = {"STANDIN_RECORD": str(project.record), "STANDIN_ENDS": str(project.root / "ends.jsonl")}
+    for settings in roles.values():
+        settings.setdefault("env", {}).update(env)
+    project.configure(roles, executor={"kind": "ray", "address": cluster.address, **executor})
+
+
+def records(project: Project, name: str) -> list[dict[str, Any]]:
+    return [r for r in project.records() if Path(r["memo"] or "").name == name]
+
+
+def ends(project: Project) -> list[dict[str, Any]]:
+    path = project.root / "ends.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def history(project: Project) -> list[dict[str, Any]]:
+    result = project.cli("history", "--json")
+    assert result.returncode == 0, result.stderr
+    runs: list[dict[str, Any]] = json.loads(result.stdout)["runs"]
+    return runs
+
+
+def stop(orch: Orchestrator) -> None:
+    assert orch.stop() == 0, orch.output
+
+
+def test_a_memo_runs_on_a_worker_is_archived_once_and_status_and_history_show_the_node(
+    project: Project, cluster: LocalCluster
+) -> None:
+    gate = project.root / "gate"
+    configure(project, cluster, {"builder": {}})
+    orch = project.up(**ENV)
+    project.drop("builder", "a.md", {"id": "A-1", "agent": {"say": "hello from the worker", "until": str(gate)}})
+    (record,) = wait_for(lambda: records(project, "a.md"), START, "the agent to start on a worker")
+    assert not record["memo"].startswith(str(project.root))  # its memo is a copy the task carried, not a shared file
+    status = wait_for(
+        lambda: (lambda s: s if s["nodes"] and s["runs"][0]["state"] == "running" else None)(project.status()),
+        what="a running run with its node",
+    )
+    (run,) = status["runs"]
+    node = status["nodes"][str(run["run_id"])]
+    assert run["pid"] == record["pid"] and "/" in node  # ip/node-id
+    shown = project.cli("status", COLUMNS="250")  # wide enough that no cell wraps
+    assert f"{record['pid']} on {node}" in shown.stdout, shown.stdout
+    gate.touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="a.md archived")
+    log = (project.root / ".orchestrator" / "logs").glob("*builder*")
+    assert "hello from the worker (attempt 1)" in "".join(p.read_text() for p in log)  # streamed back to the head
+    (done,) = history(project)
+    assert done["state"] == "succeeded" and done["node"] == node and done["attempt"] == 1
+    stop(orch)
+    assert len(records(project, "a.md")) == 1
+
+
+def test_per_role_caps_hold_under_a_flood_ours_and_rays_custom_resources(
+    project: Project, cluster: LocalCluster
+) -> None:
+    # reviewer: our own cap (max_concurrent 1); builder: only Ray's custom resource caps it (the node has 2)
+    configure(
+        project,
+        cluster,
+        {
+            "builder": {"resources": {"cpu": 0.5, "custom": {"role_builder": 1}, "node_labels": {"pool": "builders"}}},
+            "reviewer": {"max_concurrent": 1, "resources": {"cpu": 0.5}},
+        },
+    )
+    orch = project.up(**ENV)
+    for i in range(6):
+        project.drop("builder", f"b{i}.md", {"agent": {"sleep": 0.6}})
+    for i in range(3):
+        project.drop("reviewer", f"r{i}.md", {"agent": {"sleep": 0.6}})
+    wait_for(lambda: len(project.folder("builder", "archive")) == 6, 90, "the builders archived")
+    wait_for(lambda: len(project.folder("reviewer", "archive")) == 3, 30, "the reviewers archived")
+    stop(orch)
+
+    def most_at_once(role: str) -> int:
+        spans = [(e["start"], e["end"]) for e in ends(project) if e["role"] == role]
+        return max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+
+    assert most_at_once("builder") <= 2 and most_at_once("reviewer") == 1
+    assert len(project.records()) == 9  # each memo ran once
+
+
+def test_cancel_returns_when_the_tree_on_the_worker_is_dead_grandchild_and_setsid_escapee_too(
+    project: Project, cluster: LocalCluster
+) -> None:
+    configure(project, cluster, {"builder": {"grace": "0.5s"}})
+    orch = project.up(**ENV)
+    project.drop(
+        "builder",
+        "s.md",
+        {"id": "S-1", "agent": {"sleep": 120, "ignore_term": True, "grandchild": True, "setsid": True}},
+    )
+    (record,) = wait_for(lambda: records(project, "s.md"), START, "the agent to start on a worker")
+    tree = {pid: psutil.Process(pid).create_time() for pid in [record["pid"], *record["children"]]}
+    escapee = record["children"][1]
+    wait_for(lambda: os.getsid(escapee) == escapee, what="the setsid grandchild in its own session")
+
+    result = project.cli("cancel", "S-1", "--json")
+
+    assert result.returncode == 0, result.stderr
+    assert [pid for pid, created in tree.items() if not dead(pid, created)] == []  # dead when cancel returned
+    answer = json.loads(result.stdout)
+    assert set(tree) <= set(answer["pids"]) and answer["escalated"] is True and answer["survivors"] == []
+    assert project.folder("builder", "cancelled") == ["s.md"]
+    assert "reported the tree dead" in orch.output
+    stop(orch)
+
+
+def test_a_worker_killed_mid_run_fails_the_attempt_which_is_retried_once_and_its_orphan_is_killed(
+    project: Project, cluster: LocalCluster
+) -> None:
+    configure(project, cluster, {"builder": {"retry": {"max": 2, "backoff": ["0.2s"]}}})
+    orch = project.up(**ENV)
+    project.drop("builder", "k.md", {"agent": {"sleep_by_attempt": {1: 120, 2: 0.2}}})
+    (first,) = wait_for(lambda: records(project, "k.md"), START, "attempt 1 on a worker")
+    orphan = psutil.Process(first["pid"])
+    worker = orphan.parent()
+    assert worker is not None and "orchestrator" not in " ".join(worker.cmdline())  # the Ray worker, not the head
+    worker.send_signal(signal.SIGKILL)
+
+    wait_for(lambda: project.folder("builder", "archive") == ["k.md"], 60, "k.md archived after the retry")
+    assert [r["attempt"] for r in records(project, "k.md")] == [1, 2]
+    wait_for(lambda: not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE, what="the orphan killed")
+    assert "killed orphaned agent processes" in orch.output and str(first["pid"]) in orch.output
+    assert "attempt 1 failed: the Ray worker" in orch.output
+    stop(orch)
+    (done,) = history(project)
+    assert done["state"] == "succeeded" and done["attempt"] == 2
+
+
+def test_a_result_after_a_simulated_partition_is_ignored_and_the_memo_archived_once(
+    project: Project, cluster: LocalCluster
+) -> None:
+    # the partition: the wrapper says nothing (no beat for 30 s) while the head gives up after 1 s of silence
+    configure(project, cluster, {"builder": {"retry": {"max": 1, "backoff": ["0.1s"]}}}, lost_after="1s", beat="30s")
+    orch = project.up(**ENV)
+    project.drop("builder", "p.md", {"agent": {"sleep_by_attempt": {1: 3, 2: 0}}})
+    wait_for(lambda: project.folder("builder", "archive") == ["p.md"], START, "p.md archived by attempt 2")
+    orch.wait_output("came after the head gave this attempt up; ignored", 30)
+    assert "attempt 1 failed: no word from the wrapper" in orch.output
+    assert [r["attempt"] for r in records(project, "p.md")] == [1, 2]
+    assert project.folder("builder", "archive") == ["p.md"] and project.folder("builder", "failed") == []
+    first = records(project, "p.md")[0]
+    assert dead(first["pid"], 0.0) or not psutil.pid_exists(first["pid"])
+    stop(orch)
+    (done,) = history(project)
+    assert done["state"] == "succeeded" and done["attempt"] == 2

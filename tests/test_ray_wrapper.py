@@ -1,0 +1,229 @@
+"""The Ray executor's parts that need no cluster: settings, the start-up checks, and the wrapper on a worker.
+
+The wrapper runs here as a plain generator with a stand-in agent and a stop
+probe the test controls (the Ray task only passes it a probe that asks the
+head's stop board), so the kill ladder and the orphan sweep are tested on real
+processes in a second or two.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import STAND_IN, Project, dead, pid_alive, wait_for
+from orchestrator.agents.ray import spawner as ray_spawner
+from orchestrator.agents.ray import wrapper
+from orchestrator.agents.ray.wire import Ended, Output, Payload, Started, StartFailed, parse
+from orchestrator.agents.spawner import ProcessSpawner, choose_spawner
+from orchestrator.config import load_config
+from orchestrator.core.errors import ConfigError
+
+
+def _payload(root: Path, record: Path, front: dict[str, Any], run_id: int = 7, **over: Any) -> Payload:
+    memo = "---\n" + yaml.safe_dump({"agent": front}) + "---\nbody\n"
+    data: dict[str, Any] = dict(
+        run_id=run_id,
+        attempt=1,
+        lease=uuid.uuid4().hex,
+        role="builder",
+        root=str(root),
+        argv=[sys.executable, str(STAND_IN)],
+        prompt="the prompt",
+        prompt_via="stdin",
+        cwd=".",
+        env={
+            "STANDIN_RECORD": str(record),
+            "ORCHESTRATOR_RUN_ID": str(run_id),
+            "ORCHESTRATOR_ATTEMPT": "1",
+            "ORCHESTRATOR_ROOT": str(root),
+            "ORCHESTRATOR_ROLE": "builder",
+        },
+        memos={"m.md": memo},
+        batch=False,
+        poll=0.05,
+        beat=0.2,
+        lost_after=1.0,
+    )
+    data.update(over)
+    return Payload(**data)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_wrapper_runs_the_agent_streams_its_output_and_reports_its_exit(tmp_path: Path) -> None:
+    record = tmp_path / "rec.jsonl"
+    messages = list(wrapper.run(_payload(tmp_path, record, {"say": "hello", "exit": 3}), lambda: None, "node-a"))
+    assert isinstance(messages[0], Started) and messages[0].node == "node-a"
+    assert "hello (attempt 1)" in "".join(m.data for m in messages if isinstance(m, Output))
+    end = messages[-1]
+    assert isinstance(end, Ended) and end.code == 3 and not end.stopped
+    (started,) = _records(record)
+    assert started["prompt"] == "the prompt"
+    assert started["sid"] == started["pid"]  # its own session and process group
+    assert Path(started["memo"]).name == "m.md" and not Path(started["memo"]).exists()  # a private copy, removed
+
+
+def test_wrapper_stop_kills_grandchild_and_setsid_escapee_and_reports_them(tmp_path: Path) -> None:
+    record = tmp_path / "rec.jsonl"
+    asked = threading.Event()
+    front = {"sleep": 60, "grandchild": True, "setsid": True, "ignore_term": True}
+    stream = wrapper.run(_payload(tmp_path, record, front), lambda: 0.3 if asked.is_set() else None, "node-a")
+    first = next(stream)
+    assert isinstance(first, Started)
+    (rec,) = wait_for(lambda: _records(record), what="the agent's record")
+    agent, (child, escapee) = rec["pid"], rec["children"]
+    wait_for(
+        lambda: (
+            subprocess.run(["ps", "-o", "sid=", "-p", str(escapee)], capture_output=True, text=True).stdout.strip()
+            == str(escapee)
+        ),
+        what="the setsid escapee in its own session",
+    )
+    asked.set()
+    rest = list(stream)
+    end = rest[-1]
+    assert isinstance(end, Ended) and end.stopped and end.why == "asked"
+    assert {agent, child, escapee} <= set(end.pids) and end.escalated and end.survivors == []
+    assert not any(pid_alive(p) for p in (agent, child, escapee))
+
+
+def test_wrapper_fences_itself_when_it_cannot_reach_the_head(tmp_path: Path) -> None:
+    record = tmp_path / "rec.jsonl"
+
+    def unreachable() -> float | None:
+        raise TimeoutError("no head")
+
+    messages = list(wrapper.run(_payload(tmp_path, record, {"sleep": 60}, lost_after=0.3), unreachable, "n"))
+    end = messages[-1]
+    assert isinstance(end, Ended) and end.stopped and end.why == "lost the head"
+    assert not pid_alive(_records(record)[0]["pid"])
+
+
+def test_wrapper_that_cannot_start_the_command_says_so(tmp_path: Path) -> None:
+    payload = _payload(tmp_path, tmp_path / "r", {}, argv=["no-such-agent-command"])
+    (message,) = list(wrapper.run(payload, lambda: None, "node-b"))
+    assert isinstance(message, StartFailed) and "no-such-agent-command" in message.reason and "node-b" in message.reason
+
+
+def test_orphans_of_a_dead_wrapper_are_killed_and_live_wrappers_agents_spared(tmp_path: Path) -> None:
+    # a "wrapper" that died: a process that has exited, whose pid and create time the orphan still carries
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    base = {"ORCHESTRATOR_ROOT": str(tmp_path), "ORCHESTRATOR_ATTEMPT": "1", "PATH": "/usr/bin:/bin"}
+    orphan = subprocess.Popen(
+        ["sleep", "60"],
+        env={**base, "ORCHESTRATOR_RUN_ID": "5", wrapper.WRAPPER_ENV: f"{gone.pid}:1.0"},
+        start_new_session=True,
+    )
+    me = ray_spawner.procs.ProcRef.of(subprocess.os.getpid())
+    assert me is not None
+    kept = subprocess.Popen(
+        ["sleep", "60"],
+        env={**base, "ORCHESTRATOR_RUN_ID": "6", wrapper.WRAPPER_ENV: f"{me.pid}:{me.create_time}"},
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: wrapper._environ(orphan.pid) and wrapper._environ(kept.pid), what="both environments")
+        ended = wrapper.sweep_orphans(str(tmp_path))
+        assert orphan.pid in ended and kept.pid not in ended
+        orphan.wait(5)
+        assert kept.poll() is None
+    finally:
+        kept.kill()
+        kept.wait()
+        orphan.kill()
+        orphan.wait()
+
+
+def test_messages_are_typed_and_a_bad_one_names_its_field() -> None:
+    assert isinstance(parse({"type": "beat", "lease": "x"}), ray_spawner.Beat)
+    with pytest.raises(Exception, match="code"):
+        parse({"type": "ended", "lease": "x", "code": "not a number"})
+
+
+def test_executor_and_resources_keys_are_checked_with_their_path(project: Project) -> None:
+    project.configure(
+        {"builder": {"resources": {"cpu": 2, "custom": {"role_builder": 1}, "node_labels": {"pool": "b"}}}},
+        executor={"kind": "ray", "address": "ray://head:10001", "lost_after": "20s"},
+    )
+    config = load_config(project.root)
+    assert config.executor.kind == "ray" and config.executor.lost_after == 20.0
+    assert config.roles["builder"].resources.cpu == 2 and config.roles["builder"].resources.custom == {
+        "role_builder": 1
+    }
+    project.configure({"builder": {"resources": {"cpus": 2}}})
+    with pytest.raises(ConfigError, match=r"roles\.builder\.resources\.cpus: unknown key"):
+        load_config(project.root)
+    project.configure({"builder": {}}, executor={"kind": "dask"})
+    with pytest.raises(ConfigError, match=r"executor\.kind"):
+        load_config(project.root)
+
+
+def test_local_executor_never_imports_ray(project: Project) -> None:
+    project.configure({"builder": {}})
+    code = (
+        "import sys; from pathlib import Path; from orchestrator.config import load_config; "
+        "from orchestrator.agents.spawner import choose_spawner; import orchestrator.supervisor.loop; "
+        f"s = choose_spawner(load_config(Path({str(project.root)!r})), print); "
+        "assert type(s).__name__ == 'ProcessSpawner', s; assert 'ray' not in sys.modules, 'ray was imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_ray_asked_for_but_not_installed_fails_at_start_up_in_one_line(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.configure({"builder": {}}, executor={"kind": "ray"})
+    monkeypatch.setattr(ray_spawner, "ray_installed", lambda: False)
+    with pytest.raises(ConfigError, match=r"pip install 'orchestrator\[ray\]'") as caught:
+        choose_spawner(load_config(project.root), print)
+    assert "\n" not in str(caught.value) and caught.value.exit_code == 2
+    assert isinstance(
+        choose_spawner(
+            load_config(project.root).model_copy(
+                update={"executor": load_config(project.root).executor.model_copy(update={"kind": "local"})}
+            ),
+            print,
+        ),
+        ProcessSpawner,
+    )
+
+
+def test_ray_with_sdk_roles_fails_at_start_up(project: Project) -> None:
+    project.configure({"builder": {"backend": "sdk"}}, executor={"kind": "ray"})
+    result = project.cli("up", "--plain")
+    assert result.returncode == 2, result.stderr
+    assert "executor: kind ray runs command roles only" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unreachable_cluster_fails_at_start_up_in_one_line(project: Project) -> None:
+    project.configure({"builder": {}}, executor={"kind": "ray", "address": "127.0.0.1:1"})
+    started = time.monotonic()
+    result = project.cli("up", "--plain", timeout=120)
+    assert result.returncode == 30, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert any("cannot reach the Ray cluster at '127.0.0.1:1'" in line for line in lines), result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 120
+    assert dead  # the helper is shared with the cluster tests
+
+
+def test_output_split_inside_a_character_arrives_whole(tmp_path: Path) -> None:
+    text = "x" + "é" * 70_000  # two-byte characters after one byte: a read of 64 KB ends inside a character
+    messages = list(wrapper.run(_payload(tmp_path, tmp_path / "r", {"say": text}), lambda: None, "n"))
+    streamed = "".join(m.data for m in messages if isinstance(m, Output))
+    assert streamed == f"{text} (attempt 1)\n" and "\ufffd" not in streamed
