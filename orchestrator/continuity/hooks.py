@@ -285,7 +285,7 @@ class Continuity:
         if run.role.backend == "sdk":
             text = jn.sdk_result_text(self._transcript(run))
             return jn.capped((text or "").splitlines())
-        return jn.capped(jn.log_tail(run.log_path, jn.CLOSING_LINES))
+        return jn.capped(notices.log_tail(run.log_path, jn.CLOSING_LINES))
 
     def _handoff_after(self, run: Run, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
         role = run.role.name
@@ -328,7 +328,7 @@ class Continuity:
             if run.session_id:
                 lines.append(f"- Session: {run.session_id} (resume it to carry on where it stopped)")
         else:
-            tail = jn.log_tail(run.log_path, DEATH_LOG_LINES)
+            tail = notices.log_tail(run.log_path, DEATH_LOG_LINES)
             lines.append(f"- Last {len(tail)} log line(s):" if tail else "- Last log lines: (none)")
             lines += [f"      {_defang(line)}" for line in tail]
         log = run.log_path

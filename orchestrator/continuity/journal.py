@@ -130,21 +130,6 @@ def capped(lines: list[str], limit: int = CLOSING_MAX_BYTES) -> str:
     return f"[cut: only the last {len(kept.encode('utf-8'))} of {len(data)} bytes are kept]\n{kept}"
 
 
-def log_tail(path: Path | None, lines: int) -> list[str]:
-    """The last ``lines`` lines of a log file (read from its last 64 KB)."""
-    if path is None:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            data = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    return data.splitlines()[-lines:]
-
-
 def transcript_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON lines of an SDK transcript (lines that do not parse are skipped)."""
     out: list[dict[str, Any]] = []

@@ -7,16 +7,13 @@ answer ``cancel``, ``interrupt`` and ``tell``; they change nothing.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.core.run import Run
-from orchestrator.intake.memo import INBOX, MemoHeader, is_memo_name, parse_front_matter
+from orchestrator.intake.memo import INBOX, MemoHeader, is_memo_name, parse_front_matter, read_head
 from orchestrator.store import Store
-
-HEADER_BYTES = 16 * 1024
 
 
 @dataclass
@@ -32,17 +29,6 @@ class Candidate:
     def describe(self) -> str:
         state = self.run.state.value if self.run else "queued"
         return f"{self.role}/{self.name} (id {self.memo_id or '-'}, {state})"
-
-
-def read_head(path: Path) -> str:
-    """The start of a regular file; never opens a FIFO or device (that could block the loop)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return ""
-        with open(path, "rb") as handle:
-            return handle.read(HEADER_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def read_header(path: Path) -> MemoHeader:

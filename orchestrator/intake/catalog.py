@@ -3,32 +3,19 @@
 Read-only and independent of ``roles.yaml``: a role is any folder under
 ``memo/``, so the catalog also covers roles that left the configuration and
 projects that were never configured (a copied corpus). Only the head of each
-file is read (``lookup.read_head``), and never a FIFO or device.
+file is read (``memo.read_head``), and never a FIFO or device.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.intake.memo import FOLDERS, HELD, MemoHeader, is_memo_name, parse_front_matter
+from orchestrator.intake.memo import FOLDERS, HELD, MemoHeader, is_memo_name, parse_front_matter, read_head
 
 ALL_FOLDERS = (*FOLDERS, HELD)
-HEAD_BYTES = 16 * 1024  # front matter lies at the start; the rest of a memo is not read
-
-
-def read_head(path: Path) -> str:
-    """The start of a regular file, or "" (never opens a FIFO or device, which could block)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return ""
-        with open(path, "rb") as handle:
-            return handle.read(HEAD_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 @dataclass(frozen=True)

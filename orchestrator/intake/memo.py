@@ -355,3 +355,17 @@ def slug(text: str, limit: int = 40) -> str:
         elif out and out[-1] != "-":
             out.append("-")
     return "".join(out).strip("-")[:limit].strip("-") or "memo"
+
+
+HEAD_BYTES = 16 * 1024  # front matter lies at the start; the rest of a memo is not read for it
+
+
+def read_head(path: Path) -> str:
+    """The start of a regular file, or "" (never opens a FIFO or device, which could block the loop)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return ""
+        with open(path, "rb") as handle:
+            return handle.read(HEAD_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
