@@ -160,7 +160,7 @@ def count_lines(path: Path) -> int:
 # ------------------------------------------------------------------ memos and projects
 def memo_text(i: int, role: str) -> str:
     return (
-        f"---\nid: BENCH-{i}\nsubject: benchmark memo {i}\nfrom: bench\nto: {role}\n---\n\n"
+        f"---\nid: BENCH-{i}\nsubject: benchmark memo {i}\nfrom: owner\nto: {role}\n---\n\n"
         "A memo of a typical size for a hand-off between two agents: a few lines of context, "
         "what to do, and where the result should go.\n"
     )

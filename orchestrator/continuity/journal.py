@@ -156,11 +156,14 @@ def sdk_result_text(transcript: list[dict[str, Any]]) -> str | None:
 
 
 # ------------------------------------------------------------------ reading back
-def parse(role: str, day: str, text: str) -> list[Entry]:
-    """The entries of one journal file, in the order they were written."""
+def parse(role: str, day: str, text: str, last: int | None = None) -> list[Entry]:
+    """The entries of one journal file, in the order they were written (only the newest ``last``, if given)."""
     found = list(_MARKER.finditer(text))
+    first = max(0, len(found) - last) if last is not None else 0
     out = []
     for index, match in enumerate(found):
+        if index < first:
+            continue
         end = found[index + 1].start() if index + 1 < len(found) else len(text)
         body = text[match.end() : end].strip("\n")
         seq = match.group("seq")
@@ -190,22 +193,34 @@ def day_files(folder: Path, since: str | None = None) -> list[Path]:
 
 
 def read_entries(role: str, folder: Path, since: str | None = None, last: int | None = None) -> list[Entry]:
-    """The role's entries, oldest first; ``last`` keeps the newest N, read from the newest files only."""
+    """The role's entries, oldest first; ``last`` keeps the newest N, read from the newest files' ends only."""
     files = day_files(folder, since)
     out: list[Entry] = []
     for path in reversed(files):
-        try:
-            with open(path, "rb") as handle:
-                size = handle.seek(0, 2)
-                start = max(0, size - TAIL_BYTES) if last is not None else 0
-                handle.seek(start)
-                text = handle.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        out = parse(role, path.name[:10], text) + out
+        want = None if last is None else last - len(out)
+        entries = _read_file(role, path, want)
+        out = entries + out
         if last is not None and len(out) >= last:
             break
     return out[-last:] if last is not None else out
+
+
+def _read_file(role: str, path: Path, want: int | None) -> list[Entry]:
+    """One file's entries; with ``want``, the newest ``want`` from as little of its end as holds them."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            chunk = 16 * 1024 if want is not None else size
+            while True:
+                start = max(0, size - min(chunk, TAIL_BYTES)) if want is not None else 0
+                handle.seek(start)
+                text = handle.read().decode("utf-8", "replace")
+                # one marker more than wanted proves the newest ``want`` entries are whole in this chunk
+                if want is None or start == 0 or chunk >= TAIL_BYTES or len(_MARKER.findall(text)) > want:
+                    return parse(role, path.name[:10], text, want)
+                chunk *= 4
+    except OSError:
+        return []
 
 
 def prompt_text(entries: list[Entry], limit: int = PROMPT_MAX_BYTES) -> str:
