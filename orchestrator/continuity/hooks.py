@@ -27,7 +27,7 @@ from orchestrator.core.clock import Clock
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
-from orchestrator.intake.memo import parse_front_matter
+from orchestrator.intake.memo import header_tasks, parse_front_matter
 from orchestrator.store import Store
 from orchestrator.supervisor.holds import Holds
 
@@ -266,15 +266,14 @@ class Continuity:
     def _tasks(self, run: Run) -> list[str]:
         out: list[str] = []
         for memo in run.memos:
-            try:
+            if memo.tasks is not None:  # read at the claim
+                out += memo.tasks
+                continue
+            try:  # a run rebuilt at a restart: its memo's front matter is read now
                 text = memo.path.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 continue
-            tasks = parse_front_matter(text).extra.get("tasks")
-            if isinstance(tasks, list):
-                out += [str(t) for t in tasks]
-            elif isinstance(tasks, str):
-                out.append(tasks)
+            out += header_tasks(parse_front_matter(text).extra)
         return out
 
     def _transcript(self, run: Run) -> list[dict[str, Any]]:

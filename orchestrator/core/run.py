@@ -25,6 +25,7 @@ class MemoRef:
     subject: str | None = None
     reply_to: str | None = None
     sender: str | None = None
+    tasks: tuple[str, ...] | None = None  # a wake's ``tasks:``, read at the claim; None for a run rebuilt at restart
 
     @property
     def label(self) -> str:

@@ -369,3 +369,13 @@ def read_head(path: Path) -> str:
             return handle.read(HEAD_BYTES).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def header_tasks(extra: dict[str, Any]) -> tuple[str, ...]:
+    """The ``tasks:`` of a wake memo's front matter (a list, or one name), as names."""
+    tasks = extra.get("tasks")
+    if isinstance(tasks, list):
+        return tuple(str(t) for t in tasks)
+    if isinstance(tasks, str):
+        return (tasks,)
+    return ()

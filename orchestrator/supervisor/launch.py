@@ -26,7 +26,16 @@ from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunE
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
-from orchestrator.intake.memo import ACTIVE, FAILED, HELD, BadMemo, move_memo, parse_front_matter, read_memo
+from orchestrator.intake.memo import (
+    ACTIVE,
+    FAILED,
+    HELD,
+    BadMemo,
+    header_tasks,
+    move_memo,
+    parse_front_matter,
+    read_memo,
+)
 from orchestrator.intake.queue import Intake
 from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
@@ -152,7 +161,9 @@ class Launcher:
         header = parse_front_matter(text)
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
-        ref = MemoRef(active.name, active, header.id, header.subject, header.reply_to, header.sender)
+        ref = MemoRef(
+            active.name, active, header.id, header.subject, header.reply_to, header.sender, header_tasks(header.extra)
+        )
         for check in self.memo_checks:
             why = check(role, ref, text)
             if why:
