@@ -194,3 +194,34 @@ def test_the_section_is_replaced_never_duplicated_and_expiry_spares_it() -> None
     kept, dropped = ho.expire(twice, date(2026, 11, 30))
     assert kept == twice and dropped == []
     assert ho.remove_section(twice) == "mine\n"
+
+
+def test_journal_in_the_prompt_comes_from_memory_yet_sees_a_hand_edit(tmp_path: Path, monkeypatch: Any) -> None:
+    reads: list[Path] = []
+    real = jn.read_entries
+
+    def counting(role: str, folder: Path, *args: Any, **kwargs: Any) -> list[jn.Entry]:
+        reads.append(folder)
+        return real(role, folder, *args, **kwargs)
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root, {"builder": {"journal_in_prompt": 1}})
+        monkeypatch.setattr(jn, "read_entries", counting)
+        for name in ("A-1", "A-2", "A-3"):
+            await r.drop("builder", f"{name}.md")
+            await r.exit(name, 0)
+        prompt = r.agent("A-3").spec.prompt
+        assert "A-2" in prompt and "A-1" not in prompt, "the newest entry before A-3 is A-2"
+        assert len(reads) == 2, "read while empty and once the file existed; then kept up to date by our appends"
+        await r.drop("builder", "A-4.md")
+        prompt = r.agent("A-4").spec.prompt
+        assert "A-3" in prompt and "A-2" not in prompt
+        assert len(reads) == 2, "no read for a start while the journal is as we wrote it"
+        await r.exit("A-4", 0)
+        journal = next((root / "memo" / "builder" / "journal").iterdir())
+        journal.write_text(journal.read_text(encoding="utf-8").replace("A-4", "A-4 (edited by hand)"), encoding="utf-8")
+        await r.drop("builder", "A-5.md")
+        assert "A-4 (edited by hand)" in r.agent("A-5").spec.prompt, "an edit by hand is read again"
+        r.close()
+
+    play(tmp_path, scenario)

@@ -70,6 +70,15 @@ def _duration(seconds: float | None) -> str:
     return (f"{hours}h " if hours else "") + (f"{minutes}m " if hours or minutes else "") + f"{secs}s"
 
 
+def _stamp(path: Path) -> tuple[str, int, int] | None:
+    """Which file, how long, when last changed: equal stamps mean the same bytes as far as we can tell."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (str(path), info.st_size, info.st_mtime_ns)
+
+
 def _defang(text: str) -> str:
     """Agent text inside our section must not close or open it."""
     return text.replace("<!--", "<!\u200b--")
@@ -88,6 +97,9 @@ class Continuity:
         self.seen_note: dict[int, str] = {}  # run id -> the orchestrator's section it was shown
         self.pending_notes: dict[int, list[str]] = {}  # run id -> notes for the top of its prompt
         self.problems: dict[str, str] = {}  # role -> why its journal could not be written (for status)
+        # role -> (the newest journal file's stamp, its newest entries): a start reads nothing while the file
+        # is as we last read or wrote it (the orchestrator is its only writer; an edit by hand changes the stamp)
+        self.recent: dict[str, tuple[tuple[str, int, int], list[jn.Entry]]] = {}
 
     def today(self) -> date:
         return self.clock.now().astimezone().date()
@@ -178,9 +190,34 @@ class Continuity:
     def _journal_section(self, role: Role) -> str:
         if role.journal_in_prompt <= 0:
             return ""
-        folder = self.config.role_dir(role.name) / jn.JOURNAL
-        text = jn.prompt_text(jn.read_entries(role.name, folder, last=role.journal_in_prompt))
+        text = jn.prompt_text(self._recent_entries(role))
         return f"# Journal (the last runs of {role.name}, oldest first)\n\n{text}" if text else ""
+
+    def _recent_entries(self, role: Role) -> list[jn.Entry]:
+        """The role's newest ``journal_in_prompt`` entries, read again only when the journal changed under us."""
+        folder = self.config.role_dir(role.name) / jn.JOURNAL
+        files = jn.day_files(folder)
+        stamp = _stamp(files[-1]) if files else None
+        cached = self.recent.get(role.name)
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return cached[1]
+        entries = jn.read_entries(role.name, folder, last=role.journal_in_prompt)
+        if stamp is not None:
+            self.recent[role.name] = (stamp, entries)
+        return entries
+
+    def _remember_entry(self, role: Role, path: Path, before: tuple[str, int, int] | None, text: str) -> None:
+        """After our own append: the cached entries gain the new one, if the cache held the file as it was."""
+        cached = self.recent.get(role.name)
+        if cached is None or before is None or cached[0] != before:
+            self.recent.pop(role.name, None)
+            return
+        after = _stamp(path)
+        added = jn.parse(role.name, path.name[:10], text)
+        if after is None or len(added) != 1:
+            self.recent.pop(role.name, None)
+            return
+        self.recent[role.name] = (after, (cached[1] + added)[-role.journal_in_prompt :])
 
     # ------------------------------------------------------------ the end of a run
     def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
@@ -221,13 +258,18 @@ class Continuity:
                 since = datetime.fromisoformat(started).astimezone().date()
             except ValueError:
                 since = None
+        path = jn.day_file(folder, now.date())
+        before = _stamp(path)
         try:
-            jn.append_entry(folder, now.date(), run.run_id, run.attempt, text, since)
+            written = jn.append_entry(folder, now.date(), run.run_id, run.attempt, text, since)
         except OSError as exc:
+            self.recent.pop(role, None)
             why = f"cannot write the journal in {folder}: {exc.strerror or exc}"
             self.problems[role] = why
             self.console.line(f"{why}; run {run.run_id} ended {state.value} (on record in the database)", role=role)
             return
+        if written:
+            self._remember_entry(run.role, path, before, text)
         self.problems.pop(role, None)
 
     def entry_text(
