@@ -484,7 +484,7 @@ def test_a_refused_patch_is_one_line_and_moves_still_arrive(tmp_path):
 def test_up_says_once_at_start_up_when_the_prompt_pairing_is_refused(project, refused):
     project.configure({"builder": {}})
     faults = {"FAULT_REFUSE_PROMPT_PAIRING": "refused by the test"} if refused else {}
-    orch = project.up(**fault_injection(**faults))
+    orch = project.up(ORCHESTRATOR_WATCHER="watchdog", **fault_injection(**faults))
     orch.wait_output("orchestrator up:")
     project.drop("builder", "P-1.md", {"id": "P-1"})
     wait_for(lambda: project.folder("builder", "archive") == ["P-1.md"], what="P-1 archived")

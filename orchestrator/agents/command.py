@@ -84,10 +84,10 @@ class Agent:
 
     backend = "command"
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, agent_pid: int | None = None) -> None:
         self.proc = proc
         self.spec = spec
-        self.ref = procs.ProcRef.of(proc.pid)
+        self.ref = procs.ProcRef.of(proc.pid if agent_pid is None else agent_pid)  # the agent, not its keeper
         self.activity: str | None = None
         self.cost_usd: float | None = None
         self.result: dict[str, Any] = {}

@@ -30,10 +30,9 @@ class KeptAgent(Agent):
     """An agent started under a keeper; ``proc`` is the keeper, ``pid`` the agent."""
 
     def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, agent_pid: int) -> None:
-        super().__init__(proc, spec)
+        super().__init__(proc, spec, agent_pid)
         self.agent_pid = agent_pid
         self.keeper_pid = proc.pid
-        self.ref = procs.ProcRef.of(agent_pid)
         self.explain_from_log: int | None = None  # set for the Claude CLI: where this attempt's output starts
         self.permanent_failure = False
 

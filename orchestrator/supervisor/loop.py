@@ -1,7 +1,7 @@
 """The supervisor: one asyncio loop, the one owner of all run state.
 
 Start-up (folders, recovery, watcher, control channel, first scan), then one
-event at a time until told to end, then shutdown. The watcher thread, the
+event at a time until told to end, then shutdown. The inbox watcher, the
 agents' exit watchers, spawn and stop tasks, timers, signals and the control
 channel only post typed events (``orchestrator.core.events``); ``handle``
 dispatches each to the module that owns the decision, and every change of a
@@ -209,7 +209,7 @@ class Supervisor:
     # ------------------------------------------------------------------ life
     async def serve(self) -> int:
         from orchestrator.control.channel import ControlServer, socket_path
-        from orchestrator.intake.watcher import InboxWatcher
+        from orchestrator.intake.inotify import make_watcher
         from orchestrator.supervisor.adoption import Adopter
         from orchestrator.supervisor.recovery import recover
 
@@ -226,7 +226,7 @@ class Supervisor:
         self._install_signals()
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
         # the claim rename makes sure it runs once either way
-        self.watcher = InboxWatcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
+        self.watcher = make_watcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post, self.handle)
         self.watcher.start()
         if self.watcher.patch_problem:
             self.console.line(self.watcher.patch_problem)
