@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -51,12 +52,14 @@ def read_handoff(config: Config, role: str) -> Handoff:
     path = handoff_path(config, role)
     rel = f"memo/{role}/{HANDOFF}"
     try:
-        if path.is_symlink():
+        info = os.lstat(path)  # most roles have no handoff: one failed lstat says so
+        if stat.S_ISLNK(info.st_mode):
             target = path.resolve()
             if not target.is_relative_to(config.root):
                 return Handoff(path, "", f"{rel} is a symlink out of the project root")
             path = target
-        if path.is_dir():
+            info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
             return Handoff(path, "", f"{rel} is a directory")
         data = path.read_bytes()
     except FileNotFoundError:

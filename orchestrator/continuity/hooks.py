@@ -100,6 +100,7 @@ class Continuity:
         # role -> (the newest journal file's stamp, its newest entries): a start reads nothing while the file
         # is as we last read or wrote it (the orchestrator is its only writer; an edit by hand changes the stamp)
         self.recent: dict[str, tuple[tuple[str, int, int], list[jn.Entry]]] = {}
+        self.no_flag: set[str] = set()  # roles whose "told over cap" flag is known not to exist
 
     def today(self) -> date:
         return self.clock.now().astimezone().date()
@@ -406,7 +407,9 @@ class Continuity:
         flag = ho.versions_dir(self.config, role) / "told-over-cap"
         size, cap = len(text.encode("utf-8")), run.role.handoff_max_bytes
         if size <= cap:
-            flag.unlink(missing_ok=True)
+            if role not in self.no_flag:  # looked for once; from then on only we write it
+                flag.unlink(missing_ok=True)
+                self.no_flag.add(role)
             return
         notify = self.config.notify
         if not notify or flag.exists():
@@ -424,4 +427,5 @@ class Continuity:
         notice = notices._write_notice(self.config, notify, header, "handoff", role, body)
         flag.parent.mkdir(parents=True, exist_ok=True)
         flag.write_text(str(run.seq), encoding="utf-8")
+        self.no_flag.discard(role)
         self.console.line(f"told {notify}: {Path(notice).name}", role=role)

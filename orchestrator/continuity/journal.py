@@ -70,6 +70,8 @@ def _keys(path: Path) -> set[tuple[int, int]]:
     """The (run id, attempt) keys in a journal file, reading only what was appended since the last call."""
     done, keys = _KEYS.get(path, (0, set()))
     try:
+        if done and os.stat(path).st_size == done:  # nothing appended since: one stat, no read
+            return keys
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             if size < done:  # replaced or cut by hand: read it again
@@ -79,7 +81,7 @@ def _keys(path: Path) -> set[tuple[int, int]]:
     except OSError:
         return set()
     cut = data.rfind(b"\n") + 1  # only whole lines; a partial last line is read next time
-    keys = keys | {(int(a), int(b)) for a, b in _KEY.findall(data[:cut].decode("utf-8", "replace"))}
+    keys.update((int(a), int(b)) for a, b in _KEY.findall(data[:cut].decode("utf-8", "replace")))
     _KEYS[path] = (done + cut, keys)
     return keys
 
@@ -100,17 +102,26 @@ def append_entry(folder: Path, day: date, run_id: int, attempt: int, text: str, 
     days = [first + timedelta(days=n) for n in range(min((day - first).days, 7) + 1)]
     if has_entry(folder, run_id, attempt, days):
         return False
-    folder.mkdir(parents=True, exist_ok=True)
     data = (text if text.endswith("\n") else text + "\n").encode("utf-8")
     # one write on an O_APPEND descriptor: the entry lands whole after whatever is there; no fsync, because
     # the crash to survive is the orchestrator's (the page cache outlives it), and a sync would stall the loop
-    fd = os.open(day_file(folder, day), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    path = day_file(folder, day)
     try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:  # the first entry: the folder is made then, not looked for at every entry
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+    done, keys = _KEYS.get(path, (-1, set()))
+    if done == start:  # the file was as last read: our own entry is known without reading it back
+        keys.add((run_id, attempt))
+        _KEYS[path] = (start + len(data), keys)
     return True
 
 

@@ -110,12 +110,15 @@ class Intake:
                 self.console.line(f"inbox {inbox} was missing; created it again", role=role)
                 continue
             queue = self.queues[role]
+            # by name: a Path per entry (and its hash) was most of a rescan's cost with thousands waiting
+            known = {p.name for p in queue}
+            known.update(p.name for p in self.pending if p.parent == inbox)
             present = set()
             for entry in entries:
-                path = Path(entry.path)
-                present.add(path)
-                if path in queue or path in self.pending:
+                present.add(entry.name)
+                if entry.name in known:
                     continue
+                path = Path(entry.path)
                 try:
                     info = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
@@ -126,7 +129,7 @@ class Intake:
                     self._enqueue(role, path)  # its claim rejects it with a reason
                 else:  # no close event seen: _check_pending below decides whether its writer is done
                     self.pending[path] = (role, time.monotonic())
-            for path in [p for p in queue if p not in present]:
+            for path in [p for p in queue if p.name not in present]:
                 del queue[path]
             if initial and entries:
                 self.console.line(f"{len(entries)} memo(s) waiting in the inbox", role=role)

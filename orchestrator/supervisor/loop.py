@@ -137,6 +137,7 @@ class Supervisor:
         self.done = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watcher: Any = None
+        self.adopter: Any = None  # recovery's adopter; it keeps spent exit records to remove in batches
         self.control: Any = None
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
@@ -154,20 +155,21 @@ class Supervisor:
 
     def handle(self, event: ev.Event) -> None:
         """Dispatch one event to its owner, then start what may start; nothing here is ever swallowed."""
-        try:
-            handler = self.handlers.get(type(event))
-            if handler is None:
-                raise TypeError(f"no handler for event {event!r}")
-            handler(event)
-        except OrchestratorError as exc:  # a refusal, for the person who asked
-            reply = getattr(event, "reply", None)
-            if reply is None or reply.done():
+        with self.store.batch():  # one transaction per event: its records land together
+            try:
+                handler = self.handlers.get(type(event))
+                if handler is None:
+                    raise TypeError(f"no handler for event {event!r}")
+                handler(event)
+            except OrchestratorError as exc:  # a refusal, for the person who asked
+                reply = getattr(event, "reply", None)
+                if reply is None or reply.done():
+                    self.internal_error(event, exc)
+                else:
+                    reply.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug: loud, and the run it concerns ends as failed
                 self.internal_error(event, exc)
-            else:
-                reply.set_exception(exc)
-        except Exception as exc:  # noqa: BLE001 - a bug: loud, and the run it concerns ends as failed
-            self.internal_error(event, exc)
-        self._after_event()
+            self._after_event()
 
     def internal_error(self, event: Any, exc: BaseException) -> None:
         """A broken invariant: logged with its traceback; the run it concerns ends as failed, its memo kept."""
@@ -220,7 +222,8 @@ class Supervisor:
             # made a moment earlier is seen as half a move, which watchdog holds 0.5 s, stalling every event
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
-        await recover(self.config, self.store, self.console, self.lc, Adopter(*self._recovery_parts()))
+        self.adopter = Adopter(*self._recovery_parts())
+        await recover(self.config, self.store, self.console, self.lc, self.adopter)
         self.memory.start()
         self._refresh_budgets()
         self._install_signals()
@@ -247,6 +250,7 @@ class Supervisor:
             ticker.cancel()
             self.console.stop_live()
             self.watcher.stop()
+            self.adopter.flush_records()
             await self.control.close()
             await self.stopper.drain(max(r.grace for r in self.config.roles.values()) + 6)
             for task in [*self.launcher.tasks, *self.requests.tasks, *self.wakes.tasks]:
