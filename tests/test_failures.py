@@ -476,9 +476,10 @@ def test_a_memo_deleted_before_its_claim_is_simply_gone(project):
 
 
 # ------------------------------------------------------------- the watcher
-def test_an_exception_in_event_handling_does_not_stop_later_memos(project):
+@pytest.mark.parametrize("watcher", ["inotify", "watchdog"])
+def test_an_exception_in_event_handling_does_not_stop_later_memos(project, watcher):
     project.configure({"builder": {}})
-    orch = project.up(**fault_injection(FAULT_MARKER="faultme"))
+    orch = project.up(ORCHESTRATOR_WATCHER=watcher, **fault_injection(FAULT_MARKER="faultme"))
     project.drop("builder", "F-faultme.md", {"id": "F-1"})
     project.drop("builder", "F-plain.md", {"id": "F-2"})
     for name in ("F-faultme.md", "F-plain.md"):

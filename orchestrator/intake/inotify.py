@@ -216,7 +216,7 @@ class InotifyWatcher:
                 for event in self.classify(wd, mask, name):
                     self.deliver(event)
             except Exception as exc:  # noqa: BLE001 - a surprise means: look again, never stop watching
-                self.deliver(RescanNeeded(f"error while reading an inotify event: {exc}"))
+                self.deliver(RescanNeeded(f"error while handling an inotify event for {name!r}: {exc}"))
 
     def classify(self, wd: int, mask: int, name: str) -> list[Event]:
         """The supervisor events one inotify event means (and the watch changes it calls for)."""

@@ -3,12 +3,12 @@
 Nothing here is part of the orchestrator; ``tests/test_failures.py`` and ``tests/test_watcher.py`` put
 this folder on the PYTHONPATH of the process they start, with one of these variables set:
 
-- ``FAULT_MARKER``: classifying a watcher event whose path contains its value raises, which proves an
-  exception while handling one event costs nothing but a rescan;
+- ``FAULT_MARKER``: classifying a watcher event (inotify's or watchdog's) whose path contains its value
+  raises, which proves an exception while handling one event costs nothing but a rescan;
 - ``FAULT_REFUSE_PROMPT_PAIRING``: the watcher is told the prompt move pairing cannot be installed, with
   this value as the reason, which proves the start-up line and the slower pairing.
 
-The watcher module is changed right after it is first imported, and only in a process that imports it
+The watcher modules are changed right after they are first imported, and only in a process that imports it
 (the orchestrator, not its agents). Its handler and ``InboxWatcher`` look ``classify`` and
 ``queue_problem`` up when they are built, so the replacements are the ones used.
 """
@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 WATCHER = "orchestrator.intake.watcher"
+INOTIFY = "orchestrator.intake.inotify"
 MARKER_ENV = "FAULT_MARKER"
 REFUSE_ENV = "FAULT_REFUSE_PROMPT_PAIRING"
 
@@ -41,9 +42,24 @@ def faulty_classify(classify: Callable[..., Any], marker: str) -> Callable[..., 
     return classify_or_fail
 
 
+def faulty_inotify_classify(classify: Callable[..., Any], marker: str) -> Callable[..., Any]:
+    """``InotifyWatcher.classify``, except that an event whose file name contains ``marker`` raises."""
+
+    def classify_or_fail(self: Any, wd: int, mask: int, name: str) -> Any:
+        if marker in name:
+            raise RuntimeError(f"injected fault for {name}")
+        return classify(self, wd, mask, name)
+
+    return classify_or_fail
+
+
 def inject(module: ModuleType) -> None:
     """Put the faults the environment asks for into the freshly imported watcher module."""
     marker = os.environ.get(MARKER_ENV)
+    if marker and module.__name__ == INOTIFY:
+        watcher = module.InotifyWatcher  # type: ignore[attr-defined]
+        watcher.classify = faulty_inotify_classify(watcher.classify, marker)
+        return
     if marker:
         module.classify = faulty_classify(module.classify, marker)  # type: ignore[attr-defined]
     reason = os.environ.get(REFUSE_ENV)
@@ -52,7 +68,10 @@ def inject(module: ModuleType) -> None:
 
 
 class _InjectOnImport(importlib.abc.MetaPathFinder):
-    """Finds the watcher module through the other finders and has its loader call ``inject`` after running it."""
+    """Finds the watcher modules through the other finders and has their loaders call ``inject`` after running them."""
+
+    def __init__(self) -> None:
+        self.waiting = {WATCHER, INOTIFY}
 
     def find_spec(
         self,
@@ -60,9 +79,9 @@ class _InjectOnImport(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if name != WATCHER:
+        if name not in self.waiting:
             return None
-        sys.meta_path.remove(self)  # once is enough, and the lookup below must not find this finder again
+        self.waiting.discard(name)  # once is enough, and the lookup below must not find this finder again
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
