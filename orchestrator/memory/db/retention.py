@@ -91,6 +91,7 @@ class Retention(Connection):
         return f"{layer} {week_of(date.fromisoformat(period)) if layer == 'daily' else month_of_week(period)}"
 
     def compaction_written(self, kind: str, period: str) -> bool:
+        """Whether the ``kind`` (weekly, monthly) compaction memo of ``period`` was written already."""
         with self._guard("compaction"):
             row = self.conn.execute(
                 "SELECT 1 FROM compactions WHERE kind = ? AND period = ?", (kind, period)
@@ -98,5 +99,6 @@ class Retention(Connection):
             return row is not None
 
     def record_compaction(self, kind: str, period: str, at: str, memo: str | None) -> None:
+        """Record that the compaction memo of ``kind`` and ``period`` was written (the first record of a period stays)."""
         with self._write("compaction") as conn:
             conn.execute("INSERT OR IGNORE INTO compactions VALUES (?, ?, ?, ?)", (kind, period, at, memo))
