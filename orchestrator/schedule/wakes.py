@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 MAX_SLEEP = 60.0  # the timer never sleeps longer: a wall clock that jumps (suspend, NTP) is seen within this
 RECHECK = 60.0  # a due-driven role skipped (budget, held) is looked at again after this
 AFTER_FAILURE = 600.0  # a role without a heartbeat is not woken again for tasks whose wake failed, for this long
-LEDGER_PRIORITY = rules.DEFAULT_PRIORITY["once"]
 
 
 @dataclass(frozen=True)
