@@ -102,7 +102,8 @@ def _timed(call: Any, repeats: int) -> tuple[list[float], list[float]]:
 
 def memory_store(ctx):  # type: ignore[no-untyped-def]
     from harness import Stats, child_env, orchestrator_command
-    from orchestrator.memory.db import MemoryDB, db_path
+    from orchestrator.memory.db import MemoryDB
+    from orchestrator.memory.db.schema import db_path
     from orchestrator.memory.section import render_for
     from orchestrator.memory.service import Caller, Memory
     from orchestrator.memory.settings import MemorySettings

@@ -16,7 +16,8 @@ from test_replay import play
 from conftest import Project, wait_for
 from orchestrator.core.clock import ManualClock
 from orchestrator.memory import rules
-from orchestrator.memory.db import MemoryDB, db_path
+from orchestrator.memory.db import MemoryDB
+from orchestrator.memory.db.schema import db_path
 from orchestrator.memory.secrets import find_secret
 from replay import Replay
 

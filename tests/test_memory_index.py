@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.memory import db as memdb
 from orchestrator.memory import grams, rules
-from orchestrator.memory.db import MemoryDB
+from orchestrator.memory.db import MemoryDB, schema
+from orchestrator.memory.db import search as memsearch
 from orchestrator.memory.section import render_for
 
 
@@ -76,7 +76,7 @@ def test_an_older_database_gets_its_bigram_index_on_first_open(tmp_path: Path) -
     store.close()
     again = MemoryDB(path, create=False)
     try:
-        assert again.conn.execute("PRAGMA user_version").fetchone()[0] == memdb.SCHEMA_VERSION
+        assert again.conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
         assert found(again, "記憶") == {"古い記憶"} and found(again, "監督") == {"監督の判断"}
         assert found(again, "pl") == set(), "a tombstone is not indexed again"
     finally:
@@ -86,7 +86,7 @@ def test_an_older_database_gets_its_bigram_index_on_first_open(tmp_path: Path) -
 def test_a_common_word_is_ranked_among_its_newest_matches_in_scope(
     db: MemoryDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memdb, "RANK_WINDOW", 5)
+    monkeypatch.setattr(memsearch, "RANK_WINDOW", 5)
     ids = [db.add(entry(f"watcher note {n:02d}", importance=1 + n % 3), 100) for n in range(12)]
     other = [db.add(entry(f"watcher of planner {n}", role="planner"), 100) for n in range(6)]
     hits = db.search("watcher", ["builder"], limit=20)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import Project, wait_for
 from orchestrator.memory import rules
-from orchestrator.memory.db import db_path
+from orchestrator.memory.db.schema import db_path
 
 LOCKER = """
 import sqlite3, sys

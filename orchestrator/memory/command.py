@@ -190,7 +190,8 @@ def _text(value: str | None, verb: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``memory`` verb; errors propagate to ``cli.main`` as one line and an exit status."""
-    from orchestrator.memory.db import MemoryDB, db_path
+    from orchestrator.memory.db import MemoryDB
+    from orchestrator.memory.db.schema import db_path
     from orchestrator.memory.service import Memory, caller_from
 
     root = _root(args)

@@ -11,7 +11,7 @@ a one-character word a prefix query (``732bg*``). Text and query are folded with
 ``str.lower`` alike, so the match is a case-insensitive substring match.
 
 Pure functions: nothing here touches the database. Changing the tokens means
-raising ``db.SCHEMA_VERSION``, which rebuilds the index, because deleting from a
+raising ``db.schema.SCHEMA_VERSION``, which rebuilds the index, because deleting from a
 contentless table needs the very tokens that were inserted.
 """
 

@@ -22,7 +22,8 @@ from orchestrator.core.clock import Clock, Timer, iso
 from orchestrator.core.errors import MemoryUnavailableError
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.memory import rules
-from orchestrator.memory.db import MemoryDB, db_path
+from orchestrator.memory.db import MemoryDB
+from orchestrator.memory.db.schema import db_path
 from orchestrator.memory.section import LOOP_WAIT, MemorySection
 
 MAX_SLEEP = 6 * 3600.0  # look again at least this often, whatever the due times say

@@ -14,7 +14,8 @@ from orchestrator.config import Config
 from orchestrator.core.clock import Clock
 from orchestrator.core.errors import MemoryUnavailableError
 from orchestrator.memory import rules
-from orchestrator.memory.db import MemoryDB, db_path
+from orchestrator.memory.db import MemoryDB
+from orchestrator.memory.db.schema import db_path
 
 NO_MEMORY = ""  # nothing remembered yet: the placeholder stays empty
 LOOP_WAIT = 0.5  # inside the supervisor's loop a locked database is waited for this long at most, then passed over

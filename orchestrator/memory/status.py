@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.errors import MemoryUnavailableError
-from orchestrator.memory.db import MemoryDB, db_path
+from orchestrator.memory.db import MemoryDB
+from orchestrator.memory.db.schema import db_path
 
 if TYPE_CHECKING:
     from orchestrator.memory.settings import MemorySettings

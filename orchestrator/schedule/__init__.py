@@ -1,3 +1,4 @@
 """Wakes on a schedule: rules of due-ness (``rules``), their settings (``settings``), the records of what was done
-and skipped (``records``), the checks run before a wake (``probes``) and the scheduler that writes wake memos
-(``wakes``), plus what ``orchestrator schedule`` and ``orchestrator task`` print (``view``)."""
+and skipped (``records``), the checks run before a wake (``probes``, ``preflight``), the scheduler that writes wake
+memos (``wakes``) with what is due (``due``), its memo writes (``writer``), its holds (``holds``) and timed jobs
+(``jobs``), plus what ``orchestrator schedule`` and ``orchestrator task`` print (``view``)."""

@@ -148,12 +148,12 @@ class PreflightGate:
         self.sup.holds.release(name, SOURCE, quiet=not was_failing)
         if name in self.told:
             self.told.discard(name)
-            self.wakes._notify(
+            self.wakes.writer.notice(
                 name,
                 f"Recovered: runs of {name}",
                 f"The preflight of role **{name}** passes again; its memos start.",
             )
-        self.wakes.preflight_recovered(name)
+        self.wakes.holding.preflight_recovered(name)
 
     def _failed(self, name: str, reason: str, tell: bool) -> None:
         self.passed_until.pop(name, None)
@@ -161,7 +161,7 @@ class PreflightGate:
         self.failing[name] = reason
         if self.sup.holds.hold(name, SOURCE, reason) and tell and name not in self.told:
             self.told.add(name)
-            self.wakes._notify(
+            self.wakes.writer.notice(
                 name,
                 f"Held: runs of {name}",
                 f"The runs of role **{name}** are held: {reason}\n"

@@ -20,6 +20,8 @@ from orchestrator.schedule import records, rules
 from orchestrator.schedule.settings import zone
 from orchestrator.store import Store
 
+LEDGER_PRIORITY = rules.DEFAULT_PRIORITY["once"]  # a one-off task ranks as a `once` task unless told otherwise
+
 
 def _store(config: Config, readonly: bool) -> Store | None:
     path = config.state_dir / "state.db"
@@ -119,7 +121,9 @@ def add_task(config: Config, role: str, text: str, due: str | None, priority: in
     store = _store(config, readonly=False)
     assert store is not None
     try:
-        records.ledger_add(store.db, task_id, role, text, when, priority if priority is not None else 100, now)
+        records.ledger_add(
+            store.db, task_id, role, text, when, priority if priority is not None else LEDGER_PRIORITY, now
+        )
         row = next(r for r in records.ledger(store.db, role) if r["id"] == task_id)
     finally:
         store.close()

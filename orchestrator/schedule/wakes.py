@@ -14,8 +14,9 @@ that jumps is noticed within a minute; there is no polling per task). When it fi
 From there the wake is an ordinary memo. ``run_finished`` (a ``Lifecycle`` listener) marks its tasks done when
 the run succeeded, and nothing otherwise.
 
-Timed jobs for other features (``register_job``): a rule such as ``{"weekly": "sun 23:00"}`` that writes its
-own memo into a role's inbox when due, done (and so not due again) only when that memo's run succeeds.
+This module is the wake itself: the timer, the skips, the probes and the end of the run. Beside it: what is due
+(``due``), writing the memos (``writer``), holding a role's wakes while a command fails (``holds``) and timed jobs
+for other features (``jobs``, through ``register_job``).
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import ControlError, UsageError
-from orchestrator.core.events import MemoSeen, RunFinished, ScheduleChanged, WakeRequested
+from orchestrator.core.events import RunFinished, ScheduleChanged, WakeRequested
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
-from orchestrator.intake.memo import ACTIVE, INBOX, new_memo_id, render_memo, slug, write_atomically
 from orchestrator.schedule import records, rules
+from orchestrator.schedule.due import DueTasks
+from orchestrator.schedule.holds import WakeHolds
+from orchestrator.schedule.jobs import Job, Jobs
 from orchestrator.schedule.preflight import PreflightGate, preflight_probes
 from orchestrator.schedule.probes import Probe, ProbeResult, run_probes
-from orchestrator.schedule.settings import TaskSettings, zone
+from orchestrator.schedule.settings import zone
+from orchestrator.schedule.writer import MemoWriter, wake_text
 
 if TYPE_CHECKING:
     from orchestrator.config import Role
@@ -46,8 +50,6 @@ if TYPE_CHECKING:
 MAX_SLEEP = 60.0  # the timer never sleeps longer: a wall clock that jumps (suspend, NTP) is seen within this
 RECHECK = 60.0  # a due-driven role skipped (budget, held) is looked at again after this
 AFTER_FAILURE = 600.0  # a role without a heartbeat is not woken again for tasks whose wake failed, for this long
-HOLD_SOURCE = "wake"
-LEDGER_PRIORITY = rules.DEFAULT_PRIORITY["once"]
 
 
 @dataclass(frozen=True)
@@ -66,33 +68,6 @@ class ProbesDone:
     reply: asyncio.Future[Any] | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
-class Job:
-    """A timed job: at ``rule`` a memo with ``text`` goes into ``role``'s inbox (``register_job``)."""
-
-    role: str
-    name: str
-    rule: rules.Rule
-    text: str
-    subject: str
-    tags: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        return f"job:{self.name}"
-
-
-@dataclass(frozen=True)
-class Due:
-    """A task of a role with the moment it is (or becomes) due."""
-
-    name: str
-    text: str
-    priority: int
-    in_quiet_hours: bool
-    due_at: datetime | None
-
-
 class Wakes:
     """Heartbeats, due tasks, wake memos and timed jobs of one supervisor."""
 
@@ -108,7 +83,6 @@ class Wakes:
         self.next_tick: dict[str, datetime] = {}
         self.not_before: dict[str, datetime] = {}
         self.probing: set[str] = set()
-        self.jobs: dict[str, Job] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         # the one boundary the replay tests replace: running the signal and preflight commands
         self.probe_runner: Callable[[list[Probe], Path], Any] = run_probes
@@ -119,7 +93,10 @@ class Wakes:
         sup.handlers[ScheduleChanged] = self._on_schedule_changed
         sup.lc.listeners.append(self.run_finished)
         sup.launcher.sections.append(self.section)
-        self.told: set[str] = set()  # roles whose notify role was told of a held wake, to be told of the recovery
+        self.due = DueTasks(self)
+        self.writer = MemoWriter(self)
+        self.holding = WakeHolds(self)
+        self.jobs = Jobs(self)
         self.preflight = PreflightGate(sup, self)  # the preflight before every run, not only wakes
 
     # ------------------------------------------------------------------ public API
@@ -137,11 +114,7 @@ class Wakes:
 
         The memo has ``id: job-<name>-...``, ``tags: [job, <name>, *tags]``; call before or after ``start``.
         """
-        if role not in self.config.roles:
-            raise ValueError(f"register_job: unknown role {role!r}")
-        settings = TaskSettings.model_validate({**rule, "text": text})
-        job = Job(role, name, settings.rule(self.tz), text, subject or f"Job: {name}", tags)
-        self.jobs[job.key] = job
+        job = self.jobs.register(role, name, rule, text, subject, tags)
         if self.started:
             self.arm()
         return job
@@ -172,8 +145,9 @@ class Wakes:
         return out
 
     def scheduled_roles(self) -> list[str]:
+        """The roles with a heartbeat, task rules, open ledger tasks or a timed job."""
         ledger_roles = {row["role"] for row in records.ledger(self.db, open_only=True)}
-        job_roles = {job.role for job in self.jobs.values()}
+        job_roles = self.jobs.roles()
         return [
             name
             for name, role in self.config.roles.items()
@@ -190,7 +164,7 @@ class Wakes:
             return
         now = self.clock.now()
         moments = [m for m in (self._next_moment(name, now) for name in self.scheduled_roles()) if m is not None]
-        moments += [m for m in (self._job_due(job, now) for job in self.jobs.values()) if m is not None]
+        moments += self.jobs.moments(now)
         if not moments:
             return
         delay = max(0.0, min((min(moments) - now).total_seconds(), MAX_SLEEP))
@@ -204,24 +178,12 @@ class Wakes:
         role = self.config.roles[name]
         if name in self.next_tick:
             return self.next_tick[name]
-        if name in self.probing or self._pending(name):
+        if name in self.probing or self.due.pending(name):
             return None  # re-armed when that wake ends
-        eligible = [self._eligible_at(role, due) for due in self.due_tasks(name, now) if due.due_at is not None]
+        eligible = [self.due.eligible_at(role, due) for due in self.due.tasks(name, now) if due.due_at is not None]
         if not eligible:
             return None
         return max(min(eligible), self.not_before.get(name, now))
-
-    def _eligible_at(self, role: Role, due: Due) -> datetime:
-        assert due.due_at is not None
-        windows = role.wake.windows if role.wake is not None else []
-        return due.due_at if due.in_quiet_hours or not windows else rules.window_end(due.due_at, windows, self.tz)
-
-    def _job_due(self, job: Job, now: datetime) -> datetime | None:
-        if any(job.key in w["tasks"] for w in self._pending(job.role)):
-            return None
-        done = records.done(self.db, job.role).get(job.key, {})
-        anchor = records.first_seen(self.db, job.role, job.key, now)
-        return rules.due_at(job.rule, records.when(done.get("done_at")), anchor, self.tz)
 
     def _on_due(self, _event: WakeDue) -> None:
         now = self.clock.now()
@@ -240,64 +202,8 @@ class Wakes:
                 moment = self._next_moment(name, now)
                 if moment is not None and moment <= now:
                     self.tick(name, "due")
-        for job in list(self.jobs.values()):
-            due = self._job_due(job, now)
-            if due is not None and due <= now:
-                self._write_job(job, now)
+        self.jobs.write_due(now)
         self.arm()
-
-    # ------------------------------------------------------------------ what is due
-    def due_tasks(self, name: str, now: datetime, write: bool = True) -> list[Due]:
-        """Every task of the role (its rules and its open ledger tasks) with when it is due."""
-        role = self.config.roles[name]
-        done = records.done(self.db, name)
-        out = []
-        for task, settings in role.tasks.items():
-            anchor = records.first_seen(self.db, name, task, now) if write else now
-            last = records.when(done.get(task, {}).get("done_at"))
-            due = rules.due_at(settings.rule(self.tz), last, anchor, self.tz)
-            out.append(Due(task, settings.text, settings.rank, settings.in_quiet_hours, due))
-        for row in records.ledger(self.db, name, open_only=True):
-            out.append(Due(row["id"], row["text"], row["priority"], False, records.when(row["due_at"])))
-        return out
-
-    def pick(self, name: str, now: datetime, forced: str | None = None) -> rules.Picked:
-        """The tasks a wake of the role carries now: due, not carried by another wake, within the rules."""
-        role = self.config.roles[name]
-        busy = {task for wake in self._pending(name) for task in wake["tasks"]}
-        every = self.due_tasks(name, now)
-        if forced is not None:
-            chosen = [d for d in every if d.name == forced]
-            if not chosen:
-                raise UsageError(f"role {name} has no task {forced!r}; its tasks: {', '.join(d.name for d in every)}")
-            if forced in busy:
-                raise ControlError(f"task {forced} of {name} is already carried by a wake that is queued or running")
-            d = chosen[0]
-            return rules.Picked([rules.Candidate(d.name, d.text, d.priority, d.in_quiet_hours)], [], [])
-        due = [
-            rules.Candidate(d.name, d.text, d.priority, d.in_quiet_hours)
-            for d in every
-            if d.due_at is not None and d.due_at <= now and d.name not in busy
-        ]
-        windows = role.wake.windows if role.wake is not None else []
-        quiet = bool(windows) and rules.in_window(now, windows, self.tz)
-        return rules.pick(due, role.wake.max_tasks if role.wake is not None else 2, quiet)
-
-    def _pending(self, name: str) -> list[dict[str, Any]]:
-        """The role's wakes whose run may still happen; one whose memo is gone (deleted, lost) is let go."""
-        out = []
-        folder = self.config.role_dir(name)
-        live = {m.memo_id for run in self.sup.lc.runs.values() for m in run.memos if run.role.name == name}
-        for wake in records.pending_wakes(self.db, name):
-            if (
-                wake["memo_id"] in live
-                or (folder / INBOX / wake["name"]).exists()
-                or (folder / ACTIVE / wake["name"]).exists()
-            ):
-                out.append(wake)
-            else:
-                records.end_wake(self.db, wake["memo_id"], "gone", self.clock.now(), None, None)
-        return out
 
     # ------------------------------------------------------------------ a wake
     def tick(
@@ -314,7 +220,7 @@ class Wakes:
         skip: str | None = None
         if self.sup.ending:
             skip = "ending: the orchestrator is ending"
-        elif name in self.probing or self._pending(name):
+        elif name in self.probing or self.due.pending(name):
             skip = "coalesced: the previous wake is still queued or running"
         elif not manual and name in self.sup.budgets.blocked():
             why_blocked = self.sup.budgets.current.get(name) or self.sup.budgets.current.get("*", "")
@@ -322,7 +228,7 @@ class Wakes:
         if skip is not None:
             self._skip(name, skip, reply)
             return
-        picked = self.pick(name, now, forced)
+        picked = self.due.pick(name, now, forced)
         if not self._worth_probing(role, picked, manual):
             self._skip(name, self._idle_reason(picked), reply)
             return
@@ -365,18 +271,18 @@ class Wakes:
         self.preflight.observed(name, event.results)
         failures = [r for r in event.results if not r.ok]
         if failures:
-            self._held(name, failures[0].describe)
+            self.holding.hold(name, failures[0].describe)
             self._skip(name, f"held: {failures[0].describe}", event.reply)
             self.arm()
             return
-        self._released(name)
+        self.holding.release(name)
         now = self.clock.now()
         if self.sup.ending:
             self._skip(name, "ending: the orchestrator is ending", event.reply)
             return
         news = [(r.probe.name, r.output) for r in event.results if r.probe.kind == "signal" and r.output]
         role = self.config.roles[name]
-        picked = self.pick(name, now, event.forced)
+        picked = self.due.pick(name, now, event.forced)
         idle_skips = role.wake is None or role.wake.skip_when_idle
         if not event.manual and not picked.tasks and not news and idle_skips:
             self._skip(name, self._idle_reason(picked), event.reply)
@@ -402,17 +308,10 @@ class Wakes:
         reply: asyncio.Future[Any] | None,
     ) -> None:
         now = self.clock.now()
-        tasks = [c.name for c in picked.tasks]
-        tasks_text = "\n".join(f"- **{c.name}**: {c.text}" for c in picked.tasks)
-        signals_text = "\n\n".join(f"### {signal}\n\n{output}" for signal, output in news)
-        body = ["## Tasks", "", tasks_text or "(no task is due)"]
-        if news:
-            body += ["", "## Signals", "", signals_text]
-        subject = "Wake: " + (
-            ", ".join(tasks) if tasks else "signals: " + ", ".join(s for s, _ in news) if news else "no task"
-        )
-        path = self._write_memo(
-            name, "wake", subject, ["wake"], tasks, tasks, (tasks_text, signals_text), "\n".join(body)
+        text = wake_text(picked, news)
+        tasks = text.tasks
+        path = self.writer.write(
+            name, "wake", text.subject, ["wake"], tasks, tasks, (text.tasks_text, text.signals_text), text.body
         )
         if path is None:
             if reply is not None and not reply.done():
@@ -423,98 +322,6 @@ class Wakes:
         records.set_event(self.db, name, "wake", f"wrote {path.name} ({', '.join(tasks) or 'signals'})", now)
         if reply is not None and not reply.done():
             reply.set_result({"role": name, "memo": path.name, "tasks": tasks, "signals": [s for s, _ in news]})
-
-    def _write_job(self, job: Job, now: datetime) -> None:
-        path = self._write_memo(
-            job.role, "job", job.subject, ["job", job.name, *job.tags], [job.name], [job.key], ("", ""), job.text
-        )
-        if path is not None:
-            self.console.line(f"job {job.name}: wrote {path.name}", role=job.role)
-
-    def _write_memo(
-        self,
-        name: str,
-        kind: str,
-        subject: str,
-        tags: list[str],
-        shown: list[str],
-        keys: list[str],
-        texts: tuple[str, str],
-        body: str,
-    ) -> Path | None:
-        """Record the memo, then write it whole into the inbox and queue it at once; None when it could not be."""
-        now = self.clock.now()
-        stem = f"{kind}-{slug(name, 60)}-{new_memo_id()}"
-        while records.wake(self.db, stem) is not None:
-            stem += "x"
-        path = self.config.role_dir(name) / INBOX / f"{stem}.md"
-        front = {
-            "id": stem,
-            "subject": subject,
-            "from": "orchestrator",
-            "to": name,
-            "tags": tags,
-            "tasks": shown,
-            "created_at": iso(now),
-        }
-        records.add_wake(self.db, stem, name, path.name, keys, texts, now)
-        try:
-            write_atomically(path, render_memo(front, body))
-        except OSError as exc:
-            records.drop_wake(self.db, stem)
-            self.console.error(f"internal error: cannot write {path}: {exc}")
-            return None
-        self.sup.intake.seen(MemoSeen(name, path, complete=True))
-        return path
-
-    # ------------------------------------------------------------------ holds
-    def _held(self, name: str, reason: str) -> None:
-        if self.sup.holds.hold(name, HOLD_SOURCE, reason):
-            self.console.line(f"wake held: {reason}", role=name)
-            if reason.startswith("preflight ") and name in self.preflight.told:
-                return  # the notify role was told of this preflight failure already, for the role's runs
-            self.told.add(name)
-            self._notify(
-                name,
-                f"Held: wakes of {name}",
-                f"The wakes of role **{name}** are held: {reason}\n"
-                "No wake memo is written and no task is marked until the command succeeds again.",
-            )
-
-    def _released(self, name: str) -> None:
-        if self.sup.holds.release(name, HOLD_SOURCE) and name in self.told:
-            self.told.discard(name)
-            self._notify(
-                name,
-                f"Recovered: wakes of {name}",
-                f"The signals and preflight of role **{name}** succeed again; its wakes go on.",
-            )
-
-    def preflight_recovered(self, name: str) -> None:
-        """The role's preflight passed (before a run): a wake hold that a failing preflight set is lifted too."""
-        if self.sup.holds.current.get(name, {}).get(HOLD_SOURCE, "").startswith("preflight "):
-            self._released(name)
-
-    def _notify(self, name: str, subject: str, body: str) -> None:
-        notify = self.config.notify
-        if notify is None or notify == name:
-            return
-        memo_id = new_memo_id()
-        front = {
-            "id": memo_id,
-            "subject": subject,
-            "from": "orchestrator",
-            "to": notify,
-            "tags": ["wake-hold"],
-            "created_at": iso(self.clock.now()),
-        }
-        path = self.config.role_dir(notify) / INBOX / f"{memo_id}-{slug(subject)}.md"
-        try:
-            write_atomically(path, render_memo(front, body))
-        except OSError as exc:
-            self.console.error(f"cannot write the notice {path}: {exc}")
-            return
-        self.sup.intake.seen(MemoSeen(notify, path, complete=True))
 
     # ------------------------------------------------------------------ the end of a wake
     def run_finished(self, event: RunFinished) -> None:

@@ -1,0 +1,36 @@
+"""What several commands share: the project root an invocation means, who is asking (for the records), and
+printing a result as JSON or for people."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator import console
+
+
+def project_root(args: argparse.Namespace) -> Path:
+    """The project root: ``--root``, else the current directory."""
+    return (args.root or Path.cwd()).resolve()
+
+
+def who() -> str:
+    """The user and process asking, as the orchestrator records a request's origin."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is no reason to fail
+        user = str(os.getuid())
+    return f"{user} (pid {os.getpid()})"
+
+
+def show(as_json: bool, result: Any, human: Callable[[Any], None]) -> int:
+    """Print ``result`` as JSON (``--json``) or with its printer for people; the command's exit status, 0."""
+    if as_json:
+        console.print_json(result)
+    else:
+        human(result)
+    return 0

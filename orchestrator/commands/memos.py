@@ -1,0 +1,69 @@
+"""The team's memo tools: ``send`` a memo, ``trace`` a conversation, ``release`` held memos."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from orchestrator import console
+from orchestrator.commands.common import project_root, who
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    """``orchestrator send``: write a memo into a role's inbox."""
+    from orchestrator.tools.send import send
+
+    # an agent runs anywhere: its own root comes from its environment when --root is not given
+    root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
+    text = sys.stdin.read() if args.text == "-" else args.text
+    result = send(
+        root,
+        args.to,
+        text,
+        subject=args.subject,
+        reply_to=args.reply_to,
+        tags=args.tag,
+        sender=args.sender,
+        strict=args.strict,
+    )
+    if result.warning:
+        console.fail(result.warning)
+    if args.json:
+        console.print_json({"id": result.memo_id, "path": str(result.path), "warning": result.warning})
+    else:
+        console.say(str(result.path))
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """``orchestrator trace``: the conversation a memo belongs to, as a tree."""
+    from orchestrator.tools import trace
+
+    memo = str(Path(args.memo).resolve()) if os.sep in args.memo else args.memo
+    report = trace.trace(project_root(args), memo)
+    if args.json:
+        console.print_json(report)
+    else:
+        for line in trace.render(report):
+            console.say(line)
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """``orchestrator release``: let memos the loop breaker held run after all."""
+    from orchestrator.tools.release import release
+
+    memo = str(Path(args.memo).resolve()) if args.memo and os.sep in args.memo else args.memo
+    done = release(project_root(args), memo, role=args.role, every=args.all, who=who())
+    if args.json:
+        console.print_json({"released": done})
+        return 0
+    if not done:
+        console.say(f"nothing to release: memo/{args.role}/held/ is empty")
+    for item in done:
+        console.say(
+            f"released {item['from']} -> memo/{item['role']}/inbox/{item['memo']}; it runs and is not held again"
+        )
+    return 0

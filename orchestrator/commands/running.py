@@ -1,0 +1,143 @@
+"""The running orchestrator: ``up`` starts it; ``status``, ``cancel``, ``stop``, ``interrupt`` and ``tell``
+ask it through the control channel."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator import console
+from orchestrator.commands.common import project_root, show, who
+from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """``orchestrator up``: run the orchestrator in the foreground until it is stopped (or idle, with ``--until-idle``)."""
+    from orchestrator.app import run_up
+
+    return run_up(project_root(args), until_idle=args.until_idle, plain=args.plain)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``orchestrator status``: what runs, what waits, what ended."""
+    from orchestrator.control import status
+
+    snap = status.collect(project_root(args))
+    return show(args.json, snap, console.print_status)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """``orchestrator cancel``: stop a memo's work, or a role's, at any stage."""
+    from orchestrator.control import channel as control
+
+    if not args.memo and not args.role:
+        raise UsageError("orchestrator cancel: name a memo (id, file name or path) or use --role ROLE")
+    if args.memo and args.role:
+        raise UsageError("orchestrator cancel: name a memo or use --role ROLE, not both")
+    memo = args.memo
+    if memo and os.sep in memo:
+        memo = str(Path(memo).resolve())
+    result = control.call(
+        project_root(args),
+        "cancel",
+        timeout=None,
+        memo=memo,
+        role=args.role,
+        reason=args.reason,
+        all=args.all,
+        who=who(),
+    )
+    if args.json:
+        console.print_json(result)
+        return 0
+    items = result.get("cancelled", [result]) if "cancelled" in result else [result]
+    if not items:
+        console.say(result.get("message", "nothing to cancel"))
+    for item in items:
+        console.say(_describe_cancel(item))
+    return 0
+
+
+def _describe_cancel(item: dict[str, Any]) -> str:
+    if item.get("note"):
+        return f"{item['memo']}: {item['note']}; it is cancelled now"
+    memos = item.get("memos") or [item.get("memo")]
+    held = f"; the batch run held {', '.join(memos)}" if len(memos) > 1 else ""
+    if item.get("previous_state") in ("running", "timing_out"):
+        how = f"{len(item.get('pids', []))} process(es) ended {item.get('pids')} in {item.get('seconds', 0):.2f}s" + (
+            " (needed SIGKILL)" if item.get("escalated") else ""
+        )
+    else:
+        how = "it never ran" if item.get("previous_state") == "queued" else "its retry will not happen"
+    survivors = f"; WARNING: still alive after SIGKILL: {item['survivors']}" if item.get("survivors") else ""
+    return (
+        f"cancelled {item.get('memo_id') or item['memo']} ({item['role']}, was {item['previous_state']}): {how}{held}; "
+        f"moved to memo/{item['role']}/cancelled/{survivors}"
+    )
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """``orchestrator stop``: end the orchestrator; ``--force`` kills the agents and returns their memos."""
+    from orchestrator.control import channel as control
+
+    root = project_root(args)
+    before = control.call(root, "status")
+    control.call(root, "stop", force=args.force, who=who())
+    running = before.get("limits", {}).get("running", 0)
+    if args.force:
+        console.say(f"orchestrator (pid {before.get('pid')}) is killing {running} agent(s) and returning their memos")
+    else:
+        console.say(
+            f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts"
+        )
+    if args.wait or args.force:
+        _wait_for_exit(root)
+    return 0
+
+
+def _wait_for_exit(root: Path) -> None:
+    from orchestrator.control import channel as control
+
+    while True:
+        try:
+            control.call(root, "status", timeout=5)
+        except NotRunningError:
+            return
+        except OrchestratorError:
+            pass
+        time.sleep(0.1)
+
+
+def cmd_interrupt(args: argparse.Namespace) -> int:
+    """``orchestrator interrupt``: end an SDK agent's current turn."""
+    from orchestrator.control import channel as control
+
+    result = control.call(
+        project_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep, reason=args.reason, who=who()
+    )
+    if args.json:
+        console.print_json(result)
+    else:
+        console.say(
+            f"interrupted {args.memo} (run {result.get('run_id')}, role {result.get('role')}): now {result.get('state')}"
+        )
+    return 0
+
+
+def cmd_tell(args: argparse.Namespace) -> int:
+    """``orchestrator tell``: send a follow-up message into an SDK agent's session."""
+    from orchestrator.control import channel as control
+
+    text = args.text if args.text is not None else sys.stdin.read()
+    if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
+        raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
+    result = control.call(project_root(args), "tell", memo=args.memo, text=text, who=who())
+    if args.json:
+        console.print_json(result)
+    else:
+        console.say(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')})")
+    return 0

@@ -1,0 +1,58 @@
+"""The schedule: ``schedule`` (per role: next tick, tasks, last wake), ``wake`` now, and the one-off
+ledger (``task add|list|drop``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator import console
+from orchestrator.commands.common import project_root, show, who
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    """``orchestrator schedule``: per role, the next tick, its tasks, the last wake and the skips."""
+    from orchestrator.config import load_config
+    from orchestrator.schedule import view
+
+    report = view.schedule(load_config(project_root(args)))
+    return show(args.json, report, console.print_schedule)
+
+
+def cmd_wake(args: argparse.Namespace) -> int:
+    """``orchestrator wake``: write a wake of a role now, by the same picking rules."""
+    from orchestrator.control import channel as control
+
+    result = control.call(project_root(args), "wake", timeout=120, role=args.role, task=args.task, who=who())
+    if args.json:
+        console.print_json(result)
+    else:
+        console.say(f"wrote {result['memo']} for {result['role']}: tasks {', '.join(result['tasks']) or '(none)'}")
+    return 0
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    """``orchestrator task add|list|drop``: the one-off ledger."""
+    from orchestrator.config import load_config
+    from orchestrator.schedule import view
+
+    config = load_config(project_root(args))
+    if args.task_command == "add":
+        row = view.add_task(config, args.role, args.text, args.due, args.priority)
+        if args.json:
+            console.print_json(row)
+        else:
+            console.say(f"added {row['id']} for {row['role']}, due {row['due_at']}")
+    elif args.task_command == "list":
+        rows = view.list_tasks(config, args.role)
+        if args.json:
+            console.print_json({"tasks": rows})
+        else:
+            for row in rows:
+                state = f"done {row['done_at']} (run {row['seq']})" if row["done_at"] else "open"
+                console.say(
+                    f"{row['id']}  {row['role']}  due {row['due_at']}  p{row['priority']}  {state}  {row['text']}"
+                )
+    else:
+        view.drop_task(config, args.id)
+        console.say(f"dropped {args.id}")
+    return 0
