@@ -203,13 +203,6 @@ def test_ray_asked_for_but_not_installed_fails_at_start_up_in_one_line(
     )
 
 
-def test_ray_with_sdk_roles_fails_at_start_up(project: Project) -> None:
-    project.configure({"builder": {"backend": "sdk"}}, executor={"kind": "ray"})
-    result = project.cli("up", "--plain")
-    assert result.returncode == 2, result.stderr
-    assert "executor: kind ray runs command roles only" in result.stderr and "Traceback" not in result.stderr
-
-
 def test_unreachable_cluster_fails_at_start_up_in_one_line(project: Project) -> None:
     project.configure({"builder": {}}, executor={"kind": "ray", "address": "127.0.0.1:1"})
     started = time.monotonic()
