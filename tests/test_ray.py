@@ -2,7 +2,8 @@
 
 Marked ``ray``: starting the cluster takes about 20-30 s on a loaded 2-core
 machine, each test 5-20 s after that (the orchestrator's own start includes
-importing Ray and joining the cluster). Everything runs on this machine, so
+importing Ray and joining the cluster); the three sdk tests (the fake Claude CLI as
+``cli_path``) add about 30 s. Everything runs on this machine, so
 "on the worker" pids are checked here; the cluster is stopped at the end and
 every process it started is checked dead.
 """
@@ -279,3 +280,20 @@ def test_sdk_interrupt_and_cancel_on_a_worker_reach_the_session_and_leave_nothin
     assert project.folder("writer", "cancelled") == ["W-1.md", "W-2.md"]
     stop(orch)
     assert "internal error" not in orch.output and "Traceback" not in orch.output
+
+
+def test_an_sdk_retry_on_ray_resumes_the_failed_session_and_counts_its_cost_once(
+    project: Project, cluster: LocalCluster, fake_cli: Path
+) -> None:
+    writer = sdk_role(project, fake_cli, retry={"max": 1, "backoff": ["0.1s"]}, retry_resumes=True)
+    writer["env"].update({"FAKE_CLAUDE_FAIL_ATTEMPTS": "1", "FAKE_CLAUDE_SESSIONS": str(project.root / "s.json")})
+    configure(project, cluster, {"writer": writer})
+    orch = project.up(**ENV)
+    project.drop("writer", "W-1.md", {"id": "W-1"})
+    wait_for(lambda: project.folder("writer", "archive") == ["W-1.md"], START, "W-1 archived by its retry")
+    (row,) = history(project)
+    argv = claude(project, "argv")
+    results = [line for line in head_transcript(project, row["run_id"]) if line["type"] == "result"]
+    assert len(argv) == 2 and f"--resume={results[0]['session_id']}" in argv[1]  # the session, on the worker
+    assert (row["attempt"], row["cost_usd"], row["num_turns"]) == (2, 0.5, 2)  # the resumed total, counted once
+    stop(orch)

@@ -86,6 +86,9 @@ class RaySdkAgent(SdkFollow, RayAgent):
                 f"the wrapper on {self.node} did not answer within {self.answer_wait:g}s; the {what} may not have "
                 f"reached run {self.spec.run_id}'s session"
             ) from None
+        except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the stop board, in one line for a person
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ControlError(f"cannot leave the {what} for run {self.spec.run_id}'s wrapper: {first}") from None
         finally:
             self._answers.pop(ident, None)
         if refused:

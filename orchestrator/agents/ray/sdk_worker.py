@@ -111,7 +111,7 @@ class SdkSession:
                 data = handle.read(TRANSCRIPT_CHUNK if not final else -1)
         except OSError:
             return
-        if not final:
+        if not final and len(data) < TRANSCRIPT_CHUNK:
             data = data[: data.rfind(b"\n") + 1]  # whole lines only: the runner may be writing the next one
         if data:
             self._offset += len(data)
