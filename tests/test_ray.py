@@ -2,7 +2,8 @@
 
 Marked ``ray``: starting the cluster takes about 20-30 s on a loaded 2-core
 machine, each test 5-20 s after that (the orchestrator's own start includes
-importing Ray and joining the cluster). Everything runs on this machine, so
+importing Ray and joining the cluster); the three sdk tests (the fake Claude CLI as
+``cli_path``) add about 30 s. Everything runs on this machine, so
 "on the worker" pids are checked here; the cluster is stopped at the end and
 every process it started is checked dead.
 """
@@ -187,3 +188,112 @@ def test_a_result_after_a_simulated_partition_is_ignored_and_the_memo_archived_o
     stop(orch)
     (done,) = history(project)
     assert done["state"] == "succeeded" and done["attempt"] == 2
+
+
+# ---------------------------------------------------------------- sdk roles on Ray
+
+
+def sdk_role(project: Project, cli: Path, **settings: Any) -> dict[str, Any]:
+    """A ``backend: sdk`` role on the fake Claude CLI (``cli_path``, resolved on the worker)."""
+    env = {"FAKE_CLAUDE_RECORD": str(project.root / "claude.jsonl"), "FAKE_CLAUDE_COST": "0.25"}
+    return {"backend": "sdk", "cli_path": str(cli), "env": env, **settings}
+
+
+def claude(project: Project, key: str) -> list[Any]:
+    """What the fake CLI received (``argv``, ``prompt``, ``pid``, ``control``), in order."""
+    path = project.root / "claude.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [entry[key] for entry in map(json.loads, filter(str.strip, lines)) if key in entry]
+
+
+def live(project: Project, memo: str, **fields: Any) -> dict[str, Any]:
+    """The memo's live run once it shows every field given."""
+
+    def found() -> dict[str, Any] | None:
+        run = next((r for r in project.status()["runs"] if r["memo"] == memo), None)
+        return run if run is not None and all(run.get(k) == v for k, v in fields.items()) else None
+
+    return wait_for(found, START, f"{memo} running with {fields}")  # type: ignore[no-any-return]
+
+
+def head_transcript(project: Project, run_id: int) -> list[dict[str, Any]]:
+    path = project.root / ".orchestrator" / "runs" / str(run_id) / "transcript.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_an_sdk_memo_runs_on_a_worker_takes_a_tell_and_is_archived_once_with_its_figures(
+    project: Project, cluster: LocalCluster, fake_cli: Path
+) -> None:
+    configure(project, cluster, {"writer": sdk_role(project, fake_cli)})
+    orch = project.up(**ENV)
+    first, second = project.root / "turn1", project.root / "turn2"
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body=f"[wait:{first}] first")
+    run = live(project, "W-1.md", activity="Bash: echo working")  # the runner's events reach the head
+    assert run["backend"] == "sdk" and project.status()["nodes"][str(run["run_id"])]
+
+    told = project.cli("tell", "W-1", f"[wait:{second}] a follow-up")
+    assert told.returncode == 0, told.stderr
+    first.touch()
+    live(project, "W-1.md", cost_usd=0.25, state="running")  # the first turn's result, while the second one runs
+    wait_for(lambda: len(claude(project, "prompt")) == 2, what="the follow-up to reach the CLI on the worker")
+    second.touch()
+    wait_for(lambda: project.folder("writer", "archive") == ["W-1.md"], what="W-1 archived")
+
+    (row,) = history(project)
+    assert row["state"] == "succeeded" and row["backend"] == "sdk" and row["node"]
+    assert row["cost_usd"] == 0.5 and row["num_turns"] == 2 and row["session_id"]
+    assert claude(project, "prompt")[1] == f"[wait:{second}] a follow-up" and len(claude(project, "argv")) == 1
+    lines = head_transcript(project, row["run_id"])  # written on the worker, streamed to the head
+    assert lines[0]["type"] == "prompt" and "first" in lines[0]["text"]
+    assert [line["session_id"] for line in lines if line["type"] == "result"] == [row["session_id"]] * 2
+    stop(orch)
+    assert project.folder("writer", "archive") == ["W-1.md"] and len(claude(project, "argv")) == 1
+
+
+def test_sdk_interrupt_and_cancel_on_a_worker_reach_the_session_and_leave_nothing_alive(
+    project: Project, cluster: LocalCluster, fake_cli: Path
+) -> None:
+    configure(project, cluster, {"writer": sdk_role(project, fake_cli, grace="10s")})
+    orch = project.up(**ENV)
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body="[slow] a book")
+    run = live(project, "W-1.md", activity="Bash: echo working")
+    result = project.cli("interrupt", "W-1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"interrupted W-1 (run {run['run_id']}, role writer): now cancelled"
+    assert project.folder("writer", "cancelled") == ["W-1.md"]
+    assert claude(project, "control").count("interrupt") == 1
+    results = [line for line in head_transcript(project, run["run_id"]) if line["type"] == "result"]
+    assert [r["subtype"] for r in results] == ["error_during_execution"]
+    refused = project.cli("interrupt", "W-1")
+    assert refused.returncode == 7 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+    project.drop("writer", "W-2.md", {"id": "W-2"}, body="[slow] another")
+    run = live(project, "W-2.md", activity="Bash: echo working")
+    runner, cli = run["pid"], claude(project, "pid")[-1]
+    tree = {pid: psutil.Process(pid).create_time() for pid in (runner, cli)}
+    result = project.cli("cancel", "W-2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [pid for pid, created in tree.items() if not dead(pid, created)] == []  # dead when cancel returned
+    answer = json.loads(result.stdout)
+    assert answer["state"] == "cancelled" and answer["survivors"] == [] and runner in answer["pids"]
+    assert claude(project, "control").count("interrupt") == 2  # the turn was ended first, as locally
+    assert project.folder("writer", "cancelled") == ["W-1.md", "W-2.md"]
+    stop(orch)
+    assert "internal error" not in orch.output and "Traceback" not in orch.output
+
+
+def test_an_sdk_retry_on_ray_resumes_the_failed_session_and_counts_its_cost_once(
+    project: Project, cluster: LocalCluster, fake_cli: Path
+) -> None:
+    writer = sdk_role(project, fake_cli, retry={"max": 1, "backoff": ["0.1s"]}, retry_resumes=True)
+    writer["env"].update({"FAKE_CLAUDE_FAIL_ATTEMPTS": "1", "FAKE_CLAUDE_SESSIONS": str(project.root / "s.json")})
+    configure(project, cluster, {"writer": writer})
+    orch = project.up(**ENV)
+    project.drop("writer", "W-1.md", {"id": "W-1"})
+    wait_for(lambda: project.folder("writer", "archive") == ["W-1.md"], START, "W-1 archived by its retry")
+    (row,) = history(project)
+    argv = claude(project, "argv")
+    results = [line for line in head_transcript(project, row["run_id"]) if line["type"] == "result"]
+    assert len(argv) == 2 and f"--resume={results[0]['session_id']}" in argv[1]  # the session, on the worker
+    assert (row["attempt"], row["cost_usd"], row["num_turns"]) == (2, 0.5, 2)  # the resumed total, counted once
+    stop(orch)

@@ -203,13 +203,6 @@ def test_ray_asked_for_but_not_installed_fails_at_start_up_in_one_line(
     )
 
 
-def test_ray_with_sdk_roles_fails_at_start_up(project: Project) -> None:
-    project.configure({"builder": {"backend": "sdk"}}, executor={"kind": "ray"})
-    result = project.cli("up", "--plain")
-    assert result.returncode == 2, result.stderr
-    assert "executor: kind ray runs command roles only" in result.stderr and "Traceback" not in result.stderr
-
-
 def test_unreachable_cluster_fails_at_start_up_in_one_line(project: Project) -> None:
     project.configure({"builder": {}}, executor={"kind": "ray", "address": "127.0.0.1:1"})
     started = time.monotonic()
@@ -227,3 +220,73 @@ def test_output_split_inside_a_character_arrives_whole(tmp_path: Path) -> None:
     messages = list(wrapper.run(_payload(tmp_path, tmp_path / "r", {"say": text}), lambda: None, "n"))
     streamed = "".join(m.data for m in messages if isinstance(m, Output))
     assert streamed == f"{text} (attempt 1)\n" and "\ufffd" not in streamed
+
+
+# ---------------------------------------------------------------- an sdk runner under the wrapper
+
+
+def records_of(root: Path) -> list[dict[str, Any]]:
+    """What the fake CLI received."""
+    return _records(root / "claude.jsonl")
+
+
+def _sdk_payload(root: Path, cli: Path, prompt: str) -> Payload:
+    spec = {"prompt": prompt, "options": {"env": {"FAKE_CLAUDE_RECORD": str(root / "claude.jsonl")}}}
+    return _payload(root, root / "rec.jsonl", {}, backend="sdk", sdk_spec=spec, cli_path=str(cli))
+
+
+def test_wrapper_runs_the_sdk_runner_relays_a_tell_and_its_events_and_stops_its_tree(
+    tmp_path: Path, fake_cli: Path
+) -> None:
+    import json
+
+    from orchestrator.agents.ray.wire import ControlAnswer, SdkEvent, TranscriptLines
+
+    mail: list[dict[str, Any]] = []
+    stop: list[float] = []
+    seen: list[Any] = []
+    tell = {"id": "t1", "what": "tell", "line": json.dumps({"op": "tell", "text": "and more"}) + "\n"}
+    for message in wrapper.run(
+        _sdk_payload(tmp_path, fake_cli, "[slow] work"),
+        lambda: stop[0] if stop else None,
+        "n",
+        lambda: [mail.pop()] if mail else [],
+    ):
+        seen.append(message)
+        if (
+            isinstance(message, SdkEvent)
+            and '"activity"' in message.line
+            and not any(isinstance(m, ControlAnswer) for m in seen)
+        ):
+            mail.append(tell)
+        if isinstance(message, ControlAnswer):
+            stop.append(0.5)
+    started, ended = seen[0], seen[-1]
+    assert isinstance(started, Started) and isinstance(ended, Ended) and ended.stopped
+    events = [json.loads(m.line)["event"] for m in seen if isinstance(m, SdkEvent)]
+    assert events[:2] == ["session", "activity"]
+    pending = [json.loads(m.line) for m in seen if isinstance(m, SdkEvent) and '"tells"' in m.line]
+    assert pending[0]["pending"] == 1  # the runner took the tell (queued behind the slow turn, as locally)
+    assert [m for m in seen if isinstance(m, ControlAnswer)] == [ControlAnswer(lease=started.lease, id="t1")]
+    records = records_of(tmp_path)
+    (cli_pid,) = {r["pid"] for r in records}
+    assert started.pid in ended.pids and dead(started.pid, started.create_time) and not pid_alive(cli_pid)
+    transcript = "".join(m.data for m in seen if isinstance(m, TranscriptLines))
+    assert json.loads(transcript.splitlines()[0])["type"] == "prompt"
+
+
+def test_an_sdk_control_after_the_session_ended_is_refused_in_one_line(tmp_path: Path, fake_cli: Path) -> None:
+    import queue
+
+    from orchestrator.agents.ray.sdk_worker import SdkSession
+
+    payload = _sdk_payload(tmp_path, fake_cli, "hi")
+    session = SdkSession(payload, tmp_path, queue.Queue())
+    session.deliver([{"id": "x", "what": "tell", "line": "{}\n"}])  # never started
+    session.closing = True
+    session.deliver([{"id": "y", "what": "interrupt", "line": "{}\n"}])
+    answers = list(session.tick())
+    assert [(a.id, a.refused) for a in answers] == [  # type: ignore[union-attr]
+        ("x", "run 7's agent session has already ended; nothing to tell"),
+        ("y", "run 7's agent session has already ended; nothing to interrupt"),
+    ]

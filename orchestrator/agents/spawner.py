@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from orchestrator.agents import keeper, procs
 from orchestrator.agents.command import Agent, LaunchSpec, start_command
 from orchestrator.config import Config
-from orchestrator.core.errors import ConfigError, ControlError
+from orchestrator.core.clock import Clock
+from orchestrator.core.errors import ControlError
 
 Log = Callable[[str], None]
 EXIT_WAIT = 5.0  # after the ladder, how long to wait for the agent's exit status to be read
@@ -41,19 +42,16 @@ class Spawner(Protocol):
         ...
 
 
-def choose_spawner(config: Config, say: Log) -> Spawner:
-    """The spawner the configuration's ``executor`` asks for; Ray is imported only when it is asked for."""
+def choose_spawner(config: Config, say: Log, clock: Clock | None = None) -> Spawner:
+    """The spawner the configuration's ``executor`` asks for; Ray is imported only when it is asked for.
+
+    ``clock`` is the supervisor's: the Ray spawner's rules on time (``start_timeout``, ``lost_after``) read it.
+    """
     if config.executor.kind == "local":
         return ProcessSpawner(config.root)
-    sdk = [name for name, role in config.roles.items() if role.backend == "sdk"]
-    if sdk:
-        raise ConfigError(
-            f"{config.path}: executor: kind ray runs command roles only; roles {', '.join(sdk)} use `backend: sdk` "
-            "(run them with `executor: {kind: local}`)"
-        )
     from orchestrator.agents.ray.spawner import RaySpawner
 
-    return RaySpawner(config.root, config.executor, say)
+    return RaySpawner(config.root, config.executor, say, clock)
 
 
 class ProcessSpawner:

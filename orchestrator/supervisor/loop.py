@@ -91,7 +91,7 @@ class Supervisor:
         self.lc = Lifecycle(
             config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock)
         )
-        self.stopper = Stopper(spawner or choose_spawner(config, console.line), console, self.post)
+        self.stopper = Stopper(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
         self.budgets = Budgets(config, self.store, console)
         self.holds = Holds(console)
         self.launcher = Launcher(

@@ -2,8 +2,9 @@
 
 ``settings`` (the ``executor:`` and ``resources:`` keys) imports nothing heavy;
 ``wire`` is the typed messages between a wrapper and the head; ``wrapper`` is
-what runs on a worker; ``spawner`` is the head's side and the only module that
-imports Ray. A configuration that does not ask for Ray never imports it.
+what runs on a worker (``sdk_worker`` its part for an sdk runner); ``spawner`` is
+the head's side and the only module that imports Ray (``sdk_agent`` its agent for
+an sdk role). A configuration that does not ask for Ray never imports it.
 """
 
 from __future__ import annotations

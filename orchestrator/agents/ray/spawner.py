@@ -11,6 +11,13 @@ small actor the wrappers poll and waits for the wrapper's report; if the
 wrapper or its node is gone it falls back to ``ray.cancel(force=True)`` and a
 bounded wait, and says so. Every attempt holds a lease token: a message whose
 lease the head no longer holds is logged and ignored.
+
+A ``backend: sdk`` attempt runs the sdk runner under the same wrapper
+(``sdk_worker``); its events and transcript come back on the same stream and
+its controls go through the stop board, which is also each attempt's mailbox
+(``sdk_agent.RaySdkAgent``). The rules on time (``start_timeout``,
+``lost_after``) read the supervisor's clock; the bounds on waiting for Ray
+itself (``BOARD_WAIT``, ``CANCEL_WAIT``) are real time.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +37,20 @@ from orchestrator.agents import procs
 from orchestrator.agents.command import LaunchSpec, SpawnError, open_log
 from orchestrator.agents.ray import INSTALL_HINT, ray_installed
 from orchestrator.agents.ray.settings import ExecutorSettings
-from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed, parse
+from orchestrator.agents.ray.wire import (
+    AnyMessage,
+    Beat,
+    ControlAnswer,
+    Ended,
+    Output,
+    Payload,
+    SdkEvent,
+    Started,
+    StartFailed,
+    TranscriptLines,
+    parse,
+)
+from orchestrator.core.clock import Clock, SystemClock
 from orchestrator.core.errors import ConfigError, ExecutorError, UnsupportedError
 
 Log = Callable[[str], None]
@@ -38,13 +59,17 @@ PROBE_WAIT = 5.0  # how long the start-up check waits for the cluster's port to 
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
 KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
 LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
+SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
+__all__ = ["Beat", "RayAgent", "RaySpawner", "StopBoard", "connect", "wrapper_task"]
 
 
 class StopBoard:
-    """A small actor on the head: stop requests by lease, which the wrappers poll."""
+    """A small actor on the head: stop requests by lease, which the wrappers poll, and each sdk attempt's mailbox
+    of control messages, handed out (once) with the stop request in the same poll."""
 
     def __init__(self) -> None:
         self.asked: dict[str, float] = {}
+        self.mail: dict[str, list[dict[str, Any]]] = {}
 
     def stop(self, lease: str, grace: float) -> None:
         self.asked.setdefault(lease, grace)
@@ -52,8 +77,15 @@ class StopBoard:
     def ask(self, lease: str) -> float | None:
         return self.asked.get(lease)
 
+    def post(self, lease: str, control: dict[str, Any]) -> None:
+        self.mail.setdefault(lease, []).append(control)
+
+    def poll(self, lease: str) -> tuple[float | None, list[dict[str, Any]]]:
+        return self.asked.get(lease), self.mail.pop(lease, [])
+
     def forget(self, lease: str) -> None:
         self.asked.pop(lease, None)
+        self.mail.pop(lease, None)
 
 
 def wrapper_task(payload: dict[str, Any], board: Any) -> Iterator[dict[str, Any]]:
@@ -71,8 +103,24 @@ def wrapper_task(payload: dict[str, Any], board: Any) -> Iterator[dict[str, Any]
         grace: float | None = ray.get(board.ask.remote(spec.lease), timeout=timeout)
         return grace
 
-    for message in wrapper.run(spec, ask, node):
-        yield message.model_dump()
+    mail: list[dict[str, Any]] = []
+
+    def ask_and_collect() -> float | None:  # an sdk attempt: the stop request and the controls in one call
+        grace, controls = ray.get(board.poll.remote(spec.lease), timeout=timeout)
+        mail.extend(controls)
+        return grace if grace is None else float(grace)
+
+    def inbox() -> list[dict[str, Any]]:
+        controls = list(mail)
+        mail.clear()
+        return controls
+
+    probe = ask if spec.backend == "command" else ask_and_collect
+    for message in wrapper.run(spec, probe, node, inbox if spec.backend == "sdk" else None):
+        data = message.model_dump()
+        if data["type"] == "started":
+            data["node_id"] = context.get_node_id()
+        yield data
 
 
 class RayAgent:
@@ -94,6 +142,10 @@ class RayAgent:
         self.waiter: asyncio.Future[None] | None = None
         self.report: procs.KillReport | None = None  # set when the wrapper reports having stopped the tree
         self.ended = False
+        self.lost: str | None = None  # why the head gave the attempt up, when it did (no report of the tree's end)
+        self.exit_pids: list[int] = []  # what the wrapper swept after the agent exited by itself
+        self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
+        self.watchdog: Any = None  # the lost_after timer
         self.on_exit: Callable[[Any, int], None] = lambda _agent, _code: None
         self.next: asyncio.Future[Any] | None = None
 
@@ -144,12 +196,14 @@ def connect(settings: ExecutorSettings) -> Any:
 class RaySpawner:
     """Agents as Ray tasks, one per attempt, under the head's limits, retry policy and logs."""
 
-    def __init__(self, root: Path, settings: ExecutorSettings, say: Log) -> None:
+    def __init__(self, root: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None) -> None:
         self.root = str(root)
         self.settings = settings
         self.say = say
+        self.clock: Clock = clock or SystemClock()
         self.ray = connect(settings)
         self.leases: set[str] = set()  # the attempts whose results the head still accepts
+        self.session_nodes: dict[int, str] = {}  # run id -> the node of its last sdk attempt (its session files)
         here = self.ray.get_runtime_context().get_node_id()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -175,6 +229,9 @@ class RaySpawner:
         env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
         for key in ("ORCHESTRATOR_MEMO", "ORCHESTRATOR_MEMOS"):
             env.pop(key, None)
+        sdk: dict[str, Any] = {}
+        if role.backend == "sdk":
+            sdk = {"backend": "sdk", "sdk_spec": _sdk_spec(spec), "cli_path": role.cli_path}
         return Payload(
             run_id=spec.run_id,
             attempt=spec.attempt,
@@ -191,6 +248,7 @@ class RaySpawner:
             poll=self.settings.poll,
             beat=self.settings.beat,
             lost_after=self.settings.lost_after,
+            **sdk,
         )
 
     def _options(self, spec: LaunchSpec) -> dict[str, Any]:
@@ -205,24 +263,26 @@ class RaySpawner:
             options["resources"] = dict(res.custom)
         if res.node_labels:
             options["label_selector"] = dict(res.node_labels)
+        node = self.session_nodes.get(spec.run_id)
+        if spec.extra.get("resume") and node and not res.node_labels:
+            # the session's files are on the node that ran it: prefer that node (soft: another one if it is gone)
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
         return options
 
     async def start(self, spec: LaunchSpec, on_exit: Callable[[Any, int], None]) -> RayAgent:
         """Submit the attempt's task; return once the wrapper has started the agent on a worker."""
-        if spec.role.backend != "command":
-            raise SpawnError(f"role {spec.role.name}: executor ray runs command roles only")
         lease = uuid.uuid4().hex
         payload = self._payload(spec, lease)
         gen = self.task.options(**self._options(spec)).remote(payload.model_dump(), self.board)
-        agent = RayAgent(spec, lease, gen)
+        agent = self._agent(spec, lease, gen)
         agent.on_exit = on_exit
         self.leases.add(lease)
-        argv = " ".join(spec.role.command[:8])
-        os.close(open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): {argv}\n"))
+        os.close(open_log(spec.log_path, self._header(spec, agent)))
         agent.next = _pending(self._next(gen))
         try:
-            done, _ = await asyncio.wait({agent.next}, timeout=self.settings.start_timeout)
-            if not done:
+            if not await self._within(agent.next, self.settings.start_timeout):
                 raise SpawnError(
                     f"no Ray node could take it within {self.settings.start_timeout:g}s "
                     f"(it asks for {self._options(spec)})"
@@ -246,12 +306,51 @@ class RaySpawner:
             self._revoke(agent)
             raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
         agent.pid, agent.node = first.pid, first.node
+        if spec.role.backend == "sdk" and first.node_id:
+            self.session_nodes[spec.run_id] = first.node_id
+            while len(self.session_nodes) > SESSION_NODES:
+                self.session_nodes.pop(next(iter(self.session_nodes)))
         if first.orphans:
             self.say(f"run {spec.run_id}: killed orphaned agent processes {first.orphans} on {first.node}")
         agent.waiter = asyncio.ensure_future(self._pump(agent))
         return agent
 
-    async def _next(self, gen: Any) -> Started | StartFailed | Output | Beat | Ended:
+    def _agent(self, spec: LaunchSpec, lease: str, gen: Any) -> RayAgent:
+        if spec.role.backend != "sdk":
+            return RayAgent(spec, lease, gen)
+        from orchestrator.agents.ray.sdk_agent import RaySdkAgent
+
+        return RaySdkAgent(spec, lease, gen, _transcript(spec), self._post, self.settings.poll * 10 + BOARD_WAIT)
+
+    @staticmethod
+    def _header(spec: LaunchSpec, agent: RayAgent) -> str:
+        head = f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): "
+        if spec.role.backend != "sdk":
+            return head + " ".join(spec.role.command[:8]) + "\n"
+        resume = spec.extra.get("resume")
+        return head + "sdk session" + (f" resuming {resume}" if resume else "") + f", transcript {_transcript(spec)}\n"
+
+    async def _within(self, future: asyncio.Future[Any], seconds: float) -> bool:
+        """Whether ``future`` is done within ``seconds`` on the supervisor's clock."""
+        late: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def due() -> None:
+            if not late.done():
+                late.set_result(None)
+
+        timer = self.clock.call_later(seconds, due)
+        try:
+            await asyncio.wait({future, late}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            late.cancel()
+        return future.done()
+
+    async def _post(self, agent: RayAgent, control: dict[str, Any]) -> None:
+        """Leave a control message in the attempt's mailbox, which its wrapper empties at its next poll."""
+        await asyncio.wait_for(self.board.post.remote(agent.lease, control), BOARD_WAIT)
+
+    async def _next(self, gen: Any) -> AnyMessage:
         ref = await gen.__anext__()
         return parse(await ref)
 
@@ -265,24 +364,36 @@ class RaySpawner:
             self.ray.cancel(gen, force=True)
 
     # ------------------------------------------------------------ the stream
+    def _watchdog(self, agent: RayAgent) -> None:
+        """Give the attempt up after ``lost_after`` with no word from its wrapper, on the supervisor's clock."""
+        lost_after = self.settings.lost_after
+
+        def check() -> None:
+            if agent.ended:
+                return
+            quiet = self.clock.monotonic() - agent.heard
+            if quiet < lost_after:
+                agent.watchdog = self.clock.call_later(lost_after - quiet, check)
+                return
+            self._end(
+                agent,
+                None,
+                f"no word from the wrapper on {agent.node} for {lost_after:g}s (a partition or a lost node)",
+            )
+            self._ask_stop(agent, 0.0)
+
+        agent.watchdog = self.clock.call_later(lost_after, check)
+
     async def _pump(self, agent: RayAgent) -> None:
         """Read the wrapper's stream to its end; the attempt ends once, by the first of: its report, Ray's error, silence."""
         spec = agent.spec
+        agent.heard = self.clock.monotonic()
+        self._watchdog(agent)
         log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             while True:
                 agent.next = _pending(self._next(agent.gen))
-                done, _ = await asyncio.wait({agent.next}, timeout=self.settings.lost_after)
-                if not done and not agent.ended:
-                    self._end(
-                        agent,
-                        None,
-                        f"no word from the wrapper on {agent.node} for {self.settings.lost_after:g}s "
-                        "(a partition or a lost node)",
-                    )
-                    self._ask_stop(agent, 0.0)
-                if not done:
-                    await asyncio.wait({agent.next})
+                await asyncio.wait({agent.next})
                 try:
                     message = agent.next.result()
                 except StopAsyncIteration:
@@ -290,6 +401,7 @@ class RaySpawner:
                 except self.ray.exceptions.RayError as exc:
                     self._end(agent, None, _lost_reason(exc, agent.node))
                     break
+                agent.heard = self.clock.monotonic()
                 if agent.lease not in self.leases or message.lease != agent.lease:
                     self.say(
                         f"run {spec.run_id} attempt {spec.attempt}: a {message.type!r} message from {agent.node} came "
@@ -298,6 +410,12 @@ class RaySpawner:
                     continue
                 if isinstance(message, Output):
                     os.write(log_fd, message.data.encode("utf-8"))
+                elif isinstance(message, SdkEvent):
+                    getattr(agent, "event_line", _ignore)(message.line)
+                elif isinstance(message, TranscriptLines):
+                    getattr(agent, "transcript_lines", _ignore)(message.data)
+                elif isinstance(message, ControlAnswer):
+                    getattr(agent, "answered", _ignore)(message.id, message.refused)
                 elif isinstance(message, Ended):
                     if message.stopped:
                         agent.report = procs.KillReport(
@@ -306,6 +424,8 @@ class RaySpawner:
                             escalated=message.escalated,
                             survivors=message.survivors,
                         )
+                    else:
+                        agent.exit_pids = list(message.pids)
                     reason = (
                         f"the wrapper on {agent.node} could not reach the head"
                         if message.why == "lost the head"
@@ -314,6 +434,8 @@ class RaySpawner:
                     self._end(agent, message.code, reason)
         finally:
             os.close(log_fd)
+            if agent.watchdog is not None:
+                agent.watchdog.cancel()
         if not agent.ended:
             self._end(agent, None, f"the wrapper on {agent.node} ended without reporting the agent's exit")
 
@@ -325,7 +447,11 @@ class RaySpawner:
         self._revoke(agent)
         if reason is not None:
             agent.failure_reason = reason
-        agent.on_exit(agent, code if code is not None else LOST_EXIT)
+            if code is None or agent.report is None:
+                agent.lost = reason
+        status = code if code is not None else LOST_EXIT
+        getattr(agent, "exited", _ignore)(status)
+        agent.on_exit(agent, status)
 
     def give_up(self, agent: RayAgent, reason: str) -> None:
         """End the attempt as the head sees it now (a partition): any later result of its wrapper is ignored."""
@@ -340,9 +466,21 @@ class RaySpawner:
 
     # ------------------------------------------------------------ stop
     async def stop(self, agent: Any, run_id: int, grace: float, log: Log, interrupt_first: bool) -> procs.KillReport:
-        """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.cancel(force=True)``."""
+        """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.cancel(force=True)``.
+
+        An sdk agent is first asked to end its turn (as locally); if the runner then exits by itself within
+        ``grace``, the wrapper's sweep of what it left is the last step."""
         if agent is None:
             return procs.KillReport()
+        started = time.monotonic()
+        if interrupt_first and agent.backend == "sdk" and not agent.ended:
+            from orchestrator.agents.spawner import _interrupt_first
+
+            await _interrupt_first(agent, grace, log)
+            if agent.ended and agent.lost is None and agent.report is None:
+                log(f"the session on {agent.node} ended its turn; the wrapper swept what it left")
+                pids = sorted({agent.pid, *agent.exit_pids} - {None})
+                return procs.KillReport(pids=pids, seconds=time.monotonic() - started)
         if not agent.ended and agent.waiter is not None:
             sent = self._ask_stop(agent, grace)
             if sent is not None:
@@ -357,9 +495,9 @@ class RaySpawner:
                 f"{agent.report.pids} in {agent.report.seconds:.2f}s"
             )
             return agent.report
-        if agent.ended and agent.failure_reason is None:
+        if agent.ended and agent.lost is None:
             return procs.KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
-        why = agent.failure_reason or f"no report within {grace + KILL_WAIT:g}s"
+        why = agent.lost or f"no report within {grace + KILL_WAIT:g}s"
         log(f"the wrapper on {agent.node} did not report the tree dead ({why}); ray.cancel(force=True)")
         self._cancel(agent.gen)
         if agent.waiter is not None:
@@ -378,6 +516,29 @@ class RaySpawner:
     async def sweep(self, agent: Any, run_id: int, attempt: int, grace: float) -> procs.KillReport:
         """Nothing to do on the head (see ``left_behind``)."""
         return procs.KillReport()
+
+
+def _ignore(*_args: Any) -> None:
+    """What a command agent does with an sdk-only message (none is ever sent for one)."""
+
+
+def _transcript(spec: LaunchSpec) -> Path:
+    """Where the head keeps the run's transcript, as the local sdk backend does."""
+    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+    return Path(spec.extra.get("transcript") or default)
+
+
+def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
+    """The runner's spec as the head knows it; the wrapper fills in ``cwd``, ``transcript`` and ``cli_path``."""
+    from pydantic import ValidationError
+
+    from orchestrator.agents.sdk.backend import runner_spec
+    from orchestrator.agents.sdk.protocol import explain
+
+    try:
+        return runner_spec(spec, None, (spec.root / spec.role.cwd).resolve(), _transcript(spec))
+    except ValidationError as exc:
+        raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
 
 
 def _probe(address: str, timeout: float = PROBE_WAIT) -> str | None:

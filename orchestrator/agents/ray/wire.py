@@ -34,6 +34,11 @@ class Payload(_Wire):
     poll: float
     beat: float
     lost_after: float
+    backend: Literal["command", "sdk"] = "command"
+    #: ``backend: sdk``: the runner's spec as the head built it (``sdk.backend.runner_spec``); the wrapper sets its
+    #: ``cwd``, ``transcript`` and ``cli_path`` (the role's own, here below, resolved on the worker)
+    sdk_spec: dict[str, Any] | None = None
+    cli_path: str | None = None
 
 
 class _Message(_Wire):
@@ -46,6 +51,7 @@ class Started(_Message):
     create_time: float
     node: str  # "ip/node-id-prefix"
     orphans: list[int] = []  # agents of dead wrappers on this node, killed before this one started
+    node_id: str | None = None  # Ray's whole node id: a resumed sdk session prefers the node that has it
 
 
 class StartFailed(_Message):
@@ -76,10 +82,33 @@ class Ended(_Message):
     survivors: list[int] = []
 
 
-Message = Annotated[Started | StartFailed | Output | Beat | Ended, Field(discriminator="type")]
-MESSAGE = TypeAdapter(Message)
+class SdkEvent(_Message):
+    """One event line of an sdk runner (``orchestrator.agents.sdk.protocol``), as the runner wrote it."""
+
+    type: Literal["sdk_event"] = "sdk_event"
+    line: str
 
 
-def parse(data: Any) -> Started | StartFailed | Output | Beat | Ended:
+class TranscriptLines(_Message):
+    """Whole lines the sdk runner appended to its transcript on the worker, for the head's copy."""
+
+    type: Literal["transcript"] = "transcript"
+    data: str
+
+
+class ControlAnswer(_Message):
+    """Whether a control message (interrupt, tell, end) from the head's mailbox reached the session."""
+
+    type: Literal["control_answer"] = "control_answer"
+    id: str
+    refused: str | None = None  # one line for a person when it did not (the session had ended)
+
+
+AnyMessage = Started | StartFailed | Output | Beat | Ended | SdkEvent | TranscriptLines | ControlAnswer
+Message = Annotated[AnyMessage, Field(discriminator="type")]
+MESSAGE: TypeAdapter[AnyMessage] = TypeAdapter(Message)
+
+
+def parse(data: Any) -> AnyMessage:
     """A message from its dict; a malformed one raises ``pydantic.ValidationError`` naming the field."""
     return MESSAGE.validate_python(data)

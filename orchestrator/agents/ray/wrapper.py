@@ -8,7 +8,8 @@ the local executor (``orchestrator.agents.procs``: group, tree walk, and the
 ``setsid`` escapees found by environment), then reports the pids and the
 seconds to dead. Before starting, it kills agents whose wrapper died (a worker
 killed mid-run leaves its agent orphaned on the node). Nothing here imports Ray:
-``ask`` is the stop-request probe the Ray task passes in.
+``ask`` is the stop-request probe the Ray task passes in. A ``backend: sdk``
+attempt's agent is the sdk runner, driven by ``sdk_worker``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents import procs
-from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed
+from orchestrator.agents.ray.wire import AnyMessage, Beat, Ended, Output, Payload, Started, StartFailed
 
 WRAPPER_ENV = "ORCHESTRATOR_WRAPPER"  # "<pid>:<create time>" of the wrapper that started the agent
 LEASE_ENV = "ORCHESTRATOR_LEASE"
@@ -35,6 +37,8 @@ CHUNK = 64 * 1024
 
 #: the stop-request probe: the grace period asked for, None when nobody asked; raises when the head is unreachable
 Ask = Callable[[], float | None]
+#: the control messages (``{"id", "what", "line"}``) the head left for an sdk session since the last probe
+Inbox = Callable[[], list[dict[str, Any]]]
 
 
 def _environ(pid: int) -> dict[str, str] | None:
@@ -81,46 +85,81 @@ def node_name() -> str:
     return os.uname().nodename
 
 
-def run(payload: Payload, ask: Ask, node: str) -> Iterator[Started | StartFailed | Output | Beat | Ended]:
-    """The wrapper's life as a stream of messages: started (or start failed), output and beats, then ended."""
+def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> Iterator[AnyMessage]:
+    """The wrapper's life as a stream of messages: started (or start failed), output and beats, then ended.
+
+    For ``backend: sdk`` the agent is the sdk runner (``sdk_worker``): its stderr is the output, its events,
+    transcript lines and the answers to the controls ``inbox`` brings travel as messages of their own.
+    """
     lease = payload.lease
     orphans = sweep_orphans(payload.root)
     folder = Path(tempfile.mkdtemp(prefix=f"orchestrator-run{payload.run_id}-{payload.attempt}-"))
     proc: subprocess.Popen[bytes] | None = None
     target: procs.Target | None = None
+    out: queue.Queue[bytes | None] = queue.Queue()
+    session = None
+    if payload.backend == "sdk":
+        from orchestrator.agents.ray.sdk_worker import SdkSession
+
+        session = SdkSession(payload, folder, out)
     try:
         try:
-            proc = _start(payload, folder)
+            proc = _start(payload, folder) if session is None else _start_sdk(payload, folder, session)
         except (OSError, ValueError) as exc:
-            yield StartFailed(lease=lease, reason=f"cannot start {payload.argv[0]!r} on {node}: {exc}", node=node)
+            what = "the sdk runner" if session is not None else repr(payload.argv[0])
+            yield StartFailed(lease=lease, reason=f"cannot start {what} on {node}: {exc}", node=node)
             return
         procs.spare(proc.pid)  # our direct child: Popen reaps it, the kill ladder's reaper must leave it
         # the prompt is fed and the output read from the start, whenever the consumer asks for the next message
-        out: queue.Queue[bytes | None] = queue.Queue()
-        reader = threading.Thread(target=_read, args=(proc, out), daemon=True)
+        stream = proc.stdout if session is None else proc.stderr
+        reader = threading.Thread(target=_read_stream, args=(stream, out), daemon=True)
         reader.start()
-        if payload.prompt_via == "stdin":
+        if payload.prompt_via == "stdin" and session is None:
             threading.Thread(target=_feed, args=(proc, payload.prompt.encode("utf-8")), daemon=True).start()
         ref = procs.ProcRef.of(proc.pid)
         target = procs.Target(ref, proc.pid, payload.run_id, payload.root, attempt=payload.attempt)
         yield Started(
             lease=lease, pid=proc.pid, create_time=ref.create_time if ref else 0.0, node=node, orphans=orphans
         )
-        yield from _watch(payload, proc, target, ask, out, reader)
+        yield from _watch(payload, proc, target, ask, out, reader, session, inbox)
     finally:
         if proc is not None and target is not None and proc.poll() is None:
             # closed early (the task was cancelled, the head went away): the tree must not outlive us
             asyncio.run(procs.stop_tree(target, 0.0))
         if proc is not None:
             procs.unspare(proc.pid)
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
                     with contextlib.suppress(OSError):
-                        stream.close()
+                        pipe.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _start(payload: Payload, folder: Path) -> subprocess.Popen[bytes]:
+    env, cwd = _environment(payload, folder)
+    argv = list(payload.argv) + ([payload.prompt] if payload.prompt_via == "arg" else [])
+    executable = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else str(cwd / argv[0])
+    if executable is None:
+        raise ValueError("not found on PATH")
+    return subprocess.Popen(
+        [executable, *argv[1:]],
+        stdin=subprocess.PIPE if payload.prompt_via == "stdin" else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _start_sdk(payload: Payload, folder: Path, session: Any) -> subprocess.Popen[bytes]:
+    env, cwd = _environment(payload, folder)
+    proc: subprocess.Popen[bytes] = session.start(env, cwd)
+    return proc
+
+
+def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
+    """The agent's environment (this worker's, the role's, the memo copies, the lease and this wrapper) and cwd."""
     paths = []
     for name, text in payload.memos.items():
         path = folder / name
@@ -138,19 +177,7 @@ def _start(payload: Payload, folder: Path) -> subprocess.Popen[bytes]:
     env[WRAPPER_ENV] = f"{os.getpid()}:{me.create_time if me else 0.0}"
     workdir = Path(payload.root) / payload.cwd
     cwd = workdir if workdir.is_dir() else folder
-    argv = list(payload.argv) + ([payload.prompt] if payload.prompt_via == "arg" else [])
-    executable = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else str(cwd / argv[0])
-    if executable is None:
-        raise ValueError("not found on PATH")
-    return subprocess.Popen(
-        [executable, *argv[1:]],
-        stdin=subprocess.PIPE if payload.prompt_via == "stdin" else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    return env, cwd
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
@@ -161,9 +188,9 @@ def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
         proc.stdin.close()
 
 
-def _read(proc: subprocess.Popen[bytes], out: queue.Queue[bytes | None]) -> None:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+def _read_stream(stream: Any, out: queue.Queue[bytes | None]) -> None:
+    assert stream is not None
+    fd = stream.fileno()
     while True:
         try:
             chunk = os.read(fd, CHUNK)
@@ -198,7 +225,9 @@ def _watch(
     ask: Ask,
     out: queue.Queue[bytes | None],
     reader: threading.Thread,
-) -> Iterator[Output | Beat | Ended]:
+    session: Any = None,
+    inbox: Inbox | None = None,
+) -> Iterator[AnyMessage]:
     lease = payload.lease
     text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
     last_said = last_heard = time.monotonic()
@@ -212,12 +241,18 @@ def _watch(
         if data:
             yield Output(lease=lease, data=text.decode(data))
             last_said = now
+        if session is not None:
+            for message in session.tick():
+                yield message
+                last_said = now
         code = proc.poll()
         if code is not None:
             break
         try:
             grace = ask()
             last_heard = now
+            if session is not None and inbox is not None:
+                session.deliver(inbox())
         except Exception:  # noqa: BLE001 - whatever the transport raised, the head did not answer
             grace = 0.0 if now - last_heard >= payload.lost_after else None
             why = "lost the head"
@@ -230,6 +265,8 @@ def _watch(
             rest, _ = _drain(out, 0.0)
             if rest:
                 yield Output(lease=lease, data=text.decode(rest, final=True))
+            if session is not None:
+                yield from session.finish()
             yield Ended(
                 lease=lease,
                 code=proc.returncode,
@@ -252,4 +289,6 @@ def _watch(
     rest, _ = _drain(out, 0.0)
     if rest:
         yield Output(lease=lease, data=text.decode(rest, final=True))
+    if session is not None:
+        yield from session.finish()
     yield Ended(lease=lease, code=code, pids=report.pids, seconds=round(report.seconds, 3))

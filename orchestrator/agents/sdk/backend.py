@@ -48,25 +48,18 @@ from pydantic import ValidationError
 from orchestrator.agents import procs
 from orchestrator.agents.claude_cli import retry_environment
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
+from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import (
     EXIT_INTERRUPTED,
     EXIT_SIGNALLED,
     RUNNER_PATH_ENV,
-    ActivityEvent,
-    AnyEvent,
-    CostEvent,
-    DoneEvent,
     End,
-    FailureEvent,
     Interrupt,
     ProtocolError,
-    ResultEvent,
     RunnerSpec,
-    SessionEvent,
     SpecOptions,
     SystemPromptPreset,
     Tell,
-    TellsEvent,
     explain,
     parse_event,
 )
@@ -138,30 +131,15 @@ def runner_environment(env: dict[str, str]) -> dict[str, str]:
     return child
 
 
-class SdkAgent(Agent):
+class SdkAgent(SdkFollow, Agent):
     """A run's sdk_runner process, with the figures its events reported so far."""
 
     backend = "sdk"
 
     def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, transcript: Path) -> None:
         super().__init__(proc, spec)
-        self.transcript = transcript
-        self.session_id: str | None = None
-        self.budget_exceeded = False
-        self.interrupted = False
-        self.closing = False  # the runner said ``done``: no more turns, so no more controls
-        self._doing: str | None = None  # the last activity the runner reported
-        self.tells_pending = 0  # tells written into the session that the model has not answered yet
-        self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
-        self.on_update: Callable[[SdkAgent, dict[str, Any]], None] | None = None  # gets each event's JSON object
+        self._follow(transcript)
         self._write_lock = asyncio.Lock()
-
-    def _activity(self) -> str | None:
-        """What the session does, and the tells it has not answered yet (``status`` and the live view show it)."""
-        if not self.tells_pending:
-            return self._doing
-        tells = f"{self.tells_pending} tell{'s' if self.tells_pending > 1 else ''} pending"
-        return f"{self._doing} ({tells})" if self._doing else tells
 
     async def interrupt(self, keep: bool = False) -> None:
         """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
@@ -218,37 +196,6 @@ class SdkAgent(Agent):
             except ProtocolError:  # not a runner event: skipped, like a line over the limit
                 continue
             self._apply(event)
-
-    def _apply(self, event: AnyEvent) -> None:
-        """Update the figures from one runner event, then tell ``on_update``."""
-        match event:
-            case ActivityEvent(text=text):
-                self._doing = text
-                self.activity = self._activity()
-            case CostEvent(usd=usd):
-                self.cost_usd = usd
-            case SessionEvent(session_id=session_id):
-                self.session_id = session_id
-            case ResultEvent():
-                self.result = event.figures()
-                self.cost_usd = event.cost_usd
-                self.session_id = event.session_id or self.session_id
-            case DoneEvent():
-                self.closing = True
-            case TellsEvent(pending=pending):
-                self.tells_pending = pending
-                self.activity = self._activity()
-            case FailureEvent(reason=reason, budget=budget, permanent=permanent):
-                self.failure_reason = reason or "the agent failed"
-                self.budget_exceeded = self.budget_exceeded or budget
-                self.permanent_failure = self.permanent_failure or permanent
-        if self.on_update is not None:
-            try:
-                self.on_update(self, event.wire())
-            except Exception as exc:  # noqa: BLE001 - a view that fails must not stop the figures from arriving
-                asyncio.get_running_loop().call_exception_handler(
-                    {"message": "SdkAgent.on_update failed", "exception": exc}
-                )
 
 
 async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> SdkAgent:

@@ -1,0 +1,156 @@
+"""A ``backend: sdk`` attempt under the wrapper on a Ray worker: the sdk runner, its events, transcript and controls.
+
+The runner is started as locally (``python -m orchestrator.agents.sdk.runner``
+in its own session, the spec as the first stdin line, events as JSON lines on
+its stdout, control lines on its stdin), by this worker's Python. The spec is
+the one the head built, with what only the worker knows filled in: the working
+folder, the transcript (in the attempt's private folder) and ``cli_path``,
+resolved here. The wrapper (``wrapper``) calls ``tick`` at every poll to relay
+what the runner said since, ``deliver`` with the control messages the head left
+in the attempt's mailbox, and ``finish`` once the runner's tree is dead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents.ray.wire import ControlAnswer, Payload, SdkEvent, TranscriptLines
+from orchestrator.agents.sdk.backend import RUNNER_MODULE, resolve_cli_path, runner_environment
+from orchestrator.agents.sdk.protocol import DoneEvent, ProtocolError, parse_event
+
+TRANSCRIPT_CHUNK = 1024 * 1024  # the most transcript text one message carries
+
+
+class SdkSession:
+    """One sdk runner on this worker and what it has said that the head has not been sent yet."""
+
+    def __init__(self, payload: Payload, folder: Path, wake: queue.Queue[bytes | None]) -> None:
+        self.payload = payload
+        self.transcript = folder / "transcript.jsonl"
+        self.wake = wake  # the wrapper's output queue: an empty chunk makes its poll return at once
+        self.events: queue.Queue[str] = queue.Queue()
+        self.answers: list[ControlAnswer] = []
+        self.closing = False  # the runner said ``done``: controls are refused from now on
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._offset = 0
+        self._stdin = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    def start(self, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
+        """Start the runner with the role's environment in ``cwd``; ``ValueError`` when ``cli_path`` is not here."""
+        payload = self.payload
+        assert payload.sdk_spec is not None
+        cli_path = None
+        if payload.cli_path:
+            cli_path = resolve_cli_path(payload.cli_path, Path(payload.root))
+            if cli_path is None:
+                raise ValueError(f"cli_path {payload.cli_path!r} is not an executable file on this node")
+        spec = dict(payload.sdk_spec)
+        spec["options"] = {**(spec.get("options") or {}), "cwd": str(cwd), "cli_path": cli_path}
+        spec["transcript"] = str(self.transcript)
+        first_line = (json.dumps(spec) + "\n").encode("utf-8")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", RUNNER_MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=runner_environment(env),
+            start_new_session=True,
+        )
+        self.proc = proc
+        threading.Thread(target=self._write, args=(first_line,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read_events, daemon=True)
+        self._reader.start()
+        return proc
+
+    # ------------------------------------------------------------ runner -> head
+    def _read_events(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            try:
+                event = parse_event(raw)
+            except ProtocolError:  # not a runner event: skipped, as the local backend does
+                continue
+            if isinstance(event, DoneEvent):
+                self.closing = True
+            self.events.put(json.dumps(event.wire()))
+            self.wake.put(b"")
+
+    def tick(self) -> Iterator[SdkEvent | TranscriptLines | ControlAnswer]:
+        """What the runner said since the last tick: its events, whole new transcript lines, control answers."""
+        lease = self.payload.lease
+        while True:
+            try:
+                yield SdkEvent(lease=lease, line=self.events.get_nowait())
+            except queue.Empty:
+                break
+        yield from self._transcript(final=False)
+        answers, self.answers = self.answers, []
+        yield from answers
+
+    def finish(self) -> Iterator[SdkEvent | TranscriptLines | ControlAnswer]:
+        """Once the runner has exited: every event and transcript line it left, before the wrapper's ``Ended``."""
+        if self._reader is not None:
+            self._reader.join(timeout=2)
+        yield from self.tick()
+        yield from self._transcript(final=True)
+
+    def _transcript(self, final: bool) -> Iterator[TranscriptLines]:
+        try:
+            with open(self.transcript, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read(TRANSCRIPT_CHUNK if not final else -1)
+        except OSError:
+            return
+        if not final and len(data) < TRANSCRIPT_CHUNK:
+            data = data[: data.rfind(b"\n") + 1]  # whole lines only: the runner may be writing the next one
+        if data:
+            self._offset += len(data)
+            yield TranscriptLines(lease=self.payload.lease, data=data.decode("utf-8", errors="replace"))
+
+    # ------------------------------------------------------------ head -> runner
+    def deliver(self, controls: list[dict[str, Any]]) -> None:
+        """Write each control line from the mailbox to the runner; its answer goes out at the next tick."""
+        for control in controls:
+            what, ident = str(control.get("what", "control")), str(control.get("id", ""))
+            refused = None
+            if self.closing or self.proc is None or self.proc.poll() is not None or not self._write(control["line"]):
+                refused = f"run {self.payload.run_id}'s agent session has already ended; nothing to {what}"
+            self.answers.append(ControlAnswer(lease=self.payload.lease, id=ident, refused=refused))
+
+    def _write(self, line: str | bytes) -> bool:
+        """One line to the runner's stdin; False when its stdin is closed (the runner has gone)."""
+        assert self.proc is not None and self.proc.stdin is not None
+        data = line.encode("utf-8") if isinstance(line, str) else line
+        with self._stdin:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ConnectionResetError, OSError, ValueError):
+                return False
+        return True
+
+    def close(self) -> None:
+        """Close the pipes to the runner (after its tree is dead)."""
+        if self.proc is None:
+            return
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def runner_cwd(payload: Payload, folder: Path) -> Path:
+    """The runner's folder on this worker: the role's ``cwd`` under the project root if the worker has it, else the
+    attempt's private folder (as for a command role)."""
+    workdir = Path(payload.root) / payload.cwd
+    return workdir if workdir.is_dir() else folder

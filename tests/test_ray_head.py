@@ -1,0 +1,211 @@
+"""The Ray spawner's head side with no cluster: its rules on the supervisor's clock, and an sdk attempt's stream.
+
+Only the Ray task's stream is faked (``FakeStream``: the wrapper's messages,
+fed by the test); the spawner, its lease checks, its timers on a
+``ManualClock`` and the sdk agent's figures, transcript and controls are the
+real code. No real time passes in the timer tests: the clock moves when told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from conftest import Project
+from orchestrator.agents.command import LaunchSpec, SpawnError
+from orchestrator.agents.ray.sdk_agent import RaySdkAgent
+from orchestrator.agents.ray.settings import ExecutorSettings
+from orchestrator.agents.ray.spawner import LOST_EXIT, RaySpawner
+from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, SdkEvent, Started, TranscriptLines
+from orchestrator.config import load_config
+from orchestrator.core.clock import ManualClock
+from orchestrator.core.errors import ControlError
+
+
+class FakeStream:
+    """A streaming Ray task's generator: each ``__anext__`` gives an awaitable of the next message's dict."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+    def put(self, message: Any) -> None:
+        self.queue.put_nowait(message.model_dump() if message is not None else None)
+
+    async def __anext__(self) -> Any:
+        item = await self.queue.get()
+        if item is None:
+            raise StopAsyncIteration
+
+        async def ref() -> dict[str, Any]:
+            return item
+
+        return ref()
+
+
+class FakeRemote:
+    """An actor method's ``.remote``: records the call, returns an awaitable (as an ``ObjectRef`` is)."""
+
+    def __init__(self, calls: list[tuple[str, tuple[Any, ...]]], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def remote(self, *args: Any) -> Any:
+        self.calls.append((self.name, args))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+def spawner(clock: ManualClock, stream: FakeStream, **settings: Any) -> tuple[RaySpawner, list[Any]]:
+    """A ``RaySpawner`` on the manual clock whose one task is ``stream``; and the stop board's calls."""
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    spawn = RaySpawner.__new__(RaySpawner)
+    spawn.root, spawn.settings, spawn.say, spawn.clock = "/nowhere", ExecutorSettings(**settings), print, clock
+    spawn.leases, spawn.session_nodes = set(), {}
+    spawn.board = SimpleNamespace(**{n: FakeRemote(calls, n) for n in ("stop", "forget", "post")})
+    spawn.ray = SimpleNamespace(exceptions=SimpleNamespace(RayError=RuntimeError), cancel=lambda *a, **k: None)
+
+    def submit(*args: Any) -> FakeStream:
+        calls.append(("task", args))
+        return stream
+
+    spawn.task = SimpleNamespace(options=lambda **_: SimpleNamespace(remote=submit))
+    return spawn, calls
+
+
+def launch_spec(project: Project, role: dict[str, Any] | None = None) -> LaunchSpec:
+    project.configure({"builder": role or {}})
+    memo = project.root / "memo.md"
+    memo.write_text("body\n", encoding="utf-8")
+    config = load_config(project.root)
+    log = project.root / ".orchestrator" / "logs" / "run.log"
+    return LaunchSpec(1, 1, config.roles["builder"], project.root, "the prompt", [memo], log, {})
+
+
+async def settle() -> None:
+    """Let the loop run what is ready (the pump reading the messages already put)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def lease_of(spawn: RaySpawner) -> str:
+    (lease,) = spawn.leases
+    return lease
+
+
+def test_lost_after_on_the_supervisors_clock_fails_the_attempt_and_a_beat_puts_it_off(project: Project) -> None:
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeStream()
+        spawn, calls = spawner(clock, stream, lost_after=30.0)
+        exits: list[int] = []
+        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
+        await settle()
+        stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
+        agent = await starting
+        clock.advance(20.0)
+        stream.put(Beat(lease=agent.lease))
+        await settle()
+        clock.advance(29.0)  # 49 s since the start, 29 since the beat: not lost
+        await settle()
+        assert exits == [] and not agent.ended
+        clock.advance(1.0)
+        await settle()
+        assert exits == [LOST_EXIT] and agent.lost is not None and "no word from the wrapper" in agent.lost
+        assert ("stop", (agent.lease, 0.0)) in calls  # and the wrapper is told to stop, should it still hear us
+        stream.put(Ended(lease=agent.lease, code=0))  # its late result: ignored, the attempt ended once
+        stream.put(None)
+        await asyncio.wait_for(asyncio.shield(agent.waiter), 5)  # type: ignore[arg-type]
+        assert exits == [LOST_EXIT]
+
+    asyncio.run(scenario())
+
+
+def test_start_timeout_on_the_supervisors_clock_fails_the_start(project: Project) -> None:
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeStream()
+        spawn, _calls = spawner(clock, stream, start_timeout=60.0)
+        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), []))
+        await settle()
+        clock.advance(59.0)
+        await settle()
+        assert not starting.done()
+        clock.advance(1.0)
+        with pytest.raises(SpawnError, match="no Ray node could take it within 60s"):
+            await asyncio.wait_for(starting, 5)
+        assert spawn.leases == set()
+
+    asyncio.run(scenario())
+
+
+async def launch(spawn: RaySpawner, spec: LaunchSpec, exits: list[int]) -> Any:
+    return await spawn.start(spec, lambda _agent, code: exits.append(code))
+
+
+def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(project: Project) -> None:
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeStream()
+        spawn, calls = spawner(clock, stream)
+        spec = launch_spec(project, {"backend": "sdk", "cli_path": "fake-claude"})
+        exits: list[int] = []
+        starting = asyncio.ensure_future(launch(spawn, spec, exits))
+        await settle()
+        lease = lease_of(spawn)
+        ((_, (payload, _board)),) = [c for c in calls if c[0] == "task"]
+        assert payload["backend"] == "sdk" and payload["cli_path"] == "fake-claude"  # resolved on the worker
+        assert payload["sdk_spec"]["prompt"] == "the prompt" and payload["sdk_spec"]["options"]["cli_path"] is None
+        stream.put(Started(lease=lease, pid=4242, create_time=1.0, node="n"))
+        agent = await starting
+        assert isinstance(agent, RaySdkAgent) and agent.backend == "sdk"
+        for event in (
+            {"event": "session", "session_id": "s-1"},
+            {"event": "activity", "text": "Bash: ls"},
+            {"event": "tells", "pending": 1},
+            {"event": "cost", "usd": 0.25},
+        ):
+            stream.put(SdkEvent(lease=lease, line=json.dumps(event)))
+        stream.put(TranscriptLines(lease=lease, data='{"type": "system"}\n'))
+        await settle()
+        assert agent.session_id == "s-1" and agent.cost_usd == 0.25
+        assert agent.activity == "Bash: ls (1 tell pending)"
+
+        telling = asyncio.ensure_future(agent.tell("and the docs"))
+        await settle()
+        ((_, (posted_lease, control)),) = [c for c in calls if c[0] == "post"]
+        assert posted_lease == lease and json.loads(control["line"]) == {"op": "tell", "text": "and the docs"}
+        stream.put(ControlAnswer(lease=lease, id=control["id"]))
+        await asyncio.wait_for(telling, 5)
+
+        refused = asyncio.ensure_future(agent.interrupt())
+        await settle()
+        control = [c for c in calls if c[0] == "post"][-1][1][1]
+        stream.put(ControlAnswer(lease=lease, id=control["id"], refused="run 1's agent session has already ended"))
+        with pytest.raises(ControlError, match="already ended"):
+            await asyncio.wait_for(refused, 5)
+        assert not agent.interrupted
+
+        result = {
+            "event": "result",
+            "cost_usd": 0.5,
+            "input_tokens": 10,
+            "output_tokens": 2,
+            "num_turns": 2,
+            "session_id": "s-1",
+            "is_error": False,
+            "subtype": "success",
+        }
+        stream.put(SdkEvent(lease=lease, line=json.dumps(result)))
+        stream.put(SdkEvent(lease=lease, line=json.dumps({"event": "done", "code": 0})))
+        stream.put(TranscriptLines(lease=lease, data='{"type": "result"}\n'))
+        stream.put(Ended(lease=lease, code=0))
+        stream.put(None)
+        await asyncio.wait_for(asyncio.shield(agent.waiter), 5)  # type: ignore[arg-type]
+        assert exits == [0] and agent.result["cost_usd"] == 0.5 and agent.closing
+        transcript = project.root / ".orchestrator" / "runs" / "1" / "transcript.jsonl"
+        assert transcript.read_text().splitlines() == ['{"type": "system"}', '{"type": "result"}']
+        with pytest.raises(ControlError, match="already ended; nothing to tell"):
+            await agent.tell("too late")
+
+    asyncio.run(scenario())
