@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from conftest import STAND_IN, Project, dead, pid_alive, wait_for
+from orchestrator.agents.ray import cluster as ray_cluster
 from orchestrator.agents.ray import spawner as ray_spawner
 from orchestrator.agents.ray import wrapper
-from orchestrator.agents.ray.wire import Ended, Output, Payload, Started, StartFailed, parse
+from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed, parse
 from orchestrator.agents.spawner import ProcessSpawner, choose_spawner
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
@@ -149,7 +150,7 @@ def test_orphans_of_a_dead_wrapper_are_killed_and_live_wrappers_agents_spared(tm
 
 
 def test_messages_are_typed_and_a_bad_one_names_its_field() -> None:
-    assert isinstance(parse({"type": "beat", "lease": "x"}), ray_spawner.Beat)
+    assert isinstance(parse({"type": "beat", "lease": "x"}), Beat)
     with pytest.raises(Exception, match="code"):
         parse({"type": "ended", "lease": "x", "code": "not a number"})
 
@@ -188,7 +189,7 @@ def test_ray_asked_for_but_not_installed_fails_at_start_up_in_one_line(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project.configure({"builder": {}}, executor={"kind": "ray"})
-    monkeypatch.setattr(ray_spawner, "ray_installed", lambda: False)
+    monkeypatch.setattr(ray_cluster, "ray_installed", lambda: False)
     with pytest.raises(ConfigError, match=r"pip install 'orchestrator\[ray\]'") as caught:
         choose_spawner(load_config(project.root), print)
     assert "\n" not in str(caught.value) and caught.value.exit_code == 2

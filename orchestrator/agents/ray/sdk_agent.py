@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents.command import LaunchSpec
-from orchestrator.agents.ray.spawner import RayAgent
+from orchestrator.agents.ray.agent import RayAgent
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import (
     EXIT_INTERRUPTED,

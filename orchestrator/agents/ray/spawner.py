@@ -24,22 +24,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
-import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import procs
 from orchestrator.agents.command import LaunchSpec, SpawnError, open_log
-from orchestrator.agents.ray import INSTALL_HINT, ray_installed
+from orchestrator.agents.ray.agent import RayAgent
+from orchestrator.agents.ray.board import StopBoard, wrapper_task
+from orchestrator.agents.ray.cluster import connect
 from orchestrator.agents.ray.settings import ExecutorSettings
 from orchestrator.agents.ray.wire import (
     AnyMessage,
-    Beat,
     ControlAnswer,
     Ended,
     Output,
@@ -51,146 +50,13 @@ from orchestrator.agents.ray.wire import (
     parse,
 )
 from orchestrator.core.clock import Clock, SystemClock
-from orchestrator.core.errors import ConfigError, ExecutorError, UnsupportedError
 
 Log = Callable[[str], None]
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
-PROBE_WAIT = 5.0  # how long the start-up check waits for the cluster's port to answer
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
 KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
 LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
-__all__ = ["Beat", "RayAgent", "RaySpawner", "StopBoard", "connect", "wrapper_task"]
-
-
-class StopBoard:
-    """A small actor on the head: stop requests by lease, which the wrappers poll, and each sdk attempt's mailbox
-    of control messages, handed out (once) with the stop request in the same poll."""
-
-    def __init__(self) -> None:
-        self.asked: dict[str, float] = {}
-        self.mail: dict[str, list[dict[str, Any]]] = {}
-
-    def stop(self, lease: str, grace: float) -> None:
-        self.asked.setdefault(lease, grace)
-
-    def ask(self, lease: str) -> float | None:
-        return self.asked.get(lease)
-
-    def post(self, lease: str, control: dict[str, Any]) -> None:
-        self.mail.setdefault(lease, []).append(control)
-
-    def poll(self, lease: str) -> tuple[float | None, list[dict[str, Any]]]:
-        return self.asked.get(lease), self.mail.pop(lease, [])
-
-    def forget(self, lease: str) -> None:
-        self.asked.pop(lease, None)
-        self.mail.pop(lease, None)
-
-
-def wrapper_task(payload: dict[str, Any], board: Any) -> Iterator[dict[str, Any]]:
-    """The Ray task's body, on a worker: the wrapper's messages as dicts (``orchestrator.agents.ray.wire``)."""
-    import ray
-
-    from orchestrator.agents.ray import wrapper
-
-    spec = Payload.model_validate(payload)
-    context = ray.get_runtime_context()
-    node = f"{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
-    timeout = max(1.0, spec.poll * 10)
-
-    def ask() -> float | None:
-        grace: float | None = ray.get(board.ask.remote(spec.lease), timeout=timeout)
-        return grace
-
-    mail: list[dict[str, Any]] = []
-
-    def ask_and_collect() -> float | None:  # an sdk attempt: the stop request and the controls in one call
-        grace, controls = ray.get(board.poll.remote(spec.lease), timeout=timeout)
-        mail.extend(controls)
-        return grace if grace is None else float(grace)
-
-    def inbox() -> list[dict[str, Any]]:
-        controls = list(mail)
-        mail.clear()
-        return controls
-
-    probe = ask if spec.backend == "command" else ask_and_collect
-    for message in wrapper.run(spec, probe, node, inbox if spec.backend == "sdk" else None):
-        data = message.model_dump()
-        if data["type"] == "started":
-            data["node_id"] = context.get_node_id()
-        yield data
-
-
-class RayAgent:
-    """An agent running under a wrapper on a Ray worker, as the supervisor sees it (``ref`` None, ``pid`` remote)."""
-
-    backend = "command"
-
-    def __init__(self, spec: LaunchSpec, lease: str, gen: Any) -> None:
-        self.spec = spec
-        self.lease = lease
-        self.gen = gen
-        self.pid: int | None = None
-        self.ref: procs.ProcRef | None = None
-        self.node: str | None = None
-        self.activity: str | None = None
-        self.cost_usd: float | None = None
-        self.result: dict[str, Any] = {}
-        self.failure_reason: str | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.report: procs.KillReport | None = None  # set when the wrapper reports having stopped the tree
-        self.ended = False
-        self.lost: str | None = None  # why the head gave the attempt up, when it did (no report of the tree's end)
-        self.exit_pids: list[int] = []  # what the wrapper swept after the agent exited by itself
-        self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
-        self.watchdog: Any = None  # the lost_after timer
-        self.on_exit: Callable[[Any, int], None] = lambda _agent, _code: None
-        self.next: asyncio.Future[Any] | None = None
-
-    async def interrupt(self, keep: bool = False) -> None:
-        """End the current turn: the command backend cannot."""
-        raise UnsupportedError(
-            f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
-            "use `orchestrator cancel` to stop it"
-        )
-
-    async def tell(self, text: str) -> None:
-        """Send a follow-up message: the command backend cannot."""
-        raise UnsupportedError(
-            f"role {self.spec.role.name} uses the command backend, which cannot take follow-up messages"
-        )
-
-
-def connect(settings: ExecutorSettings) -> Any:
-    """Import Ray and join (or, for ``local-cluster``, start) the cluster; one line for a person if it cannot."""
-    if not ray_installed():
-        raise ConfigError(f"executor: kind ray needs the Ray package, which is not installed; run `{INSTALL_HINT}`")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
-    if ray.is_initialized():
-        return ray
-    problem = _probe(settings.address)
-    if problem:
-        raise ExecutorError(
-            f"executor: cannot reach the Ray cluster at {settings.address!r}: {problem}; start one with "
-            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
-        )
-    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
-    try:
-        if settings.address == "local-cluster":
-            ray.init(num_cpus=settings.num_cpus, include_dashboard=False, **options)
-        else:
-            ray.init(address=settings.address, **options)
-    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, RuntimeError, ValueError)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExecutorError(
-            f"executor: cannot reach the Ray cluster at {settings.address!r}: {first}; start one with "
-            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
-        ) from None
-    return ray
 
 
 class RaySpawner:
@@ -539,21 +405,6 @@ def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
         return runner_spec(spec, None, (spec.root / spec.role.cwd).resolve(), _transcript(spec))
     except ValidationError as exc:
         raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
-
-
-def _probe(address: str, timeout: float = PROBE_WAIT) -> str | None:
-    """Why a ``host:port`` (or ``ray://host:port``) address takes no connection, or None; Ray itself would retry
-    an unreachable address for minutes."""
-    if address in ("auto", "local-cluster"):
-        return None
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        return "expected auto, local-cluster, host:port or ray://host:port"
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _pending(coro: Any) -> asyncio.Future[Any]:
