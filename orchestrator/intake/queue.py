@@ -89,6 +89,8 @@ class Intake:
 
     def gone(self, event: MemoGone) -> None:
         """A memo left its inbox before its claim: it is simply gone."""
+        if event.path not in self.queues[event.role] and event.path not in self.pending:
+            return  # not waiting here: our own claim, most often, which took it off the queue already
         if os.path.lexists(event.path):
             return  # a new memo under the same name already took its place
         self.pending.pop(event.path, None)

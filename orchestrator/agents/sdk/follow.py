@@ -2,7 +2,7 @@
 
 ``SdkFollow`` is the part of an SDK agent that does not depend on where the
 runner runs: the local agent (``backend.SdkAgent``, events on the runner's
-stdout) and the Ray agent (``ray.sdk.RaySdkAgent``, events streamed back by the
+stdout) and the Ray agent (``ray.sdk_agent.RaySdkAgent``, events streamed back by the
 wrapper on a worker) both apply each ``protocol`` event here, so budgets, cost
 accounting, ``status`` and the live view read the same attributes either way.
 """
