@@ -137,8 +137,12 @@ async def _feed_stdin(stream: asyncio.StreamWriter | None, data: bytes) -> None:
 
 
 def open_log(path: Path, header: str) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    """The run's log, opened for appending with ``header`` written; its folder is made when missing."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     os.write(fd, header.encode())
     return fd
 
@@ -168,7 +172,7 @@ async def start_command(
         from orchestrator.agents.kept import start_kept
 
         try:
-            kept = await start_kept(spec, keeper_binary, executable, argv, prompt, log_fd, on_exit)
+            kept = await start_kept(spec, keeper_binary, executable, argv, prompt, log_fd, on_exit, cwd)
         finally:
             os.close(log_fd)
         from orchestrator.agents.claude_cli import is_claude_command

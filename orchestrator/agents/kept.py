@@ -67,6 +67,7 @@ async def start_kept(
     prompt: bytes,
     log_fd: int,
     on_exit: Callable[[Agent, int], None],
+    cwd: Path,
 ) -> Agent:
     """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``)."""
     from orchestrator.agents.command import _feed_stdin
@@ -86,7 +87,7 @@ async def start_kept(
                     stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
                     stdout=log_fd,
                     stderr=log_fd,
-                    cwd=(spec.root / role.cwd).resolve(),
+                    cwd=cwd,
                     env=keeper.keeper_env(spec.env),
                     start_new_session=True,
                     pass_fds=(write_fd,),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import errno
 import os
 import struct
 import sys
@@ -186,22 +185,20 @@ class InotifyWatcher:
 
     # ------------------------------------------------------------------ events
     def _read(self) -> None:
+        """One read per wake-up: what our own handling caused (a claim's move) waits for the next turn of the
+        loop, after the tasks that handling started (an agent's spawn), not before them."""
         fd = self.fd
         if fd is None:
             return
-        while True:
-            try:
-                data = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno == errno.EINTR:
-                    continue
-                self._lost = f"reading the inotify watch failed: {exc.strerror or exc}"
-                self.deliver(RescanNeeded(self._lost))
-                return
-            if not data:
-                return
+        try:
+            data = os.read(fd, READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost = f"reading the inotify watch failed: {exc.strerror or exc}"
+            self.deliver(RescanNeeded(self._lost))
+            return
+        if data:
             self._events(data)
 
     def _events(self, data: bytes) -> None:

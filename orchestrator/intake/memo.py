@@ -122,6 +122,10 @@ def front_matter_problem(block: str) -> str | None:
     """
     if len(block) > FRONT_MATTER_MAX_CHARS:
         return f"front matter is longer than {FRONT_MATTER_MAX_CHARS} characters"
+    if "&" not in block and "*" not in block and sum(map(block.count, "-:?[{")) < FRONT_MATTER_MAX_DEPTH:
+        # no anchor, so no alias to expand; and each collection starts at one of these indicators, so fewer
+        # of them than the depth limit cannot nest that deep: the common header needs no pass over its events
+        return None
     sizes: dict[str, int] = {}  # expanded size (nodes and characters) of each finished anchor
     stack: list[list[Any]] = []  # per open collection: [anchor, expanded size of what it holds so far]
     done = aliases = 0  # the size of what is outside every open collection
@@ -281,9 +285,19 @@ def read_memo(path: Path, max_bytes: int) -> str:
         raise BadMemo("it is not a regular file")
     if info.st_size > max_bytes:
         raise BadMemo(f"it is {info.st_size} bytes, larger than max_memo_bytes ({max_bytes})")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(max_bytes + 1)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:  # plain reads: a buffered file object added five system calls and a max_bytes buffer per memo
+        parts: list[bytes] = []
+        total = 0
+        while total <= max_bytes:
+            chunk = os.read(fd, min(max_bytes + 1 - total, max(info.st_size + 1 - total, 65536)))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
     if len(data) > max_bytes:
         raise BadMemo(f"it grew past max_memo_bytes ({max_bytes})")
     try:
@@ -314,7 +328,16 @@ def move_memo(src: Path, folder: Path, before: Callable[[Path], None] | None = N
     there when the memo appears). Raises ``FileNotFoundError`` when ``src`` is
     gone: the rename is the arbiter between two attempts to move the same memo.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return _move(src, folder, before)
+    except FileNotFoundError:
+        if not os.path.lexists(src) or os.path.isdir(folder):
+            raise  # the memo is gone (the arbiter spoke), not the folder
+    folder.mkdir(parents=True, exist_ok=True)  # made when missing, not looked for at every move
+    return _move(src, folder, before)
+
+
+def _move(src: Path, folder: Path, before: Callable[[Path], None] | None) -> Path:
     target = free_name(folder, src.name)
     if before is not None:
         if not os.path.lexists(src):
