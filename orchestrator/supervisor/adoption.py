@@ -9,6 +9,12 @@ run again. A run whose agent still lives (same pid and create time, its run id,
 root and attempt in its environment) is rebuilt with its agent re-attached
 through a pidfd, its slot held and its timeout counted from the original start.
 Anything else is left to recovery's stop-and-requeue.
+
+A ``backend: sdk`` run is taken back the same way: its runner runs under a
+keeper too, so an ended one comes back with the figures its event log and
+result file hold (cost, session, failure reason), and a live one is reconnected
+to its socket, which replays its latest events, so ``tell``, ``interrupt``,
+``cancel`` and ``status`` work on it as before the crash.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import keeper, procs
-from orchestrator.agents.command import LaunchSpec
+from orchestrator.agents.command import LaunchSpec, watch_exit
 from orchestrator.agents.kept import AdoptedAgent
+from orchestrator.agents.sdk.backend import adopt_sdk, recorded_sdk
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.events import Event, RunExited, RunFinished, StopDone, TimeoutFired
@@ -34,6 +41,7 @@ from orchestrator.supervisor.lifecycle import Lifecycle
 
 EXEC_WAIT = 2.0  # how long a keeper found before its agent's exec is waited for
 ADOPTABLE = (RunState.STARTING, RunState.RUNNING, RunState.TIMING_OUT)
+ADOPTED_BACKENDS = ("command", "sdk")
 
 
 class Adopter:
@@ -63,7 +71,12 @@ class Adopter:
     def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
         state = RunState(row["state"])
-        if self.config.recovery != "adopt" or role is None or role.backend != "command" or state not in ADOPTABLE:
+        if (
+            self.config.recovery != "adopt"
+            or role is None
+            or role.backend not in ADOPTED_BACKENDS
+            or state not in ADOPTABLE
+        ):
             return False
         run_id, attempt = row["run_id"], row["attempt"]
         record = keeper.read_exit(keeper.exit_path(self.config.state_dir, run_id, attempt))
@@ -84,15 +97,26 @@ class Adopter:
                 "finishing it as its keeper recorded, not running it again",
                 role=role.name,
             )
+            if role.backend == "sdk" and row.get("pid"):  # its figures and failure reason, from its files
+                run.agent = recorded_sdk(self._spec(run), row["pid"])
             self.pending.append(RunExited(run_id, attempt, record.returncode))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
         else:
             assert found is not None
             ref, keeper_pid = found
-            agent = AdoptedAgent(self._spec(run), ref, keeper_pid)
-            run.agent = agent
-            agent.watch(lambda _agent, code: self.dispatch(RunExited(run_id, attempt, code)))
+
+            def exited(_agent: Any, code: int) -> None:
+                self.dispatch(RunExited(run_id, attempt, code))
+
+            if role.backend == "sdk":
+                sdk = adopt_sdk(self._spec(run), ref, keeper_pid)
+                run.agent = sdk
+                watch_exit(sdk, exited)
+            else:
+                agent = AdoptedAgent(self._spec(run), ref, keeper_pid)
+                run.agent = agent
+                agent.watch(exited)
             self.store.update_run(run_id, state=run.state.value, pid=ref.pid, create_time=ref.create_time)
             left = role.timeout - run.elapsed(self.clock.monotonic())
             if state is RunState.TIMING_OUT:
@@ -123,8 +147,6 @@ class Adopter:
 
         Off the loop: an ``rmdir`` on a busy ext3 disk was measured at 1.4 ms, a start's worth of latency.
         """
-        if event.run.role.backend != "command":
-            return
         if self._remover is None:
             self._remover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exit-records")
         self._remover.submit(_remove_records, self.config.state_dir / "runs" / str(event.run.run_id))
@@ -216,10 +238,13 @@ def _marks(root: str, run_id: int, attempt: int) -> tuple[bytes, ...]:
 
 
 def _remove_records(folder: Path) -> None:
-    """The run's exit records, then its folder unless something else (a transcript) lives there."""
+    """The run's exit records and sockets, then its folder unless something else (a transcript) lives there.
+
+    An SDK run's event logs and result files stay beside its transcript.
+    """
     try:
         for name in os.listdir(folder):
-            if name.endswith(".exit"):
+            if name.endswith((".exit", ".sock")):
                 (folder / name).unlink(missing_ok=True)
         os.rmdir(folder)
     except OSError:
