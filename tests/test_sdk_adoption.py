@@ -172,3 +172,24 @@ def test_without_the_keeper_an_sdk_run_talks_over_pipes(project: Project, fake_c
     row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row")
     assert row["state"] == "succeeded" and row["cost_usd"] == 0.5
     assert orch.stop() == 0, orch.output
+
+
+def test_a_runner_whose_orchestrator_never_comes_back_is_stopped_by_its_keeper(
+    project: Project, fake_cli: Path
+) -> None:
+    project.configure({"writer": sdk_role(project, fake_cli, timeout="6s", grace="0.5s")})
+    first = project.up()
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body="[slow] work")
+    live = running_with(project, "W-1.md", state="running")
+    cli_pid = wait_for(lambda: recorded(project, "pid"), what="the CLI to start")[0]
+    kill_orchestrator(first)
+    # timeout 6s + grace 0.5s + the keeper's margin of 1s, counted from the start
+    wait_for(lambda: not pid_alive(live["pid"]) and not pid_alive(cli_pid), timeout=30, what="the keeper to stop it")
+    record = run_folder(project, live["run_id"]) / "1.exit"
+    assert "timeout" in record.read_text(encoding="ascii")
+    second = project.up()
+    second.wait_output("stopped by its keeper at its timeout")
+    ended_in(project, "writer", "failed", "W-1.md")
+    row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row")
+    assert row["state"] == "timed_out" and len(recorded(project, "argv")) == 1
+    assert second.stop() == 0, second.output
