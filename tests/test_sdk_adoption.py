@@ -193,3 +193,25 @@ def test_a_runner_whose_orchestrator_never_comes_back_is_stopped_by_its_keeper(
     row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row")
     assert row["state"] == "timed_out" and len(recorded(project, "argv")) == 1
     assert second.stop() == 0, second.output
+
+
+def test_an_adopted_retry_adds_its_cost_to_the_earlier_attempts(project: Project, fake_cli: Path) -> None:
+    role = sdk_role(
+        project,
+        fake_cli,
+        retry={"max": 1, "backoff": ["0.1s"]},
+        retry_resumes=False,
+        fake={"fail_attempts": "1", "cost": "0.25", "turn_seconds": "3"},
+    )
+    project.configure({"writer": role})
+    first = project.up()
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body="work")
+    running_with(project, "W-1.md", attempt=2)  # attempt 1 spent 0.25 and failed
+    kill_orchestrator(first)  # mid-turn, or just after: adopted or finished from its files, both count the same
+    second = project.up()
+    ended_in(project, "writer", "archive", "W-1.md")
+    row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row")
+    assert row["state"] == "succeeded" and row["attempt"] == 2
+    assert row["cost_usd"] == 0.5 and row["num_turns"] == 2, row
+    assert len(recorded(project, "argv")) == 2
+    assert second.stop() == 0, second.output

@@ -166,6 +166,8 @@ class Adopter:
         run.started_at = row.get("started_at")
         ran = _seconds_since(row.get("started_at"), self.clock.now())
         run.started_mono = self.clock.monotonic() - ran
+        if role.backend == "sdk":
+            _earlier_figures(run, row)
         return run
 
     def _spec(self, run: Run) -> LaunchSpec:
@@ -224,6 +226,20 @@ class Adopter:
             if not keepers or record.exists() or time.monotonic() > deadline:
                 return None
             time.sleep(0.005)  # a keeper whose agent is between its fork and its exec: milliseconds
+
+
+def _earlier_figures(run: Run, row: dict[str, Any]) -> None:
+    """What the run's earlier attempts spent, as recorded, so this attempt's figures add to them, not replace them.
+
+    The figures are stored when an attempt ends, so the row holds exactly the earlier attempts' totals. A
+    retry that resumed the last session carries its totals on, so that entry is the one it replaces.
+    """
+    run.session_id = row.get("session_id")
+    if run.attempt > 1 and run.role.retry_resumes:
+        run.resumed_from = run.session_id
+    figures = {k: row.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns")}
+    if any(v is not None for v in figures.values()):
+        run.sessions[run.session_id or "before-restart"] = figures
 
 
 def _marks(root: str, run_id: int, attempt: int) -> tuple[bytes, ...]:
