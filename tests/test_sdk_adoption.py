@@ -27,6 +27,7 @@ from test_sdk import (
 )
 
 from conftest import Project, loud_lines, pid_alive, wait_for
+from orchestrator.supervisor.recovery import orphan_run_ids
 
 FAILURE_WORDS = "overloaded"
 
@@ -215,3 +216,37 @@ def test_an_adopted_retry_adds_its_cost_to_the_earlier_attempts(project: Project
     assert row["cost_usd"] == 0.5 and row["num_turns"] == 2, row
     assert len(recorded(project, "argv")) == 2
     assert second.stop() == 0, second.output
+
+
+def test_an_adopted_sdk_run_can_be_cancelled(project: Project, fake_cli: Path) -> None:
+    project.configure({"writer": sdk_role(project, fake_cli, grace="10s")})
+    first = project.up()
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body="[slow] work")
+    live = running_with(project, "W-1.md", activity="Bash: echo working")
+    cli_pid = recorded(project, "pid")[0]
+    kill_orchestrator(first)
+    second = project.up()
+    second.wait_output("adopted its live agent")
+    running_with(project, "W-1.md", pid=live["pid"], activity="Bash: echo working")
+    result = project.cli("cancel", "W-1", "--reason", "not needed after all")
+    assert result.returncode == 0, result.stderr
+    ended_in(project, "writer", "cancelled", "W-1.md")
+    # cancel interrupts first: the turn ends and the session closes, nothing is left
+    assert [e["in_turn"] for e in claude_records(project) if e.get("control") == "interrupt"] == [True]
+    wait_for(lambda: not pid_alive(live["pid"]) and not pid_alive(cli_pid), what="the session to end")
+    row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row")
+    assert row["state"] == "cancelled" and row["cost_usd"] == 0.01
+    assert second.stop() == 0, second.output
+
+
+def test_stop_force_still_kills_sdk_runs_under_their_keeper(project: Project, fake_cli: Path) -> None:
+    project.configure({"writer": sdk_role(project, fake_cli)})
+    orch = project.up()
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body="[slow] work")
+    live = running_with(project, "W-1.md", activity="Bash: echo working")
+    cli_pid = recorded(project, "pid")[0]
+    assert project.cli("stop", "--force").returncode == 0
+    assert orch.wait() == 1
+    assert not pid_alive(live["pid"]) and not pid_alive(cli_pid)
+    assert project.folder("writer", "inbox") == ["W-1.md"] and project.folder("writer", "active") == []
+    assert orphan_run_ids(str(project.root)) == set()
