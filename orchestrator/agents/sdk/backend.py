@@ -179,7 +179,7 @@ class SdkAgent(Agent):
             super().__init__(proc, spec)
         else:  # adopted: the runner is not our child
             self.spec = spec
-            self.ref = procs.ProcRef.of(agent_pid) if agent_pid else None
+            self.ref = None  # set by ``_transport``
             self.activity = self.cost_usd = self.failure_reason = None
             self.result = {}
             self._tasks = []
