@@ -250,3 +250,34 @@ def test_stop_force_still_kills_sdk_runs_under_their_keeper(project: Project, fa
     assert not pid_alive(live["pid"]) and not pid_alive(cli_pid)
     assert project.folder("writer", "inbox") == ["W-1.md"] and project.folder("writer", "active") == []
     assert orphan_run_ids(str(project.root)) == set()
+
+
+def test_an_ended_runners_group_taken_by_another_process_is_never_swept(project: Project) -> None:
+    import subprocess
+    import sys
+
+    from test_recovery import Rig
+
+    from orchestrator.supervisor.adoption import Adopter
+
+    rig = Rig(project)
+    try:
+        adopter = Adopter(rig.config, rig.store, rig.console, rig.lifecycle, lambda _e: None, lambda _e: None)
+        stranger = rig.bystander()  # a session leader that took the dead runner's pid
+        assert not adopter._group_is_the_runs({"pid": stranger, "run_id": 5, "attempt": 1})
+        env = {
+            **os.environ,
+            "ORCHESTRATOR_ROOT": str(rig.config.root),
+            "ORCHESTRATOR_RUN_ID": "5",
+            "ORCHESTRATOR_ATTEMPT": "1",
+        }
+        leftover = subprocess.Popen(  # a tool process the runner left in its group
+            [sys.executable, "-c", "import time; time.sleep(300)"], env=env, start_new_session=True
+        )
+        rig.children.append(leftover)
+        wait_for(lambda: adopter._group_is_the_runs({"pid": leftover.pid, "run_id": 5, "attempt": 1}), what="marks")
+        leftover.kill()
+        leftover.wait()
+        assert adopter._group_is_the_runs({"pid": leftover.pid, "run_id": 5, "attempt": 1})  # nothing left: fine
+    finally:
+        rig.close()

@@ -97,8 +97,8 @@ class Adopter:
                 "finishing it as its keeper recorded, not running it again",
                 role=role.name,
             )
-            if role.backend == "sdk" and row.get("pid"):  # its figures and failure reason, from its files
-                run.agent = recorded_sdk(self._spec(run), row["pid"])
+            if role.backend == "sdk" and row.get("pid") and self._group_is_the_runs(row):
+                run.agent = recorded_sdk(self._spec(run), row["pid"])  # its figures and failure reason, from its files
             self.pending.append(RunExited(run_id, attempt, record.returncode))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
@@ -197,6 +197,18 @@ class Adopter:
             ref = found
         parent = _ppid(ref.pid)
         return ref, parent if parent > 1 and keeper.is_keeper(parent) else None
+
+    def _group_is_the_runs(self, row: dict[str, Any]) -> bool:
+        """Whether the ended agent's process group is empty or still the run's (leftovers a sweep may stop).
+
+        A group whose members do not carry the run's marks took the pid after the agent died: it must
+        never be swept, so such a run ends from its exit status alone.
+        """
+        pgid = row["pid"]
+        if not procs.group_has_members(pgid):
+            return True
+        marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
+        return any(_pgid(pid) == pgid and _carries(pid, marks) for pid in procs.all_pids())
 
     def _await_record(self, row: dict[str, Any]) -> keeper.ExitRecord | None:
         """The exit record, once every live keeper of the attempt has ended (it writes just before)."""
