@@ -113,11 +113,3 @@ def recorded_events(files: RunFiles) -> list[AnyEvent]:
         except ProtocolError:
             continue
     return events
-
-
-def recorded_code(files: RunFiles) -> int | None:
-    """The exit status in the runner's result file, or None without one."""
-    try:
-        return parse_result(files.result.read_bytes()).code
-    except (OSError, ProtocolError):
-        return None
