@@ -74,6 +74,9 @@ class Sizes:
     crash_memos: int = 300
     crash_kills: int = 5
     crash_sleep: float = 0.3
+    sdk_crash_memos: int = 24
+    sdk_crash_kills: int = 5
+    sdk_crash_concurrency: int = 4
 
 
 FULL = Sizes(
@@ -118,6 +121,8 @@ SMOKE = Sizes(
     crash_memos=20,
     crash_kills=2,
     crash_sleep=0.05,
+    sdk_crash_memos=3,
+    sdk_crash_kills=1,
 )
 
 
@@ -876,6 +881,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "keeper": keeper,
     "memory-store": lambda ctx: __import__("memory_store_scenario").memory_store(ctx),
     "ray": lambda ctx: __import__("ray_scenario").ray(ctx),
+    "sdk-keeper": lambda ctx: __import__("sdk_crashes").sdk_keeper(ctx),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -77,3 +78,52 @@ def test_five_orchestrator_kills_cost_nothing(project: Project) -> None:
         assert all(a[1] <= b[0] for a, b in zip(times, times[1:], strict=False)), f"{memo} had two agents at once"
     outputs = "\n".join(o.output for o in project.procs)
     assert outputs.count("orchestrator up:") == KILLS + 1
+
+
+SDK_MEMOS = 8
+SDK_KILLS = 3
+
+
+def test_orchestrator_kills_cost_sdk_runs_nothing(project: Project, tmp_path: Path) -> None:
+    """The same for SDK runs on the fake CLI: each memo's session starts once, succeeds once, and counts its cost."""
+    from test_sdk import claude_records, db_rows, sdk_role
+
+    cli = tmp_path / "bin" / "fake-claude"
+    cli.parent.mkdir()
+    cli.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).with_name("fake_claude.py")}" "$@"\n')
+    cli.chmod(0o755)
+    chance = random.Random(16)
+    role = sdk_role(project, cli, max_concurrent=4, fake={"cost": "0.25", "turn_seconds": "1.5"})
+    project.configure({"writer": role}, max_concurrent=4)
+    names = [f"S-{i}.md" for i in range(SDK_MEMOS)]
+    orch = project.up()
+    for name in names:
+        project.drop("writer", name, {"id": name[:-3]}, body=f"work on {name}")
+    for _kill in range(SDK_KILLS):
+        started = len([e for e in claude_records(project) if "argv" in e])
+        wait_for(
+            lambda before=started: (
+                len([e for e in claude_records(project) if "argv" in e]) >= min(SDK_MEMOS, before + 2)
+            ),
+            timeout=60,
+            what="more sessions started",
+        )
+        try:
+            wait_for(lambda: False, timeout=chance.uniform(0.0, 1.0), what="a random pause")
+        except AssertionError:
+            pass
+        orch.signal(signal.SIGKILL)
+        orch.wait()
+        orch = project.up()
+    wait_for(lambda: project.folder("writer", "archive") == names, timeout=120, what="every SDK memo archived")
+    assert orch.stop() == 0, orch.output
+
+    for folder in ("inbox", "active", "failed", "cancelled"):
+        assert project.folder("writer", folder) == []
+    assert len([e for e in claude_records(project) if "argv" in e]) == SDK_MEMOS, "a session was started twice"
+    runs = db_rows(project, "SELECT memos, state, cost_usd, num_turns FROM runs ORDER BY run_id")
+    assert [r["state"] for r in runs] == ["succeeded"] * SDK_MEMOS, "a run was returned or failed: killed or rerun"
+    assert all(r["cost_usd"] == 0.25 and r["num_turns"] == 1 for r in runs), runs
+    outputs = "\n".join(o.output for o in project.procs)
+    assert "stopped its agent" not in outputs
+    assert "adopted its live agent" in outputs  # a kill came mid-session: the runner was taken back, not rerun

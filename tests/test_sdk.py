@@ -464,7 +464,8 @@ def test_a_turn_past_the_timeout_is_stopped_like_a_command(project: Project, fak
 
 
 def test_after_the_orchestrator_dies_its_sdk_sessions_are_stopped_and_rerun(project: Project, fake_cli: Path) -> None:
-    project.configure({"writer": sdk_role(project, fake_cli, grace="2s")})
+    # with `recovery: restart`; the default adopts them instead (tests/test_sdk_adoption.py)
+    project.configure({"writer": sdk_role(project, fake_cli, grace="2s")}, recovery="restart")
     first = project.up()
     work = gate(project, "work")
     project.drop("writer", "W-1.md", {"id": "W-1"}, body=f"[wait:{work}] work")

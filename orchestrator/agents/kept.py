@@ -49,29 +49,22 @@ class KeptAgent(Agent):
         return code
 
     async def _wait(self) -> int:
-        code = await super().wait()
-        record = keeper.read_exit(exit_record_path(self.spec))
-        if record is not None:
-            return record.returncode
-        if self.ref is not None and self.ref.process() is not None:
-            # the keeper was killed on its own: the agent lives on (now our child, as subreaper); its end counts
-            await keeper.wait_pid(self.agent_pid)
-        return code
+        return await kept_exit(self.spec, await super().wait(), self.ref)
 
 
-async def start_kept(
+async def spawn_kept(
     spec: LaunchSpec,
     binary: Path,
     executable: str,
     argv: list[str],
-    prompt: bytes,
     log_fd: int,
-    on_exit: Callable[[Agent, int], None],
+    *,
+    stdin_pipe: bool,
+    env: dict[str, str],
     cwd: Path,
-) -> Agent:
-    """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``)."""
-    from orchestrator.agents.command import _feed_stdin
-
+    pass_fds: tuple[int, ...] = (),
+) -> tuple[asyncio.subprocess.Process, int]:
+    """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``."""
     role = spec.role
     record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
     read_fd, write_fd = os.pipe()
@@ -84,13 +77,13 @@ async def start_kept(
                     *keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd)[1:],
                     executable,
                     *argv[1:],
-                    stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
+                    stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
                     stdout=log_fd,
                     stderr=log_fd,
                     cwd=cwd,
-                    env=keeper.keeper_env(spec.env),
+                    env=keeper.keeper_env(env),
                     start_new_session=True,
-                    pass_fds=(write_fd,),
+                    pass_fds=(write_fd, *pass_fds),
                 )
             finally:
                 os.close(write_fd)
@@ -108,6 +101,33 @@ async def start_kept(
         if failed is not None:
             raise cannot_start(argv[0], executable, failed, os.strerror(failed))
         raise SpawnError(f"the keeper could not start {argv[0]!r} (exit status {proc.returncode})")
+    return proc, agent_pid
+
+
+async def start_kept(
+    spec: LaunchSpec,
+    binary: Path,
+    executable: str,
+    argv: list[str],
+    prompt: bytes,
+    log_fd: int,
+    on_exit: Callable[[Agent, int], None],
+    cwd: Path,
+) -> Agent:
+    """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``)."""
+    from orchestrator.agents.command import _feed_stdin
+
+    role = spec.role
+    proc, agent_pid = await spawn_kept(
+        spec,
+        binary,
+        executable,
+        argv,
+        log_fd,
+        stdin_pipe=role.prompt_via == "stdin",
+        env=spec.env,
+        cwd=cwd,
+    )
     agent = KeptAgent(proc, spec, agent_pid)
     if role.prompt_via == "stdin":
         agent._keep(_feed_stdin(proc.stdin, prompt))
@@ -118,6 +138,30 @@ async def start_kept(
 
     watch_exit(agent, exited)
     return agent
+
+
+async def kept_exit(spec: LaunchSpec, keeper_code: int, agent_ref: procs.ProcRef | None) -> int:
+    """An agent's status once its keeper (our child) exited with ``keeper_code``: the keeper's record, if any."""
+    record = keeper.read_exit(exit_record_path(spec))
+    if record is not None:
+        return record.returncode
+    if agent_ref is not None and agent_ref.process() is not None:
+        # the keeper was killed on its own: the agent lives on (now our child, as subreaper); its end counts
+        await keeper.wait_pid(agent_ref.pid)
+    return keeper_code
+
+
+async def adopted_exit(spec: LaunchSpec, agent_pid: int, keeper_pid: int | None) -> int:
+    """The status of an agent that is not our child: its keeper's record once the keeper has ended."""
+    path = exit_record_path(spec)
+    if keeper_pid is not None:
+        await keeper.wait_pid(keeper_pid)
+        record = keeper.read_exit(path)
+        if record is not None:
+            return record.returncode
+    await keeper.wait_pid(agent_pid)
+    record = keeper.read_exit(path)
+    return record.returncode if record is not None else UNKNOWN_EXIT
 
 
 class AdoptedAgent:
@@ -142,15 +186,7 @@ class AdoptedAgent:
 
     async def wait(self) -> int:
         """The agent's exit status: its keeper's record once the keeper has ended (or the agent, without one)."""
-        path = exit_record_path(self.spec)
-        if self.keeper_pid is not None:
-            await keeper.wait_pid(self.keeper_pid)
-            record = keeper.read_exit(path)
-            if record is not None:
-                return record.returncode
-        await keeper.wait_pid(self.agent_pid)
-        record = keeper.read_exit(path)
-        return record.returncode if record is not None else UNKNOWN_EXIT
+        return await adopted_exit(self.spec, self.agent_pid, self.keeper_pid)
 
     def watch(self, on_exit: Callable[[Any, int], None]) -> None:
         """Report the exit through ``on_exit`` (in the loop), as a started agent's exit watcher does."""

@@ -68,7 +68,7 @@ class ProcessSpawner:
         if spec.role.backend == "sdk":
             from orchestrator.agents.sdk.backend import start_sdk
 
-            return await start_sdk(spec, on_exit)
+            return await start_sdk(spec, on_exit, self.keeper)  # under the keeper: it outlives us
         return await start_command(spec, on_exit, self.keeper)
 
     async def stop(self, agent: Any, run_id: int, grace: float, log: Log, interrupt_first: bool) -> procs.KillReport:

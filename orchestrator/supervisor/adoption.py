@@ -9,6 +9,12 @@ run again. A run whose agent still lives (same pid and create time, its run id,
 root and attempt in its environment) is rebuilt with its agent re-attached
 through a pidfd, its slot held and its timeout counted from the original start.
 Anything else is left to recovery's stop-and-requeue.
+
+A ``backend: sdk`` run is taken back the same way: its runner runs under a
+keeper too, so an ended one comes back with the figures its event log and
+result file hold (cost, session, failure reason), and a live one is reconnected
+to its socket, which replays its latest events, so ``tell``, ``interrupt``,
+``cancel`` and ``status`` work on it as before the crash.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import keeper, procs
-from orchestrator.agents.command import LaunchSpec
+from orchestrator.agents.command import LaunchSpec, watch_exit
 from orchestrator.agents.kept import AdoptedAgent
+from orchestrator.agents.sdk.backend import adopt_sdk, recorded_sdk
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.events import Event, RunExited, RunFinished, StopDone, TimeoutFired
@@ -36,6 +43,7 @@ SPENT_BATCH = 64  # spent exit records handed to the remover thread at once
 SPENT_WAIT = 1.0  # or after this long, when fewer runs ended
 EXEC_WAIT = 2.0  # how long a keeper found before its agent's exec is waited for
 ADOPTABLE = (RunState.STARTING, RunState.RUNNING, RunState.TIMING_OUT)
+ADOPTED_BACKENDS = ("command", "sdk")
 
 
 class Adopter:
@@ -66,7 +74,12 @@ class Adopter:
     def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
         state = RunState(row["state"])
-        if self.config.recovery != "adopt" or role is None or role.backend != "command" or state not in ADOPTABLE:
+        if (
+            self.config.recovery != "adopt"
+            or role is None
+            or role.backend not in ADOPTED_BACKENDS
+            or state not in ADOPTABLE
+        ):
             return False
         run_id, attempt = row["run_id"], row["attempt"]
         record = keeper.read_exit(keeper.exit_path(self.config.state_dir, run_id, attempt))
@@ -87,15 +100,26 @@ class Adopter:
                 "finishing it as its keeper recorded, not running it again",
                 role=role.name,
             )
+            if role.backend == "sdk" and row.get("pid") and self._group_is_the_runs(row):
+                run.agent = recorded_sdk(self._spec(run), row["pid"])  # its figures and failure reason, from its files
             self.pending.append(RunExited(run_id, attempt, record.returncode))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
         else:
             assert found is not None
             ref, keeper_pid = found
-            agent = AdoptedAgent(self._spec(run), ref, keeper_pid)
-            run.agent = agent
-            agent.watch(lambda _agent, code: self.dispatch(RunExited(run_id, attempt, code)))
+
+            def exited(_agent: Any, code: int) -> None:
+                self.dispatch(RunExited(run_id, attempt, code))
+
+            if role.backend == "sdk":
+                sdk = adopt_sdk(self._spec(run), ref, keeper_pid)
+                run.agent = sdk
+                watch_exit(sdk, exited)
+            else:
+                agent = AdoptedAgent(self._spec(run), ref, keeper_pid)
+                run.agent = agent
+                agent.watch(exited)
             self.store.update_run(run_id, state=run.state.value, pid=ref.pid, create_time=ref.create_time)
             left = role.timeout - run.elapsed(self.clock.monotonic())
             if state is RunState.TIMING_OUT:
@@ -127,8 +151,6 @@ class Adopter:
         Off the loop: an ``rmdir`` on a busy ext3 disk was measured at 1.4 ms, a start's worth of latency.
         In batches: a thread woken at every run end takes the GIL from the loop at every run end.
         """
-        if event.run.role.backend != "command":
-            return
         self._spent.append(self.config.state_dir / "runs" / str(event.run.run_id))
         if len(self._spent) >= SPENT_BATCH or not self.lc.runs:  # a batch, or nothing else going on
             self.flush_records()
@@ -159,6 +181,8 @@ class Adopter:
         run.started_at = row.get("started_at")
         ran = _seconds_since(row.get("started_at"), self.clock.now())
         run.started_mono = self.clock.monotonic() - ran
+        if role.backend == "sdk":
+            _earlier_figures(run, row)
         return run
 
     def _spec(self, run: Run) -> LaunchSpec:
@@ -188,6 +212,18 @@ class Adopter:
             ref = found
         parent = _ppid(ref.pid)
         return ref, parent if parent > 1 and keeper.is_keeper(parent) else None
+
+    def _group_is_the_runs(self, row: dict[str, Any]) -> bool:
+        """Whether the ended agent's process group is empty or still the run's (leftovers a sweep may stop).
+
+        A group whose members do not carry the run's marks took the pid after the agent died: it must
+        never be swept, so such a run ends from its exit status alone.
+        """
+        pgid = row["pid"]
+        if not procs.group_has_members(pgid):
+            return True
+        marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
+        return any(_pgid(pid) == pgid and _carries(pid, marks) for pid in procs.all_pids())
 
     def _await_record(self, row: dict[str, Any]) -> keeper.ExitRecord | None:
         """The exit record, once every live keeper of the attempt has ended (it writes just before)."""
@@ -219,6 +255,20 @@ class Adopter:
             time.sleep(0.005)  # a keeper whose agent is between its fork and its exec: milliseconds
 
 
+def _earlier_figures(run: Run, row: dict[str, Any]) -> None:
+    """What the run's earlier attempts spent, as recorded, so this attempt's figures add to them, not replace them.
+
+    The figures are stored when an attempt ends, so the row holds exactly the earlier attempts' totals. A
+    retry that resumed the last session carries its totals on, so that entry is the one it replaces.
+    """
+    run.session_id = row.get("session_id")
+    if run.attempt > 1 and run.role.retry_resumes:
+        run.resumed_from = run.session_id
+    figures = {k: row.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns")}
+    if any(v is not None for v in figures.values()):
+        run.sessions[run.session_id or "before-restart"] = figures
+
+
 def _marks(root: str, run_id: int, attempt: int) -> tuple[bytes, ...]:
     return tuple(
         f"\0{name}={value}\0".encode()
@@ -236,10 +286,13 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _remove_records(folder: Path) -> None:
-    """The run's exit records, then its folder unless something else (a transcript) lives there."""
+    """The run's exit records and sockets, then its folder unless something else (a transcript) lives there.
+
+    An SDK run's event logs and result files stay beside its transcript.
+    """
     try:
         for name in os.listdir(folder):
-            if name.endswith(".exit"):
+            if name.endswith((".exit", ".sock")):
                 (folder / name).unlink(missing_ok=True)
         os.rmdir(folder)
     except OSError:

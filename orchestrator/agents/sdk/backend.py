@@ -4,15 +4,22 @@ The Claude session itself lives in ``orchestrator.agents.sdk.runner``, a child p
 started in its own session like every agent, so the kill ladder reaches the CLI
 below it and a misbehaving SDK cannot stall the supervisor's loop. This module
 writes the runner's spec, reads its events into an ``SdkAgent``, and turns
-``interrupt`` and ``tell`` into control lines on the runner's stdin.
+``interrupt`` and ``tell`` into control lines to the runner.
+
+With the keeper binary (``agents/keeper.py``) the runner runs under a keeper,
+like a command agent, and talks over a Unix socket of its own with an event log
+and a result file beside it (``channel``), so it outlives an orchestrator that
+dies: at the restart ``adopt_sdk`` reconnects to a live runner and
+``recorded_sdk`` reads what an ended one left. Without the keeper it talks over
+its stdin and stdout, as a child of this process only.
 
 API used by the supervisor:
 
 ``check_role(role, root=None)``
     Start-up check: raises ``ConfigError`` when claude-agent-sdk is not installed
     or ``cli_path`` is not an executable file (relative paths are from ``root``).
-``await start_sdk(spec, on_exit) -> SdkAgent``
-    Like ``runner.start_command``. ``spec.extra`` may hold ``resume`` (a session
+``await start_sdk(spec, on_exit, keeper_binary=None) -> SdkAgent``
+    Like ``runner.start_command``; under ``keeper_binary`` when given. ``spec.extra`` may hold ``resume`` (a session
     id to continue), ``transcript`` (default
     ``<root>/.orchestrator/runs/<run_id>/transcript.jsonl``) and ``per_run_usd``
     (default: the role's ``budget.per_run_usd``).
@@ -38,6 +45,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,12 +55,24 @@ from pydantic import ValidationError
 
 from orchestrator.agents import procs
 from orchestrator.agents.claude_cli import retry_environment
-from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, _watch_exit, open_log, resolve_command
+from orchestrator.agents.command import (
+    Agent,
+    LaunchSpec,
+    SpawnError,
+    _feed_stdin,
+    _watch_exit,
+    open_log,
+    resolve_command,
+)
+from orchestrator.agents.kept import adopted_exit, kept_exit, spawn_kept
+from orchestrator.agents.sdk import channel
+from orchestrator.agents.sdk.channel import RunFiles
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import (
     EXIT_INTERRUPTED,
     EXIT_SIGNALLED,
     RUNNER_PATH_ENV,
+    AnyEvent,
     End,
     Interrupt,
     ProtocolError,
@@ -67,6 +87,7 @@ from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 
 RUNNER_MODULE = "orchestrator.agents.sdk.runner"
+CONNECT_WAIT = 5.0  # how long a control waits for the socket of a runner just started or adopted
 EVENT_LINE_LIMIT = 4 * 1024 * 1024  # one event line; the runner keeps them small, this only bounds a broken one
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 
@@ -87,8 +108,10 @@ def check_role(role: Role, root: Path | None = None) -> None:
         raise ConfigError(f"role {role.name}: cli_path {role.cli_path!r} is not an executable file")
 
 
-def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: Path) -> dict[str, Any]:
-    """The first line the runner reads: the prompt and the role's SDK options, checked by ``RunnerSpec``."""
+def runner_spec(
+    spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: Path, transport: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The first line the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys)."""
     role = spec.role
     prompt = role.system_prompt
     system_prompt: str | SystemPromptPreset = (
@@ -115,6 +138,7 @@ def runner_spec(spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: P
         resume=spec.extra.get("resume") or None,
         per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
         price_per_mtok=(role.price_per_mtok.input, role.price_per_mtok.output) if role.price_per_mtok else None,
+        **(transport or {}),
     ).wire()
 
 
@@ -136,10 +160,54 @@ class SdkAgent(SdkFollow, Agent):
 
     backend = "sdk"
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, transcript: Path) -> None:
-        super().__init__(proc, spec)
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process | None,
+        spec: LaunchSpec,
+        transcript: Path,
+        files: RunFiles | None = None,
+        agent_pid: int | None = None,
+        keeper_pid: int | None = None,
+    ) -> None:
+        if proc is not None:
+            super().__init__(proc, spec)
+        else:  # adopted: the runner is not our child
+            self.spec = spec
+            self.ref = None  # set by ``_transport``
+            self.activity = self.cost_usd = self.failure_reason = None
+            self.result = {}
+            self._tasks = []
+            self.waiter = None
+        self._transport(proc, files, agent_pid, keeper_pid)
         self._follow(transcript)
         self._write_lock = asyncio.Lock()
+
+    def _transport(
+        self,
+        proc: asyncio.subprocess.Process | None,
+        files: RunFiles | None,
+        agent_pid: int | None,
+        keeper_pid: int | None,
+    ) -> None:
+        """Where events come from and controls go: the runner's pipes, or (``files``) its socket."""
+        self.files = files  # the socket channel's files; None: the runner's stdin and stdout
+        self.agent_pid = agent_pid  # the runner, when ``proc`` is its keeper (or None: adopted)
+        self.keeper_pid = keeper_pid
+        self.adopted = proc is None
+        self.exited = False
+        self._events_in: asyncio.StreamReader | None = proc.stdout if proc is not None and files is None else None
+        self._controls_out: asyncio.StreamWriter | None = proc.stdin if proc is not None and files is None else None
+        self._connected = asyncio.Event()  # the socket is open (or could not be): controls may be tried
+        if files is None:
+            self._connected.set()
+        if agent_pid is not None:
+            self.ref = procs.ProcRef.of(agent_pid)  # the runner, not its keeper: what a stop must reach
+
+    @property
+    def pid(self) -> int:
+        if self.agent_pid is not None:
+            return self.agent_pid
+        return self.proc.pid
 
     async def interrupt(self, keep: bool = False) -> None:
         """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
@@ -160,10 +228,28 @@ class SdkAgent(SdkFollow, Agent):
         await self._control(End(), "end")
 
     async def wait(self) -> int:
-        """The runner's exit status, once it has exited; an unexplained failure gets a reason pointing at the log."""
-        code = await super().wait()
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
+        """The runner's exit status, once it has exited; an unexplained failure gets a reason pointing at the log.
+
+        Under a keeper, the status is the keeper's record, and what the socket did not bring (the
+        orchestrator was down, or the runner died before it could say) is read from the run's files.
+        """
+        if self.files is None:
+            code = await super().wait()
+        else:
+            if self.adopted:
+                assert self.agent_pid is not None
+                code = await adopted_exit(self.spec, self.agent_pid, self.keeper_pid)
+            else:
+                code = await kept_exit(self.spec, await self.proc.wait(), self.ref)
+            self.exited = True
+            for task in self._tasks:  # the socket's end of file follows the runner's exit
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, 2)
+            if not self.closing:
+                self.restore(channel.recorded_events(self.files))
+        self.exited = True
+        if self._controls_out is not None:
+            self._controls_out.close()
         if code > 0 and code not in (EXIT_INTERRUPTED, EXIT_SIGNALLED) and self.failure_reason is None:
             self.failure_reason = (
                 f"the sdk runner exited with status {code} without saying why; see {self.spec.log_path}"
@@ -171,18 +257,45 @@ class SdkAgent(SdkFollow, Agent):
         return code
 
     async def _control(self, message: Interrupt | Tell | End, what: str) -> None:
-        stdin = self.proc.stdin
-        if self.closing or self.proc.returncode is not None or stdin is None or stdin.is_closing():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._connected.wait(), CONNECT_WAIT)
+        out = self._controls_out
+        gone = self.exited or (not self.adopted and self.proc.returncode is not None)
+        if self.closing or gone or out is None or out.is_closing():
             raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}")
         try:
             async with self._write_lock:
-                stdin.write(message.line().encode("utf-8"))
-                await stdin.drain()
+                out.write(message.line().encode("utf-8"))
+                await out.drain()
         except (BrokenPipeError, ConnectionResetError):
             raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}") from None
 
+    def restore(self, events: list[AnyEvent]) -> None:
+        """Apply events the runner left on disk (``on_update`` is not told: they are old news)."""
+        view, self.on_update = self.on_update, None
+        try:
+            for event in events:
+                self._apply(event)
+        finally:
+            self.on_update = view
+
+    async def _follow_socket(self, sock: socket.socket) -> None:
+        """Open the connection to the runner's socket, then read its events until it closes."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=EVENT_LINE_LIMIT)
+        except OSError:
+            sock.close()
+            self._connected.set()
+            return
+        self._events_in, self._controls_out = reader, writer
+        self._connected.set()
+        try:
+            await self._read_events()
+        except (ConnectionError, OSError):
+            pass  # the runner went away: its exit status and its files tell the rest
+
     async def _read_events(self) -> None:
-        stdout = self.proc.stdout
+        stdout = self._events_in
         assert stdout is not None
         while True:
             try:
@@ -198,8 +311,10 @@ class SdkAgent(SdkFollow, Agent):
             self._apply(event)
 
 
-async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> SdkAgent:
-    """Start a ``backend: sdk`` run's runner; ``on_exit`` is called in the loop when it ends."""
+async def start_sdk(
+    spec: LaunchSpec, on_exit: Callable[[Agent, int], None], keeper_binary: Path | None = None
+) -> SdkAgent:
+    """Start a ``backend: sdk`` run's runner (under ``keeper_binary`` when given); ``on_exit`` is called when it ends."""
     role = spec.role
     cwd = (spec.root / role.cwd).resolve()
     cli_path = None
@@ -207,9 +322,10 @@ async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> 
         cli_path = resolve_cli_path(role.cli_path, spec.root)
         if cli_path is None:
             raise SpawnError(f"cli_path {role.cli_path!r} is not an executable file (role {role.name})")
-    default_transcript = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
-    transcript = Path(spec.extra.get("transcript") or default_transcript)
+    transcript = transcript_path(spec)
     resume = spec.extra.get("resume")
+    if keeper_binary is not None:
+        return await _start_kept(spec, on_exit, keeper_binary, cli_path, cwd, transcript)
     try:
         first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript)) + "\n").encode("utf-8")
     except ValidationError as exc:
@@ -242,4 +358,108 @@ async def start_sdk(spec: LaunchSpec, on_exit: Callable[[Agent, int], None]) -> 
         proc.stdin.write(first_line)
         await proc.stdin.drain()
     _watch_exit(agent, on_exit)
+    return agent
+
+
+def transcript_path(spec: LaunchSpec) -> Path:
+    """The run's transcript: ``spec.extra["transcript"]``, or ``runs/<run_id>/transcript.jsonl``."""
+    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+    return Path(spec.extra.get("transcript") or default)
+
+
+async def _start_kept(
+    spec: LaunchSpec,
+    on_exit: Callable[[Agent, int], None],
+    binary: Path,
+    cli_path: str | None,
+    cwd: Path,
+    transcript: Path,
+) -> SdkAgent:
+    """The runner under a keeper, on a socket made here and inherited, so we are connected before it even runs."""
+    files = channel.run_files(spec.root, spec.run_id, spec.attempt)
+    try:
+        listener = channel.listen(files)
+    except OSError as exc:
+        raise SpawnError(f"cannot make the sdk runner's socket {files.socket}: {exc.strerror or exc}") from None
+    client: socket.socket | None = None
+    log_fd = -1
+    try:
+        client = channel.connect(files)  # queued until the runner accepts: no event can be missed
+        if client is None:
+            raise SpawnError(f"cannot connect to the sdk runner's socket {files.socket}")
+        transport = {
+            "channel": "socket",
+            "listen_fd": listener.fileno(),
+            "socket_path": str(files.socket),
+            "events_path": str(files.events),
+            "result_path": str(files.result),
+        }
+        try:
+            first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript, transport)) + "\n").encode("utf-8")
+        except ValidationError as exc:
+            raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
+        resume = spec.extra.get("resume")
+        header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (
+            f" resuming {resume}" if resume else ""
+        )
+        log_fd = open_log(spec.log_path, header + f", transcript {transcript}, socket {files.socket}\n")
+        proc, runner_pid = await spawn_kept(
+            spec,
+            binary,
+            sys.executable,
+            [sys.executable, "-m", RUNNER_MODULE],
+            log_fd,
+            stdin_pipe=True,
+            env=runner_environment(spec.env),
+            cwd=cwd,
+            pass_fds=(listener.fileno(),),
+        )
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
+    finally:
+        listener.close()  # the runner (and its keeper) hold it now
+        if log_fd >= 0:
+            os.close(log_fd)
+    agent = SdkAgent(proc, spec, transcript, files=files, agent_pid=runner_pid, keeper_pid=proc.pid)
+    agent._keep(agent._follow_socket(client))
+    agent._keep(_feed_stdin(proc.stdin, first_line))  # the spec, then end of file: stdin carries nothing more
+
+    def exited(done: Agent, code: int) -> None:
+        procs.unspare(proc.pid)
+        on_exit(done, code)
+
+    _watch_exit(agent, exited)
+    return agent
+
+
+def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> SdkAgent:
+    """A live runner of an orchestrator that died: reconnected to its socket, which replays its latest events.
+
+    Call ``command.watch_exit`` on it to learn its end. A runner whose socket is gone (it is exiting) gets
+    its figures from its files instead, and takes no more controls.
+    """
+    files = channel.run_files(spec.root, spec.run_id, spec.attempt)
+    agent = SdkAgent(None, spec, transcript_path(spec), files=files, agent_pid=ref.pid, keeper_pid=keeper_pid)
+    agent.ref = ref
+    try:
+        sock = channel.connect(files)
+    except OSError:
+        sock = None
+    if sock is None:
+        agent.restore(channel.recorded_events(files))
+        agent._connected.set()
+    else:
+        agent._keep(agent._follow_socket(sock))
+    return agent
+
+
+def recorded_sdk(spec: LaunchSpec, pid: int) -> SdkAgent:
+    """An attempt whose runner ended while the orchestrator was down, with the figures its files hold."""
+    files = channel.run_files(spec.root, spec.run_id, spec.attempt)
+    agent = SdkAgent(None, spec, transcript_path(spec), files=files, agent_pid=pid)
+    agent.restore(channel.recorded_events(files))
+    agent.exited = True
+    agent._connected.set()
     return agent

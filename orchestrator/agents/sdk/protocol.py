@@ -46,6 +46,17 @@ stdout, events (``RunnerEvent``, by ``event``)::
 Exit status: 0 the last turn succeeded, 1 failure, 3 interrupted, 4 per-run budget
 exceeded, 143 ended by SIGTERM or SIGINT (the CLI is sent SIGTERM first).
 
+The spec's ``channel`` says how the rest travels. ``pipes`` (the default) is
+the above. With ``socket`` (a runner under a keeper, which may outlive the
+orchestrator), the spec still comes on stdin, but the runner then serves on the
+listening Unix socket it inherited as ``listen_fd`` (at ``socket_path``, owner
+only): every connection gets the latest event of each kind so far, in order,
+then every new event; control lines come back over it, and end of file on stdin
+or a connection means nothing (an orchestrator may reconnect). Every event is
+also appended to ``events_path``, and at exit ``result_path`` is written
+atomically with a ``RunnerResult`` (the exit status and the latest events), so
+an orchestrator that was down meanwhile reads what it missed from disk.
+
 A line that does not fit its model raises ``ProtocolError``, whose text names
 the field: the runner refuses a bad spec with a ``failure`` event and notes a bad
 control line in the log; the orchestrator skips a bad event line.
@@ -134,6 +145,19 @@ class RunnerSpec(_SpecPart):
     per_run_usd: float | None = None
     price_per_mtok: tuple[float, float] | None = None
     options: SpecOptions = Field(default_factory=SpecOptions)
+    channel: Literal["pipes", "socket"] = "pipes"
+    listen_fd: int | None = None  # socket: the inherited listening socket
+    socket_path: str | None = None  # socket: where it is bound (removed at exit)
+    events_path: str | None = None  # socket: the event log, appended to
+    result_path: str | None = None  # socket: the ``RunnerResult``, written at exit
+
+    @model_validator(mode="after")
+    def _socket_needs_its_files(self) -> RunnerSpec:
+        if self.channel == "socket":
+            missing = [k for k in ("listen_fd", "events_path", "result_path") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"channel socket needs {', '.join(missing)}")
+        return self
 
 
 def parse_spec(line: str) -> RunnerSpec:
@@ -274,6 +298,21 @@ RunnerEvent = Annotated[
 ]
 AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | DoneEvent
 _EVENT: TypeAdapter[AnyEvent] = TypeAdapter(RunnerEvent)
+
+
+class RunnerResult(_Message):
+    """What the runner leaves at ``result_path`` when it exits: its status and the latest event of each kind."""
+
+    code: int
+    events: list[RunnerEvent] = Field(default_factory=list)
+
+
+def parse_result(text: str | bytes) -> RunnerResult:
+    """A result file's text; raises ``ProtocolError`` naming the bad field."""
+    try:
+        return RunnerResult.model_validate_json(text)
+    except ValidationError as exc:
+        raise ProtocolError(explain(exc, "the result")) from None
 
 
 def parse_event(line: str | bytes) -> AnyEvent:

@@ -23,12 +23,14 @@ import os
 import signal
 import sys
 
+from orchestrator.agents.sdk.broadcast import Broadcast
 from orchestrator.agents.sdk.options import build_options
 from orchestrator.agents.sdk.protocol import (
     EXIT_FAILED,
     EXIT_SIGNALLED,
     RUNNER_PATH_ENV,
     FailureEvent,
+    RunnerSpec,
     parse_spec,
 )
 from orchestrator.agents.sdk.reasons import one_line
@@ -81,8 +83,16 @@ async def serve(output: Output) -> int:
         return work.result()
     output.note("stopped by a signal")
     _terminate_children()
-    output.close()
+    output.close(EXIT_SIGNALLED)
     os._exit(EXIT_SIGNALLED)  # at once: a clean SDK shutdown can take many seconds
+
+
+async def open_channel(spec: RunnerSpec, events: asyncio.Queue[Event], output: Output) -> None:
+    """``channel: socket``: events go to the socket, the event log and the result file from now on."""
+    channel = Broadcast(spec, events)
+    output.publish = channel.publish
+    output.settle = channel.settle
+    await channel.start()
 
 
 async def run_session(output: Output) -> int:
@@ -95,6 +105,8 @@ async def run_session(output: Output) -> int:
         return EXIT_FAILED
     try:
         spec = parse_spec(first.text)
+        if spec.channel == "socket":
+            await open_channel(spec, events, output)
         options = build_options(spec, output)  # imports the SDK; a bad option fails here, before the CLI starts
         if spec.transcript:
             output.open_transcript(spec.transcript)
@@ -113,6 +125,7 @@ def main() -> None:
     _restore_pythonpath()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="claude_agent_sdk: %(message)s")
     output = Output()
+    code = EXIT_FAILED
     try:
         code = asyncio.run(serve(output))
     except Exception as exc:  # noqa: BLE001 - a bug here must still end with one line the orchestrator can show
@@ -122,7 +135,7 @@ def main() -> None:
         traceback.print_exc()
         code = EXIT_FAILED
     finally:
-        output.close()
+        output.close(code)
     sys.exit(code)
 
 

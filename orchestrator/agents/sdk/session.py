@@ -265,7 +265,8 @@ class Session:
             case StdinLine(text):
                 await self._on_control(text)
             case StdinClosed():
-                self._on_stdin_closed()
+                if self.spec.channel == "pipes":  # over the socket, stdin only brought the spec
+                    self._on_stdin_closed()
             case SdkFailed(error):
                 await self._settle_stderr()
                 self.fail(describe_exception(error, self.out.stderr_tail, self.options))

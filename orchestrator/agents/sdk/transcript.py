@@ -1,4 +1,4 @@
-"""The runner's only writer: events to stdout, notes and the CLI's stderr to stderr, and the transcript file.
+"""The runner's only writer: events to stdout (or the socket channel), notes and the CLI's stderr to stderr, and the transcript file.
 
 Every SDK message goes to the transcript as a JSON line (``type`` is ``user``,
 ``assistant``, ``system``, ``result``, ...), as do the prompts and controls the
@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +30,8 @@ class Output:
         self.transcript: IO[str] | None = None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.stderr_lines = 0
+        self.publish: Callable[[AnyEvent], None] | None = None  # the socket channel's, instead of stdout
+        self.settle: Callable[[int], None] | None = None  # the socket channel's end: its result file
 
     def open_transcript(self, path: str) -> None:
         """Append to the transcript at ``path`` from now on (a resumed run adds to its file)."""
@@ -37,8 +40,11 @@ class Output:
         self.transcript = open(target, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
 
     def event(self, event: AnyEvent) -> None:
-        """One event line for the orchestrator."""
-        _write_all(1, event.line())
+        """One event for the orchestrator: a line on stdout, or to the socket channel when there is one."""
+        if self.publish is not None:
+            self.publish(event)
+        else:
+            _write_all(1, event.line())
 
     def note(self, text: str) -> None:
         """A line for the run's log, from the runner itself."""
@@ -61,8 +67,10 @@ class Output:
             self.note(f"cannot write the transcript any more: {exc}")
             self.transcript = None
 
-    def close(self) -> None:
-        """Close the transcript; safe to call twice."""
+    def close(self, code: int | None = None) -> None:
+        """Close the transcript (and with the exit ``code``, settle the socket channel); safe to call twice."""
+        if code is not None and self.settle is not None:
+            self.settle(code)
         if self.transcript is not None:
             with contextlib.suppress(OSError):
                 self.transcript.close()
