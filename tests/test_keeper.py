@@ -134,7 +134,8 @@ def test_an_agent_that_ends_while_the_orchestrator_is_down_is_not_run_again(proj
     gate.touch()
     wait_for(lambda: not pid_alive(record["pid"]), what="the agent done")
     exit_file = project.root / ".orchestrator" / "runs" / str(record["run_id"]) / "1.exit"
-    assert keeper.read_exit(exit_file) == keeper.ExitRecord(0, False)
+    # the keeper writes its record just after the agent's end: wait for it rather than race it
+    assert wait_for(lambda: keeper.read_exit(exit_file), what="the keeper's record") == keeper.ExitRecord(0, False)
     orch = restart(project, STANDIN_ENDS=str(project.root / "ends.jsonl"))
     wait_for(lambda: project.folder("builder", "archive") == ["A-1.md"], what="A-1 archived")
     assert len(project.records()) == 1, "never run again"

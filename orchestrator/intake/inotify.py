@@ -97,6 +97,19 @@ def _check(result: int, what: str, path: str | None = None) -> int:
     return result
 
 
+def folder_problem(folder: Path, identity: tuple[int, int] | None) -> str | None:
+    """Why a watched role folder needs new watches: gone, replaced (another device and inode), or its inbox gone."""
+    try:
+        info = folder.stat()
+    except FileNotFoundError:
+        return f"folder {folder} was removed"
+    if (info.st_dev, info.st_ino) != identity:
+        return f"folder {folder} was replaced"
+    if not (folder / INBOX).is_dir():
+        return f"folder {folder / INBOX} was removed"
+    return None
+
+
 class InotifyWatcher:
     """The inboxes of ``role_dirs`` watched from the running loop; ``deliver`` gets each event, on the loop."""
 
@@ -153,14 +166,9 @@ class InotifyWatcher:
         if self._lost is not None:
             return self._lost
         for role, folder in self.role_dirs.items():
-            try:
-                info = folder.stat()
-            except FileNotFoundError:
-                return f"folder {folder} was removed"
-            if (info.st_dev, info.st_ino) != self._identities.get(role):
-                return f"folder {folder} was replaced"
-            if not (folder / INBOX).is_dir():
-                return f"folder {folder / INBOX} was removed"
+            problem = folder_problem(folder, self._identities.get(role))
+            if problem:
+                return problem
             if role not in {r for r, _ in self._inboxes.values()}:
                 return f"the watch on {folder / INBOX} ended"
         return None

@@ -55,6 +55,7 @@ from watchdog.observers.api import EventEmitter
 from watchdog.utils.delayed_queue import DelayedQueue
 
 from orchestrator.core.events import Event, MemoGone, MemoSeen, RescanNeeded
+from orchestrator.intake.inotify import folder_problem
 from orchestrator.intake.memo import INBOX, is_memo_name
 
 # how often watchdog's dispatch thread wakes when no event comes (its default, 1 s, is most of an idle
@@ -357,14 +358,9 @@ class InboxWatcher:
         if self.observer is None or not self.observer.is_alive():
             return "the file watcher thread stopped"
         for role, folder in self.role_dirs.items():
-            try:
-                info = folder.stat()
-            except FileNotFoundError:
-                return f"folder {folder} was removed"
-            if (info.st_dev, info.st_ino) != self._identities.get(role):
-                return f"folder {folder} was replaced"
-            if not (folder / INBOX).is_dir():
-                return f"folder {folder / INBOX} was removed"
+            problem = folder_problem(folder, self._identities.get(role))
+            if problem:
+                return problem
         # a folder removed and made again may get the same inode number back, but its watch ended with it
         for emitter in list(self.observer.emitters):
             if not emitter.is_alive() or emitter.stopped_event.is_set():

@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from orchestrator.agents.command import LaunchSpec
 from orchestrator.agents.ray.agent import RayAgent
 from orchestrator.agents.sdk.follow import SdkFollow
@@ -50,24 +48,6 @@ class RaySdkAgent(SdkFollow, RayAgent):
         self.post = post
         self.answer_wait = answer_wait  # how long a control may take to be answered by the wrapper
         self._answers: dict[str, tuple[str, asyncio.Future[str | None]]] = {}
-
-    async def interrupt(self, keep: bool = False) -> None:
-        """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
-        await self._control(Interrupt(keep=keep), "interrupt")
-        self.interrupted = True
-
-    async def tell(self, text: str) -> None:
-        """A follow-up message into the session on the worker."""
-        try:
-            message = Tell(text=text)
-        except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
-            raise ControlError("nothing to tell: the text is empty") from None
-        await self._control(message, "tell")
-        self.interrupted = False
-
-    async def end(self) -> None:
-        """Finish once the current turn ends, answering no queued tell."""
-        await self._control(End(), "end")
 
     def _ended_line(self, what: str) -> str:
         return f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}"

@@ -209,24 +209,6 @@ class SdkAgent(SdkFollow, Agent):
             return self.agent_pid
         return self.proc.pid
 
-    async def interrupt(self, keep: bool = False) -> None:
-        """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
-        await self._control(Interrupt(keep=keep), "interrupt")
-        self.interrupted = True
-
-    async def tell(self, text: str) -> None:
-        """A follow-up message into the session; Claude Code takes it into the running turn (or a turn of its own)."""
-        try:
-            message = Tell(text=text)
-        except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
-            raise ControlError("nothing to tell: the text is empty") from None
-        await self._control(message, "tell")
-        self.interrupted = False
-
-    async def end(self) -> None:
-        """Finish once the current turn ends, answering no queued tell."""
-        await self._control(End(), "end")
-
     async def wait(self) -> int:
         """The runner's exit status, once it has exited; an unexplained failure gets a reason pointing at the log.
 

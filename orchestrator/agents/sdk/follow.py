@@ -14,16 +14,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from orchestrator.agents.sdk.protocol import (
     ActivityEvent,
     AnyEvent,
     CostEvent,
     DoneEvent,
+    End,
     FailureEvent,
+    Interrupt,
     ResultEvent,
     SessionEvent,
+    Tell,
     TellsEvent,
 )
+from orchestrator.core.errors import ControlError
 
 
 class SdkFollow:
@@ -46,6 +52,27 @@ class SdkFollow:
         self.tells_pending = 0  # tells written into the session that the model has not answered yet
         self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
         self.on_update: Callable[[Any, dict[str, Any]], None] | None = None  # gets each event's JSON object
+
+    async def _control(self, message: Interrupt | Tell | End, what: str) -> None:
+        raise NotImplementedError  # the host carries controls: the runner's stdin or socket, or the stop board
+
+    async def interrupt(self, keep: bool = False) -> None:
+        """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
+        await self._control(Interrupt(keep=keep), "interrupt")
+        self.interrupted = True
+
+    async def tell(self, text: str) -> None:
+        """A follow-up message into the session; Claude Code takes it into the running turn (or a turn of its own)."""
+        try:
+            message = Tell(text=text)
+        except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
+            raise ControlError("nothing to tell: the text is empty") from None
+        await self._control(message, "tell")
+        self.interrupted = False
+
+    async def end(self) -> None:
+        """Finish once the current turn ends, answering no queued tell."""
+        await self._control(End(), "end")
 
     def _activity(self) -> str | None:
         """What the session does, and the tells it has not answered yet (``status`` and the live view show it)."""
