@@ -6,6 +6,7 @@ Real processes throughout: the built keeper binary, the stand-in agent, and a re
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -30,10 +31,17 @@ def binary() -> Path:
     return built
 
 
-def run_keeper(binary: Path, record: Path, program: list[str], kill_after: float = 0, grace: float = 0.2):
+def run_keeper(
+    binary: Path,
+    record: Path,
+    program: list[str],
+    kill_after: float = 0,
+    grace: float = 0.2,
+    log: tuple[Path, str] | None = None,
+):
     read_fd, write_fd = os.pipe()
     proc = subprocess.Popen(
-        keeper.keeper_argv(binary, record, kill_after, grace, write_fd) + program,
+        keeper.keeper_argv(binary, record, kill_after, grace, write_fd, log) + program,
         pass_fds=(write_fd,),
         env=keeper.keeper_env({**os.environ, "ORCHESTRATOR_RUN_ID": "7", "ORCHESTRATOR_ATTEMPT": "1"}),
         start_new_session=True,
@@ -55,6 +63,24 @@ def test_the_keeper_records_the_exit_status(binary, tmp_path, code, expected):
     assert proc.wait(10) == expected.returncode
     assert keeper.read_exit(record) == expected
     assert not (tmp_path / "1.exit.tmp").exists()
+
+
+def test_the_keeper_opens_the_log_and_the_agent_writes_after_the_header(binary, tmp_path):
+    log = tmp_path / "logs" / "7-builder.log"  # its folder does not exist yet
+    program = [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"]
+    for attempt in (1, 2):
+        proc, lines = run_keeper(binary, tmp_path / f"{attempt}.exit", program, log=(log, f"=== attempt {attempt}\n"))
+        assert lines[0].startswith("P") and proc.wait(10) == 0
+    assert log.read_text().splitlines() == ["=== attempt 1", "out", "err", "=== attempt 2", "out", "err"]
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_log_the_keeper_cannot_open_is_said_on_the_status_pipe(binary, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc, lines = run_keeper(binary, tmp_path / "1.exit", ["/bin/true"], log=(blocker / "x.log", "header\n"))
+    assert lines == [f"L{errno.ENOTDIR}"] and proc.wait(10) == 126
+    assert not (tmp_path / "1.exit").exists(), "no agent ran, so no record"
 
 
 def test_the_agent_leads_its_own_session_and_gets_the_marks_back(binary, tmp_path):

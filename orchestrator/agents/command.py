@@ -166,20 +166,22 @@ async def start_command(
     if executable is None:
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
-    log_fd = open_log(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n")
-    log_offset = os.lseek(log_fd, 0, os.SEEK_END)
+    header = f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n"
     if keeper_binary is not None:
         from orchestrator.agents.kept import start_kept
 
-        try:
-            kept = await start_kept(spec, keeper_binary, executable, argv, prompt, log_fd, on_exit, cwd)
-        finally:
-            os.close(log_fd)
+        try:  # where this attempt's output will start: the keeper appends the header, then the agent writes
+            log_offset = os.stat(spec.log_path).st_size + len(header.encode())
+        except FileNotFoundError:
+            log_offset = len(header.encode())
+        kept = await start_kept(spec, keeper_binary, executable, argv, prompt, header, on_exit, cwd)
         from orchestrator.agents.claude_cli import is_claude_command
 
         if is_claude_command(argv):
             setattr(kept, "explain_from_log", log_offset)  # noqa: B010 - a KeptAgent: explained from the CLI's output
         return kept
+    log_fd = open_log(spec.log_path, header)
+    log_offset = os.lseek(log_fd, 0, os.SEEK_END)
     try:
         with procs.spawning():
             proc = await asyncio.create_subprocess_exec(

@@ -1,6 +1,11 @@
 /* The per-attempt keeper: starts one agent, waits for it, and leaves its exit status on disk.
  *
- *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD PROGRAM [ARG...]
+ *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] PROGRAM [ARG...]
+ *
+ * With --log, the keeper opens LOG_PATH for appending (making its folder if needed), writes
+ * HEADER and gives it to the agent as stdout and stderr: creating the run's log is a metadata
+ * write that can take a millisecond on a busy disk, and here it is off the orchestrator's loop.
+ * A log that cannot be opened is "L<errno>\n" on STATUS_FD and exit 126.
  *
  * The agent is spawned as the leader of a new session (so its pid is its process group and
  * its session, as without a keeper) with this environment, where every KEEPER_X=v
@@ -93,7 +98,8 @@ static int record(const char *path, int status, int timed_out) {
 
 int main(int argc, char **argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s EXIT_PATH KILL_AFTER GRACE STATUS_FD PROGRAM [ARG...]\n", argv[0]);
+        fprintf(stderr, "usage: %s EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] PROGRAM [ARG...]\n",
+                argv[0]);
         return 125;
     }
     const char *exit_path = argv[1];
@@ -101,6 +107,12 @@ int main(int argc, char **argv) {
     double grace = atof(argv[3]);
     int status_fd = atoi(argv[4]);
     char **command = argv + 5;
+    const char *log_path = NULL, *header = NULL;
+    if (argc >= 9 && strcmp(argv[5], "--log") == 0) { /* the run's log is opened here, off the loop's thread */
+        log_path = argv[6];
+        header = argv[7];
+        command = argv + 8;
+    }
 
     size_t count = 0;
     while (environ[count])
@@ -124,6 +136,24 @@ int main(int argc, char **argv) {
 
     /* a write to the status pipe of an orchestrator that just died must not kill the keeper */
     signal(SIGPIPE, SIG_IGN);
+    if (log_path != NULL) { /* the agent's output goes to the run's log, after this attempt's header */
+        int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (log < 0 && errno == ENOENT) {
+            make_parents(log_path);
+            log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        }
+        if (log < 0) {
+            say(status_fd, 'L', errno);
+            return 126;
+        }
+        size_t length = strlen(header);
+        if (length > 0 && write(log, header, length) < 0) {
+            /* the header is a courtesy: the output still goes to the log */
+        }
+        dup2(log, 1);
+        dup2(log, 2);
+        close(log);
+    }
     double started = now();
     /* posix_spawn (a vfork in glibc) returns once the agent is exec'd, in a session of its own with the
      * signal mask and SIGPIPE as they were: only then is the orchestrator woken by the status line, so

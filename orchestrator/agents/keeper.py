@@ -90,9 +90,12 @@ def read_exit(path: Path) -> ExitRecord | None:
     return ExitRecord(number if kind == "exit" else -number, "timeout" in words[2:])
 
 
-def keeper_argv(binary: Path, record: Path, kill_after: float, grace: float, status_fd: int) -> list[str]:
-    """The keeper's own arguments; the agent's argv follows them."""
-    return [str(binary), str(record), f"{kill_after:.3f}", f"{grace:.3f}", str(status_fd)]
+def keeper_argv(
+    binary: Path, record: Path, kill_after: float, grace: float, status_fd: int, log: tuple[Path, str] | None = None
+) -> list[str]:
+    """The keeper's own arguments; the agent's argv follows them. ``log``: (path, header) for the keeper to open."""
+    argv = [str(binary), str(record), f"{kill_after:.3f}", f"{grace:.3f}", str(status_fd)]
+    return argv + ["--log", str(log[0]), log[1]] if log is not None else argv
 
 
 def keeper_env(env: dict[str, str]) -> dict[str, str]:
@@ -105,7 +108,9 @@ def keeper_env(env: dict[str, str]) -> dict[str, str]:
 
 
 async def read_status(fd: int) -> tuple[int | None, int | None]:
-    """Read the keeper's status pipe to its end: (the agent's pid, the exec's errno)."""
+    """Read the keeper's status pipe to its end: (the agent's pid, the exec's errno).
+
+    A log the keeper could not open raises ``LogError`` with its errno."""
     loop = asyncio.get_running_loop()
     data = b""
     os.set_blocking(fd, False)
@@ -124,7 +129,13 @@ async def read_status(fd: int) -> tuple[int | None, int | None]:
             pid = int(line[1:])
         elif line[:1] == "E" and line[1:].isdigit():
             errno_ = int(line[1:])
+        elif line[:1] == "L" and line[1:].isdigit():
+            raise LogError(int(line[1:]), os.strerror(int(line[1:])))
     return pid, errno_
+
+
+class LogError(OSError):
+    """The keeper could not open the run's log."""
 
 
 async def wait_pid(pid: int) -> None:

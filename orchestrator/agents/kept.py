@@ -57,12 +57,13 @@ async def spawn_kept(
     binary: Path,
     executable: str,
     argv: list[str],
-    log_fd: int,
+    log_fd: int | None,
     *,
     stdin_pipe: bool,
     env: dict[str, str],
     cwd: Path,
     pass_fds: tuple[int, ...] = (),
+    log: tuple[Path, str] | None = None,
 ) -> tuple[asyncio.subprocess.Process, int]:
     """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``."""
     role = spec.role
@@ -74,12 +75,12 @@ async def spawn_kept(
             try:
                 proc = await asyncio.create_subprocess_exec(
                     str(binary),
-                    *keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd)[1:],
+                    *keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd, log)[1:],
                     executable,
                     *argv[1:],
                     stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
-                    stdout=log_fd,
-                    stderr=log_fd,
+                    stdout=log_fd if log is None else asyncio.subprocess.DEVNULL,
+                    stderr=log_fd if log is None else asyncio.subprocess.DEVNULL,
                     cwd=cwd,
                     env=keeper.keeper_env(env),
                     start_new_session=True,
@@ -93,6 +94,10 @@ async def spawn_kept(
         raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}") from None
     try:
         agent_pid, failed = await keeper.read_status(read_fd)
+    except keeper.LogError as exc:
+        await proc.wait()
+        procs.unspare(proc.pid)
+        raise SpawnError(f"cannot open the run's log {log[0] if log else ''}: {exc.strerror}") from None
     finally:
         os.close(read_fd)
     if agent_pid is None or failed is not None:
@@ -110,11 +115,13 @@ async def start_kept(
     executable: str,
     argv: list[str],
     prompt: bytes,
-    log_fd: int,
+    header: str,
     on_exit: Callable[[Agent, int], None],
     cwd: Path,
 ) -> Agent:
-    """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``)."""
+    """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``).
+
+    The keeper opens the run's log itself and writes ``header`` to it first."""
     from orchestrator.agents.command import _feed_stdin
 
     role = spec.role
@@ -123,10 +130,11 @@ async def start_kept(
         binary,
         executable,
         argv,
-        log_fd,
+        None,
         stdin_pipe=role.prompt_via == "stdin",
         env=spec.env,
         cwd=cwd,
+        log=(spec.log_path, header),
     )
     agent = KeptAgent(proc, spec, agent_pid)
     if role.prompt_via == "stdin":
