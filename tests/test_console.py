@@ -356,3 +356,26 @@ def test_status_and_history_json_of_a_real_run_have_the_view_keys(project: Proje
     assert [list(r) for r in json.loads(history.stdout)["runs"]] == [list(HISTORY_KEYS)]
     human = project.cli("history")
     assert human.returncode == 0 and "K-1" in human.stdout and "total: 1 runs, $0.0000" in human.stdout
+
+
+def test_the_log_writes_a_turn_of_the_loop_at_once_and_a_line_without_a_loop_at_once(tmp_path):
+    import asyncio
+
+    from orchestrator.console import RotatingLog
+
+    path = tmp_path / "orchestrator.log"
+    log = RotatingLog(path)
+    log.write("no loop")
+    assert path.read_text() == "no loop\n", "outside a loop a line goes out at once"
+
+    async def turn() -> str:
+        log.write("one")
+        log.write("two")
+        held = path.read_text()
+        await asyncio.sleep(0)  # the loop turns: the flush it was asked for runs
+        await asyncio.sleep(0)
+        return held
+
+    assert asyncio.run(turn()) == "no loop\n", "within a turn the lines wait for its end"
+    assert path.read_text() == "no loop\none\ntwo\n"
+    log.close()
