@@ -15,7 +15,6 @@ rich, pydantic and asyncio are imported only where a table or a view is drawn: `
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -327,8 +326,12 @@ class RotatingLog:
             return
         if self._flush_due:
             return
+        # asyncio only if something imported it already: importing it here would cost every command 30 ms
+        aio = sys.modules.get("asyncio")
         try:
-            asyncio.get_running_loop().call_soon(self._flush)
+            if aio is None:
+                raise RuntimeError("no event loop")
+            aio.get_running_loop().call_soon(self._flush)
             self._flush_due = True
         except RuntimeError:  # no loop: a command, or the loop's very end
             self._flush()
