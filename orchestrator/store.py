@@ -253,6 +253,16 @@ class Store:
             if self.db.in_transaction:
                 self.db.execute("COMMIT")
 
+    def checkpoint(self) -> None:
+        """Inside a ``batch``: commit what is written so far and go on in a new transaction.
+
+        For what others can see on disk: a run's records land before its memo appears in
+        ``archive/`` (or ``failed/``), and its end is on record once ``finish`` returns.
+        """
+        if not self.closed and self.db.in_transaction:
+            self.db.execute("COMMIT")
+            self.db.execute("BEGIN")
+
     # runs -------------------------------------------------------------
     def insert_run_numbered(self, numbered: bool, **fields: Any) -> tuple[int, int | None]:
         """Insert a run; a ``numbered`` one takes its role's next run number (1, 2, 3, ...) in the same statement,

@@ -177,11 +177,13 @@ class Lifecycle:
             text = reason_text or notices.failure_reason_text(
                 run, state, reason or state.value, self.store.attempts(run.run_id)
             )
+        self.store.checkpoint()  # the attempt's outcome is on record before the memo is seen in its folder
         renamed = self._move_memos(run, folder, text)
         self._settle_attempts(run, previous, state, renamed)
         self.transition(
             run, state, ended_at=self.now(), exit_code=exit_code, reason=reason, memos=[m.name for m in run.memos]
         )
+        self.store.checkpoint()  # and the end itself, at once, not when the event's handling is over
         self.runs.pop(run.run_id, None)
         moved = [m.path for m in run.memos if m.path.parent.name == folder]
         event = RunFinished(run, previous, state, reason, moved, run.cancel, announce)
