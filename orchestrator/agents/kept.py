@@ -57,15 +57,16 @@ async def spawn_kept(
     binary: Path,
     executable: str,
     argv: list[str],
-    log_fd: int | None,
     *,
     stdin_pipe: bool,
     env: dict[str, str],
     cwd: Path,
+    log: tuple[Path, str],
     pass_fds: tuple[int, ...] = (),
-    log: tuple[Path, str] | None = None,
 ) -> tuple[asyncio.subprocess.Process, int]:
-    """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``."""
+    """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``.
+
+    ``log`` is (the run's log, this attempt's header): the keeper opens it and gives it to the agent."""
     role = spec.role
     record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
     read_fd, write_fd = os.pipe()
@@ -79,8 +80,8 @@ async def spawn_kept(
                     executable,
                     *argv[1:],
                     stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
-                    stdout=log_fd if log is None else asyncio.subprocess.DEVNULL,
-                    stderr=log_fd if log is None else asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
                     cwd=cwd,
                     env=keeper.keeper_env(env),
                     start_new_session=True,
@@ -97,7 +98,7 @@ async def spawn_kept(
     except keeper.LogError as exc:
         await proc.wait()
         procs.unspare(proc.pid)
-        raise SpawnError(f"cannot open the run's log {log[0] if log else ''}: {exc.strerror}") from None
+        raise SpawnError(f"cannot open the run's log {log[0]}: {exc.strerror}") from None
     finally:
         os.close(read_fd)
     if agent_pid is None or failed is not None:
@@ -130,7 +131,6 @@ async def start_kept(
         binary,
         executable,
         argv,
-        None,
         stdin_pipe=role.prompt_via == "stdin",
         env=spec.env,
         cwd=cwd,

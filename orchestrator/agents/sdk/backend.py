@@ -364,7 +364,6 @@ async def _start_kept(
     except OSError as exc:
         raise SpawnError(f"cannot make the sdk runner's socket {files.socket}: {exc.strerror or exc}") from None
     client: socket.socket | None = None
-    log_fd = -1
     try:
         client = channel.connect(files)  # queued until the runner accepts: no event can be missed
         if client is None:
@@ -384,17 +383,16 @@ async def _start_kept(
         header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (
             f" resuming {resume}" if resume else ""
         )
-        log_fd = open_log(spec.log_path, header + f", transcript {transcript}, socket {files.socket}\n")
         proc, runner_pid = await spawn_kept(
             spec,
             binary,
             sys.executable,
             [sys.executable, "-m", RUNNER_MODULE],
-            log_fd,
             stdin_pipe=True,
             env=runner_environment(spec.env),
             cwd=cwd,
             pass_fds=(listener.fileno(),),
+            log=(spec.log_path, header + f", transcript {transcript}, socket {files.socket}\n"),
         )
     except BaseException:
         if client is not None:
@@ -402,8 +400,6 @@ async def _start_kept(
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now
-        if log_fd >= 0:
-            os.close(log_fd)
     agent = SdkAgent(proc, spec, transcript, files=files, agent_pid=runner_pid, keeper_pid=proc.pid)
     agent._keep(agent._follow_socket(client))
     agent._keep(_feed_stdin(proc.stdin, first_line))  # the spec, then end of file: stdin carries nothing more
