@@ -219,6 +219,23 @@ def test_an_agent_that_cannot_be_started_is_a_failed_attempt_and_retried(project
     assert orch.stop() == 0
 
 
+def test_a_role_folder_removed_after_start_up_fails_the_attempt_with_its_name(project):
+    folder = project.root / "work"
+    folder.mkdir()
+    project.configure({"builder": {"cwd": "work", "retry": {"max": 1, "backoff": ["0.05s"]}}})
+    orch = project.up()
+    folder.rmdir()  # start-up checked it; now the keeper cannot enter it
+    project.drop("builder", "S-1.md", {"id": "S-1"})
+    wait_for(lambda: where(project, "builder", "S-1.md") == ["failed"], what="S-1 in failed/")
+    assert project.records() == [], "no agent ever ran"
+    line = one_line(orch, "S-1 attempt 1 failed: could not start the agent")
+    assert f"cannot enter the folder {folder} of role builder: No such file or directory" in line
+    folder.mkdir()  # put back: the orchestrator is still serving
+    project.drop("builder", "S-2.md", {"id": "S-2"})
+    wait_for(lambda: where(project, "builder", "S-2.md") == ["archive"], what="S-2 archived")
+    assert orch.stop() == 0
+
+
 def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_stranding_the_memo(project):
     """Say the log folder cannot be made: the run must not hold its slot forever with its memo in active/."""
     project.configure({"builder": {"max_concurrent": 1}})

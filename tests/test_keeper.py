@@ -38,11 +38,14 @@ def run_keeper(
     kill_after: float = 0,
     grace: float = 0.2,
     log: tuple[Path, str] | None = None,
+    cwd: Path | None = None,
+    pass_fds: tuple[int, ...] = (),
+    leaked: tuple[int, ...] = (),
 ):
     read_fd, write_fd = os.pipe()
     proc = subprocess.Popen(
-        keeper.keeper_argv(binary, record, kill_after, grace, write_fd, log) + program,
-        pass_fds=(write_fd,),
+        keeper.keeper_argv(binary, record, kill_after, grace, write_fd, log, cwd, pass_fds) + program,
+        pass_fds=(write_fd, *pass_fds, *leaked),
         env=keeper.keeper_env({**os.environ, "ORCHESTRATOR_RUN_ID": "7", "ORCHESTRATOR_ATTEMPT": "1"}),
         start_new_session=True,
     )
@@ -81,6 +84,42 @@ def test_a_log_the_keeper_cannot_open_is_said_on_the_status_pipe(binary, tmp_pat
     proc, lines = run_keeper(binary, tmp_path / "1.exit", ["/bin/true"], log=(blocker / "x.log", "header\n"))
     assert lines == [f"L{errno.ENOTDIR}"] and proc.wait(10) == 126
     assert not (tmp_path / "1.exit").exists(), "no agent ran, so no record"
+
+
+def test_the_agent_starts_in_the_folder_the_keeper_is_given(binary, tmp_path):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    log = tmp_path / "agent.log"
+    proc, lines = run_keeper(
+        binary, tmp_path / "1.exit", [sys.executable, "-c", "import os; print(os.getcwd())"], log=(log, ""), cwd=folder
+    )
+    assert lines[0].startswith("P") and proc.wait(10) == 0
+    assert log.read_text().strip() == str(folder)
+    assert keeper.read_exit(tmp_path / "1.exit") == keeper.ExitRecord(0, False), "the record path is absolute"
+
+
+def test_a_folder_the_keeper_cannot_enter_is_said_on_the_status_pipe(binary, tmp_path):
+    proc, lines = run_keeper(binary, tmp_path / "1.exit", ["/bin/true"], cwd=tmp_path / "gone")
+    assert lines == [f"C{errno.ENOENT}"] and proc.wait(10) == 126
+    assert not (tmp_path / "1.exit").exists(), "no agent ran, so no record"
+
+
+def test_the_agent_inherits_only_the_descriptors_it_is_passed(binary, tmp_path):
+    out = tmp_path / "fds.json"
+    probe = f"import json, os; json.dump(sorted(int(n) for n in os.listdir('/proc/self/fd')), open({str(out)!r}, 'w'))"
+    passed_r, passed_w = os.pipe()
+    leaked_r, leaked_w = os.pipe()  # what a careless parent of the orchestrator left inheritable
+    try:
+        proc, lines = run_keeper(
+            binary, tmp_path / "1.exit", [sys.executable, "-c", probe], pass_fds=(passed_w,), leaked=(leaked_w,)
+        )
+        assert lines[0].startswith("P") and proc.wait(10) == 0
+    finally:
+        for fd in (passed_r, passed_w, leaked_r, leaked_w):
+            os.close(fd)
+    seen = json.loads(out.read_text())
+    assert passed_w in seen and leaked_w not in seen
+    assert len([fd for fd in seen if fd > 2]) == 2, f"the passed one and the probe's listdir only: {seen}"
 
 
 def test_the_agent_leads_its_own_session_and_gets_the_marks_back(binary, tmp_path):

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.agents import procs
 from orchestrator.config import Role
@@ -70,6 +70,18 @@ def agent_environment(
     return env
 
 
+_folders: dict[tuple[Path, str], Path] = {}
+
+
+def role_folder(root: Path, cwd: str) -> Path:
+    """The role's folder (``cwd`` under ``root``), symlinks resolved: once per folder, not at every start."""
+    key = (root, cwd)
+    folder = _folders.get(key)
+    if folder is None:
+        folder = _folders[key] = (root / cwd).resolve()
+    return folder
+
+
 def resolve_command(argv: list[str], cwd: Path) -> str | None:
     """The executable's full path, or None when it cannot be found."""
     program = argv[0]
@@ -79,12 +91,24 @@ def resolve_command(argv: list[str], cwd: Path) -> str | None:
     return shutil.which(program)
 
 
+class ChildProcess(Protocol):
+    """What an agent holds of its child: asyncio's ``Process``, or the keeper's ``PosixChild``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
 class Agent:
     """A started agent process. Backends with a live session override ``interrupt`` and ``tell``."""
 
     backend = "command"
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, agent_pid: int | None = None) -> None:
+    def __init__(self, proc: ChildProcess, spec: LaunchSpec, agent_pid: int | None = None) -> None:
         self.proc = proc
         self.spec = spec
         self.ref = procs.ProcRef.of(proc.pid if agent_pid is None else agent_pid)  # the agent, not its keeper
@@ -152,7 +176,7 @@ async def start_command(
 ) -> Agent:
     """Start a ``command`` role's agent (under ``keeper_binary`` when given); ``on_exit`` is called when it ends."""
     role = spec.role
-    cwd = (spec.root / role.cwd).resolve()
+    cwd = role_folder(spec.root, role.cwd)
     argv = list(role.command)
     prompt = spec.prompt.encode("utf-8")
     if role.prompt_via == "arg":

@@ -1,11 +1,20 @@
 /* The per-attempt keeper: starts one agent, waits for it, and leaves its exit status on disk.
  *
- *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] PROGRAM [ARG...]
+ *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] [--cwd DIR] [--fd N]...
+ *                       PROGRAM [ARG...]
  *
  * With --log, the keeper opens LOG_PATH for appending (making its folder if needed), writes
  * HEADER and gives it to the agent as stdout and stderr: creating the run's log is a metadata
  * write that can take a millisecond on a busy disk, and here it is off the orchestrator's loop.
  * A log that cannot be opened is "L<errno>\n" on STATUS_FD and exit 126.
+ *
+ * With --cwd, the keeper enters DIR (after opening the log) and the agent starts there: the
+ * orchestrator starts the keeper with posix_spawn, which cannot change its folder. A folder it
+ * cannot enter is "C<errno>\n" on STATUS_FD and exit 126. EXIT_PATH and LOG_PATH are absolute.
+ *
+ * Every descriptor above 2 is closed at the start except STATUS_FD and each --fd N, which the
+ * agent inherits: posix_spawn passes on whatever the orchestrator's own parent left inheritable,
+ * and none of it may reach the agent or stay open in a keeper that outlives the orchestrator.
  *
  * The agent is spawned as the leader of a new session (so its pid is its process group and
  * its session, as without a keeper) with this environment, where every KEEPER_X=v
@@ -32,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,6 +85,38 @@ static void make_parents(const char *path) {
     mkdir(dir, 0700);
 }
 
+static void close_from_to(unsigned lo, unsigned hi) {
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, lo, hi, 0) == 0)
+        return;
+#endif
+    struct rlimit limit; /* no close_range (Linux before 5.9): each descriptor up to the limit */
+    unsigned top = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < top)
+        top = (unsigned)limit.rlim_cur;
+    for (unsigned fd = lo; fd <= hi && fd < top; fd++)
+        close((int)fd);
+}
+
+/* close every descriptor above 2 but the KEEP_COUNT in KEEP (sorted here) */
+static void close_others(int *keep, int keep_count) {
+    for (int i = 1; i < keep_count; i++) /* a handful: insertion sort */
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    unsigned lo = 3;
+    for (int i = 0; i < keep_count; i++) {
+        if (keep[i] < (int)lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            close_from_to(lo, (unsigned)keep[i] - 1);
+        lo = (unsigned)keep[i] + 1;
+    }
+    close_from_to(lo, ~0U);
+}
+
 static int record(const char *path, int status, int timed_out) {
     char tmp[4096], line[64];
     int len;
@@ -97,8 +140,28 @@ static int record(const char *path, int status, int timed_out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 6) {
-        fprintf(stderr, "usage: %s EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] PROGRAM [ARG...]\n",
+    const char *log_path = NULL, *header = NULL, *cwd = NULL;
+    int keep[17], keep_count = 0;
+    int at = 5;
+    while (at < argc) {
+        if (strcmp(argv[at], "--log") == 0 && at + 2 < argc) { /* the run's log is opened here, off the loop */
+            log_path = argv[at + 1];
+            header = argv[at + 2];
+            at += 3;
+        } else if (strcmp(argv[at], "--cwd") == 0 && at + 1 < argc) {
+            cwd = argv[at + 1];
+            at += 2;
+        } else if (strcmp(argv[at], "--fd") == 0 && at + 1 < argc && keep_count < 16) {
+            keep[keep_count++] = atoi(argv[at + 1]);
+            at += 2;
+        } else {
+            break;
+        }
+    }
+    if (argc < 6 || at >= argc) {
+        fprintf(stderr,
+                "usage: %s EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] [--cwd DIR] [--fd N]... "
+                "PROGRAM [ARG...]\n",
                 argv[0]);
         return 125;
     }
@@ -106,13 +169,10 @@ int main(int argc, char **argv) {
     double kill_after = atof(argv[2]);
     double grace = atof(argv[3]);
     int status_fd = atoi(argv[4]);
-    char **command = argv + 5;
-    const char *log_path = NULL, *header = NULL;
-    if (argc >= 9 && strcmp(argv[5], "--log") == 0) { /* the run's log is opened here, off the loop's thread */
-        log_path = argv[6];
-        header = argv[7];
-        command = argv + 8;
-    }
+    char **command = argv + at;
+    if (status_fd > 2)
+        keep[keep_count++] = status_fd;
+    close_others(keep, keep_count);
 
     size_t count = 0;
     while (environ[count])
@@ -153,6 +213,10 @@ int main(int argc, char **argv) {
         dup2(log, 1);
         dup2(log, 2);
         close(log);
+    }
+    if (cwd != NULL && chdir(cwd) != 0) {
+        say(status_fd, 'C', errno);
+        return 126;
     }
     double started = now();
     /* posix_spawn (a vfork in glibc) returns once the agent is exec'd, in a session of its own with the

@@ -91,11 +91,26 @@ def read_exit(path: Path) -> ExitRecord | None:
 
 
 def keeper_argv(
-    binary: Path, record: Path, kill_after: float, grace: float, status_fd: int, log: tuple[Path, str] | None = None
+    binary: Path,
+    record: Path,
+    kill_after: float,
+    grace: float,
+    status_fd: int,
+    log: tuple[Path, str] | None = None,
+    cwd: Path | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> list[str]:
-    """The keeper's own arguments; the agent's argv follows them. ``log``: (path, header) for the keeper to open."""
+    """The keeper's own arguments; the agent's argv follows them. ``log``: (path, header) for the keeper to open;
+    ``cwd``: the folder the agent starts in (the keeper enters it); ``pass_fds``: descriptors the agent inherits
+    (the keeper closes every other one above 2 but the status pipe)."""
     argv = [str(binary), str(record), f"{kill_after:.3f}", f"{grace:.3f}", str(status_fd)]
-    return argv + ["--log", str(log[0]), log[1]] if log is not None else argv
+    if log is not None:
+        argv += ["--log", str(log[0]), log[1]]
+    if cwd is not None:
+        argv += ["--cwd", str(cwd)]
+    for fd in pass_fds:
+        argv += ["--fd", str(fd)]
+    return argv
 
 
 def keeper_env(env: dict[str, str]) -> dict[str, str]:
@@ -110,7 +125,7 @@ def keeper_env(env: dict[str, str]) -> dict[str, str]:
 async def read_status(fd: int) -> tuple[int | None, int | None]:
     """Read the keeper's status pipe to its end: (the agent's pid, the exec's errno).
 
-    A log the keeper could not open raises ``LogError`` with its errno."""
+    A log the keeper could not open raises ``LogError`` with its errno, a folder it could not enter ``CwdError``."""
     loop = asyncio.get_running_loop()
     data = b""
     os.set_blocking(fd, False)
@@ -131,11 +146,17 @@ async def read_status(fd: int) -> tuple[int | None, int | None]:
             errno_ = int(line[1:])
         elif line[:1] == "L" and line[1:].isdigit():
             raise LogError(int(line[1:]), os.strerror(int(line[1:])))
+        elif line[:1] == "C" and line[1:].isdigit():
+            raise CwdError(int(line[1:]), os.strerror(int(line[1:])))
     return pid, errno_
 
 
 class LogError(OSError):
     """The keeper could not open the run's log."""
+
+
+class CwdError(OSError):
+    """The keeper could not enter the agent's folder."""
 
 
 async def wait_pid(pid: int) -> None:

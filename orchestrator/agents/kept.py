@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, procs
+from orchestrator.agents import keeper, posix_child, procs
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, cannot_start, watch_exit
+from orchestrator.agents.posix_child import PosixChild
 
 UNKNOWN_EXIT = -signal.SIGKILL  # no record and no keeper: it was most likely killed with its keeper
 
@@ -29,7 +30,7 @@ def exit_record_path(spec: LaunchSpec) -> Path:
 class KeptAgent(Agent):
     """An agent started under a keeper; ``proc`` is the keeper, ``pid`` the agent."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, agent_pid: int) -> None:
+    def __init__(self, proc: PosixChild, spec: LaunchSpec, agent_pid: int) -> None:
         super().__init__(proc, spec, agent_pid)
         self.agent_pid = agent_pid
         self.keeper_pid = proc.pid
@@ -63,51 +64,52 @@ async def spawn_kept(
     cwd: Path,
     log: tuple[Path, str],
     pass_fds: tuple[int, ...] = (),
-) -> tuple[asyncio.subprocess.Process, int]:
+) -> tuple[PosixChild, int]:
     """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``.
 
-    ``log`` is (the run's log, this attempt's header): the keeper opens it and gives it to the agent."""
+    ``log`` is (the run's log, this attempt's header): the keeper opens it and gives it to the agent;
+    ``cwd`` is where the agent starts (the keeper enters it)."""
     role = spec.role
     record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
     read_fd, write_fd = os.pipe()
     kill_after = role.timeout + role.grace + keeper.MARGIN
+    command = keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd, log, cwd, pass_fds)
     try:
-        with procs.spawning():
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    str(binary),
-                    *keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd, log)[1:],
-                    executable,
-                    *argv[1:],
-                    stdin=asyncio.subprocess.PIPE if stdin_pipe else asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                    cwd=cwd,
-                    env=keeper.keeper_env(env),
-                    start_new_session=True,
-                    pass_fds=(write_fd, *pass_fds),
-                )
-            finally:
-                os.close(write_fd)
-            procs.spare(proc.pid)
+        proc = await posix_child.spawn(
+            [*command, executable, *argv[1:]],
+            keeper.keeper_env(env),
+            stdin_pipe=stdin_pipe,
+            keep_fds=(write_fd, *pass_fds),
+        )
     except OSError as exc:
         os.close(read_fd)
         raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}") from None
+    finally:
+        os.close(write_fd)
     try:
         agent_pid, failed = await keeper.read_status(read_fd)
     except keeper.LogError as exc:
-        await proc.wait()
-        procs.unspare(proc.pid)
-        raise SpawnError(f"cannot open the run's log {log[0]}: {exc.strerror}") from None
+        raise await _refused(proc, SpawnError(f"cannot open the run's log {log[0]}: {exc.strerror}")) from None
+    except keeper.CwdError as exc:
+        why = f"cannot enter the folder {cwd} of role {role.name}: {exc.strerror}"
+        raise await _refused(proc, SpawnError(why)) from None
     finally:
         os.close(read_fd)
     if agent_pid is None or failed is not None:
-        await proc.wait()
-        procs.unspare(proc.pid)
         if failed is not None:
-            raise cannot_start(argv[0], executable, failed, os.strerror(failed))
-        raise SpawnError(f"the keeper could not start {argv[0]!r} (exit status {proc.returncode})")
+            raise await _refused(proc, cannot_start(argv[0], executable, failed, os.strerror(failed)))
+        code = await proc.wait()
+        procs.unspare(proc.pid)
+        raise SpawnError(f"the keeper could not start {argv[0]!r} (exit status {code})")
     return proc, agent_pid
+
+
+async def _refused(proc: PosixChild, error: SpawnError) -> SpawnError:
+    """The keeper said it cannot start the agent: ``error``, to raise once the keeper has exited."""
+    proc.close_stdin()
+    await proc.wait()
+    procs.unspare(proc.pid)
+    return error
 
 
 async def start_kept(
@@ -123,8 +125,6 @@ async def start_kept(
     """Start the keeper with the agent's argv; return once the agent is exec'd (or raise ``SpawnError``).
 
     The keeper opens the run's log itself and writes ``header`` to it first."""
-    from orchestrator.agents.command import _feed_stdin
-
     role = spec.role
     proc, agent_pid = await spawn_kept(
         spec,
@@ -137,8 +137,8 @@ async def start_kept(
         log=(spec.log_path, header),
     )
     agent = KeptAgent(proc, spec, agent_pid)
-    if role.prompt_via == "stdin":
-        agent._keep(_feed_stdin(proc.stdin, prompt))
+    if role.prompt_via == "stdin" and (rest := proc.send(prompt)) is not None:
+        agent._keep(rest)
 
     def exited(done: Agent, code: int) -> None:
         procs.unspare(proc.pid)

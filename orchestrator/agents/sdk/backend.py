@@ -59,12 +59,12 @@ from orchestrator.agents.command import (
     Agent,
     LaunchSpec,
     SpawnError,
-    _feed_stdin,
     _watch_exit,
     open_log,
     resolve_command,
 )
 from orchestrator.agents.kept import adopted_exit, kept_exit, spawn_kept
+from orchestrator.agents.posix_child import PosixChild
 from orchestrator.agents.sdk import channel
 from orchestrator.agents.sdk.channel import RunFiles
 from orchestrator.agents.sdk.follow import SdkFollow
@@ -162,7 +162,7 @@ class SdkAgent(SdkFollow, Agent):
 
     def __init__(
         self,
-        proc: asyncio.subprocess.Process | None,
+        proc: asyncio.subprocess.Process | PosixChild | None,
         spec: LaunchSpec,
         transcript: Path,
         files: RunFiles | None = None,
@@ -184,7 +184,7 @@ class SdkAgent(SdkFollow, Agent):
 
     def _transport(
         self,
-        proc: asyncio.subprocess.Process | None,
+        proc: asyncio.subprocess.Process | PosixChild | None,
         files: RunFiles | None,
         agent_pid: int | None,
         keeper_pid: int | None,
@@ -195,8 +195,9 @@ class SdkAgent(SdkFollow, Agent):
         self.keeper_pid = keeper_pid
         self.adopted = proc is None
         self.exited = False
-        self._events_in: asyncio.StreamReader | None = proc.stdout if proc is not None and files is None else None
-        self._controls_out: asyncio.StreamWriter | None = proc.stdin if proc is not None and files is None else None
+        piped = proc if isinstance(proc, asyncio.subprocess.Process) and files is None else None
+        self._events_in: asyncio.StreamReader | None = piped.stdout if piped is not None else None
+        self._controls_out: asyncio.StreamWriter | None = piped.stdin if piped is not None else None
         self._connected = asyncio.Event()  # the socket is open (or could not be): controls may be tried
         if files is None:
             self._connected.set()
@@ -402,7 +403,8 @@ async def _start_kept(
         listener.close()  # the runner (and its keeper) hold it now
     agent = SdkAgent(proc, spec, transcript, files=files, agent_pid=runner_pid, keeper_pid=proc.pid)
     agent._keep(agent._follow_socket(client))
-    agent._keep(_feed_stdin(proc.stdin, first_line))  # the spec, then end of file: stdin carries nothing more
+    if (rest := proc.send(first_line)) is not None:  # the spec, then end of file: stdin carries nothing more
+        agent._keep(rest)
 
     def exited(done: Agent, code: int) -> None:
         procs.unspare(proc.pid)

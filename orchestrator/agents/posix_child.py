@@ -1,0 +1,213 @@
+"""A child process started with ``os.posix_spawn`` and watched through a pidfd: how the keeper is started.
+
+asyncio's ``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start
+more than the spawn itself: a ``Popen`` object, a transport and a protocol per
+pipe, a child-watcher entry and three turns of the loop before it returns. The
+keeper needs none of that: its stdin is one pipe written once, its stdout and
+stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
+the agent's folder itself (``--cwd``). So it is spawned directly, on a thread of
+its own: glibc's ``posix_spawn`` is a ``vfork`` that returns once the child has
+exec'd, a wait the loop does not share. Its end is a pidfd in the loop's selector
+(a thread blocked in ``waitpid`` where there is no pidfd).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import fcntl
+import os
+import signal
+import threading
+from collections.abc import Sequence
+
+from orchestrator.agents import procs
+
+_devnull: int | None = None
+
+
+def _null() -> int:
+    global _devnull
+    if _devnull is None:
+        _devnull = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+    return _devnull
+
+
+def _above_stdio(fd: int) -> int:
+    """``fd`` moved to 3 or above (an orchestrator started with a closed stdin gets 0 back from ``open``): a dup2
+    onto itself would leave its close-on-exec flag set."""
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
+class PosixChild:
+    """A child started by ``spawn``: its pid, its exit status once it has exited, and its stdin pipe."""
+
+    def __init__(self, pid: int, stdin: int | None) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._stdin = stdin
+        self._loop = asyncio.get_running_loop()
+        self._exited: asyncio.Future[int] = self._loop.create_future()
+        self._watch()
+
+    async def wait(self) -> int:
+        """The exit status as asyncio gives it: the code, or minus the signal that ended it."""
+        return await asyncio.shield(self._exited)
+
+    def send(self, data: bytes) -> asyncio.Future[None] | None:
+        """Write ``data`` to the child's stdin, then close it: at once when the pipe takes it all (None), or in a
+        task that finishes the write (returned)."""
+        fd, self._stdin = self._stdin, None
+        if fd is None:
+            return None
+        view = memoryview(data)
+        try:
+            view = view[os.write(fd, view) :] if view else view
+        except BlockingIOError:
+            pass
+        except OSError:  # it closed its stdin already: its exit status tells the rest
+            os.close(fd)
+            return None
+        if not view:
+            os.close(fd)
+            return None
+        return asyncio.ensure_future(self._send_rest(fd, view))
+
+    async def _send_rest(self, fd: int, view: memoryview) -> None:
+        writable: asyncio.Future[None] | None = None
+
+        def ready() -> None:
+            if writable is not None and not writable.done():
+                writable.set_result(None)
+
+        try:
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    writable = self._loop.create_future()
+                    self._loop.add_writer(fd, ready)
+                    try:
+                        await writable
+                    finally:
+                        self._loop.remove_writer(fd)
+        except OSError:
+            pass  # the child did not read all of it
+        finally:
+            os.close(fd)
+
+    def close_stdin(self) -> None:
+        fd, self._stdin = self._stdin, None
+        if fd is not None:
+            os.close(fd)
+
+    def _watch(self) -> None:
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):  # no pidfd here: a thread waits, as asyncio's own fallback does
+            threading.Thread(target=self._wait_in_thread, name=f"wait-{self.pid}", daemon=True).start()
+            return
+
+        def readable() -> None:
+            self._loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._reap()
+
+        self._loop.add_reader(pidfd, readable)
+
+    def _reap(self) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its status is lost (the keeper's record is not)
+            self._ended(255)
+            return
+        if pid == 0:  # readable pidfd, no zombie yet: look again in a moment
+            self._loop.call_later(0.005, self._reap)
+            return
+        self._ended(os.waitstatus_to_exitcode(status))
+
+    def _wait_in_thread(self) -> None:
+        try:
+            _pid, status = os.waitpid(self.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            code = 255
+        self._loop.call_soon_threadsafe(self._ended, code)
+
+    def _ended(self, code: int) -> None:
+        self.returncode = code
+        if not self._exited.done():
+            self._exited.set_result(code)
+
+
+_spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spawn")
+
+
+async def spawn(
+    argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fds: Sequence[int] = ()
+) -> PosixChild:
+    """Start ``argv[0]`` (a full path) in a session of its own, in our folder, with ``env``; raises ``OSError``.
+
+    Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``;
+    it inherits ``keep_fds`` under the same numbers, and none of ours else: Python opens every descriptor
+    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn itself runs on
+    a thread of its own: it returns only once the child has exec'd, and meanwhile the loop goes on.
+    The child is spared from ``procs.reap_orphans`` until its status is read."""
+    loop = asyncio.get_running_loop()
+    with procs.spawning():  # until it is spared, a quick child's zombie must not be reaped as an orphan
+        started = loop.run_in_executor(_spawner, _spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
+        try:
+            pid, stdin = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            started.add_done_callback(_abandon)
+            raise
+        child = PosixChild(pid, stdin)
+        procs.spare(pid)
+    return child
+
+
+def _abandon(started: asyncio.Future[tuple[int, int | None]]) -> None:
+    """A start whose caller was cancelled: its child is killed (and reaped as an orphan)."""
+    if started.cancelled() or started.exception() is not None:
+        return
+    pid, stdin = started.result()
+    if stdin is not None:
+        os.close(stdin)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tuple[int, ...]) -> tuple[int, int | None]:
+    """The spawn, on the spawner's thread: (the pid, our end of its stdin pipe)."""
+    null = _null()
+    read_end = write_end = None
+    if stdin_pipe:
+        read_end, write_end = os.pipe()
+        read_end = _above_stdio(read_end)
+        os.set_blocking(write_end, False)
+    actions = [
+        (os.POSIX_SPAWN_DUP2, null if read_end is None else read_end, 0),
+        (os.POSIX_SPAWN_DUP2, null, 1),
+        (os.POSIX_SPAWN_DUP2, null, 2),
+    ]
+    for fd in keep_fds:  # only for this spawn, the one thread that makes them: subprocess closes what it does not pass
+        os.set_inheritable(fd, True)
+    try:
+        pid = os.posix_spawn(
+            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+        )
+    except BaseException:
+        if write_end is not None:
+            os.close(write_end)
+        raise
+    finally:
+        if read_end is not None:
+            os.close(read_end)
+        for fd in keep_fds:
+            os.set_inheritable(fd, False)
+    return pid, write_end

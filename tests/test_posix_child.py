@@ -1,0 +1,131 @@
+"""The keeper's start: ``posix_spawn`` off the loop's thread, a pidfd for its end, its stdin written without asyncio.
+
+Real child processes (``/bin/sh`` and Python), no keeper: what is tested is the
+start itself (descriptors, session, stdin, exit status, a cancelled start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+
+from conftest import wait_for
+from orchestrator.agents import posix_child, procs
+
+
+def test_exit_codes_and_signals_come_back_as_asyncio_gives_them():
+    async def main() -> list[int | None]:
+        codes: list[int | None] = []
+        for script in ("exit 0", "exit 3", "kill -TERM $$", "kill -KILL $$"):
+            child = await posix_child.spawn(["/bin/sh", "-c", script], dict(os.environ), stdin_pipe=False)
+            assert child.pid in procs._spared, "reap_orphans must leave it to us"
+            codes.append(await child.wait())
+            assert child.returncode == codes[-1]
+            procs.unspare(child.pid)
+        return codes
+
+    assert asyncio.run(main()) == [0, 3, -signal.SIGTERM, -signal.SIGKILL]
+
+
+def test_the_child_leads_a_session_and_inherits_the_descriptors_it_is_given(tmp_path: Path):
+    out = tmp_path / "seen.json"
+    probe = (
+        "import json, os; json.dump({'pid': os.getpid(), 'sid': os.getsid(0), 'cwd': os.getcwd(), "
+        f"'fds': sorted(int(n) for n in os.listdir('/proc/self/fd'))}}, open({str(out)!r}, 'w'))"
+    )
+
+    async def main() -> tuple[int, int, int]:
+        kept_r, kept_w = os.pipe()
+        other_r, other_w = os.pipe()  # ours alone: not inherited
+        try:
+            child = await posix_child.spawn(
+                [sys.executable, "-c", probe], dict(os.environ), stdin_pipe=True, keep_fds=(kept_w,)
+            )
+            assert child.send(b"") is None
+            assert await child.wait() == 0
+            assert not os.get_inheritable(kept_w), "inheritable for that one start only"
+            return child.pid, kept_w, other_w
+        finally:
+            for fd in (kept_r, kept_w, other_r, other_w):
+                os.close(fd)
+
+    pid, kept, other = asyncio.run(main())
+    seen = json.loads(out.read_text())
+    assert seen["pid"] == seen["sid"] == pid
+    assert seen["cwd"] == os.getcwd()
+    # ours are all close-on-exec, as Python makes them (what a parent left inheritable the keeper closes)
+    assert kept in seen["fds"] and other not in seen["fds"]
+
+
+def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path):
+    out = tmp_path / "got"
+    reader = f"import sys, time; time.sleep(0.3); open({str(out)!r}, 'w').write(str(len(sys.stdin.buffer.read())))"
+    big = b"x" * (3 * 1024 * 1024)
+
+    async def main() -> tuple[bool, bool, int]:
+        small = await posix_child.spawn([sys.executable, "-c", reader], dict(os.environ), stdin_pipe=True)
+        small_now = small.send(b"hello") is None
+        await small.wait()
+        small_got = out.read_text() == "5"
+        large = await posix_child.spawn([sys.executable, "-c", reader], dict(os.environ), stdin_pipe=True)
+        rest = large.send(big)
+        assert rest is not None, "a pipe holds far less than 3 MiB: the rest is written as the child reads"
+        await rest
+        return small_now, small_got, await large.wait()
+
+    small_now, small_got, code = asyncio.run(main())
+    assert small_now and small_got and code == 0
+    assert out.read_text() == str(len(big))
+
+
+def test_a_child_that_stops_reading_its_stdin_does_not_hang_the_writer():
+    async def main() -> int:
+        child = await posix_child.spawn(["/bin/sh", "-c", "exit 5"], dict(os.environ), stdin_pipe=True)
+        rest = child.send(b"y" * (1024 * 1024))
+        if rest is not None:
+            await asyncio.wait_for(rest, 10)  # EPIPE once the child is gone: ends, without an error
+        return await child.wait()
+
+    assert asyncio.run(main()) == 5
+
+
+def test_a_cancelled_start_leaves_no_child_running():
+    mark = f"POSIX_CHILD_TEST={uuid.uuid4()}"
+    env = {**os.environ, "POSIX_CHILD_TEST": mark.split("=", 1)[1]}
+
+    def marked() -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["environ", "status"]):
+            try:
+                if (
+                    proc.info["status"] != psutil.STATUS_ZOMBIE
+                    and (proc.info["environ"] or {}).get("POSIX_CHILD_TEST") == env["POSIX_CHILD_TEST"]
+                ):
+                    found.append(proc.pid)
+            except psutil.Error:
+                continue
+        return found
+
+    async def main() -> None:
+        task = asyncio.ensure_future(posix_child.spawn(["/bin/sleep", "30"], env, stdin_pipe=True))
+        await asyncio.sleep(0)  # the spawn is on its thread now
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:  # the spawn had finished first: then the child is ours and stopped here
+            child = task.result()
+            os.killpg(child.pid, signal.SIGKILL)
+            await child.wait()
+
+    asyncio.run(main())
+    wait_for(lambda: marked() == [], what="no child left running after its start was cancelled")
+    procs.reap_orphans()
