@@ -33,6 +33,9 @@ class ProcRef:
 
     @classmethod
     def of(cls, pid: int) -> ProcRef | None:
+        created = _created(pid)  # at every agent start: one read of /proc instead of psutil's three
+        if created is not None:
+            return cls(pid, created)
         try:
             return cls(pid, psutil.Process(pid).create_time())
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
@@ -79,6 +82,21 @@ def _proc_stat(pid: int) -> tuple[int, str, int] | None:
         return None
     rest = data[data.rfind(b")") + 2 :].split()
     return int(rest[2]), rest[0].decode(), int(rest[1])
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _created(pid: int) -> float | None:
+    """psutil's create time of ``pid`` (the boot time plus its start in clock ticks) from /proc/<pid>/stat, or
+    None where there is no such file (gone, or not Linux): the caller asks psutil then."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        boot = psutil.boot_time()  # read again each time, as psutil does: it moves when the clock is set
+    except OSError:
+        return None
+    return int(data[data.rfind(b")") + 2 :].split()[19]) / _TICKS + boot
 
 
 def all_pids() -> list[int]:

@@ -249,8 +249,10 @@ class Continuity:
     def _journal(self, run: Run, state: RunState, reason: str | None, warning: str | None) -> None:
         role = run.role.name
         folder = self.config.role_dir(role) / jn.JOURNAL
-        attempts = self.store.attempts(run.run_id)
-        started = next((a["started_at"] for a in attempts if a.get("started_at")), run.started_at)
+        started = run.started_at  # a first attempt's own start; a later one's run started with its first
+        if run.attempt != 1 or started is None:
+            attempts = self.store.attempts(run.run_id)
+            started = next((a["started_at"] for a in attempts if a.get("started_at")), run.started_at)
         now = self.clock.now().astimezone()
         text = self.entry_text(run, state, reason, warning, started, now)
         since = None
