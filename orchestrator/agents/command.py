@@ -48,10 +48,7 @@ def agent_environment(
     role: Role, root: Path, run_id: int, attempt: int, memo_paths: list[Path], seq: int | None = None
 ) -> dict[str, str]:
     """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables."""
-    env = dict(os.environ)
-    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own retries: claude_cli
-        env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
-    env.update(role.env)
+    env = dict(_role_environment(role))
     env.update(
         {
             "ORCHESTRATOR_ROLE": role.name,
@@ -80,6 +77,23 @@ def role_folder(root: Path, cwd: str) -> Path:
     if folder is None:
         folder = _folders[key] = (root / cwd).resolve()
     return folder
+
+
+_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
+
+
+def _role_environment(role: Role) -> dict[str, str]:
+    """Ours and the role's ``env``, made once per role: our environment does not change while we run, and
+    reading ``os.environ`` decodes every variable again."""
+    cached = _role_envs.get(id(role))
+    if cached is not None and cached[0] is role:
+        return cached[1]
+    env = dict(os.environ)
+    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own retries: claude_cli
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
+    env.update(role.env)
+    _role_envs[id(role)] = (role, env)
+    return env
 
 
 def resolve_command(argv: list[str], cwd: Path) -> str | None:

@@ -158,20 +158,19 @@ async def spawn(
     close-on-exec (what our own parent left inheritable, the keeper closes). The spawn itself runs on
     a thread of its own: it returns only once the child has exec'd, and meanwhile the loop goes on.
     The child is spared from ``procs.reap_orphans`` until its status is read."""
-    loop = asyncio.get_running_loop()
     with procs.spawning():  # until it is spared, a quick child's zombie must not be reaped as an orphan
-        started = loop.run_in_executor(_spawner, _spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
+        started = _spawner.submit(_spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
         try:
-            pid, stdin = await asyncio.shield(started)
+            pid, stdin = await asyncio.shield(asyncio.wrap_future(started))
         except asyncio.CancelledError:
-            started.add_done_callback(_abandon)
+            started.add_done_callback(_abandon)  # on the spawner's thread: even once the loop is closed
             raise
         child = PosixChild(pid, stdin)
         procs.spare(pid)
     return child
 
 
-def _abandon(started: asyncio.Future[tuple[int, int | None]]) -> None:
+def _abandon(started: concurrent.futures.Future[tuple[int, int | None]]) -> None:
     """A start whose caller was cancelled: its child is killed (and reaped as an orphan)."""
     if started.cancelled() or started.exception() is not None:
         return

@@ -84,6 +84,8 @@ class Wakes:
         self.not_before: dict[str, datetime] = {}
         self.probing: set[str] = set()
         self.tasks: set[asyncio.Task[Any]] = set()
+        # the ids of every wake memo on record (only this loop writes them): other memos cost no query
+        self.wake_ids: set[str] = {row[0] for row in self.db.execute("SELECT memo_id FROM wake_memos")}
         # the one boundary the replay tests replace: running the signal and preflight commands
         self.probe_runner: Callable[[list[Probe], Path], Any] = run_probes
         self._post: Callable[[Any], None] = sup.handle  # events of this module's own, through the loop
@@ -329,7 +331,7 @@ class Wakes:
         run: Run = event.run
         changed = False
         for memo in run.memos:
-            wake = records.wake(self.db, memo.memo_id) if memo.memo_id else None
+            wake = records.wake(self.db, memo.memo_id) if memo.memo_id in self.wake_ids else None
             if wake is None or wake["outcome"] is not None or event.state is RunState.RETURNED:
                 continue
             now, name = self.clock.now(), run.role.name
@@ -358,7 +360,7 @@ class Wakes:
         """``$tasks`` and ``$signals`` of a wake (empty for other memos) and ``$time`` in the team's zone."""
         out = {"time": self.clock.now().astimezone(self.tz).strftime("%H:%M")}
         for memo in run.memos:
-            wake = records.wake(self.db, memo.memo_id) if memo.memo_id else None
+            wake = records.wake(self.db, memo.memo_id) if memo.memo_id in self.wake_ids else None
             if wake is not None:
                 out["tasks"], out["signals"] = wake["tasks_text"], wake["signals_text"]
                 break

@@ -62,7 +62,7 @@ class MemoWriter:
         wakes = self.wakes
         now = wakes.clock.now()
         stem = f"{kind}-{slug(name, 60)}-{new_memo_id()}"
-        while records.wake(wakes.db, stem) is not None:
+        while stem in wakes.wake_ids:
             stem += "x"
         path = wakes.config.role_dir(name) / INBOX / f"{stem}.md"
         front = {
@@ -75,10 +75,12 @@ class MemoWriter:
             "created_at": iso(now),
         }
         records.add_wake(wakes.db, stem, name, path.name, keys, texts, now)
+        wakes.wake_ids.add(stem)
         try:
             write_atomically(path, render_memo(front, body))
         except OSError as exc:
             records.drop_wake(wakes.db, stem)
+            wakes.wake_ids.discard(stem)
             wakes.console.error(f"internal error: cannot write {path}: {exc}")
             return None
         wakes.sup.intake.seen(MemoSeen(name, path, complete=True))
