@@ -12,7 +12,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
 
@@ -46,9 +46,18 @@ class SystemClock:
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
+        self._minute = -1
+        self._zone: tzinfo | None = None
 
     def now(self) -> datetime:
-        return datetime.now().astimezone()
+        """``datetime.now().astimezone()``, with the local zone's offset looked up once a minute (offsets change
+        only on whole minutes): the lookup was most of the cost of the many times a run asks the time."""
+        stamp = time.time()
+        minute = int(stamp // 60)
+        if minute != self._minute or self._zone is None:
+            self._zone = datetime.fromtimestamp(stamp).astimezone().tzinfo
+            self._minute = minute
+        return datetime.fromtimestamp(stamp, self._zone)
 
     def monotonic(self) -> float:
         return time.monotonic()

@@ -37,6 +37,8 @@ class Endings:
             receipt = self._cancelled(event)
         else:
             self._say(event)
+            if not run.waiters:
+                return  # nobody waits for this end: no receipt to make
             receipt = RunView.from_run(run, self.clock.monotonic(), state=state.value, reason=event.reason).to_json()
         for waiter in run.waiters:
             if not waiter.done():
