@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -56,6 +57,21 @@ def stamp() -> str:
     if second != _stamped[0]:
         _stamped = (second, datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S"))
     return _stamped[1]
+
+
+def flush_this_turn(flush: Callable[[], None]) -> bool:
+    """Call ``flush`` at the end of the loop's turn (True), or now when no loop runs (False): one write for
+    every line of a turn."""
+    # asyncio only if something imported it already: importing it here would cost every command 30 ms
+    aio = sys.modules.get("asyncio")
+    try:
+        if aio is None:
+            raise RuntimeError("no event loop")
+        aio.get_running_loop().call_soon(flush)
+        return True
+    except RuntimeError:  # no loop: a command, or the loop's very end
+        flush()
+        return False
 
 
 def is_tty(stream: TextIO) -> bool:
@@ -326,15 +342,7 @@ class RotatingLog:
             return
         if self._flush_due:
             return
-        # asyncio only if something imported it already: importing it here would cost every command 30 ms
-        aio = sys.modules.get("asyncio")
-        try:
-            if aio is None:
-                raise RuntimeError("no event loop")
-            aio.get_running_loop().call_soon(self._flush)
-            self._flush_due = True
-        except RuntimeError:  # no loop: a command, or the loop's very end
-            self._flush()
+        self._flush_due = flush_this_turn(self._flush)
 
     def _flush(self) -> None:
         self._flush_due = False
@@ -392,6 +400,7 @@ class Console:
             self._log = open_log(log_path, max_log_bytes, log_backups)
         self._live: Live | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stream_flush_due = False
 
     def line(self, text: str, role: str | None = None) -> None:
         """One event, for people: the log file, and the terminal."""
@@ -399,7 +408,21 @@ class Console:
         self._write_log(out)
         self.recent.append(out)
         if self._live is None:
-            say(out, self.stream)
+            self._print(out)
+
+    def _print(self, out: str) -> None:
+        """A line on the terminal, flushed with the others of the loop's turn."""
+        try:
+            self.stream.write(out + "\n")
+        except (OSError, ValueError):
+            return
+        if not self._stream_flush_due:
+            self._stream_flush_due = flush_this_turn(self._flush_stream)
+
+    def _flush_stream(self) -> None:
+        self._stream_flush_due = False
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
 
     def error(self, text: str) -> None:
         """An internal error: its first line on the terminal, the whole text (a traceback) in the log file."""
@@ -420,6 +443,7 @@ class Console:
 
     def close(self) -> None:
         """Close the log file (the live view, if any, is stopped first)."""
+        self._flush_stream()
         self.stop_live()
         if self._log is not None:
             with contextlib.suppress(OSError, ValueError):  # what could not be written is lost, not raised
