@@ -17,8 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator import store_wal
 from orchestrator.core.states import FINISHED
 from orchestrator.core.text import printable
+from orchestrator.store_wal import WalCheckpointer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -229,9 +231,28 @@ class Store:
             self.db.executescript(SCHEMA)
             _migrate(self.db)
         self.db.row_factory = sqlite3.Row
+        self._wal: WalCheckpointer | None = None
+        self._commits = 0
+
+    def checkpoint_off_loop(self) -> None:
+        """For the orchestrator's long-lived store: the WAL is checkpointed by a thread (``store_wal``)."""
+        self.db.execute("PRAGMA wal_autocheckpoint=0")
+        self._wal = WalCheckpointer(self.path)
+
+    def _committed(self) -> None:
+        self._commits += 1
+        if self._wal is not None and self._commits % store_wal.COMMITS == 0:
+            if self._wal.alive:
+                self._wal.poke()
+            else:  # it could not open the database: SQLite checkpoints at our commits again
+                self.db.execute("PRAGMA wal_autocheckpoint=1000")
+                self._wal = None
 
     def close(self) -> None:
         self.closed = True
+        if self._wal is not None:
+            self._wal.stop()
+            self._wal = None
         self.db.close()
 
     @contextlib.contextmanager
@@ -252,6 +273,7 @@ class Store:
         finally:
             if self.db.in_transaction:
                 self.db.execute("COMMIT")
+                self._committed()
 
     def checkpoint(self) -> None:
         """Inside a ``batch``: commit what is written so far and go on in a new transaction.
@@ -261,6 +283,7 @@ class Store:
         """
         if not self.closed and self.db.in_transaction:
             self.db.execute("COMMIT")
+            self._committed()
             self.db.execute("BEGIN")
 
     # runs -------------------------------------------------------------
