@@ -21,12 +21,12 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from orchestrator.core.text import printable as _printable
+from orchestrator.core.turn import at_turn_end
 
 if TYPE_CHECKING:
     import asyncio
@@ -57,21 +57,6 @@ def stamp() -> str:
     if second != _stamped[0]:
         _stamped = (second, datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S"))
     return _stamped[1]
-
-
-def flush_this_turn(flush: Callable[[], None]) -> bool:
-    """Call ``flush`` at the end of the loop's turn (True), or now when no loop runs (False): one write for
-    every line of a turn."""
-    # asyncio only if something imported it already: importing it here would cost every command 30 ms
-    aio = sys.modules.get("asyncio")
-    try:
-        if aio is None:
-            raise RuntimeError("no event loop")
-        aio.get_running_loop().call_soon(flush)
-        return True
-    except RuntimeError:  # no loop: a command, or the loop's very end
-        flush()
-        return False
 
 
 def is_tty(stream: TextIO) -> bool:
@@ -342,7 +327,7 @@ class RotatingLog:
             return
         if self._flush_due:
             return
-        self._flush_due = flush_this_turn(self._flush)
+        self._flush_due = at_turn_end(self._flush)
 
     def _flush(self) -> None:
         self._flush_due = False
@@ -417,7 +402,7 @@ class Console:
         except (OSError, ValueError):
             return
         if not self._stream_flush_due:
-            self._stream_flush_due = flush_this_turn(self._flush_stream)
+            self._stream_flush_due = at_turn_end(self._flush_stream)
 
     def _flush_stream(self) -> None:
         self._stream_flush_due = False

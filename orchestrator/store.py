@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator import store_wal
 from orchestrator.core.states import FINISHED
 from orchestrator.core.text import printable
+from orchestrator.core.turn import at_turn_end
 from orchestrator.store_wal import WalCheckpointer
 
 SCHEMA = """
@@ -233,6 +234,7 @@ class Store:
         self.db.row_factory = sqlite3.Row
         self._wal: WalCheckpointer | None = None
         self._commits = 0
+        self._lazy = False  # the open transaction is a lazy batch's (``batch``)
 
     def checkpoint_off_loop(self) -> None:
         """For the orchestrator's long-lived store: the WAL is checkpointed by a thread (``store_wal``)."""
@@ -249,6 +251,7 @@ class Store:
                 self._wal = None
 
     def close(self) -> None:
+        self.commit_pending()
         self.closed = True
         if self._wal is not None:
             self._wal.stop()
@@ -256,24 +259,45 @@ class Store:
         self.db.close()
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, lazy: bool = False) -> Iterator[None]:
         """Every write inside is one transaction, committed at the end whatever happened inside.
 
         The supervisor handles each event in one: a run's start or end is several statements, and a
         commit each was a tenth of the loop's time in a drain of 2,000 memos. Nothing outside the
         loop's thread writes, and an event's handler never awaits, so no other write joins it.
         A nested ``batch`` is part of the outer one.
+
+        ``lazy``: what nothing outside waits for (an agent's pid, which recovery also finds by its
+        marks) is committed with the next batch of the same turn of the loop, or at the turn's end
+        (``commit_pending``), instead of in a commit of its own.
         """
-        if self.closed or self.db.in_transaction:  # closed: the loop's last events write nothing
+        if self.closed:  # the loop's last events write nothing
             yield
             return
-        self.db.execute("BEGIN")
+        if self.db.in_transaction and not self._lazy:  # inside another batch
+            yield
+            return
+        if self.db.in_transaction:
+            self._lazy = False  # a lazy batch's transaction: this one ends it
+        else:
+            self.db.execute("BEGIN")
         try:
             yield
         finally:
             if self.db.in_transaction:
-                self.db.execute("COMMIT")
-                self._committed()
+                if lazy:
+                    self._lazy = True
+                    at_turn_end(self.commit_pending)
+                else:
+                    self.db.execute("COMMIT")
+                    self._committed()
+
+    def commit_pending(self) -> None:
+        """Commit what a lazy batch left open (nothing when there is none): before a spawn, and at a turn's end."""
+        if self._lazy and not self.closed and self.db.in_transaction:
+            self.db.execute("COMMIT")
+            self._committed()
+        self._lazy = False
 
     def checkpoint(self) -> None:
         """Inside a ``batch``: commit what is written so far and go on in a new transaction.

@@ -234,6 +234,7 @@ class Launcher:
         task.add_done_callback(self.tasks.discard)
 
     async def _spawn(self, spec: LaunchSpec) -> None:
+        self.store.commit_pending()  # the attempt is on record before its agent can exist
         try:
             agent = await self.spawner.start(spec, self._exited)
         except SpawnError as exc:

@@ -155,7 +155,8 @@ class Supervisor:
 
     def handle(self, event: ev.Event) -> None:
         """Dispatch one event to its owner, then start what may start; nothing here is ever swallowed."""
-        with self.store.batch():  # one transaction per event: its records land together
+        # one transaction per event: its records land together (an agent's start: with the next event's)
+        with self.store.batch(lazy=isinstance(event, ev.AgentStarted)):
             try:
                 handler = self.handlers.get(type(event))
                 if handler is None:
