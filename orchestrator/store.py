@@ -17,11 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator import store_wal
 from orchestrator.core.states import FINISHED
 from orchestrator.core.text import printable
 from orchestrator.core.turn import at_turn_end
-from orchestrator.store_wal import WalCheckpointer
+from orchestrator.store_wal import COMMITS, WalCheckpointer
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -243,7 +242,7 @@ class Store:
 
     def _committed(self) -> None:
         self._commits += 1
-        if self._wal is not None and self._commits % store_wal.COMMITS == 0:
+        if self._wal is not None and self._commits % COMMITS == 0:
             if self._wal.alive:
                 self._wal.poke()
             else:  # it could not open the database: SQLite checkpoints at our commits again

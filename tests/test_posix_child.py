@@ -129,3 +129,20 @@ def test_a_cancelled_start_leaves_no_child_running():
     asyncio.run(main())
     wait_for(lambda: marked() == [], what="no child left running after its start was cancelled")
     procs.reap_orphans()
+
+
+def test_without_pidfds_a_thread_waits_for_the_child(monkeypatch):
+    def no_pidfd(_pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+
+    async def main() -> list[int]:
+        codes = []
+        for script in ("exit 4", "kill -TERM $$"):
+            child = await posix_child.spawn(["/bin/sh", "-c", script], dict(os.environ), stdin_pipe=False)
+            codes.append(await asyncio.wait_for(child.wait(), 10))
+            procs.unspare(child.pid)
+        return codes
+
+    assert asyncio.run(main()) == [4, -signal.SIGTERM]

@@ -137,7 +137,8 @@ class PosixChild:
             code = os.waitstatus_to_exitcode(status)
         except ChildProcessError:
             code = 255
-        self._loop.call_soon_threadsafe(self._ended, code)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is left to tell
+            self._loop.call_soon_threadsafe(self._ended, code)
 
     def _ended(self, code: int) -> None:
         self.returncode = code
