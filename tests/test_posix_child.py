@@ -15,12 +15,21 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import wait_for
 from orchestrator.agents import posix_child, procs
 
 
-def test_exit_codes_and_signals_come_back_as_asyncio_gives_them():
+@pytest.fixture(params=["alone", "beside others"])
+def start_mode(request, monkeypatch) -> str:
+    """A lone start spawns on the loop's thread; beside other children, on the spawner's thread."""
+    if request.param == "beside others":
+        monkeypatch.setattr(procs, "spared_count", lambda: 3)
+    return request.param
+
+
+def test_exit_codes_and_signals_come_back_as_asyncio_gives_them(start_mode):
     async def main() -> list[int | None]:
         codes: list[int | None] = []
         for script in ("exit 0", "exit 3", "kill -TERM $$", "kill -KILL $$"):
@@ -64,7 +73,7 @@ def test_the_child_leads_a_session_and_inherits_the_descriptors_it_is_given(tmp_
     assert kept in seen["fds"] and other not in seen["fds"]
 
 
-def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path):
+def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path, start_mode):
     out = tmp_path / "got"
     reader = f"import sys, time; time.sleep(0.3); open({str(out)!r}, 'w').write(str(len(sys.stdin.buffer.read())))"
     big = b"x" * (3 * 1024 * 1024)
@@ -96,7 +105,8 @@ def test_a_child_that_stops_reading_its_stdin_does_not_hang_the_writer():
     assert asyncio.run(main()) == 5
 
 
-def test_a_cancelled_start_leaves_no_child_running():
+def test_a_cancelled_start_leaves_no_child_running(monkeypatch):
+    monkeypatch.setattr(procs, "spared_count", lambda: 3)  # beside other children: the start is on a thread
     mark = f"POSIX_CHILD_TEST={uuid.uuid4()}"
     env = {**os.environ, "POSIX_CHILD_TEST": mark.split("=", 1)[1]}
 
@@ -120,13 +130,16 @@ def test_a_cancelled_start_leaves_no_child_running():
         try:
             await task
         except asyncio.CancelledError:
-            pass
+            cancelled.append(True)
         else:  # the spawn had finished first: then the child is ours and stopped here
             child = task.result()
             os.killpg(child.pid, signal.SIGKILL)
             await child.wait()
 
+    cancelled: list[bool] = []
+
     asyncio.run(main())
+    assert cancelled, "the start was cancelled while its spawn ran on the thread"
     wait_for(lambda: marked() == [], what="no child left running after its start was cancelled")
     procs.reap_orphans()
 

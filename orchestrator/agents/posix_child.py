@@ -5,10 +5,11 @@ more than the spawn itself: a ``Popen`` object, a transport and a protocol per
 pipe, a child-watcher entry and three turns of the loop before it returns. The
 keeper needs none of that: its stdin is one pipe written once, its stdout and
 stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
-the agent's folder itself (``--cwd``). So it is spawned directly, on a thread of
-its own: glibc's ``posix_spawn`` is a ``vfork`` that returns once the child has
-exec'd, a wait the loop does not share. Its end is a pidfd in the loop's selector
-(a thread blocked in ``waitpid`` where there is no pidfd).
+the agent's folder itself (``--cwd``). So it is spawned directly; glibc's
+``posix_spawn`` is a ``vfork`` that returns once the child has exec'd, a wait the
+loop need not share while other agents' ends are waiting: then the spawn runs on a
+thread of its own. Its end is a pidfd in the loop's selector (a thread blocked in
+``waitpid`` where there is no pidfd).
 """
 
 from __future__ import annotations
@@ -156,11 +157,18 @@ async def spawn(
 
     Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``;
     it inherits ``keep_fds`` under the same numbers, and none of ours else: Python opens every descriptor
-    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn itself runs on
-    a thread of its own: it returns only once the child has exec'd, and meanwhile the loop goes on.
-    The child is spared from ``procs.reap_orphans`` until its status is read."""
+    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn returns only once
+    the child has exec'd: while other children run, it runs on a thread of its own and the loop handles
+    their ends meanwhile; a lone start spawns at once, since the thread's hand-off costs more than the
+    wait when the loop has nothing else to do. The child is spared from ``procs.reap_orphans`` until
+    its status is read."""
     with procs.spawning():  # until it is spared, a quick child's zombie must not be reaped as an orphan
-        started = _spawner.submit(_spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
+        started: concurrent.futures.Future[tuple[int, int | None]]
+        if procs.spared_count() == 0:
+            started = concurrent.futures.Future()
+            started.set_result(_spawn(list(argv), env, stdin_pipe, tuple(keep_fds)))
+        else:
+            started = _spawner.submit(_spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
         try:
             pid, stdin = await asyncio.shield(asyncio.wrap_future(started))
         except asyncio.CancelledError:
