@@ -234,11 +234,15 @@ class Store:
         self._wal: WalCheckpointer | None = None
         self._commits = 0
         self._lazy = False  # the open transaction is a lazy batch's (``batch``)
+        self._attempt_keys: set[tuple[str, str]] | None = None  # (role, name) in memo_attempts, or not known
 
-    def checkpoint_off_loop(self) -> None:
-        """For the orchestrator's long-lived store: the WAL is checkpointed by a thread (``store_wal``)."""
+    def for_the_loop(self) -> None:
+        """The running orchestrator's own store: its WAL is checkpointed by a thread (``store_wal``), and the
+        memos with a kept attempt count are known in memory (only the loop writes them), so the many memos
+        without one cost no query at their claim and end."""
         self.db.execute("PRAGMA wal_autocheckpoint=0")
         self._wal = WalCheckpointer(self.path)
+        self._attempt_keys = {(row[0], row[1]) for row in self.db.execute("SELECT role, name FROM memo_attempts")}
 
     def _committed(self) -> None:
         self._commits += 1
@@ -407,18 +411,25 @@ class Store:
 
     # memo attempt counts that survive a return to the inbox -------------
     def memo_attempts(self, role: str, name: str) -> int:
-        row = self.db.execute(
-            "SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?", (role, safe_text(name))
-        ).fetchone()
+        name = safe_text(name)
+        if self._attempt_keys is not None and (role, name) not in self._attempt_keys:
+            return 0
+        row = self.db.execute("SELECT attempts FROM memo_attempts WHERE role = ? AND name = ?", (role, name)).fetchone()
         return int(row[0]) if row else 0
 
     def set_memo_attempts(self, role: str, name: str, attempts: int) -> None:
-        self.db.execute("INSERT OR REPLACE INTO memo_attempts VALUES (?, ?, ?)", (role, safe_text(name), attempts))
+        name = safe_text(name)
+        self.db.execute("INSERT OR REPLACE INTO memo_attempts VALUES (?, ?, ?)", (role, name, attempts))
+        if self._attempt_keys is not None:
+            self._attempt_keys.add((role, name))
 
     def forget_memo_attempts(self, role: str, names: Iterable[str]) -> None:
-        self.db.executemany(
-            "DELETE FROM memo_attempts WHERE role = ? AND name = ?", [(role, safe_text(n)) for n in names]
-        )
+        keys = {(role, safe_text(n)) for n in names}
+        if self._attempt_keys is not None:
+            keys &= self._attempt_keys
+            self._attempt_keys -= keys
+        if keys:
+            self.db.executemany("DELETE FROM memo_attempts WHERE role = ? AND name = ?", sorted(keys))
 
     # cancellations ----------------------------------------------------
     def record_cancellation(self, **fields: Any) -> int:

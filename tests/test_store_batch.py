@@ -73,3 +73,26 @@ def test_a_lazy_batch_joins_the_next_batch_of_the_turn_or_ends_with_the_turn(tmp
     }
     store.close()  # the lazy e.md was still open when the loop ended: closing commits it
     assert _seen_elsewhere(store.path)[-1] == '["e.md"]'
+
+
+def test_the_loops_store_knows_the_kept_attempt_counts_without_asking_the_database(tmp_path: Path):
+    first = Store(tmp_path / "state.db")
+    first.set_memo_attempts("builder", "kept.md", 2)  # left by an earlier orchestrator
+    first.close()
+
+    store = Store(tmp_path / "state.db")
+    store.for_the_loop()
+    asked: list[str] = []
+    store.db.set_trace_callback(lambda sql: asked.append(sql) if "memo_attempts" in sql else None)
+    assert store.memo_attempts("builder", "new.md") == 0
+    store.forget_memo_attempts("builder", ["new.md", "other.md"])
+    assert asked == [], "a memo without a kept count costs no statement"
+    assert store.memo_attempts("builder", "kept.md") == 2, "a count on record at the start is known"
+    store.set_memo_attempts("builder", "back.md", 1)
+    assert store.memo_attempts("builder", "back.md") == 1
+    store.forget_memo_attempts("builder", ["back.md", "kept.md"])
+    assert store.memo_attempts("builder", "back.md") == store.memo_attempts("builder", "kept.md") == 0
+    store.close()
+    again = Store(tmp_path / "state.db")  # not the loop's: it asks the database, which agrees
+    assert [again.memo_attempts("builder", n) for n in ("kept.md", "back.md")] == [0, 0]
+    again.close()

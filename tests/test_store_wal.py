@@ -37,7 +37,7 @@ def test_the_thread_keeps_the_log_short_where_no_checkpoint_lets_it_grow(tmp_pat
     grown = _wal_size(unchecked.path)
 
     checked = Store(tmp_path / "b" / "state.db")
-    checked.checkpoint_off_loop()
+    checked.for_the_loop()
     for batch in range(12):
         _commit_runs(checked, store_wal.COMMITS)
         wait_for(lambda: not checked._wal._wake.is_set(), what=f"checkpoint {batch + 1} taken up")  # type: ignore[union-attr]
@@ -59,7 +59,7 @@ def test_a_thread_that_cannot_open_the_database_hands_checkpoints_back_to_sqlite
         raise sqlite3.OperationalError("unable to open database file")
 
     monkeypatch.setattr(store_wal.sqlite3, "connect", refuse)
-    store.checkpoint_off_loop()
+    store.for_the_loop()
     wait_for(lambda: store._wal is not None and not store._wal.alive, what="the thread gone")
     _commit_runs(store, store_wal.COMMITS)
     assert store._wal is None

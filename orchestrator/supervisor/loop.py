@@ -219,7 +219,7 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         procs.become_subreaper()
         children.use_pidfd_watcher()
-        self.store.checkpoint_off_loop()
+        self.store.for_the_loop()
         for role in self.config.roles:
             # every folder now, so each is under the watch before a memo moves into it: a move into a folder
             # made a moment earlier is seen as half a move, which watchdog holds 0.5 s, stalling every event
