@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import Project, wait_for
-from orchestrator.schedule.probes import Probe, ProbeResult
+from orchestrator.agents import children, procs
+from orchestrator.schedule.probes import Probe, ProbeResult, run_probe
 from replay import Replay
 
 
@@ -207,3 +209,19 @@ def test_real_preflight_success_is_reused_unless_preflight_reuse_is_zero(project
     finally:
         db.close()
     assert orch.stop() == 0
+
+
+def test_a_signal_command_is_not_taken_by_the_orphan_reaper(tmp_path: Path):
+    """A probe's child exits while the loop is busy; the tick's orphan reaper runs before asyncio reads its
+    status: it must leave it, or asyncio says exit status 255 and the role's wakes are held."""
+
+    async def main():
+        children.use_pidfd_watcher()  # as the orchestrator does: the status is read when the loop gets to it
+        task = asyncio.ensure_future(run_probe(Probe("signal", "s", ("/bin/sh", "-c", "sleep 0.1"), 5), tmp_path))
+        await asyncio.sleep(0.05)  # started, still running
+        time.sleep(0.4)  # the loop is busy: the command exits meanwhile and waits as a zombie
+        procs.reap_orphans()
+        return await task
+
+    result = asyncio.run(main())
+    assert result.ok, result.problem

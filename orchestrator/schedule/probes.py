@@ -14,6 +14,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.agents import procs
+
 MAX_OUTPUT = 64 * 1024  # a signal's news is a summary; more than this is cut
 
 
@@ -43,16 +45,26 @@ class ProbeResult:
 async def run_probe(probe: Probe, root: Path) -> ProbeResult:
     """Run one command; never raises for anything the command does."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *probe.argv,
-            cwd=root,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        with procs.spawning():  # asyncio reaps it: the orphan reaper must leave it, from its start on
+            proc = await asyncio.create_subprocess_exec(
+                *probe.argv,
+                cwd=root,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+            procs.spare(proc.pid)
     except OSError as exc:
         return ProbeResult(probe, False, problem=f"cannot start: {exc.strerror or exc}")
+    try:
+        return await _finish(probe, proc)
+    finally:
+        procs.unspare(proc.pid)
+
+
+async def _finish(probe: Probe, proc: asyncio.subprocess.Process) -> ProbeResult:
+    """The probe's outcome once it exited (killed at its timeout)."""
     try:
         out, err = await asyncio.wait_for(proc.communicate(), probe.timeout)
     except TimeoutError:
