@@ -685,3 +685,14 @@ def test_several_problems_give_one_line_each(tmp_path: Path) -> None:
     lines = str(info.value).splitlines()
     assert len(lines) == 3
     assert all(line.startswith(str(tmp_path.resolve() / "roles.yaml") + ": ") for line in lines)
+
+
+def test_the_scan_makes_the_same_paths_with_or_without_pathlibs_own_child_maker(tmp_path: Path) -> None:
+    from orchestrator.intake.queue import _child_maker
+
+    class NoPrivateMaker(type(tmp_path)):  # type: ignore[misc]
+        _make_child_relpath = None  # a Python without it: the public join instead
+
+    for folder in (tmp_path, NoPrivateMaker(tmp_path)):
+        made = _child_maker(folder)("m 1.md")
+        assert made == tmp_path / "m 1.md" and str(made) == f"{tmp_path}/m 1.md" and made.name == "m 1.md"

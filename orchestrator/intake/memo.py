@@ -242,11 +242,14 @@ def open_for_writing(paths: list[Path]) -> set[Path]:
     wanted: dict[str, Path] = {}
     folders: dict[str, str] = {}  # each folder resolved once: a realpath per memo took 160 ms for 10,000 memos
     for path in paths:
-        wanted[str(path)] = path
-        parent, name = os.path.split(str(path))
-        if parent not in folders:
-            folders[parent] = os.path.realpath(parent)
-        wanted[os.path.join(folders[parent], name)] = path  # a symlinked memo is refused at its claim anyway
+        text = str(path)
+        wanted[text] = path
+        parent, name = os.path.split(text)
+        real = folders.get(parent)
+        if real is None:
+            real = folders[parent] = os.path.realpath(parent)
+        if real != parent:  # a symlinked memo is refused at its claim anyway
+            wanted[os.path.join(real, name)] = path
     busy: set[Path] = set()
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]
