@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from orchestrator.agents import claude_cli
 from orchestrator.agents.command import resolve_command
@@ -45,11 +44,13 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
     state = config.state_dir
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
-    lock = FileLock(str(state / "lock"))
+    # flock, as the filelock package does on Linux, without its import (20 ms of every start)
+    lock = os.open(state / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     pid_file = state / "pid"
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(lock)
         try:
             pid = pid_file.read_text().strip()
         except OSError:
@@ -61,7 +62,7 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
     finally:
         with contextlib.suppress(OSError):
             pid_file.unlink()
-        lock.release()
+        os.close(lock)  # the lock goes with its descriptor
 
 
 def run_up(root: Path, *, until_idle: bool = False, plain: bool = False) -> int:
