@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from orchestrator.agents import claude_cli
-from orchestrator.agents.command import resolve_command
+from orchestrator.agents.command import resolve_command, role_folder
 from orchestrator.config import Config, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
@@ -22,7 +22,7 @@ def preflight(config: Config) -> None:
     check_context(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)
-        cwd = (config.root / role.cwd).resolve()
+        cwd = role_folder(config.root, role.cwd)
         if not cwd.is_dir():
             raise ConfigError(f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist")
         if role.backend == "sdk":

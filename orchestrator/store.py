@@ -244,7 +244,8 @@ class Store:
         self._wal = WalCheckpointer(self.path)
         self._attempt_keys = {(row[0], row[1]) for row in self.db.execute("SELECT role, name FROM memo_attempts")}
 
-    def _committed(self) -> None:
+    def _commit(self) -> None:
+        self.db.execute("COMMIT")
         self._commits += 1
         if self._wal is not None and self._commits % COMMITS == 0:
             if self._wal.alive:
@@ -292,14 +293,12 @@ class Store:
                     self._lazy = True
                     at_turn_end(self.commit_pending)
                 else:
-                    self.db.execute("COMMIT")
-                    self._committed()
+                    self._commit()
 
     def commit_pending(self) -> None:
         """Commit what a lazy batch left open (nothing when there is none): before a spawn, and at a turn's end."""
         if self._lazy and not self.closed and self.db.in_transaction:
-            self.db.execute("COMMIT")
-            self._committed()
+            self._commit()
         self._lazy = False
 
     def checkpoint(self) -> None:
@@ -309,8 +308,7 @@ class Store:
         ``archive/`` (or ``failed/``), and its end is on record once ``finish`` returns.
         """
         if not self.closed and self.db.in_transaction:
-            self.db.execute("COMMIT")
-            self._committed()
+            self._commit()
             self.db.execute("BEGIN")
 
     # runs -------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.claude_errors import classify, last_meaningful_line, one_line
-from orchestrator.agents.command import Agent, LaunchSpec, resolve_command
+from orchestrator.agents.command import Agent, LaunchSpec, resolve_command, role_folder
 from orchestrator.config import Config, Role
 from orchestrator.core.errors import ConfigError
 
@@ -108,7 +108,7 @@ def check_role(config: Config, role: Role) -> None:
         mode_key = f"roles.{role.name}.permission_mode"
     elif is_claude_command(role.command):
         key = f"roles.{role.name}.command"
-        path = resolve_command(role.command, (config.root / role.cwd).resolve())
+        path = resolve_command(role.command, role_folder(config.root, role.cwd))
         if path is None:
             return  # the generic check says it is not found
         mode_key = key

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents import procs
+from orchestrator.agents.posix_child import fd_ready
 
 SOURCE = Path(__file__).with_name("keeper.c")
 BINARY = Path(__file__).with_name("orchestrator-keeper")
@@ -131,14 +132,13 @@ async def read_status(fd: int) -> tuple[int | None, int | None]:
     """Read the keeper's status pipe to its end: (the agent's pid, the exec's errno).
 
     A log the keeper could not open raises ``LogError`` with its errno, a folder it could not enter ``CwdError``."""
-    loop = asyncio.get_running_loop()
     data = b""
     os.set_blocking(fd, False)
     while True:
         try:
             chunk = os.read(fd, 256)
         except BlockingIOError:
-            await _readable(loop, fd)
+            await fd_ready(fd)
             continue
         if not chunk:
             break
@@ -173,23 +173,9 @@ async def wait_pid(pid: int) -> None:
             await asyncio.sleep(0.05)
         return
     try:
-        await _readable(asyncio.get_running_loop(), fd)
+        await fd_ready(fd)
     finally:
         os.close(fd)
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
 
 
 def _running(pid: int) -> bool:

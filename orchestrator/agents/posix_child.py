@@ -45,6 +45,23 @@ def _above_stdio(fd: int) -> int:
     return moved
 
 
+async def fd_ready(fd: int, write: bool = False) -> None:
+    """Return once ``fd`` is readable (or, with ``write``, writable), in the running loop's selector."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    add, remove = (loop.add_writer, loop.remove_writer) if write else (loop.add_reader, loop.remove_reader)
+    add(fd, wake)
+    try:
+        await ready
+    finally:
+        remove(fd)
+
+
 class PosixChild:
     """A child started by ``spawn``: its pid, its exit status once it has exited, and its stdin pipe."""
 
@@ -80,23 +97,12 @@ class PosixChild:
         return asyncio.ensure_future(self._send_rest(fd, view))
 
     async def _send_rest(self, fd: int, view: memoryview) -> None:
-        writable: asyncio.Future[None] | None = None
-
-        def ready() -> None:
-            if writable is not None and not writable.done():
-                writable.set_result(None)
-
         try:
             while view:
                 try:
                     view = view[os.write(fd, view) :]
                 except BlockingIOError:
-                    writable = self._loop.create_future()
-                    self._loop.add_writer(fd, ready)
-                    try:
-                        await writable
-                    finally:
-                        self._loop.remove_writer(fd)
+                    await fd_ready(fd, write=True)
         except OSError:
             pass  # the child did not read all of it
         finally:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import procs
-from orchestrator.agents.command import LaunchSpec, SpawnError, open_log
+from orchestrator.agents.command import LaunchSpec, SpawnError, open_log, role_folder
 from orchestrator.agents.ray.agent import RayAgent
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
 from orchestrator.agents.ray.cluster import connect
@@ -402,7 +402,7 @@ def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
     from orchestrator.agents.sdk.protocol import explain
 
     try:
-        return runner_spec(spec, None, (spec.root / spec.role.cwd).resolve(), _transcript(spec))
+        return runner_spec(spec, None, role_folder(spec.root, spec.role.cwd), _transcript(spec))
     except ValidationError as exc:
         raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
 

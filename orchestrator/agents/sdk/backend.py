@@ -62,6 +62,7 @@ from orchestrator.agents.command import (
     _watch_exit,
     open_log,
     resolve_command,
+    role_folder,
 )
 from orchestrator.agents.kept import adopted_exit, kept_exit, spawn_kept
 from orchestrator.agents.posix_child import PosixChild
@@ -299,7 +300,7 @@ async def start_sdk(
 ) -> SdkAgent:
     """Start a ``backend: sdk`` run's runner (under ``keeper_binary`` when given); ``on_exit`` is called when it ends."""
     role = spec.role
-    cwd = (spec.root / role.cwd).resolve()
+    cwd = role_folder(spec.root, role.cwd)
     cli_path = None
     if role.cli_path:
         cli_path = resolve_cli_path(role.cli_path, spec.root)
