@@ -7,6 +7,7 @@ own records (CLOCK_REALTIME at its first instruction) are the measurements.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -303,11 +304,27 @@ def cpu_seconds(pid: int) -> float:
 
 
 def cpu_with_children(pid: int) -> tuple[float, float]:
-    """(own CPU, CPU of the children it has reaped), both user + system, in seconds."""
+    """(own CPU, CPU of its children, ended or not), both user + system, in seconds.
+
+    The children's part counts the ones it has reaped and, for a child still running (the keeper
+    server), that child's own CPU and what it has reaped in turn (the keepers it started)."""
+    own, reaped, _ = _stat_times(pid)
+    live = 0.0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                child_own, child_reaped, ppid = _stat_times(int(entry))
+                if ppid == pid:
+                    live += child_own + child_reaped
+    return own, reaped + live
+
+
+def _stat_times(pid: int) -> tuple[float, float, int]:
+    """(own CPU, reaped children's CPU, parent pid) of ``pid`` from /proc."""
     with open(f"/proc/{pid}/stat", "rb") as handle:
         fields = handle.read().rsplit(b")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick, int(fields[1])
 
 
 def context_switches(pid: int) -> int:

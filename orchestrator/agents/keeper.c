@@ -32,6 +32,20 @@
  *
  * SIGTERM, SIGINT, SIGHUP and SIGQUIT are blocked and ignored, SIGPIPE too: the keeper ends
  * when its agent ends, and only SIGKILL ends it sooner.
+ *
+ *   orchestrator-keeper --serve FD
+ *
+ * The keeper server (Linux): one long-lived process that starts keepers for the orchestrator,
+ * so that its loop does not wait for each keeper's exec (posix_spawn in the orchestrator holds
+ * Python's lock until the child has exec'd). FD is a SOCK_SEQPACKET socket; each message on it
+ * is one start: NUL-separated strings, "HAS_STDIN ARGC ENVC", then ARGC arguments (the keeper's
+ * command line), then ENVC environment strings, with the keeper's status pipe (and, when
+ * HAS_STDIN is 1, its stdin) attached as descriptors. The keeper gets them as descriptor 3 and
+ * 0, /dev/null for what is not given, a session of its own and an empty signal mask. The server
+ * writes "K<pid>\n" on that status pipe once the keeper is exec'd, or "F<errno>\n" when it
+ * could not be started, and "X PID STATUS" (the raw wait status) on FD when a keeper ends. At
+ * the socket's end of file the server exits; keepers still running outlive it, as they outlive
+ * the orchestrator.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,6 +56,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef __linux__
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#endif
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -139,7 +158,7 @@ static int record(const char *path, int status, int timed_out) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+static int keep(int argc, char **argv) {
     const char *log_path = NULL, *header = NULL, *cwd = NULL;
     int keep[17], keep_count = 0;
     int at = 5;
@@ -278,4 +297,162 @@ int main(int argc, char **argv) {
     }
     record(exit_path, status, stage > 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+#ifdef __linux__
+static char request[262144];
+
+/* start one keeper as the request in REQUEST (SIZE bytes) says; FDS are the descriptors that came with it */
+static void start_keeper(ssize_t size, int *fds, int nfds, int null) {
+    request[size] = '\0';
+    char *at = request, *end = request + size;
+    int has_stdin;
+    long argc, envc;
+    int status = nfds > 0 ? fds[0] : -1;
+    if (sscanf(at, "%d %ld %ld", &has_stdin, &argc, &envc) != 3 || nfds != 1 + (has_stdin != 0) || argc < 1 ||
+        argc > 65536 || envc < 0 || envc > 65536) {
+        say(status, 'F', EINVAL);
+        return;
+    }
+    char **args = calloc((size_t)argc + 1, sizeof *args), **env = calloc((size_t)envc + 1, sizeof *env);
+    if (args == NULL || env == NULL) {
+        say(status, 'F', ENOMEM);
+        free(args);
+        free(env);
+        return;
+    }
+    at += strlen(at) + 1;
+    for (long i = 0; i < argc + envc; i++) {
+        if (at >= end) { /* fewer strings than it said: refused */
+            say(status, 'F', EINVAL);
+            free(args);
+            free(env);
+            return;
+        }
+        if (i < argc)
+            args[i] = at;
+        else
+            env[i - argc] = at;
+        at += strlen(at) + 1;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, has_stdin ? fds[1] : null, 0);
+    posix_spawn_file_actions_adddup2(&actions, null, 1);
+    posix_spawn_file_actions_adddup2(&actions, null, 2);
+    posix_spawn_file_actions_adddup2(&actions, status, 3);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    int failed = posix_spawn(&pid, args[0], &actions, &attr, args, env);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&actions);
+    free(args);
+    free(env);
+    say(status, failed ? 'F' : 'K', failed ? failed : (long)pid);
+}
+
+static void report_ends(int sock) {
+    int status;
+    pid_t done;
+    while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
+        char line[48];
+        int len = snprintf(line, sizeof line, "X %ld %d", (long)done, status);
+        while (send(sock, line, (size_t)len, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+        }
+    }
+}
+
+static int serve(int given) {
+    /* the socket and /dev/null above the numbers a keeper is given, so a dup2 onto 0-3 never meets them */
+    int sock = fcntl(given, F_DUPFD_CLOEXEC, 10);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (sock < 0 || null < 0)
+        return 125;
+    close(given);
+    int moved = fcntl(null, F_DUPFD_CLOEXEC, 10);
+    close(null);
+    null = moved;
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int ends = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (ends < 0)
+        return 125;
+    signal(SIGPIPE, SIG_IGN); /* a status pipe whose reader is gone */
+    struct pollfd polled[2] = {{sock, POLLIN, 0}, {ends, POLLIN, 0}};
+    for (;;) {
+        if (poll(polled, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 125;
+        }
+        if (polled[1].revents & POLLIN) {
+            struct signalfd_siginfo info;
+            while (read(ends, &info, sizeof info) > 0) {
+            }
+            report_ends(sock);
+        }
+        if (polled[0].revents & POLLIN) {
+            char control[CMSG_SPACE(4 * sizeof(int))];
+            struct iovec io = {request, sizeof request - 1};
+            struct msghdr msg;
+            memset(&msg, 0, sizeof msg);
+            msg.msg_iov = &io;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control;
+            msg.msg_controllen = sizeof control;
+            ssize_t size = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+            if (size == 0)
+                return 0; /* the orchestrator closed its end, or is gone */
+            if (size < 0) {
+                if (errno == EINTR || errno == EAGAIN)
+                    continue;
+                return errno == ECONNRESET ? 0 : 125;
+            }
+            int fds[4], nfds = 0;
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                    continue;
+                int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                for (int i = 0; i < n; i++) {
+                    int fd = ((int *)CMSG_DATA(c))[i];
+                    int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+                    close(fd);
+                    if (nfds < 4 && high >= 0)
+                        fds[nfds++] = high;
+                    else if (high >= 0)
+                        close(high);
+                }
+            }
+            if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+                say(nfds > 0 ? fds[0] : -1, 'F', EMSGSIZE);
+            else
+                start_keeper(size, fds, nfds, null);
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+        } else if (polled[0].revents & (POLLHUP | POLLERR)) {
+            return 0;
+        }
+    }
+}
+#endif
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--serve") == 0) {
+#ifdef __linux__
+        return serve(atoi(argv[2]));
+#else
+        return 125; /* no server here: the orchestrator starts each keeper itself */
+#endif
+    }
+    return keep(argc, argv);
 }

@@ -128,10 +128,35 @@ def keeper_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-async def read_status(fd: int) -> tuple[int | None, int | None]:
-    """Read the keeper's status pipe to its end: (the agent's pid, the exec's errno).
+@dataclass(frozen=True)
+class Status:
+    """What a start's status pipe said, each an errno or a pid (None: not said).
 
-    A log the keeper could not open raises ``LogError`` with its errno, a folder it could not enter ``CwdError``."""
+    ``keeper``: the keeper's pid (from the keeper server; a keeper spawned directly is known from the spawn);
+    ``agent``: the agent's, once exec'd; ``spawn_errno``: the server could not start the keeper; ``exec_errno``:
+    the agent's exec failed; ``log_errno``: the run's log could not be opened; ``cwd_errno``: the agent's folder
+    could not be entered."""
+
+    keeper: int | None = None
+    agent: int | None = None
+    spawn_errno: int | None = None
+    exec_errno: int | None = None
+    log_errno: int | None = None
+    cwd_errno: int | None = None
+
+
+_STATUS_FIELDS = {
+    "K": "keeper",
+    "P": "agent",
+    "F": "spawn_errno",
+    "E": "exec_errno",
+    "L": "log_errno",
+    "C": "cwd_errno",
+}
+
+
+async def read_status(fd: int) -> Status:
+    """Read a start's status pipe to its end (every writer has closed it)."""
     data = b""
     os.set_blocking(fd, False)
     while True:
@@ -143,25 +168,12 @@ async def read_status(fd: int) -> tuple[int | None, int | None]:
         if not chunk:
             break
         data += chunk
-    pid = errno_ = None
+    said: dict[str, int] = {}
     for line in data.decode("ascii", "replace").split():
-        if line[:1] == "P" and line[1:].isdigit():
-            pid = int(line[1:])
-        elif line[:1] == "E" and line[1:].isdigit():
-            errno_ = int(line[1:])
-        elif line[:1] == "L" and line[1:].isdigit():
-            raise LogError(int(line[1:]), os.strerror(int(line[1:])))
-        elif line[:1] == "C" and line[1:].isdigit():
-            raise CwdError(int(line[1:]), os.strerror(int(line[1:])))
-    return pid, errno_
-
-
-class LogError(OSError):
-    """The keeper could not open the run's log."""
-
-
-class CwdError(OSError):
-    """The keeper could not enter the agent's folder."""
+        name = _STATUS_FIELDS.get(line[:1])
+        if name is not None and line[1:].isdigit():
+            said[name] = int(line[1:])
+    return Status(**said)
 
 
 async def wait_pid(pid: int) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, posix_child, procs
+from orchestrator.agents import keeper, keeper_server, posix_child, procs
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, cannot_start, watch_exit
 from orchestrator.agents.posix_child import PosixChild
 
@@ -68,11 +68,18 @@ async def spawn_kept(
     """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``.
 
     ``log`` is (the run's log, this attempt's header): the keeper opens it and gives it to the agent;
-    ``cwd`` is where the agent starts (the keeper enters it)."""
+    ``cwd`` is where the agent starts (the keeper enters it). The keeper server starts it when it can
+    (``keeper_server``); otherwise, or when the server ended before starting it, it is spawned here."""
     role = spec.role
     record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
-    read_fd, write_fd = os.pipe()
     kill_after = role.timeout + role.grace + keeper.MARGIN
+    server = None if pass_fds else keeper_server.server_for(binary)
+    if server is not None:
+        command = keeper.keeper_argv(binary, record, kill_after, role.grace, keeper_server.STATUS_FD, log, cwd)
+        started = await _served(server, [*command, executable, *argv[1:]], keeper.keeper_env(env), stdin_pipe)
+        if started is not None:
+            return await _agent_of(*started, spec, argv, executable, log[0], cwd)
+    read_fd, write_fd = os.pipe()
     command = keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd, log, cwd, pass_fds)
     try:
         proc = await posix_child.spawn(
@@ -87,21 +94,59 @@ async def spawn_kept(
     finally:
         os.close(write_fd)
     try:
-        agent_pid, failed = await keeper.read_status(read_fd)
-    except keeper.LogError as exc:
-        raise await _refused(proc, SpawnError(f"cannot open the run's log {log[0]}: {exc.strerror}")) from None
-    except keeper.CwdError as exc:
-        why = f"cannot enter the folder {cwd} of role {role.name}: {exc.strerror}"
-        raise await _refused(proc, SpawnError(why)) from None
+        status = await keeper.read_status(read_fd)
     finally:
         os.close(read_fd)
-    if agent_pid is None or failed is not None:
-        if failed is not None:
-            raise await _refused(proc, cannot_start(argv[0], executable, failed, os.strerror(failed)))
+    return await _agent_of(proc, status, spec, argv, executable, log[0], cwd)
+
+
+async def _served(
+    server: keeper_server.KeeperServer, command: list[str], env: dict[str, str], stdin_pipe: bool
+) -> tuple[PosixChild, keeper.Status] | None:
+    """The keeper started by the server, with what its status pipe said; None when it must be spawned here."""
+    read_fd, write_fd = os.pipe()
+    stdin_read = stdin_write = None
+    if stdin_pipe:
+        stdin_read, stdin_write = os.pipe()
+        os.set_blocking(stdin_write, False)
+    try:
+        sent = server.send(command, env, write_fd, stdin_read)
+    finally:
+        os.close(write_fd)
+        if stdin_read is not None:
+            os.close(stdin_read)
+    try:
+        status = await keeper.read_status(read_fd) if sent else None
+    finally:
+        os.close(read_fd)
+    if status is None or status.keeper is None:  # not sent, or the server ended before it started the keeper
+        if stdin_write is not None:
+            os.close(stdin_write)
+        if status is not None and status.spawn_errno is not None:
+            raise SpawnError(f"cannot start the keeper {command[0]}: {os.strerror(status.spawn_errno)}")
+        return None
+    procs.spare(status.keeper)  # ours once the server is gone: the orphan reaper must not take its status
+    return keeper_server.ServedChild(status.keeper, stdin_write, server), status
+
+
+async def _agent_of(
+    proc: PosixChild, status: keeper.Status, spec: LaunchSpec, argv: list[str], executable: str, log: Path, cwd: Path
+) -> tuple[PosixChild, int]:
+    """(the keeper, the agent's pid) when its status says the agent is exec'd, else the ``SpawnError`` it says."""
+    if status.agent is not None and status.exec_errno is None:
+        return proc, status.agent
+    if status.log_errno is not None:
+        error = SpawnError(f"cannot open the run's log {log}: {os.strerror(status.log_errno)}")
+    elif status.cwd_errno is not None:
+        error = SpawnError(f"cannot enter the folder {cwd} of role {spec.role.name}: {os.strerror(status.cwd_errno)}")
+    elif status.exec_errno is not None:
+        error = cannot_start(argv[0], executable, status.exec_errno, os.strerror(status.exec_errno))
+    else:
+        proc.close_stdin()
         code = await proc.wait()
         procs.unspare(proc.pid)
         raise SpawnError(f"the keeper could not start {argv[0]!r} (exit status {code})")
-    return proc, agent_pid
+    raise await _refused(proc, error) from None
 
 
 async def _refused(proc: PosixChild, error: SpawnError) -> SpawnError:

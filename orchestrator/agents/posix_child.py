@@ -28,7 +28,7 @@ from orchestrator.agents import procs
 _devnull: int | None = None
 
 
-def _null() -> int:
+def null_fd() -> int:
     global _devnull
     if _devnull is None:
         _devnull = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
@@ -198,7 +198,7 @@ def _abandon(started: concurrent.futures.Future[tuple[int, int | None]]) -> None
 
 def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tuple[int, ...]) -> tuple[int, int | None]:
     """The spawn, on the spawner's thread: (the pid, our end of its stdin pipe)."""
-    null = _null()
+    null = null_fd()
     read_end = write_end = None
     if stdin_pipe:
         read_end, write_end = os.pipe()

@@ -1,0 +1,161 @@
+"""The keeper server: keepers started for the orchestrator by one long-lived process, their ends on one socket.
+
+Real processes: the built keeper binary in ``--serve`` mode, real keepers and real
+agents (``/bin/sh``); at the end a real ``orchestrator up`` whose server is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import Project, pid_alive, wait_for
+from orchestrator.agents import keeper, keeper_server
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the keeper server is Linux-only")
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    built = keeper.build()
+    assert built is not None, "the keeper must build (a C compiler is on the machine)"
+    return built
+
+
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "KEEPER_ORCHESTRATOR_RUN_ID": "7"}
+
+
+async def start(server: keeper_server.KeeperServer, binary: Path, tmp: Path, program: list[str], stdin: bool = False):
+    """One start through ``server``: (what the status pipe said, the keeper's child, our end of its stdin)."""
+    read_fd, write_fd = os.pipe()
+    stdin_read = stdin_write = None
+    if stdin:
+        stdin_read, stdin_write = os.pipe()
+    argv = keeper.keeper_argv(binary, tmp / "runs" / "7" / "1.exit", 0, 0.2, keeper_server.STATUS_FD, cwd=tmp)
+    assert server.send([*argv, *program], ENV, write_fd, stdin_read)
+    os.close(write_fd)
+    if stdin_read is not None:
+        os.close(stdin_read)
+    status = await keeper.read_status(read_fd)
+    os.close(read_fd)
+    child = keeper_server.ServedChild(status.keeper, stdin_write, server) if status.keeper else None
+    return status, child
+
+
+def test_a_served_keeper_runs_its_agent_and_its_end_comes_over_the_socket(binary, tmp_path):
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        status, child = await start(server, binary, tmp_path, ["/bin/sh", "-c", "pwd > where; exit 3"])
+        assert status.keeper and status.agent and status.exec_errno is None
+        assert psutil.Process(status.keeper).ppid() == server.pid, "the server's child, not ours"
+        assert await asyncio.wait_for(child.wait(), 10) == 3
+        server.close()
+        return server.pid
+
+    server_pid = asyncio.run(main())
+    assert keeper.read_exit(tmp_path / "runs" / "7" / "1.exit") == keeper.ExitRecord(3, False)
+    assert (tmp_path / "where").read_text().strip() == str(tmp_path)
+    wait_for(lambda: not pid_alive(server_pid), what="the server gone at the socket's end")
+
+
+def test_the_prompt_goes_to_the_agents_stdin(binary, tmp_path):
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        status, child = await start(server, binary, tmp_path, ["/bin/sh", "-c", "cat > got"], stdin=True)
+        rest = child.send(b"the prompt\n" * 100_000)  # more than a pipe holds: the rest is written by a task
+        if rest is not None:
+            await rest
+        assert await asyncio.wait_for(child.wait(), 10) == 0
+        server.close()
+
+    asyncio.run(main())
+    assert (tmp_path / "got").read_bytes() == b"the prompt\n" * 100_000
+
+
+def test_a_keeper_the_server_cannot_start_is_said_on_the_status_pipe(tmp_path, binary):
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        read_fd, write_fd = os.pipe()
+        assert server.send([str(tmp_path / "no-such-keeper"), "x"], ENV, write_fd, None)
+        os.close(write_fd)
+        status = await keeper.read_status(read_fd)
+        os.close(read_fd)
+        server.close()
+        return status
+
+    status = asyncio.run(main())
+    assert (status.keeper, status.spawn_errno) == (None, errno.ENOENT)
+
+
+def test_a_start_the_socket_cannot_carry_goes_the_direct_way(binary):
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        read_fd, write_fd = os.pipe()
+        try:
+            too_big = server.send(["/bin/true", "x" * (keeper_server.MAX_REQUEST + 1)], ENV, write_fd, None)
+            with_nul = server.send(["/bin/true", "a\0b"], ENV, write_fd, None)
+        finally:
+            os.close(read_fd)
+            os.close(write_fd)
+            server.close()
+        return too_big, with_nul
+
+    assert asyncio.run(main()) == (False, False)
+
+
+def test_keepers_outlive_their_server(binary, tmp_path):
+    gate = tmp_path / "gate"
+
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        status, _child = await start(
+            server, binary, tmp_path, ["/bin/sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+        )
+        server.close()
+        return server.pid, status
+
+    server_pid, status = asyncio.run(main())
+    wait_for(lambda: not pid_alive(server_pid), what="the server gone")
+    assert pid_alive(status.keeper) and pid_alive(status.agent), "a keeper does not need its server"
+    gate.touch()
+    wait_for(lambda: keeper.read_exit(tmp_path / "runs" / "7" / "1.exit") is not None, what="the keeper's record")
+
+
+def servers_of(pid: int) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if "--serve" in child.cmdline():
+                found.append(child)
+        except psutil.Error:  # a zombie (a server just killed, not reaped yet) or gone
+            pass
+    return found
+
+
+def test_a_killed_server_loses_no_run_and_the_next_start_gets_a_new_one(project: Project):
+    project.configure({"builder": {}})
+    gate = project.root / "gate"
+    orch = project.up()
+    project.drop("builder", "S-1.md", {"id": "S-1", "agent": {"until": str(gate)}})
+    record = wait_for(lambda: project.records(), what="the agent started")[0]
+    first = wait_for(lambda: servers_of(orch.proc.pid), what="the keeper server")[0]
+    keeper_pid = psutil.Process(record["pid"]).ppid()
+    assert psutil.Process(keeper_pid).ppid() == first.pid
+    os.kill(first.pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(first.pid), what="the server gone")
+    assert pid_alive(keeper_pid) and pid_alive(record["pid"])
+    gate.touch()  # the keeper, ours now as subreaper, is watched on its own: its end still comes back
+    wait_for(lambda: project.folder("builder", "archive") == ["S-1.md"], what="S-1 archived")
+    project.drop("builder", "S-2.md", {"id": "S-2"})
+    wait_for(lambda: project.folder("builder", "archive") == ["S-1.md", "S-2.md"], what="S-2 archived")
+    second = servers_of(orch.proc.pid)
+    assert second and second[0].pid != first.pid, "the next start started a new server"
+    assert len(project.records()) == 2
+    assert orch.stop() == 0
