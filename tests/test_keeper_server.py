@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from conftest import Project, pid_alive, wait_for
-from orchestrator.agents import keeper, keeper_server
+from orchestrator.agents import keeper, keeper_server, kept
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the keeper server is Linux-only")
 
@@ -126,6 +126,36 @@ def test_keepers_outlive_their_server(binary, tmp_path):
     assert pid_alive(status.keeper) and pid_alive(status.agent), "a keeper does not need its server"
     gate.touch()
     wait_for(lambda: keeper.read_exit(tmp_path / "runs" / "7" / "1.exit") is not None, what="the keeper's record")
+
+
+def marked(mark: str) -> list[int]:
+    """Live processes whose environment carries ``mark``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if mark in proc.environ().values() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_a_called_off_start_leaves_nothing_running(binary, tmp_path):
+    mark = f"called-off-{tmp_path.name}"
+
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        argv = keeper.keeper_argv(binary, tmp_path / "runs" / "7" / "1.exit", 0, 0.2, keeper_server.STATUS_FD)
+        task = asyncio.ensure_future(kept._served(server, [*argv, "/bin/sleep", "30"], {**ENV, "MARK": mark}, False))
+        await asyncio.sleep(0)  # the request is sent; the start waits for the status pipe
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        server.close()
+
+    asyncio.run(main())
+    wait_for(lambda: keeper.read_exit(tmp_path / "runs" / "7" / "1.exit"), what="the keeper's record of the kill")
+    wait_for(lambda: not marked(mark), what="the keeper and the agent of the called-off start gone")
 
 
 def servers_of(pid: int) -> list[psutil.Process]:

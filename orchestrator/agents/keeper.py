@@ -168,6 +168,11 @@ async def read_status(fd: int) -> Status:
         if not chunk:
             break
         data += chunk
+    return parse_status(data)
+
+
+def parse_status(data: bytes) -> Status:
+    """A status pipe's whole text, read."""
     said: dict[str, int] = {}
     for line in data.decode("ascii", "replace").split():
         name = _STATUS_FIELDS.get(line[:1])

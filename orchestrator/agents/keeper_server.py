@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from orchestrator.agents.posix_child import PosixChild, null_fd
 
 STATUS_FD = 3  # where a served keeper finds its status pipe (the server puts it there)
 MAX_REQUEST = 200_000  # bytes; a start with more (a long prompt given as an argument) is spawned directly
+ENDED_KEPT = 2.0  # seconds an end is kept for a start that has not read its keeper's pid yet
 _BUFFER = 1 << 20  # asked of the socket; the system may give less, and then a large start goes the direct way
 
 
@@ -83,7 +85,7 @@ class KeeperServer:
         self.loop = loop
         self.alive = True
         self.watched: dict[int, ServedChild] = {}
-        self.ended: dict[int, int] = {}  # ends reported before their start had read the keeper's pid
+        self.ended: dict[int, tuple[int, float]] = {}  # (code, when): ends reported before their start read the pid
         loop.add_reader(ours.fileno(), self._read)
 
     def send(self, argv: Sequence[str], env: dict[str, str], status: int, stdin: int | None) -> bool:
@@ -103,8 +105,9 @@ class KeeperServer:
         return True
 
     def watch(self, child: ServedChild) -> None:
-        if child.pid in self.ended:
-            child._ended(self.ended.pop(child.pid))
+        found = self.ended.pop(child.pid, None)
+        if found is not None and time.monotonic() - found[1] < ENDED_KEPT:
+            child._ended(found[0])
         elif self.alive:
             self.watched[child.pid] = child
         else:
@@ -126,10 +129,14 @@ class KeeperServer:
                 continue
             code = os.waitstatus_to_exitcode(int(status))
             child = self.watched.pop(int(pid), None)
-            if child is None:
-                self.ended[int(pid)] = code
-            else:
+            if child is not None:
                 child._ended(code)
+                continue
+            # its start has not read the keeper's pid yet (two channels, either may be read first); kept a
+            # moment only, so that a pid used again later never meets the end of an earlier keeper
+            now = time.monotonic()
+            self.ended = {p: e for p, e in self.ended.items() if now - e[1] < ENDED_KEPT}
+            self.ended[int(pid)] = (code, now)
 
     def _lost(self, expected: bool) -> None:
         """The server ended: what it started is watched one by one from now on."""

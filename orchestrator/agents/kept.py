@@ -10,8 +10,10 @@ status is read from the keeper's file the same way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,11 @@ async def _served(
             os.close(stdin_read)
     try:
         status = await keeper.read_status(read_fd) if sent else None
+    except asyncio.CancelledError:  # the start was called off: whatever it started is killed once it is said
+        threading.Thread(target=_kill_when_said, args=(os.dup(read_fd),), daemon=True).start()
+        if stdin_write is not None:
+            os.close(stdin_write)
+        raise
     finally:
         os.close(read_fd)
     if status is None or status.keeper is None:  # not sent, or the server ended before it started the keeper
@@ -127,6 +134,24 @@ async def _served(
         return None
     procs.spare(status.keeper)  # ours once the server is gone: the orphan reaper must not take its status
     return keeper_server.ServedChild(status.keeper, stdin_write, server), status
+
+
+def _kill_when_said(fd: int) -> None:
+    """On a thread of its own (the loop may be closing): read a called-off start's status pipe to its end,
+    then kill the agent's group it names (its keeper records that and ends with it)."""
+    data = b""
+    try:
+        os.set_blocking(fd, True)
+        while chunk := os.read(fd, 256):
+            data += chunk
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    agent = keeper.parse_status(data).agent
+    if agent is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(agent, signal.SIGKILL)
 
 
 async def _agent_of(

@@ -1,4 +1,8 @@
-"""A child process started with ``os.posix_spawn`` and watched through a pidfd: how the keeper is started.
+"""A child process started with ``os.posix_spawn`` and watched through a pidfd: a keeper started directly.
+
+Most keepers are started by the keeper server (``keeper_server``); this is the way for
+the rest (an ``sdk`` runner's keeper, which is passed a descriptor; a start too large
+for the server's socket; a system without the server).
 
 asyncio's ``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start
 more than the spawn itself: a ``Popen`` object, a transport and a protocol per
@@ -6,10 +10,12 @@ pipe, a child-watcher entry and three turns of the loop before it returns. The
 keeper needs none of that: its stdin is one pipe written once, its stdout and
 stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
 the agent's folder itself (``--cwd``). So it is spawned directly; glibc's
-``posix_spawn`` is a ``vfork`` that returns once the child has exec'd, a wait the
-loop need not share while other agents' ends are waiting: then the spawn runs on a
-thread of its own. Its end is a pidfd in the loop's selector (a thread blocked in
-``waitpid`` where there is no pidfd).
+``posix_spawn`` is a ``vfork`` that returns once the child has exec'd; while other
+agents run the spawn is made on a thread of its own, though CPython's
+``os.posix_spawn`` keeps the interpreter's lock through that wait, so the loop gains
+little by it (measured later: what took the wait off the loop is the keeper server).
+Its end is a pidfd in the loop's selector (a thread blocked in ``waitpid`` where there
+is no pidfd).
 """
 
 from __future__ import annotations
