@@ -50,13 +50,20 @@ async def start(server: keeper_server.KeeperServer, binary: Path, tmp: Path, pro
 
 
 def test_a_served_keeper_runs_its_agent_and_its_end_comes_over_the_socket(binary, tmp_path):
+    gate = tmp_path / "gate"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; pwd > where; exit 3"
+
     async def main():
         server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
-        status, child = await start(server, binary, tmp_path, ["/bin/sh", "-c", "pwd > where; exit 3"])
-        assert status.keeper and status.agent and status.exec_errno is None
-        assert psutil.Process(status.keeper).ppid() == server.pid, "the server's child, not ours"
-        assert await asyncio.wait_for(child.wait(), 10) == 3
-        server.close()
+        try:
+            status, child = await start(server, binary, tmp_path, ["/bin/sh", "-c", script])
+            assert status.keeper and status.agent and status.exec_errno is None
+            assert psutil.Process(status.keeper).ppid() == server.pid, "the server's child, not ours"
+            gate.touch()
+            assert await asyncio.wait_for(child.wait(), 10) == 3
+        finally:
+            gate.touch()
+            server.close()
         return server.pid
 
     server_pid = asyncio.run(main())

@@ -380,6 +380,8 @@ static int serve(int given) {
     int moved = fcntl(null, F_DUPFD_CLOEXEC, 10);
     close(null);
     null = moved;
+    int kept[2] = {sock, null}; /* and nothing our orchestrator's own parent left inheritable */
+    close_others(kept, 2);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
