@@ -6,10 +6,12 @@ agents (``/bin/sh``); at the end a real ``orchestrator up`` whose server is kill
 
 from __future__ import annotations
 
+import array
 import asyncio
 import errno
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -58,7 +60,10 @@ def test_a_served_keeper_runs_its_agent_and_its_end_comes_over_the_socket(binary
         try:
             status, child = await start(server, binary, tmp_path, ["/bin/sh", "-c", script])
             assert status.keeper and status.agent and status.exec_errno is None
-            assert psutil.Process(status.keeper).ppid() == server.pid, "the server's child, not ours"
+            forked = psutil.Process(status.keeper)
+            assert forked.ppid() == server.pid, "the server's child, not ours"
+            assert forked.environ() == {"KEEPER_ORCHESTRATOR_RUN_ID": "7"}, "its marks, where adoption reads them"
+            assert keeper.is_keeper(status.keeper)
             gate.touch()
             assert await asyncio.wait_for(child.wait(), 10) == 3
         finally:
@@ -86,11 +91,12 @@ def test_the_prompt_goes_to_the_agents_stdin(binary, tmp_path):
     assert (tmp_path / "got").read_bytes() == b"the prompt\n" * 100_000
 
 
-def test_a_keeper_the_server_cannot_start_is_said_on_the_status_pipe(tmp_path, binary):
+def test_a_request_the_server_cannot_take_is_refused_on_the_status_pipe(binary):
     async def main():
         server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
         read_fd, write_fd = os.pipe()
-        assert server.send([str(tmp_path / "no-such-keeper"), "x"], ENV, write_fd, None)
+        fds = array.array("i", [write_fd]).tobytes()  # it says a stdin comes with it, and none does
+        server.sock.sendmsg([b"1 1 0\0/bin/true\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         os.close(write_fd)
         status = await keeper.read_status(read_fd)
         os.close(read_fd)
@@ -98,7 +104,7 @@ def test_a_keeper_the_server_cannot_start_is_said_on_the_status_pipe(tmp_path, b
         return status
 
     status = asyncio.run(main())
-    assert (status.keeper, status.spawn_errno) == (None, errno.ENOENT)
+    assert (status.keeper, status.spawn_errno) == (None, errno.EINVAL)
 
 
 def test_a_start_the_socket_cannot_carry_goes_the_direct_way(binary):

@@ -40,9 +40,13 @@
  * Python's lock until the child has exec'd). FD is a SOCK_SEQPACKET socket; each message on it
  * is one start: NUL-separated strings, "HAS_STDIN ARGC ENVC", then ARGC arguments (the keeper's
  * command line), then ENVC environment strings, with the keeper's status pipe (and, when
- * HAS_STDIN is 1, its stdin) attached as descriptors. The keeper gets them as descriptor 3 and
- * 0, /dev/null for what is not given, a session of its own and an empty signal mask. The server
- * writes "K<pid>\n" on that status pipe once the keeper is exec'd, or "F<errno>\n" when it
+ * HAS_STDIN is 1, its stdin) attached as descriptors. The server forks (no exec: it is small and
+ * already started); the keeper gets them as descriptor 3 and 0, /dev/null for what is not given,
+ * a session of its own and an empty signal mask, and the ARGC arguments as its command line (the
+ * first five as above, with STATUS_FD 3). It shows the KEEPER_ variables of the request in its
+ * /proc/PID/environ by overwriting the server's one environment string (padding the orchestrator
+ * starts it with), because a restarted orchestrator finds a run's keepers there. The server
+ * writes "K<pid>\n" on that status pipe once the keeper is forked, or "F<errno>\n" when it
  * could not be started, and "X PID STATUS" (the raw wait status) on FD when a keeper ends. At
  * the socket's end of file the server exits; keepers still running outlive it, as they outlive
  * the orchestrator.
@@ -301,6 +305,24 @@ static int keep(int argc, char **argv) {
 
 #ifdef __linux__
 static char request[262144];
+static char *slot;        /* the server's environment strings, one block (its only variable is padding)... */
+static size_t slot_size; /* ...which each forked keeper overwrites with its marks */
+
+/* what /proc/PID/environ of a forked keeper shows: its KEEPER_ marks, so that a restarted orchestrator
+ * finds the keepers of a run as it finds exec'd ones (the kernel reads that block of the process's memory) */
+static void show_marks(char **env) {
+    if (slot == NULL)
+        return;
+    size_t at = 0;
+    for (char **e = env; *e != NULL; e++) {
+        size_t length = strlen(*e) + 1;
+        if (strncmp(*e, "KEEPER_", 7) != 0 || at + length > slot_size)
+            continue;
+        memcpy(slot + at, *e, length);
+        at += length;
+    }
+    memset(slot + at, 0, slot_size - at);
+}
 
 /* start one keeper as the request in REQUEST (SIZE bytes) says; FDS are the descriptors that came with it */
 static void start_keeper(ssize_t size, int *fds, int nfds, int null) {
@@ -335,25 +357,22 @@ static void start_keeper(ssize_t size, int *fds, int nfds, int null) {
             env[i - argc] = at;
         at += strlen(at) + 1;
     }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, has_stdin ? fds[1] : null, 0);
-    posix_spawn_file_actions_adddup2(&actions, null, 1);
-    posix_spawn_file_actions_adddup2(&actions, null, 2);
-    posix_spawn_file_actions_adddup2(&actions, status, 3);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid;
-    int failed = posix_spawn(&pid, args[0], &actions, &attr, args, env);
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&actions);
+    pid_t pid = fork(); /* no exec: the server is small and already started, so a keeper costs a fork */
+    if (pid == 0) {
+        dup2(has_stdin ? fds[1] : null, 0); /* every source is above 9 (see serve), so none is overwritten */
+        dup2(null, 1);
+        dup2(null, 2);
+        dup2(status, 3);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        setsid();
+        show_marks(env);
+        environ = env;
+        _exit(keep((int)argc, args)); /* closes every descriptor above 2 but 3 first: the server's among them */
+    }
+    int failed = pid < 0 ? errno : 0;
     free(args);
     free(env);
     say(status, failed ? 'F' : 'K', failed ? failed : (long)pid);
@@ -371,6 +390,10 @@ static void report_ends(int sock) {
 }
 
 static int serve(int given) {
+    if (environ[0] != NULL && environ[1] == NULL) { /* the padding the orchestrator started us with */
+        slot = environ[0];
+        slot_size = strlen(environ[0]) + 1;
+    }
     /* the socket and /dev/null above the numbers a keeper is given, so a dup2 onto 0-3 never meets them */
     int sock = fcntl(given, F_DUPFD_CLOEXEC, 10);
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
