@@ -45,9 +45,9 @@
  * a session of its own and an empty signal mask, and the ARGC arguments as its command line (the
  * first five as above, with STATUS_FD 3). It shows the KEEPER_ variables of the request in its
  * /proc/PID/environ by overwriting the server's one environment string (padding the orchestrator
- * starts it with), because a restarted orchestrator finds a run's keepers there. The server
- * writes "K<pid>\n" on that status pipe once the keeper is forked, or "F<errno>\n" when it
- * could not be started, and "X PID STATUS" (the raw wait status) on FD when a keeper ends. At
+ * starts it with), because a restarted orchestrator finds a run's keepers there. The keeper
+ * writes "K<pid>\n" on its status pipe first (the server "F<errno>\n" when it could not fork),
+ * and the server "X PID STATUS" (the raw wait status) on FD when a keeper ends. At
  * the socket's end of file the server exits; keepers still running outlive it, as they outlive
  * the orchestrator.
  */
@@ -363,6 +363,7 @@ static void start_keeper(ssize_t size, int *fds, int nfds, int null) {
         dup2(null, 1);
         dup2(null, 2);
         dup2(status, 3);
+        say(3, 'K', (long)getpid()); /* from here, not the server: a server killed now still leaves it said */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -375,7 +376,8 @@ static void start_keeper(ssize_t size, int *fds, int nfds, int null) {
     int failed = pid < 0 ? errno : 0;
     free(args);
     free(env);
-    say(status, failed ? 'F' : 'K', failed ? failed : (long)pid);
+    if (failed)
+        say(status, 'F', failed);
 }
 
 static void report_ends(int sock) {

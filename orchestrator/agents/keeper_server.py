@@ -6,10 +6,11 @@ millisecond, more on a busy machine where the child waits for a CPU. The server
 (``orchestrator-keeper --serve``, the keeper binary itself) takes each start as one
 message on a socket, with the keeper's status pipe and stdin attached, and forks the
 keeper without an exec (a fork of a small C process; an exec cost a static binary's
-start-up as well, about 0.3 ms of it in glibc's CPU checks on this VM). It writes
-"K<pid>" on the status pipe, which the start reads anyway for the agent's pid, and it
-reports every keeper's end as "X PID STATUS" on its one socket, so ends need no pidfd
-each and come in batches. A forked keeper shows its run's marks in its environment
+start-up as well, about 0.3 ms of it in glibc's CPU checks on this VM). The keeper
+writes "K<pid>" first on its status pipe, which the start reads anyway for the agent's
+pid (so a server killed just after its fork still leaves the keeper known), and the
+server reports every keeper's end as "X PID STATUS" on its one socket, so ends need no
+pidfd each and come in batches. A forked keeper shows its run's marks in its environment
 (``/proc/PID/environ``, where adoption looks for them): the server is started with one
 padding variable, whose block each keeper overwrites.
 
