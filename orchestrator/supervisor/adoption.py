@@ -30,7 +30,6 @@ from typing import Any
 from orchestrator.agents import keeper, procs
 from orchestrator.agents.command import LaunchSpec, watch_exit
 from orchestrator.agents.kept import AdoptedAgent
-from orchestrator.agents.sdk.backend import adopt_sdk, recorded_sdk
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.events import Event, RunExited, RunFinished, StopDone, TimeoutFired
@@ -101,6 +100,8 @@ class Adopter:
                 role=role.name,
             )
             if role.backend == "sdk" and row.get("pid") and self._group_is_the_runs(row):
+                from orchestrator.agents.sdk.backend import recorded_sdk  # 15 ms of every start-up otherwise
+
                 run.agent = recorded_sdk(self._spec(run), row["pid"])  # its figures and failure reason, from its files
             self.pending.append(RunExited(run_id, attempt, record.returncode))
             if timed_out:
@@ -113,6 +114,8 @@ class Adopter:
                 self.dispatch(RunExited(run_id, attempt, code))
 
             if role.backend == "sdk":
+                from orchestrator.agents.sdk.backend import adopt_sdk
+
                 sdk = adopt_sdk(self._spec(run), ref, keeper_pid)
                 run.agent = sdk
                 watch_exit(sdk, exited)
