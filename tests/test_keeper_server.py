@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -41,13 +42,15 @@ async def start(server: keeper_server.KeeperServer, binary: Path, tmp: Path, pro
     if stdin:
         stdin_read, stdin_write = os.pipe()
     argv = keeper.keeper_argv(binary, tmp / "runs" / "7" / "1.exit", 0, 0.2, keeper_server.STATUS_FD, cwd=tmp)
-    assert server.send([*argv, *program], ENV, write_fd, stdin_read)
+    sent_at = server.send([*argv, *program], ENV, write_fd, stdin_read)
+    assert sent_at is not None
     os.close(write_fd)
     if stdin_read is not None:
         os.close(stdin_read)
     status = await keeper.read_status(read_fd)
     os.close(read_fd)
-    child = keeper_server.ServedChild(status.keeper, stdin_write, server) if status.keeper else None
+    server.done(sent_at)
+    child = keeper_server.ServedChild(status.keeper, stdin_write, server, sent_at) if status.keeper else None
     return status, child
 
 
@@ -120,7 +123,7 @@ def test_a_start_the_socket_cannot_carry_goes_the_direct_way(binary):
             server.close()
         return too_big, with_nul
 
-    assert asyncio.run(main()) == (False, False)
+    assert asyncio.run(main()) == (None, None)
 
 
 def test_keepers_outlive_their_server(binary, tmp_path):
@@ -153,13 +156,50 @@ def marked(mark: str) -> list[int]:
     return found
 
 
+def test_an_end_read_before_its_start_is_kept_for_it_however_long_the_start_takes(binary, tmp_path):
+    """The socket and the status pipe are two channels: a quick keeper's end may be read first."""
+
+    async def main():
+        server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
+        read_fd, write_fd = os.pipe()
+        argv = keeper.keeper_argv(binary, tmp_path / "runs" / "7" / "1.exit", 0, 0.2, keeper_server.STATUS_FD)
+        sent_at = server.send([*argv, "/bin/sh", "-c", "exit 4"], ENV, write_fd, None)
+        os.close(write_fd)
+        os.set_blocking(read_fd, True)
+        said = b""
+        while chunk := os.read(read_fd, 256):  # the pipe read without the loop: the end comes in meanwhile
+            said += chunk
+        os.close(read_fd)
+        status = keeper.parse_status(said)
+        await asyncio.wait_for(asyncio.shield(wait_until(lambda: status.keeper in server.ended)), 10)
+        stale = keeper_server.ServedChild(status.keeper, None, server, time.monotonic())  # sent after that end
+        stale_code = stale.returncode
+        server.watched.pop(status.keeper, None)
+        later = keeper_server.ServedChild(status.keeper, None, server, sent_at)  # the start resumes, late
+        server.done(sent_at)
+        code = await asyncio.wait_for(later.wait(), 1)
+        server.close()
+        return code, stale_code
+
+    code, stale = asyncio.run(main())
+    assert code == 4, "the end reported before the start read the pid"
+    assert stale is None, "a start sent after an end is never given it"
+
+
+async def wait_until(condition) -> None:
+    while not condition():
+        await asyncio.sleep(0.005)
+
+
 def test_a_called_off_start_leaves_nothing_running(binary, tmp_path):
     mark = f"called-off-{tmp_path.name}"
 
     async def main():
         server = keeper_server.KeeperServer(binary, asyncio.get_running_loop())
         argv = keeper.keeper_argv(binary, tmp_path / "runs" / "7" / "1.exit", 0, 0.2, keeper_server.STATUS_FD)
-        task = asyncio.ensure_future(kept._served(server, [*argv, "/bin/sleep", "30"], {**ENV, "MARK": mark}, False))
+        task = asyncio.ensure_future(
+            kept._served(server, [*argv, "/bin/sleep", "30"], {**ENV, "KEEPER_MARK": mark}, False)
+        )
         await asyncio.sleep(0)  # the request is sent; the start waits for the status pipe
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -169,6 +209,7 @@ def test_a_called_off_start_leaves_nothing_running(binary, tmp_path):
     asyncio.run(main())
     wait_for(lambda: keeper.read_exit(tmp_path / "runs" / "7" / "1.exit"), what="the keeper's record of the kill")
     wait_for(lambda: not marked(mark), what="the keeper and the agent of the called-off start gone")
+    # the keeper shows the mark as KEEPER_MARK, the agent as MARK: both are looked for
 
 
 def servers_of(pid: int) -> list[psutil.Process]:

@@ -415,6 +415,7 @@ static int serve(int given) {
     if (ends < 0)
         return 125;
     signal(SIGPIPE, SIG_IGN); /* a status pipe whose reader is gone */
+    signal(SIGCHLD, SIG_DFL); /* ignored, the kernel would reap the keepers itself and no end be told */
     struct pollfd polled[2] = {{sock, POLLIN, 0}, {ends, POLLIN, 0}};
     for (;;) {
         if (poll(polled, 2, -1) < 0) {

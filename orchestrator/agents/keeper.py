@@ -155,9 +155,10 @@ _STATUS_FIELDS = {
 }
 
 
-async def read_status(fd: int) -> Status:
-    """Read a start's status pipe to its end (every writer has closed it)."""
-    data = b""
+async def read_status(fd: int, into: bytearray | None = None) -> Status:
+    """Read a start's status pipe to its end (every writer has closed it); what is read gathers in ``into``,
+    so a caller cancelled meanwhile still has it."""
+    data = bytearray() if into is None else into
     os.set_blocking(fd, False)
     while True:
         try:
@@ -168,7 +169,7 @@ async def read_status(fd: int) -> Status:
         if not chunk:
             break
         data += chunk
-    return parse_status(data)
+    return parse_status(bytes(data))
 
 
 def parse_status(data: bytes) -> Status:

@@ -41,15 +41,15 @@ from orchestrator.agents.posix_child import PosixChild, null_fd
 STATUS_FD = 3  # where a served keeper finds its status pipe (the server puts it there)
 MAX_REQUEST = 200_000  # bytes; a start with more (a long prompt given as an argument) is spawned directly
 SLOT = 16384  # bytes of the server's environment that a keeper it forks overwrites with its marks
-ENDED_KEPT = 2.0  # seconds an end is kept for a start that has not read its keeper's pid yet
 _BUFFER = 1 << 20  # asked of the socket; the system may give less, and then a large start goes the direct way
 
 
 class ServedChild(PosixChild):
     """A keeper started by the server: its end comes from the server's report (or a pidfd once it is gone)."""
 
-    def __init__(self, pid: int, stdin: int | None, server: KeeperServer) -> None:
+    def __init__(self, pid: int, stdin: int | None, server: KeeperServer, sent_at: float) -> None:
         self._server = server
+        self.sent_at = sent_at  # when its request went out: no end reported before that can be its own
         super().__init__(pid, stdin)
 
     def _watch(self) -> None:
@@ -77,7 +77,7 @@ class KeeperServer:
                 {"ORCHESTRATOR_KEEPER_SLOT": " " * SLOT},  # the block each forked keeper shows its marks in
                 file_actions=actions,
                 setsid=True,
-                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD),  # ignored SIGCHLD: ends never seen
             )
         except BaseException:
             ours.close()
@@ -90,30 +90,43 @@ class KeeperServer:
         self.alive = True
         self.watched: dict[int, ServedChild] = {}
         self.ended: dict[int, tuple[int, float]] = {}  # (code, when): ends reported before their start read the pid
+        self.waiting: dict[float, int] = {}  # send time -> starts sent then whose status pipe is still being read
         loop.add_reader(ours.fileno(), self._read)
 
-    def send(self, argv: Sequence[str], env: dict[str, str], status: int, stdin: int | None) -> bool:
-        """Ask for one keeper; False when this start cannot go this way (then spawn it directly)."""
+    def send(self, argv: Sequence[str], env: dict[str, str], status: int, stdin: int | None) -> float | None:
+        """Ask for one keeper: the time it was sent (give it to ``done``), or None when this start cannot go
+        this way (then spawn it directly)."""
         if not self.alive:
-            return False
-        words = [os.fsencode(word) for word in argv] + [os.fsencode(f"{k}={v}") for k, v in env.items()]
+            return None
+        variables = [os.fsencode(f"{k}={v}") for k, v in env.items()]
+        words = [os.fsencode(word) for word in argv] + variables
         head = f"{int(stdin is not None)} {len(argv)} {len(env)}".encode()
         data = b"\0".join([head, *words]) + b"\0"
         if len(data) > MAX_REQUEST or data.count(b"\0") != len(words) + 1:  # too big, or a NUL inside a word
-            return False
-        marks = sum(len(k) + len(v) + 2 for k, v in env.items() if k.startswith("KEEPER_"))
-        if marks > SLOT:  # they would not all show in the keeper's environment, where adoption looks for them
-            return False
+            return None
+        if sum(len(v) + 1 for v in variables if v.startswith(b"KEEPER_")) > SLOT:
+            return None  # the marks would not all show in the keeper's environment, where adoption looks for them
         fds = array.array("i", [status] if stdin is None else [status, stdin])
+        sent_at = time.monotonic()
         try:
             self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
         except OSError:  # full (the server is behind) or too large for the socket: the direct way this time
-            return False
-        return True
+            return None
+        self.waiting[sent_at] = self.waiting.get(sent_at, 0) + 1
+        return sent_at
+
+    def done(self, sent_at: float) -> None:
+        """The start sent at ``sent_at`` has read its status pipe (or given up on it)."""
+        left = self.waiting.get(sent_at, 0) - 1
+        if left > 0:
+            self.waiting[sent_at] = left
+        else:
+            self.waiting.pop(sent_at, None)
 
     def watch(self, child: ServedChild) -> None:
-        found = self.ended.pop(child.pid, None)
-        if found is not None and time.monotonic() - found[1] < ENDED_KEPT:
+        found = self.ended.get(child.pid)
+        if found is not None and found[1] >= child.sent_at:  # else an earlier keeper's, whose pid it now has
+            del self.ended[child.pid]
             child._ended(found[0])
         elif self.alive:
             self.watched[child.pid] = child
@@ -139,10 +152,11 @@ class KeeperServer:
             if child is not None:
                 child._ended(code)
                 continue
-            # its start has not read the keeper's pid yet (two channels, either may be read first); kept a
-            # moment only, so that a pid used again later never meets the end of an earlier keeper
+            # its start has not read the keeper's pid yet (two channels, either may be read first): kept for it,
+            # and dropped once no start sent before it is still waiting (the end of a start called off)
             now = time.monotonic()
-            self.ended = {p: e for p, e in self.ended.items() if now - e[1] < ENDED_KEPT}
+            oldest = min(self.waiting, default=now)
+            self.ended = {p: e for p, e in self.ended.items() if e[1] >= oldest}
             self.ended[int(pid)] = (code, now)
 
     def _lost(self, expected: bool) -> None:

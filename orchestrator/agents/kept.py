@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,47 +113,66 @@ async def _served(
     if stdin_pipe:
         stdin_read, stdin_write = os.pipe()
         os.set_blocking(stdin_write, False)
-    try:
-        sent = server.send(command, env, write_fd, stdin_read)
-    finally:
-        os.close(write_fd)
-        if stdin_read is not None:
-            os.close(stdin_read)
-    try:
-        status = await keeper.read_status(read_fd) if sent else None
-    except asyncio.CancelledError:  # the start was called off: whatever it started is killed once it is said
-        threading.Thread(target=_kill_when_said, args=(os.dup(read_fd),), daemon=True).start()
-        if stdin_write is not None:
-            os.close(stdin_write)
-        raise
-    finally:
-        os.close(read_fd)
-    if status is None or status.keeper is None:  # not sent, or the server ended before it started the keeper
-        if stdin_write is not None:
-            os.close(stdin_write)
-        if status is not None and status.spawn_errno is not None:
-            raise SpawnError(f"cannot start the keeper {command[0]}: {os.strerror(status.spawn_errno)}")
-        return None
-    procs.spare(status.keeper)  # ours once the server is gone: the orphan reaper must not take its status
-    return keeper_server.ServedChild(status.keeper, stdin_write, server), status
+    said = bytearray()
+    # a keeper is ours once its server is gone: until it is spared, its end must not be reaped as an orphan's
+    with procs.spawning():
+        try:
+            sent_at = server.send(command, env, write_fd, stdin_read)
+        finally:
+            os.close(write_fd)
+            if stdin_read is not None:
+                os.close(stdin_read)
+        try:
+            status = await keeper.read_status(read_fd, said) if sent_at is not None else None
+        except BaseException:  # called off (or the pipe failed): whatever it started is killed once it is said
+            _kill_when_said(os.dup(read_fd), bytes(said))
+            if stdin_write is not None:
+                os.close(stdin_write)
+            raise
+        finally:
+            os.close(read_fd)
+            if sent_at is not None:
+                server.done(sent_at)
+        if status is None or status.keeper is None:  # not sent, or the server ended before it started the keeper
+            if stdin_write is not None:
+                os.close(stdin_write)
+            if status is not None and status.spawn_errno is not None:
+                raise SpawnError(f"cannot start the keeper {command[0]}: {os.strerror(status.spawn_errno)}")
+            return None
+        assert sent_at is not None
+        procs.spare(status.keeper)
+    return keeper_server.ServedChild(status.keeper, stdin_write, server, sent_at), status
 
 
-def _kill_when_said(fd: int) -> None:
-    """On a thread of its own (the loop may be closing): read a called-off start's status pipe to its end,
-    then kill the agent's group it names (its keeper records that and ends with it)."""
-    data = b""
-    try:
-        os.set_blocking(fd, True)
-        while chunk := os.read(fd, 256):
-            data += chunk
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    agent = keeper.parse_status(data).agent
-    if agent is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(agent, signal.SIGKILL)
+KILL_WAIT = 5.0  # seconds a called-off start's status pipe is read for the agent's pid
+
+
+def _kill_when_said(fd: int, said: bytes) -> None:
+    """A called-off start: on a thread of its own (the loop may be closing; the process waits for it at exit),
+    read the rest of its status pipe, then kill the agent's group it names (its keeper records that and ends)."""
+
+    def finish() -> None:
+        data = bytearray(said)
+        deadline = time.monotonic() + KILL_WAIT
+        try:
+            os.set_blocking(fd, False)
+            while (left := deadline - time.monotonic()) > 0:
+                if not select.select([fd], [], [], left)[0]:
+                    break
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        agent = keeper.parse_status(bytes(data)).agent
+        if agent is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(agent, signal.SIGKILL)
+
+    threading.Thread(target=finish, name="called-off-start").start()
 
 
 async def _agent_of(
