@@ -97,8 +97,13 @@ async def spawn_kept(
         raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}") from None
     finally:
         os.close(write_fd)
+    said = bytearray()
     try:
-        status = await keeper.read_status(read_fd)
+        status = await keeper.read_status(read_fd, said)
+    except BaseException:  # called off: as a served start
+        _kill_when_said(os.dup(read_fd), bytes(said))
+        proc.close_stdin()
+        raise
     finally:
         os.close(read_fd)
     return await _agent_of(proc, status, spec, argv, executable, log[0], cwd)
