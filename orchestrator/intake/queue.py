@@ -111,6 +111,9 @@ class Intake:
     def rescan(self, initial: bool = False) -> None:
         """Look at every inbox; queue what is new and complete. Never queues a memo twice."""
         mtimes: dict[Path, float] = {}  # what this scan just saw of each new memo: not looked at again
+        waiting: dict[Path, set[str]] = {}  # the memos waiting to settle, by folder: gathered once, not per role
+        for path in self.pending:
+            waiting.setdefault(path.parent, set()).add(path.name)
         for role in self.queues:
             inbox = self.role_dir(role) / INBOX
             try:
@@ -122,7 +125,7 @@ class Intake:
             queue = self.queues[role]
             # by name: a Path per entry (and its hash) was most of a rescan's cost with thousands waiting
             known = {p.name for p in queue}
-            known.update(p.name for p in self.pending if p.parent == inbox)
+            known.update(waiting.get(inbox, ()))
             present = set()
             child = _child_maker(inbox)
             for entry in entries:
