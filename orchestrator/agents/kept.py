@@ -159,10 +159,12 @@ def _kill_when_said(fd: int, said: bytes) -> None:
     def finish() -> None:
         data = bytearray(said)
         deadline = time.monotonic() + KILL_WAIT
+        poller = select.poll()  # not select(): a descriptor above 1023 is fine here
+        poller.register(fd, select.POLLIN)
         try:
             os.set_blocking(fd, False)
             while (left := deadline - time.monotonic()) > 0:
-                if not select.select([fd], [], [], left)[0]:
+                if not poller.poll(left * 1000):
                     break
                 chunk = os.read(fd, 256)
                 if not chunk:
