@@ -137,10 +137,12 @@ def test_keepers_outlive_their_server(binary, tmp_path):
         server.close()
         return server.pid, status
 
-    server_pid, status = asyncio.run(main())
-    wait_for(lambda: not pid_alive(server_pid), what="the server gone")
-    assert pid_alive(status.keeper) and pid_alive(status.agent), "a keeper does not need its server"
-    gate.touch()
+    try:  # the gate opened whatever happens: a failing test leaves no agent behind
+        server_pid, status = asyncio.run(main())
+        wait_for(lambda: not pid_alive(server_pid), what="the server gone")
+        assert pid_alive(status.keeper) and pid_alive(status.agent), "a keeper does not need its server"
+    finally:
+        gate.touch()
     wait_for(lambda: keeper.read_exit(tmp_path / "runs" / "7" / "1.exit") is not None, what="the keeper's record")
 
 
