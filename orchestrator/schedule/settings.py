@@ -10,24 +10,16 @@ import os
 import shutil
 from datetime import UTC, datetime, time, tzinfo
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator.core.values import Duration
 from orchestrator.schedule import rules
 
 RULE_KEYS = ("daily", "weekly", "every", "once")
-
-
-def _duration(value: Any) -> float:
-    from orchestrator.config import parse_duration  # config imports this module: resolved at validation time
-
-    return parse_duration(value)
-
-
-Duration = Annotated[float, BeforeValidator(_duration)]
 
 
 class _Strict(BaseModel):
@@ -66,7 +58,7 @@ def check_timezone(name: str | None) -> str | None:
         try:
             ZoneInfo(name)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {name!r}; expected an IANA name such as Asia/Tokyo or UTC") from None
+            raise ValueError(f"expected a time zone's IANA name such as Asia/Tokyo or UTC, got {name!r}") from None
     return name
 
 
@@ -82,7 +74,7 @@ class WakeSettings(_Strict):
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
         if value is not None and value <= 0:
-            raise ValueError("a heartbeat must be longer than 0; omit `every` for a role woken only by due tasks")
+            raise ValueError("expected a heartbeat longer than 0 (omit `every` for a role woken only by due tasks)")
         return value
 
     @field_validator("quiet_hours")
@@ -107,28 +99,41 @@ class TaskSettings(_Strict):
 
     daily: str | None = None
     weekly: str | None = None
-    every: Duration | None = None
+    every: Duration | None = Field(None, gt=0)
     once: str | None = None
     text: str = ""
     priority: int | None = None
     in_quiet_hours: bool = False
+
+    @field_validator("daily")
+    @classmethod
+    def _daily(cls, value: str | None) -> str | None:
+        if value is not None:
+            rules.parse_time_of_day(value)
+        return value
+
+    @field_validator("weekly")
+    @classmethod
+    def _weekly(cls, value: str | None) -> str | None:
+        if value is not None:
+            rules.parse_weekly(value)
+        return value
+
+    @field_validator("once")
+    @classmethod
+    def _once(cls, value: str | None) -> str | None:
+        if value is not None:
+            rules.parse_moment(value, UTC)
+        return value
 
     @model_validator(mode="after")
     def _one_rule(self) -> TaskSettings:
         given = [key for key in RULE_KEYS if getattr(self, key) is not None]
         if len(given) != 1:
             raise ValueError(
-                "a task needs exactly one of daily, weekly, every, once"
-                + (f" (got {', '.join(given)})" if given else "")
+                "expected exactly one of the keys daily, weekly, every, once in a task, got "
+                + (" and ".join(given) if given else "none")
             )
-        if self.daily is not None:
-            rules.parse_time_of_day(self.daily)
-        if self.weekly is not None:
-            rules.parse_weekly(self.weekly)
-        if self.every is not None and self.every <= 0:
-            raise ValueError("every: must be longer than 0")
-        if self.once is not None:
-            rules.parse_moment(self.once, UTC)
         return self
 
     def rule(self, tz: tzinfo) -> rules.Rule:
