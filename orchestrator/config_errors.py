@@ -225,6 +225,11 @@ def _written(raw: Any, keys: Sequence[str | int]) -> tuple[bool, Any]:
     return True, raw
 
 
+def _quoted(value: Any, message: str) -> bool:
+    """Whether a validator's message already quotes what was written (or a word of it)."""
+    return isinstance(value, str) and any(repr(word) in message for word in [value, *value.split()])
+
+
 def _fallback(item: Any) -> str:
     """What was expected, from pydantic's error type alone (a declaration this module cannot read)."""
     kind, ctx = item["type"], item.get("ctx") or {}
@@ -260,7 +265,7 @@ def describe_validation_error(
             written = found(value if there else item.get("input"))
             if kind in ("value_error", "assertion_error"):  # our own validators' words
                 message = item["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
-                if "got " not in message and not (isinstance(value, str) and repr(value) in message):
+                if "got " not in message and not _quoted(value, message):
                     message += f", got {written}"
             else:
                 message = f"expected {place.expected() or _fallback(item)}, got {written}"
