@@ -10,11 +10,11 @@ import os
 import shutil
 from datetime import UTC, datetime, time, tzinfo
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from orchestrator.schedule import rules
 
@@ -28,6 +28,15 @@ def _duration(value: Any) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+def _first(value: Any) -> Any:
+    if value not in (rules.FIRST_NOW, rules.FIRST_NEXT):
+        raise ValueError(f"expected now or next (when a task never done is first due), got {value!r}")
+    return value
+
+
+First = Annotated[Literal["now", "next"], BeforeValidator(_first)]  # when a task never done is first due
 
 
 class _Strict(BaseModel):
@@ -77,6 +86,7 @@ class WakeSettings(_Strict):
     max_tasks: int = Field(2, ge=1)
     skip_when_idle: bool = True
     quiet_hours: str | list[str] | None = None
+    first: First = "now"  # the role's tasks that do not say their own `first`
 
     @field_validator("every")
     @classmethod
@@ -112,6 +122,7 @@ class TaskSettings(_Strict):
     text: str = ""
     priority: int | None = None
     in_quiet_hours: bool = False
+    first: First | None = None  # None: the role's `wake.first`, else now
 
     @model_validator(mode="after")
     def _one_rule(self) -> TaskSettings:
@@ -131,15 +142,23 @@ class TaskSettings(_Strict):
             rules.parse_moment(self.once, UTC)
         return self
 
-    def rule(self, tz: tzinfo) -> rules.Rule:
-        """The parsed rule, its times in ``tz``."""
+    @field_validator("first")
+    @classmethod
+    def _not_once(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("once") is not None:
+            raise ValueError("applies to daily, weekly and every tasks only; a once task is due at its own time")
+        return value
+
+    def rule(self, tz: tzinfo, wake: WakeSettings | None = None) -> rules.Rule:
+        """The parsed rule, its times in ``tz``; its ``first`` is the task's, else the role's ``wake.first``."""
+        first = self.first or (wake.first if wake is not None else rules.FIRST_NOW)
         if self.daily is not None:
-            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily))
+            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily), first=first)
         if self.weekly is not None:
             weekday, at = rules.parse_weekly(self.weekly)
-            return rules.Rule("weekly", at=at, weekday=weekday)
+            return rules.Rule("weekly", at=at, weekday=weekday, first=first)
         if self.every is not None:
-            return rules.Rule("every", period=self.every)
+            return rules.Rule("every", period=self.every, first=first)
         assert self.once is not None
         return rules.Rule("once", when=rules.parse_moment(self.once, tz))
 
