@@ -1,7 +1,7 @@
 """The schedule's keys in ``roles.yaml``: ``timezone`` at the top, ``wake``, ``tasks``, ``signals`` and
 ``preflight`` in a role. Each is checked at load time, so a bad time, an unknown weekday or time zone, an
-empty or overlapping window, ``every: 0``, a reused task name or a signal that cannot run is a start-up
-error naming its key (exit 2) before any memo moves."""
+empty or overlapping window, ``every: 0``, a ``first`` other than now or next (or on a ``once`` task), a reused
+task name or a signal that cannot run is a start-up error naming its key (exit 2) before any memo moves."""
 
 from __future__ import annotations
 
