@@ -1,7 +1,7 @@
 """The schedule's keys in ``roles.yaml``: ``timezone`` at the top, ``wake``, ``tasks``, ``signals`` and
 ``preflight`` in a role. Each is checked at load time, so a bad time, an unknown weekday or time zone, an
-empty or overlapping window, ``every: 0``, a reused task name or a signal that cannot run is a start-up
-error naming its key (exit 2) before any memo moves."""
+empty or overlapping window, ``every: 0``, a ``first`` other than now or next (or on a ``once`` task), a reused
+task name or a signal that cannot run is a start-up error naming its key (exit 2) before any memo moves."""
 
 from __future__ import annotations
 
@@ -10,16 +10,25 @@ import os
 import shutil
 from datetime import UTC, datetime, time, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from orchestrator.core.values import Duration
 from orchestrator.schedule import rules
 
 RULE_KEYS = ("daily", "weekly", "every", "once")
+
+
+def _first(value: Any) -> Any:
+    if value not in (rules.FIRST_NOW, rules.FIRST_NEXT):
+        raise ValueError(f"expected now or next (when a task never done is first due), got {value!r}")
+    return value
+
+
+First = Annotated[Literal["now", "next"], BeforeValidator(_first)]  # when a task never done is first due
 
 
 class _Strict(BaseModel):
@@ -69,6 +78,7 @@ class WakeSettings(_Strict):
     max_tasks: int = Field(2, ge=1)
     skip_when_idle: bool = True
     quiet_hours: str | list[str] | None = None
+    first: First = "now"  # the role's tasks that do not say their own `first`
 
     @field_validator("every")
     @classmethod
@@ -104,6 +114,7 @@ class TaskSettings(_Strict):
     text: str = ""
     priority: int | None = None
     in_quiet_hours: bool = False
+    first: First | None = None  # None: the role's `wake.first`, else now
 
     @field_validator("daily")
     @classmethod
@@ -136,15 +147,23 @@ class TaskSettings(_Strict):
             )
         return self
 
-    def rule(self, tz: tzinfo) -> rules.Rule:
-        """The parsed rule, its times in ``tz``."""
+    @field_validator("first")
+    @classmethod
+    def _not_once(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("once") is not None:
+            raise ValueError("applies to daily, weekly and every tasks only; a once task is due at its own time")
+        return value
+
+    def rule(self, tz: tzinfo, wake: WakeSettings | None = None) -> rules.Rule:
+        """The parsed rule, its times in ``tz``; its ``first`` is the task's, else the role's ``wake.first``."""
+        first = self.first or (wake.first if wake is not None else rules.FIRST_NOW)
         if self.daily is not None:
-            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily))
+            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily), first=first)
         if self.weekly is not None:
             weekday, at = rules.parse_weekly(self.weekly)
-            return rules.Rule("weekly", at=at, weekday=weekday)
+            return rules.Rule("weekly", at=at, weekday=weekday, first=first)
         if self.every is not None:
-            return rules.Rule("every", period=self.every)
+            return rules.Rule("every", period=self.every, first=first)
         assert self.once is not None
         return rules.Rule("once", when=rules.parse_moment(self.once, tz))
 
