@@ -43,6 +43,12 @@ def build() -> argparse.ArgumentParser:
     stop = sub.add_parser("stop", parents=[common], help="end the orchestrator: running agents finish")
     stop.add_argument("--force", action="store_true", help="kill every agent now and return their memos to the inbox")
     stop.add_argument("--wait", action="store_true", help="return only when the orchestrator has exited")
+    stop.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="wait at most this long (5s, 10m, ...; implies --wait), then exit 1 naming what still runs "
+        "(default: the longest role timeout + grace + 30s)",
+    )
 
     interrupt = sub.add_parser("interrupt", parents=[common], help="end an SDK agent's current turn")
     interrupt.add_argument("memo")

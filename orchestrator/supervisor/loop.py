@@ -236,7 +236,7 @@ class Supervisor:
         self.watcher.start()
         if self.watcher.patch_problem:
             self.console.line(self.watcher.patch_problem)
-        self.control = ControlServer(socket_path(self.root), self.answer, self.console.error)
+        self.control = ControlServer(socket_path(self.root), self.answer, self.console.error, log=self.console.line)
         await self.control.start()
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "

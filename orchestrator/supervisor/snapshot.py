@@ -18,6 +18,8 @@ def full(sup: Supervisor) -> dict[str, Any]:
         "recent": [RunView.from_row(row).to_json() for row in sup.store.recent_runs(20)],
         "wakes": sup.wakes.snapshot(),
         "memory": sup.memory.snapshot(),
+        # the longest a graceful ending can take, for `stop --wait`: a run may go on to its timeout, then the ladder
+        "longest_stop": max((r.timeout + r.grace for r in sup.config.roles.values()), default=0.0),
     }
 
 
