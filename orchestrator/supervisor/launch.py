@@ -104,7 +104,7 @@ class Launcher:
         claimed: list[tuple[MemoRef, str, str]] = []
         for entry in entries:
             del queue[entry.path]
-            got = self.claim(role, entry.path)
+            got = self.claim(role, entry.path, entry.seen_ts)
             if got is not None:
                 claimed.append(got)
         if not claimed:
@@ -131,8 +131,12 @@ class Launcher:
         except OSError as exc:
             self.console.error(f"internal error: {path.name} stays in active/ until the next start: {exc}")
 
-    def claim(self, role: Role, path: Path) -> tuple[MemoRef, str, str] | None:
-        """Rename the memo into active/ and read it: (its reference, its text, its inbox name), or None."""
+    def claim(self, role: Role, path: Path, seen_ts: float | None = None) -> tuple[MemoRef, str, str] | None:
+        """Rename the memo into active/ and read it: (its reference, its text, its inbox name), or None.
+
+        ``seen_ts``: when the memo was first seen in its inbox; the loop breaker counts a memo without a
+        usable ``created_at`` at that time.
+        """
         try:
             active = move_memo(path, self.config.role_dir(role.name) / ACTIVE)
         except FileNotFoundError:
@@ -141,13 +145,15 @@ class Launcher:
             self.console.line(f"cannot claim {path.name}: {exc}; leaving it in the inbox", role=role.name)
             return None
         try:
-            return self._read_claimed(role, active, path.name)
+            return self._read_claimed(role, active, path.name, seen_ts)
         except Exception as exc:  # noqa: BLE001 - claimed memos always end in a run: at worst a failed one
             self.console.error(f"internal error: reading {active.name} failed:\n{traceback.format_exc()}")
             self.reject(role, active, f"internal error: {type(exc).__name__}: {exc}")
             return None
 
-    def _read_claimed(self, role: Role, active: Path, inbox_name: str) -> tuple[MemoRef, str, str] | None:
+    def _read_claimed(
+        self, role: Role, active: Path, inbox_name: str, seen_ts: float | None
+    ) -> tuple[MemoRef, str, str] | None:
         try:
             text = read_memo(active, self.config.max_memo_bytes)
         except FileNotFoundError:
@@ -162,7 +168,15 @@ class Launcher:
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
         ref = MemoRef(
-            active.name, active, header.id, header.subject, header.reply_to, header.sender, header_tasks(header.extra)
+            active.name,
+            active,
+            header.id,
+            header.subject,
+            header.reply_to,
+            header.sender,
+            header_tasks(header.extra),
+            created_at=header.created_at,
+            seen_ts=seen_ts,
         )
         for check in self.memo_checks:
             why = check(role, ref, text)

@@ -86,6 +86,7 @@ class Supervisor:
             self.store,
             lambda delay, callback: self.clock.call_later(delay, callback),
             self._after_event,
+            lambda: self.clock.now().timestamp(),
         )
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
         self.lc = Lifecycle(
