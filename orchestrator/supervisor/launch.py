@@ -98,12 +98,15 @@ class Launcher:
 
     # ------------------------------------------------------------ claims
     def start_from_queue(self, role: Role) -> None:
-        """Claim the role's first memo (every memo, for a batch role) and start its run."""
+        """Claim the role's first memo (for a batch role its oldest, up to ``batch_max``) and start its run.
+
+        A batch role's other memos stay queued: its next run takes them as soon as this one ends."""
         queue = self.intake.queues[role.name]
-        entries = list(queue.values()) if role.batch else [next(iter(queue.values()))]
+        wanted = role.batch_max if role.batch else 1
+        first = next(iter(queue.values()))
         claimed: list[tuple[MemoRef, str, str]] = []
-        for entry in entries:
-            del queue[entry.path]
+        while queue and len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
+            entry = queue.popitem(last=False)[1]
             got = self.claim(role, entry.path)
             if got is not None:
                 claimed.append(got)
@@ -114,7 +117,7 @@ class Launcher:
             for ref, _, inbox in claimed:
                 self.lc.carry_attempts(role.name, inbox, ref.name)
             run = self.lc.open(
-                role, [ref for ref, _, _ in claimed], arrival=entries[0].arrival, attempt=attempt, numbered=True
+                role, [ref for ref, _, _ in claimed], arrival=first.arrival, attempt=attempt, numbered=True
             )
         except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
             self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")

@@ -1,0 +1,61 @@
+"""Batch roles with a backlog: runs of at most ``batch_max`` memos, the list of memos in a file, bounded reasons,
+and a start that fails by the orchestrator's own doing returns its memos instead of failing them."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Project, wait_for
+from orchestrator.config import load_config
+from orchestrator.core.errors import ConfigError
+
+
+def backlog(project: Project, role: str, count: int, stem: str = "m", front: str = "") -> list[str]:
+    """``count`` memos already complete in the inbox (written a minute ago): found by the first scan."""
+    inbox = project.root / "memo" / role / "inbox"
+    inbox.mkdir(parents=True, exist_ok=True)
+    names = [f"{stem}-{i:05d}.md" for i in range(count)]
+    past = time.time() - 60
+    for name in names:
+        path = inbox / name
+        path.write_text(f"---\nid: {name[:-3]}\n{front}---\nbody\n", encoding="utf-8")
+        os.utime(path, (past, past))
+    return names
+
+
+# ------------------------------------------------------------------ runs of at most batch_max
+def test_a_backlog_of_5000_memos_drains_into_the_archive_in_runs_of_at_most_batch_max(project: Project) -> None:
+    # batch_max: 100, the default; no rescan within the test, so each next run must follow its predecessor at once
+    project.configure({"pm": {"batch": True}}, prompt="batch $seq\n", rescan_interval="1h")
+    names = backlog(project, "pm", 5000)
+    orch = project.up()
+    archive, failed = (project.root / "memo" / "pm" / folder for folder in ("archive", "failed"))
+
+    def ended() -> int:
+        return len(os.listdir(archive)) + len([n for n in os.listdir(failed) if n.endswith(".md")])
+
+    wait_for(lambda: ended() == 5000, 90, "5000 memos in archive/ or failed/", interval=0.5)
+    assert orch.stop() == 0
+    assert project.folder("pm", "failed") == []
+    assert project.folder("pm", "inbox") == [] and project.folder("pm", "active") == []
+    assert project.folder("pm", "archive") == names
+    records = project.records()
+    sizes = [len(r["memos"]) for r in records]
+    assert sizes == [100] * 50, sizes
+    handed = [Path(p).name for r in records for p in r["memos"]]
+    assert handed == names, "every memo handed over once, oldest first"
+    assert all(r["attempt"] == 1 for r in records)
+
+
+def test_batch_max_defaults_to_100_and_must_be_at_least_1(tmp_path: Path) -> None:
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "pm.md").write_text("x\n", encoding="utf-8")
+    (tmp_path / "roles.yaml").write_text("roles:\n  pm: {batch: true}\n", encoding="utf-8")
+    assert load_config(tmp_path).roles["pm"].batch_max == 100
+    (tmp_path / "roles.yaml").write_text("roles:\n  pm: {batch: true, batch_max: 0}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"roles\.pm\.batch_max:"):
+        load_config(tmp_path)
