@@ -12,6 +12,7 @@ import pytest
 from conftest import Project, wait_for
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
+from orchestrator.intake import notices
 
 
 def backlog(project: Project, role: str, count: int, stem: str = "m", front: str = "") -> list[str]:
@@ -59,3 +60,34 @@ def test_batch_max_defaults_to_100_and_must_be_at_least_1(tmp_path: Path) -> Non
     (tmp_path / "roles.yaml").write_text("roles:\n  pm: {batch: true, batch_max: 0}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"roles\.pm\.batch_max:"):
         load_config(tmp_path)
+
+
+# ------------------------------------------------------------------ reasons stay small
+def test_a_failed_batch_reason_names_20_memos_and_stays_under_16_kb(project: Project) -> None:
+    project.configure({"pm": {"batch": True}, "lead": {}}, notify="lead", defaults={"retry": {"max": 0}})
+    noisy = "agent: {exit: 1, say: " + "x" * 100_000 + "}\n"  # one 100 KB line in the log
+    names = backlog(project, "pm", 60, front=noisy)
+    orch = project.up()
+    wait_for(lambda: len(project.folder("pm", "failed")) == 60, what="the batch in failed/")
+    failed = project.root / "memo" / "pm" / "failed"
+    for name in names:
+        reason = (failed / name.replace(".md", ".reason")).read_text(encoding="utf-8")
+        assert len(reason.encode()) < 16 * 1024, len(reason.encode())
+        memos = next(line for line in reason.splitlines() if line.startswith("memos: "))
+        assert memos == f"memos: {', '.join(names[:20])} and 40 more"
+        assert reason.startswith("failed: exit code 1"), reason[:200]
+    lead = project.root / "memo" / "lead"
+    notice = wait_for(lambda: list(lead.glob("*/*-failed-*.md")), what="the failure notice")
+    body = notice[0].read_text(encoding="utf-8")
+    assert body.count("- m-") == 20 and "- and 40 more, in memo/pm/failed" in body
+    assert orch.stop() == 0
+
+
+def test_every_reason_file_is_cut_under_16_kb(tmp_path: Path) -> None:
+    memo = tmp_path / "failed" / "m.md"
+    memo.parent.mkdir()
+    text = "failed: why\n" + "é" * 50_000 + "\n" + "line\n" * 1000
+    written = notices.write_reason(memo, text).read_text(encoding="utf-8")
+    assert len(written.encode()) < notices.REASON_MAX
+    assert written.startswith("failed: why\n") and written.endswith("reason files stay under 16384]\n")
+    assert notices.write_reason(memo, "short\n").read_text(encoding="utf-8") == "short\n"
