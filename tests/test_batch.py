@@ -3,6 +3,7 @@ and a start that fails by the orchestrator's own doing returns its memos instead
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from conftest import Project, wait_for
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake import notices
+from replay import Replay
 
 
 def backlog(project: Project, role: str, count: int, stem: str = "m", front: str = "") -> list[str]:
@@ -91,3 +93,56 @@ def test_every_reason_file_is_cut_under_16_kb(tmp_path: Path) -> None:
     assert len(written.encode()) < notices.REASON_MAX
     assert written.startswith("failed: why\n") and written.endswith("reason files stay under 16384]\n")
     assert notices.write_reason(memo, "short\n").read_text(encoding="utf-8") == "short\n"
+
+
+# ------------------------------------------------------------------ starts that fail by our doing
+def test_an_internal_start_failure_returns_the_memos_and_holds_the_role_for_a_growing_wait(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        r = Replay(tmp_path, {"builder": {"max_concurrent": 1, "retry": {"max": 1, "backoff": ["1s"]}}})
+        r.spawner.refuse, r.spawner.refuse_internal = "cannot start 'x': Argument list too long", True
+        await r.drop("builder", "a.md")
+        assert r.folder("builder", "inbox") == ["a.md"] and r.folder("builder", "failed") == []
+        assert r.state("a") == "returned"
+        assert r.sup.holds.current == {
+            "builder": {"start": "its agent could not start (internal error); next try in 5s"}
+        }
+        await r.drop("builder", "b.md")
+        assert r.console.text.count("start a ") == 1 and "start b " not in r.console.text, "held: nothing starts"
+        await r.advance(4.9)
+        assert r.console.text.count("start a ") == 1
+        await r.advance(0.1)  # the wait is over: a again (first in the queue), failing again, waits twice as long
+        assert r.console.text.count("start a ") == 2 and "start b " not in r.console.text
+        assert "again (2 in a row): run 2 of builder could not start its agent" in r.console.text
+        assert r.console.text.count("ERROR internal error") == 1, "loud once, then one line each"
+        await r.advance(9.9)
+        assert r.console.text.count("start a ") == 2
+        r.spawner.refuse = None
+        await r.advance(0.1)
+        agent = r.agent("a")
+        assert agent.spec.attempt == 1, "an attempt that never began is not counted"
+        assert r.sup.holds.current == {}
+        await r.exit("a", 0)
+        await r.exit("b", 0)
+        assert r.folder("builder", "archive") == ["a.md", "b.md"] and r.folder("builder", "failed") == []
+        r.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.internal_error_expected
+def test_an_agent_whose_environment_is_too_long_for_linux_is_an_internal_error_not_a_dead_letter(
+    project: Project,
+) -> None:
+    project.configure({"builder": {"env": {"HUGE": "x" * 140_000}}})  # over Linux's 128 KiB for one string
+    orch = project.up()
+    project.drop("builder", "E-1.md", {"id": "E-1"})
+    orch.wait_output("ERROR internal error: run 1 of builder could not start its agent")
+    line = next(line for line in orch.output.splitlines() if "ERROR internal error: run 1" in line)
+    assert "Argument list too long" in line and "the longest is variable HUGE, 140006 bytes" in line, line
+    assert "E-1.md went back to the inbox" in line and "builder starts nothing for 5s" in line, line
+    wait_for(lambda: project.folder("builder", "inbox") == ["E-1.md"], what="E-1 back in the inbox")
+    assert project.folder("builder", "failed") == [] and project.records() == []
+    held = project.status()["holds"]
+    assert held == {"builder": {"start": "its agent could not start (internal error); next try in 5s"}}, held
+    assert orch.stop() == 0
+    assert project.folder("builder", "inbox") == ["E-1.md"] and project.folder("builder", "failed") == []

@@ -241,7 +241,8 @@ class Launcher:
         try:
             agent = await self.spawner.start(spec, self._exited)
         except SpawnError as exc:
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}"))
+            reason = f"could not start the agent: {exc}"
+            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
         except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run goes on
             self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
             self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
