@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Project, wait_for
+from orchestrator.agents import memo_list
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.events import RescanNeeded
 from orchestrator.intake import notices
 from replay import Replay
 
@@ -62,6 +64,49 @@ def test_batch_max_defaults_to_100_and_must_be_at_least_1(tmp_path: Path) -> Non
     (tmp_path / "roles.yaml").write_text("roles:\n  pm: {batch: true, batch_max: 0}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"roles\.pm\.batch_max:"):
         load_config(tmp_path)
+
+
+# ------------------------------------------------------------------ the list of memos: a file, and short forms
+def test_a_short_list_is_in_the_file_the_environment_and_the_prompt(project: Project) -> None:
+    project.configure({"pm": {"batch": True}}, prompt="memos:\n$memo_paths\n")
+    names = backlog(project, "pm", 3)
+    orch = project.up("--until-idle", wait_ready=False)
+    assert orch.wait(30) == 0, orch.output
+    (record,) = project.records()
+    active = project.root / "memo" / "pm" / "active"
+    paths = [str(active / name) for name in names]
+    assert record["memos_file"] == str(project.root / ".orchestrator" / "runs" / str(record["run_id"]) / "memos.txt")
+    assert record["memos"] == paths  # read from the file
+    assert record["env_memos"] == "\n".join(paths)
+    assert record["prompt"] == "memos:\n" + "\n".join(paths) + "\n"
+
+
+def test_a_list_over_64_kib_is_only_in_the_file_and_the_prompt_says_where(project: Project) -> None:
+    project.configure({"pm": {"batch": True, "batch_max": 1000}}, prompt="memos:\n$memo_paths\n")
+    names = backlog(project, "pm", 400, stem="m" * 200)  # about 110 KB of paths: it fits in no variable of ours
+    orch = project.up("--until-idle", wait_ready=False)
+    assert orch.wait(30) == 0, orch.output
+    (record,) = project.records()
+    active = project.root / "memo" / "pm" / "active"
+    assert record["memos"] == [str(active / name) for name in names], "the file lists every memo"
+    assert record["env_memos"] is None, "ORCHESTRATOR_MEMOS is unset when the list is too long"
+    shown, last = record["prompt"].removeprefix("memos:\n").rstrip("\n").rsplit("\n", 1)
+    assert len(shown.encode()) <= memo_list.LIST_MAX
+    assert shown.splitlines() == record["memos"][: len(shown.splitlines())]
+    rest = 400 - len(shown.splitlines())
+    assert last == (
+        f"(and {rest} more memos, 400 in all: the whole list, one path a line, is in {record['memos_file']}, "
+        "which $ORCHESTRATOR_MEMOS_FILE names)"
+    )
+    assert project.folder("pm", "archive") == names
+
+
+def test_the_prompt_list_is_cut_below_64_kib() -> None:
+    paths = [f"/r/memo/pm/active/{'x' * 90}-{i}.md" for i in range(2000)]
+    text = memo_list.prompt_list(paths, Path("/r/.orchestrator/runs/1/memos.txt"))
+    assert len(text.encode()) <= memo_list.LIST_MAX
+    assert memo_list.list_environment(paths, "/f") == {"ORCHESTRATOR_MEMOS_FILE": "/f"}
+    assert memo_list.list_environment(paths[:3], "/f")["ORCHESTRATOR_MEMOS"] == "\n".join(paths[:3])
 
 
 # ------------------------------------------------------------------ reasons stay small
@@ -146,3 +191,34 @@ def test_an_agent_whose_environment_is_too_long_for_linux_is_an_internal_error_n
     assert held == {"builder": {"start": "its agent could not start (internal error); next try in 5s"}}, held
     assert orch.stop() == 0
     assert project.folder("builder", "inbox") == ["E-1.md"] and project.folder("builder", "failed") == []
+
+
+def test_a_list_of_memos_that_cannot_be_written_returns_the_batch_to_the_inbox(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        r = Replay(tmp_path, {"pm": {"batch": True, "batch_max": 2}})
+        runs = r.config.state_dir / "runs"
+        runs.write_text("not a folder", encoding="utf-8")  # where the list of memos goes cannot be made
+        past = time.time() - 60
+        for name in ("a.md", "b.md", "c.md"):  # all waiting when they are found: one batch takes the oldest two
+            path = r.config.role_dir("pm") / "inbox" / name
+            path.write_text(f"---\nid: {name[:-3]}\n---\nbody\n", encoding="utf-8")
+            os.utime(path, (past, past))
+        r.sup.handle(RescanNeeded("test"))
+        await r.settle()
+        assert r.spawner.agents == [] and r.folder("pm", "failed") == []
+        assert r.folder("pm", "inbox") == ["a.md", "b.md", "c.md"] and r.folder("pm", "active") == []
+        assert "could not write the list of its memos" in r.console.text
+        assert "a.md, b.md went back to the inbox" in r.console.text
+        runs.unlink()
+        await r.advance(5)
+        (agent,) = r.spawner.agents
+        listed = Path(agent.spec.env["ORCHESTRATOR_MEMOS_FILE"])
+        active = r.config.role_dir("pm") / "active"
+        assert listed.read_text(encoding="utf-8") == f"{active / 'a.md'}\n{active / 'b.md'}\n", "oldest first"
+        assert agent.spec.env["ORCHESTRATOR_MEMOS"] == f"{active / 'a.md'}\n{active / 'b.md'}"
+        await r.exit("a", 0)
+        (second,) = r.spawner.agents[1:]
+        assert [p.name for p in second.spec.memo_paths] == ["c.md"]
+        r.close()
+
+    asyncio.run(scenario())

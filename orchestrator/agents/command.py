@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.agents import procs
+from orchestrator.agents import memo_list, procs
 from orchestrator.config import Role
 from orchestrator.core.errors import UnsupportedError
 
@@ -62,9 +62,18 @@ class LaunchSpec:
 
 
 def agent_environment(
-    role: Role, root: Path, run_id: int, attempt: int, memo_paths: list[Path], seq: int | None = None
+    role: Role,
+    root: Path,
+    run_id: int,
+    attempt: int,
+    memo_paths: list[Path],
+    seq: int | None = None,
+    memos_file: Path | None = None,
 ) -> dict[str, str]:
-    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables."""
+    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables.
+
+    A batch role's list of memos is named by ``ORCHESTRATOR_MEMOS_FILE`` (``memos_file``, written by the caller)
+    and is in ``ORCHESTRATOR_MEMOS`` only while it fits in ``memo_list.LIST_MAX``."""
     env = dict(_role_environment(role))
     env.update(
         {
@@ -75,12 +84,13 @@ def agent_environment(
             "ORCHESTRATOR_SEQ": str(seq or ""),
         }
     )
+    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # ours, when we run inside an agent
+        env.pop(key, None)
     if role.batch:
-        env["ORCHESTRATOR_MEMOS"] = "\n".join(str(p) for p in memo_paths)
-        env.pop("ORCHESTRATOR_MEMO", None)
+        file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
+        env.update(memo_list.list_environment(memo_paths, file))
     else:
         env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
-        env.pop("ORCHESTRATOR_MEMOS", None)
     return env
 
 
