@@ -109,6 +109,7 @@ class RoleSettings(_Strict):
     retry: Annotated[dict[str, Any] | None, Shaped(RetryPolicy)] = None
     crash: Annotated[dict[str, Any] | None, Shaped(CrashPolicy)] = None
     batch: bool | None = None
+    batch_max: int | None = Field(None, ge=1)
     critical: bool | None = None
     max_concurrent: int | None = Field(None, ge=1)
     env: dict[str, str] | None = None
@@ -158,6 +159,7 @@ class Role(_Strict):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     crash: CrashPolicy = Field(default_factory=CrashPolicy)
     batch: bool = False
+    batch_max: int = Field(100, ge=1)  # a batch run takes at most this many memos, oldest first
     critical: bool = False
     max_concurrent: int | None = Field(None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)

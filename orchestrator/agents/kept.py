@@ -94,7 +94,7 @@ async def spawn_kept(
         )
     except OSError as exc:
         os.close(read_fd)
-        raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}") from None
+        raise SpawnError.of_errno(f"cannot start the keeper {binary}: {exc.strerror or exc}", exc.errno) from None
     finally:
         os.close(write_fd)
     said = bytearray()
@@ -142,7 +142,9 @@ async def _served(
             if stdin_write is not None:
                 os.close(stdin_write)
             if status is not None and status.spawn_errno is not None:
-                raise SpawnError(f"cannot start the keeper {command[0]}: {os.strerror(status.spawn_errno)}")
+                raise SpawnError.of_errno(
+                    f"cannot start the keeper {command[0]}: {os.strerror(status.spawn_errno)}", status.spawn_errno
+                )
             return None
         assert sent_at is not None
         procs.spare(status.keeper)
@@ -193,7 +195,7 @@ async def _agent_of(
     elif status.cwd_errno is not None:
         error = SpawnError(f"cannot enter the folder {cwd} of role {spec.role.name}: {os.strerror(status.cwd_errno)}")
     elif status.exec_errno is not None:
-        error = cannot_start(argv[0], executable, status.exec_errno, os.strerror(status.exec_errno))
+        error = cannot_start(argv[0], executable, status.exec_errno, os.strerror(status.exec_errno), argv, spec.env)
     else:
         proc.close_stdin()
         code = await proc.wait()

@@ -114,6 +114,17 @@ class Intake:
             self.store.forget_memo_attempts(event.role, [event.path.name])  # a later namesake starts afresh
             self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
 
+    def put_back(self, role: str, paths: list[Path], arrival: int) -> None:
+        """Memos the orchestrator itself returned to the inbox: queued again at the front, in their order, with
+        their first ``arrival``, so they keep their place (the watcher's event of the move finds them queued).
+        Their breaker check is on record from their first claim, so the time given here counts for nothing."""
+        queue = self.queues[role]
+        now = self._wall()
+        for path in reversed(paths):
+            queue[path] = Queued(role, path, arrival, now)
+            queue.move_to_end(path, last=False)
+            self.pending.pop(path, None)
+
     def _enqueue(self, role: str, path: Path, seen_ts: float) -> None:
         self.queues[role][path] = Queued(role, path, next(self._arrival), seen_ts)
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, procs
+from orchestrator.agents import keeper, memo_list, procs
 from orchestrator.agents.command import LaunchSpec, watch_exit
 from orchestrator.agents.kept import AdoptedAgent
 from orchestrator.config import Config, Role
@@ -289,13 +289,13 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _remove_records(folder: Path) -> None:
-    """The run's exit records and sockets, then its folder unless something else (a transcript) lives there.
+    """The run's exit records, sockets and memo list, then its folder unless something else (a transcript) lives there.
 
     An SDK run's event logs and result files stay beside its transcript.
     """
     try:
         for name in os.listdir(folder):
-            if name.endswith((".exit", ".sock")):
+            if name.endswith((".exit", ".sock")) or name == memo_list.FILE_NAME:
                 (folder / name).unlink(missing_ok=True)
         os.rmdir(folder)
     except OSError:

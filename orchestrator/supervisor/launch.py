@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents import memo_list
 from orchestrator.agents.command import LaunchSpec, SpawnError, agent_environment
 from orchestrator.agents.spawner import Spawner
 from orchestrator.config import Config, Role
@@ -98,12 +99,15 @@ class Launcher:
 
     # ------------------------------------------------------------ claims
     def start_from_queue(self, role: Role) -> None:
-        """Claim the role's first memo (every memo, for a batch role) and start its run."""
+        """Claim the role's first memo (for a batch role its oldest, up to ``batch_max``) and start its run.
+
+        A batch role's other memos stay queued: its next run takes them as soon as this one ends."""
         queue = self.intake.queues[role.name]
-        entries = list(queue.values()) if role.batch else [next(iter(queue.values()))]
+        wanted = role.batch_max if role.batch else 1
+        first = next(iter(queue.values()))
         claimed: list[tuple[MemoRef, str, str]] = []
-        for entry in entries:
-            del queue[entry.path]
+        while queue and len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
+            entry = queue.popitem(last=False)[1]
             got = self.claim(role, entry.path, entry.seen_ts)
             if got is not None:
                 claimed.append(got)
@@ -114,7 +118,7 @@ class Launcher:
             for ref, _, inbox in claimed:
                 self.lc.carry_attempts(role.name, inbox, ref.name)
             run = self.lc.open(
-                role, [ref for ref, _, _ in claimed], arrival=entries[0].arrival, attempt=attempt, numbered=True
+                role, [ref for ref, _, _ in claimed], arrival=first.arrival, attempt=attempt, numbered=True
             )
         except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
             self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")
@@ -222,13 +226,14 @@ class Launcher:
             except (OSError, UnicodeDecodeError):
                 first_text = ""
         run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
+        memo_paths = [m.path for m in run.memos]
+        memos_file = memo_list.list_path(self.config.state_dir, run.run_id) if role.batch else None
         try:
-            prompt = self._render(run, first_text or "")
+            prompt = self._render(run, first_text or "", memos_file)
         except Exception as exc:  # noqa: BLE001 - a run holding a slot must always end somewhere
             self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
             self.dispatch(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
             return
-        memo_paths = [m.path for m in run.memos]
         spec = LaunchSpec(
             run_id=run.run_id,
             attempt=run.attempt,
@@ -237,22 +242,30 @@ class Launcher:
             prompt=prompt,
             memo_paths=memo_paths,
             log_path=run.log_path or Path(os.devnull),
-            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq),
+            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq, memos_file),
             extra={"resume": run.resumed_from},
         )
         self.console.line(
             f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name
         )
-        task = asyncio.ensure_future(self._spawn(spec))
+        task = asyncio.ensure_future(self._spawn(spec, memos_file))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _spawn(self, spec: LaunchSpec) -> None:
+    async def _spawn(self, spec: LaunchSpec, memos_file: Path | None = None) -> None:
         self.store.commit_pending()  # the attempt is on record before its agent can exist
+        if memos_file is not None:
+            try:  # before the agent exists: ORCHESTRATOR_MEMOS_FILE names it
+                memo_list.write_list(memos_file, spec.memo_paths)
+            except OSError as exc:  # ours: the run's memos go back to the inbox
+                why = f"could not write the list of its memos {memos_file}: {exc.strerror or exc}"
+                self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
+                return
         try:
             agent = await self.spawner.start(spec, self._exited)
         except SpawnError as exc:
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}"))
+            reason = f"could not start the agent: {exc}"
+            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
         except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run goes on
             self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
             self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
@@ -263,7 +276,7 @@ class Launcher:
     def _exited(self, agent: Any, code: int) -> None:
         self.dispatch(RunExited(agent.spec.run_id, agent.spec.attempt, code))
 
-    def _render(self, run: Run, text: str) -> str:
+    def _render(self, run: Run, text: str, memos_file: Path | None = None) -> str:
         sections: dict[str, str] = {}
         for section in self.sections:
             sections.update(section(run))
@@ -278,6 +291,7 @@ class Launcher:
             batch=run.role.batch,
             now=self.clock.now(),
             sections=sections,
+            memos_file=memos_file,
         )
         notes = [note for source in self.notes for note in source(run)]
         late = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]

@@ -52,6 +52,7 @@ from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.outcomes import FORCED, Outcomes
 from orchestrator.supervisor.requests import Requests
 from orchestrator.supervisor.slots import Slots
+from orchestrator.supervisor.start_faults import StartFaults, StartsResume
 from orchestrator.supervisor.stopping import Stopper
 
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
@@ -99,6 +100,7 @@ class Supervisor:
             config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
         )
         self.launcher.memo_checks.append(Breaker(config, self.store, console, self.clock).check)
+        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.handle)
         self.outcomes = Outcomes(
             self.lc,
             self.stopper,
@@ -108,6 +110,7 @@ class Supervisor:
             lambda: self.ending,
             self.begin_ending,
             self._refresh_budgets,
+            self.start_faults,
         )
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
         self.continuity = continuity.install(self)
@@ -122,6 +125,7 @@ class Supervisor:
             ev.StopDone: self.outcomes.stopped,
             ev.TimeoutFired: self.outcomes.timed_out,
             ev.RetryDue: self.outcomes.retry_due,
+            StartsResume: self.start_faults.resume,
             ev.InterruptRefused: self.requests.interrupt_refused,
             ev.SignalReceived: self._on_signal,
             ev.Tick: self._on_tick,

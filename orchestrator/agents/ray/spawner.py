@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import procs
+from orchestrator.agents import memo_list, procs
 from orchestrator.agents.command import LaunchSpec, SpawnError, open_log, role_folder
 from orchestrator.agents.ray.agent import RayAgent
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
@@ -93,7 +93,7 @@ class RaySpawner:
             raise SpawnError("no memo to send to the worker")
         # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
         env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-        for key in ("ORCHESTRATOR_MEMO", "ORCHESTRATOR_MEMOS"):
+        for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # the wrapper's copies' paths
             env.pop(key, None)
         sdk: dict[str, Any] = {}
         if role.backend == "sdk":

@@ -332,7 +332,7 @@ async def start_sdk(
             )
             procs.spare(proc.pid)
     except OSError as exc:
-        raise SpawnError(f"cannot start the sdk runner: {exc.strerror or exc}") from None
+        raise SpawnError.of_errno(f"cannot start the sdk runner: {exc.strerror or exc}", exc.errno) from None
     finally:
         os.close(log_fd)
     agent = SdkAgent(proc, spec, transcript)
