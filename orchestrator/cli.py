@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import memos, parser, project, records, running, schedule
+from orchestrator.commands import memos, parser, project, records, running, schedule, service
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.memory import command as memory_command
 
@@ -30,6 +30,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "wake": schedule.cmd_wake,
     "task": schedule.cmd_task,
     "memory": memory_command.run,
+    "service": service.cmd_service,
 }
 
 

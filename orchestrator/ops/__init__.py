@@ -1,0 +1,1 @@
+"""Running a team unattended: the systemd user unit of a root (``unit``, ``service``)."""
