@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import memos, parser, project, records, running, schedule, service
+from orchestrator.commands import configuration, memos, parser, project, records, running, schedule, service
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.memory import command as memory_command
 
@@ -31,6 +31,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "task": schedule.cmd_task,
     "memory": memory_command.run,
     "service": service.cmd_service,
+    "config": configuration.cmd_config,
 }
 
 

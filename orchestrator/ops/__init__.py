@@ -1,1 +1,2 @@
-"""Running a team unattended: the systemd user unit of a root (``unit``, ``service``)."""
+"""Running a team unattended: the systemd user unit of a root (``unit``, ``service``), and the configuration
+as a JSON Schema and as its values in force (``configuration``)."""
