@@ -127,7 +127,7 @@ def build() -> argparse.ArgumentParser:
 
 
 def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``service`` and ``config``: running a team unattended."""
+    """``service``, ``config`` and ``completion``: running a team unattended."""
     service = sub.add_parser("service", parents=[common], help="run this root's team as a systemd user service")
     service_sub = service.add_subparsers(dest="service_command", required=True, parser_class=_Parser)
     install = service_sub.add_parser("install", parents=[common], help="write the unit, enable and start it")
@@ -145,3 +145,5 @@ def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     check = config_sub.add_parser("check", parents=[common], help="the checks of `up`, then the values in force")
     check.add_argument("--json", action="store_true")
 
+    completion = sub.add_parser("completion", parents=[common], help="print a shell's completion script")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))

@@ -1,2 +1,2 @@
-"""Running a team unattended: the systemd user unit of a root (``unit``, ``service``), and the configuration
-as a JSON Schema and as its values in force (``configuration``)."""
+"""Running a team unattended: the systemd user unit (``unit``, ``service``), the configuration as a JSON Schema
+and as its effective values (``schema``, ``effective``), and shell completion (``completion``)."""
