@@ -63,11 +63,20 @@ class Input:
     default: Callable[[Any], Any] = lambda value: value
 
 
+def _off(inner: JsonSchemaValue) -> JsonSchemaValue:
+    text = {"type": "string", "pattern": r"^\s*[oO][fF][fF]\s*$", "description": "off turns it off"}
+    return {"anyOf": [inner, text, {"const": False}, {"type": "null"}]}
+
+
+def _first(inner: JsonSchemaValue) -> JsonSchemaValue:
+    return {"enum": ["now", "next"], "description": "when a task never done is first due (default: now)"}
+
+
 INPUTS: dict[str, Input] = {
-    "orchestrator.config.parse_duration": Input(_duration),
-    "orchestrator.schedule.settings._duration": Input(_duration),
-    "orchestrator.agents.ray.settings._seconds": Input(_duration),
+    "orchestrator.core.values.parse_duration": Input(_duration),
+    "orchestrator.core.values._off_or": Input(_off, _rate_text),  # pair_rate: OFF wraps parse_rate
     "orchestrator.config.parse_rate": Input(_rate, _rate_text),
+    "orchestrator.schedule.settings._first": Input(_first),
 }
 
 
