@@ -219,6 +219,20 @@ class Project:
                 pass
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The checkout's keeper is built by its install (``make``), never by ``up``: one older than keeper.c would
+    test yesterday's keeper, so the session stops at once and says how to build it."""
+    source = HERE.parent / "orchestrator" / "agents" / "keeper.c"
+    binary = source.with_name("orchestrator-keeper")
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        state = "is older than keeper.c" if binary.exists() else "is missing"
+        pytest.exit(
+            f"{binary} {state}: build it with `make` (the editable install compiles it), or "
+            f"`cc -O2 -static -o {binary} {source}`",
+            returncode=4,
+        )
+
+
 LOUD = ("Traceback (most recent call last)", "internal error")
 
 
