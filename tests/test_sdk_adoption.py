@@ -161,8 +161,8 @@ def test_an_sdk_run_under_a_root_longer_than_a_socket_path_works(tmp_path: Path,
 
 
 def test_without_the_keeper_an_sdk_run_talks_over_pipes(project: Project, fake_cli: Path) -> None:
-    project.configure({"writer": sdk_role(project, fake_cli, fake={"cost": "0.25"})})
-    orch = project.up(ORCHESTRATOR_KEEPER="off")
+    project.configure({"writer": sdk_role(project, fake_cli, fake={"cost": "0.25"})}, recovery="restart")
+    orch = project.up(ORCHESTRATOR_KEEPER="off")  # with `recovery: adopt` it would refuse to start
     first = gate(project, "turn1")
     project.drop("writer", "W-1.md", {"id": "W-1"}, body=f"[wait:{first}] first")
     live = running_with(project, "W-1.md", activity="Bash: echo working")

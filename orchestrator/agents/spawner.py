@@ -61,8 +61,8 @@ class ProcessSpawner:
         self.root = str(root)
         if use_keeper is None:  # ORCHESTRATOR_KEEPER=off: no keeper (the benchmark's comparison)
             use_keeper = os.environ.get("ORCHESTRATOR_KEEPER", "on") != "off"
-        # every command agent runs under a keeper, so its exit status outlives us (None: no compiler, no keeper)
-        self.keeper = keeper.build() if use_keeper else None
+        # every command agent runs under a keeper, so its exit status outlives us (None: none packaged, or it is off)
+        self.keeper = keeper.locate() if use_keeper else None
 
     async def start(self, spec: LaunchSpec, on_exit: Callable[[Any, int], None]) -> Agent:
         if spec.role.backend == "sdk":

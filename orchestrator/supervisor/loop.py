@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.agents import children, procs
+from orchestrator.agents import children, keeper, procs
 from orchestrator.agents.spawner import Spawner, choose_spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
@@ -144,6 +144,7 @@ class Supervisor:
         self.watcher: Any = None
         self.adopter: Any = None  # recovery's adopter; it keeps spent exit records to remove in batches
         self.control: Any = None
+        self.recovery: keeper.RecoveryMode | None = None  # what a crash costs, found at start-up (status says it)
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
         self.memory = memory_keeper.attach(self)
@@ -230,6 +231,7 @@ class Supervisor:
             # made a moment earlier is seen as half a move, which watchdog holds 0.5 s, stalling every event
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
+        self.recovery = keeper.recovery_mode(self.config.recovery, self.config.executor.kind)
         self.adopter = Adopter(*self._recovery_parts())
         await recover(self.config, self.store, self.console, self.lc, self.adopter)
         self.memory.start()
@@ -245,7 +247,7 @@ class Supervisor:
         await self.control.start()
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
-            f"root {self.root} (pid {os.getpid()})"
+            f"root {self.root} (pid {os.getpid()}); {self.recovery.line}"
         )
         self.intake.rescan(initial=True)
         self.wakes.start()

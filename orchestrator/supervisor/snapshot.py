@@ -34,6 +34,7 @@ def light(sup: Supervisor) -> dict[str, Any]:
         "root": str(sup.root),
         "started_at": sup.started_at,
         "ending": sup.ending,
+        "recovery": sup.recovery.to_json() if sup.recovery is not None else None,
         "runs": [RunView.from_run(r, now).to_json() for r in runs],
         # where each run's agent is, for agents that run elsewhere (executor: ray): run id -> node
         "nodes": {str(r.run_id): r.agent.node for r in runs if getattr(r.agent, "node", None)},
