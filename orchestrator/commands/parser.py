@@ -16,13 +16,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
+def root_option(default: object) -> _Parser:
+    """``--root``, before the command (default None) or after it (``argparse.SUPPRESS``: an absent one must not
+    overwrite ``orchestrator --root X status``'s)."""
+    common = _Parser(add_help=False)
+    common.add_argument("--root", type=Path, default=default, help="project root (default: the current directory)")
+    return common
+
+
 def build() -> argparse.ArgumentParser:
     """The parser of every sub-command (``memory`` adds its own through ``memory_command.add_parser``)."""
-    common = _Parser(add_help=False)
-    common.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
     parser = _Parser(
-        prog="orchestrator", description="Run a team of AI agents through Markdown memos.", parents=[common]
+        prog="orchestrator", description="Run a team of AI agents through Markdown memos.", parents=[root_option(None)]
     )
+    common = root_option(argparse.SUPPRESS)  # after the command it may be given again; unset, it keeps the first
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

@@ -37,9 +37,11 @@ def parse_alone(argv: Sequence[str] | None) -> argparse.Namespace | None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "memory":
         return None
-    common = _Parser(add_help=False)
-    common.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
-    parser = _Parser(prog="orchestrator", parents=[common])
+    top = _Parser(add_help=False)
+    top.add_argument("--root", type=Path, default=None, help="project root (default: the current directory)")
+    parser = _Parser(prog="orchestrator", parents=[top])
+    common = _Parser(add_help=False)  # after the command: an absent --root must not overwrite the first one
+    common.add_argument("--root", type=Path, default=argparse.SUPPRESS, help="project root")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add_parser(sub, common)
     return parser.parse_args(args)
