@@ -132,27 +132,16 @@ def keeper_env(env: dict[str, str]) -> dict[str, str]:
 class Status:
     """What a start's status pipe said, each an errno or a pid (None: not said).
 
-    ``keeper``: the keeper's pid (from the keeper server; a keeper spawned directly is known from the spawn);
-    ``agent``: the agent's, once exec'd; ``spawn_errno``: the server could not start the keeper; ``exec_errno``:
-    the agent's exec failed; ``log_errno``: the run's log could not be opened; ``cwd_errno``: the agent's folder
-    could not be entered."""
+    ``agent``: the agent's pid, once exec'd; ``exec_errno``: the agent's exec failed; ``log_errno``: the run's
+    log could not be opened; ``cwd_errno``: the agent's folder could not be entered."""
 
-    keeper: int | None = None
     agent: int | None = None
-    spawn_errno: int | None = None
     exec_errno: int | None = None
     log_errno: int | None = None
     cwd_errno: int | None = None
 
 
-_STATUS_FIELDS = {
-    "K": "keeper",
-    "P": "agent",
-    "F": "spawn_errno",
-    "E": "exec_errno",
-    "L": "log_errno",
-    "C": "cwd_errno",
-}
+_STATUS_FIELDS = {"P": "agent", "E": "exec_errno", "L": "log_errno", "C": "cwd_errno"}
 
 
 async def read_status(fd: int, into: bytearray | None = None) -> Status:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, keeper_server, posix_child, procs
+from orchestrator.agents import keeper, posix_child, procs
 from orchestrator.agents.command import Agent, LaunchSpec, SpawnError, cannot_start, watch_exit
 from orchestrator.agents.posix_child import PosixChild
 
@@ -72,17 +72,10 @@ async def spawn_kept(
     """Start the keeper with the agent's argv: (the keeper, the agent's pid) once it is exec'd, or ``SpawnError``.
 
     ``log`` is (the run's log, this attempt's header): the keeper opens it and gives it to the agent;
-    ``cwd`` is where the agent starts (the keeper enters it). The keeper server starts it when it can
-    (``keeper_server``); otherwise, or when the server ended before starting it, it is spawned here."""
+    ``cwd`` is where the agent starts (the keeper enters it)."""
     role = spec.role
     record = exit_record_path(spec)  # its folder is made by the keeper, off the start's path
     kill_after = role.timeout + role.grace + keeper.MARGIN
-    server = None if pass_fds else keeper_server.server_for(binary)
-    if server is not None:
-        command = keeper.keeper_argv(binary, record, kill_after, role.grace, keeper_server.STATUS_FD, log, cwd)
-        started = await _served(server, [*command, executable, *argv[1:]], keeper.keeper_env(env), stdin_pipe)
-        if started is not None:
-            return await _agent_of(*started, spec, argv, executable, log[0], cwd)
     read_fd, write_fd = os.pipe()
     command = keeper.keeper_argv(binary, record, kill_after, role.grace, write_fd, log, cwd, pass_fds)
     try:
@@ -100,53 +93,13 @@ async def spawn_kept(
     said = bytearray()
     try:
         status = await keeper.read_status(read_fd, said)
-    except BaseException:  # called off: as a served start
+    except BaseException:  # called off: whatever it started is killed once it is said
         _kill_when_said(os.dup(read_fd), bytes(said))
         proc.close_stdin()
         raise
     finally:
         os.close(read_fd)
     return await _agent_of(proc, status, spec, argv, executable, log[0], cwd)
-
-
-async def _served(
-    server: keeper_server.KeeperServer, command: list[str], env: dict[str, str], stdin_pipe: bool
-) -> tuple[PosixChild, keeper.Status] | None:
-    """The keeper started by the server, with what its status pipe said; None when it must be spawned here."""
-    read_fd, write_fd = os.pipe()
-    stdin_read = stdin_write = None
-    if stdin_pipe:
-        stdin_read, stdin_write = os.pipe()
-        os.set_blocking(stdin_write, False)
-    said = bytearray()
-    # a keeper is ours once its server is gone: until it is spared, its end must not be reaped as an orphan's
-    with procs.spawning():
-        try:
-            sent_at = server.send(command, env, write_fd, stdin_read)
-        finally:
-            os.close(write_fd)
-            if stdin_read is not None:
-                os.close(stdin_read)
-        try:
-            status = await keeper.read_status(read_fd, said) if sent_at is not None else None
-        except BaseException:  # called off (or the pipe failed): whatever it started is killed once it is said
-            _kill_when_said(os.dup(read_fd), bytes(said))
-            if stdin_write is not None:
-                os.close(stdin_write)
-            raise
-        finally:
-            os.close(read_fd)
-            if sent_at is not None:
-                server.done(sent_at)
-        if status is None or status.keeper is None:  # not sent, or the server ended before it started the keeper
-            if stdin_write is not None:
-                os.close(stdin_write)
-            if status is not None and status.spawn_errno is not None:
-                raise SpawnError(f"cannot start the keeper {command[0]}: {os.strerror(status.spawn_errno)}")
-            return None
-        assert sent_at is not None
-        procs.spare(status.keeper)
-    return keeper_server.ServedChild(status.keeper, stdin_write, server, sent_at), status
 
 
 KILL_WAIT = 5.0  # seconds a called-off start's status pipe is read for the agent's pid

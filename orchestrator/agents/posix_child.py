@@ -1,8 +1,4 @@
-"""A child process started with ``os.posix_spawn`` and watched through a pidfd: a keeper started directly.
-
-Most keepers are started by the keeper server (``keeper_server``); this is the way for
-the rest (an ``sdk`` runner's keeper, which is passed a descriptor; a start too large
-for the server's socket; a system without the server).
+"""A child process started with ``os.posix_spawn`` and watched through a pidfd: the keeper of each agent.
 
 asyncio's ``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start
 more than the spawn itself: a ``Popen`` object, a transport and a protocol per
@@ -13,7 +9,7 @@ the agent's folder itself (``--cwd``). So it is spawned directly; glibc's
 ``posix_spawn`` is a ``vfork`` that returns once the child has exec'd; while other
 agents run the spawn is made on a thread of its own, though CPython's
 ``os.posix_spawn`` keeps the interpreter's lock through that wait, so the loop gains
-little by it (measured later: what took the wait off the loop is the keeper server).
+little by it.
 Its end is a pidfd in the loop's selector (a thread blocked in ``waitpid`` where there
 is no pidfd).
 """
