@@ -1,7 +1,7 @@
-"""The keeper's start: ``posix_spawn`` off the loop's thread, a pidfd for its end, its stdin written without asyncio.
+"""The keeper's start: ``posix_spawn`` on the loop's thread, a pidfd for its end, its stdin written without asyncio.
 
 Real child processes (``/bin/sh`` and Python), no keeper: what is tested is the
-start itself (descriptors, session, stdin, exit status, a cancelled start).
+start itself (descriptors, session, stdin, exit status).
 """
 
 from __future__ import annotations
@@ -11,25 +11,12 @@ import json
 import os
 import signal
 import sys
-import uuid
 from pathlib import Path
 
-import psutil
-import pytest
-
-from conftest import wait_for
 from orchestrator.agents import posix_child, procs
 
 
-@pytest.fixture(params=["alone", "beside others"])
-def start_mode(request, monkeypatch) -> str:
-    """A lone start spawns on the loop's thread; beside other children, on the spawner's thread."""
-    if request.param == "beside others":
-        monkeypatch.setattr(procs, "spared_count", lambda: 3)
-    return request.param
-
-
-def test_exit_codes_and_signals_come_back_as_asyncio_gives_them(start_mode):
+def test_exit_codes_and_signals_come_back_as_asyncio_gives_them():
     async def main() -> list[int | None]:
         codes: list[int | None] = []
         for script in ("exit 0", "exit 3", "kill -TERM $$", "kill -KILL $$"):
@@ -73,7 +60,7 @@ def test_the_child_leads_a_session_and_inherits_the_descriptors_it_is_given(tmp_
     assert kept in seen["fds"] and other not in seen["fds"]
 
 
-def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path, start_mode):
+def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path):
     out = tmp_path / "got"
     reader = f"import sys, time; time.sleep(0.3); open({str(out)!r}, 'w').write(str(len(sys.stdin.buffer.read())))"
     big = b"x" * (3 * 1024 * 1024)
@@ -105,46 +92,7 @@ def test_a_child_that_stops_reading_its_stdin_does_not_hang_the_writer():
     assert asyncio.run(main()) == 5
 
 
-def test_a_cancelled_start_leaves_no_child_running(monkeypatch):
-    monkeypatch.setattr(procs, "spared_count", lambda: 3)  # beside other children: the start is on a thread
-    mark = f"POSIX_CHILD_TEST={uuid.uuid4()}"
-    env = {**os.environ, "POSIX_CHILD_TEST": mark.split("=", 1)[1]}
-
-    def marked() -> list[int]:
-        found = []
-        for proc in psutil.process_iter(["environ", "status"]):
-            try:
-                if (
-                    proc.info["status"] != psutil.STATUS_ZOMBIE
-                    and (proc.info["environ"] or {}).get("POSIX_CHILD_TEST") == env["POSIX_CHILD_TEST"]
-                ):
-                    found.append(proc.pid)
-            except psutil.Error:
-                continue
-        return found
-
-    async def main() -> None:
-        task = asyncio.ensure_future(posix_child.spawn(["/bin/sleep", "30"], env, stdin_pipe=True))
-        await asyncio.sleep(0)  # the spawn is on its thread now
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            cancelled.append(True)
-        else:  # the spawn had finished first: then the child is ours and stopped here
-            child = task.result()
-            os.killpg(child.pid, signal.SIGKILL)
-            await child.wait()
-
-    cancelled: list[bool] = []
-
-    asyncio.run(main())
-    assert cancelled, "the start was cancelled while its spawn ran on the thread"
-    wait_for(lambda: marked() == [], what="no child left running after its start was cancelled")
-    procs.reap_orphans()
-
-
-def test_without_pidfds_a_thread_waits_for_the_child(monkeypatch):
+def test_without_pidfds_the_loop_looks_for_the_childs_end(monkeypatch):
     def no_pidfd(_pid: int) -> int:
         raise OSError(38, "Function not implemented")
 

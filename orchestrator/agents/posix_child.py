@@ -5,28 +5,23 @@ more than the spawn itself: a ``Popen`` object, a transport and a protocol per
 pipe, a child-watcher entry and three turns of the loop before it returns. The
 keeper needs none of that: its stdin is one pipe written once, its stdout and
 stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
-the agent's folder itself (``--cwd``). So it is spawned directly; glibc's
-``posix_spawn`` is a ``vfork`` that returns once the child has exec'd; while other
-agents run the spawn is made on a thread of its own, though CPython's
-``os.posix_spawn`` keeps the interpreter's lock through that wait, so the loop gains
-little by it.
-Its end is a pidfd in the loop's selector (a thread blocked in ``waitpid`` where there
-is no pidfd).
+the agent's folder itself (``--cwd``). So it is spawned directly, on the loop's
+thread: glibc's ``posix_spawn`` is a ``vfork`` that returns once the child has
+exec'd. Its end is a pidfd in the loop's selector; where there is none (Linux
+before 5.3, a seccomp filter) the loop looks for it every ``POLL`` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import fcntl
 import os
 import signal
-import threading
 from collections.abc import Sequence
 
 from orchestrator.agents import procs
 
+POLL = 0.05  # seconds between looks for a child's end where there is no pidfd
 _devnull: int | None = None
 
 
@@ -118,44 +113,32 @@ class PosixChild:
     def _watch(self) -> None:
         try:
             pidfd = os.pidfd_open(self.pid)
-        except (OSError, AttributeError):  # no pidfd here: a thread waits, as asyncio's own fallback does
-            threading.Thread(target=self._wait_in_thread, name=f"wait-{self.pid}", daemon=True).start()
+        except (OSError, AttributeError):  # no pidfd here: looked for now and then
+            self._loop.call_later(POLL, self._reap, POLL)
             return
 
         def readable() -> None:
             self._loop.remove_reader(pidfd)
             os.close(pidfd)
-            self._reap()
+            self._reap(0.005)
 
         self._loop.add_reader(pidfd, readable)
 
-    def _reap(self) -> None:
+    def _reap(self, again: float) -> None:
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:  # reaped by someone else: its status is lost (the keeper's record is not)
             self._ended(255)
             return
-        if pid == 0:  # readable pidfd, no zombie yet: look again in a moment
-            self._loop.call_later(0.005, self._reap)
+        if pid == 0:  # not ended yet (or a readable pidfd, no zombie yet): look again in a moment
+            self._loop.call_later(again, self._reap, again)
             return
         self._ended(os.waitstatus_to_exitcode(status))
-
-    def _wait_in_thread(self) -> None:
-        try:
-            _pid, status = os.waitpid(self.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:
-            code = 255
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is left to tell
-            self._loop.call_soon_threadsafe(self._ended, code)
 
     def _ended(self, code: int) -> None:
         self.returncode = code
         if not self._exited.done():
             self._exited.set_result(code)
-
-
-_spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spawn")
 
 
 async def spawn(
@@ -165,41 +148,16 @@ async def spawn(
 
     Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``;
     it inherits ``keep_fds`` under the same numbers, and none of ours else: Python opens every descriptor
-    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn returns only once
-    the child has exec'd: while other children run, it runs on a thread of its own and the loop handles
-    their ends meanwhile; a lone start spawns at once, since the thread's hand-off costs more than the
-    wait when the loop has nothing else to do. The child is spared from ``procs.reap_orphans`` until
-    its status is read."""
-    with procs.spawning():  # until it is spared, a quick child's zombie must not be reaped as an orphan
-        started: concurrent.futures.Future[tuple[int, int | None]]
-        if procs.spared_count() == 0:
-            started = concurrent.futures.Future()
-            started.set_result(_spawn(list(argv), env, stdin_pipe, tuple(keep_fds)))
-        else:
-            started = _spawner.submit(_spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
-        try:
-            pid, stdin = await asyncio.shield(asyncio.wrap_future(started))
-        except asyncio.CancelledError:
-            started.add_done_callback(_abandon)  # on the spawner's thread: even once the loop is closed
-            raise
-        child = PosixChild(pid, stdin)
-        procs.spare(pid)
-    return child
-
-
-def _abandon(started: concurrent.futures.Future[tuple[int, int | None]]) -> None:
-    """A start whose caller was cancelled: its child is killed (and reaped as an orphan)."""
-    if started.cancelled() or started.exception() is not None:
-        return
-    pid, stdin = started.result()
-    if stdin is not None:
-        os.close(stdin)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn returns once the
+    child has exec'd, and the child is spared from ``procs.reap_orphans`` until its status is read (both
+    on this thread, so no reaper runs in between)."""
+    pid, stdin = _spawn(list(argv), env, stdin_pipe, tuple(keep_fds))
+    procs.spare(pid)
+    return PosixChild(pid, stdin)
 
 
 def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tuple[int, ...]) -> tuple[int, int | None]:
-    """The spawn, on the spawner's thread: (the pid, our end of its stdin pipe)."""
+    """The spawn: (the pid, our end of its stdin pipe)."""
     null = null_fd()
     read_end = write_end = None
     if stdin_pipe:
@@ -211,7 +169,7 @@ def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tup
         (os.POSIX_SPAWN_DUP2, null, 1),
         (os.POSIX_SPAWN_DUP2, null, 2),
     ]
-    for fd in keep_fds:  # only for this spawn, the one thread that makes them: subprocess closes what it does not pass
+    for fd in keep_fds:  # only for this spawn: subprocess closes what it does not pass
         os.set_inheritable(fd, True)
     try:
         pid = os.posix_spawn(

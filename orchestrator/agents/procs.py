@@ -256,11 +256,6 @@ def unspare(pid: int) -> None:
     _spared.discard(pid)
 
 
-def spared_count() -> int:
-    """How many of our direct children are waited for now (keepers, agents): how busy the loop is."""
-    return len(_spared)
-
-
 @contextlib.contextmanager
 def spawning() -> Iterator[None]:
     """Around starting an agent until its pid is spared: meanwhile ``reap_orphans`` reaps nothing.
