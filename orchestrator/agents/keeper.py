@@ -16,7 +16,6 @@ threads.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -26,7 +25,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.agents import procs
 from orchestrator.agents.posix_child import fd_ready
 
 SOURCE = Path(__file__).with_name("keeper.c")
@@ -169,25 +167,6 @@ def parse_status(data: bytes) -> Status:
         if name is not None and line[1:].isdigit():
             said[name] = int(line[1:])
     return Status(**said)
-
-
-async def wait_pid(pid: int) -> None:
-    """Return when the process ``pid`` (not necessarily our child) has exited: a pidfd, or polling without one."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        while procs.ProcRef.of(pid) is not None and _running(pid):
-            await asyncio.sleep(0.05)
-        return
-    try:
-        await fd_ready(fd)
-    finally:
-        os.close(fd)
-
-
-def _running(pid: int) -> bool:
-    ref = procs.ProcRef.of(pid)
-    return ref is not None and ref.process() is not None
 
 
 def is_keeper(pid: int) -> bool:

@@ -1,14 +1,18 @@
-"""A child process started with ``os.posix_spawn`` and watched through a pidfd: the keeper of each agent.
+"""Child processes started and watched without asyncio's subprocess layer: a keeper, or an agent without one.
 
 asyncio's ``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start
 more than the spawn itself: a ``Popen`` object, a transport and a protocol per
-pipe, a child-watcher entry and three turns of the loop before it returns. The
+pipe, a child-watcher entry and three turns of the loop before it returns. A
 keeper needs none of that: its stdin is one pipe written once, its stdout and
 stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
-the agent's folder itself (``--cwd``). So it is spawned directly, on the loop's
-thread: glibc's ``posix_spawn`` is a ``vfork`` that returns once the child has
-exec'd. Its end is a pidfd in the loop's selector; where there is none (Linux
-before 5.3, a seccomp filter) the loop looks for it every ``POLL`` seconds.
+the agent's folder itself (``--cwd``). So it is started with ``spawn``
+(``os.posix_spawn``, on the loop's thread: glibc's is a ``vfork`` that returns
+once the child has exec'd). Without a keeper binary (``recovery: restart``) the
+agent itself is started with ``start_direct``, a ``subprocess.Popen``, which can
+enter the role's folder. Either child's end is a pidfd in the loop's selector;
+where there is none (Linux before 5.3, a seccomp filter) the loop looks for it
+every ``POLL`` seconds. ``process_ended`` waits the same way for a process that
+is not our child (a keeper found alive at a restart).
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ import asyncio
 import fcntl
 import os
 import signal
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from orchestrator.agents import procs
 
-POLL = 0.05  # seconds between looks for a child's end where there is no pidfd
+POLL = 0.05  # seconds between looks for a process's end where there is no pidfd
 _devnull: int | None = None
 
 
@@ -59,15 +65,43 @@ async def fd_ready(fd: int, write: bool = False) -> None:
         remove(fd)
 
 
-class PosixChild:
-    """A child started by ``spawn``: its pid, its exit status once it has exited, and its stdin pipe."""
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
 
-    def __init__(self, pid: int, stdin: int | None) -> None:
+
+async def process_ended(ref: procs.ProcRef) -> None:
+    """Return once the process ``ref`` (not necessarily our child) has ended: a pidfd, or a look every ``POLL``."""
+    fd = _pidfd(ref.pid) if ref.process() is not None else None
+    if fd is None:
+        while ref.process() is not None:
+            await asyncio.sleep(POLL)
+        return
+    try:
+        await fd_ready(fd)
+    finally:
+        os.close(fd)
+
+
+Reap = Callable[[], "int | None"]
+
+
+class PosixChild:
+    """A child of ours: its pid, its exit status once it has exited, and its stdin pipe.
+
+    ``reap`` collects its status once it has ended (None: not yet); by default ``waitpid``. The child is
+    spared from ``procs.reap_orphans`` until then."""
+
+    def __init__(self, pid: int, stdin: int | None, reap: Reap | None = None) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._stdin = stdin
+        self._collect = reap or self._waitpid
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
+        procs.spare(pid)
         self._watch()
 
     async def wait(self) -> int:
@@ -111,9 +145,8 @@ class PosixChild:
             os.close(fd)
 
     def _watch(self) -> None:
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except (OSError, AttributeError):  # no pidfd here: looked for now and then
+        pidfd = _pidfd(self.pid)
+        if pidfd is None:  # no pidfd here: looked for now and then
             self._loop.call_later(POLL, self._reap, POLL)
             return
 
@@ -125,39 +158,30 @@ class PosixChild:
         self._loop.add_reader(pidfd, readable)
 
     def _reap(self, again: float) -> None:
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped by someone else: its status is lost (the keeper's record is not)
-            self._ended(255)
-            return
-        if pid == 0:  # not ended yet (or a readable pidfd, no zombie yet): look again in a moment
+        code = self._collect()
+        if code is None:  # not ended yet (or a readable pidfd, no zombie yet): look again in a moment
             self._loop.call_later(again, self._reap, again)
             return
-        self._ended(os.waitstatus_to_exitcode(status))
-
-    def _ended(self, code: int) -> None:
+        procs.unspare(self.pid)
         self.returncode = code
         if not self._exited.done():
             self._exited.set_result(code)
 
+    def _waitpid(self) -> int | None:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its status is lost (a keeper's record is not)
+            return 255
+        return os.waitstatus_to_exitcode(status) if pid else None
 
-async def spawn(
-    argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fds: Sequence[int] = ()
-) -> PosixChild:
+
+def spawn(argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fds: Sequence[int] = ()) -> PosixChild:
     """Start ``argv[0]`` (a full path) in a session of its own, in our folder, with ``env``; raises ``OSError``.
 
     Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``;
     it inherits ``keep_fds`` under the same numbers, and none of ours else: Python opens every descriptor
-    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn returns once the
-    child has exec'd, and the child is spared from ``procs.reap_orphans`` until its status is read (both
-    on this thread, so no reaper runs in between)."""
-    pid, stdin = _spawn(list(argv), env, stdin_pipe, tuple(keep_fds))
-    procs.spare(pid)
-    return PosixChild(pid, stdin)
-
-
-def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tuple[int, ...]) -> tuple[int, int | None]:
-    """The spawn: (the pid, our end of its stdin pipe)."""
+    close-on-exec (what our own parent left inheritable, the keeper closes). It returns once the child has
+    exec'd, with the child spared from ``procs.reap_orphans`` (both on this thread: no reaper runs between)."""
     null = null_fd()
     read_end = write_end = None
     if stdin_pipe:
@@ -173,7 +197,7 @@ def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tup
         os.set_inheritable(fd, True)
     try:
         pid = os.posix_spawn(
-            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            argv[0], list(argv), env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
         )
     except BaseException:
         if write_end is not None:
@@ -184,4 +208,43 @@ def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tup
             os.close(read_end)
         for fd in keep_fds:
             os.set_inheritable(fd, False)
-    return pid, write_end
+    return PosixChild(pid, write_end)
+
+
+def start_direct(
+    argv: Sequence[str],
+    env: dict[str, str],
+    *,
+    cwd: Path,
+    output: int,
+    stdin_pipe: bool,
+    keep_fds: Sequence[int] = (),
+) -> PosixChild:
+    """Start ``argv`` (``argv[0]`` a full path) in ``cwd`` and a session of its own, its stdout and stderr
+    ``output``, its stdin a pipe or ``/dev/null``; raises ``OSError`` (its ``filename`` names the folder
+    when that could not be entered). ``subprocess`` enters the folder, which ``posix_spawn`` cannot; its
+    status is collected by ``Popen.poll``, so the ``Popen`` never reaps a pid that is no longer its own."""
+    read_end = write_end = None
+    if stdin_pipe:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=read_end if read_end is not None else subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            pass_fds=tuple(keep_fds),
+            restore_signals=True,
+        )
+    except BaseException:
+        if write_end is not None:
+            os.close(write_end)
+        raise
+    finally:
+        if read_end is not None:
+            os.close(read_end)
+    return PosixChild(proc.pid, write_end, proc.poll)
