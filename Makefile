@@ -6,13 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-smoke clean
+.PHONY: demo test lint bench bench-smoke schema clean
 
-$(STAMP): pyproject.toml
+# the editable install compiles the keeper (setup.py), so a change to keeper.c installs again
+$(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,sdk,ray]'
-	$(BIN)/python -m orchestrator.agents.keeper || true   # the per-attempt keeper (C); agents run without it if it cannot be built
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,11 +26,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# what the benchmark starts besides the orchestrator: a C compiler for its no-op agent, inotifywait for a baseline
 bench: $(STAMP)
+	.ci/needs cc inotifywait
 	$(BIN)/python bench/run.py
 
 bench-smoke: $(STAMP)
+	.ci/needs cc inotifywait
 	$(BIN)/python bench/run.py --smoke
+
+schema: $(STAMP)   # roles.schema.json from the models of roles.yaml (a test fails while it is stale)
+	$(BIN)/orchestrator config schema > roles.schema.json.tmp && mv roles.schema.json.tmp roles.schema.json
 
 clean:
 	rm -rf $(VENV) .orchestrator

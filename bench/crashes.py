@@ -69,7 +69,7 @@ def _latency(ctx: Any, keeper_switch: str) -> Stats:
     count = max(2, s.latency_memos // 5)
     names = [memo_name(i) for i in range(s.warmup + count)]
     project = ctx.project(f"keeper-latency-{keeper_switch}")
-    project.configure({"r0": {}})
+    project.configure({"r0": {}}, recovery="adopt" if keeper_switch == "on" else "restart")  # adopt needs it
     orch = Orchestrator(project, env_extra={"ORCHESTRATOR_KEEPER": keeper_switch}).start()
     orch.wait_ready()
     renamed = _paced_drops(project.folder("r0", "inbox"), names, s.latency_pace, orch.check_alive)

@@ -8,8 +8,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from orchestrator.agents import claude_cli
-from orchestrator.agents.command import resolve_command, role_folder
+from orchestrator.agents import claude_cli, keeper
+from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import Config, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
@@ -19,6 +19,7 @@ from orchestrator.prompts import load_template
 
 def preflight(config: Config) -> None:
     """Every check that must pass before any memo is touched; raises ``ConfigError`` naming what is wrong."""
+    check_recovery(config)
     check_context(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)
@@ -36,6 +37,20 @@ def preflight(config: Config) -> None:
                 "fix the role's `command`, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
             )
         claude_cli.check_role(config, role)
+
+
+def check_recovery(config: Config) -> None:
+    """Fail closed: ``recovery: adopt`` promises that a crash repeats no run, and only the keeper's exit records
+    keep that promise; without a usable keeper ``up`` refuses to start rather than break it silently."""
+    if config.recovery != "adopt" or config.executor.kind != "local":
+        return
+    found = keeper.find()
+    if found.binary is None:
+        raise ConfigError(
+            f"{config.path}: recovery: adopt needs the keeper, and {found.problem}: without it, every run under way "
+            f"when the orchestrator crashes would be run again; {found.remedy}, or set `recovery: restart` in "
+            "roles.yaml to accept those reruns"
+        )
 
 
 @contextlib.contextmanager

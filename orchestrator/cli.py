@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import memos, parser, project, records, running, schedule
+from orchestrator.commands import completion, configuration, memos, parser, project, records, running, schedule, service
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.memory import command as memory_command
 
@@ -30,12 +30,16 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "wake": schedule.cmd_wake,
     "task": schedule.cmd_task,
     "memory": memory_command.run,
+    "service": service.cmd_service,
+    "config": configuration.cmd_config,
+    "completion": completion.cmd_completion,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchestrator`` command; every error becomes one line and an exit status."""
     try:
+        completion.answer_if_asked(parser.build)  # a TAB in the shell: answers and exits
         args = memory_command.parse_alone(argv) or parser.build().parse_args(argv)  # an agent's memory call starts fast
         return COMMANDS[args.command](args)
     except OrchestratorError as exc:

@@ -14,45 +14,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
+from orchestrator.config_errors import describe_validation_error
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped
+from orchestrator.core.values import parse_duration as parse_duration  # the one parser; callers import it from here
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string with a unit (``500ms``, ``5s``, ``30m``, ``1h``)."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 5s, 500ms, 30m or a number of seconds")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError("expected a duration that is not negative")
-        return float(value)
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-    raise ValueError(f"expected a duration such as 5s, 500ms, 30m or a number of seconds, got {value!r}")
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class _Strict(BaseModel):
@@ -78,8 +52,8 @@ class CrashPolicy(_Strict):
 
 
 class RoleBudget(_Strict):
-    per_run_usd: float | None = Field(None, gt=0)
-    per_day_usd: float | None = Field(None, gt=0)
+    per_run_usd: Annotated[float | None, OFF] = Field(None, gt=0)
+    per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
 class Prices(_Strict):
@@ -90,38 +64,37 @@ class Prices(_Strict):
 
 
 class TeamBudget(_Strict):
-    per_day_usd: float | None = Field(None, gt=0)
+    per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|h|d)\s*$")
+RATE_EXPECTED = "a rate such as 20/h or 5/30m (memos per window)"
 
 
-def parse_rate(value: Any) -> tuple[int, float] | None:
-    """``20/h`` or ``5/30m`` as (count, window in seconds); None (or ``off``) turns the limit off."""
-    if value is None or value is False or value == "off":  # YAML reads a bare `off` as false
-        return None
+def parse_rate(value: Any) -> tuple[int, float]:
+    """``20/h`` or ``5/30m`` as (count, window in seconds)."""
     if isinstance(value, str):
         match = _RATE.match(value)
         if match and int(match.group(1)) >= 1:
-            window = float(match.group(2) or 1) * _UNITS[match.group(3)]
+            window = float(match.group(2) or 1) * UNITS[match.group(3)]
             if window > 0:
                 return int(match.group(1)), window
-    raise ValueError(f"expected a rate such as 20/h or 5/30m (memos per window), or off, got {value!r}")
+    raise ValueError(f"expected {RATE_EXPECTED}, or off, got {value!r}")
 
 
 class Limits(_Strict):
     """The loop breaker: a memo over a limit is held in ``memo/<role>/held/`` instead of run."""
 
-    chain_depth: int | None = Field(40, ge=1)  # reply_to links above a memo; None turns the limit off
-    pair_rate: Annotated[tuple[int, float] | None, BeforeValidator(parse_rate)] = (20, 3600.0)
+    chain_depth: Annotated[int | None, OFF] = Field(40, ge=1)  # reply_to links above a memo; None: no limit
+    pair_rate: Annotated[tuple[int, float] | None, BeforeValidator(parse_rate), Expect(RATE_EXPECTED), OFF] = (
+        20,
+        3600.0,
+    )
 
 
 class SystemPromptPreset(_Strict):
     preset: Literal["claude_code"] = "claude_code"
     append: str | None = None
-
-
-_NESTED: dict[str, type[BaseModel]] = {"retry": RetryPolicy, "crash": CrashPolicy, "budget": RoleBudget}
 
 
 class RoleSettings(_Strict):
@@ -132,9 +105,11 @@ class RoleSettings(_Strict):
     prompt_via: Literal["stdin", "arg"] | None = None
     timeout: Duration | None = None
     grace: Duration | None = None
-    retry: dict[str, Any] | None = None
-    crash: dict[str, Any] | None = None
+    # checked where written, merged with the defaults key by key later
+    retry: Annotated[dict[str, Any] | None, Shaped(RetryPolicy)] = None
+    crash: Annotated[dict[str, Any] | None, Shaped(CrashPolicy)] = None
     batch: bool | None = None
+    batch_max: int | None = Field(None, ge=1)
     critical: bool | None = None
     max_concurrent: int | None = Field(None, ge=1)
     env: dict[str, str] | None = None
@@ -153,7 +128,7 @@ class RoleSettings(_Strict):
     setting_sources: list[Literal["user", "project", "local"]] | None = None
     cli_path: str | None = None
     add_dirs: list[str] | None = None
-    budget: dict[str, Any] | None = None
+    budget: Annotated[dict[str, Any] | None, Shaped(RoleBudget)] = None
     retry_resumes: bool | None = None
     # wakes on a schedule (orchestrator/schedule)
     wake: WakeSettings | None = None
@@ -171,14 +146,6 @@ class RoleSettings(_Strict):
     # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
     resources: RoleResources | None = None
 
-    @field_validator("retry", "crash", "budget")
-    @classmethod
-    def _nested(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
-        """Checked here so an error names the key where it was written; merged with the defaults later."""
-        if value is not None:
-            _NESTED[str(info.field_name)].model_validate(value)
-        return value
-
 
 class Role(_Strict):
     """One role with its defaults applied: what the supervisor works with."""
@@ -192,6 +159,7 @@ class Role(_Strict):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     crash: CrashPolicy = Field(default_factory=CrashPolicy)
     batch: bool = False
+    batch_max: int = Field(100, ge=1)  # a batch run takes at most this many memos, oldest first
     critical: bool = False
     max_concurrent: int | None = Field(None, ge=1)
     env: dict[str, str] = Field(default_factory=dict)
@@ -296,31 +264,6 @@ def _spawn_command_override() -> list[str] | None:
     return argv
 
 
-def describe_validation_error(path: Path | str, error: ValidationError, prefix: tuple[Any, ...] = ()) -> str:
-    """One line per problem: file, key path, what was expected."""
-    lines: list[tuple[str, str]] = []
-    for item in error.errors():
-        loc = [str(p) for p in (*prefix, *item["loc"]) if not str(p).startswith("function-")]
-        # pydantic adds the union member name to the path; it means nothing to a person
-        loc = [p for p in loc if p not in {"str", "SystemPromptPreset", "list[str]", "float", "int"}]
-        key = ".".join(loc) or "(top level)"
-        if item["type"] == "extra_forbidden":
-            message = "unknown key; check its spelling against the README's list of keys"
-        elif item["type"] == "missing":
-            message = "required key is missing"
-        elif item["type"] in ("model_type", "dict_type"):
-            message = f"expected a mapping of keys (got {item.get('input')!r})"
-        else:
-            message = item["msg"].removeprefix("Value error, ")
-            if "input" in item and item["type"] not in {"value_error"}:
-                message += f" (got {item['input']!r})"
-        lines.append((key, f"{path}: {key}: {message}"))
-    # a union (such as system_prompt: a string or a mapping) reports one error per member: keep the deepest
-    keys = [key for key, _ in lines]
-    kept = [line for key, line in lines if not any(other.startswith(key + ".") for other in keys)]
-    return "\n".join(kept)
-
-
 def load_config(root: Path) -> Config:
     """Read and validate ``<root>/roles.yaml``; raise ``ConfigError`` naming what is wrong."""
     root = root.resolve()
@@ -340,7 +283,7 @@ def load_config(root: Path) -> Config:
     try:
         team = TeamFile.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(path, exc)) from None
+        raise ConfigError(describe_validation_error(path, exc, TeamFile, raw)) from None
 
     override = _spawn_command_override()
     defaults = team.defaults.model_dump(exclude_none=True)
@@ -355,10 +298,11 @@ def load_config(root: Path) -> Config:
         merged.setdefault("prompt", f"prompts/{name}.md")
         if override is not None:
             merged["command"] = override
+        given = {"name": name, **merged}
         try:
-            roles[name] = Role.model_validate({"name": name, **merged})
+            roles[name] = Role.model_validate(given)
         except ValidationError as exc:
-            raise ConfigError(describe_validation_error(path, exc, ("roles", name))) from None
+            raise ConfigError(describe_validation_error(path, exc, Role, given, ("roles", name))) from None
     if team.notify is not None and team.notify not in roles:
         raise ConfigError(
             f"{path}: notify: names {team.notify!r}, which is not a role under `roles` ({', '.join(roles)})"

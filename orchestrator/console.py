@@ -167,6 +167,8 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
             f"orchestrator running for {snap['root']} (pid {snap['pid']})"
             + (f", ENDING ({snap['ending']})" if snap.get("ending") else "")
         )
+        if snap.get("recovery"):
+            parts.append(snap["recovery"]["summary"])
     else:
         parts.append(
             f"no orchestrator running for {snap['root']}"

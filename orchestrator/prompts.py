@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from orchestrator.agents import memo_list
 from orchestrator.core.errors import ConfigError
 
 # filled by the supervisor's prompt sections (continuity, memory, wakes); empty when nothing fills them
@@ -55,10 +56,14 @@ class PromptTemplate:
         batch: bool,
         now: datetime | None = None,
         sections: Mapping[str, str] | None = None,
+        memos_file: Path | None = None,
     ) -> str:
-        """The prompt for one run; ``$memo_path`` and ``$memo`` are empty for batch roles."""
+        """The prompt for one run; ``$memo_path`` and ``$memo`` are empty for batch roles.
+
+        ``memos_file``: where a batch run's whole list of memos is, named in ``$memo_paths`` when the list is
+        too long to be given whole (``memo_list.prompt_list``)."""
         now = (now or datetime.now()).astimezone()
-        paths = "\n".join(str(p) for p in memo_paths)
+        paths = memo_list.prompt_list(memo_paths, memos_file)
         values = {
             "role": role,
             "run_id": str(run_id),

@@ -1,11 +1,19 @@
-"""``orchestrator init``: a default team's roles.yaml, prompts and memo folders; never overwrites a file."""
+"""``orchestrator init``: a default team's roles.yaml, prompts and memo folders; never overwrites a file.
+
+Beside roles.yaml goes ``roles.schema.json``, the JSON Schema of this version's roles.yaml, which the first
+line of roles.yaml names for editors (``# yaml-language-server: $schema=./roles.schema.json``): offline, and
+relative, so the project can move."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from orchestrator.intake.memo import INBOX
+from orchestrator.ops.configuration import schema_text
+
+SCHEMA_NAME = "roles.schema.json"
 
 DEFAULT_ROLES = ("project-manager", "planner", "builder", "reviewer")
 
@@ -18,12 +26,14 @@ def init_project(target: Path) -> tuple[list[Path], list[Path]]:
     files = {Path("roles.yaml"): templates / "roles.yaml"}
     for role in DEFAULT_ROLES:
         files[Path("prompts") / f"{role}.md"] = templates / "prompts" / f"{role}.md"
-    for rel, source in files.items():
+    texts: dict[Path, Callable[[], str]] = {rel: source.read_text for rel, source in files.items()}
+    texts[Path(SCHEMA_NAME)] = schema_text
+    for rel, text in texts.items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(path, "x", encoding="utf-8") as handle:  # "x": never overwrite, even in a race
-                handle.write(source.read_text(encoding="utf-8"))
+                handle.write(text())
             created.append(path)
         except FileExistsError:
             kept.append(path)

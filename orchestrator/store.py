@@ -140,12 +140,12 @@ CREATE TABLE IF NOT EXISTS memo_links (  -- every memo the loop breaker checked 
     memo_id   TEXT,
     reply_to  TEXT,
     sender    TEXT,                       -- its `from`, normalised (lower case, dashes)
-    seen_ts   REAL NOT NULL,              -- seconds since the epoch, from the supervisor's clock
+    written_ts REAL NOT NULL,             -- when it was written (seconds since the epoch): its created_at, when
+                                          -- sane, else when the supervisor first saw it (limits.pair_rate)
     outcome   TEXT NOT NULL,              -- delivered | held
     PRIMARY KEY (role, name)
 );
 CREATE INDEX IF NOT EXISTS memo_links_id ON memo_links(memo_id);
-CREATE INDEX IF NOT EXISTS memo_links_pair ON memo_links(sender, role, seen_ts);
 CREATE TABLE IF NOT EXISTS memo_releases (  -- `orchestrator release`: these memos are never held again
     role        TEXT NOT NULL,
     name        TEXT NOT NULL,
@@ -453,3 +453,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
         db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
+    links = {row[1] for row in db.execute("PRAGMA table_info(memo_links)")}
+    if "seen_ts" in links:  # the time of its check at the claim: the nearest to a written time those rows have
+        db.execute("ALTER TABLE memo_links RENAME COLUMN seen_ts TO written_ts")  # its index follows
+    db.execute("CREATE INDEX IF NOT EXISTS memo_links_pair ON memo_links(sender, role, written_ts)")

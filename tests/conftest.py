@@ -93,12 +93,15 @@ class Orchestrator:
 
 
 class Project:
-    """A project root under tmp_path with a stand-in team."""
+    """A project root under tmp_path with a stand-in team; ``installed``: run that copy of the orchestrator
+    (a wheel in a fresh venv) instead of this checkout's."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, installed: Installed | None = None) -> None:
         self.root = root
         self.record = root / "records.jsonl"
         self.procs: list[Orchestrator] = []
+        self.installed = installed
+        self.command = installed.command if installed else [sys.executable, "-m", "orchestrator"]
 
     def configure(
         self, roles: dict[str, dict[str, Any]] | None = None, prompt: str = "memo $memo_path\n$memo", **top: Any
@@ -148,6 +151,9 @@ class Project:
         env.pop("ORCHESTRATOR_SPAWN_CMD", None)
         env["STANDIN_RECORD"] = str(self.record)
         env["PYTHONUNBUFFERED"] = "1"
+        if self.installed is not None:
+            env.pop("PYTHONPATH", None)  # this checkout must not shadow the installed copy
+            env.update(self.installed.env)
         env.update(extra)
         return env
 
@@ -155,11 +161,12 @@ class Project:
         out = self.root / f"up-{len(self.procs)}.out"
         handle = open(out, "wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "up", "--plain", "--root", str(self.root), *args],
+            [*self.command, "up", "--plain", "--root", str(self.root), *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
             env=self.env(**env),
             stdin=subprocess.DEVNULL,
+            cwd=self.root if self.installed else None,
         )
         handle.close()
         orch = Orchestrator(self, proc, out)
@@ -172,12 +179,13 @@ class Project:
         self, *args: str, input: str | None = None, timeout: float = 60, **env: str
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "orchestrator", *args, "--root", str(self.root)],
+            [*self.command, *args, "--root", str(self.root)],
             capture_output=True,
             text=True,
             env=self.env(**env),
             input=input,
             timeout=timeout,
+            cwd=self.root if self.installed else None,
         )
 
     def status(self) -> dict[str, Any]:
@@ -209,6 +217,20 @@ class Project:
                     proc.kill()
             except psutil.Error:
                 pass
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The checkout's keeper is built by its install (``make``), never by ``up``: one older than keeper.c would
+    test yesterday's keeper, so the session stops at once and says how to build it."""
+    source = HERE.parent / "orchestrator" / "agents" / "keeper.c"
+    binary = source.with_name("orchestrator-keeper")
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        state = "is older than keeper.c" if binary.exists() else "is missing"
+        pytest.exit(
+            f"{binary} {state}: build it with `make` (the editable install compiles it), or "
+            f"`cc -O2 -static -o {binary} {source}`",
+            returncode=4,
+        )
 
 
 LOUD = ("Traceback (most recent call last)", "internal error")
@@ -248,3 +270,67 @@ def fake_cli(tmp_path: Path) -> Path:
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CLAUDE}" "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
     return wrapper
+
+
+# ------------------------------------------------------------------ the project as users install it (slow tier)
+REPO = HERE.parent
+
+
+class Installed:
+    """A copy of the orchestrator installed from its wheel into a fresh venv; ``env`` is added to its commands'."""
+
+    def __init__(self, venv: Path, dist: Path, env: dict[str, str] | None = None, command: list[str] | None = None):
+        self.venv = venv
+        self.dist = dist  # the sdist and the wheel it was installed from
+        self.python = venv / "bin" / "python"
+        self.command = command or [str(venv / "bin" / "orchestrator")]
+        self.env = env or {}
+
+    def run(self, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """``code`` run by the installed copy's interpreter, away from this checkout."""
+        full = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        full.update(self.env)
+        full.update(env)
+        return subprocess.run(
+            [str(self.python), "-c", code], capture_output=True, text=True, env=full, cwd=self.venv, timeout=60
+        )
+
+
+def run_checked(argv: list[str], what: str, timeout: float = 600, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run a build or install step; fail the test with its output when it fails."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
+    if done.returncode != 0:
+        pytest.fail(f"{what} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}", pytrace=False)
+    return done
+
+
+def fresh_venv(folder: Path) -> Path:
+    """A new venv with no site packages but its own (no `--system-site-packages`)."""
+    run_checked([sys.executable, "-m", "venv", str(folder)], "python -m venv")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The project as users get it, once a session: ``python -m build`` (an sdist, then the wheel built from
+    it), the wheel installed into a fresh venv with its dependencies from the registry."""
+    base = tmp_path_factory.mktemp("installed")
+    dist = base / "dist"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run_checked([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], "python -m build", env=env)
+    (wheel,) = dist.glob("*.whl")
+    venv = fresh_venv(base / "venv")
+    run_checked([str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)], "pip install <wheel>", env=env)
+    return Installed(venv, dist)
+
+
+@pytest.fixture
+def installed_project(tmp_path: Path, installed: Installed, request: pytest.FixtureRequest):
+    """A project whose ``up`` and commands are the installed copy's (see ``installed``)."""
+    proj = Project(tmp_path / "project", installed)
+    proj.root.mkdir()
+    yield proj
+    proj.cleanup()
+    loud = loud_lines(proj)
+    if loud and request.node.get_closest_marker("internal_error_expected") is None:
+        pytest.fail("the orchestrator reported a bug:\n" + "\n".join(loud[:10]), pytrace=False)

@@ -81,6 +81,7 @@ class FakeSpawner:
     def __init__(self) -> None:
         self.agents: list[FakeAgent] = []
         self.refuse: str | None = None
+        self.refuse_internal = False  # the refusal is of the orchestrator's doing (SpawnError.internal)
         self.hold_start: asyncio.Event | None = None
         self.hold_stop: asyncio.Event | None = None
         self.stops: list[tuple[int, float, bool]] = []
@@ -89,7 +90,7 @@ class FakeSpawner:
         if self.hold_start is not None:
             await self.hold_start.wait()
         if self.refuse:
-            raise SpawnError(self.refuse)
+            raise SpawnError(self.refuse, internal=self.refuse_internal)
         agent = FakeAgent(spec, on_exit, spec.role.backend)
         self.agents.append(agent)
         return agent

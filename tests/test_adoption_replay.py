@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from conftest import wait_for
 from orchestrator.agents import keeper
 from orchestrator.core.clock import iso
-from orchestrator.supervisor.adoption import Adopter
+from orchestrator.supervisor.adoption import EXEC_WAIT, POLL, Adopter
 from orchestrator.supervisor.recovery import recover
 from replay import Replay
 
@@ -130,6 +131,8 @@ def test_an_adopted_agent_keeps_the_timeout_of_its_first_start(tmp_path: Path) -
         }
         agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
         try:
+            # Popen returns once the exec has begun; on a busy machine its environment shows milliseconds later
+            wait_for(lambda: psutil.Process(agent.pid).environ().get("ORCHESTRATOR_RUN_ID") == str(run_id), what="exec")
             r.sup.store.update_run(run_id, pid=agent.pid, create_time=psutil.Process(agent.pid).create_time())
             await restart(r)
             assert r.state("L-1") == "running" and r.folder("builder", "active") == ["L-1.md"]
@@ -144,6 +147,69 @@ def test_an_adopted_agent_keeps_the_timeout_of_its_first_start(tmp_path: Path) -
         finally:
             agent.send_signal(signal.SIGKILL)
             agent.wait(5)
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def a_keeper_before_its_agents_exec(r: Replay, run_id: int) -> subprocess.Popen[bytes]:
+    """A process that looks like the run's keeper (its name, its marks) and has no agent: what recovery meets
+    when the orchestrator died between a keeper's fork and its agent's exec."""
+    env = {
+        "KEEPER_ORCHESTRATOR_ROOT": str(r.config.root),
+        "KEEPER_ORCHESTRATOR_RUN_ID": str(run_id),
+        "KEEPER_ORCHESTRATOR_ATTEMPT": "1",
+    }
+    return subprocess.Popen([keeper.BINARY.name, "60"], executable="/bin/sleep", env=env)
+
+
+def test_adoption_waits_for_a_keeper_on_the_clock_and_the_loop_runs_meanwhile(tmp_path: Path) -> None:
+    """Its polls are awaited on the injected clock: recovery is parked until the clock moves, the loop is free."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        run_id = left_by_a_dead_orchestrator(r, "K-1.md")
+        fake = a_keeper_before_its_agents_exec(r, run_id)
+        try:
+            recovering = asyncio.ensure_future(restart(r))
+            await r.settle()  # this coroutine runs again: recovery did not hold the loop
+            assert not recovering.done(), "recovery ended without waiting for the keeper"
+            assert r.clock.pending() == pytest.approx([POLL]), "the wait is not a timer on the injected clock"
+            await r.advance(POLL)
+            assert not recovering.done() and r.clock.pending() == pytest.approx([POLL]), (
+                "each look waits on the clock again"
+            )
+            exit_record(r, run_id, 1, "exit 0\n")  # the keeper writes its record
+            await r.advance(POLL)
+            await asyncio.wait_for(recovering, 5)
+            assert r.folder("builder", "archive") == ["K-1.md"], "finished as its keeper recorded"
+            assert r.spawner.agents == []
+        finally:
+            fake.kill()
+            fake.wait(5)
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_adoption_gives_up_on_a_silent_keeper_after_its_wait_of_clock_time(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        run_id = left_by_a_dead_orchestrator(r, "K-2.md")
+        fake = a_keeper_before_its_agents_exec(r, run_id)
+        try:
+            recovering = asyncio.ensure_future(restart(r))
+            await r.settle()
+            await r.advance(EXEC_WAIT - 0.1)
+            assert not recovering.done(), "gave up before its wait was over"
+            await r.advance(0.2)  # the wait for the agent's exec is over; the wait for the record starts
+            assert not recovering.done() and r.clock.pending() == pytest.approx([POLL])
+            await r.advance(EXEC_WAIT + 0.1)
+            await asyncio.wait_for(recovering, 5)
+            assert r.folder("builder", "inbox") == ["K-2.md"] and r.sup.store.run(run_id)["state"] == "returned"
+        finally:
+            fake.kill()
+            fake.wait(5)
         r.close()
 
     play(tmp_path, scenario)

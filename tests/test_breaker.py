@@ -6,6 +6,8 @@ The ping-pong of two real agents that the breaker stops is in ``tests/test_tools
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,13 @@ import pytest
 import yaml
 
 from orchestrator.config import load_config
+from orchestrator.core.clock import iso
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.events import MemoSeen
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import parse_front_matter
+from orchestrator.store import Store
+from orchestrator.supervisor.breaker import CLOCK_SKEW, written_time
 from orchestrator.tools.release import release
 from replay import Replay
 
@@ -148,6 +153,140 @@ def test_a_memo_returned_to_the_inbox_is_not_counted_twice(tmp_path: Path) -> No
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_the_21st_memo_written_within_an_hour_is_held_however_late_it_arrives(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"project-manager": {}, "reviewer": {}})  # the default limits: 20/h
+        first = r.clock.now()
+        # written every 150 s (the 21st 50 minutes after the first), but arriving every 6 minutes (a slow sync):
+        # counted at their claims, only 10 would fall within one hour
+        for n in range(21):
+            front = memo(f"w{n:02d}", ["project manager", "Project_Manager"][n % 2])  # one sender, however spelled
+            front["created_at"] = iso(first + timedelta(seconds=150 * n))
+            await r.drop("reviewer", f"w{n:02d}.md", front=front)
+            if n < 20:
+                await r.exit(f"w{n:02d}", 0)
+            await r.advance(360)
+        assert r.folder("reviewer", "held") == ["w20.md"], "20 memos written within an hour ran; the 21st waits"
+        assert len(r.folder("reviewer", "archive")) == 20
+        reason = (r.config.role_dir("reviewer") / "held" / "w20.reason").read_text(encoding="utf-8")
+        assert "project-manager already sent reviewer 20 memos within 1h, the limits.pair_rate (20/1h)" in reason
+        # a sliding window over written times: a memo written an hour after the first has room again
+        late = memo("w21", "project-manager")
+        late["created_at"] = iso(first + timedelta(seconds=3600))
+        await r.drop("reviewer", "w21.md", front=late)
+        assert r.folder("reviewer", "active") == ["w21.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_memo_without_created_at_counts_from_when_it_was_first_seen_not_from_its_claim(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "reviewer": {"max_concurrent": 1}})
+        inbox = r.config.role_dir("reviewer") / "inbox"
+        started: dict[int, int] = {}  # agent -> second it was first seen running
+        second, sent = 0, 0
+        # builder writes a memo every 150 s; each run of the reviewer takes 6 minutes, so its queue grows and
+        # the memos are claimed over two hours: counted at their claims, only 10 would fall within one hour
+        while sent < 21 or any(agent.alive for agent in r.spawner.agents):
+            if sent < 21 and second >= 150 * sent:
+                name = f"s{sent:02d}.md"
+                if sent < 20:
+                    await r.drop("reviewer", name, front=memo(f"s{sent:02d}", "builder"))
+                else:  # the 21st is first seen while still being written, and complete 20 minutes later
+                    (inbox / name).write_text("---\nid: s20\nfrom: builder\n---\nbody\n", encoding="utf-8")
+                    r.sup.handle(MemoSeen("reviewer", inbox / name, complete=False))
+                sent += 1
+            if second == 3000 + 1200:
+                r.sup.handle(MemoSeen("reviewer", inbox / "s20.md", complete=True))
+            for agent in r.spawner.agents:
+                started.setdefault(id(agent), second)
+                if agent.alive and second - started[id(agent)] >= 360:
+                    agent.exit(0)
+            await r.advance(30)
+            second += 30
+        assert second > 7200, "the queue drained over more than two hours"
+        assert r.folder("reviewer", "held") == ["s20.md"], "the 21st memo first seen within an hour is held"
+        assert len(r.folder("reviewer", "archive")) == 20
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_memos_of_people_and_scripts_are_never_held_by_pair_rate_but_chain_depth_applies(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, ROLES, notify="lead", limits={"chain_depth": 3}, max_concurrent=60)  # pair_rate: 20/h
+        for n in range(25):  # a script and a person, each far past 20 memos within the same second
+            await r.drop("builder", f"c{n:02d}.md", front=memo(f"c{n:02d}", "ci-bot"))
+            await r.drop("builder", f"a{n:02d}.md", front=memo(f"a{n:02d}", "Alice Smith"))
+        assert not (r.config.role_dir("builder") / "held").exists()
+        assert len(r.folder("builder", "active")) == 50
+        # a conversation of people deeper than chain_depth is still held
+        await r.drop("reviewer", "t0.md", front=memo("t0", "alice"))
+        await r.exit("t0", 0)
+        for n in range(1, 5):
+            await r.drop("reviewer", f"t{n}.md", front=memo(f"t{n}", ["bob", "alice"][n % 2], f"t{n - 1}"))
+            if n < 4:
+                await r.exit(f"t{n}", 0)
+        assert r.folder("reviewer", "held") == ["t4.md"]
+        reason = (r.config.role_dir("reviewer") / "held" / "t4.reason").read_text(encoding="utf-8")
+        assert reason.startswith("held: its reply_to chain is deeper than limits.chain_depth (3)")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+SEEN = datetime(2026, 11, 30, 9, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("created_at", "written"),
+    [
+        ("2026-11-30T08:00:00.000+00:00", SEEN - 3600),  # the usual: written before it was seen
+        ("2026-11-30T17:00:00+09:00", SEEN - 3600),  # another zone
+        ("2026-11-30T08:00:00Z", SEEN - 3600),
+        ("2026-11-30 08:00:00", datetime(2026, 11, 30, 8, 0).timestamp()),  # naive: local time
+        ("2026-02-13T12:03:00.000+09:00", datetime(2026, 2, 13, 3, 3, tzinfo=UTC).timestamp()),  # months
+        ("2026-11-30T09:04:00+00:00", SEEN),  # the writer's clock a little fast: counted when seen
+        ("2026-11-30T09:06:00+00:00", SEEN),  # beyond CLOCK_SKEW: not believed
+        ("2099-01-01T00:00:00+00:00", SEEN),
+        ("1970-01-01T00:00:00+00:00", SEEN),  # a zeroed clock
+        ("1999-12-31T23:59:59+00:00", SEEN),
+        ("0001-01-01T00:00:00", SEEN),
+        ("2026-11-30", SEEN),  # a date alone would put a whole day's memos at midnight
+        ("YYYY-MM-DDTHH:MM:SS±ZZ:ZZ", SEEN),  # a template's placeholder (in the real corpus)
+        ("yesterday at 5", SEEN),
+        ("", SEEN),
+        (None, SEEN),
+    ],
+)
+def test_a_memo_counts_at_its_created_at_when_sane_else_when_first_seen(created_at: str | None, written: float) -> None:
+    assert CLOCK_SKEW == 300
+    assert written_time(created_at, SEEN) == pytest.approx(written)
+
+
+def test_links_recorded_before_written_times_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE memo_links (role TEXT NOT NULL, name TEXT NOT NULL, memo_id TEXT, reply_to TEXT, sender TEXT,"
+        " seen_ts REAL NOT NULL, outcome TEXT NOT NULL, PRIMARY KEY (role, name));"
+        "CREATE INDEX memo_links_pair ON memo_links(sender, role, seen_ts);"
+        "INSERT INTO memo_links VALUES ('b', 'm.md', 'm', NULL, 'a', 1234.5, 'delivered');"
+    )
+    old.commit()
+    old.close()
+    store = Store(path)
+    rows = store.db.execute("SELECT name, written_ts FROM memo_links").fetchall()
+    assert [tuple(row) for row in rows] == [("m.md", 1234.5)], "a claim time is the nearest to a written time they have"
+    plan = store.db.execute(
+        "EXPLAIN QUERY PLAN SELECT written_ts FROM memo_links WHERE sender = 'a' AND role = 'b' AND written_ts > 0"
+    ).fetchall()
+    assert "memo_links_pair" in str([tuple(row) for row in plan])
+    store.close()
+    assert [tuple(r) for r in Store(path).db.execute("SELECT name, written_ts FROM memo_links")] == [("m.md", 1234.5)]
 
 
 def test_limits_have_defaults_and_bad_values_name_the_key(tmp_path: Path) -> None:

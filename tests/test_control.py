@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,58 @@ def test_stop_force_kills_agents_and_returns_their_memos(project: Project) -> No
     snap = project.status()
     assert snap["running"] is False and snap["runs"] == []
     assert snap["recent"][0]["state"] == "returned"
+
+
+def test_stop_wait_gives_up_at_its_timeout_naming_what_still_runs(project: Project) -> None:
+    """An agent that outlives the wait: `stop --wait --timeout` exits 1 with one line, and the ending goes on."""
+    project.configure({"builder": {"timeout": "5m", "grace": "3s"}, "reviewer": {"timeout": "1m", "grace": "1m"}})
+    orch = project.up()
+    project.drop("builder", "long.md", {"id": "L-1", "agent": {"sleep": LONG}})
+    started(project, "long.md")
+    assert project.status()["longest_stop"] == 303.0  # what the default wait is made of: 5m + 3s
+
+    began = time.monotonic()
+    result = project.cli("stop", "--wait", "--timeout", "1s")
+
+    assert time.monotonic() - began < 30, "the wait outlasted its timeout"
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "is ending" in result.stdout
+    (line,) = result.stderr.splitlines()
+    (run,) = project.status()["runs"]
+    assert line == (
+        f"orchestrator: orchestrator (pid {orch.proc.pid}) still runs after 1s: run {run['run_id']} (builder, L-1, "
+        "running); it goes on ending (`orchestrator stop --force` stops its agents now)"
+    )
+    assert project.status()["ending"] == "graceful", "giving up the wait must not change the ending"
+
+    forced = project.cli("stop", "--force", "--timeout", "60s")
+    assert forced.returncode == 0, forced.stderr
+    assert orch.wait() == 1, orch.output
+    assert project.folder("builder", "inbox") == ["long.md"]
+
+
+def test_stop_with_a_bad_timeout_is_a_usage_error(running: Project) -> None:
+    result = running.cli("stop", "--wait", "--timeout", "soon")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "orchestrator: orchestrator stop: --timeout: expected a duration such as 5s, 500ms, 30m or a number of "
+        "seconds, got 'soon'"
+    )
+    assert running.status()["ending"] is None, "a refused stop stopped nothing"
+    assert running.orch.stop() == 0  # type: ignore[attr-defined]
+
+
+def test_the_default_wait_is_the_longest_timeout_and_grace_plus_a_margin() -> None:
+    from orchestrator.commands.running import default_stop_timeout, still_running
+
+    assert default_stop_timeout({"longest_stop": 1810.0}) == 1840.0
+    runs = [
+        {"run_id": i, "role": "pm", "memo": f"m{i}.md", "memos": [f"m{i}.md"], "state": "running"} for i in range(12)
+    ]
+    runs[0]["memos"] = ["m0.md", "x.md", "y.md"]
+    line = still_running({"pid": 7, "runs": runs}, 2.5, force=True)
+    assert line.startswith("orchestrator (pid 7) still runs after 2.5s: run 0 (pm, m0.md +2 memo(s), running), run 1 ")
+    assert "run 9 (pm, m9.md, running), and 2 more; it goes on killing them" in line and "\n" not in line
 
 
 # ------------------------------------------------------------------ status

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -157,12 +161,12 @@ def test_answers_have_one_of_two_shapes() -> None:
 Handle = Callable[[protocol.Request], Awaitable[dict[str, Any]]]
 
 
-def serve(root: Path, handle: Handle, client: Callable[[], Any]) -> tuple[Any, list[str]]:
+def serve(root: Path, handle: Handle, client: Callable[[], Any], **server_args: Any) -> tuple[Any, list[str]]:
     """Run a ControlServer for ``root`` with ``handle`` while ``client()`` runs in a thread; its value and the log."""
     logged: list[str] = []
 
     async def main() -> Any:
-        server = control.ControlServer(control.socket_path(root), handle, logged.append)
+        server = control.ControlServer(control.socket_path(root), handle, logged.append, **server_args)
         await server.start()
         try:
             return await asyncio.wait_for(asyncio.to_thread(client), 30)
@@ -307,6 +311,130 @@ def test_a_request_longer_than_the_limit_is_a_usage_error_and_others_are_still_s
 
     (answer,), logged = serve(tmp_path, handle, client)
     assert answer == {"op": "tell"} and logged == []
+
+
+# ------------------------------------------------------------------ the peer check: any doubt refuses
+
+
+def _no_credentials(sock: socket.socket | None) -> int | None:
+    return None
+
+
+def _credentials_fail(sock: socket.socket | None) -> int | None:
+    raise OSError(95, "Operation not supported")
+
+
+def _another_user(sock: socket.socket | None) -> int | None:
+    return 65534 if os.getuid() != 65534 else 65533
+
+
+@pytest.mark.parametrize(
+    ("peer_uid", "why"),
+    [
+        (_no_credentials, "could not check who is connecting (no peer credentials on this socket)"),
+        (_credentials_fail, "could not check who is connecting (SO_PEERCRED failed: Operation not supported)"),
+        (_another_user, "is not the socket's owner (uid"),
+    ],
+)
+def test_a_peer_that_cannot_be_checked_is_refused_with_one_line_in_the_log(
+    tmp_path: Path, peer_uid: Callable[[socket.socket | None], int | None], why: str
+) -> None:
+    """No credentials, an error reading them, another uid: each is a refusal, never "same user"."""
+    seen: list[protocol.Request] = []
+
+    async def handle(request: protocol.Request) -> dict[str, Any]:
+        seen.append(request)
+        return {}
+
+    def client() -> str:
+        with pytest.raises(errors.ControlError) as caught:
+            control.call(tmp_path, "stop", timeout=10, force=True)
+        return str(caught.value)
+
+    lines: list[str] = []
+    refusal, logged = serve(tmp_path, handle, client, peer_uid=peer_uid, log=lines.append)
+    assert refusal.startswith("permission denied: ") and why in refusal and "\n" not in refusal
+    assert seen == [], "the request of a peer that was not checked reached the handler"
+    assert len(lines) == 1 and lines[0].startswith("control: refused a connection: ") and why in lines[0]
+    assert logged == [], "a refusal is not an internal error"
+
+
+def test_a_platform_without_peer_credentials_refuses_rather_than_trusting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real reader on a socket module without SO_PEERCRED: no way to check is no entry."""
+    monkeypatch.delattr(socket, "SO_PEERCRED")
+    seen: list[protocol.Request] = []
+
+    async def handle(request: protocol.Request) -> dict[str, Any]:
+        seen.append(request)
+        return {}
+
+    def client() -> str:
+        with pytest.raises(errors.ControlError) as caught:
+            control.call(tmp_path, "stop", timeout=10, force=True)
+        return str(caught.value)
+
+    refusal, logged = serve(tmp_path, handle, client)
+    why = "could not check who is connecting (no peer credentials on this socket)"
+    assert refusal == f"permission denied: {why}" and seen == []
+    assert logged == [f"control: refused a connection: {why}"]
+
+
+def test_the_real_reader_lets_the_owner_in(tmp_path: Path) -> None:
+    async def handle(request: protocol.Request) -> dict[str, Any]:
+        return {"op": request.op}
+
+    lines: list[str] = []
+    answer, logged = serve(tmp_path, handle, lambda: control.call(tmp_path, "status", timeout=10), log=lines.append)
+    assert answer == {"op": "status"} and lines == [] and logged == []
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root to act as another user"
+)
+def test_a_real_connection_from_another_uid_is_refused_and_logged() -> None:
+    """With the folder and socket opened up, another user's connection reaches the peer check, which names it."""
+    base = Path(tempfile.mkdtemp(prefix="orch-peer-"))
+    os.chmod(base, 0o711)
+    probe = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.connect(sys.argv[1])\n"
+        "try:\n"
+        '    s.sendall(b\'{"op": "status"}\\n\')\n'
+        "except BrokenPipeError:\n"
+        "    pass\n"
+        "print(s.makefile().readline().strip())\n"
+    )
+    seen: list[protocol.Request] = []
+
+    async def handle(request: protocol.Request) -> dict[str, Any]:
+        seen.append(request)
+        return {}
+
+    def client() -> str:
+        os.chmod(base / ".orchestrator", 0o711)
+        os.chmod(control.socket_path(base), 0o666)
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", probe, str(control.socket_path(base))],
+            user=65534,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    lines: list[str] = []
+    try:
+        raw, logged = serve(base, handle, client, log=lines.append)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    answer = json.loads(raw)
+    assert answer["ok"] is False and answer["error"] == "permission denied: uid 65534 is not the socket's owner (uid 0)"
+    assert seen == []
+    assert lines == ["control: refused a connection: uid 65534 is not the socket's owner (uid 0)"]
 
 
 # ------------------------------------------------------------------ the client against answers that are not answers

@@ -206,7 +206,8 @@ def test_dst_repeat_through_the_loop_fires_once(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         roles = {"rin": {"wake": {"every": "10m"}, "tasks": {"late": {"daily": "01:30", "text": "t"}}}}
         r = await start(root, roles, at("2026-11-01T00:50", "America/New_York"), timezone="America/New_York")
-        r.sup.wakes.db.execute("UPDATE task_done SET first_seen = '2026-10-31T12:00:00-04:00'")
+        # done yesterday, so that the first pass of today's 01:30 is what makes it due
+        r.sup.wakes.db.execute("UPDATE task_done SET done_at = '2026-10-31T01:35:00-04:00'")
         for _ in range(18):  # three hours of wall time through the repeated hour
             await r.advance(600)
             for agent in wake_agents(r):

@@ -165,8 +165,8 @@ def test_start_sdk_under_the_keeper_talks_over_the_socket(tmp_path: Path, fake_c
     from orchestrator.agents.sdk.backend import start_sdk
     from orchestrator.core.agent import AttemptVerdict
 
-    binary = keeper.build()
-    assert binary is not None, "the keeper cannot be built here"
+    binary = keeper.locate()
+    assert binary is not None, f"no usable keeper in this checkout: {keeper.find().problem} (make, or pip install -e .)"
     spec = launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="[slow] first", env={"FAKE_CLAUDE_COST": "0.5"})
 
     async def scenario() -> tuple[Agent, int, list[str], int]:

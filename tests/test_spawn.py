@@ -33,8 +33,8 @@ DEADLINE = 20.0
 def binary(request: pytest.FixtureRequest) -> Path | None:
     if request.param == "no keeper":
         return None
-    built = keeper.build()
-    assert built is not None, "the keeper must build (a C compiler is on the machine)"
+    built = keeper.locate()
+    assert built is not None, f"no usable keeper in this checkout: {keeper.find().problem} (make, or pip install -e .)"
     return built
 
 
@@ -119,3 +119,12 @@ def test_without_a_keeper_nothing_is_recorded_on_disk(tmp_path):
     run(tmp_path, None, spec_for(tmp_path, ["/bin/true"]))
     assert not (tmp_path / ".orchestrator" / "runs").exists()
     assert os.path.exists(tmp_path / ".orchestrator" / "logs" / "3-builder.log")
+
+
+def test_an_environment_too_long_for_linux_is_ours_not_the_roles_and_names_the_culprit(tmp_path, binary):
+    spec = spec_for(tmp_path, ["/bin/true"], env={"HUGE": "x" * 140_000})
+    with pytest.raises(
+        SpawnError, match=r"Argument list too long.*the longest is variable HUGE, 140006 bytes"
+    ) as caught:
+        run(tmp_path, binary, spec)
+    assert caught.value.internal, "the memos go back to the inbox: the role did nothing wrong"

@@ -4,8 +4,11 @@ It forks the agent into a session of its own, waits for it and writes its exit
 status to ``.orchestrator/runs/<run_id>/<attempt>.exit`` before it exits, so the
 status outlives an orchestrator that was killed meanwhile; past the role's
 timeout (plus grace and a margin, so a live orchestrator always acts first) it
-stops the agent itself. The binary is built from ``keeper.c`` by ``make`` (or on
-first use, with ``cc``); without a compiler agents run without it, as before.
+stops the agent itself. The binary is compiled from ``keeper.c`` when the package
+is built (``setup.py``: a wheel, ``pip install``, an editable install); ``find``
+only looks for it and tries it once, and never compiles anything. Without it,
+``up`` refuses ``recovery: adopt`` (``app.preflight``): its promise, nothing run
+twice after a crash, rests on the exit records.
 
 A C program, not ``/bin/sh`` or a forked Python: measured on the 2-core VM (see
 bench/RESULTS.md), the keeper adds well under a millisecond to a start, where a
@@ -16,52 +19,108 @@ threads.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents.posix_child import fd_ready
 
-SOURCE = Path(__file__).with_name("keeper.c")
 BINARY = Path(__file__).with_name("orchestrator-keeper")
 MARGIN = 1.0  # seconds past timeout + grace before the keeper acts on its own
 MARKS = ("ORCHESTRATOR_RUN_ID", "ORCHESTRATOR_ROOT", "ORCHESTRATOR_ATTEMPT")
+SELF_CHECK_TIMEOUT = 5.0
+SWITCH = "ORCHESTRATOR_KEEPER"  # "off": no keeper, as if it were missing (the benchmark's comparison)
 
 
-def build(force: bool = False) -> Path | None:
-    """The keeper binary, compiled now if it is missing or older than its source; None without a compiler."""
-    try:
-        if not force and BINARY.exists() and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
-            return BINARY
-    except OSError:
-        return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    fd, tmp = tempfile.mkstemp(prefix=".keeper-", dir=BINARY.parent)
-    os.close(fd)
-    try:
-        for flags in (["-static"], []):  # static when the C library allows it: no dynamic loader at each start
+NO_COMPILER = "(the package was built without a C compiler, or it was removed since)"
+REINSTALL = (
+    "install the orchestrator again with a C compiler present (e.g. `apt-get install gcc`, then the same "
+    "`pip install`, `pipx install` or `make`)"
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    """The keeper this process uses: its binary, or None with why there is none and the way to get one (phrases,
+    for one line)."""
+
+    binary: Path | None
+    problem: str = ""
+    remedy: str = REINSTALL
+
+
+@functools.cache
+def find() -> Found:
+    """The packaged keeper when it is there and passes its self-check; looked for once per process."""
+    if os.environ.get(SWITCH, "on") == "off":
+        return Found(None, f"{SWITCH}=off is set", f"unset {SWITCH}")
+    if not BINARY.is_file():
+        return Found(None, f"there is no keeper binary at {BINARY} {NO_COMPILER}")
+    if not os.access(BINARY, os.X_OK):
+        return Found(None, f"the keeper {BINARY} is not executable")
+    problem = self_check(BINARY)
+    return Found(None, problem) if problem else Found(BINARY)
+
+
+def locate() -> Path | None:
+    """The keeper binary to start agents under, or None (see ``find``)."""
+    return find().binary
+
+
+@dataclass(frozen=True)
+class RecoveryMode:
+    """What a crash of the orchestrator costs in this configuration, for the start-up line and ``status``."""
+
+    recovery: str  # "adopt" or "restart", as configured
+    keeper: Path | None
+    executor: str = "local"
+
+    @property
+    def line(self) -> str:
+        if self.executor != "local":
+            return f"recovery: {self.recovery} (executor {self.executor}: agents on the cluster have no keeper)"
+        if self.keeper is None:
+            return f"recovery: {self.recovery} (no keeper: runs are repeated after a crash)"
+        if self.recovery == "adopt":
+            return f"recovery: adopt (keeper {self.keeper})"
+        return f"recovery: restart (keeper {self.keeper}; runs are repeated after a crash)"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "mode": self.recovery,
+            "keeper": None if self.keeper is None else str(self.keeper),
+            "executor": self.executor,
+            "summary": self.line,
+        }
+
+
+def recovery_mode(recovery: str, executor: str) -> RecoveryMode:
+    """The mode in force: the configured ``recovery`` and the keeper found (none looked for off this machine)."""
+    return RecoveryMode(recovery, locate() if executor == "local" else None, executor)
+
+
+def self_check(binary: Path) -> str | None:
+    """Run ``binary`` once as a keeper of itself (its usage error is the agent); None when it ran and recorded
+    the exit, else what went wrong. A few milliseconds: it catches a binary for another machine or C library."""
+    with tempfile.TemporaryDirectory(prefix="orchestrator-keeper-check-") as folder:
+        record = Path(folder) / "check.exit"
+        argv = keeper_argv(binary, record, 0.0, 0.0, -1) + [str(binary)]
+        try:
             done = subprocess.run(
-                [compiler, "-O2", "-Wall", *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, check=False
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SELF_CHECK_TIMEOUT, check=False
             )
-            if done.returncode == 0:
-                break
-        else:
-            return None
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, BINARY)  # atomic: concurrent builds each install a whole binary
-        return BINARY
-    except OSError:
-        return None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        except subprocess.TimeoutExpired:
+            return f"the keeper {binary} did not finish its self-check within {SELF_CHECK_TIMEOUT:g}s"
+        except OSError as exc:
+            return f"the keeper {binary} cannot be started ({exc.strerror or exc})"
+        if read_exit(record) is None:
+            said = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
+            detail = f"exit status {done.returncode}" + (f": {said[-1]}" if said else "")
+            return f"the keeper {binary} fails its self-check ({detail})"
+    return None
 
 
 def exit_path(state_dir: Path, run_id: int, attempt: int) -> Path:
@@ -177,14 +236,3 @@ def is_keeper(pid: int) -> bool:
     except OSError:
         return False
     return os.path.basename(first) == BINARY.name.encode()
-
-
-def main() -> int:
-    """``python -m orchestrator.agents.keeper``: build the binary (``make`` calls this)."""
-    if build(force="--force" in sys.argv) is None:
-        sys.exit("orchestrator: could not build the keeper (no C compiler?); agents run without it")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -92,7 +93,10 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
         )
     except OSError as exc:
         os.close(read_fd)
-        raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}") from None
+        if exc.errno == errno.E2BIG:  # the agent's argv and environment, which the keeper is given to pass on
+            text = exc.strerror or str(exc)
+            raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
+        raise SpawnError.of_errno(f"cannot start the keeper {binary}: {exc.strerror or exc}", exc.errno) from None
     finally:
         os.close(write_fd)
     said = bytearray()
@@ -113,7 +117,8 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
     if status.cwd_errno is not None:
         raise _no_folder(launch, status.cwd_errno)
     if status.exec_errno is not None:
-        raise cannot_start(launch.argv[0], launch.executable, status.exec_errno, os.strerror(status.exec_errno))
+        text = os.strerror(status.exec_errno)
+        raise cannot_start(launch.argv[0], launch.executable, status.exec_errno, text, launch.argv, launch.env)
     raise SpawnError(f"the keeper could not start {launch.argv[0]!r} (exit status {code})")
 
 
@@ -136,7 +141,8 @@ def _direct(launch: Launch) -> PosixChild:
     except OSError as exc:
         if exc.filename is not None and os.fsdecode(exc.filename) == str(launch.cwd):
             raise _no_folder(launch, exc.errno or 0) from None
-        raise cannot_start(launch.argv[0], launch.executable, exc.errno, exc.strerror or str(exc)) from None
+        text = exc.strerror or str(exc)
+        raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
     finally:
         os.close(log_fd)
     return child

@@ -49,7 +49,7 @@ def choose_spawner(config: Config, say: Log, clock: Clock | None = None) -> Spaw
     ``clock`` is the supervisor's: the Ray spawner's rules on time (``start_timeout``, ``lost_after``) read it.
     """
     if config.executor.kind == "local":
-        return ProcessSpawner(config.root, keeper.build())
+        return ProcessSpawner(config.root, keeper.locate())
     from orchestrator.agents.ray.spawner import RaySpawner
 
     return RaySpawner(config.root, config.executor, say, clock)

@@ -15,13 +15,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents import memo_list
 from orchestrator.config import Role
 
 ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
 
 
+# errors of a start that are not the role's doing: arguments and environment too long for the system, or no
+# descriptors, memory or processes left. The run's memos go back to the inbox (an internal error), not to failed/.
+NOT_THE_ROLES = frozenset({errno.E2BIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+
+
 class SpawnError(Exception):
-    """The agent could not be started; the message says why, for a person."""
+    """The agent could not be started; the message says why, for a person.
+
+    ``internal``: for a reason of the orchestrator's making or the machine's (``NOT_THE_ROLES``), not of the
+    role's configuration or its memo: the memos go back to the inbox instead of into ``failed/``."""
+
+    def __init__(self, message: str, *, internal: bool = False) -> None:
+        super().__init__(message)
+        self.internal = internal
+
+    @classmethod
+    def of_errno(cls, message: str, code: int | None) -> SpawnError:
+        """An exec or spawn that failed with errno ``code``: internal when ``code`` is in ``NOT_THE_ROLES``."""
+        return cls(message, internal=code in NOT_THE_ROLES)
 
 
 @dataclass
@@ -40,9 +58,18 @@ class LaunchSpec:
 
 
 def agent_environment(
-    role: Role, root: Path, run_id: int, attempt: int, memo_paths: list[Path], seq: int | None = None
+    role: Role,
+    root: Path,
+    run_id: int,
+    attempt: int,
+    memo_paths: list[Path],
+    seq: int | None = None,
+    memos_file: Path | None = None,
 ) -> dict[str, str]:
-    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables."""
+    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables.
+
+    A batch role's list of memos is named by ``ORCHESTRATOR_MEMOS_FILE`` (``memos_file``, written by the caller)
+    and is in ``ORCHESTRATOR_MEMOS`` only while it fits in ``memo_list.LIST_MAX``."""
     env = dict(_role_environment(role))
     env.update(
         {
@@ -53,12 +80,13 @@ def agent_environment(
             "ORCHESTRATOR_SEQ": str(seq or ""),
         }
     )
+    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # ours, when we run inside an agent
+        env.pop(key, None)
     if role.batch:
-        env["ORCHESTRATOR_MEMOS"] = "\n".join(str(p) for p in memo_paths)
-        env.pop("ORCHESTRATOR_MEMO", None)
+        file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
+        env.update(memo_list.list_environment(memo_paths, file))
     else:
         env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
-        env.pop("ORCHESTRATOR_MEMOS", None)
     return env
 
 
@@ -111,11 +139,31 @@ def open_log(path: Path, header: str) -> int:
     return fd
 
 
-def cannot_start(program: str, executable: str, code: int | None, text: str) -> SpawnError:
-    """The one-line error for an exec that failed with errno ``code``."""
-    hint = (
-        " (the file exists: is the interpreter on its #! line missing?)"
-        if (code == errno.ENOENT and os.path.isfile(executable))
-        else ""
+def cannot_start(
+    program: str,
+    executable: str,
+    code: int | None,
+    text: str,
+    argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> SpawnError:
+    """The one-line error for an exec that failed with errno ``code`` (``argv`` and ``env``: what it was given)."""
+    hint = ""
+    if code == errno.ENOENT and os.path.isfile(executable):
+        hint = " (the file exists: is the interpreter on its #! line missing?)"
+    elif code == errno.E2BIG:
+        hint = too_long_hint(argv or [], env or {})
+    return SpawnError.of_errno(f"cannot start {program!r}: {text}{hint}", code)
+
+
+def too_long_hint(argv: list[str], env: dict[str, str]) -> str:
+    """What made a start ``Argument list too long``: the sizes, and the longest argument or variable."""
+    sizes = [(len(os.fsencode(a)) + 1, f"argument {i}") for i, a in enumerate(argv)]
+    sizes += [(len(os.fsencode(k)) + len(os.fsencode(v)) + 2, f"variable {k}") for k, v in env.items()]
+    if not sizes:
+        return ""
+    largest = max(sizes)
+    return (
+        f" (its arguments and environment come to {sum(n for n, _ in sizes)} bytes; the longest is "
+        f"{largest[1]}, {largest[0]} bytes; Linux takes at most {ARG_MAX_SINGLE} bytes in one)"
     )
-    return SpawnError(f"cannot start {program!r}: {text}{hint}")

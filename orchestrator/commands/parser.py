@@ -43,6 +43,12 @@ def build() -> argparse.ArgumentParser:
     stop = sub.add_parser("stop", parents=[common], help="end the orchestrator: running agents finish")
     stop.add_argument("--force", action="store_true", help="kill every agent now and return their memos to the inbox")
     stop.add_argument("--wait", action="store_true", help="return only when the orchestrator has exited")
+    stop.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="wait at most this long (5s, 10m, ...; implies --wait), then exit 1 naming what still runs "
+        "(default: the longest role timeout + grace + 30s)",
+    )
 
     interrupt = sub.add_parser("interrupt", parents=[common], help="end an SDK agent's current turn")
     interrupt.add_argument("memo")
@@ -121,5 +127,29 @@ def build() -> argparse.ArgumentParser:
     task_list.add_argument("--json", action="store_true")
     task_drop = task_sub.add_parser("drop", parents=[common], help="remove a task from the ledger")
     task_drop.add_argument("id")
+    _add_ops(sub, common)
     memory_command.add_parser(sub, common)
     return parser
+
+
+def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``service``, ``config`` and ``completion``: running a team unattended."""
+    service = sub.add_parser("service", parents=[common], help="run this root's team as a systemd user service")
+    service_sub = service.add_subparsers(dest="service_command", required=True, parser_class=_Parser)
+    install = service_sub.add_parser("install", parents=[common], help="write the unit, enable and start it")
+    install.add_argument("--dry-run", action="store_true", help="print the unit and the commands; change nothing")
+    service_sub.add_parser("status", parents=[common], help="systemctl --user status of the unit")
+    logs = service_sub.add_parser("logs", parents=[common], help="journalctl --user -u of the unit")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("-n", "--lines", type=int, metavar="N", help="only the last N lines")
+    uninstall = service_sub.add_parser("uninstall", parents=[common], help="stop and disable it, remove the unit")
+    uninstall.add_argument("--dry-run", action="store_true", help="print the commands; change nothing")
+
+    config = sub.add_parser("config", parents=[common], help="roles.yaml as a JSON Schema, or checked and in force")
+    config_sub = config.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
+    config_sub.add_parser("schema", parents=[common], help="print the JSON Schema of roles.yaml")
+    check = config_sub.add_parser("check", parents=[common], help="the checks of `up`, then the values in force")
+    check.add_argument("--json", action="store_true")
+
+    completion = sub.add_parser("completion", parents=[common], help="print a shell's completion script")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))

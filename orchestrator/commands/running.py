@@ -85,6 +85,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     from orchestrator.control import channel as control
 
     root = project_root(args)
+    limit = _stop_timeout(args.timeout) if args.timeout is not None else None
     before = control.call(root, "status")
     control.call(root, "stop", force=args.force, who=who())
     running = before.get("limits", {}).get("running", 0)
@@ -94,22 +95,67 @@ def cmd_stop(args: argparse.Namespace) -> int:
         console.say(
             f"orchestrator (pid {before.get('pid')}) is ending: {running} running agent(s) finish, nothing new starts"
         )
-    if args.wait or args.force:
-        _wait_for_exit(root)
+    if args.wait or args.force or limit is not None:
+        _wait_for_exit(root, before, limit if limit is not None else default_stop_timeout(before), args.force)
     return 0
 
 
-def _wait_for_exit(root: Path) -> None:
+STOP_MARGIN = 30.0  # past the longest timeout + grace, for the last run's ending to be recorded
+STILL_NAMED = 10  # runs named in the line of a stop that outlasted its wait; the rest are counted
+
+
+def default_stop_timeout(status: dict[str, Any]) -> float:
+    """How long ``stop --wait`` waits by default: the running orchestrator's longest role timeout + grace, plus
+    ``STOP_MARGIN``."""
+    longest = status.get("longest_stop")
+    return (float(longest) if isinstance(longest, (int, float)) else 0.0) + STOP_MARGIN
+
+
+def _stop_timeout(text: str) -> float:
+    from orchestrator.config import parse_duration  # pydantic comes with it: only for a stop that names --timeout
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"orchestrator stop: --timeout: {exc}") from None
+
+
+def _wait_for_exit(root: Path, last: dict[str, Any], timeout: float, force: bool) -> None:
+    """Return once the orchestrator of ``root`` no longer answers; raise, naming what still runs, after ``timeout``."""
     from orchestrator.control import channel as control
 
+    deadline = time.monotonic() + timeout
     while True:
+        left = deadline - time.monotonic()
         try:
-            control.call(root, "status", timeout=5)
+            last = control.call(root, "status", timeout=max(0.1, min(5.0, left)))
         except NotRunningError:
             return
         except OrchestratorError:
-            pass
-        time.sleep(0.1)
+            pass  # busy ending: it is asked again until the deadline
+        if time.monotonic() >= deadline:
+            raise OrchestratorError(still_running(last, timeout, force))
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+def still_running(status: dict[str, Any], waited: float, force: bool = False) -> str:
+    """The one line of a stop whose wait ran out: which runs (and memos) the orchestrator still has."""
+    runs = status.get("runs") or []
+    named = []
+    for run in runs[:STILL_NAMED]:
+        memos = run.get("memos") or []
+        label = run.get("memo_id") or run.get("memo") or "?"
+        more = f" +{len(memos) - 1} memo(s)" if len(memos) > 1 else ""
+        named.append(f"run {run.get('run_id')} ({run.get('role')}, {label}{more}, {run.get('state')})")
+    if len(runs) > STILL_NAMED:
+        named.append(f"and {len(runs) - STILL_NAMED} more")
+    what = ", ".join(named) if named else "no run left, still closing"
+    then = (
+        "it goes on killing them (see .orchestrator/orchestrator.log)"
+        if force
+        else "it goes on ending (`orchestrator stop --force` stops its agents now)"
+    )
+    return f"orchestrator (pid {status.get('pid')}) still runs after {waited:g}s: {what}; {then}"
 
 
 def cmd_interrupt(args: argparse.Namespace) -> int:

@@ -1,7 +1,9 @@
 """The control channel: a Unix socket under ``.orchestrator/``, one JSON object per line, each answered.
 
 Only the owner can use it: the folder is mode 0700, the socket 0600, and the
-server also checks the peer's uid (SO_PEERCRED). Requests and answers are the
+server also checks the peer's uid (SO_PEERCRED). That check fails closed: a peer
+whose credentials cannot be read (no SO_PEERCRED, an error reading it) is refused
+like another user's, with one line in the log saying why. Requests and answers are the
 models of ``protocol``; the server validates each line into a request model and
 hands it to the ``handle`` it was given, so it never dispatches on a raw dict. A
 malformed request (too long, too deeply nested, not JSON, a field of the wrong
@@ -66,15 +68,24 @@ class ControlServer:
     ``handle`` answers one validated request with the result dict; an
     ``OrchestratorError`` it raises becomes a refusal with its wire code, any
     other exception is logged through ``log_error`` (traceback included) and
-    answered as an internal error.
+    answered as an internal error. ``peer_uid`` reads a connection's uid (None: no credentials to be had); a
+    refused connection gets one line through ``log`` (``log_error`` when not given).
     """
 
     def __init__(
-        self, path: Path, handle: Callable[[Request], Awaitable[dict[str, Any]]], log_error: Callable[[str], None]
+        self,
+        path: Path,
+        handle: Callable[[Request], Awaitable[dict[str, Any]]],
+        log_error: Callable[[str], None],
+        *,
+        log: Callable[[str], None] | None = None,
+        peer_uid: Callable[[socket.socket | None], int | None] | None = None,
     ) -> None:
         self.path = path
         self.handle = handle
         self.log_error = log_error
+        self.log = log or log_error
+        self.peer_uid = peer_uid or read_peer_uid
         self.server: asyncio.AbstractServer | None = None
         self.clients: set[asyncio.Task[Any]] = set()
         self.writers: set[asyncio.StreamWriter] = set()
@@ -130,8 +141,10 @@ class ControlServer:
             self.clients.add(task)
         self.writers.add(writer)
         try:
-            if not _peer_allowed(writer):
-                await self._send(writer, Answer.failure("error", "permission denied: not the socket's owner"))
+            refusal = peer_refusal(writer.get_extra_info("socket"), self.peer_uid)
+            if refusal is not None:
+                self.log(f"control: refused a connection: {refusal}")
+                await self._send(writer, Answer.failure("error", f"permission denied: {refusal}"))
                 return
             while True:
                 try:
@@ -187,16 +200,30 @@ class ControlServer:
         await writer.drain()
 
 
-def _peer_allowed(writer: asyncio.StreamWriter) -> bool:
-    sock = writer.get_extra_info("socket")
+def read_peer_uid(sock: socket.socket | None) -> int | None:
+    """The uid of the process at the other end of ``sock`` (SO_PEERCRED); None when the platform or the
+    connection gives no credentials; an ``OSError`` reading them is raised."""
     if sock is None or not hasattr(socket, "SO_PEERCRED"):
-        return True
-    try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return True
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid in (os.getuid(), 0)
+    return int(uid)
+
+
+def peer_refusal(sock: socket.socket | None, peer_uid: Callable[[socket.socket | None], int | None]) -> str | None:
+    """Why the peer of ``sock`` may not use the channel, or None when it is the owner (or root).
+
+    Any doubt refuses: the channel can stop every agent, so a peer that cannot be identified is not let in.
+    """
+    try:
+        uid = peer_uid(sock)
+    except OSError as exc:
+        return f"could not check who is connecting (SO_PEERCRED failed: {exc.strerror or exc})"
+    if uid is None:
+        return "could not check who is connecting (no peer credentials on this socket)"
+    if uid not in (os.getuid(), 0):
+        return f"uid {uid} is not the socket's owner (uid {os.getuid()})"
+    return None
 
 
 def _connect(root: Path, patience: float) -> socket.socket:

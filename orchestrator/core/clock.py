@@ -35,6 +35,11 @@ class Clock(Protocol):
         """Run ``callback(*args)`` in the loop after ``delay`` seconds."""
         ...
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` without holding up the loop: a wait inside the supervisor awaits this, never
+        ``time.sleep``."""
+        ...
+
 
 def iso(moment: datetime) -> str:
     """ISO 8601 with milliseconds and the UTC offset, as every record stores it."""
@@ -66,6 +71,9 @@ class SystemClock:
         loop = self._loop or asyncio.get_running_loop()
         return loop.call_later(delay, callback, *args)
 
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
 
 class _ManualTimer:
     def __init__(self, clock: ManualClock, due: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -96,6 +104,18 @@ class ManualClock:
         heapq.heappush(self._timers, (timer.due, next(self._order), timer))
         return timer
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock is advanced past ``seconds`` from now (a zero wait only yields to the loop)."""
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        timer = self.call_later(seconds, _wake, woken)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+
     def pending(self) -> list[float]:
         """Seconds from now until each timer that has not fired or been cancelled."""
         return sorted(t.due - self._mono for _, _, t in self._timers if not t.cancelled)
@@ -115,3 +135,8 @@ class ManualClock:
         if mono > self._mono:
             self._wall += timedelta(seconds=mono - self._mono)
             self._mono = mono
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # a sleeper cancelled meanwhile
+        woken.set_result(None)

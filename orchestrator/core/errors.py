@@ -19,7 +19,9 @@ reaches the terminal for a bad configuration, memo or command line::
     ├── MemoryRefusedError            exit 20 memory: core full, or an entry too large
     ├── SecretRefusedError            exit 21 memory: the text holds a secret; nothing stored
     ├── MemoryUnavailableError        exit 22 memory: the database is corrupt, locked or unreadable
-    └── ExecutorError                 exit 30 executor ray: the cluster cannot be reached at start-up
+    ├── ExecutorError                 exit 30 executor ray: the cluster cannot be reached at start-up
+    └── ServiceError                  exit 1  `service`: systemctl or journalctl said no
+        └── NoSystemdError            exit 2  `service`: no systemctl here, or no user manager answers
 """
 
 from __future__ import annotations
@@ -89,6 +91,18 @@ class ExecutorError(OrchestratorError):
     """The configured executor cannot be used (``executor: ray`` and no cluster at its address)."""
 
     exit_code = 30
+
+
+class ServiceError(OrchestratorError):
+    """``orchestrator service``: a systemd tool failed, or the unit cannot hold this root's paths."""
+
+    exit_code = 1
+
+
+class NoSystemdError(ServiceError):
+    """``orchestrator service``: systemd is not there (no ``systemctl``), or no user manager answers."""
+
+    exit_code = 2
 
 
 class ControlError(OrchestratorError):

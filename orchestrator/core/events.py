@@ -51,12 +51,16 @@ class AgentStarted:
 
 @dataclass(frozen=True)
 class AgentStartFailed:
-    """The spawn task could not start the agent; ``unexpected`` when it was not a plain spawn error (a bug)."""
+    """The spawn task could not start the agent; ``unexpected`` when it was not a plain spawn error (a bug).
+
+    ``internal``: for a reason of the orchestrator's making (a limit of its own, the machine out of a resource),
+    not the role's: the memos go back to the inbox and the role waits a while, instead of a failed attempt."""
 
     run_id: int
     attempt: int
     reason: str
     unexpected: bool = False
+    internal: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from orchestrator.core.states import RunState
 
 @dataclass
 class MemoRef:
-    """A claimed memo: where it is now and what its front matter says."""
+    """A claimed memo: where it is now, what its front matter says, and when it was first seen in its inbox."""
 
     name: str
     path: Path
@@ -27,6 +27,8 @@ class MemoRef:
     reply_to: str | None = None
     sender: str | None = None
     tasks: tuple[str, ...] | None = None  # a wake's ``tasks:``, read at the claim; None for a run rebuilt at restart
+    created_at: str | None = None  # as its front matter says, read at the claim
+    seen_ts: float | None = None  # epoch seconds on the supervisor's clock; None when not claimed from a queue
 
     @property
     def label(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,31 @@ if TYPE_CHECKING:
     from orchestrator.store import Store
 
 LOG_TAIL_LINES = 20
+NAMES_SHOWN = 20  # memo names a reason file or a notice lists; "and N more" stands for the rest
+REASON_MAX = 16 * 1024  # bytes: every reason file stays under this
+LINE_MAX = 1000  # characters of one line of a reason (a log line, an attempt's reason) before it is cut
+
+
+def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
+    """``a.md, b.md, c.md``; past ``shown`` names, the first ones and ``and N more``."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
+
+
+def cut_line(text: str, limit: int = LINE_MAX) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def fit_reason(text: str) -> str:
+    """``text`` as it goes into a reason file: whole when under ``REASON_MAX`` bytes, else cut with a last line
+    saying so (at a character boundary)."""
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) < REASON_MAX:
+        return text
+    note = f"\n[cut: this reason was {len(data)} bytes; reason files stay under {REASON_MAX}]\n"
+    keep = data[: REASON_MAX - len(note.encode()) - 1].decode("utf-8", "ignore")
+    return keep.rsplit("\n", 1)[0] + note if "\n" in keep else keep + note
 
 
 def reason_path(memo_path: Path) -> Path:
@@ -41,9 +66,11 @@ def reason_path(memo_path: Path) -> Path:
 
 
 def write_reason(memo_path: Path, text: str) -> Path:
-    """Write the reason file beside a memo in failed/, whole or not at all; returns its path."""
+    """Write the reason file beside a memo in failed/ (or held/), whole or not at all; returns its path.
+
+    A text of ``REASON_MAX`` bytes or more is cut (``fit_reason``)."""
     path = reason_path(memo_path)
-    write_atomically(path, text)
+    write_atomically(path, fit_reason(text))
     return path
 
 
@@ -62,12 +89,12 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
 
 
 def failure_reason_text(run: Run, state: RunState, reason: str, attempts: Iterable[dict[str, Any]]) -> str:
-    """The reason file: what happened on each attempt and the end of the agent's log."""
+    """The reason file: what happened on each attempt and the end of the agent's log (``fit_reason`` cuts it)."""
     out = [
-        f"{state.value}: {reason}",
+        f"{state.value}: {cut_line(reason)}",
         f"role: {run.role.name}",
         f"run: {run.run_id}",
-        f"memos: {', '.join(m.name for m in run.memos)}",
+        f"memos: {name_list([m.name for m in run.memos])}",
         f"log: {run.log_path}",
         "attempts:",
     ]
@@ -76,12 +103,12 @@ def failure_reason_text(run: Run, state: RunState, reason: str, attempts: Iterab
         out.append(
             f"  {item['attempt']}: {item.get('outcome') or '?'}, exit code {code if code is not None else '-'}, "
             f"started {item.get('started_at') or '-'}, ended {item.get('ended_at') or '-'}"
-            + (f", {item['reason']}" if item.get("reason") else "")
+            + (f", {cut_line(item['reason'])}" if item.get("reason") else "")
         )
     tail = log_tail(run.log_path)
     if tail:
         out.append(f"last {len(tail)} lines of the log:")
-        out.extend(f"  | {line}" for line in tail)
+        out.extend(f"  | {cut_line(line)}" for line in tail)
     return "\n".join(out) + "\n"
 
 
@@ -98,10 +125,14 @@ def _write_notice(config: Config, notify: str, header: dict[str, Any], kind: str
 
 
 def _memo_lines(run: Run, moved: list[Path], root: Path) -> list[str]:
+    """One line per memo, the first ``NAMES_SHOWN`` of them, then one saying how many more and where they are."""
     lines = []
-    for memo, path in zip(run.memos, moved, strict=False):
+    for memo, path in zip(run.memos[:NAMES_SHOWN], moved, strict=False):
         rel = path.relative_to(root) if path.is_relative_to(root) else path
         lines.append(f"- {memo.name} (id {memo.memo_id or '-'}, subject: {memo.subject or '-'}), now at {rel}")
+    if len(run.memos) > NAMES_SHOWN:
+        folders = sorted({str(p.parent.relative_to(root) if p.is_relative_to(root) else p.parent) for p in moved})
+        lines.append(f"- and {len(run.memos) - NAMES_SHOWN} more, in {', '.join(folders) or '-'}")
     return lines
 
 

@@ -4,6 +4,8 @@ Owned by the supervisor and touched only from its loop. A memo is complete when 
 close-after-write event says so, or, found by a scan, when it has not changed for ``SETTLE`` seconds
 and no process holds it open for writing. Queues are FIFO per role (file-name order at start-up);
 both sets hold only files still in an inbox, so they stay bounded however long the orchestrator runs.
+Each memo keeps when it was first seen, on the supervisor's clock: the loop breaker counts a memo
+without a usable ``created_at`` at that time.
 """
 
 from __future__ import annotations
@@ -29,11 +31,15 @@ SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log
 
 @dataclass
 class Queued:
-    """A complete memo waiting in its inbox for a slot; ``arrival`` orders all roles' memos."""
+    """A complete memo waiting in its inbox for a slot; ``arrival`` orders all roles' memos.
+
+    ``seen_ts``: when it was first seen in its inbox, pending or complete (seconds since the epoch).
+    """
 
     role: str
     path: Path
     arrival: int
+    seen_ts: float
 
 
 def _child_maker(folder: Path) -> Callable[[str], Path]:
@@ -54,14 +60,16 @@ class Intake:
         store: Store,
         call_later: Callable[[float, Callable[[], None]], Timer],
         changed: Callable[[], None],
+        wall: Callable[[], float],
     ) -> None:
         self.role_dir = role_dir
         self.console = console
         self.store = store
         self._call_later = call_later
         self._changed = changed  # called when the pending check queued something on its own timer
+        self._wall = wall  # the supervisor's clock, in seconds since the epoch: when a memo is first seen
         self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in roles}
-        self.pending: dict[Path, tuple[str, float]] = {}
+        self.pending: dict[Path, tuple[str, float, float]] = {}  # role, monotonic and wall time first seen
         self._arrival = itertools.count()
         self._pending_timer: Timer | None = None
         self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
@@ -87,11 +95,12 @@ class Intake:
             return  # already claimed or gone: the rename was the arbiter
         if stat.S_ISDIR(info.st_mode):
             return
+        waited = self.pending.pop(path, None)
+        seen_ts = waited[2] if waited else self._wall()  # a memo still being written keeps its first sight
         if event.complete:
-            self.pending.pop(path, None)
-            self._enqueue(event.role, path)
+            self._enqueue(event.role, path, seen_ts)
         else:
-            self.pending[path] = (event.role, time.monotonic())
+            self.pending[path] = (event.role, time.monotonic(), seen_ts)
             self._arm_pending_check()
 
     def gone(self, event: MemoGone) -> None:
@@ -105,12 +114,24 @@ class Intake:
             self.store.forget_memo_attempts(event.role, [event.path.name])  # a later namesake starts afresh
             self.console.line(f"{event.path.name} left the inbox before it was claimed", role=event.role)
 
-    def _enqueue(self, role: str, path: Path) -> None:
-        self.queues[role][path] = Queued(role, path, next(self._arrival))
+    def put_back(self, role: str, paths: list[Path], arrival: int) -> None:
+        """Memos the orchestrator itself returned to the inbox: queued again at the front, in their order, with
+        their first ``arrival``, so they keep their place (the watcher's event of the move finds them queued).
+        Their breaker check is on record from their first claim, so the time given here counts for nothing."""
+        queue = self.queues[role]
+        now = self._wall()
+        for path in reversed(paths):
+            queue[path] = Queued(role, path, arrival, now)
+            queue.move_to_end(path, last=False)
+            self.pending.pop(path, None)
+
+    def _enqueue(self, role: str, path: Path, seen_ts: float) -> None:
+        self.queues[role][path] = Queued(role, path, next(self._arrival), seen_ts)
 
     def rescan(self, initial: bool = False) -> None:
         """Look at every inbox; queue what is new and complete. Never queues a memo twice."""
         mtimes: dict[Path, float] = {}  # what this scan just saw of each new memo: not looked at again
+        seen_ts = self._wall()
         waiting: dict[Path, set[str]] = {}  # the memos waiting to settle, by folder: gathered once, not per role
         for path in self.pending:
             waiting.setdefault(path.parent, set()).add(path.name)
@@ -140,9 +161,9 @@ class Intake:
                 if stat.S_ISDIR(info.st_mode):
                     continue
                 if not stat.S_ISREG(info.st_mode):
-                    self._enqueue(role, path)  # its claim rejects it with a reason
+                    self._enqueue(role, path, seen_ts)  # its claim rejects it with a reason
                 else:  # no close event seen: _check_pending below decides whether its writer is done
-                    self.pending[path] = (role, time.monotonic())
+                    self.pending[path] = (role, time.monotonic(), seen_ts)
                     mtimes[path] = info.st_mtime
             for path in [p for p in queue if p.name not in present]:
                 del queue[path]
@@ -167,7 +188,7 @@ class Intake:
         """
         now = time.time()
         settled: list[tuple[Path, str]] = []
-        for path, (role, _seen) in list(self.pending.items()):
+        for path, (role, _mono, _seen) in list(self.pending.items()):
             mtime = mtimes.get(path) if mtimes else None
             if mtime is None:
                 try:
@@ -181,8 +202,7 @@ class Intake:
         busy = open_for_writing([path for path, _ in settled]) if settled else set()
         for path, role in settled:
             if path not in busy:
-                del self.pending[path]
-                self._enqueue(role, path)
+                self._enqueue(role, path, self.pending.pop(path)[2])
             elif path not in self._slow_writers and time.monotonic() - self.pending[path][1] >= SLOW_WRITER:
                 self._slow_writers.add(path)
                 self.console.line(

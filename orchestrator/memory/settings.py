@@ -52,7 +52,7 @@ class MemorySettings(_Strict):
             try:
                 ZoneInfo(value)
             except (ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"unknown time zone {value!r}; use an IANA name such as Asia/Tokyo") from None
+                raise ValueError(f"expected a time zone's IANA name such as Asia/Tokyo, got {value!r}") from None
         return value
 
     def zone(self) -> ZoneInfo | None:

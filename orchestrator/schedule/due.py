@@ -42,7 +42,7 @@ class DueTasks:
         for task, settings in role.tasks.items():
             anchor = records.first_seen(wakes.db, name, task, now) if write else now
             last = records.when(done.get(task, {}).get("done_at"))
-            due = rules.due_at(settings.rule(wakes.tz), last, anchor, wakes.tz)
+            due = rules.due_at(settings.rule(wakes.tz, role.wake), last, anchor, wakes.tz)
             out.append(Due(task, settings.text, settings.rank, settings.in_quiet_hours, due))
         for row in records.ledger(wakes.db, name, open_only=True):
             out.append(Due(row["id"], row["text"], row["priority"], False, records.when(row["due_at"])))

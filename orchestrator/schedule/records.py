@@ -23,7 +23,7 @@ def when(text: str | None) -> datetime | None:
 
 # ------------------------------------------------------------------ tasks done
 def first_seen(db: sqlite3.Connection, role: str, task: str, now: datetime) -> datetime:
-    """When the task was first known (stored on first ask): a new daily task is not due for days before it."""
+    """When the task was first known (stored on first ask): a task never done counts its periods from here."""
     db.execute("INSERT OR IGNORE INTO task_done (role, task, first_seen) VALUES (?, ?, ?)", (role, task, iso(now)))
     row = db.execute("SELECT first_seen FROM task_done WHERE role = ? AND task = ?", (role, task)).fetchone()
     return datetime.fromisoformat(row[0])

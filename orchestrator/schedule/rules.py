@@ -85,25 +85,37 @@ def window_overlap(windows: list[tuple[time, time]]) -> tuple[int, int] | None:
     return None
 
 
+FIRST_NOW, FIRST_NEXT = "now", "next"
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One parsed task rule: ``kind`` is daily, weekly, every or once."""
+    """One parsed task rule: ``kind`` is daily, weekly, every or once.
+
+    ``first`` says when a task never done is first due: ``now`` in the period it first appeared in (today's
+    occurrence of a daily, this week's of a weekly, at once for an every), ``next`` only from the period after
+    it (the first occurrence after it appeared; an every one period after). A once task has its own time.
+    """
 
     kind: str
     at: time | None = None  # daily, weekly
     weekday: int | None = None  # weekly
     period: float | None = None  # every, in seconds
     when: datetime | None = None  # once, in UTC
+    first: str = FIRST_NOW  # daily, weekly, every
 
     def describe(self) -> str:
-        """As written in roles.yaml (``daily 21:00``, ``weekly sun 10:00``, ``every 3d``, ``once ...``)."""
+        """As written in roles.yaml (``daily 21:00``, ``weekly sun 10:00``, ``every 3d``, ``once ...``), with
+        ``, first: next`` when the task waits for its next period."""
+        if self.kind == "once":
+            return f"once {self.when.isoformat() if self.when else '?'}"
         if self.kind == "daily":
-            return f"daily {self.at}"
-        if self.kind == "weekly":
-            return f"weekly {WEEKDAYS[self.weekday or 0]} {self.at}"
-        if self.kind == "every":
-            return f"every {_duration(self.period or 0)}"
-        return f"once {self.when.isoformat() if self.when else '?'}"
+            text = f"daily {self.at}"
+        elif self.kind == "weekly":
+            text = f"weekly {WEEKDAYS[self.weekday or 0]} {self.at}"
+        else:
+            text = f"every {_duration(self.period or 0)}"
+        return text + (f", first: {FIRST_NEXT}" if self.first == FIRST_NEXT else "")
 
 
 def _duration(seconds: float) -> str:
@@ -135,17 +147,37 @@ def next_occurrence(rule: Rule, after: datetime, tz: tzinfo) -> datetime:
     raise AssertionError("a weekly rule occurs within 10 days")  # pragma: no cover
 
 
-def due_at(rule: Rule, last_done: datetime | None, anchor: datetime, tz: tzinfo) -> datetime | None:
+def current_occurrence(rule: Rule, moment: datetime, tz: tzinfo) -> datetime:
+    """The occurrence of a daily or weekly rule in the local day or week (Monday to Sunday) of ``moment``, in
+    UTC: it may lie before ``moment`` (already passed) or after it (still to come)."""
+    assert rule.at is not None
+    day = moment.astimezone(tz).date()
+    if rule.kind == "weekly":
+        day += timedelta(days=(rule.weekday or 0) - day.weekday())
+    return occurrence(day, rule.at, tz)
+
+
+def due_at(rule: Rule, last_done: datetime | None, first_seen: datetime, tz: tzinfo) -> datetime | None:
     """When the task is (or becomes) due; None when it never will again (a ``once`` task that is done).
 
-    ``anchor`` is when the task was first known: a daily or weekly task never done is due from its first
-    occurrence after it (no catch-up for the days before it existed); an ``every`` task never done is due at once.
-    Daily and weekly need no catch-up logic after downtime: an occurrence not followed by a done is still due.
+    A daily or weekly task done before is due from its first occurrence after that done: one occurrence or
+    many missed while the orchestrator was down make one wake, at once. One never done counts from
+    ``first_seen`` (when the task was first known): with ``first: now`` from the occurrence of that local day or
+    week, so a daily 21:00 first seen at 22:30 is due at once and one first seen at 10:00 at 21:00 that day;
+    with ``first: next`` from its first occurrence after ``first_seen``. An ``every`` task never done is due at
+    ``first_seen`` (``next``: one period later); a ``once`` task at its time, until done.
     """
     if rule.kind in ("daily", "weekly"):
-        return next_occurrence(rule, last_done or anchor, tz)
+        if last_done is not None:
+            return next_occurrence(rule, last_done, tz)
+        if rule.first == FIRST_NEXT:
+            return next_occurrence(rule, first_seen, tz)
+        return current_occurrence(rule, first_seen, tz)
     if rule.kind == "every":
-        return anchor if last_done is None else last_done + timedelta(seconds=rule.period or 0)
+        period = timedelta(seconds=rule.period or 0)
+        if last_done is not None:
+            return last_done + period
+        return first_seen + period if rule.first == FIRST_NEXT else first_seen
     return None if last_done is not None else rule.when
 
 

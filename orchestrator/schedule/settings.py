@@ -1,7 +1,7 @@
 """The schedule's keys in ``roles.yaml``: ``timezone`` at the top, ``wake``, ``tasks``, ``signals`` and
 ``preflight`` in a role. Each is checked at load time, so a bad time, an unknown weekday or time zone, an
-empty or overlapping window, ``every: 0``, a reused task name or a signal that cannot run is a start-up
-error naming its key (exit 2) before any memo moves."""
+empty or overlapping window, ``every: 0``, a ``first`` other than now or next (or on a ``once`` task), a reused
+task name or a signal that cannot run is a start-up error naming its key (exit 2) before any memo moves."""
 
 from __future__ import annotations
 
@@ -10,24 +10,25 @@ import os
 import shutil
 from datetime import UTC, datetime, time, tzinfo
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from orchestrator.core.values import Duration
 from orchestrator.schedule import rules
 
 RULE_KEYS = ("daily", "weekly", "every", "once")
 
 
-def _duration(value: Any) -> float:
-    from orchestrator.config import parse_duration  # config imports this module: resolved at validation time
+def _first(value: Any) -> Any:
+    if value not in (rules.FIRST_NOW, rules.FIRST_NEXT):
+        raise ValueError(f"expected now or next (when a task never done is first due), got {value!r}")
+    return value
 
-    return parse_duration(value)
 
-
-Duration = Annotated[float, BeforeValidator(_duration)]
+First = Annotated[Literal["now", "next"], BeforeValidator(_first)]  # when a task never done is first due
 
 
 class _Strict(BaseModel):
@@ -66,7 +67,7 @@ def check_timezone(name: str | None) -> str | None:
         try:
             ZoneInfo(name)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {name!r}; expected an IANA name such as Asia/Tokyo or UTC") from None
+            raise ValueError(f"expected a time zone's IANA name such as Asia/Tokyo or UTC, got {name!r}") from None
     return name
 
 
@@ -77,12 +78,13 @@ class WakeSettings(_Strict):
     max_tasks: int = Field(2, ge=1)
     skip_when_idle: bool = True
     quiet_hours: str | list[str] | None = None
+    first: First = "now"  # the role's tasks that do not say their own `first`
 
     @field_validator("every")
     @classmethod
     def _positive(cls, value: float | None) -> float | None:
         if value is not None and value <= 0:
-            raise ValueError("a heartbeat must be longer than 0; omit `every` for a role woken only by due tasks")
+            raise ValueError("expected a heartbeat longer than 0 (omit `every` for a role woken only by due tasks)")
         return value
 
     @field_validator("quiet_hours")
@@ -107,39 +109,61 @@ class TaskSettings(_Strict):
 
     daily: str | None = None
     weekly: str | None = None
-    every: Duration | None = None
+    every: Duration | None = Field(None, gt=0)
     once: str | None = None
     text: str = ""
     priority: int | None = None
     in_quiet_hours: bool = False
+    first: First | None = None  # None: the role's `wake.first`, else now
+
+    @field_validator("daily")
+    @classmethod
+    def _daily(cls, value: str | None) -> str | None:
+        if value is not None:
+            rules.parse_time_of_day(value)
+        return value
+
+    @field_validator("weekly")
+    @classmethod
+    def _weekly(cls, value: str | None) -> str | None:
+        if value is not None:
+            rules.parse_weekly(value)
+        return value
+
+    @field_validator("once")
+    @classmethod
+    def _once(cls, value: str | None) -> str | None:
+        if value is not None:
+            rules.parse_moment(value, UTC)
+        return value
 
     @model_validator(mode="after")
     def _one_rule(self) -> TaskSettings:
         given = [key for key in RULE_KEYS if getattr(self, key) is not None]
         if len(given) != 1:
             raise ValueError(
-                "a task needs exactly one of daily, weekly, every, once"
-                + (f" (got {', '.join(given)})" if given else "")
+                "expected exactly one of the keys daily, weekly, every, once in a task, got "
+                + (" and ".join(given) if given else "none")
             )
-        if self.daily is not None:
-            rules.parse_time_of_day(self.daily)
-        if self.weekly is not None:
-            rules.parse_weekly(self.weekly)
-        if self.every is not None and self.every <= 0:
-            raise ValueError("every: must be longer than 0")
-        if self.once is not None:
-            rules.parse_moment(self.once, UTC)
         return self
 
-    def rule(self, tz: tzinfo) -> rules.Rule:
-        """The parsed rule, its times in ``tz``."""
+    @field_validator("first")
+    @classmethod
+    def _not_once(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("once") is not None:
+            raise ValueError("applies to daily, weekly and every tasks only; a once task is due at its own time")
+        return value
+
+    def rule(self, tz: tzinfo, wake: WakeSettings | None = None) -> rules.Rule:
+        """The parsed rule, its times in ``tz``; its ``first`` is the task's, else the role's ``wake.first``."""
+        first = self.first or (wake.first if wake is not None else rules.FIRST_NOW)
         if self.daily is not None:
-            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily))
+            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily), first=first)
         if self.weekly is not None:
             weekday, at = rules.parse_weekly(self.weekly)
-            return rules.Rule("weekly", at=at, weekday=weekday)
+            return rules.Rule("weekly", at=at, weekday=weekday, first=first)
         if self.every is not None:
-            return rules.Rule("every", period=self.every)
+            return rules.Rule("every", period=self.every, first=first)
         assert self.once is not None
         return rules.Rule("once", when=rules.parse_moment(self.once, tz))
 

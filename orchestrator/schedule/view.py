@@ -55,11 +55,12 @@ def schedule(config: Config, now: datetime | None = None) -> dict[str, Any]:
                 row = done.get(task, {})
                 anchor = records.when(row.get("first_seen")) or now
                 last = records.when(row.get("done_at"))
-                due = rules.due_at(settings.rule(tz), last, anchor, tz)
+                rule = settings.rule(tz, role.wake)
+                due = rules.due_at(rule, last, anchor, tz)
                 tasks.append(
                     {
                         "name": task,
-                        "rule": settings.rule(tz).describe(),
+                        "rule": rule.describe(),
                         "priority": settings.rank,
                         "next_due": iso(due.astimezone(tz)) if due else None,
                         "due_now": due is not None and due <= now,

@@ -113,6 +113,8 @@ class Wakes:
     ) -> Job:
         """Write a memo with ``text`` into ``role``'s inbox whenever ``rule`` (``{"weekly": "sun 23:00"}``,
         ``{"daily": "00:30"}``, ``{"every": "6h"}``, ``{"once": ISO}``) comes due; done only when its run succeeds.
+        Like a task, a job never done is due in the period it is first registered in; ``"first": "next"`` in
+        ``rule`` makes it wait for its next occurrence.
 
         The memo has ``id: job-<name>-...``, ``tags: [job, <name>, *tags]``; call before or after ``start``.
         """

@@ -20,14 +20,13 @@ to its socket, which replays its latest events, so ``tell``, ``interrupt``,
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, procs
+from orchestrator.agents import keeper, memo_list, procs
 from orchestrator.agents.command import adopt_command, recorded_command
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spec import LaunchSpec
@@ -43,6 +42,7 @@ from orchestrator.supervisor.lifecycle import Lifecycle
 SPENT_BATCH = 64  # spent exit records handed to the remover thread at once
 SPENT_WAIT = 1.0  # or after this long, when fewer runs ended
 EXEC_WAIT = 2.0  # how long a keeper found before its agent's exec is waited for
+POLL = 0.005  # between two looks while waiting for it (on the clock: the loop goes on meanwhile)
 ADOPTABLE = (RunState.STARTING, RunState.RUNNING, RunState.TIMING_OUT)
 ADOPTED_BACKENDS = ("command", "sdk")
 
@@ -72,7 +72,7 @@ class Adopter:
         self._spent: list[Path] = []  # run folders whose exit records are spent, removed in batches
         lifecycle.listeners.append(self.forget_records)
 
-    def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
+    async def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
         state = RunState(row["state"])
         if (
@@ -84,9 +84,9 @@ class Adopter:
             return False
         run_id, attempt = row["run_id"], row["attempt"]
         record = keeper.read_exit(keeper.exit_path(self.config.state_dir, run_id, attempt))
-        found = None if record is not None else self._live_agent(row)
+        found = None if record is not None else await self._live_agent(row)
         if record is None and found is None:  # it may have ended while we looked: its keeper is writing
-            record = self._await_record(row)
+            record = await self._await_record(row)
         if record is None and found is None:
             return False
         run = self._rebuild(row, role, memos, RunState.TIMING_OUT if state is RunState.TIMING_OUT else RunState.RUNNING)
@@ -207,7 +207,7 @@ class Adopter:
             env={},
         )
 
-    def _live_agent(self, row: dict[str, Any]) -> tuple[procs.ProcRef, int | None] | None:
+    async def _live_agent(self, row: dict[str, Any]) -> tuple[procs.ProcRef, int | None] | None:
         """The run's agent when it still lives: (its reference, its keeper's pid or None)."""
         marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
         if row.get("pid") and row.get("create_time"):
@@ -216,7 +216,7 @@ class Adopter:
             if proc is None or not _carries(ref.pid, marks):
                 return None
         else:  # it died between the spawn and recording the pid: the session leader carrying the run's marks
-            found = self._unrecorded_agent(row, marks)
+            found = await self._unrecorded_agent(row, marks)
             if found is None:
                 return None
             ref = found
@@ -235,22 +235,22 @@ class Adopter:
         marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
         return any(_pgid(pid) == pgid and _carries(pid, marks) for pid in procs.all_pids())
 
-    def _await_record(self, row: dict[str, Any]) -> keeper.ExitRecord | None:
+    async def _await_record(self, row: dict[str, Any]) -> keeper.ExitRecord | None:
         """The exit record, once every live keeper of the attempt has ended (it writes just before)."""
         path = keeper.exit_path(self.config.state_dir, row["run_id"], row["attempt"])
         keeper_marks = _keeper_marks(_marks(str(self.config.root), row["run_id"], row["attempt"]))
-        deadline = time.monotonic() + EXEC_WAIT
-        while not path.exists() and time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + EXEC_WAIT
+        while not path.exists() and self.clock.monotonic() < deadline:
             if not any(_carries(pid, keeper_marks) and keeper.is_keeper(pid) for pid in procs.all_pids()):
                 break
-            time.sleep(0.005)
+            await self.clock.sleep(POLL)
         return keeper.read_exit(path)
 
-    def _unrecorded_agent(self, row: dict[str, Any], marks: tuple[bytes, ...]) -> procs.ProcRef | None:
+    async def _unrecorded_agent(self, row: dict[str, Any], marks: tuple[bytes, ...]) -> procs.ProcRef | None:
         """An agent whose pid never reached the record; a keeper caught before its exec is given a moment."""
         keeper_marks = _keeper_marks(marks)
         record = keeper.exit_path(self.config.state_dir, row["run_id"], row["attempt"])
-        deadline = time.monotonic() + EXEC_WAIT
+        deadline = self.clock.monotonic() + EXEC_WAIT
         while True:
             keepers = []
             for pid in procs.all_pids():
@@ -260,9 +260,9 @@ class Adopter:
                         return ref
                 elif _carries(pid, keeper_marks) and keeper.is_keeper(pid):
                     keepers.append(pid)
-            if not keepers or record.exists() or time.monotonic() > deadline:
+            if not keepers or record.exists() or self.clock.monotonic() > deadline:
                 return None
-            time.sleep(0.005)  # a keeper whose agent is between its fork and its exec: milliseconds
+            await self.clock.sleep(POLL)  # a keeper whose agent is between its fork and its exec: milliseconds
 
 
 def _earlier_figures(run: Run, row: dict[str, Any]) -> None:
@@ -296,13 +296,13 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _remove_records(folder: Path) -> None:
-    """The run's exit records and sockets, then its folder unless something else (a transcript) lives there.
+    """The run's exit records, sockets and memo list, then its folder unless something else (a transcript) lives there.
 
     An SDK run's event logs and result files stay beside its transcript.
     """
     try:
         for name in os.listdir(folder):
-            if name.endswith((".exit", ".sock")):
+            if name.endswith((".exit", ".sock")) or name == memo_list.FILE_NAME:
                 (folder / name).unlink(missing_ok=True)
         os.rmdir(folder)
     except OSError:

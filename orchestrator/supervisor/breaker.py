@@ -5,8 +5,13 @@ A memo check (``Launcher.memo_checks``) run at each claim. A memo is held back
 
 - its ``reply_to`` chain is deeper than ``limits.chain_depth`` (each link a memo
   this orchestrator handed out before), or
-- its sender already had ``limits.pair_rate`` memos delivered to this role within
-  the rate's window (a sliding window on the supervisor's clock).
+- its sender is a role of this team (names compared as ``normal_sender`` does) that
+  already had N memos to this role delivered that were written within one window of
+  ``limits.pair_rate`` (N per window) with this one. A memo counts at the time it was written
+  (``written_time``: its ``created_at`` when sane, else when the orchestrator first
+  saw it), not at its claim, so a backlog claimed at once (after downtime, or a
+  hold) is not a loop. People and scripts (``alice``, ``ci-bot``) are checked
+  against ``chain_depth`` only.
 
 Memos from ``owner`` or ``orchestrator`` are never held, nor a memo that
 ``orchestrator release`` let through. The ``notify`` role gets one notice per
@@ -17,6 +22,8 @@ again is not counted twice.
 
 from __future__ import annotations
 
+import bisect
+from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.config import Config, Role
@@ -29,6 +36,9 @@ from orchestrator.store import Store
 NEVER_HELD = frozenset({"owner", "orchestrator"})
 DELIVERED, HELD = "delivered", "held"
 ROOT_SEARCH_CAP = 100_000  # links followed to find a chain's root (which names the chain for its one notice)
+# a created_at is believed when it is a date and time (a naive one is local time) between these bounds:
+CLOCK_SKEW = 300.0  # at most this after the memo was first seen (the writer's clock a little fast) ...
+EARLIEST_WRITTEN = datetime(2000, 1, 1, tzinfo=UTC).timestamp()  # ... and not before (a zeroed clock)
 
 
 def normal_sender(sender: str | None) -> str | None:
@@ -36,6 +46,36 @@ def normal_sender(sender: str | None) -> str | None:
     if not sender:
         return None
     return "-".join(sender.strip().lower().replace("_", " ").split()) or None
+
+
+def written_time(created_at: str | None, seen_ts: float) -> float:
+    """When a memo was written (seconds since the epoch): its ``created_at`` when sane, else ``seen_ts``.
+
+    Sane: a date with a time of day, from 2000 on, at most ``CLOCK_SKEW`` after ``seen_ts`` (when the
+    orchestrator first saw the memo); a time after that sight counts as the sight, since a memo is
+    written before it is seen. Anything else (a placeholder, a date alone, a clock far off) is not believed.
+    """
+    if not created_at or ":" not in created_at:
+        return seen_ts
+    try:
+        moment = datetime.fromisoformat(created_at.strip()).timestamp()  # a naive time is local
+    except (ValueError, OverflowError, OSError):
+        return seen_ts
+    if moment < EARLIEST_WRITTEN or moment > seen_ts + CLOCK_SKEW:
+        return seen_ts
+    return min(moment, seen_ts)
+
+
+def busiest_window(times: list[float], at: float, window: float) -> int:
+    """The most of ``times`` (sorted) that lie within one window of ``window`` seconds that contains ``at``.
+
+    Windows are half-open, ``[start, start + window)``; the busiest starts at one of the times (or at
+    ``at``). Times written after ``at`` count too: a backlog is claimed in file-name order, not written order.
+    """
+    best = 0
+    for start in [t for t in times if at - window < t <= at] + [at]:
+        best = max(best, bisect.bisect_left(times, start + window) - bisect.bisect_left(times, start))
+    return best
 
 
 def describe_window(seconds: float) -> str:
@@ -70,6 +110,7 @@ class Breaker:
         self.store = store
         self.console = console
         self.clock = clock
+        self.team = {normal_sender(name) for name in config.roles}  # the senders ``pair_rate`` counts
 
     def check(self, role: Role, ref: MemoRef, text: str) -> str | None:
         """Why ``ref`` must be held (one line), or None to deliver it."""
@@ -80,9 +121,11 @@ class Breaker:
         if earlier is not None and earlier[0] == ref.memo_id and earlier[1] == DELIVERED:
             return None  # claimed before and returned to the inbox: checked and counted once
         why = None
+        seen = self.clock.now().timestamp() if ref.seen_ts is None else ref.seen_ts
+        written = written_time(ref.created_at, seen)
         if sender not in NEVER_HELD and not is_released(self.store, role.name, ref.name, ref.memo_id):
-            why = self._over_depth(ref) or self._over_rate(role.name, sender)
-        self._record(role.name, ref, sender, HELD if why else DELIVERED)
+            why = self._over_depth(ref) or self._over_rate(role.name, sender, written)
+        self._record(role.name, ref, sender, written, HELD if why else DELIVERED)
         if why:
             self._tell(role.name, ref, why)
         return why
@@ -100,16 +143,18 @@ class Breaker:
             f"`orchestrator release {ref.label}` runs it"
         )
 
-    def _over_rate(self, role: str, sender: str | None) -> str | None:
+    def _over_rate(self, role: str, sender: str | None, written: float) -> str | None:
+        """Over when ``count`` memos the sender wrote to this role were delivered within a window with this one."""
         rate = self.config.limits.pair_rate
-        if rate is None or sender is None:
+        if rate is None or sender not in self.team:
             return None
         count, window = rate
-        since = self.clock.now().timestamp() - window
-        (delivered,) = self.store.db.execute(
-            "SELECT COUNT(*) FROM memo_links WHERE sender = ? AND role = ? AND outcome = ? AND seen_ts > ?",
-            (sender, role, DELIVERED, since),
-        ).fetchone()
+        rows = self.store.db.execute(
+            "SELECT written_ts FROM memo_links WHERE sender = ? AND role = ? AND outcome = ? "
+            "AND written_ts > ? AND written_ts < ? ORDER BY written_ts",
+            (sender, role, DELIVERED, written - window, written + window),
+        ).fetchall()
+        delivered = busiest_window([row[0] for row in rows], written, window)
         if delivered < count:
             return None
         return (
@@ -138,11 +183,11 @@ class Breaker:
         return depth, root
 
     # ------------------------------------------------------------ records and notices
-    def _record(self, role: str, ref: MemoRef, sender: str | None, outcome: str) -> None:
+    def _record(self, role: str, ref: MemoRef, sender: str | None, written: float, outcome: str) -> None:
         self.store.db.execute(
-            "INSERT OR REPLACE INTO memo_links (role, name, memo_id, reply_to, sender, seen_ts, outcome) "
+            "INSERT OR REPLACE INTO memo_links (role, name, memo_id, reply_to, sender, written_ts, outcome) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (role, ref.name, ref.memo_id, ref.reply_to, sender, self.clock.now().timestamp(), outcome),
+            (role, ref.name, ref.memo_id, ref.reply_to, sender, written, outcome),
         )
 
     def _tell(self, role: str, ref: MemoRef, why: str) -> None:

@@ -47,7 +47,7 @@ class Endings:
 
     def _say(self, event: RunFinished) -> None:
         run, state, role = event.run, event.state, event.run.role.name
-        names = ", ".join(p.name for p in event.moved)
+        names = notices.name_list([p.name for p in event.moved])
         if state is RunState.SUCCEEDED:
             ran = run.elapsed(self.clock.monotonic())
             self.console.line(

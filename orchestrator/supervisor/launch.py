@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents import memo_list
 from orchestrator.agents.spawner import OnExit, Spawner
 from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
 from orchestrator.config import Config, Role
@@ -99,13 +100,16 @@ class Launcher:
 
     # ------------------------------------------------------------ claims
     def start_from_queue(self, role: Role) -> None:
-        """Claim the role's first memo (every memo, for a batch role) and start its run."""
+        """Claim the role's first memo (for a batch role its oldest, up to ``batch_max``) and start its run.
+
+        A batch role's other memos stay queued: its next run takes them as soon as this one ends."""
         queue = self.intake.queues[role.name]
-        entries = list(queue.values()) if role.batch else [next(iter(queue.values()))]
+        wanted = role.batch_max if role.batch else 1
+        first = next(iter(queue.values()))
         claimed: list[tuple[MemoRef, str, str]] = []
-        for entry in entries:
-            del queue[entry.path]
-            got = self.claim(role, entry.path)
+        while queue and len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
+            entry = queue.popitem(last=False)[1]
+            got = self.claim(role, entry.path, entry.seen_ts)
             if got is not None:
                 claimed.append(got)
         if not claimed:
@@ -115,7 +119,7 @@ class Launcher:
             for ref, _, inbox in claimed:
                 self.lc.carry_attempts(role.name, inbox, ref.name)
             run = self.lc.open(
-                role, [ref for ref, _, _ in claimed], arrival=entries[0].arrival, attempt=attempt, numbered=True
+                role, [ref for ref, _, _ in claimed], arrival=first.arrival, attempt=attempt, numbered=True
             )
         except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
             self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")
@@ -132,8 +136,12 @@ class Launcher:
         except OSError as exc:
             self.console.error(f"internal error: {path.name} stays in active/ until the next start: {exc}")
 
-    def claim(self, role: Role, path: Path) -> tuple[MemoRef, str, str] | None:
-        """Rename the memo into active/ and read it: (its reference, its text, its inbox name), or None."""
+    def claim(self, role: Role, path: Path, seen_ts: float | None = None) -> tuple[MemoRef, str, str] | None:
+        """Rename the memo into active/ and read it: (its reference, its text, its inbox name), or None.
+
+        ``seen_ts``: when the memo was first seen in its inbox; the loop breaker counts a memo without a
+        usable ``created_at`` at that time.
+        """
         try:
             active = move_memo(path, self.config.role_dir(role.name) / ACTIVE)
         except FileNotFoundError:
@@ -142,13 +150,15 @@ class Launcher:
             self.console.line(f"cannot claim {path.name}: {exc}; leaving it in the inbox", role=role.name)
             return None
         try:
-            return self._read_claimed(role, active, path.name)
+            return self._read_claimed(role, active, path.name, seen_ts)
         except Exception as exc:  # noqa: BLE001 - claimed memos always end in a run: at worst a failed one
             self.console.error(f"internal error: reading {active.name} failed:\n{traceback.format_exc()}")
             self.reject(role, active, f"internal error: {type(exc).__name__}: {exc}")
             return None
 
-    def _read_claimed(self, role: Role, active: Path, inbox_name: str) -> tuple[MemoRef, str, str] | None:
+    def _read_claimed(
+        self, role: Role, active: Path, inbox_name: str, seen_ts: float | None
+    ) -> tuple[MemoRef, str, str] | None:
         try:
             text = read_memo(active, self.config.max_memo_bytes)
         except FileNotFoundError:
@@ -163,7 +173,15 @@ class Launcher:
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
         ref = MemoRef(
-            active.name, active, header.id, header.subject, header.reply_to, header.sender, header_tasks(header.extra)
+            active.name,
+            active,
+            header.id,
+            header.subject,
+            header.reply_to,
+            header.sender,
+            header_tasks(header.extra),
+            created_at=header.created_at,
+            seen_ts=seen_ts,
         )
         for check in self.memo_checks:
             why = check(role, ref, text)
@@ -209,13 +227,14 @@ class Launcher:
             except (OSError, UnicodeDecodeError):
                 first_text = ""
         run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
+        memo_paths = [m.path for m in run.memos]
+        memos_file = memo_list.list_path(self.config.state_dir, run.run_id) if role.batch else None
         try:
-            prompt = self._render(run, first_text or "")
+            prompt = self._render(run, first_text or "", memos_file)
         except Exception as exc:  # noqa: BLE001 - a run holding a slot must always end somewhere
             self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
             self.dispatch(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
             return
-        memo_paths = [m.path for m in run.memos]
         spec = LaunchSpec(
             run_id=run.run_id,
             attempt=run.attempt,
@@ -224,22 +243,30 @@ class Launcher:
             prompt=prompt,
             memo_paths=memo_paths,
             log_path=run.log_path or Path(os.devnull),
-            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq),
+            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq, memos_file),
             extra={"resume": run.resumed_from},
         )
         self.console.line(
             f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name
         )
-        task = asyncio.ensure_future(self._spawn(spec))
+        task = asyncio.ensure_future(self._spawn(spec, memos_file))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _spawn(self, spec: LaunchSpec) -> None:
+    async def _spawn(self, spec: LaunchSpec, memos_file: Path | None = None) -> None:
         self.store.commit_pending()  # the attempt is on record before its agent can exist
+        if memos_file is not None:
+            try:  # before the agent exists: ORCHESTRATOR_MEMOS_FILE names it
+                memo_list.write_list(memos_file, spec.memo_paths)
+            except OSError as exc:  # ours: the run's memos go back to the inbox
+                why = f"could not write the list of its memos {memos_file}: {exc.strerror or exc}"
+                self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
+                return
         try:
             agent = await self.spawner.start(spec, self._exited(spec.run_id, spec.attempt))
         except SpawnError as exc:
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}"))
+            reason = f"could not start the agent: {exc}"
+            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
         except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run goes on
             self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
             self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
@@ -255,7 +282,7 @@ class Launcher:
 
         return exited
 
-    def _render(self, run: Run, text: str) -> str:
+    def _render(self, run: Run, text: str, memos_file: Path | None = None) -> str:
         sections: dict[str, str] = {}
         for section in self.sections:
             sections.update(section(run))
@@ -270,6 +297,7 @@ class Launcher:
             batch=run.role.batch,
             now=self.clock.now(),
             sections=sections,
+            memos_file=memos_file,
         )
         notes = [note for source in self.notes for note in source(run)]
         late = [note for note in (notices.late_report_note(self.store, m) for m in run.memos) if note]

@@ -158,10 +158,12 @@ class Lifecycle:
         exit_code: int | None = None,
         reason_text: str | None = None,
         announce: bool = True,
+        attempts_used: int | None = None,
     ) -> list[Path]:
         """End the run in ``state``: timers, slot, memos, attempt counts, the record, one ``RunFinished``.
 
         ``announce=False`` when the caller says it in its own words (recovery); the record is the same.
+        ``attempts_used``: what a returned memo keeps, when not every attempt counts (one that never began).
         """
         previous = run.state
         check_transition(previous, state)  # before anything moves: a bug must not half-end a run
@@ -179,7 +181,7 @@ class Lifecycle:
             )
         self.store.checkpoint()  # the attempt's outcome is on record before the memo is seen in its folder
         renamed = self._move_memos(run, folder, text)
-        self._settle_attempts(run, previous, state, renamed)
+        self._settle_attempts(run, previous, state, renamed, attempts_used)
         self.transition(
             run, state, ended_at=self.now(), exit_code=exit_code, reason=reason, memos=[m.name for m in run.memos]
         )
@@ -249,11 +251,14 @@ class Lifecycle:
             self.console.error(f"internal error: run {run.run_id}: {memo.name} stays in {memo.path.parent}: {again}")
             return memo.path
 
-    def _settle_attempts(self, run: Run, previous: RunState, state: RunState, renamed: list[tuple[str, str]]) -> None:
+    def _settle_attempts(
+        self, run: Run, previous: RunState, state: RunState, renamed: list[tuple[str, str]], used: int | None = None
+    ) -> None:
         """The one rule: a returned memo keeps the attempts it used; every other end forgets them."""
         role = run.role.name
         if state is RunState.RETURNED:
-            used = run.attempt - 1 if previous is RunState.QUEUED else run.attempt
+            if used is None:
+                used = run.attempt - 1 if previous is RunState.QUEUED else run.attempt
             for old, new in renamed:
                 self.store.forget_memo_attempts(role, [old])
                 self.store.set_memo_attempts(role, new, max(0, used))

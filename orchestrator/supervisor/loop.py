@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.agents import children, procs
+from orchestrator.agents import children, keeper, procs
 from orchestrator.agents.spawner import Spawner, choose_spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
@@ -52,6 +52,7 @@ from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.outcomes import FORCED, Outcomes
 from orchestrator.supervisor.requests import Requests
 from orchestrator.supervisor.slots import Slots
+from orchestrator.supervisor.start_faults import StartFaults, StartsResume
 from orchestrator.supervisor.stopping import Stopper
 
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
@@ -86,6 +87,7 @@ class Supervisor:
             self.store,
             lambda delay, callback: self.clock.call_later(delay, callback),
             self._after_event,
+            lambda: self.clock.now().timestamp(),
         )
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
         self.lc = Lifecycle(
@@ -98,6 +100,7 @@ class Supervisor:
             config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
         )
         self.launcher.memo_checks.append(Breaker(config, self.store, console, self.clock).check)
+        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.handle)
         self.outcomes = Outcomes(
             self.lc,
             self.stopper,
@@ -107,6 +110,7 @@ class Supervisor:
             lambda: self.ending,
             self.begin_ending,
             self._refresh_budgets,
+            self.start_faults,
         )
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
         self.continuity = continuity.install(self)
@@ -121,6 +125,7 @@ class Supervisor:
             ev.StopDone: self.outcomes.stopped,
             ev.TimeoutFired: self.outcomes.timed_out,
             ev.RetryDue: self.outcomes.retry_due,
+            StartsResume: self.start_faults.resume,
             ev.InterruptRefused: self.requests.interrupt_refused,
             ev.SignalReceived: self._on_signal,
             ev.Tick: self._on_tick,
@@ -139,6 +144,7 @@ class Supervisor:
         self.watcher: Any = None
         self.adopter: Any = None  # recovery's adopter; it keeps spent exit records to remove in batches
         self.control: Any = None
+        self.recovery: keeper.RecoveryMode | None = None  # what a crash costs, found at start-up (status says it)
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
         self.memory = memory_keeper.attach(self)
@@ -225,6 +231,7 @@ class Supervisor:
             # made a moment earlier is seen as half a move, which watchdog holds 0.5 s, stalling every event
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
+        self.recovery = keeper.recovery_mode(self.config.recovery, self.config.executor.kind)
         self.adopter = Adopter(*self._recovery_parts())
         await recover(self.config, self.store, self.console, self.lc, self.adopter)
         self.memory.start()
@@ -236,11 +243,11 @@ class Supervisor:
         self.watcher.start()
         if self.watcher.patch_problem:
             self.console.line(self.watcher.patch_problem)
-        self.control = ControlServer(socket_path(self.root), self.answer, self.console.error)
+        self.control = ControlServer(socket_path(self.root), self.answer, self.console.error, log=self.console.line)
         await self.control.start()
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
-            f"root {self.root} (pid {os.getpid()})"
+            f"root {self.root} (pid {os.getpid()}); {self.recovery.line}"
         )
         self.intake.rescan(initial=True)
         self.wakes.start()

@@ -17,6 +17,7 @@ from orchestrator.core.states import RunState
 from orchestrator.store import Store
 from orchestrator.supervisor import rules
 from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.start_faults import StartFaults
 from orchestrator.supervisor.stopping import Stopper
 
 FORCED = "the orchestrator was force-stopped"
@@ -36,8 +37,10 @@ class Outcomes:
         ending: Callable[[], str | None],
         begin_ending: Ending,
         figures_changed: Callable[[], None],
+        start_faults: StartFaults,
     ) -> None:
         self.lc = lifecycle
+        self.start_faults = start_faults
         self.clock = lifecycle.clock
         self.stopper = stopper
         self.store = store
@@ -79,6 +82,7 @@ class Outcomes:
             run.timers["timeout"] = self.clock.call_later(
                 run.role.timeout, self.dispatch, TimeoutFired(run.run_id, run.attempt)
             )
+            self.start_faults.started(run.role.name)
         elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
             self.stopper.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
         elif run.state is RunState.STOPPING:
@@ -88,7 +92,9 @@ class Outcomes:
         run = self._current(event.run_id, event.attempt)
         if run is None:
             return
-        if run.state is RunState.STARTING:
+        if run.state is RunState.STARTING and event.internal:  # our doing, not the role's: no failed attempt
+            self.start_faults.failed(run, event.reason)
+        elif run.state is RunState.STARTING:
             self.attempt_failed(run, event.reason, None)
         elif run.state is RunState.CANCELLING:
             assert run.cancel is not None

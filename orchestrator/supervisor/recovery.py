@@ -74,7 +74,7 @@ async def recover(
     handled: set[int] = set()
     for row in store.runs_in_states(s.value for s in UNFINISHED):
         role = config.roles.get(row["role"])
-        if adopter is not None and adopter.adopt(row, role, _memo_refs(config, row)):
+        if adopter is not None and await adopter.adopt(row, role, _memo_refs(config, row)):
             handled.add(row["run_id"])
             continue
         grace = role.grace if role else DEFAULT_GRACE

@@ -18,6 +18,8 @@ def full(sup: Supervisor) -> dict[str, Any]:
         "recent": [RunView.from_row(row).to_json() for row in sup.store.recent_runs(20)],
         "wakes": sup.wakes.snapshot(),
         "memory": sup.memory.snapshot(),
+        # the longest a graceful ending can take, for `stop --wait`: a run may go on to its timeout, then the ladder
+        "longest_stop": max((r.timeout + r.grace for r in sup.config.roles.values()), default=0.0),
     }
 
 
@@ -32,6 +34,7 @@ def light(sup: Supervisor) -> dict[str, Any]:
         "root": str(sup.root),
         "started_at": sup.started_at,
         "ending": sup.ending,
+        "recovery": sup.recovery.to_json() if sup.recovery is not None else None,
         "runs": [RunView.from_run(r, now).to_json() for r in runs],
         # where each run's agent is, for agents that run elsewhere (executor: ray): run id -> node
         "nodes": {str(r.run_id): r.agent.node for r in runs if r.agent is not None and r.agent.node},

@@ -18,7 +18,8 @@ for batch roles), with defaults from STANDIN_* environment variables:
   until_file: path                after sleeping, wait until this file exists (at most 60 s)
   record_peers: true              record the pids of other live processes of this project that carry
                                   the same memo file name (ORCHESTRATOR_MEMO), as "peers"
-Every start appends one JSON line to $STANDIN_RECORD; with $STANDIN_ENDS set, every agent that
+A batch role's memos are read from $ORCHESTRATOR_MEMOS_FILE ("memos" in the record; "env_memos" is
+$ORCHESTRATOR_MEMOS, "memos_file" the file's path). Every start appends one JSON line to $STANDIN_RECORD; with $STANDIN_ENDS set, every agent that
 finishes by itself (not killed) appends one line with its start and end times there.
 """
 
@@ -73,7 +74,12 @@ def peers(memo_name, own):
 def main():
     started = time.time()
     prompt = sys.stdin.read() if os.environ.get("STANDIN_PROMPT_VIA", "stdin") == "stdin" else sys.argv[-1]
-    memos = (os.environ.get("ORCHESTRATOR_MEMOS") or os.environ.get("ORCHESTRATOR_MEMO") or "").splitlines()
+    listed = os.environ.get("ORCHESTRATOR_MEMOS_FILE")
+    if listed:  # a batch role: the file names every memo (ORCHESTRATOR_MEMOS only while the list is short)
+        with open(listed, encoding="utf-8") as handle:
+            memos = handle.read().splitlines()
+    else:
+        memos = (os.environ.get("ORCHESTRATOR_MEMOS") or os.environ.get("ORCHESTRATOR_MEMO") or "").splitlines()
     spec = {}
     if memos:
         spec = front(memos[0]).get("agent") or {}
@@ -94,6 +100,7 @@ def main():
         "cwd": os.getcwd(),
         "root": os.environ.get("ORCHESTRATOR_ROOT"),
         "env_memos": os.environ.get("ORCHESTRATOR_MEMOS"),
+        "memos_file": listed,
     }
     children = []
     if spec.get("ignore_term"):

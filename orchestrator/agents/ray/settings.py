@@ -7,18 +7,11 @@ Ray task on a cluster (``orchestrator.agents.ray``). Nothing here imports Ray.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-
-def _seconds(value: object) -> float:
-    from orchestrator.config import parse_duration  # config imports this module: resolved at validation time
-
-    return parse_duration(value)
-
-
-Seconds = Annotated[float, BeforeValidator(_seconds)]
+from orchestrator.core.values import Duration as Seconds
 
 
 class _Strict(BaseModel):

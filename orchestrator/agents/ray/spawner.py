@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.agents import memo_list
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
@@ -98,7 +99,7 @@ class RaySpawner(HandleStops):
             raise SpawnError("no memo to send to the worker")
         # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
         env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-        for key in ("ORCHESTRATOR_MEMO", "ORCHESTRATOR_MEMOS"):
+        for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # the wrapper's copies' paths
             env.pop(key, None)
         sdk: dict[str, Any] = {}
         if role.backend == "sdk":

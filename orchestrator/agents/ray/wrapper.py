@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import procs
+from orchestrator.agents import memo_list, procs
 from orchestrator.agents.ray.wire import AnyMessage, Beat, Ended, Output, Payload, Started, StartFailed
 
 WRAPPER_ENV = "ORCHESTRATOR_WRAPPER"  # "<pid>:<create time>" of the wrapper that started the agent
@@ -166,12 +166,15 @@ def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
     env = dict(os.environ)
-    for key in ("ORCHESTRATOR_MEMO", "ORCHESTRATOR_MEMOS"):
+    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):
         env.pop(key, None)
     env.update(payload.env)
-    env["ORCHESTRATOR_MEMOS" if payload.batch else "ORCHESTRATOR_MEMO"] = (
-        "\n".join(paths) if payload.batch else paths[0]
-    )
+    if payload.batch:  # the list of the copies, as on the head: a file, and the variable while it is short
+        listed = folder / memo_list.FILE_NAME
+        memo_list.write_list(listed, paths)
+        env.update(memo_list.list_environment(paths, listed))
+    else:
+        env["ORCHESTRATOR_MEMO"] = paths[0]
     env[LEASE_ENV] = payload.lease
     me = procs.ProcRef.of(os.getpid())
     env[WRAPPER_ENV] = f"{os.getpid()}:{me.create_time if me else 0.0}"

@@ -1,0 +1,73 @@
+"""How a batch run's memos are named to its agent: a file with one path a line, and the short forms beside it.
+
+A list of thousands of paths in one environment variable or argument does not start at all (Linux
+caps one string at 128 KiB, all of them together at a few MiB: ``Argument list too long``), so the
+whole list is always a file, ``ORCHESTRATOR_MEMOS_FILE``, written before the agent starts. The list
+is also in ``ORCHESTRATOR_MEMOS`` and in the prompt's ``$memo_paths`` while it fits in
+``LIST_MAX``; a longer one is not in the environment at all, and the prompt shows its first paths
+and where the whole list is. Imports nothing of ours: the Ray wrapper uses it on its worker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+FILE_ENV = "ORCHESTRATOR_MEMOS_FILE"
+LIST_ENV = "ORCHESTRATOR_MEMOS"
+FILE_NAME = "memos.txt"  # in .orchestrator/runs/<run_id>/
+LIST_MAX = 64 * 1024  # bytes: a longer list is only in the file
+
+
+def list_path(state_dir: Path, run_id: int) -> Path:
+    """Where a run's list of memos is written: ``.orchestrator/runs/<run_id>/memos.txt``."""
+    return state_dir / "runs" / str(run_id) / FILE_NAME
+
+
+def joined(paths: Sequence[Path | str]) -> str:
+    return "\n".join(str(p) for p in paths)
+
+
+def fits(text: str) -> bool:
+    """Whether a list this long may go into the environment and the prompt whole."""
+    return len(text.encode("utf-8", "surrogateescape")) <= LIST_MAX
+
+
+def write_list(path: Path, paths: Sequence[Path | str]) -> None:
+    """The list file, one path a line, whole or not at all (a temporary renamed into place); raises ``OSError``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = (joined(paths) + "\n").encode("utf-8", "surrogateescape") if paths else b""
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def list_environment(paths: Sequence[Path | str], file: Path | str) -> dict[str, str]:
+    """``ORCHESTRATOR_MEMOS_FILE``, and ``ORCHESTRATOR_MEMOS`` when the list fits in ``LIST_MAX``."""
+    env = {FILE_ENV: str(file)}
+    text = joined(paths)
+    if fits(text):
+        env[LIST_ENV] = text
+    return env
+
+
+def prompt_list(paths: Sequence[Path | str], file: Path | str | None) -> str:
+    """``$memo_paths``: every path, one a line, or as many as fit in ``LIST_MAX`` and a line saying where the rest are."""
+    text = joined(paths)
+    if file is None or fits(text):
+        return text
+    shown: list[str] = []
+    size = 0
+    for path in paths:
+        line = str(path)
+        size += len(line.encode("utf-8", "surrogateescape")) + 1
+        if size > LIST_MAX - 512:  # room for the last line
+            break
+        shown.append(line)
+    rest = len(paths) - len(shown)
+    return joined(shown) + (
+        f"\n(and {rest} more memos, {len(paths)} in all: the whole list, one path a line, is in {file}, "
+        f"which ${FILE_ENV} names)"
+    )

@@ -1,0 +1,78 @@
+"""The value types every settings module shares: durations and the limits that ``off`` turns off.
+
+They live here, below ``config`` and the feature settings (``schedule``, ``memory``, ``agents/ray``) that
+``config`` imports, so each can use them without a circle. ``config_errors`` recognises the markers below
+(``DURATION``, ``OFF``) to say in its one-line errors what a key expects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import PydanticCustomError, core_schema
+
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+DURATION_EXPECTED = "a duration such as 5s, 500ms, 30m or a number of seconds"
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string with a unit (``500ms``, ``5s``, ``30m``, ``1h``)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {DURATION_EXPECTED}, got {str(value).lower()}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"expected a duration that is not negative, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match.group(1)) * UNITS[match.group(2) or "s"]
+    raise ValueError(f"expected {DURATION_EXPECTED}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a key read by a parser of its own expects, in words, for the error wording:
+    ``Annotated[tuple[int, float], BeforeValidator(parse_rate), Expect("a rate such as 20/h")]``."""
+
+    text: str
+
+
+#: marks a duration for the error wording; ``Duration`` is the type to use
+DURATION = BeforeValidator(parse_duration)
+Duration = Annotated[float, DURATION]
+
+
+def is_off(value: Any) -> bool:
+    """``off`` as a person writes it in YAML: bare (read as false), quoted (``"off"``, any case) or null."""
+    return value is None or value is False or (isinstance(value, str) and value.strip().lower() == "off")
+
+
+def _off_or(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    if value is True:  # `on` or `yes` is no value for a limit (pydantic would read it as 1)
+        raise PydanticCustomError("not_a_limit", "true is not a limit")
+    return None if is_off(value) else handler(value)
+
+
+#: a limit that ``off`` (or null) turns off: ``Annotated[int | None, OFF]``; the value is then None
+OFF = WrapValidator(_off_or)
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """A mapping checked against ``shape`` where it is written, and kept as written (to be merged with defaults
+    key by key later): ``Annotated[dict[str, Any] | None, Shaped(RetryPolicy)]``. An error names the inner key."""
+
+    shape: type[BaseModel]
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: Any) -> Any:
+        if value is not None:
+            self.shape.model_validate(value)
+        return value
