@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from orchestrator.agents import claude_cli, keeper
-from orchestrator.agents.command import resolve_command, role_folder
+from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import Config, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from orchestrator.agents.command import SpawnError
-from orchestrator.agents.procs import KillReport
+from orchestrator.agents.spec import SpawnError
 from orchestrator.config import load_config
 from orchestrator.console import Console
+from orchestrator.core.agent import AttemptVerdict, KillReport
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
 from orchestrator.core.events import CancelRequested, InterruptRequested, MemoSeen, StopRequested, TellRequested
@@ -39,15 +39,16 @@ class FakeAgent:
         self.on_exit = on_exit
         self.backend = backend
         self.pid = 4_000_000 + spec.run_id * 100 + spec.attempt  # above any real pid: signals reach nobody
-        self.ref = None
+        self.create_time: float | None = None
+        self.node: str | None = None
         self.activity: str | None = None
         self.cost_usd: float | None = None
         self.result: dict[str, Any] = {}
+        self.session_id: str | None = None
         self.failure_reason: str | None = None
         self.budget_exceeded = False
         self.interrupted = False
-        self.closing = False
-        self.waiter = None
+        self.verdict: AttemptVerdict | None = None
         self.alive = True
         self.refuse_interrupt = False
         self.told: list[str] = []
@@ -55,7 +56,14 @@ class FakeAgent:
     def exit(self, code: int) -> None:
         if self.alive:
             self.alive = False
-            self.on_exit(self, code)
+            self.verdict = AttemptVerdict(
+                code,
+                interrupted=self.interrupted,
+                budget_exceeded=self.budget_exceeded,
+                session_id=self.session_id or self.result.get("session_id"),
+                failure_reason=self.failure_reason,
+            )
+            self.on_exit(self, self.verdict)
 
     async def interrupt(self, keep: bool = False) -> None:
         if self.refuse_interrupt:
@@ -87,8 +95,8 @@ class FakeSpawner:
         self.agents.append(agent)
         return agent
 
-    async def stop(self, agent: FakeAgent, run_id: int, grace: float, log: Any, interrupt_first: bool) -> KillReport:
-        self.stops.append((run_id, grace, interrupt_first))
+    async def stop(self, agent: Any, grace: float, log: Any, interrupt_first: bool) -> KillReport:
+        self.stops.append((agent.spec.run_id, grace, interrupt_first))
         if self.hold_stop is not None:
             await self.hold_stop.wait()
         pids = [agent.pid] if isinstance(agent, FakeAgent) and agent.alive else []
@@ -99,7 +107,7 @@ class FakeSpawner:
     def left_behind(self, agent: FakeAgent) -> bool:
         return False
 
-    async def sweep(self, agent: FakeAgent, run_id: int, attempt: int, grace: float) -> KillReport:
+    async def sweep(self, agent: FakeAgent, grace: float) -> KillReport:
         return KillReport()
 
 

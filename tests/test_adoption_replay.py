@@ -131,6 +131,8 @@ def test_an_adopted_agent_keeps_the_timeout_of_its_first_start(tmp_path: Path) -
         }
         agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
         try:
+            # Popen returns once the exec has begun; on a busy machine its environment shows milliseconds later
+            wait_for(lambda: psutil.Process(agent.pid).environ().get("ORCHESTRATOR_RUN_ID") == str(run_id), what="exec")
             r.sup.store.update_run(run_id, pid=agent.pid, create_time=psutil.Process(agent.pid).create_time())
             await restart(r)
             assert r.state("L-1") == "running" and r.folder("builder", "active") == ["L-1.md"]

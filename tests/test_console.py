@@ -234,7 +234,7 @@ def _described(run: Run) -> dict[str, Any]:
 
 @pytest.mark.parametrize("state", [RunState.RUNNING, RunState.RETRY_WAIT, RunState.QUEUED, RunState.CANCELLING])
 def test_from_run_agrees_with_describe_for_every_key(state: RunState) -> None:
-    agent = SimpleNamespace(pid=4242, activity="Bash: ls", cost_usd=0.25) if state.live else None
+    agent = SimpleNamespace(pid=4242, activity="Bash: ls", cost_usd=0.25, node=None) if state.live else None
     run = _run(state, agent, memos=2)
     view = RunView.from_run(run, time.monotonic()).to_json()
     described = _described(run)

@@ -237,7 +237,20 @@ def test_a_role_folder_removed_after_start_up_fails_the_attempt_with_its_name(pr
 
 
 def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_stranding_the_memo(project):
-    """Say the log folder cannot be made: the run must not hold its slot forever with its memo in active/."""
+    """Say starting raises what no start should: the run must not hold its slot forever with its memo in active/."""
+    project.configure({"builder": {"max_concurrent": 1}})
+    orch = project.up(**fault_injection(FAULT_SPAWN_MARKER="U-1"))
+    project.drop("builder", "U-1.md", {"id": "U-1"})
+    wait_for(lambda: where(project, "builder", "U-1.md") == ["failed"], what="U-1 in failed/")
+    assert "could not start the agent: injected fault" in reason_of(project, "builder", "U-1.md")
+    project.drop("builder", "U-2.md", {"id": "U-2"})  # the slot was given back, the next memo runs
+    wait_for(lambda: where(project, "builder", "U-2.md") == ["archive"], what="U-2 archived")
+    assert orch.stop() == 0
+    assert "Task exception was never retrieved" not in orch.output
+    assert "ERROR starting run" in orch.output  # the details are in the log, one line on the terminal
+
+
+def test_a_log_folder_that_cannot_be_made_fails_the_attempt_in_one_line(project):
     project.configure({"builder": {"max_concurrent": 1}})
     orch = project.up()
     logs = project.root / ".orchestrator" / "logs"
@@ -246,13 +259,12 @@ def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_strandi
     logs.write_text("not a folder", encoding="utf-8")
     project.drop("builder", "U-1.md", {"id": "U-1"})
     wait_for(lambda: where(project, "builder", "U-1.md") == ["failed"], what="U-1 in failed/")
-    assert "could not start the agent" in reason_of(project, "builder", "U-1.md")
+    assert "could not start the agent: cannot open the run's log" in reason_of(project, "builder", "U-1.md")
     logs.unlink()  # repaired: the slot was given back, the next memo runs
     project.drop("builder", "U-2.md", {"id": "U-2"})
     wait_for(lambda: where(project, "builder", "U-2.md") == ["archive"], what="U-2 archived")
     assert orch.stop() == 0
-    assert "Task exception was never retrieved" not in orch.output
-    assert "ERROR starting run" in orch.output  # the details are in the log, one line on the terminal
+    assert "ERROR" not in orch.output and "Traceback" not in orch.output
 
 
 def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):

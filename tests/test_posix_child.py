@@ -1,7 +1,8 @@
-"""The keeper's start: ``posix_spawn`` off the loop's thread, a pidfd for its end, its stdin written without asyncio.
+"""Children without asyncio's subprocess layer: a keeper's ``posix_spawn``, an agent started without a keeper
+(``start_direct``), a pidfd for their end, their stdin written without asyncio.
 
 Real child processes (``/bin/sh`` and Python), no keeper: what is tested is the
-start itself (descriptors, session, stdin, exit status, a cancelled start).
+start itself (descriptors, session, folder, stdin, exit status).
 """
 
 from __future__ import annotations
@@ -10,34 +11,24 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
-from conftest import wait_for
 from orchestrator.agents import posix_child, procs
 
 
-@pytest.fixture(params=["alone", "beside others"])
-def start_mode(request, monkeypatch) -> str:
-    """A lone start spawns on the loop's thread; beside other children, on the spawner's thread."""
-    if request.param == "beside others":
-        monkeypatch.setattr(procs, "spared_count", lambda: 3)
-    return request.param
-
-
-def test_exit_codes_and_signals_come_back_as_asyncio_gives_them(start_mode):
+def test_exit_codes_and_signals_come_back_as_asyncio_gives_them():
     async def main() -> list[int | None]:
         codes: list[int | None] = []
         for script in ("exit 0", "exit 3", "kill -TERM $$", "kill -KILL $$"):
-            child = await posix_child.spawn(["/bin/sh", "-c", script], dict(os.environ), stdin_pipe=False)
+            child = posix_child.spawn(["/bin/sh", "-c", script], dict(os.environ), stdin_pipe=False)
             assert child.pid in procs._spared, "reap_orphans must leave it to us"
             codes.append(await child.wait())
             assert child.returncode == codes[-1]
-            procs.unspare(child.pid)
+            assert child.pid not in procs._spared, "released once its status is read"
         return codes
 
     assert asyncio.run(main()) == [0, 3, -signal.SIGTERM, -signal.SIGKILL]
@@ -54,7 +45,7 @@ def test_the_child_leads_a_session_and_inherits_the_descriptors_it_is_given(tmp_
         kept_r, kept_w = os.pipe()
         other_r, other_w = os.pipe()  # ours alone: not inherited
         try:
-            child = await posix_child.spawn(
+            child = posix_child.spawn(
                 [sys.executable, "-c", probe], dict(os.environ), stdin_pipe=True, keep_fds=(kept_w,)
             )
             assert child.send(b"") is None
@@ -73,17 +64,17 @@ def test_the_child_leads_a_session_and_inherits_the_descriptors_it_is_given(tmp_
     assert kept in seen["fds"] and other not in seen["fds"]
 
 
-def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path, start_mode):
+def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path):
     out = tmp_path / "got"
     reader = f"import sys, time; time.sleep(0.3); open({str(out)!r}, 'w').write(str(len(sys.stdin.buffer.read())))"
     big = b"x" * (3 * 1024 * 1024)
 
     async def main() -> tuple[bool, bool, int]:
-        small = await posix_child.spawn([sys.executable, "-c", reader], dict(os.environ), stdin_pipe=True)
+        small = posix_child.spawn([sys.executable, "-c", reader], dict(os.environ), stdin_pipe=True)
         small_now = small.send(b"hello") is None
         await small.wait()
         small_got = out.read_text() == "5"
-        large = await posix_child.spawn([sys.executable, "-c", reader], dict(os.environ), stdin_pipe=True)
+        large = posix_child.spawn([sys.executable, "-c", reader], dict(os.environ), stdin_pipe=True)
         rest = large.send(big)
         assert rest is not None, "a pipe holds far less than 3 MiB: the rest is written as the child reads"
         await rest
@@ -96,7 +87,7 @@ def test_stdin_takes_a_prompt_larger_than_the_pipe_and_closes(tmp_path: Path, st
 
 def test_a_child_that_stops_reading_its_stdin_does_not_hang_the_writer():
     async def main() -> int:
-        child = await posix_child.spawn(["/bin/sh", "-c", "exit 5"], dict(os.environ), stdin_pipe=True)
+        child = posix_child.spawn(["/bin/sh", "-c", "exit 5"], dict(os.environ), stdin_pipe=True)
         rest = child.send(b"y" * (1024 * 1024))
         if rest is not None:
             await asyncio.wait_for(rest, 10)  # EPIPE once the child is gone: ends, without an error
@@ -105,46 +96,7 @@ def test_a_child_that_stops_reading_its_stdin_does_not_hang_the_writer():
     assert asyncio.run(main()) == 5
 
 
-def test_a_cancelled_start_leaves_no_child_running(monkeypatch):
-    monkeypatch.setattr(procs, "spared_count", lambda: 3)  # beside other children: the start is on a thread
-    mark = f"POSIX_CHILD_TEST={uuid.uuid4()}"
-    env = {**os.environ, "POSIX_CHILD_TEST": mark.split("=", 1)[1]}
-
-    def marked() -> list[int]:
-        found = []
-        for proc in psutil.process_iter(["environ", "status"]):
-            try:
-                if (
-                    proc.info["status"] != psutil.STATUS_ZOMBIE
-                    and (proc.info["environ"] or {}).get("POSIX_CHILD_TEST") == env["POSIX_CHILD_TEST"]
-                ):
-                    found.append(proc.pid)
-            except psutil.Error:
-                continue
-        return found
-
-    async def main() -> None:
-        task = asyncio.ensure_future(posix_child.spawn(["/bin/sleep", "30"], env, stdin_pipe=True))
-        await asyncio.sleep(0)  # the spawn is on its thread now
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            cancelled.append(True)
-        else:  # the spawn had finished first: then the child is ours and stopped here
-            child = task.result()
-            os.killpg(child.pid, signal.SIGKILL)
-            await child.wait()
-
-    cancelled: list[bool] = []
-
-    asyncio.run(main())
-    assert cancelled, "the start was cancelled while its spawn ran on the thread"
-    wait_for(lambda: marked() == [], what="no child left running after its start was cancelled")
-    procs.reap_orphans()
-
-
-def test_without_pidfds_a_thread_waits_for_the_child(monkeypatch):
+def test_without_pidfds_the_loop_looks_for_the_childs_end(monkeypatch):
     def no_pidfd(_pid: int) -> int:
         raise OSError(38, "Function not implemented")
 
@@ -153,9 +105,63 @@ def test_without_pidfds_a_thread_waits_for_the_child(monkeypatch):
     async def main() -> list[int]:
         codes = []
         for script in ("exit 4", "kill -TERM $$"):
-            child = await posix_child.spawn(["/bin/sh", "-c", script], dict(os.environ), stdin_pipe=False)
+            child = posix_child.spawn(["/bin/sh", "-c", script], dict(os.environ), stdin_pipe=False)
             codes.append(await asyncio.wait_for(child.wait(), 10))
-            procs.unspare(child.pid)
         return codes
 
     assert asyncio.run(main()) == [4, -signal.SIGTERM]
+
+
+def test_a_direct_start_enters_its_folder_leads_a_session_and_writes_to_the_log(tmp_path: Path):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    log = tmp_path / "agent.log"
+    probe = "import os, sys; print(os.getcwd(), os.getsid(0) == os.getpid(), sys.stdin.read()); sys.exit(6)"
+
+    async def main() -> tuple[int, int]:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            child = posix_child.start_direct(
+                [sys.executable, "-c", probe], dict(os.environ), cwd=folder, output=fd, stdin_pipe=True
+            )
+        finally:
+            os.close(fd)
+        assert child.pid in procs._spared, "reap_orphans must leave it to us"
+        assert child.send(b"the prompt") is None
+        return child.pid, await asyncio.wait_for(child.wait(), 10)
+
+    pid, code = asyncio.run(main())
+    assert code == 6 and pid not in procs._spared
+    assert log.read_text().split() == [str(folder), "True", "the", "prompt"]
+
+
+def test_a_direct_start_into_a_missing_folder_names_it():
+    async def main() -> None:
+        posix_child.start_direct(["/bin/true"], dict(os.environ), cwd=Path("/nonexistent/x"), output=1, stdin_pipe=True)
+
+    with pytest.raises(OSError) as caught:
+        asyncio.run(main())
+    assert str(caught.value.filename) == "/nonexistent/x"
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_the_end_of_a_process_that_is_not_our_child_is_seen(monkeypatch, pidfd):
+    if not pidfd:
+        monkeypatch.setattr(os, "pidfd_open", lambda _pid: (_ for _ in ()).throw(OSError(38, "no pidfd")))
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    ref = procs.ProcRef.of(other.pid)
+    assert ref is not None
+
+    async def main() -> bool:
+        waiting = asyncio.ensure_future(posix_child.process_ended(ref))
+        await asyncio.sleep(0.2)
+        early = waiting.done()
+        assert other.stdin is not None
+        other.stdin.close()  # it ends; it is the test's child, not the loop's
+        await asyncio.wait_for(waiting, 10)
+        return early
+
+    try:
+        assert asyncio.run(main()) is False
+    finally:
+        other.wait(5)

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from conftest import Project
-from orchestrator.agents.command import LaunchSpec, SpawnError
-from orchestrator.agents.ray.sdk_agent import RaySdkAgent
+from orchestrator.agents.ray.agent import RayAttempt
 from orchestrator.agents.ray.settings import ExecutorSettings
 from orchestrator.agents.ray.spawner import LOST_EXIT, RaySpawner
 from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, SdkEvent, Started, TranscriptLines
+from orchestrator.agents.sdk.follow import SdkFollow
+from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import load_config
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
@@ -106,18 +107,19 @@ def test_lost_after_on_the_supervisors_clock_fails_the_attempt_and_a_beat_puts_i
         stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
         agent = await starting
         clock.advance(20.0)
-        stream.put(Beat(lease=agent.lease))
+        stream.put(Beat(lease=agent.transport.lease))
         await settle()
         clock.advance(29.0)  # 49 s since the start, 29 since the beat: not lost
         await settle()
-        assert exits == [] and not agent.ended
+        assert exits == [] and not agent.transport.finished
         clock.advance(1.0)
         await settle()
-        assert exits == [LOST_EXIT] and agent.lost is not None and "no word from the wrapper" in agent.lost
-        assert ("stop", (agent.lease, 0.0)) in calls  # and the wrapper is told to stop, should it still hear us
-        stream.put(Ended(lease=agent.lease, code=0))  # its late result: ignored, the attempt ended once
+        attempt = agent.transport
+        assert exits == [LOST_EXIT] and attempt.lost is not None and "no word from the wrapper" in attempt.lost
+        assert ("stop", (attempt.lease, 0.0)) in calls  # and the wrapper is told to stop, should it still hear us
+        stream.put(Ended(lease=attempt.lease, code=0))  # its late result: ignored, the attempt ended once
         stream.put(None)
-        await asyncio.wait_for(asyncio.shield(agent.waiter), 5)  # type: ignore[arg-type]
+        await asyncio.wait_for(asyncio.shield(attempt.pump), 5)
         assert exits == [LOST_EXIT]
 
     asyncio.run(scenario())
@@ -141,7 +143,7 @@ def test_start_timeout_on_the_supervisors_clock_fails_the_start(project: Project
 
 
 async def launch(spawn: RaySpawner, spec: LaunchSpec, exits: list[int]) -> Any:
-    return await spawn.start(spec, lambda _agent, code: exits.append(code))
+    return await spawn.start(spec, lambda _agent, verdict: exits.append(verdict.returncode))
 
 
 def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(project: Project) -> None:
@@ -158,7 +160,8 @@ def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(projec
         assert payload["sdk_spec"]["prompt"] == "the prompt" and payload["sdk_spec"]["options"]["cli_path"] is None
         stream.put(Started(lease=lease, pid=4242, create_time=1.0, node="n"))
         agent = await starting
-        assert isinstance(agent, RaySdkAgent) and agent.backend == "sdk"
+        assert isinstance(agent.transport, RayAttempt) and isinstance(agent.follower, SdkFollow)
+        assert agent.backend == "sdk"
         for event in (
             {"event": "session", "session_id": "s-1"},
             {"event": "activity", "text": "Bash: ls"},
@@ -184,7 +187,7 @@ def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(projec
         stream.put(ControlAnswer(lease=lease, id=control["id"], refused="run 1's agent session has already ended"))
         with pytest.raises(ControlError, match="already ended"):
             await asyncio.wait_for(refused, 5)
-        assert not agent.interrupted
+        assert not agent.follower.interrupted
 
         result = {
             "event": "result",
@@ -201,7 +204,7 @@ def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(projec
         stream.put(TranscriptLines(lease=lease, data='{"type": "result"}\n'))
         stream.put(Ended(lease=lease, code=0))
         stream.put(None)
-        await asyncio.wait_for(asyncio.shield(agent.waiter), 5)  # type: ignore[arg-type]
+        await asyncio.wait_for(asyncio.shield(agent.done), 5)
         assert exits == [0] and agent.result["cost_usd"] == 0.5 and agent.closing
         transcript = project.root / ".orchestrator" / "runs" / "1" / "transcript.jsonl"
         assert transcript.read_text().splitlines() == ['{"type": "system"}', '{"type": "result"}']

@@ -8,6 +8,7 @@ processes in a second or two.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -20,8 +21,8 @@ import pytest
 import yaml
 
 from conftest import STAND_IN, Project, dead, pid_alive, wait_for
+from orchestrator.agents import procs
 from orchestrator.agents.ray import cluster as ray_cluster
-from orchestrator.agents.ray import spawner as ray_spawner
 from orchestrator.agents.ray import wrapper
 from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed, parse
 from orchestrator.agents.spawner import ProcessSpawner, choose_spawner
@@ -129,7 +130,7 @@ def test_orphans_of_a_dead_wrapper_are_killed_and_live_wrappers_agents_spared(tm
         env={**base, "ORCHESTRATOR_RUN_ID": "5", wrapper.WRAPPER_ENV: f"{gone.pid}:1.0"},
         start_new_session=True,
     )
-    me = ray_spawner.procs.ProcRef.of(subprocess.os.getpid())
+    me = procs.ProcRef.of(os.getpid())
     assert me is not None
     kept = subprocess.Popen(
         ["sleep", "60"],

@@ -160,7 +160,9 @@ def test_an_sdk_run_under_a_root_longer_than_a_socket_path_works(tmp_path: Path,
         project.cleanup()
 
 
-def test_without_the_keeper_an_sdk_run_talks_over_pipes(project: Project, fake_cli: Path) -> None:
+def test_without_the_keeper_an_sdk_run_is_started_by_itself_and_talks_over_its_socket(
+    project: Project, fake_cli: Path
+) -> None:
     project.configure({"writer": sdk_role(project, fake_cli, fake={"cost": "0.25"})}, recovery="restart")
     orch = project.up(ORCHESTRATOR_KEEPER="off")  # with `recovery: adopt` it would refuse to start
     first = gate(project, "turn1")
@@ -169,7 +171,8 @@ def test_without_the_keeper_an_sdk_run_talks_over_pipes(project: Project, fake_c
     assert project.cli("tell", "W-1", "a follow-up").returncode == 0
     open_gate(first)
     ended_in(project, "writer", "archive", "W-1.md")
-    assert sorted(p.name for p in run_folder(project, live["run_id"]).iterdir()) == ["transcript.jsonl"]
+    left = sorted(p.name for p in run_folder(project, live["run_id"]).iterdir())
+    assert left == ["1.events.jsonl", "1.result.json", "transcript.jsonl"], "no exit record: its end was its status"
     row = wait_for(lambda: run_row(project, "W-1.md"), what="W-1's row")
     assert row["state"] == "succeeded" and row["cost_usd"] == 0.5
     assert orch.stop() == 0, orch.output

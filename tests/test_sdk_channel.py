@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from orchestrator.agents.sdk import channel
 from orchestrator.agents.sdk.protocol import parse_result
 
@@ -158,35 +160,39 @@ def test_start_sdk_under_the_keeper_talks_over_the_socket(tmp_path: Path, fake_c
     from test_sdk_runner import launch_spec, make_role
 
     from orchestrator.agents import keeper, procs
-    from orchestrator.agents.command import Agent
-    from orchestrator.agents.sdk.backend import SdkAgent, start_sdk
+    from orchestrator.agents.handle import Agent
+    from orchestrator.agents.local import LocalProcess
+    from orchestrator.agents.sdk.backend import start_sdk
+    from orchestrator.core.agent import AttemptVerdict
 
     binary = keeper.locate()
     assert binary is not None, f"no usable keeper in this checkout: {keeper.find().problem} (make, or pip install -e .)"
     spec = launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="[slow] first", env={"FAKE_CLAUDE_COST": "0.5"})
 
-    async def scenario() -> tuple[SdkAgent, int, list[str]]:
+    async def scenario() -> tuple[Agent, int, list[str], int]:
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         seen: list[str] = []
 
-        def on_exit(_agent: Agent, code: int) -> None:
-            exited.set_result(code)
+        def on_exit(_agent: Agent, verdict: AttemptVerdict) -> None:
+            exited.set_result(verdict.returncode)
 
         agent = await start_sdk(spec, on_exit, binary)
-        agent.on_update = lambda _a, event: seen.append(event["event"])
-        assert agent.pid != agent.keeper_pid and keeper.is_keeper(agent.keeper_pid or 0)
+        assert agent.follower is not None and isinstance(agent.transport, LocalProcess)
+        agent.follower.on_update = lambda event: seen.append(event["event"])
+        keeper_pid = psutil.Process(agent.pid).ppid()
+        assert agent.pid != keeper_pid and keeper.is_keeper(keeper_pid)
         deadline = asyncio.get_running_loop().time() + DEADLINE
         while agent.activity != "Bash: echo working":
             assert asyncio.get_running_loop().time() < deadline, "no activity over the socket"
             await asyncio.sleep(0.02)
         await agent.interrupt(keep=True)
         await agent.tell("second")
-        return agent, await asyncio.wait_for(exited, DEADLINE), seen
+        return agent, await asyncio.wait_for(exited, DEADLINE), seen, keeper_pid
 
-    agent, code, seen = asyncio.run(scenario())
+    agent, code, seen, keeper_pid = asyncio.run(scenario())
     files = channel.run_files(tmp_path, 7, 1)
     assert code == 0 and keeper.read_exit(tmp_path / ".orchestrator" / "runs" / "7" / "1.exit") is not None
     assert agent.result["num_turns"] == 2 and agent.cost_usd == 1.0 and agent.session_id
     assert seen.count("result") == 2 and seen[-1] == "done"
     assert parse_result(files.result.read_bytes()).code == 0
-    assert agent.pid not in procs._spared and agent.keeper_pid not in procs._spared
+    assert agent.pid not in procs._spared and keeper_pid not in procs._spared

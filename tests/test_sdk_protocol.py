@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agents.command import LaunchSpec
 from orchestrator.agents.sdk.backend import runner_spec
 from orchestrator.agents.sdk.protocol import (
     SPEC_OPTIONS,
@@ -29,6 +28,7 @@ from orchestrator.agents.sdk.protocol import (
     parse_event,
     parse_spec,
 )
+from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Role
 
 EVENTS = [  # each event as a model, and as the runner's docstring documents it on the wire

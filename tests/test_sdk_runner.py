@@ -26,16 +26,18 @@ import pytest
 
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
-from orchestrator.agents.command import Agent, LaunchSpec, agent_environment
+from orchestrator.agents.handle import Agent
 from orchestrator.agents.sdk import backend as sdk_backend
 from orchestrator.agents.sdk import protocol
-from orchestrator.agents.sdk.backend import SdkAgent, check_role, start_sdk
+from orchestrator.agents.sdk.backend import check_role, start_sdk
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
 from orchestrator.agents.sdk.session import Phase, SdkMessage, Session, StdinClosed, StdinLine
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
+from orchestrator.agents.spec import LaunchSpec, agent_environment
 from orchestrator.config import Role
+from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.errors import ConfigError, ControlError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -625,16 +627,18 @@ def launch_spec(tmp_path: Path, role: Role, prompt: str = "hello", **extra: Any)
     )
 
 
-async def started(spec: LaunchSpec) -> tuple[SdkAgent, asyncio.Future[int], list[dict[str, Any]]]:
+async def started(spec: LaunchSpec) -> tuple[Agent, asyncio.Future[int], list[dict[str, Any]]]:
+    """The runner started with no keeper (``recovery: restart`` without the binary): by itself, on its socket."""
     loop = asyncio.get_running_loop()
     exited: asyncio.Future[int] = loop.create_future()
     seen: list[dict[str, Any]] = []
 
-    def on_exit(agent: Agent, code: int) -> None:
-        exited.set_result(code)
+    def on_exit(agent: Agent, verdict: AttemptVerdict) -> None:
+        exited.set_result(verdict.returncode)
 
-    agent = await start_sdk(spec, on_exit)
-    agent.on_update = lambda a, event: seen.append(event)
+    agent = await start_sdk(spec, on_exit, None)
+    assert agent.follower is not None
+    agent.follower.on_update = seen.append
     return agent, exited, seen
 
 
@@ -650,15 +654,15 @@ def test_start_sdk_reports_figures_and_takes_a_tell(tmp_path: Path, fake_cli: Pa
     role = make_role(tmp_path, fake_cli, env={"ROLE_VAR": "1"})
     spec = launch_spec(tmp_path, role, prompt="[slow] first", env={"FAKE_CLAUDE_COST": "0.5"})
 
-    async def scenario() -> tuple[SdkAgent, int, list[dict[str, Any]]]:
+    async def scenario() -> tuple[Agent, int, list[dict[str, Any]]]:
         agent, exited, seen = await started(spec)
         await until(lambda: agent.activity == "Bash: echo working", "the first tool use")
-        assert agent.session_id is not None and agent.proc.returncode is None
+        assert agent.session_id is not None and agent.verdict is None
         await agent.interrupt(keep=True)
-        assert agent.interrupted
+        assert agent.follower.interrupted
         await until(lambda: agent.result.get("subtype") == "error_during_execution", "the interrupted turn's result")
         await agent.tell("second")
-        assert not agent.interrupted
+        assert not agent.follower.interrupted
         code = await asyncio.wait_for(exited, DEADLINE)
         with pytest.raises(ControlError, match="already ended"):
             await agent.tell("too late")
@@ -677,10 +681,10 @@ def test_start_sdk_reports_figures_and_takes_a_tell(tmp_path: Path, fake_cli: Pa
         "subtype": "success",
     }
     assert agent.cost_usd == 1.0 and agent.activity == "echo: second"
-    assert agent.failure_reason is None and not agent.budget_exceeded
+    assert agent.verdict.failure_reason is None and not agent.verdict.budget_exceeded
     assert [e["event"] for e in seen].count("result") == 2
-    assert agent.transcript == tmp_path / ".orchestrator" / "runs" / "7" / "transcript.jsonl"
-    assert agent.transcript.exists()
+    assert agent.follower.transcript == tmp_path / ".orchestrator" / "runs" / "7" / "transcript.jsonl"
+    assert agent.follower.transcript.exists()
     record = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
     assert record[0]["cwd"] == str(tmp_path)
     assert record[0]["env"]["ORCHESTRATOR_RUN_ID"] == "7"
@@ -690,33 +694,35 @@ def test_start_sdk_reports_figures_and_takes_a_tell(tmp_path: Path, fake_cli: Pa
 
 
 def test_start_sdk_interrupt_and_budget(tmp_path: Path, fake_cli: Path) -> None:
-    async def interrupted() -> tuple[SdkAgent, int]:
+    async def interrupted() -> tuple[Agent, int]:
         agent, exited, _ = await started(launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="[slow] x"))
         await until(lambda: agent.activity is not None, "activity")
         await agent.interrupt()
         return agent, await asyncio.wait_for(exited, DEADLINE)
 
     agent, code = asyncio.run(interrupted())
-    assert code == protocol.EXIT_INTERRUPTED and agent.interrupted and agent.failure_reason is None
+    assert code == protocol.EXIT_INTERRUPTED and agent.verdict.interrupted and agent.verdict.failure_reason is None
 
     role = make_role(tmp_path, fake_cli, budget={"per_run_usd": 0.2})
 
-    async def over_budget() -> tuple[SdkAgent, int]:
+    async def over_budget() -> tuple[Agent, int]:
         agent, exited, _ = await started(launch_spec(tmp_path, role, resume="sess-9", env={"FAKE_CLAUDE_COST": "0.3"}))
         return agent, await asyncio.wait_for(exited, DEADLINE)
 
     agent, code = asyncio.run(over_budget())
-    assert code == protocol.EXIT_BUDGET and agent.budget_exceeded
-    assert agent.failure_reason == "per-run budget of $0.20 exceeded ($0.30 spent)"
+    assert code == protocol.EXIT_BUDGET and agent.verdict.budget_exceeded
+    assert agent.verdict.failure_reason == "per-run budget of $0.20 exceeded ($0.30 spent)"
     assert agent.result["session_id"] == "sess-9"
 
 
 SCRIPTED_RUNNER = """
-import sys
-open("spec.jsonl", "w").write(sys.stdin.readline())
+import json, socket, sys
+line = sys.stdin.readline()
+open("spec.jsonl", "w").write(line)
+connection, _ = socket.socket(fileno=json.loads(line)["listen_fd"]).accept()
 for line in ['{"event": "cost", "usd": "lots"}', "not json", '{"event": "party"}', '["activity"]',
              '{"event": "activity", "text": "ok"}', '{"event": "cost", "usd": 0.5}', '{"event": "done", "code": 0}']:
-    print(line, flush=True)
+    connection.sendall(line.encode() + b"\\n")
 """
 
 
@@ -726,7 +732,7 @@ def test_start_sdk_skips_lines_that_are_no_event(
     (tmp_path / "scripted_runner.py").write_text(SCRIPTED_RUNNER)
     monkeypatch.setattr(sdk_backend, "RUNNER_MODULE", "scripted_runner")  # ``python -m`` finds it in the role's cwd
 
-    async def scenario() -> tuple[SdkAgent, int, list[dict[str, Any]]]:
+    async def scenario() -> tuple[Agent, int, list[dict[str, Any]]]:
         agent, exited, seen = await started(launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="hi"))
         return agent, await asyncio.wait_for(exited, DEADLINE), seen
 

@@ -6,21 +6,20 @@
 - ``check_role(config, role)``: at start-up, for ``sdk`` roles and ``command`` roles whose program is the
   Claude CLI (named ``claude``): the CLI is found and answers ``--version`` like Claude Code, and
   ``bypassPermissions`` is not asked for as root without ``IS_SANDBOX`` (the CLI refuses it every time).
-- ``ClaudeCommandAgent``: a ``command`` agent running the Claude CLI, whose failure reason is the CLI's last
-  meaningful output line (it writes its errors to stdout), and which knows the failures no retry can help.
+- ``LogExplainer``: the explainer a ``command`` agent running the Claude CLI is given (``handle.Explainer``):
+  its failure reason is the CLI's last meaningful output line (it writes its errors to stdout), and it knows
+  the failures no retry can help.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
 
-from orchestrator.agents.claude_errors import classify, last_meaningful_line, one_line
-from orchestrator.agents.command import Agent, LaunchSpec, resolve_command, role_folder
+from orchestrator.agents.claude_errors import Problem, classify, last_meaningful_line, one_line
+from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import Config, Role
 from orchestrator.core.errors import ConfigError
 
@@ -124,36 +123,26 @@ def check_role(config: Config, role: Role) -> None:
         )
 
 
-class ClaudeCommandAgent(Agent):
-    """A ``command`` agent that runs the Claude CLI: its failures are explained from its own output."""
+class LogExplainer:
+    """A Claude CLI agent's failure, explained from its own output: the run's log from ``offset`` on (where this
+    attempt's output starts)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: LaunchSpec, log_offset: int = 0) -> None:
-        super().__init__(proc, spec)
-        self.log_offset = log_offset
-        self.permanent_failure = False
+    def __init__(self, log_path: Path, offset: int) -> None:
+        self.log_path = log_path
+        self.offset = offset
 
-    async def wait(self) -> int:
-        """The exit status; a failure gets the CLI's last meaningful output line as its reason."""
-        code = await super().wait()
-        if code > 0 and self.failure_reason is None:
-            explain_exit(self, code, self.log_offset)
-        return code
-
-
-def explain_exit(agent: Any, code: int, log_offset: int) -> None:
-    """Set a failed Claude CLI agent's ``failure_reason`` (and ``permanent_failure``) from its own output."""
-    try:
-        with open(agent.spec.log_path, "rb") as handle:
-            handle.seek(max(log_offset, os.path.getsize(agent.spec.log_path) - LOG_TAIL_BYTES))
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return
-    line = last_meaningful_line(text)
-    if line is None:
-        return
-    problem = classify(line)
-    if problem is not None:
-        agent.failure_reason = f"{problem.reason} (exit code {code})"
-        agent.permanent_failure = problem.permanent
-    else:
-        agent.failure_reason = f"exit code {code}: Claude Code said: {line}"
+    def explain(self, code: int) -> Problem | None:
+        """The reason (and whether no retry can help) for exit ``code``, from the CLI's last meaningful line."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(max(self.offset, os.path.getsize(self.log_path) - LOG_TAIL_BYTES))
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+        line = last_meaningful_line(text)
+        if line is None:
+            return None
+        problem = classify(line)
+        if problem is not None:
+            return Problem(f"{problem.reason} (exit code {code})", problem.permanent)
+        return Problem(f"exit code {code}: Claude Code said: {line}")

@@ -1,221 +1,26 @@
-"""Starting one agent process for a run (the ``command`` backend) and watching it end.
+"""The ``command`` backend: a role's program started for one attempt, adopted at a restart, or found ended.
 
-Every agent starts from an argv list (never a shell) in a new session, so its
-process group is its own: a Ctrl-C in the orchestrator's terminal does not
-reach it, and the kill ladder can signal the whole group. Output goes to the
-run's log file; the prompt goes to stdin (or is the last argument).
+The prompt goes to the agent's stdin (or is its last argument, ``prompt_via:
+arg``), its output to the run's log; a Claude CLI agent is given the
+``claude_cli.LogExplainer``, so its failure reason is what it said.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import errno
 import os
-import shutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
-from orchestrator.agents import memo_list, procs
-from orchestrator.config import Role
-from orchestrator.core.errors import UnsupportedError
-
-ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
-
-
-# errors of a start that are not the role's doing: arguments and environment too long for the system, or no
-# descriptors, memory or processes left. The run's memos go back to the inbox (an internal error), not to failed/.
-NOT_THE_ROLES = frozenset({errno.E2BIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+from orchestrator.agents import procs
+from orchestrator.agents.claude_cli import LogExplainer, is_claude_command
+from orchestrator.agents.handle import Agent, OnExit
+from orchestrator.agents.local import LocalProcess
+from orchestrator.agents.spawn import Launch, start_process
+from orchestrator.agents.spec import ARG_MAX_SINGLE, LaunchSpec, SpawnError, resolve_command, role_folder
 
 
-class SpawnError(Exception):
-    """The agent could not be started; the message says why, for a person.
-
-    ``internal``: for a reason of the orchestrator's making or the machine's (``NOT_THE_ROLES``), not of the
-    role's configuration or its memo: the memos go back to the inbox instead of into ``failed/``."""
-
-    def __init__(self, message: str, *, internal: bool = False) -> None:
-        super().__init__(message)
-        self.internal = internal
-
-    @classmethod
-    def of_errno(cls, message: str, code: int | None) -> SpawnError:
-        """An exec or spawn that failed with errno ``code``: internal when ``code`` is in ``NOT_THE_ROLES``."""
-        return cls(message, internal=code in NOT_THE_ROLES)
-
-
-@dataclass
-class LaunchSpec:
-    """Everything needed to start one attempt of a run."""
-
-    run_id: int
-    attempt: int
-    role: Role
-    root: Path
-    prompt: str
-    memo_paths: list[Path]
-    log_path: Path
-    env: dict[str, str]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def agent_environment(
-    role: Role,
-    root: Path,
-    run_id: int,
-    attempt: int,
-    memo_paths: list[Path],
-    seq: int | None = None,
-    memos_file: Path | None = None,
-) -> dict[str, str]:
-    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables.
-
-    A batch role's list of memos is named by ``ORCHESTRATOR_MEMOS_FILE`` (``memos_file``, written by the caller)
-    and is in ``ORCHESTRATOR_MEMOS`` only while it fits in ``memo_list.LIST_MAX``."""
-    env = dict(_role_environment(role))
-    env.update(
-        {
-            "ORCHESTRATOR_ROLE": role.name,
-            "ORCHESTRATOR_RUN_ID": str(run_id),
-            "ORCHESTRATOR_ROOT": str(root),
-            "ORCHESTRATOR_ATTEMPT": str(attempt),
-            "ORCHESTRATOR_SEQ": str(seq or ""),
-        }
-    )
-    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # ours, when we run inside an agent
-        env.pop(key, None)
-    if role.batch:
-        file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
-        env.update(memo_list.list_environment(memo_paths, file))
-    else:
-        env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
-    return env
-
-
-_folders: dict[tuple[Path, str], Path] = {}
-
-
-def role_folder(root: Path, cwd: str) -> Path:
-    """The role's folder (``cwd`` under ``root``), symlinks resolved: once per folder, not at every start."""
-    key = (root, cwd)
-    folder = _folders.get(key)
-    if folder is None:
-        folder = _folders[key] = (root / cwd).resolve()
-    return folder
-
-
-_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
-
-
-def _role_environment(role: Role) -> dict[str, str]:
-    """Ours and the role's ``env``, made once per role: our environment does not change while we run, and
-    reading ``os.environ`` decodes every variable again."""
-    cached = _role_envs.get(id(role))
-    if cached is not None and cached[0] is role:
-        return cached[1]
-    env = dict(os.environ)
-    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own retries: claude_cli
-        env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
-    env.update(role.env)
-    _role_envs[id(role)] = (role, env)
-    return env
-
-
-def resolve_command(argv: list[str], cwd: Path) -> str | None:
-    """The executable's full path, or None when it cannot be found."""
-    program = argv[0]
-    if os.sep in program:
-        candidate = program if os.path.isabs(program) else str(cwd / program)
-        return candidate if os.access(candidate, os.X_OK) and os.path.isfile(candidate) else None
-    return shutil.which(program)
-
-
-class ChildProcess(Protocol):
-    """What an agent holds of its child: asyncio's ``Process``, or the keeper's ``PosixChild``."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    async def wait(self) -> int: ...
-
-
-class Agent:
-    """A started agent process. Backends with a live session override ``interrupt`` and ``tell``."""
-
-    backend = "command"
-
-    def __init__(self, proc: ChildProcess, spec: LaunchSpec, agent_pid: int | None = None) -> None:
-        self.proc = proc
-        self.spec = spec
-        self.ref = procs.ProcRef.of(proc.pid if agent_pid is None else agent_pid)  # the agent, not its keeper
-        self.activity: str | None = None
-        self.cost_usd: float | None = None
-        self.result: dict[str, Any] = {}
-        self.failure_reason: str | None = None
-        self._tasks: list[asyncio.Future[Any]] = []
-        self.waiter: asyncio.Future[None] | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    async def wait(self) -> int:
-        code = await self.proc.wait()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 2)
-        return code
-
-    async def interrupt(self, keep: bool = False) -> None:
-        """End the current turn; with ``keep`` the session stays open for ``tell``."""
-        raise UnsupportedError(
-            f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
-            "use `orchestrator cancel` to stop it, or set `backend: sdk`"
-        )
-
-    async def tell(self, text: str) -> None:
-        raise UnsupportedError(
-            f"role {self.spec.role.name} uses the command backend, which cannot take follow-up messages; "
-            "set `backend: sdk` for that"
-        )
-
-    def _keep(self, coro: Any) -> None:
-        self._tasks.append(asyncio.ensure_future(coro))
-
-
-async def _feed_stdin(stream: asyncio.StreamWriter | None, data: bytes) -> None:
-    if stream is None:
-        return
-    try:
-        stream.write(data)
-        await stream.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the agent did not read all of its prompt; its exit status tells the rest
-    finally:
-        with contextlib.suppress(Exception):
-            stream.close()
-
-
-def open_log(path: Path, header: str) -> int:
-    """The run's log, opened for appending with ``header`` written; its folder is made when missing."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    os.write(fd, header.encode())
-    return fd
-
-
-async def start_command(
-    spec: LaunchSpec, on_exit: Callable[[Agent, int], None], keeper_binary: Path | None = None
-) -> Agent:
-    """Start a ``command`` role's agent (under ``keeper_binary`` when given); ``on_exit`` is called when it ends."""
+async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
+    """Start a ``command`` role's agent (under the ``keeper`` binary when there is one); ``on_exit`` is called
+    with its verdict when it ends."""
     role = spec.role
     cwd = role_folder(spec.root, role.cwd)
     argv = list(role.command)
@@ -232,84 +37,28 @@ async def start_command(
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n"
-    if keeper_binary is not None:
-        from orchestrator.agents.kept import start_kept
-
-        try:  # where this attempt's output will start: the keeper appends the header, then the agent writes
-            log_offset = os.stat(spec.log_path).st_size + len(header.encode())
-        except FileNotFoundError:
-            log_offset = len(header.encode())
-        kept = await start_kept(spec, keeper_binary, executable, argv, prompt, header, on_exit, cwd)
-        from orchestrator.agents.claude_cli import is_claude_command
-
-        if is_claude_command(argv):
-            setattr(kept, "explain_from_log", log_offset)  # noqa: B010 - a KeptAgent: explained from the CLI's output
-        return kept
-    log_fd = open_log(spec.log_path, header)
-    log_offset = os.lseek(log_fd, 0, os.SEEK_END)
-    try:
-        with procs.spawning():
-            proc = await asyncio.create_subprocess_exec(
-                executable,
-                *argv[1:],
-                stdin=asyncio.subprocess.PIPE if role.prompt_via == "stdin" else asyncio.subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                cwd=cwd,
-                env=spec.env,
-                start_new_session=True,
-            )
-            procs.spare(proc.pid)
-    except OSError as exc:
-        raise cannot_start(argv[0], executable, exc.errno, exc.strerror or str(exc), argv, spec.env) from None
-    finally:
-        os.close(log_fd)
-    from orchestrator.agents.claude_cli import ClaudeCommandAgent, is_claude_command
-
-    agent = ClaudeCommandAgent(proc, spec, log_offset=log_offset) if is_claude_command(argv) else Agent(proc, spec)
-    if role.prompt_via == "stdin":
-        agent._keep(_feed_stdin(proc.stdin, prompt))
-    watch_exit(agent, on_exit)
+    explainer = LogExplainer(spec.log_path, _output_offset(spec.log_path, header)) if is_claude_command(argv) else None
+    stdin = prompt if role.prompt_via == "stdin" else None
+    started = await start_process(Launch(spec, executable, argv, spec.env, cwd, header, stdin), keeper)
+    agent = Agent(spec, LocalProcess(spec, started.pid, started.ref, started.end), explainer=explainer)
+    agent.keep(started.writing)
+    agent.watch(on_exit)
     return agent
 
 
-def cannot_start(
-    program: str,
-    executable: str,
-    code: int | None,
-    text: str,
-    argv: list[str] | None = None,
-    env: dict[str, str] | None = None,
-) -> SpawnError:
-    """The one-line error for an exec that failed with errno ``code`` (``argv`` and ``env``: what it was given)."""
-    hint = ""
-    if code == errno.ENOENT and os.path.isfile(executable):
-        hint = " (the file exists: is the interpreter on its #! line missing?)"
-    elif code == errno.E2BIG:
-        hint = too_long_hint(argv or [], env or {})
-    return SpawnError.of_errno(f"cannot start {program!r}: {text}{hint}", code)
+def _output_offset(log: Path, header: str) -> int:
+    """Where this attempt's output will start in the run's log: after what is there and the header."""
+    try:
+        return os.stat(log).st_size + len(header.encode())
+    except FileNotFoundError:
+        return len(header.encode())
 
 
-def too_long_hint(argv: list[str], env: dict[str, str]) -> str:
-    """What made a start ``Argument list too long``: the sizes, and the longest argument or variable."""
-    sizes = [(len(os.fsencode(a)) + 1, f"argument {i}") for i, a in enumerate(argv)]
-    sizes += [(len(os.fsencode(k)) + len(os.fsencode(v)) + 2, f"variable {k}") for k, v in env.items()]
-    if not sizes:
-        return ""
-    largest = max(sizes)
-    return (
-        f" (its arguments and environment come to {sum(n for n, _ in sizes)} bytes; the longest is "
-        f"{largest[1]}, {largest[0]} bytes; Linux takes at most {ARG_MAX_SINGLE} bytes in one)"
-    )
+def adopt_command(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
+    """A live agent of an orchestrator that died, watched again once ``watch`` is called."""
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid))
 
 
-def watch_exit(agent: Agent, on_exit: Callable[[Agent, int], None]) -> None:
-    async def waiter() -> None:
-        code = await agent.wait()
-        procs.unspare(agent.pid)
-        on_exit(agent, code)
-
-    agent.waiter = asyncio.ensure_future(waiter())  # a strong reference: the loop keeps only weak ones
-
-
-_watch_exit = watch_exit  # the sdk backend imports it under this name
+def recorded_command(spec: LaunchSpec) -> Agent:
+    """An attempt whose agent ended while the orchestrator was down: what its keeper's record says."""
+    return Agent(spec, LocalProcess.recorded(spec, None))

@@ -32,24 +32,6 @@
  *
  * SIGTERM, SIGINT, SIGHUP and SIGQUIT are blocked and ignored, SIGPIPE too: the keeper ends
  * when its agent ends, and only SIGKILL ends it sooner.
- *
- *   orchestrator-keeper --serve FD
- *
- * The keeper server (Linux): one long-lived process that starts keepers for the orchestrator,
- * so that its loop does not wait for each keeper's exec (posix_spawn in the orchestrator holds
- * Python's lock until the child has exec'd). FD is a SOCK_SEQPACKET socket; each message on it
- * is one start: NUL-separated strings, "HAS_STDIN ARGC ENVC", then ARGC arguments (the keeper's
- * command line), then ENVC environment strings, with the keeper's status pipe (and, when
- * HAS_STDIN is 1, its stdin) attached as descriptors. The server forks (no exec: it is small and
- * already started); the keeper gets them as descriptor 3 and 0, /dev/null for what is not given,
- * a session of its own and an empty signal mask, and the ARGC arguments as its command line (the
- * first five as above, with STATUS_FD 3). It shows the KEEPER_ variables of the request in its
- * /proc/PID/environ by overwriting the server's one environment string (padding the orchestrator
- * starts it with), because a restarted orchestrator finds a run's keepers there. The keeper
- * writes "K<pid>\n" on its status pipe first (the server "F<errno>\n" when it could not fork),
- * and the server "X PID STATUS" (the raw wait status) on FD when a keeper ends. At
- * the socket's end of file the server exits; keepers still running outlive it, as they outlive
- * the orchestrator.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -60,11 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#ifdef __linux__
-#include <poll.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#endif
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -162,7 +139,7 @@ static int record(const char *path, int status, int timed_out) {
     return 0;
 }
 
-static int keep(int argc, char **argv) {
+int main(int argc, char **argv) {
     const char *log_path = NULL, *header = NULL, *cwd = NULL;
     int keep[17], keep_count = 0;
     int at = 5;
@@ -301,186 +278,4 @@ static int keep(int argc, char **argv) {
     }
     record(exit_path, status, stage > 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-#ifdef __linux__
-static char request[262144];
-static char *slot;        /* the server's environment strings, one block (its only variable is padding)... */
-static size_t slot_size; /* ...which each forked keeper overwrites with its marks */
-
-/* what /proc/PID/environ of a forked keeper shows: its KEEPER_ marks, so that a restarted orchestrator
- * finds the keepers of a run as it finds exec'd ones (the kernel reads that block of the process's memory) */
-static void show_marks(char **env) {
-    if (slot == NULL)
-        return;
-    size_t at = 0;
-    for (char **e = env; *e != NULL; e++) {
-        size_t length = strlen(*e) + 1;
-        if (strncmp(*e, "KEEPER_", 7) != 0 || at + length > slot_size)
-            continue;
-        memcpy(slot + at, *e, length);
-        at += length;
-    }
-    memset(slot + at, 0, slot_size - at);
-}
-
-/* start one keeper as the request in REQUEST (SIZE bytes) says; FDS are the descriptors that came with it */
-static void start_keeper(ssize_t size, int *fds, int nfds, int null) {
-    request[size] = '\0';
-    char *at = request, *end = request + size;
-    int has_stdin;
-    long argc, envc;
-    int status = nfds > 0 ? fds[0] : -1;
-    if (sscanf(at, "%d %ld %ld", &has_stdin, &argc, &envc) != 3 || nfds != 1 + (has_stdin != 0) || argc < 1 ||
-        argc > 65536 || envc < 0 || envc > 65536) {
-        say(status, 'F', EINVAL);
-        return;
-    }
-    char **args = calloc((size_t)argc + 1, sizeof *args), **env = calloc((size_t)envc + 1, sizeof *env);
-    if (args == NULL || env == NULL) {
-        say(status, 'F', ENOMEM);
-        free(args);
-        free(env);
-        return;
-    }
-    at += strlen(at) + 1;
-    for (long i = 0; i < argc + envc; i++) {
-        if (at >= end) { /* fewer strings than it said: refused */
-            say(status, 'F', EINVAL);
-            free(args);
-            free(env);
-            return;
-        }
-        if (i < argc)
-            args[i] = at;
-        else
-            env[i - argc] = at;
-        at += strlen(at) + 1;
-    }
-    pid_t pid = fork(); /* no exec: the server is small and already started, so a keeper costs a fork */
-    if (pid == 0) {
-        dup2(has_stdin ? fds[1] : null, 0); /* every source is above 9 (see serve), so none is overwritten */
-        dup2(null, 1);
-        dup2(null, 2);
-        dup2(status, 3);
-        say(3, 'K', (long)getpid()); /* from here, not the server: a server killed now still leaves it said */
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        setsid();
-        show_marks(env);
-        environ = env;
-        _exit(keep((int)argc, args)); /* closes every descriptor above 2 but 3 first: the server's among them */
-    }
-    int failed = pid < 0 ? errno : 0;
-    free(args);
-    free(env);
-    if (failed)
-        say(status, 'F', failed);
-}
-
-static void report_ends(int sock) {
-    int status;
-    pid_t done;
-    while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
-        char line[48];
-        int len = snprintf(line, sizeof line, "X %ld %d", (long)done, status);
-        while (send(sock, line, (size_t)len, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-        }
-    }
-}
-
-static int serve(int given) {
-    if (environ[0] != NULL && environ[1] == NULL) { /* the padding the orchestrator started us with */
-        slot = environ[0];
-        slot_size = strlen(environ[0]) + 1;
-    }
-    /* the socket and /dev/null above the numbers a keeper is given, so a dup2 onto 0-3 never meets them */
-    int sock = fcntl(given, F_DUPFD_CLOEXEC, 10);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (sock < 0 || null < 0)
-        return 125;
-    close(given);
-    int moved = fcntl(null, F_DUPFD_CLOEXEC, 10);
-    close(null);
-    null = moved;
-    int kept[2] = {sock, null}; /* and nothing our orchestrator's own parent left inheritable */
-    close_others(kept, 2);
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    int ends = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (ends < 0)
-        return 125;
-    signal(SIGPIPE, SIG_IGN); /* a status pipe whose reader is gone */
-    signal(SIGCHLD, SIG_DFL); /* ignored, the kernel would reap the keepers itself and no end be told */
-    struct pollfd polled[2] = {{sock, POLLIN, 0}, {ends, POLLIN, 0}};
-    for (;;) {
-        if (poll(polled, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            return 125;
-        }
-        if (polled[1].revents & POLLIN) {
-            struct signalfd_siginfo info;
-            while (read(ends, &info, sizeof info) > 0) {
-            }
-            report_ends(sock);
-        }
-        if (polled[0].revents & POLLIN) {
-            char control[CMSG_SPACE(4 * sizeof(int))];
-            struct iovec io = {request, sizeof request - 1};
-            struct msghdr msg;
-            memset(&msg, 0, sizeof msg);
-            msg.msg_iov = &io;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control;
-            msg.msg_controllen = sizeof control;
-            ssize_t size = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-            if (size == 0)
-                return 0; /* the orchestrator closed its end, or is gone */
-            if (size < 0) {
-                if (errno == EINTR || errno == EAGAIN)
-                    continue;
-                return errno == ECONNRESET ? 0 : 125;
-            }
-            int fds[4], nfds = 0;
-            for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-                    continue;
-                int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-                for (int i = 0; i < n; i++) {
-                    int fd = ((int *)CMSG_DATA(c))[i];
-                    int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
-                    close(fd);
-                    if (nfds < 4 && high >= 0)
-                        fds[nfds++] = high;
-                    else if (high >= 0)
-                        close(high);
-                }
-            }
-            if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
-                say(nfds > 0 ? fds[0] : -1, 'F', EMSGSIZE);
-            else
-                start_keeper(size, fds, nfds, null);
-            for (int i = 0; i < nfds; i++)
-                close(fds[i]);
-        } else if (polled[0].revents & (POLLHUP | POLLERR)) {
-            return 0;
-        }
-    }
-}
-#endif
-
-int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "--serve") == 0) {
-#ifdef __linux__
-        return serve(atoi(argv[2]));
-#else
-        return 125; /* no server here: the orchestrator starts each keeper itself */
-#endif
-    }
-    return keep(argc, argv);
 }

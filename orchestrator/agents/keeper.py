@@ -19,7 +19,6 @@ threads.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import subprocess
@@ -27,7 +26,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.agents import procs
 from orchestrator.agents.posix_child import fd_ready
 
 BINARY = Path(__file__).with_name("orchestrator-keeper")
@@ -191,27 +189,16 @@ def keeper_env(env: dict[str, str]) -> dict[str, str]:
 class Status:
     """What a start's status pipe said, each an errno or a pid (None: not said).
 
-    ``keeper``: the keeper's pid (from the keeper server; a keeper spawned directly is known from the spawn);
-    ``agent``: the agent's, once exec'd; ``spawn_errno``: the server could not start the keeper; ``exec_errno``:
-    the agent's exec failed; ``log_errno``: the run's log could not be opened; ``cwd_errno``: the agent's folder
-    could not be entered."""
+    ``agent``: the agent's pid, once exec'd; ``exec_errno``: the agent's exec failed; ``log_errno``: the run's
+    log could not be opened; ``cwd_errno``: the agent's folder could not be entered."""
 
-    keeper: int | None = None
     agent: int | None = None
-    spawn_errno: int | None = None
     exec_errno: int | None = None
     log_errno: int | None = None
     cwd_errno: int | None = None
 
 
-_STATUS_FIELDS = {
-    "K": "keeper",
-    "P": "agent",
-    "F": "spawn_errno",
-    "E": "exec_errno",
-    "L": "log_errno",
-    "C": "cwd_errno",
-}
+_STATUS_FIELDS = {"P": "agent", "E": "exec_errno", "L": "log_errno", "C": "cwd_errno"}
 
 
 async def read_status(fd: int, into: bytearray | None = None) -> Status:
@@ -239,25 +226,6 @@ def parse_status(data: bytes) -> Status:
         if name is not None and line[1:].isdigit():
             said[name] = int(line[1:])
     return Status(**said)
-
-
-async def wait_pid(pid: int) -> None:
-    """Return when the process ``pid`` (not necessarily our child) has exited: a pidfd, or polling without one."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        while procs.ProcRef.of(pid) is not None and _running(pid):
-            await asyncio.sleep(0.05)
-        return
-    try:
-        await fd_ready(fd)
-    finally:
-        os.close(fd)
-
-
-def _running(pid: int) -> bool:
-    ref = procs.ProcRef.of(pid)
-    return ref is not None and ref.process() is not None
 
 
 def is_keeper(pid: int) -> bool:

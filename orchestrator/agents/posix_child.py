@@ -1,36 +1,33 @@
-"""A child process started with ``os.posix_spawn`` and watched through a pidfd: a keeper started directly.
-
-Most keepers are started by the keeper server (``keeper_server``); this is the way for
-the rest (an ``sdk`` runner's keeper, which is passed a descriptor; a start too large
-for the server's socket; a system without the server).
+"""Child processes started and watched without asyncio's subprocess layer: a keeper, or an agent without one.
 
 asyncio's ``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start
 more than the spawn itself: a ``Popen`` object, a transport and a protocol per
-pipe, a child-watcher entry and three turns of the loop before it returns. The
+pipe, a child-watcher entry and three turns of the loop before it returns. A
 keeper needs none of that: its stdin is one pipe written once, its stdout and
 stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
-the agent's folder itself (``--cwd``). So it is spawned directly; glibc's
-``posix_spawn`` is a ``vfork`` that returns once the child has exec'd; while other
-agents run the spawn is made on a thread of its own, though CPython's
-``os.posix_spawn`` keeps the interpreter's lock through that wait, so the loop gains
-little by it (measured later: what took the wait off the loop is the keeper server).
-Its end is a pidfd in the loop's selector (a thread blocked in ``waitpid`` where there
-is no pidfd).
+the agent's folder itself (``--cwd``). So it is started with ``spawn``
+(``os.posix_spawn``, on the loop's thread: glibc's is a ``vfork`` that returns
+once the child has exec'd). Without a keeper binary (``recovery: restart``) the
+agent itself is started with ``start_direct``, a ``subprocess.Popen``, which can
+enter the role's folder. Either child's end is a pidfd in the loop's selector;
+where there is none (Linux before 5.3, a seccomp filter) the loop looks for it
+every ``POLL`` seconds. ``process_ended`` waits the same way for a process that
+is not our child (a keeper found alive at a restart).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import fcntl
 import os
 import signal
-import threading
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from orchestrator.agents import procs
 
+POLL = 0.05  # seconds between looks for a process's end where there is no pidfd
 _devnull: int | None = None
 
 
@@ -68,15 +65,43 @@ async def fd_ready(fd: int, write: bool = False) -> None:
         remove(fd)
 
 
-class PosixChild:
-    """A child started by ``spawn``: its pid, its exit status once it has exited, and its stdin pipe."""
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
 
-    def __init__(self, pid: int, stdin: int | None) -> None:
+
+async def process_ended(ref: procs.ProcRef) -> None:
+    """Return once the process ``ref`` (not necessarily our child) has ended: a pidfd, or a look every ``POLL``."""
+    fd = _pidfd(ref.pid) if ref.process() is not None else None
+    if fd is None:
+        while ref.process() is not None:
+            await asyncio.sleep(POLL)
+        return
+    try:
+        await fd_ready(fd)
+    finally:
+        os.close(fd)
+
+
+Reap = Callable[[], "int | None"]
+
+
+class PosixChild:
+    """A child of ours: its pid, its exit status once it has exited, and its stdin pipe.
+
+    ``reap`` collects its status once it has ended (None: not yet); by default ``waitpid``. The child is
+    spared from ``procs.reap_orphans`` until then."""
+
+    def __init__(self, pid: int, stdin: int | None, reap: Reap | None = None) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._stdin = stdin
+        self._collect = reap or self._waitpid
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
+        procs.spare(pid)
         self._watch()
 
     async def wait(self) -> int:
@@ -120,90 +145,43 @@ class PosixChild:
             os.close(fd)
 
     def _watch(self) -> None:
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except (OSError, AttributeError):  # no pidfd here: a thread waits, as asyncio's own fallback does
-            threading.Thread(target=self._wait_in_thread, name=f"wait-{self.pid}", daemon=True).start()
+        pidfd = _pidfd(self.pid)
+        if pidfd is None:  # no pidfd here: looked for now and then
+            self._loop.call_later(POLL, self._reap, POLL)
             return
 
         def readable() -> None:
             self._loop.remove_reader(pidfd)
             os.close(pidfd)
-            self._reap()
+            self._reap(0.005)
 
         self._loop.add_reader(pidfd, readable)
 
-    def _reap(self) -> None:
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped by someone else: its status is lost (the keeper's record is not)
-            self._ended(255)
+    def _reap(self, again: float) -> None:
+        code = self._collect()
+        if code is None:  # not ended yet (or a readable pidfd, no zombie yet): look again in a moment
+            self._loop.call_later(again, self._reap, again)
             return
-        if pid == 0:  # readable pidfd, no zombie yet: look again in a moment
-            self._loop.call_later(0.005, self._reap)
-            return
-        self._ended(os.waitstatus_to_exitcode(status))
-
-    def _wait_in_thread(self) -> None:
-        try:
-            _pid, status = os.waitpid(self.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:
-            code = 255
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is left to tell
-            self._loop.call_soon_threadsafe(self._ended, code)
-
-    def _ended(self, code: int) -> None:
+        procs.unspare(self.pid)
         self.returncode = code
         if not self._exited.done():
             self._exited.set_result(code)
 
+    def _waitpid(self) -> int | None:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its status is lost (a keeper's record is not)
+            return 255
+        return os.waitstatus_to_exitcode(status) if pid else None
 
-_spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spawn")
 
-
-async def spawn(
-    argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fds: Sequence[int] = ()
-) -> PosixChild:
+def spawn(argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fds: Sequence[int] = ()) -> PosixChild:
     """Start ``argv[0]`` (a full path) in a session of its own, in our folder, with ``env``; raises ``OSError``.
 
     Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``;
     it inherits ``keep_fds`` under the same numbers, and none of ours else: Python opens every descriptor
-    close-on-exec (what our own parent left inheritable, the keeper closes). The spawn returns only once
-    the child has exec'd: while other children run, it runs on a thread of its own and the loop handles
-    their ends meanwhile; a lone start spawns at once, since the thread's hand-off costs more than the
-    wait when the loop has nothing else to do. The child is spared from ``procs.reap_orphans`` until
-    its status is read."""
-    with procs.spawning():  # until it is spared, a quick child's zombie must not be reaped as an orphan
-        started: concurrent.futures.Future[tuple[int, int | None]]
-        if procs.spared_count() == 0:
-            started = concurrent.futures.Future()
-            started.set_result(_spawn(list(argv), env, stdin_pipe, tuple(keep_fds)))
-        else:
-            started = _spawner.submit(_spawn, list(argv), env, stdin_pipe, tuple(keep_fds))
-        try:
-            pid, stdin = await asyncio.shield(asyncio.wrap_future(started))
-        except asyncio.CancelledError:
-            started.add_done_callback(_abandon)  # on the spawner's thread: even once the loop is closed
-            raise
-        child = PosixChild(pid, stdin)
-        procs.spare(pid)
-    return child
-
-
-def _abandon(started: concurrent.futures.Future[tuple[int, int | None]]) -> None:
-    """A start whose caller was cancelled: its child is killed (and reaped as an orphan)."""
-    if started.cancelled() or started.exception() is not None:
-        return
-    pid, stdin = started.result()
-    if stdin is not None:
-        os.close(stdin)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tuple[int, ...]) -> tuple[int, int | None]:
-    """The spawn, on the spawner's thread: (the pid, our end of its stdin pipe)."""
+    close-on-exec (what our own parent left inheritable, the keeper closes). It returns once the child has
+    exec'd, with the child spared from ``procs.reap_orphans`` (both on this thread: no reaper runs between)."""
     null = null_fd()
     read_end = write_end = None
     if stdin_pipe:
@@ -215,11 +193,11 @@ def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tup
         (os.POSIX_SPAWN_DUP2, null, 1),
         (os.POSIX_SPAWN_DUP2, null, 2),
     ]
-    for fd in keep_fds:  # only for this spawn, the one thread that makes them: subprocess closes what it does not pass
+    for fd in keep_fds:  # only for this spawn: subprocess closes what it does not pass
         os.set_inheritable(fd, True)
     try:
         pid = os.posix_spawn(
-            argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            argv[0], list(argv), env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
         )
     except BaseException:
         if write_end is not None:
@@ -230,4 +208,43 @@ def _spawn(argv: list[str], env: dict[str, str], stdin_pipe: bool, keep_fds: tup
             os.close(read_end)
         for fd in keep_fds:
             os.set_inheritable(fd, False)
-    return pid, write_end
+    return PosixChild(pid, write_end)
+
+
+def start_direct(
+    argv: Sequence[str],
+    env: dict[str, str],
+    *,
+    cwd: Path,
+    output: int,
+    stdin_pipe: bool,
+    keep_fds: Sequence[int] = (),
+) -> PosixChild:
+    """Start ``argv`` (``argv[0]`` a full path) in ``cwd`` and a session of its own, its stdout and stderr
+    ``output``, its stdin a pipe or ``/dev/null``; raises ``OSError`` (its ``filename`` names the folder
+    when that could not be entered). ``subprocess`` enters the folder, which ``posix_spawn`` cannot; its
+    status is collected by ``Popen.poll``, so the ``Popen`` never reaps a pid that is no longer its own."""
+    read_end = write_end = None
+    if stdin_pipe:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=read_end if read_end is not None else subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            pass_fds=tuple(keep_fds),
+            restore_signals=True,
+        )
+    except BaseException:
+        if write_end is not None:
+            os.close(write_end)
+        raise
+    finally:
+        if read_end is not None:
+            os.close(read_end)
+    return PosixChild(proc.pid, write_end, proc.poll)

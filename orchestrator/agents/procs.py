@@ -17,9 +17,11 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psutil
+
+from orchestrator.core.agent import KillReport  # what the ladder returns, defined beside the agent handle
 
 POLL = 0.01
 
@@ -63,14 +65,6 @@ class Target:
     run_id: int | None
     project_root: str
     attempt: int | None = None  # set: only processes of that attempt of the run
-
-
-@dataclass
-class KillReport:
-    pids: list[int] = field(default_factory=list)
-    seconds: float = 0.0
-    escalated: bool = False
-    survivors: list[int] = field(default_factory=list)
 
 
 def _proc_stat(pid: int) -> tuple[int, str, int] | None:
@@ -254,11 +248,6 @@ def spare(pid: int) -> None:
 
 def unspare(pid: int) -> None:
     _spared.discard(pid)
-
-
-def spared_count() -> int:
-    """How many of our direct children are waited for now (keepers, agents): how busy the loop is."""
-    return len(_spared)
 
 
 @contextlib.contextmanager

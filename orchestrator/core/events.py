@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport
+
 
 @dataclass(frozen=True)
 class MemoSeen:
@@ -44,7 +46,7 @@ class AgentStarted:
 
     run_id: int
     attempt: int
-    agent: Any = field(compare=False)
+    agent: AgentHandle = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,11 @@ class AgentStartFailed:
 
 @dataclass(frozen=True)
 class RunExited:
-    """The agent process of this attempt exited with ``returncode`` (negative: killed by that signal)."""
+    """The agent of this attempt ended; ``verdict`` says how (its exit status, negative: killed by that signal)."""
 
     run_id: int
     attempt: int
-    returncode: int
+    verdict: AttemptVerdict
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class StopDone:
 
     run_id: int
     attempt: int
-    report: Any = field(compare=False)
+    report: KillReport = field(compare=False)
 
 
 @dataclass(frozen=True)

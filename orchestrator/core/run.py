@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Role
+from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.states import RunState
 
 
@@ -58,7 +59,7 @@ class Run:
     attempt: int
     state: RunState = RunState.QUEUED
     seq: int | None = None  # the role's run number, given when its memos are claimed for an agent
-    agent: Any = None  # the current attempt's ``Agent`` once it is started
+    agent: AgentHandle | None = None  # the current attempt's agent once it is started (or adopted)
     log_path: Path | None = None
     started_mono: float | None = None
     started_at: str | None = None
@@ -70,7 +71,7 @@ class Run:
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest figures of each SDK session
     last_ran: float | None = None  # seconds the last ended attempt ran
     cancel: CancelOrder | None = None  # set by the transition into CANCELLING or INTERRUPTING
-    stop_report: Any = None  # the last stop task's ``KillReport``
+    stop_report: KillReport | None = None  # the last stop task's report
     waiters: list[asyncio.Future[Any]] = field(default_factory=list)  # replies due when the run ends
 
     @property

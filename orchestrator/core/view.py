@@ -179,7 +179,7 @@ class RunView(BaseModel):
             activity=agent.activity if agent else None,
             cost_usd=agent.cost_usd if agent else None,
             log=str(run.log_path) if run.log_path else None,
-            node=getattr(agent, "node", None),
+            node=agent.node if agent else None,
         )
         return cls(**{**fields, **extra})
 

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import keeper, memo_list, procs
-from orchestrator.agents.command import LaunchSpec, watch_exit
-from orchestrator.agents.kept import AdoptedAgent
+from orchestrator.agents.command import adopt_command, recorded_command
+from orchestrator.agents.handle import Agent
+from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
+from orchestrator.core.agent import AgentHandle, AttemptVerdict
 from orchestrator.core.events import Event, RunExited, RunFinished, StopDone, TimeoutFired
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
@@ -99,30 +101,25 @@ class Adopter:
                 "finishing it as its keeper recorded, not running it again",
                 role=role.name,
             )
-            if role.backend == "sdk" and row.get("pid") and self._group_is_the_runs(row):
-                from orchestrator.agents.sdk.backend import recorded_sdk  # 15 ms of every start-up otherwise
-
-                run.agent = recorded_sdk(self._spec(run), row["pid"])  # its figures and failure reason, from its files
-            self.pending.append(RunExited(run_id, attempt, record.returncode))
+            run.agent = ended = self._recorded(run, row)
+            self.pending.append(RunExited(run_id, attempt, ended.conclude(record.returncode)))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
         else:
             assert found is not None
             ref, keeper_pid = found
 
-            def exited(_agent: Any, code: int) -> None:
-                self.dispatch(RunExited(run_id, attempt, code))
+            def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
+                self.dispatch(RunExited(run_id, attempt, verdict))
 
             if role.backend == "sdk":
-                from orchestrator.agents.sdk.backend import adopt_sdk
+                from orchestrator.agents.sdk.backend import adopt_sdk  # 15 ms of every start-up otherwise
 
-                sdk = adopt_sdk(self._spec(run), ref, keeper_pid)
-                run.agent = sdk
-                watch_exit(sdk, exited)
+                agent = adopt_sdk(self._spec(run), ref, keeper_pid)
             else:
-                agent = AdoptedAgent(self._spec(run), ref, keeper_pid)
-                run.agent = agent
-                agent.watch(exited)
+                agent = adopt_command(self._spec(run), ref, keeper_pid)
+            run.agent = agent
+            agent.watch(exited)
             self.store.update_run(run_id, state=run.state.value, pid=ref.pid, create_time=ref.create_time)
             left = role.timeout - run.elapsed(self.clock.monotonic())
             if state is RunState.TIMING_OUT:
@@ -187,6 +184,16 @@ class Adopter:
         if role.backend == "sdk":
             _earlier_figures(run, row)
         return run
+
+    def _recorded(self, run: Run, row: dict[str, Any]) -> Agent:
+        """The handle of an attempt that ended while the orchestrator was down; an ``sdk`` one has its figures and
+        failure reason from its files, and its group to sweep unless another process took that pid."""
+        if run.role.backend != "sdk":
+            return recorded_command(self._spec(run))
+        from orchestrator.agents.sdk.backend import recorded_sdk  # 15 ms of every start-up otherwise
+
+        pid = row["pid"] if row.get("pid") and self._group_is_the_runs(row) else None
+        return recorded_sdk(self._spec(run), pid)
 
     def _spec(self, run: Run) -> LaunchSpec:
         return LaunchSpec(

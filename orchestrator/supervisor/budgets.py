@@ -91,7 +91,7 @@ def _running_costs(runs: Iterable[Run]) -> dict[str, float]:
         agent = run.agent
         if agent is not None and agent.cost_usd and run.state.live:
             # nothing once its exit recorded its figures (the run is still live then), else beyond the session it resumed
-            key = getattr(agent, "session_id", None) or f"attempt-{run.attempt}"
+            key = agent.session_id or f"attempt-{run.attempt}"
             recorded = run.sessions.get(key) or run.sessions.get(run.resumed_from or "") or {}
             live = max(0.0, agent.cost_usd - (recorded.get("cost_usd") or 0.0))
             out[run.role.name] = out.get(run.role.name, 0.0) + live

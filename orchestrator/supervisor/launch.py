@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import memo_list
-from orchestrator.agents.command import LaunchSpec, SpawnError, agent_environment
-from orchestrator.agents.spawner import Spawner
+from orchestrator.agents.spawner import OnExit, Spawner
+from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
+from orchestrator.core.agent import AgentHandle, AttemptVerdict
 from orchestrator.core.clock import Clock
 from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunExited
 from orchestrator.core.run import MemoRef, Run
@@ -262,7 +263,7 @@ class Launcher:
                 self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
                 return
         try:
-            agent = await self.spawner.start(spec, self._exited)
+            agent = await self.spawner.start(spec, self._exited(spec.run_id, spec.attempt))
         except SpawnError as exc:
             reason = f"could not start the agent: {exc}"
             self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
@@ -273,8 +274,13 @@ class Launcher:
             # handled before the exit watcher can report: it runs only once this task yields
             self.dispatch(AgentStarted(spec.run_id, spec.attempt, agent))
 
-    def _exited(self, agent: Any, code: int) -> None:
-        self.dispatch(RunExited(agent.spec.run_id, agent.spec.attempt, code))
+    def _exited(self, run_id: int, attempt: int) -> OnExit:
+        """What tells the loop that this attempt's agent ended."""
+
+        def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
+            self.dispatch(RunExited(run_id, attempt, verdict))
+
+        return exited
 
     def _render(self, run: Run, text: str, memos_file: Path | None = None) -> str:
         sections: dict[str, str] = {}

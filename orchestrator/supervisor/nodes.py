@@ -18,7 +18,7 @@ def install(sup: Supervisor) -> None:
     """Register the recording of each finished run's node in the lifecycle's ``before_finish``."""
 
     def record(run: Run, _state: RunState, _reason: str | None) -> None:
-        node = getattr(run.agent, "node", None)
+        node = run.agent.node if run.agent is not None else None
         if node:
             sup.store.update_run(run.run_id, node=node)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.console import Console
+from orchestrator.core.agent import AgentHandle
 from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RetryDue, RunExited, StopDone, TimeoutFired
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
@@ -68,12 +69,11 @@ class Outcomes:
             return
         agent = run.agent = event.agent
         if run.state is RunState.STARTING:
-            ref = agent.ref
             self.lc.transition(
                 run,
                 RunState.RUNNING,
                 pid=agent.pid,
-                create_time=ref.create_time if ref else None,
+                create_time=agent.create_time,
                 log_path=str(run.log_path),
             )
             self.store.record_attempt(
@@ -107,33 +107,32 @@ class Outcomes:
         run = self._current(event.run_id, event.attempt)
         if run is None:
             return
-        code = event.returncode
+        verdict = event.verdict
+        code = verdict.returncode
         run.exit_codes.append(code)
         run.cancel_timers("timeout")
         agent = run.agent
         if agent is not None:
-            self._record_figures(run, agent)
-            self.stopper.sweep(run, event.attempt)
+            self._record_figures(run, agent, verdict.session_id)
+            self.stopper.sweep(run)
         if run.state.stopping:
             return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
         ran = run.elapsed(self.clock.monotonic())
-        interrupted = run.state is RunState.INTERRUPTING and getattr(agent, "interrupted", False) and code != 0
-        if interrupted:
+        if run.state is RunState.INTERRUPTING and verdict.interrupted and code != 0:
             assert run.cancel is not None
             self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
-        elif agent is not None and getattr(agent, "budget_exceeded", False):
-            self.attempt_failed(run, agent.failure_reason or "per-run budget exceeded", code, retry=False)
-        elif code != 0 and agent is not None and getattr(agent, "permanent_failure", False):
-            self.attempt_failed(run, agent.failure_reason or rules.describe_exit(code), code, retry=False)
+        elif verdict.budget_exceeded:
+            self.attempt_failed(run, verdict.failure_reason or "per-run budget exceeded", code, retry=False)
+        elif code != 0 and verdict.permanent_failure:
+            self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code, retry=False)
         elif code == 0:
             # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
             self.crashes.note(run.role.name, ran, failed=False)
             self.lc.end_attempt(run, "succeeded", None, 0)
             self.lc.finish(run, RunState.SUCCEEDED, reason=None, exit_code=0)
         else:
-            reason = agent.failure_reason if agent is not None and agent.failure_reason else rules.describe_exit(code)
-            self.attempt_failed(run, reason, code)
+            self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code)
 
     def attempt_failed(self, run: Run, reason: str, exit_code: int | None, retry: bool = True) -> None:
         """One attempt failed: retry after the backoff, give up into failed/, or return the memo (ending)."""
@@ -216,13 +215,12 @@ class Outcomes:
                 self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} timed out", 1)
 
     # ------------------------------------------------------------ SDK figures
-    def _record_figures(self, run: Run, agent: Any) -> None:
+    def _record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> None:
         """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts.
 
         A session's figures are running totals, and a resumed session carries on from the one it resumed,
         so the run keeps the latest figures of each session and drops those of a session that was resumed.
         """
-        session = getattr(agent, "session_id", None) or agent.result.get("session_id")
         if session:
             run.session_id = session
         result = agent.result

@@ -187,7 +187,7 @@ class Requests:
             raise ControlError(f"memo {candidates[0].name}'s agent is still starting; nothing to {what} yet, try again")
         if run.state is not RunState.RUNNING:
             raise ControlError(f"memo {candidates[0].name} is {run.state.value}, not running; nothing to {what}")
-        if run.agent.backend != "sdk":
+        if run.agent is None or run.agent.backend != "sdk":  # a running run's agent is started: it is never None
             raise UnsupportedError(_unsupported(run, what))
         return run, candidates[0]
 
@@ -195,6 +195,7 @@ class Requests:
         """End an SDK agent's turn: the run ends as cancelled (with ``keep``, the session stays open for a tell)."""
         run, cand = self._running(event.memo, "interrupt")
         agent, attempt = run.agent, run.attempt
+        assert agent is not None  # _running checked it
         answer = {"memo": cand.name, "run_id": run.run_id, "role": run.role.name}
         if not event.keep:
             run.cancel = CancelOrder(event.who, event.reason, RunState.RUNNING)
@@ -238,6 +239,7 @@ class Requests:
             raise UsageError("nothing to tell: give the text as an argument or on standard input")
         run, cand = self._running(event.memo, "tell")
         agent = run.agent
+        assert agent is not None  # _running checked it
 
         async def send() -> None:
             try:

@@ -37,7 +37,7 @@ def light(sup: Supervisor) -> dict[str, Any]:
         "recovery": sup.recovery.to_json() if sup.recovery is not None else None,
         "runs": [RunView.from_run(r, now).to_json() for r in runs],
         # where each run's agent is, for agents that run elsewhere (executor: ray): run id -> node
-        "nodes": {str(r.run_id): r.agent.node for r in runs if getattr(r.agent, "node", None)},
+        "nodes": {str(r.run_id): r.agent.node for r in runs if r.agent is not None and r.agent.node},
         "queued": {role: len(q) for role, q in queues.items()},
         "queued_memos": {role: [p.name for p in list(q)[:20]] for role, q in queues.items() if q},
         "pending": len(sup.intake.pending),

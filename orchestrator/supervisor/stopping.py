@@ -13,9 +13,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.agents.procs import KillReport
 from orchestrator.agents.spawner import Spawner
 from orchestrator.console import Console
+from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.events import Event, StopDone
 from orchestrator.core.run import Run
 
@@ -46,7 +46,7 @@ class Stopper:
 
         async def stop() -> None:
             try:
-                report = await self.spawner.stop(agent, run.run_id, grace, log, interrupt_first)
+                report = KillReport() if agent is None else await self.spawner.stop(agent, grace, log, interrupt_first)
             except Exception:  # noqa: BLE001 - the run must still end: its outcome is reported, never lost
                 self.console.error(f"internal error: stopping run {run.run_id} failed:\n{traceback.format_exc()}")
                 report = KillReport()
@@ -56,17 +56,17 @@ class Stopper:
         self.tasks[key] = task
         task.add_done_callback(lambda _t: self.tasks.pop(key, None))
 
-    def orphan(self, agent: Any, run_id: int) -> None:
+    def orphan(self, agent: AgentHandle, run_id: int) -> None:
         """Stop an agent whose run is gone, at once; nothing waits for the outcome."""
 
         def log(text: str) -> None:
             self.console.line(f"run {run_id}: {text}")
 
-        task = asyncio.ensure_future(self.spawner.stop(agent, run_id, 0.0, log, False))
+        task = asyncio.ensure_future(self.spawner.stop(agent, 0.0, log, False))
         self.sweeps.add(task)
         task.add_done_callback(self.sweeps.discard)
 
-    def sweep(self, run: Run, attempt: int) -> None:
+    def sweep(self, run: Run) -> None:
         """Stop what an exited attempt left in its process group."""
         agent = run.agent
         if agent is None or not self.spawner.left_behind(agent):
@@ -74,7 +74,7 @@ class Stopper:
         self.console.line(
             f"run {run.run_id}: processes left in its group after exit; stopping them", role=run.role.name
         )
-        task = asyncio.ensure_future(self.spawner.sweep(agent, run.run_id, attempt, run.role.grace))
+        task = asyncio.ensure_future(self.spawner.sweep(agent, run.role.grace))
         self.sweeps.add(task)
         task.add_done_callback(self.sweeps.discard)
 

@@ -6,9 +6,11 @@ this folder on the PYTHONPATH of the process they start, with one of these varia
 - ``FAULT_MARKER``: classifying a watcher event (inotify's or watchdog's) whose path contains its value
   raises, which proves an exception while handling one event costs nothing but a rescan;
 - ``FAULT_REFUSE_PROMPT_PAIRING``: the watcher is told the prompt move pairing cannot be installed, with
-  this value as the reason, which proves the start-up line and the slower pairing.
+  this value as the reason, which proves the start-up line and the slower pairing;
+- ``FAULT_SPAWN_MARKER``: starting the agent of a memo whose name contains its value raises a plain
+  ``RuntimeError`` (not a ``SpawnError``), which proves an unexpected error while starting fails the attempt.
 
-The watcher modules are changed right after they are first imported, and only in a process that imports it
+The watcher modules (and the spawner) are changed right after they are first imported, and only in a process that imports it
 (the orchestrator, not its agents). Its handler and ``InboxWatcher`` look ``classify`` and
 ``queue_problem`` up when they are built, so the replacements are the ones used.
 """
@@ -26,8 +28,10 @@ from typing import Any
 
 WATCHER = "orchestrator.intake.watcher"
 INOTIFY = "orchestrator.intake.inotify"
+SPAWNER = "orchestrator.agents.spawner"
 MARKER_ENV = "FAULT_MARKER"
 REFUSE_ENV = "FAULT_REFUSE_PROMPT_PAIRING"
+SPAWN_ENV = "FAULT_SPAWN_MARKER"
 
 
 def faulty_classify(classify: Callable[..., Any], marker: str) -> Callable[..., Any]:
@@ -53,8 +57,23 @@ def faulty_inotify_classify(classify: Callable[..., Any], marker: str) -> Callab
     return classify_or_fail
 
 
+def faulty_start(start: Callable[..., Any], marker: str) -> Callable[..., Any]:
+    """``ProcessSpawner.start``, except that a start for a memo whose name contains ``marker`` raises."""
+
+    async def start_or_fail(self: Any, spec: Any, on_exit: Any) -> Any:
+        if any(marker in path.name for path in spec.memo_paths):
+            raise RuntimeError(f"injected fault for run {spec.run_id}")
+        return await start(self, spec, on_exit)
+
+    return start_or_fail
+
+
 def inject(module: ModuleType) -> None:
-    """Put the faults the environment asks for into the freshly imported watcher module."""
+    """Put the faults the environment asks for into the freshly imported watcher (or spawner) module."""
+    if module.__name__ == SPAWNER:
+        spawner = module.ProcessSpawner  # type: ignore[attr-defined]
+        spawner.start = faulty_start(spawner.start, os.environ[SPAWN_ENV])
+        return
     marker = os.environ.get(MARKER_ENV)
     if marker and module.__name__ == INOTIFY:
         watcher = module.InotifyWatcher  # type: ignore[attr-defined]
@@ -71,7 +90,7 @@ class _InjectOnImport(importlib.abc.MetaPathFinder):
     """Finds the watcher modules through the other finders and has their loaders call ``inject`` after running them."""
 
     def __init__(self) -> None:
-        self.waiting = {WATCHER, INOTIFY}
+        self.waiting = {WATCHER, INOTIFY} | ({SPAWNER} if os.environ.get(SPAWN_ENV) else set())
 
     def find_spec(
         self,
@@ -96,5 +115,5 @@ class _InjectOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get(MARKER_ENV) or os.environ.get(REFUSE_ENV):
+if os.environ.get(MARKER_ENV) or os.environ.get(REFUSE_ENV) or os.environ.get(SPAWN_ENV):
     sys.meta_path.insert(0, _InjectOnImport())

@@ -3,8 +3,8 @@
 ``settings`` (the ``executor:`` and ``resources:`` keys) imports nothing heavy;
 ``wire`` is the typed messages between a wrapper and the head; ``wrapper`` is
 what runs on a worker (``sdk_worker`` its part for an sdk runner); ``spawner`` is
-the head's side and the only module that imports Ray (``sdk_agent`` its agent for
-an sdk role). A configuration that does not ask for Ray never imports it.
+the head's side and the only module that imports Ray (``agent`` the transport of
+its agents, and an sdk role's mailbox). A configuration that does not ask for Ray never imports it.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
 ``RaySpawner`` implements the spawner boundary (``orchestrator.agents.spawner``):
 ``start`` submits the task (``num_cpus``/``num_gpus``/custom resources and node
 labels from the role, ``max_retries=0``: retries are ours) and returns once the
-wrapper reports the agent started; a pump task appends the streamed output to
-the run's log and calls ``on_exit`` once, when the wrapper reports the tree
+wrapper reports the agent started, with an ``Agent`` whose transport is the
+attempt (``agent.RayAttempt``); a pump task appends the streamed output to
+the run's log and ends the attempt once, when the wrapper reports the tree
 dead, when Ray reports the task lost (a dead worker or node), or when the
-wrapper has been silent for ``lost_after``. ``stop`` posts a stop request to a
+wrapper has been silent for ``lost_after``. ``stop_attempt`` posts a stop request to a
 small actor the wrappers poll and waits for the wrapper's report; if the
 wrapper or its node is gone it falls back to ``ray.cancel(force=True)`` and a
 bounded wait, and says so. Every attempt holds a lease token: a message whose
@@ -15,7 +16,7 @@ lease the head no longer holds is logged and ignored.
 A ``backend: sdk`` attempt runs the sdk runner under the same wrapper
 (``sdk_worker``); its events and transcript come back on the same stream and
 its controls go through the stop board, which is also each attempt's mailbox
-(``sdk_agent.RaySdkAgent``). The rules on time (``start_timeout``,
+(``agent.BoardCarrier``). The rules on time (``start_timeout``,
 ``lost_after``) read the supervisor's clock; the bounds on waiting for Ray
 itself (``BOARD_WAIT``, ``CANCEL_WAIT``) are real time.
 """
@@ -27,13 +28,14 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import memo_list, procs
-from orchestrator.agents.command import LaunchSpec, SpawnError, open_log, role_folder
-from orchestrator.agents.ray.agent import RayAgent
+from pydantic import ValidationError
+
+from orchestrator.agents import memo_list
+from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
+from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
 from orchestrator.agents.ray.cluster import connect
 from orchestrator.agents.ray.settings import ExecutorSettings
@@ -49,9 +51,13 @@ from orchestrator.agents.ray.wire import (
     TranscriptLines,
     parse,
 )
+from orchestrator.agents.sdk.backend import runner_spec
+from orchestrator.agents.sdk.follow import SdkFollow
+from orchestrator.agents.sdk.protocol import ProtocolError, explain, parse_event
+from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder
+from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.clock import Clock, SystemClock
 
-Log = Callable[[str], None]
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
 KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
@@ -59,7 +65,7 @@ LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was los
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 
 
-class RaySpawner:
+class RaySpawner(HandleStops):
     """Agents as Ray tasks, one per attempt, under the head's limits, retry policy and logs."""
 
     def __init__(self, root: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None) -> None:
@@ -137,59 +143,62 @@ class RaySpawner:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
         return options
 
-    async def start(self, spec: LaunchSpec, on_exit: Callable[[Any, int], None]) -> RayAgent:
+    async def start(self, spec: LaunchSpec, on_exit: OnExit) -> Agent:
         """Submit the attempt's task; return once the wrapper has started the agent on a worker."""
         lease = uuid.uuid4().hex
         payload = self._payload(spec, lease)
         gen = self.task.options(**self._options(spec)).remote(payload.model_dump(), self.board)
-        agent = self._agent(spec, lease, gen)
-        agent.on_exit = on_exit
+        attempt = RayAttempt(self.stop_attempt, spec, lease, gen)
+        agent = Agent(spec, attempt, follower=self._follow(attempt))
         self.leases.add(lease)
-        os.close(open_log(spec.log_path, self._header(spec, agent)))
-        agent.next = _pending(self._next(gen))
+        os.close(open_log(spec.log_path, self._header(spec)))
+        attempt.next = _pending(self._next(gen))
         try:
-            if not await self._within(agent.next, self.settings.start_timeout):
+            if not await self._within(attempt.next, self.settings.start_timeout):
                 raise SpawnError(
                     f"no Ray node could take it within {self.settings.start_timeout:g}s "
                     f"(it asks for {self._options(spec)})"
                 )
-            first = agent.next.result()
+            first = attempt.next.result()
         except StopAsyncIteration:
-            self._revoke(agent)
+            self._revoke(attempt)
             raise SpawnError("the Ray task ended before the agent started") from None
         except SpawnError:
-            self._revoke(agent)
+            self._revoke(attempt)
             self._cancel(gen)
             raise
         except self.ray.exceptions.RayError as exc:
-            self._revoke(agent)
+            self._revoke(attempt)
             raise SpawnError(f"the Ray task failed before the agent started: {_first_line(exc)}") from None
         if isinstance(first, StartFailed):
-            self._revoke(agent)
-            agent.node = first.node
+            self._revoke(attempt)
+            attempt.placed(first.node)
             raise SpawnError(first.reason)
         if not isinstance(first, Started):
-            self._revoke(agent)
+            self._revoke(attempt)
             raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
-        agent.pid, agent.node = first.pid, first.node
+        attempt.started(first.pid, first.node)
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
             while len(self.session_nodes) > SESSION_NODES:
                 self.session_nodes.pop(next(iter(self.session_nodes)))
         if first.orphans:
             self.say(f"run {spec.run_id}: killed orphaned agent processes {first.orphans} on {first.node}")
-        agent.waiter = asyncio.ensure_future(self._pump(agent))
+        agent.watch(on_exit)
+        attempt.pump = asyncio.ensure_future(self._pump(attempt))
         return agent
 
-    def _agent(self, spec: LaunchSpec, lease: str, gen: Any) -> RayAgent:
+    def _follow(self, attempt: RayAttempt) -> SdkFollow | None:
+        """An sdk attempt's session follower, its controls carried by the stop board."""
+        spec = attempt.spec
         if spec.role.backend != "sdk":
-            return RayAgent(spec, lease, gen)
-        from orchestrator.agents.ray.sdk_agent import RaySdkAgent
-
-        return RaySdkAgent(spec, lease, gen, _transcript(spec), self._post, self.settings.poll * 10 + BOARD_WAIT)
+            return None
+        attempt.board = BoardCarrier(attempt, self._post, self.settings.poll * 10 + BOARD_WAIT)
+        attempt.follow = SdkFollow(spec.run_id, _transcript(spec), spec.log_path, attempt.board)
+        return attempt.follow
 
     @staticmethod
-    def _header(spec: LaunchSpec, agent: RayAgent) -> str:
+    def _header(spec: LaunchSpec) -> str:
         head = f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): "
         if spec.role.backend != "sdk":
             return head + " ".join(spec.role.command[:8]) + "\n"
@@ -212,180 +221,171 @@ class RaySpawner:
             late.cancel()
         return future.done()
 
-    async def _post(self, agent: RayAgent, control: dict[str, Any]) -> None:
+    async def _post(self, attempt: RayAttempt, control: dict[str, Any]) -> None:
         """Leave a control message in the attempt's mailbox, which its wrapper empties at its next poll."""
-        await asyncio.wait_for(self.board.post.remote(agent.lease, control), BOARD_WAIT)
+        await asyncio.wait_for(self.board.post.remote(attempt.lease, control), BOARD_WAIT)
 
     async def _next(self, gen: Any) -> AnyMessage:
         ref = await gen.__anext__()
         return parse(await ref)
 
-    def _revoke(self, agent: RayAgent) -> None:
-        self.leases.discard(agent.lease)
+    def _revoke(self, attempt: RayAttempt) -> None:
+        self.leases.discard(attempt.lease)
         with contextlib.suppress(Exception):
-            self.board.forget.remote(agent.lease)
+            self.board.forget.remote(attempt.lease)
 
     def _cancel(self, gen: Any) -> None:
         with contextlib.suppress(Exception):
             self.ray.cancel(gen, force=True)
 
     # ------------------------------------------------------------ the stream
-    def _watchdog(self, agent: RayAgent) -> None:
+    def _watchdog(self, attempt: RayAttempt) -> None:
         """Give the attempt up after ``lost_after`` with no word from its wrapper, on the supervisor's clock."""
         lost_after = self.settings.lost_after
 
         def check() -> None:
-            if agent.ended:
+            if attempt.finished:
                 return
-            quiet = self.clock.monotonic() - agent.heard
+            quiet = self.clock.monotonic() - attempt.heard
             if quiet < lost_after:
-                agent.watchdog = self.clock.call_later(lost_after - quiet, check)
+                attempt.watchdog = self.clock.call_later(lost_after - quiet, check)
                 return
             self._end(
-                agent,
+                attempt,
                 None,
-                f"no word from the wrapper on {agent.node} for {lost_after:g}s (a partition or a lost node)",
+                f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)",
             )
-            self._ask_stop(agent, 0.0)
+            self._ask_stop(attempt, 0.0)
 
-        agent.watchdog = self.clock.call_later(lost_after, check)
+        attempt.watchdog = self.clock.call_later(lost_after, check)
 
-    async def _pump(self, agent: RayAgent) -> None:
+    async def _pump(self, attempt: RayAttempt) -> None:
         """Read the wrapper's stream to its end; the attempt ends once, by the first of: its report, Ray's error, silence."""
-        spec = agent.spec
-        agent.heard = self.clock.monotonic()
-        self._watchdog(agent)
+        spec = attempt.spec
+        attempt.heard = self.clock.monotonic()
+        self._watchdog(attempt)
         log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             while True:
-                agent.next = _pending(self._next(agent.gen))
-                await asyncio.wait({agent.next})
+                attempt.next = _pending(self._next(attempt.gen))
+                await asyncio.wait({attempt.next})
                 try:
-                    message = agent.next.result()
+                    message = attempt.next.result()
                 except StopAsyncIteration:
                     break
                 except self.ray.exceptions.RayError as exc:
-                    self._end(agent, None, _lost_reason(exc, agent.node))
+                    self._end(attempt, None, _lost_reason(exc, attempt.node))
                     break
-                agent.heard = self.clock.monotonic()
-                if agent.lease not in self.leases or message.lease != agent.lease:
+                attempt.heard = self.clock.monotonic()
+                if attempt.lease not in self.leases or message.lease != attempt.lease:
                     self.say(
-                        f"run {spec.run_id} attempt {spec.attempt}: a {message.type!r} message from {agent.node} came "
+                        f"run {spec.run_id} attempt {spec.attempt}: a {message.type!r} message from {attempt.node} came "
                         "after the head gave this attempt up; ignored"
                     )
                     continue
                 if isinstance(message, Output):
                     os.write(log_fd, message.data.encode("utf-8"))
                 elif isinstance(message, SdkEvent):
-                    getattr(agent, "event_line", _ignore)(message.line)
+                    _apply_event(attempt, message.line)
                 elif isinstance(message, TranscriptLines):
-                    getattr(agent, "transcript_lines", _ignore)(message.data)
+                    if attempt.follow is not None:
+                        append_transcript(attempt.follow.transcript, message.data)
                 elif isinstance(message, ControlAnswer):
-                    getattr(agent, "answered", _ignore)(message.id, message.refused)
+                    if attempt.board is not None:
+                        attempt.board.answered(message.id, message.refused)
                 elif isinstance(message, Ended):
                     if message.stopped:
-                        agent.report = procs.KillReport(
+                        attempt.report = KillReport(
                             pids=message.pids,
                             seconds=message.seconds,
                             escalated=message.escalated,
                             survivors=message.survivors,
                         )
                     else:
-                        agent.exit_pids = list(message.pids)
+                        attempt.exit_pids = list(message.pids)
                     reason = (
-                        f"the wrapper on {agent.node} could not reach the head"
+                        f"the wrapper on {attempt.node} could not reach the head"
                         if message.why == "lost the head"
                         else None
                     )
-                    self._end(agent, message.code, reason)
+                    self._end(attempt, message.code, reason)
         finally:
             os.close(log_fd)
-            if agent.watchdog is not None:
-                agent.watchdog.cancel()
-        if not agent.ended:
-            self._end(agent, None, f"the wrapper on {agent.node} ended without reporting the agent's exit")
+            if attempt.watchdog is not None:
+                attempt.watchdog.cancel()
+        if not attempt.finished:
+            self._end(attempt, None, f"the wrapper on {attempt.node} ended without reporting the agent's exit")
 
-    def _end(self, agent: RayAgent, code: int | None, reason: str | None) -> None:
-        """The attempt's one end: the lease is given up and ``on_exit`` is called, once."""
-        if agent.ended:
+    def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
+        """The attempt's one end: the lease is given up and its agent told (``reason``: its failure's), once."""
+        if attempt.finished:
             return
-        agent.ended = True
-        self._revoke(agent)
-        if reason is not None:
-            agent.failure_reason = reason
-            if code is None or agent.report is None:
-                agent.lost = reason
-        status = code if code is not None else LOST_EXIT
-        getattr(agent, "exited", _ignore)(status)
-        agent.on_exit(agent, status)
+        attempt.finished = True
+        self._revoke(attempt)
+        if reason is not None and (code is None or attempt.report is None):
+            attempt.lost = reason
+        attempt.finish(code if code is not None else LOST_EXIT, reason)
 
-    def give_up(self, agent: RayAgent, reason: str) -> None:
-        """End the attempt as the head sees it now (a partition): any later result of its wrapper is ignored."""
-        self._end(agent, None, reason)
-        self._ask_stop(agent, 0.0)
-
-    def _ask_stop(self, agent: RayAgent, grace: float) -> Any:
+    def _ask_stop(self, attempt: RayAttempt, grace: float) -> Any:
         try:
-            return self.board.stop.remote(agent.lease, grace)
+            return self.board.stop.remote(attempt.lease, grace)
         except Exception:  # noqa: BLE001 - the board is unreachable: the wrapper fences itself after lost_after
             return None
 
     # ------------------------------------------------------------ stop
-    async def stop(self, agent: Any, run_id: int, grace: float, log: Log, interrupt_first: bool) -> procs.KillReport:
+    async def stop_attempt(
+        self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
+    ) -> KillReport:
         """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.cancel(force=True)``.
 
         An sdk agent is first asked to end its turn (as locally); if the runner then exits by itself within
         ``grace``, the wrapper's sweep of what it left is the last step."""
-        if agent is None:
-            return procs.KillReport()
         started = time.monotonic()
-        if interrupt_first and agent.backend == "sdk" and not agent.ended:
-            from orchestrator.agents.spawner import _interrupt_first
-
-            await _interrupt_first(agent, grace, log)
-            if agent.ended and agent.lost is None and agent.report is None:
-                log(f"the session on {agent.node} ended its turn; the wrapper swept what it left")
-                pids = sorted({agent.pid, *agent.exit_pids} - {None})
-                return procs.KillReport(pids=pids, seconds=time.monotonic() - started)
-        if not agent.ended and agent.waiter is not None:
-            sent = self._ask_stop(agent, grace)
+        if interrupt_first and agent.backend == "sdk" and not attempt.finished:
+            await end_turn_first(agent, grace, log)
+            if attempt.finished and attempt.lost is None and attempt.report is None:
+                log(f"the session on {attempt.node} ended its turn; the wrapper swept what it left")
+                pids = sorted(pid for pid in {attempt.pid, *attempt.exit_pids} if pid is not None)
+                return KillReport(pids=pids, seconds=time.monotonic() - started)
+        if not attempt.finished and attempt.pump is not None:
+            sent = self._ask_stop(attempt, grace)
             if sent is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(sent, BOARD_WAIT)
-            log(f"asked the wrapper on {agent.node} to stop the agent's tree (SIGTERM, {grace:g}s grace, SIGKILL)")
+            log(f"asked the wrapper on {attempt.node} to stop the agent's tree (SIGTERM, {grace:g}s grace, SIGKILL)")
             bound = grace + KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
-            await asyncio.wait({agent.waiter}, timeout=bound)
-        if agent.report is not None:
+            await asyncio.wait({attempt.pump}, timeout=bound)
+        if attempt.report is not None:
             log(
-                f"the wrapper on {agent.node} reported the tree dead: {len(agent.report.pids)} process(es) "
-                f"{agent.report.pids} in {agent.report.seconds:.2f}s"
+                f"the wrapper on {attempt.node} reported the tree dead: {len(attempt.report.pids)} process(es) "
+                f"{attempt.report.pids} in {attempt.report.seconds:.2f}s"
             )
-            return agent.report
-        if agent.ended and agent.lost is None:
-            return procs.KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
-        why = agent.lost or f"no report within {grace + KILL_WAIT:g}s"
-        log(f"the wrapper on {agent.node} did not report the tree dead ({why}); ray.cancel(force=True)")
-        self._cancel(agent.gen)
-        if agent.waiter is not None:
-            await asyncio.wait({agent.waiter}, timeout=CANCEL_WAIT)
-        self._end(agent, None, why)
+            return attempt.report
+        if attempt.finished and attempt.lost is None:
+            return KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
+        why = attempt.lost or f"no report within {grace + KILL_WAIT:g}s"
+        log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); ray.cancel(force=True)")
+        self._cancel(attempt.gen)
+        if attempt.pump is not None:
+            await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
+        self._end(attempt, None, why)
         log(
-            f"forced cancel of the Ray task done; the agent (pid {agent.pid}) could not be checked and is killed by "
-            f"the next wrapper that runs on {agent.node}"
+            f"forced cancel of the Ray task done; the agent (pid {attempt.pid}) could not be checked and is killed by "
+            f"the next wrapper that runs on {attempt.node}"
         )
-        return procs.KillReport(pids=[agent.pid] if agent.pid else [], survivors=[agent.pid] if agent.pid else [])
-
-    def left_behind(self, agent: Any) -> bool:
-        """Never: the wrapper itself kills what an exited agent left, before it reports the exit."""
-        return False
-
-    async def sweep(self, agent: Any, run_id: int, attempt: int, grace: float) -> procs.KillReport:
-        """Nothing to do on the head (see ``left_behind``)."""
-        return procs.KillReport()
+        pids = [attempt.pid] if attempt.pid else []
+        return KillReport(pids=pids, survivors=list(pids))
 
 
-def _ignore(*_args: Any) -> None:
-    """What a command agent does with an sdk-only message (none is ever sent for one)."""
+def _apply_event(attempt: RayAttempt, line: str) -> None:
+    """One runner event from the worker: the figures, as locally."""
+    if attempt.follow is None:
+        return
+    try:
+        event = parse_event(line)
+    except ProtocolError:  # not a runner event: skipped, as locally
+        return
+    attempt.follow.apply(event)
 
 
 def _transcript(spec: LaunchSpec) -> Path:
@@ -396,11 +396,6 @@ def _transcript(spec: LaunchSpec) -> Path:
 
 def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
     """The runner's spec as the head knows it; the wrapper fills in ``cwd``, ``transcript`` and ``cli_path``."""
-    from pydantic import ValidationError
-
-    from orchestrator.agents.sdk.backend import runner_spec
-    from orchestrator.agents.sdk.protocol import explain
-
     try:
         return runner_spec(spec, None, role_folder(spec.root, spec.role.cwd), _transcript(spec))
     except ValidationError as exc:

@@ -1,36 +1,30 @@
 """The ``sdk`` backend inside the orchestrator: start a run's runner process and follow its events.
 
 The Claude session itself lives in ``orchestrator.agents.sdk.runner``, a child process
-started in its own session like every agent, so the kill ladder reaches the CLI
-below it and a misbehaving SDK cannot stall the supervisor's loop. This module
-writes the runner's spec, reads its events into an ``SdkAgent``, and turns
-``interrupt`` and ``tell`` into control lines to the runner.
-
-With the keeper binary (``agents/keeper.py``) the runner runs under a keeper,
-like a command agent, and talks over a Unix socket of its own with an event log
-and a result file beside it (``channel``), so it outlives an orchestrator that
-dies: at the restart ``adopt_sdk`` reconnects to a live runner and
-``recorded_sdk`` reads what an ended one left. Without the keeper it talks over
-its stdin and stdout, as a child of this process only.
+started in its own session like every agent (``spawn.start_process``: under its
+keeper), so the kill ladder reaches the CLI below it and a misbehaving SDK cannot
+stall the supervisor's loop. This module writes the runner's spec and gives the
+run's ``Agent`` an ``SdkFollow`` whose carrier is the runner's Unix socket
+(``SocketChannel``; an event log and a result file beside it, ``channel``), so the
+runner outlives an orchestrator that dies: at the restart ``adopt_sdk`` reconnects
+to a live runner and ``recorded_sdk`` reads what an ended one left.
 
 API used by the supervisor:
 
 ``check_role(role, root=None)``
     Start-up check: raises ``ConfigError`` when claude-agent-sdk is not installed
     or ``cli_path`` is not an executable file (relative paths are from ``root``).
-``await start_sdk(spec, on_exit, keeper_binary=None) -> SdkAgent``
-    Like ``runner.start_command``; under ``keeper_binary`` when given. ``spec.extra`` may hold ``resume`` (a session
-    id to continue), ``transcript`` (default
+``await start_sdk(spec, on_exit, keeper) -> Agent``
+    Like ``command.start_command``; under the ``keeper`` binary when there is one. ``spec.extra`` may hold
+    ``resume`` (a session id to continue), ``transcript`` (default
     ``<root>/.orchestrator/runs/<run_id>/transcript.jsonl``) and ``per_run_usd``
-    (default: the role's ``budget.per_run_usd``).
-``SdkAgent``
+    (default: the role's ``budget.per_run_usd``). The agent's ``follower`` (``SdkFollow``) has the figures:
     ``activity``, ``cost_usd``, ``result`` (``cost_usd``, ``input_tokens``,
     ``output_tokens``, ``num_turns``, ``session_id``, ``is_error``, ``subtype``),
     ``session_id`` (known from the session's start), ``failure_reason``,
-    ``budget_exceeded``, ``interrupted`` (this agent sent an interrupt and no
+    ``budget_exceeded``, ``interrupted`` (an interrupt was sent and no
     tell since), ``closing`` (the session takes no more turns; controls are
-    refused), ``transcript``, ``on_update(agent, event)`` called after each
-    event; ``await interrupt(keep=False)``, ``await tell(text)``, ``await end()``.
+    refused), ``transcript``, ``on_update(event)`` called after each event.
 
 The runner's exit status: 0 success, 1 failure, 3 interrupted, 4 per-run
 budget exceeded, 143 stopped by a signal. The messages both ways are the
@@ -47,7 +41,6 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,25 +48,13 @@ from pydantic import ValidationError
 
 from orchestrator.agents import procs
 from orchestrator.agents.claude_cli import retry_environment
-from orchestrator.agents.command import (
-    Agent,
-    LaunchSpec,
-    SpawnError,
-    _watch_exit,
-    open_log,
-    resolve_command,
-    role_folder,
-)
-from orchestrator.agents.kept import adopted_exit, kept_exit, spawn_kept
-from orchestrator.agents.posix_child import PosixChild
+from orchestrator.agents.handle import TASK_WAIT, Agent, OnExit
+from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.sdk import channel
 from orchestrator.agents.sdk.channel import RunFiles
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import (
-    EXIT_INTERRUPTED,
-    EXIT_SIGNALLED,
     RUNNER_PATH_ENV,
-    AnyEvent,
     End,
     Interrupt,
     ProtocolError,
@@ -84,6 +65,8 @@ from orchestrator.agents.sdk.protocol import (
     explain,
     parse_event,
 )
+from orchestrator.agents.spawn import Launch, start_process
+from orchestrator.agents.spec import LaunchSpec, SpawnError, resolve_command, role_folder
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 
@@ -156,115 +139,52 @@ def runner_environment(env: dict[str, str]) -> dict[str, str]:
     return child
 
 
-class SdkAgent(SdkFollow, Agent):
-    """A run's sdk_runner process, with the figures its events reported so far."""
+class SocketChannel:
+    """The local runner's Unix socket (``channel``): its events in, controls out; its files once it has ended."""
 
-    backend = "sdk"
-
-    def __init__(
-        self,
-        proc: asyncio.subprocess.Process | PosixChild | None,
-        spec: LaunchSpec,
-        transcript: Path,
-        files: RunFiles | None = None,
-        agent_pid: int | None = None,
-        keeper_pid: int | None = None,
-    ) -> None:
-        if proc is not None:
-            super().__init__(proc, spec)
-        else:  # adopted: the runner is not our child
-            self.spec = spec
-            self.ref = None  # set by ``_transport``
-            self.activity = self.cost_usd = self.failure_reason = None
-            self.result = {}
-            self._tasks = []
-            self.waiter = None
-        self._transport(proc, files, agent_pid, keeper_pid)
-        self._follow(transcript)
-        self._write_lock = asyncio.Lock()
-
-    def _transport(
-        self,
-        proc: asyncio.subprocess.Process | PosixChild | None,
-        files: RunFiles | None,
-        agent_pid: int | None,
-        keeper_pid: int | None,
-    ) -> None:
-        """Where events come from and controls go: the runner's pipes, or (``files``) its socket."""
-        self.files = files  # the socket channel's files; None: the runner's stdin and stdout
-        self.agent_pid = agent_pid  # the runner, when ``proc`` is its keeper (or None: adopted)
-        self.keeper_pid = keeper_pid
-        self.adopted = proc is None
-        self.exited = False
-        piped = proc if isinstance(proc, asyncio.subprocess.Process) and files is None else None
-        self._events_in: asyncio.StreamReader | None = piped.stdout if piped is not None else None
-        self._controls_out: asyncio.StreamWriter | None = piped.stdin if piped is not None else None
+    def __init__(self, files: RunFiles, ended: bool = False) -> None:
+        self.files = files
+        self.exited = ended  # the runner has ended: controls are refused
+        self._events_in: asyncio.StreamReader | None = None
+        self._controls_out: asyncio.StreamWriter | None = None
         self._connected = asyncio.Event()  # the socket is open (or could not be): controls may be tried
-        if files is None:
+        self._write_lock = asyncio.Lock()
+        self._reading: asyncio.Future[None] | None = None
+
+    def follow(self, sock: socket.socket | None, follow: SdkFollow) -> None:
+        """Read the runner's events from ``sock`` into ``follow``, in a task (None: nobody listens there)."""
+        if sock is None:
             self._connected.set()
-        if agent_pid is not None:
-            self.ref = procs.ProcRef.of(agent_pid)  # the runner, not its keeper: what a stop must reach
+            return
+        self._reading = asyncio.ensure_future(self._read(sock, follow))
 
-    @property
-    def pid(self) -> int:
-        if self.agent_pid is not None:
-            return self.agent_pid
-        return self.proc.pid
-
-    async def wait(self) -> int:
-        """The runner's exit status, once it has exited; an unexplained failure gets a reason pointing at the log.
-
-        Under a keeper, the status is the keeper's record, and what the socket did not bring (the
-        orchestrator was down, or the runner died before it could say) is read from the run's files.
-        """
-        if self.files is None:
-            code = await super().wait()
-        else:
-            if self.adopted:
-                assert self.agent_pid is not None
-                code = await adopted_exit(self.spec, self.agent_pid, self.keeper_pid)
-            else:
-                code = await kept_exit(self.spec, await self.proc.wait(), self.ref)
-            self.exited = True
-            for task in self._tasks:  # the socket's end of file follows the runner's exit
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(task, 2)
-            if not self.closing:
-                self.restore(channel.recorded_events(self.files))
-        self.exited = True
-        if self._controls_out is not None:
-            self._controls_out.close()
-        if code > 0 and code not in (EXIT_INTERRUPTED, EXIT_SIGNALLED) and self.failure_reason is None:
-            self.failure_reason = (
-                f"the sdk runner exited with status {code} without saying why; see {self.spec.log_path}"
-            )
-        return code
-
-    async def _control(self, message: Interrupt | Tell | End, what: str) -> None:
+    async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), CONNECT_WAIT)
         out = self._controls_out
-        gone = self.exited or (not self.adopted and self.proc.returncode is not None)
-        if self.closing or gone or out is None or out.is_closing():
-            raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}")
+        if follow.closing or self.exited or out is None or out.is_closing():
+            raise ControlError(follow.ended_line(what))
         try:
             async with self._write_lock:
                 out.write(message.line().encode("utf-8"))
                 await out.drain()
         except (BrokenPipeError, ConnectionResetError):
-            raise ControlError(f"run {self.spec.run_id}'s agent session has already ended; nothing to {what}") from None
+            raise ControlError(follow.ended_line(what)) from None
 
-    def restore(self, events: list[AnyEvent]) -> None:
-        """Apply events the runner left on disk (``on_update`` is not told: they are old news)."""
-        view, self.on_update = self.on_update, None
-        try:
-            for event in events:
-                self._apply(event)
-        finally:
-            self.on_update = view
+    async def settle(self, follow: SdkFollow) -> None:
+        """What the socket did not bring (the orchestrator was down, or the runner died before it could say) is
+        read from the run's files."""
+        self.exited = True
+        if self._reading is not None:  # the socket's end of file follows the runner's exit
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._reading, TASK_WAIT)
+        if not follow.closing:
+            follow.restore(channel.recorded_events(self.files))
+        if self._controls_out is not None:
+            self._controls_out.close()
 
-    async def _follow_socket(self, sock: socket.socket) -> None:
-        """Open the connection to the runner's socket, then read its events until it closes."""
+    async def _read(self, sock: socket.socket, follow: SdkFollow) -> None:
+        """Open the connection to the runner's socket, then apply its events until it closes."""
         try:
             reader, writer = await asyncio.open_unix_connection(sock=sock, limit=EVENT_LINE_LIMIT)
         except OSError:
@@ -274,31 +194,25 @@ class SdkAgent(SdkFollow, Agent):
         self._events_in, self._controls_out = reader, writer
         self._connected.set()
         try:
-            await self._read_events()
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # a line over the limit: skip it, keep the rest
+                    continue
+                if not line:
+                    return
+                try:
+                    event = parse_event(line)
+                except ProtocolError:  # not a runner event: skipped, like a line over the limit
+                    continue
+                follow.apply(event)
         except (ConnectionError, OSError):
             pass  # the runner went away: its exit status and its files tell the rest
 
-    async def _read_events(self) -> None:
-        stdout = self._events_in
-        assert stdout is not None
-        while True:
-            try:
-                line = await stdout.readline()
-            except ValueError:  # a line over the limit: skip it, keep the rest
-                continue
-            if not line:
-                return
-            try:
-                event = parse_event(line)
-            except ProtocolError:  # not a runner event: skipped, like a line over the limit
-                continue
-            self._apply(event)
 
-
-async def start_sdk(
-    spec: LaunchSpec, on_exit: Callable[[Agent, int], None], keeper_binary: Path | None = None
-) -> SdkAgent:
-    """Start a ``backend: sdk`` run's runner (under ``keeper_binary`` when given); ``on_exit`` is called when it ends."""
+async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
+    """Start a ``backend: sdk`` run's runner (under the ``keeper`` binary when there is one), on a socket made
+    here and inherited, so we are connected before it even runs; ``on_exit`` is called with its verdict."""
     role = spec.role
     cwd = role_folder(spec.root, role.cwd)
     cli_path = None
@@ -307,59 +221,6 @@ async def start_sdk(
         if cli_path is None:
             raise SpawnError(f"cli_path {role.cli_path!r} is not an executable file (role {role.name})")
     transcript = transcript_path(spec)
-    resume = spec.extra.get("resume")
-    if keeper_binary is not None:
-        return await _start_kept(spec, on_exit, keeper_binary, cli_path, cwd, transcript)
-    try:
-        first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript)) + "\n").encode("utf-8")
-    except ValidationError as exc:
-        raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
-    header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (f" resuming {resume}" if resume else "")
-    log_fd = open_log(spec.log_path, header + f", transcript {transcript}\n")
-    try:
-        with procs.spawning():
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                RUNNER_MODULE,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log_fd,
-                cwd=cwd,
-                env=runner_environment(spec.env),
-                start_new_session=True,
-                limit=EVENT_LINE_LIMIT,
-            )
-            procs.spare(proc.pid)
-    except OSError as exc:
-        raise SpawnError.of_errno(f"cannot start the sdk runner: {exc.strerror or exc}", exc.errno) from None
-    finally:
-        os.close(log_fd)
-    agent = SdkAgent(proc, spec, transcript)
-    agent._keep(agent._read_events())
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a runner that died at once: its status says why
-        proc.stdin.write(first_line)
-        await proc.stdin.drain()
-    _watch_exit(agent, on_exit)
-    return agent
-
-
-def transcript_path(spec: LaunchSpec) -> Path:
-    """The run's transcript: ``spec.extra["transcript"]``, or ``runs/<run_id>/transcript.jsonl``."""
-    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
-    return Path(spec.extra.get("transcript") or default)
-
-
-async def _start_kept(
-    spec: LaunchSpec,
-    on_exit: Callable[[Agent, int], None],
-    binary: Path,
-    cli_path: str | None,
-    cwd: Path,
-    transcript: Path,
-) -> SdkAgent:
-    """The runner under a keeper, on a socket made here and inherited, so we are connected before it even runs."""
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
     try:
         listener = channel.listen(files)
@@ -385,62 +246,62 @@ async def _start_kept(
         header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (
             f" resuming {resume}" if resume else ""
         )
-        proc, runner_pid = await spawn_kept(
+        launch = Launch(
             spec,
-            binary,
             sys.executable,
             [sys.executable, "-m", RUNNER_MODULE],
-            stdin_pipe=True,
-            env=runner_environment(spec.env),
-            cwd=cwd,
-            pass_fds=(listener.fileno(),),
-            log=(spec.log_path, header + f", transcript {transcript}, socket {files.socket}\n"),
+            runner_environment(spec.env),
+            cwd,
+            header + f", transcript {transcript}, socket {files.socket}\n",
+            first_line,  # the spec, then end of file: stdin carries nothing more
+            (listener.fileno(),),
         )
+        started = await start_process(launch, keeper)
     except BaseException:
         if client is not None:
             client.close()
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now
-    agent = SdkAgent(proc, spec, transcript, files=files, agent_pid=runner_pid, keeper_pid=proc.pid)
-    agent._keep(agent._follow_socket(client))
-    if (rest := proc.send(first_line)) is not None:  # the spec, then end of file: stdin carries nothing more
-        agent._keep(rest)
-
-    def exited(done: Agent, code: int) -> None:
-        procs.unspare(proc.pid)
-        on_exit(done, code)
-
-    _watch_exit(agent, exited)
+    carrier = SocketChannel(files)
+    follow = SdkFollow(spec.run_id, transcript, spec.log_path, carrier)
+    carrier.follow(client, follow)
+    agent = Agent(spec, LocalProcess(spec, started.pid, started.ref, started.end), follower=follow)
+    agent.keep(started.writing)
+    agent.watch(on_exit)
     return agent
 
 
-def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> SdkAgent:
+def transcript_path(spec: LaunchSpec) -> Path:
+    """The run's transcript: ``spec.extra["transcript"]``, or ``runs/<run_id>/transcript.jsonl``."""
+    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+    return Path(spec.extra.get("transcript") or default)
+
+
+def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
     """A live runner of an orchestrator that died: reconnected to its socket, which replays its latest events.
 
-    Call ``command.watch_exit`` on it to learn its end. A runner whose socket is gone (it is exiting) gets
-    its figures from its files instead, and takes no more controls.
+    Call ``watch`` on it to learn its end. A runner whose socket is gone (it is exiting) gets its figures from
+    its files instead, and takes no more controls.
     """
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    agent = SdkAgent(None, spec, transcript_path(spec), files=files, agent_pid=ref.pid, keeper_pid=keeper_pid)
-    agent.ref = ref
+    carrier = SocketChannel(files)
+    follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
     try:
         sock = channel.connect(files)
     except OSError:
         sock = None
     if sock is None:
-        agent.restore(channel.recorded_events(files))
-        agent._connected.set()
-    else:
-        agent._keep(agent._follow_socket(sock))
-    return agent
+        follow.restore(channel.recorded_events(files))
+    carrier.follow(sock, follow)
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=follow)
 
 
-def recorded_sdk(spec: LaunchSpec, pid: int) -> SdkAgent:
+def recorded_sdk(spec: LaunchSpec, pid: int | None) -> Agent:
     """An attempt whose runner ended while the orchestrator was down, with the figures its files hold."""
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    agent = SdkAgent(None, spec, transcript_path(spec), files=files, agent_pid=pid)
-    agent.restore(channel.recorded_events(files))
-    agent.exited = True
-    agent._connected.set()
-    return agent
+    carrier = SocketChannel(files, ended=True)
+    follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
+    follow.restore(channel.recorded_events(files))
+    carrier.follow(None, follow)
+    return Agent(spec, LocalProcess.recorded(spec, pid), follower=follow)

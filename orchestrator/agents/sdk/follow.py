@@ -1,22 +1,25 @@
-"""Following an sdk runner's events: the figures a session reported so far, whatever carried the events.
+"""Following an sdk runner's session: the figures it reported so far, and its controls, whatever carries them.
 
-``SdkFollow`` is the part of an SDK agent that does not depend on where the
-runner runs: the local agent (``backend.SdkAgent``, events on the runner's
-stdout) and the Ray agent (``ray.sdk_agent.RaySdkAgent``, events streamed back by the
-wrapper on a worker) both apply each ``protocol`` event here, so budgets, cost
-accounting, ``status`` and the live view read the same attributes either way.
+``SdkFollow`` is the ``handle.Follower`` an ``sdk`` agent is given, locally and
+on Ray alike: it applies each ``protocol`` event, so budgets, cost accounting,
+``status`` and the live view read the same figures either way, and it sends
+interrupts, tells and ends through its ``Carrier``: the runner's socket here
+(``backend.SocketChannel``), the stop board's mailbox on Ray
+(``ray.agent.BoardCarrier``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from orchestrator.agents.sdk.protocol import (
+    EXIT_INTERRUPTED,
+    EXIT_SIGNALLED,
     ActivityEvent,
     AnyEvent,
     CostEvent,
@@ -32,18 +35,31 @@ from orchestrator.agents.sdk.protocol import (
 from orchestrator.core.errors import ControlError
 
 
+class Carrier(Protocol):
+    """What carries a session's controls to its runner (and, at its end, what the runner left)."""
+
+    async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
+        """Deliver one control; ``ControlError`` (one line) when it cannot reach the session (or it is
+        ``follow.closing``: it takes no more turns)."""
+        ...
+
+    async def settle(self, follow: SdkFollow) -> None:
+        """The runner has ended: refuse controls from now on, and apply what it left that did not arrive."""
+        ...
+
+
 class SdkFollow:
-    """The figures of one session, updated by ``_apply``; a host class also has ``activity``, ``cost_usd``,
-    ``result`` and ``failure_reason`` (``command.Agent``'s attributes)."""
+    """The figures of one session of run ``run_id``, updated by ``apply``; controls go through ``carrier``."""
 
-    activity: str | None
-    cost_usd: float | None
-    result: dict[str, Any]
-    failure_reason: str | None
-
-    def _follow(self, transcript: Path) -> None:
-        """Set the figures to a session's start; the host's ``__init__`` calls it."""
+    def __init__(self, run_id: int, transcript: Path, log_path: Path, carrier: Carrier) -> None:
+        self.run_id = run_id
         self.transcript = transcript
+        self.log_path = log_path
+        self.carrier = carrier
+        self.activity: str | None = None
+        self.cost_usd: float | None = None
+        self.result: dict[str, Any] = {}
+        self.failure_reason: str | None = None
         self.session_id: str | None = None
         self.budget_exceeded = False
         self.interrupted = False
@@ -51,14 +67,15 @@ class SdkFollow:
         self._doing: str | None = None  # the last activity the runner reported
         self.tells_pending = 0  # tells written into the session that the model has not answered yet
         self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
-        self.on_update: Callable[[Any, dict[str, Any]], None] | None = None  # gets each event's JSON object
+        self.on_update: Callable[[dict[str, Any]], None] | None = None  # gets each event's JSON object
 
-    async def _control(self, message: Interrupt | Tell | End, what: str) -> None:
-        raise NotImplementedError  # the host carries controls: the runner's stdin or socket, or the stop board
+    def ended_line(self, what: str) -> str:
+        """The refusal of a control that came after the session's end."""
+        return f"run {self.run_id}'s agent session has already ended; nothing to {what}"
 
     async def interrupt(self, keep: bool = False) -> None:
         """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
-        await self._control(Interrupt(keep=keep), "interrupt")
+        await self.carrier.send(self, Interrupt(keep=keep), "interrupt")
         self.interrupted = True
 
     async def tell(self, text: str) -> None:
@@ -67,12 +84,21 @@ class SdkFollow:
             message = Tell(text=text)
         except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
             raise ControlError("nothing to tell: the text is empty") from None
-        await self._control(message, "tell")
+        await self.carrier.send(self, message, "tell")
         self.interrupted = False
 
     async def end(self) -> None:
         """Finish once the current turn ends, answering no queued tell."""
-        await self._control(End(), "end")
+        await self.carrier.send(self, End(), "end")
+
+    async def settle(self) -> None:
+        await self.carrier.settle(self)
+
+    def unexplained(self, code: int) -> str | None:
+        """A failure the runner did not explain points at the run's log."""
+        if code > 0 and code not in (EXIT_INTERRUPTED, EXIT_SIGNALLED):
+            return f"the sdk runner exited with status {code} without saying why; see {self.log_path}"
+        return None
 
     def _activity(self) -> str | None:
         """What the session does, and the tells it has not answered yet (``status`` and the live view show it)."""
@@ -81,7 +107,16 @@ class SdkFollow:
         tells = f"{self.tells_pending} tell{'s' if self.tells_pending > 1 else ''} pending"
         return f"{self._doing} ({tells})" if self._doing else tells
 
-    def _apply(self, event: AnyEvent) -> None:
+    def restore(self, events: Iterable[AnyEvent]) -> None:
+        """Apply events the runner left on disk (``on_update`` is not told: they are old news)."""
+        view, self.on_update = self.on_update, None
+        try:
+            for event in events:
+                self.apply(event)
+        finally:
+            self.on_update = view
+
+    def apply(self, event: AnyEvent) -> None:
         """Update the figures from one runner event, then tell ``on_update``."""
         match event:
             case ActivityEvent(text=text):
@@ -106,8 +141,8 @@ class SdkFollow:
                 self.permanent_failure = self.permanent_failure or permanent
         if self.on_update is not None:
             try:
-                self.on_update(self, event.wire())
+                self.on_update(event.wire())
             except Exception as exc:  # noqa: BLE001 - a view that fails must not stop the figures from arriving
                 asyncio.get_running_loop().call_exception_handler(
-                    {"message": "SdkAgent.on_update failed", "exception": exc}
+                    {"message": "SdkFollow.on_update failed", "exception": exc}
                 )

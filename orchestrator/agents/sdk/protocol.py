@@ -256,7 +256,7 @@ class ResultEvent(_Message):
     subtype: str | None
 
     def figures(self) -> dict[str, Any]:
-        """The totals without the ``event`` tag: what ``SdkAgent.result`` holds."""
+        """The totals without the ``event`` tag: what ``SdkFollow.result`` holds."""
         return self.model_dump(mode="json", exclude={"event"})
 
 

@@ -1,0 +1,259 @@
+"""The one agent handle: what the supervisor holds of an attempt's agent, and the strategies it is given.
+
+``Agent`` implements ``core.agent.AgentHandle`` for every backend and executor.
+What differs between agents is handed to it, never subclassed:
+
+- a ``Transport``: where the agent runs, how its end is awaited and how its tree
+  is stopped (``local.LocalProcess``: a process here, its end read by an
+  ``ends.EndReader``; ``ray.agent.RayAttempt``: a Ray task);
+- a ``Follower`` for an ``sdk`` agent (``sdk.follow.SdkFollow``): the figures its
+  session reports, and its interrupts and tells;
+- an ``Explainer`` for a ``command`` agent whose program says why it failed
+  (``claude_cli.LogExplainer``: the Claude CLI's last output line).
+
+``watch`` waits for the end once and calls ``on_exit`` with the attempt's one
+``AttemptVerdict``. ``HandleStops`` is what the real spawners answer when the
+supervisor asks them to stop an agent: whatever the handle's transport does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from orchestrator.agents.claude_errors import Problem
+from orchestrator.agents.spec import LaunchSpec
+from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log
+from orchestrator.core.errors import ControlError, UnsupportedError
+
+TASK_WAIT = 2.0  # after the end, how long the agent's own tasks (its stdin's write) may take to finish
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a transport saw its agent end: the exit status, and why when the transport knows better (a lost node)."""
+
+    code: int
+    reason: str | None = None
+
+
+class Transport(Protocol):
+    """Where an agent runs: its pid, how its end is awaited, how its tree is stopped."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def create_time(self) -> float | None: ...
+
+    @property
+    def node(self) -> str | None: ...
+
+    async def ended(self) -> Ending:
+        """Return once the agent has ended."""
+        ...
+
+    async def stop(self, agent: Agent, grace: float, log: Log, interrupt_first: bool) -> KillReport: ...
+
+    def left_behind(self) -> bool: ...
+
+    async def sweep(self, grace: float) -> KillReport: ...
+
+
+class Follower(Protocol):
+    """An SDK session as its runner reports it: figures, controls, and its own reasons for an end."""
+
+    activity: str | None
+    cost_usd: float | None
+    result: dict[str, Any]
+    session_id: str | None
+    failure_reason: str | None
+    interrupted: bool
+    budget_exceeded: bool
+    permanent_failure: bool
+    closing: bool
+
+    async def interrupt(self, keep: bool = False) -> None: ...
+
+    async def tell(self, text: str) -> None: ...
+
+    async def settle(self) -> None:
+        """The runner has ended: take in what its channel did not bring; controls are refused from now on."""
+        ...
+
+    def unexplained(self, code: int) -> str | None:
+        """The reason to give a failure exit ``code`` that the session did not explain (None: none)."""
+        ...
+
+
+class Explainer(Protocol):
+    """Why a ``command`` agent failed with exit ``code``, from what it wrote (None: it did not say)."""
+
+    def explain(self, code: int) -> Problem | None: ...
+
+
+OnExit = Callable[["Agent", AttemptVerdict], None]
+
+
+class Agent:
+    """One attempt's agent: its spec, its transport, and the follower or explainer its backend gives it."""
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        transport: Transport,
+        *,
+        follower: Follower | None = None,
+        explainer: Explainer | None = None,
+    ) -> None:
+        self.spec = spec
+        self.transport = transport
+        self.follower = follower
+        self.explainer = explainer
+        self.verdict: AttemptVerdict | None = None
+        self.done: asyncio.Future[None] | None = None  # ends once ``on_exit`` has been told the verdict
+        self._tasks: list[asyncio.Future[Any]] = []
+
+    # ------------------------------------------------------------ what the supervisor reads
+    @property
+    def backend(self) -> str:
+        return self.spec.role.backend
+
+    @property
+    def pid(self) -> int | None:
+        return self.transport.pid
+
+    @property
+    def create_time(self) -> float | None:
+        return self.transport.create_time
+
+    @property
+    def node(self) -> str | None:
+        return self.transport.node
+
+    @property
+    def activity(self) -> str | None:
+        return self.follower.activity if self.follower is not None else None
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.follower.cost_usd if self.follower is not None else None
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self.follower.result if self.follower is not None else {}
+
+    @property
+    def session_id(self) -> str | None:
+        if self.follower is None:
+            return None
+        return self.follower.session_id or self.follower.result.get("session_id")
+
+    @property
+    def closing(self) -> bool:
+        """Its session takes no more turns (it is finishing by itself): controls are refused."""
+        return self.follower is not None and self.follower.closing
+
+    # ------------------------------------------------------------ requests
+    async def interrupt(self, keep: bool = False) -> None:
+        if self.follower is None:
+            raise UnsupportedError(
+                f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
+                "use `orchestrator cancel` to stop it, or set `backend: sdk`"
+            )
+        await self.follower.interrupt(keep)
+
+    async def tell(self, text: str) -> None:
+        if self.follower is None:
+            raise UnsupportedError(
+                f"role {self.spec.role.name} uses the command backend, which cannot take follow-up messages; "
+                "set `backend: sdk` for that"
+            )
+        await self.follower.tell(text)
+
+    async def stop(self, grace: float, log: Log, interrupt_first: bool) -> KillReport:
+        return await self.transport.stop(self, grace, log, interrupt_first)
+
+    def left_behind(self) -> bool:
+        return self.transport.left_behind()
+
+    async def sweep(self, grace: float) -> KillReport:
+        return await self.transport.sweep(grace)
+
+    # ------------------------------------------------------------ the end
+    def keep(self, task: asyncio.Future[Any] | None) -> None:
+        """A task of this agent's (its stdin's write) that its end waits for, briefly."""
+        if task is not None:
+            self._tasks.append(task)
+
+    def watch(self, on_exit: OnExit) -> None:
+        """Wait for the agent's end (in a task); then ``on_exit(agent, verdict)``, once."""
+
+        async def waiter() -> None:
+            ending = await self.transport.ended()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, TASK_WAIT)
+            if self.follower is not None:
+                await self.follower.settle()
+            on_exit(self, self.conclude(ending.code, ending.reason))
+
+        self.done = asyncio.ensure_future(waiter())  # a strong reference: the loop keeps only weak ones
+
+    async def wait_done(self, timeout: float) -> bool:
+        """Whether the end has been told within ``timeout`` seconds (waiting does not call it off)."""
+        if self.done is None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(self.done), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def conclude(self, code: int, reason: str | None = None) -> AttemptVerdict:
+        """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first)."""
+        follower, permanent = self.follower, False
+        if follower is not None:
+            reason = reason or follower.failure_reason or follower.unexplained(code)
+            permanent = follower.permanent_failure
+        elif reason is None and code > 0 and self.explainer is not None:
+            problem = self.explainer.explain(code)
+            if problem is not None:
+                reason, permanent = problem.reason, problem.permanent
+        self.verdict = AttemptVerdict(
+            code,
+            interrupted=follower is not None and follower.interrupted,
+            budget_exceeded=follower is not None and follower.budget_exceeded,
+            permanent_failure=permanent,
+            session_id=self.session_id,
+            failure_reason=reason,
+        )
+        return self.verdict
+
+
+async def end_turn_first(agent: Agent, grace: float, log: Log) -> None:
+    """End an SDK agent's turn cleanly; the kill ladder follows after ``grace`` if it has not ended."""
+    try:
+        await agent.interrupt()
+    except ControlError:
+        if not agent.closing:
+            return
+        # its last turn is over and the CLI is saving the session: let it finish within the grace period
+    if agent.done is not None and not await agent.wait_done(grace):
+        log(f"no end of turn within {grace:g}s; using the kill ladder")
+
+
+class HandleStops:
+    """The real spawners' stops: each agent (an adopted one too) is stopped the way its handle knows."""
+
+    async def stop(self, agent: AgentHandle, grace: float, log: Log, interrupt_first: bool) -> KillReport:
+        return await agent.stop(grace, log, interrupt_first)
+
+    def left_behind(self, agent: AgentHandle) -> bool:
+        return agent.left_behind()
+
+    async def sweep(self, agent: AgentHandle, grace: float) -> KillReport:
+        return await agent.sweep(grace)

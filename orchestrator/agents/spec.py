@@ -1,0 +1,169 @@
+"""What every backend needs to start one attempt: its ``LaunchSpec``, its environment, its program and its log.
+
+Every agent starts from an argv list (never a shell) in a new session, so its
+process group is its own: a Ctrl-C in the orchestrator's terminal does not
+reach it, and the kill ladder can signal the whole group. Output goes to the
+run's log file; the prompt goes to stdin (or is the last argument).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agents import memo_list
+from orchestrator.config import Role
+
+ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
+
+
+# errors of a start that are not the role's doing: arguments and environment too long for the system, or no
+# descriptors, memory or processes left. The run's memos go back to the inbox (an internal error), not to failed/.
+NOT_THE_ROLES = frozenset({errno.E2BIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+
+
+class SpawnError(Exception):
+    """The agent could not be started; the message says why, for a person.
+
+    ``internal``: for a reason of the orchestrator's making or the machine's (``NOT_THE_ROLES``), not of the
+    role's configuration or its memo: the memos go back to the inbox instead of into ``failed/``."""
+
+    def __init__(self, message: str, *, internal: bool = False) -> None:
+        super().__init__(message)
+        self.internal = internal
+
+    @classmethod
+    def of_errno(cls, message: str, code: int | None) -> SpawnError:
+        """An exec or spawn that failed with errno ``code``: internal when ``code`` is in ``NOT_THE_ROLES``."""
+        return cls(message, internal=code in NOT_THE_ROLES)
+
+
+@dataclass
+class LaunchSpec:
+    """Everything needed to start one attempt of a run."""
+
+    run_id: int
+    attempt: int
+    role: Role
+    root: Path
+    prompt: str
+    memo_paths: list[Path]
+    log_path: Path
+    env: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def agent_environment(
+    role: Role,
+    root: Path,
+    run_id: int,
+    attempt: int,
+    memo_paths: list[Path],
+    seq: int | None = None,
+    memos_file: Path | None = None,
+) -> dict[str, str]:
+    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables.
+
+    A batch role's list of memos is named by ``ORCHESTRATOR_MEMOS_FILE`` (``memos_file``, written by the caller)
+    and is in ``ORCHESTRATOR_MEMOS`` only while it fits in ``memo_list.LIST_MAX``."""
+    env = dict(_role_environment(role))
+    env.update(
+        {
+            "ORCHESTRATOR_ROLE": role.name,
+            "ORCHESTRATOR_RUN_ID": str(run_id),
+            "ORCHESTRATOR_ROOT": str(root),
+            "ORCHESTRATOR_ATTEMPT": str(attempt),
+            "ORCHESTRATOR_SEQ": str(seq or ""),
+        }
+    )
+    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # ours, when we run inside an agent
+        env.pop(key, None)
+    if role.batch:
+        file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
+        env.update(memo_list.list_environment(memo_paths, file))
+    else:
+        env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
+    return env
+
+
+_folders: dict[tuple[Path, str], Path] = {}
+
+
+def role_folder(root: Path, cwd: str) -> Path:
+    """The role's folder (``cwd`` under ``root``), symlinks resolved: once per folder, not at every start."""
+    key = (root, cwd)
+    folder = _folders.get(key)
+    if folder is None:
+        folder = _folders[key] = (root / cwd).resolve()
+    return folder
+
+
+_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
+
+
+def _role_environment(role: Role) -> dict[str, str]:
+    """Ours and the role's ``env``, made once per role: our environment does not change while we run, and
+    reading ``os.environ`` decodes every variable again."""
+    cached = _role_envs.get(id(role))
+    if cached is not None and cached[0] is role:
+        return cached[1]
+    env = dict(os.environ)
+    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own retries: claude_cli
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
+    env.update(role.env)
+    _role_envs[id(role)] = (role, env)
+    return env
+
+
+def resolve_command(argv: list[str], cwd: Path) -> str | None:
+    """The executable's full path, or None when it cannot be found."""
+    program = argv[0]
+    if os.sep in program:
+        candidate = program if os.path.isabs(program) else str(cwd / program)
+        return candidate if os.access(candidate, os.X_OK) and os.path.isfile(candidate) else None
+    return shutil.which(program)
+
+
+def open_log(path: Path, header: str) -> int:
+    """The run's log, opened for appending with ``header`` written; its folder is made when missing."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.write(fd, header.encode())
+    return fd
+
+
+def cannot_start(
+    program: str,
+    executable: str,
+    code: int | None,
+    text: str,
+    argv: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> SpawnError:
+    """The one-line error for an exec that failed with errno ``code`` (``argv`` and ``env``: what it was given)."""
+    hint = ""
+    if code == errno.ENOENT and os.path.isfile(executable):
+        hint = " (the file exists: is the interpreter on its #! line missing?)"
+    elif code == errno.E2BIG:
+        hint = too_long_hint(argv or [], env or {})
+    return SpawnError.of_errno(f"cannot start {program!r}: {text}{hint}", code)
+
+
+def too_long_hint(argv: list[str], env: dict[str, str]) -> str:
+    """What made a start ``Argument list too long``: the sizes, and the longest argument or variable."""
+    sizes = [(len(os.fsencode(a)) + 1, f"argument {i}") for i, a in enumerate(argv)]
+    sizes += [(len(os.fsencode(k)) + len(os.fsencode(v)) + 2, f"variable {k}") for k, v in env.items()]
+    if not sizes:
+        return ""
+    largest = max(sizes)
+    return (
+        f" (its arguments and environment come to {sum(n for n, _ in sizes)} bytes; the longest is "
+        f"{largest[1]}, {largest[0]} bytes; Linux takes at most {ARG_MAX_SINGLE} bytes in one)"
+    )

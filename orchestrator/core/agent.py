@@ -1,0 +1,117 @@
+"""The agent boundary as the supervisor sees it: one handle per attempt, and one verdict at its end.
+
+``Run.agent`` holds an ``AgentHandle`` once the attempt's agent is started (or
+adopted at a restart). The supervisor reads it (pid, backend, what it is doing,
+its figures), asks it for an interrupt, a tell or a stop, and learns its end
+once, as an ``AttemptVerdict`` in ``RunExited``. The one implementation is
+``orchestrator.agents.handle.Agent``, whose variations (how its end is read,
+the Claude CLI's failure wording, the SDK session it follows, Ray's transport)
+are strategies it is given; the replay tests pass a fake. Nothing here imports
+anything above ``core``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AttemptVerdict:
+    """How one attempt's agent ended, decided once, when it ended.
+
+    ``returncode``: its exit status, or minus the signal that ended it; ``interrupted``: its session's turn
+    was interrupted on request (and no tell came after); ``budget_exceeded``: its per-run budget stopped it;
+    ``permanent_failure``: no retry can help (not logged in, a rejected key, ...); ``session_id``: the SDK
+    session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status."""
+
+    returncode: int
+    interrupted: bool = False
+    budget_exceeded: bool = False
+    permanent_failure: bool = False
+    session_id: str | None = None
+    failure_reason: str | None = None
+
+
+@dataclass
+class KillReport:
+    """What a stop ended: the processes it found, how long it took, whether SIGKILL was needed, what survived."""
+
+    pids: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    escalated: bool = False
+    survivors: list[int] = field(default_factory=list)
+
+
+class AgentHandle(Protocol):
+    """One attempt's agent: where it runs, what it is doing, what it reported, and how to reach and stop it."""
+
+    @property
+    def backend(self) -> str:
+        """``command`` or ``sdk``: only an ``sdk`` agent takes an interrupt or a tell."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """The agent's pid (a session leader, so its process group too); None when it is not known."""
+        ...
+
+    @property
+    def create_time(self) -> float | None:
+        """The agent's create time, which makes its pid unambiguous; None when it is not known."""
+        ...
+
+    @property
+    def node(self) -> str | None:
+        """The Ray node it runs on; None for a local agent."""
+        ...
+
+    @property
+    def activity(self) -> str | None:
+        """What its session is doing now (an SDK agent), for ``status`` and the live view."""
+        ...
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What its session has cost so far, as it reported."""
+        ...
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """Its session's latest figures: ``cost_usd``, ``input_tokens``, ``output_tokens``, ``num_turns``,
+        ``session_id``, ``is_error``, ``subtype`` (empty when it reported none)."""
+        ...
+
+    @property
+    def session_id(self) -> str | None:
+        """The SDK session it runs, once known."""
+        ...
+
+    @property
+    def verdict(self) -> AttemptVerdict | None:
+        """How it ended; None while it runs."""
+        ...
+
+    async def interrupt(self, keep: bool = False) -> None:
+        """End its session's current turn (with ``keep`` the session waits for a tell); ``OrchestratorError``
+        when it cannot."""
+        ...
+
+    async def tell(self, text: str) -> None:
+        """A follow-up message into its session; ``OrchestratorError`` when it cannot take one."""
+        ...
+
+    async def stop(self, grace: float, log: Log, interrupt_first: bool) -> KillReport:
+        """Stop its whole tree (its session's turn first, when asked): SIGTERM, ``grace``, SIGKILL."""
+        ...
+
+    def left_behind(self) -> bool:
+        """Whether it, now ended, left processes in its group."""
+        ...
+
+    async def sweep(self, grace: float) -> KillReport:
+        """Stop what it left behind once ended (only this attempt's: a retry must be spared)."""
+        ...
