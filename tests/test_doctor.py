@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -336,15 +337,21 @@ def fake_proc(folder: Path, max_watches: int, max_instances: int = 128, held: li
     limits.mkdir(parents=True)
     (limits / "max_user_watches").write_text(f"{max_watches}\n")
     (limits / "max_user_instances").write_text(f"{max_instances}\n")
-    process = folder / "4242"
+    fake_process(folder, 4242, held or [])
+    return folder
+
+
+def fake_process(proc: Path, pid: int, held: list[int], cmdline: str = "vim", path: str = "/usr/bin") -> None:
+    process = proc / str(pid)
     (process / "fd").mkdir(parents=True)
     (process / "fdinfo").mkdir()
+    (process / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+    (process / "environ").write_bytes(f"HOME=/x\0PATH={path}\0".encode())
     (process / "fd" / "0").symlink_to("/dev/null")
-    for fd, watches in enumerate(held or [], start=3):
+    for fd, watches in enumerate(held, start=3):
         (process / "fd" / str(fd)).symlink_to("anon_inode:inotify")
         lines = [f"inotify wd:{n} ino:1 sdev:2 mask:fce ignored_mask:0" for n in range(1, watches + 1)]
         (process / "fdinfo" / str(fd)).write_text("pos:\t0\nflags:\t02004000\n" + "\n".join(lines) + "\n")
-    return folder
 
 
 @pytest.fixture
@@ -392,6 +399,33 @@ def test_watches_held_by_this_users_other_programs_count(team: Project, tmp_path
     assert inotify.status == "fail" and "hold 2 inotify instances, max_user_instances 2" in inotify.detail
     host = Host(proc=fake_proc(tmp_path / "d", max_watches=8000, held=[10]))
     assert finding(diagnose(team.root, host), "inotify").status == "ok"
+
+
+def test_the_running_orchestrator_counts_as_the_teams_own_and_its_path_is_checked(
+    team: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the team's orchestrator running (its pid file, its process in ``/proc``), the watches it holds are
+    the team's, not another program's; and its PATH, which starts the agents, must find their program too."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "my-agent").write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    (bin_dir / "my-agent").chmod(0o755)
+    monkeypatch.setenv("PATH", on_path(bin_dir))
+    team.configure({"builder": {"command": ["my-agent"]}, "planner": {}, "reviewer": {}})
+    proc = fake_proc(tmp_path / "proc", max_watches=8000, held=[500])
+    fake_process(proc, 4243, [7000], cmdline=f"{sys.executable} -m orchestrator up --root {team.root}")
+    (team.root / ".orchestrator").mkdir()
+    (team.root / ".orchestrator" / "pid").write_text("4243\n")
+    found = diagnose(team.root, Host(proc=proc))
+    inotify = finding(found, "inotify")
+    assert inotify.status == "ok", inotify
+    assert (
+        inotify.detail == "6 watches needed (3 roles), 500 held by this user's other processes, max_user_watches 8000"
+    )
+    (command,) = [f for f in found if f.check == "command" and f.role == "builder"]
+    assert command.status == "fail", command
+    assert command.detail.endswith("'my-agent' not found on the PATH of the running orchestrator (pid 4243)")
+    assert command.fix.endswith("or restart the orchestrator from a shell whose PATH finds it")
 
 
 def test_an_unreadable_limit_is_a_warning(team: Project, tmp_path: Path) -> None:

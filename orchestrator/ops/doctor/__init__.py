@@ -57,7 +57,8 @@ def start_checks(config: Config, host: Host | None = None) -> list[Finding]:
     inotify's limits, the disk and the keeper. Raises ``ConfigError`` with the first failure's line; returns
     the warnings, for ``up`` to print once."""
     host = host or Host()
-    found = [check_folders(config, role) for role in config.roles.values()]
+    probed: set[int] = set()
+    found = [check_folders(config, role, probed) for role in config.roles.values()]
     found += [
         team.check_state(config.state_dir),
         team.check_inotify(config, host),

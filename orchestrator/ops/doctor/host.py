@@ -46,9 +46,9 @@ class Host:
         except (OSError, ValueError):
             return None
 
-    def inotify_in_use(self) -> InotifyUse | None:
-        """What this user's processes hold of inotify (the kernel's limits are per user), read from each one's
-        ``fd`` and ``fdinfo``; None when ``proc`` cannot be listed or the scan takes too long."""
+    def inotify_in_use(self, skip: int | None = None) -> InotifyUse | None:
+        """What this user's processes but ``skip`` hold of inotify (the kernel's limits are per user), read from
+        each one's ``fd`` and ``fdinfo``; None when ``proc`` cannot be listed or the scan takes too long."""
         deadline = time.monotonic() + SCAN_SECONDS
         try:
             pids = [name for name in os.listdir(self.proc) if name.isdigit()]
@@ -58,6 +58,8 @@ class Host:
         for pid in pids:
             if time.monotonic() > deadline:
                 return None
+            if pid == str(skip):
+                continue
             folder = self.proc / pid
             try:
                 if folder.stat().st_uid != self.uid:
@@ -75,6 +77,15 @@ class Host:
                     continue
                 instances += 1
         return InotifyUse(instances, watches)
+
+    def running_orchestrator(self, state_dir: Path) -> int | None:
+        """The pid of the orchestrator serving the root of ``state_dir``, when its pid file names a live one."""
+        try:
+            pid = int((state_dir / "pid").read_text().strip())
+            cmdline = (self.proc / str(pid) / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        return pid if b"orchestrator" in cmdline else None
 
     def environ_path(self, pid: int) -> str | None:
         """The ``PATH`` of a running process (the orchestrator of this root), None when it cannot be read."""

@@ -51,12 +51,13 @@ class Checkup:
     host: Host
     paths: list[tuple[str, str]] = field(default_factory=list)  # (whose, PATH)
     logins: dict[tuple[str, ...], Finding] = field(default_factory=dict)
+    probed: set[int] = field(default_factory=set)  # devices a write probe passed on
 
 
 def agent_paths(config: Config, host: Host) -> list[tuple[str, str]]:
     """Each distinct PATH an agent of this root may be started with, and whose it is."""
     found = [("this shell", os.environ.get("PATH", os.defpath))]
-    pid = _running_pid(config, host)
+    pid = host.running_orchestrator(config.state_dir)
     if pid is not None:
         running = host.environ_path(pid)
         if running is not None:
@@ -70,33 +71,18 @@ def agent_paths(config: Config, host: Host) -> list[tuple[str, str]]:
     return [(" and ".join(whose), path) for path, whose in distinct.items()]
 
 
-def _running_pid(config: Config, host: Host) -> int | None:
-    """The pid of the orchestrator serving this root, when its pid file names a live orchestrator."""
-    try:
-        pid = int((config.state_dir / "pid").read_text().strip())
-        cmdline = (host.proc / str(pid) / "cmdline").read_bytes()
-    except (OSError, ValueError):
-        return None
-    return pid if b"orchestrator" in cmdline else None
-
-
 def check_role(checkup: Checkup, role: Role) -> list[Finding]:
     """Every check of one role, in the order a person fixes them."""
     command, cli = check_command(checkup, role)
     found = [command]
     if cli is not None:
         found.append(check_login(checkup, role, cli))
-    found.append(check_folders(checkup.config, role))
+    found.append(check_folders(checkup.config, role, checkup.probed))
     found.append(check_prompt(checkup.config, role))
     if role.context:
         found.append(check_context(checkup.config, role))
     # the account's usage-limit pause (issue 25, item 1) is checked here once the orchestrator records one
     return found
-
-
-def fast_role_checks(config: Config, role: Role) -> list[Finding]:
-    """The checks of a role that ``up`` makes at start: nothing here starts a program."""
-    return [check_folders(config, role)]
 
 
 # ---------------------------------------------------------------- the command
@@ -226,17 +212,19 @@ def auth_status(cli: str, env: dict[str, str]) -> Finding:
 
 
 # ---------------------------------------------------------------- the memo folders
-def check_folders(config: Config, role: Role) -> Finding:
+def check_folders(config: Config, role: Role, probed: set[int] | None = None) -> Finding:
     """The role's memo folders can be written (and the missing ones made): each that exists is a folder this
-    user may write in, by ``access(2)`` and by a file written and removed there (which catches what access
-    cannot see: a full disk, a quota, a file system that lies)."""
+    user may write in, by ``access(2)``, and a file is written and removed on each file system, which finds
+    what access cannot see (a server that squashes root, a full disk or quota). ``probed``: the devices
+    already written on, shared by the checks of one run."""
+    probed = set() if probed is None else probed
     folder = config.role_dir(role.name)
     missing = []
     for path in (folder, *(folder / name for name in MEMO_FOLDERS)):
         if path != folder and not path.exists() and not path.is_symlink():
             missing.append(path.name)
             continue
-        problem = writable_problem(path)
+        problem = writable_problem(path, probed)
         if problem:
             return fail("folders", *problem, role=role.name)
     there = [name for name in MEMO_FOLDERS if name not in missing]
@@ -245,9 +233,9 @@ def check_folders(config: Config, role: Role) -> Finding:
     return ok("folders", f"{folder.relative_to(config.root)}/: {'; '.join(said)}", role.name)
 
 
-def writable_problem(path: Path) -> tuple[str, str] | None:
+def writable_problem(path: Path, probed: set[int] | None = None) -> tuple[str, str] | None:
     """Why this user cannot make or write files in ``path`` (or, when it is missing, make it), and what to do;
-    None when it can."""
+    None when it can. The write probe is skipped on a device in ``probed`` (and each one probed is added)."""
     target = path
     while not target.exists() and not target.is_symlink() and target.parent != target:
         target = target.parent  # a missing folder is made by `up`: its nearest existing parent must be writable
@@ -257,6 +245,9 @@ def writable_problem(path: Path) -> tuple[str, str] | None:
     access = "give this user write access to it (chown or chmod), or run the orchestrator as its owner"
     if not os.access(target, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
         return f"{target} is not writable by this user (uid {os.geteuid()})", access
+    device = target.stat().st_dev
+    if probed is not None and device in probed:
+        return None
     probe = target / PROBE_NAME.format(pid=os.getpid())
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -267,6 +258,8 @@ def writable_problem(path: Path) -> tuple[str, str] | None:
         return f"cannot write in {target}: {exc.strerror or exc}", access
     with contextlib.suppress(OSError):
         os.unlink(probe)
+    if probed is not None:
+        probed.add(device)
     return None
 
 

@@ -75,7 +75,8 @@ def check_inotify(config: Config, host: Host) -> Finding:
             f"cannot read {host.proc}/sys/fs/inotify/max_user_watches; the team needs {need} watches",
             "check `sysctl fs.inotify.max_user_watches` by hand",
         )
-    used = host.inotify_in_use()
+    running = host.running_orchestrator(config.state_dir)  # what it holds is the team's own: not counted twice
+    used = host.inotify_in_use(skip=running)
     raise_it = (
         f"raise it: `sysctl fs.inotify.max_user_watches={max(524288, 2 * (need + (used.watches if used else 0)))}`"
     )
@@ -86,7 +87,7 @@ def check_inotify(config: Config, host: Host) -> Finding:
     if used is None:
         return ok("inotify", f"{roles} of max_user_watches {limit} (what this user's processes hold: unknown)")
     left = limit - used.watches
-    held = f"{used.watches} held by this user's processes"
+    held = f"{used.watches} held by this user's {'other ' if running else ''}processes"
     instances = host.read_number("sys", "fs", "inotify", "max_user_instances")
     if instances is not None and used.instances >= instances:
         return fail(
