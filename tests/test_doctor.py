@@ -428,6 +428,20 @@ def test_the_running_orchestrator_counts_as_the_teams_own_and_its_path_is_checke
     assert command.fix.endswith("or restart the orchestrator from a shell whose PATH finds it")
 
 
+def test_the_watchdog_watcher_needs_a_watch_per_folder(team: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ORCHESTRATOR_WATCHER=watchdog`` watches each role folder recursively: one watch per folder in it."""
+    from orchestrator.ops.doctor import team as team_checks
+
+    config = load_config(team.root)
+    assert team_checks.watches_needed(config) == 6
+    monkeypatch.setenv("ORCHESTRATOR_WATCHER", "watchdog")
+    for folder in ("inbox", "archive", "archive/old"):
+        (team.root / "memo" / "builder" / folder).mkdir(parents=True, exist_ok=True)
+    # the role folder, the folders below it, and those `up` makes before it watches (inbox, active, archive,
+    # failed, cancelled): builder has 3 below it and gets 3 more, planner and reviewer get all 5
+    assert team_checks.watches_needed(config) == (1 + 3 + 3) + (1 + 5) * 2
+
+
 def test_an_unreadable_limit_is_a_warning(team: Project, tmp_path: Path) -> None:
     inotify = finding(diagnose(team.root, Host(proc=tmp_path / "nothing")), "inotify")
     assert inotify.status == "warn" and "cannot read" in inotify.detail and "the team needs 6 watches" in inotify.detail

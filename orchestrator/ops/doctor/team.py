@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from orchestrator.agents import keeper
 from orchestrator.config import Config
 from orchestrator.intake import inotify
+from orchestrator.intake.memo import FOLDERS
 from orchestrator.ops.doctor.findings import Finding, fail, ok, warn
 from orchestrator.ops.doctor.host import Host
 from orchestrator.ops.doctor.roles import writable_problem
@@ -58,7 +59,8 @@ def watches_needed(config: Config) -> int | None:
     total = 0
     for role in config.roles:
         folder = config.role_dir(role)
-        total += 1 + (sum(len(dirs) for _, dirs, _ in os.walk(folder)) if folder.is_dir() else 1)
+        below = sum(len(dirs) for _, dirs, _ in os.walk(folder))  # 0 when it is not there yet
+        total += 1 + below + sum(1 for name in FOLDERS if not (folder / name).is_dir())  # `up` makes those
     return total
 
 
