@@ -241,36 +241,49 @@ def test_a_file_where_a_memo_folder_should_be_fails_the_doctor_and_stops_up(proj
     assert orch.wait() == 2
     lines = orch.output.strip().splitlines()
     assert lines == [
-        f"orchestrator: builder: folders: {archive} is a file, not a folder; move it away (`up` makes the folder), "
-        "or fix the link (`orchestrator doctor` checks the rest)"
+        f"orchestrator: builder: folders: {archive} is a file, not a folder; move it away (`up` makes the folder) "
+        "(`orchestrator doctor` checks the rest)"
     ], orch.output
     assert not (project.root / ".orchestrator" / "pid").exists()
 
 
-def test_a_memo_folder_this_user_cannot_write_fails() -> None:
-    """As root, ``chmod`` stops nobody: the check then runs with the effective uid 65534 (``access(2)`` and the
-    write probe both go by the effective uid) over a root-owned project whose role folder anyone may write."""
+def as_another_user(check: Any) -> Any:
+    """``check()`` as another user: as root, with the effective uid 65534 (``access(2)`` and the write probe
+    both go by the effective uid; ``chmod`` stops no root), else as this user."""
+    if os.geteuid() != 0:
+        return check()
+    os.seteuid(65534)
+    try:
+        return check()
+    finally:
+        os.seteuid(0)
+
+
+def test_a_memo_folder_this_user_cannot_write_or_enter_fails() -> None:
+    """A root-owned project (or, not as root, folders without write or search permission) in a world-readable
+    temporary folder: first an inbox this user may not write in, then a memo folder it may not even enter."""
     root = Path(tempfile.mkdtemp(prefix="doctor-ro-"))
-    inbox = root / "memo" / "builder" / "inbox"
+    memo = root / "memo"
+    inbox = memo / "builder" / "inbox"
+    uid = 65534 if os.geteuid() == 0 else os.geteuid()
     try:
         root.chmod(0o755)
         Project(root).configure()
         inbox.mkdir(parents=True)
         inbox.parent.chmod(0o777)
+        inbox.chmod(0o755 if os.geteuid() == 0 else 0o555)
         config = load_config(root)
-        if os.geteuid() == 0:
-            os.seteuid(65534)
-            try:
-                found = roles.check_folders(config, config.roles["builder"])
-            finally:
-                os.seteuid(0)
-        else:
-            inbox.chmod(0o555)
-            found = roles.check_folders(config, config.roles["builder"])
-        uid = 65534 if os.geteuid() == 0 else os.geteuid()
+        builder = config.roles["builder"]
+        found = as_another_user(lambda: roles.check_folders(config, builder))
         assert found.status == "fail" and found.detail == f"{inbox} is not writable by this user (uid {uid})", found
         assert found.fix.startswith("give this user write access to it")
+
+        memo.chmod(0o700 if os.geteuid() == 0 else 0o000)
+        found = as_another_user(lambda: roles.check_folders(config, builder))
+        assert found.detail == f"cannot look at {memo / 'builder'}: Permission denied", found
+        assert found.fix.startswith("give this user write access to it")
     finally:
+        memo.chmod(0o755)
         inbox.chmod(0o755)
         shutil.rmtree(root)
 

@@ -20,6 +20,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,7 +222,7 @@ def check_folders(config: Config, role: Role, probed: set[int] | None = None) ->
     folder = config.role_dir(role.name)
     missing = []
     for path in (folder, *(folder / name for name in MEMO_FOLDERS)):
-        if path != folder and not path.exists() and not path.is_symlink():
+        if path != folder and not os.path.lexists(path):
             missing.append(path.name)
             continue
         problem = writable_problem(path, probed)
@@ -236,16 +237,28 @@ def check_folders(config: Config, role: Role, probed: set[int] | None = None) ->
 def writable_problem(path: Path, probed: set[int] | None = None) -> tuple[str, str] | None:
     """Why this user cannot make or write files in ``path`` (or, when it is missing, make it), and what to do;
     None when it can. The write probe is skipped on a device in ``probed`` (and each one probed is added)."""
-    target = path
-    while not target.exists() and not target.is_symlink() and target.parent != target:
-        target = target.parent  # a missing folder is made by `up`: its nearest existing parent must be writable
-    if not target.is_dir():
-        kind = "a broken symlink" if target.is_symlink() else "a file"
-        return f"{target} is {kind}, not a folder", "move it away (`up` makes the folder), or fix the link"
     access = "give this user write access to it (chown or chmod), or run the orchestrator as its owner"
+    target = path
+    while True:  # a missing folder is made by `up`: its nearest existing parent must be writable
+        try:
+            info = target.stat()
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if target.is_symlink():
+                return (
+                    f"{target} is a broken symlink, not a folder",
+                    "fix the link, or remove it (`up` makes the folder)",
+                )
+            if target.parent == target:
+                return f"no folder of {path} exists", access
+            target = target.parent
+        except OSError as exc:
+            return f"cannot look at {target}: {exc.strerror or exc}", access
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{target} is a file, not a folder", "move it away (`up` makes the folder)"
     if not os.access(target, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
         return f"{target} is not writable by this user (uid {os.geteuid()})", access
-    device = target.stat().st_dev
+    device = info.st_dev
     if probed is not None and device in probed:
         return None
     probe = target / PROBE_NAME.format(pid=os.getpid())
