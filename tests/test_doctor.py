@@ -503,6 +503,9 @@ def test_the_time_zone_in_force_is_said_and_a_bad_tz_warns(team: Project, monkey
     monkeypatch.setenv("TZ", "Mars/Olympus_Mons")
     clock = finding(diagnose(team.root), "clock")
     assert clock.status == "warn" and clock.detail.startswith("TZ=Mars/Olympus_Mons names no zone here")
+    for fine in ("Europe/Paris", ":UTC", f":{team.root / 'roles.yaml'}"):  # a file the C library reads
+        monkeypatch.setenv("TZ", fine)
+        assert finding(diagnose(team.root), "clock").status == "ok", fine
 
 
 # ---------------------------------------------------------------- the database

@@ -71,7 +71,7 @@ def installed_path(root: Path) -> str | None:
     unit is installed or it sets none."""
     try:
         text = (unit_dir() / unit_name(root)).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, RuntimeError):  # RuntimeError: no home folder to look in
         return None
     for line in text.splitlines():
         value = line.removeprefix("Environment=")

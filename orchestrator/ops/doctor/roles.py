@@ -92,7 +92,7 @@ def check_command(checkup: Checkup, role: Role) -> tuple[Finding, str | None]:
     when the role runs Claude Code (for the login check)."""
     config = checkup.config
     cwd = role_folder(config.root, role.cwd)
-    if not cwd.is_dir():
+    if not os.path.isdir(cwd):
         detail = f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist"
         return fail("command", detail, "create it or fix the role's `cwd`", role.name), None
     claude = role.backend == "sdk" or claude_cli.is_claude_command(role.command)

@@ -144,7 +144,7 @@ def check_state(state_dir: Path) -> Finding:
 def check_database(state_dir: Path) -> Finding:
     """``.orchestrator/state.db`` opens and passes ``PRAGMA quick_check``; absent is fine (made at start)."""
     path = state_dir / "state.db"
-    if not path.exists():
+    if not os.path.exists(path):
         return ok("database", f"{path} not created yet (made at the first start)")
     fix = (
         "stop the orchestrator and keep a copy; `sqlite3 state.db .recover | sqlite3 fixed.db` often saves it, "
@@ -203,9 +203,10 @@ def _zone(config: Config) -> str | Finding:
         offset = datetime.now(zone).strftime("%z")
         return f"schedules use timezone {config.timezone} (UTC{offset} now)"
     name = os.environ.get("TZ", "")
-    if name:
+    zone_file = name.removeprefix(":")
+    if name and not (os.path.isabs(zone_file) and os.path.isfile(zone_file)):  # TZ=:/etc/localtime names a file
         try:
-            ZoneInfo(name.removeprefix(":"))
+            ZoneInfo(zone_file)
         except (ZoneInfoNotFoundError, ValueError):
             return warn(
                 "clock",
@@ -219,7 +220,7 @@ def _zone(config: Config) -> str | Finding:
 def _last_run(config: Config) -> datetime | None:
     """When the last run on record was created, None when there is none or it cannot be read."""
     path = config.state_dir / "state.db"
-    if not path.exists():
+    if not os.path.exists(path):
         return None
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=DB_SECONDS)
