@@ -14,6 +14,7 @@ from orchestrator.config import Config, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
+from orchestrator.ops.doctor import Host, start_checks
 from orchestrator.prompts import load_template
 
 
@@ -80,13 +81,17 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
         os.close(lock)  # the lock goes with its descriptor
 
 
-def run_up(root: Path, *, until_idle: bool = False, plain: bool = False) -> int:
+def run_up(root: Path, *, until_idle: bool = False, plain: bool = False, host: Host | None = None) -> int:
+    """``host``: what the start checks read of the machine (``ops.doctor.Host``; tests give their own)."""
     from orchestrator.supervisor.loop import Supervisor
 
     config = load_config(root)
     preflight(config)
+    warnings = start_checks(config, host)
     with root_lock(config):
         console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
+        for finding in warnings:
+            console.line(f"warning: {finding.text}")
         supervisor = Supervisor(config, console, until_idle=until_idle)
         try:
             code = asyncio.run(supervisor.serve())

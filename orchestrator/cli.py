@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from orchestrator import console
 from orchestrator.commands import completion, configuration, memos, parser, project, records, running, schedule, service
+from orchestrator.commands.doctor import cmd_doctor
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.memory import command as memory_command
 
@@ -33,6 +34,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "service": service.cmd_service,
     "config": configuration.cmd_config,
     "completion": completion.cmd_completion,
+    "doctor": cmd_doctor,
 }
 
 

@@ -139,3 +139,70 @@ def test_an_editable_install_compiles_the_keeper_into_the_checkout(tmp_path: Pat
     assert os.access(copy / KEEPER, os.X_OK)
     done = Installed(venv, tmp_path).run("from orchestrator.agents import keeper; print(keeper.find().binary)")
     assert done.stdout.strip() == str(copy / KEEPER), done.stderr
+
+
+def test_the_installed_copy_runs_the_demo_and_the_doctor(installed: Installed, tmp_path: Path) -> None:
+    """The two commands a new user runs first, from the venv the wheel was installed into."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    demo = run_checked(
+        [str(installed.venv / "bin" / "orchestrator"), "demo"],
+        "orchestrator demo",
+        timeout=180,
+        env={**env, "TMPDIR": str(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert "memos handled, now in archive/:" in demo.stdout, demo.stdout
+    (folder,) = tmp_path.glob("orchestrator-demo-*")
+    assert len(list(folder.glob("memo/*/archive/*.md"))) >= 4
+
+    project = Project(tmp_path / "project", installed)
+    project.root.mkdir()
+    project.configure()
+    healthy = project.cli("doctor", "--json")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    found = {f["check"]: f for f in json.loads(healthy.stdout) if f["role"] is None}
+    keeper = site_packages(installed.venv) / KEEPER
+    assert found["keeper"]["detail"] == f"{keeper} (passes its self-check)"
+
+    scaffolded = Project(tmp_path / "team", installed)
+    scaffolded.root.mkdir()
+    assert scaffolded.cli("init", str(scaffolded.root)).returncode == 0
+    bare = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not (Path(p) / "claude").exists())
+    refused = scaffolded.cli("doctor", PATH=f"{installed.venv / 'bin'}{os.pathsep}{bare}")
+    assert refused.returncode == 1, refused.stdout
+    assert "fail project-manager: command: " in refused.stdout
+    assert "roles.project-manager.command: 'claude' not found on PATH" in refused.stdout
+
+
+def test_uv_tool_install_and_pipx_install_of_the_wheel_run_the_doctor(installed: Installed, tmp_path: Path) -> None:
+    """uv and pipx, installed from the registry into a venv of their own, install the wheel each in a venv
+    of its own; each copy's ``doctor`` finds its own keeper."""
+    (wheel,) = installed.dist.glob("*.whl")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    tools = fresh_venv(tmp_path / "tools")
+    run_checked([str(tools / "bin" / "pip"), "install", "--quiet", "uv", "pipx"], "pip install uv pipx", env=env)
+    home = tmp_path / "home"
+    homes = {
+        "uv": {"UV_TOOL_DIR": str(home / "uv-tools"), "UV_TOOL_BIN_DIR": str(home / "uv-bin")},
+        "pipx": {
+            "PIPX_HOME": str(home / "pipx"),
+            "PIPX_BIN_DIR": str(home / "pipx-bin"),
+            "PIPX_MAN_DIR": str(home / "man"),
+        },
+    }
+    run_checked(
+        [str(tools / "bin" / "uv"), "tool", "install", str(wheel)], "uv tool install", env={**env, **homes["uv"]}
+    )
+    run_checked([str(tools / "bin" / "pipx"), "install", str(wheel)], "pipx install", env={**env, **homes["pipx"]})
+    for tool, bin_dir, venv in (
+        ("uv", home / "uv-bin", home / "uv-tools" / "orchestrator"),
+        ("pipx", home / "pipx-bin", home / "pipx" / "venvs" / "orchestrator"),
+    ):
+        copy = Installed(venv, installed.dist, command=[str(bin_dir / "orchestrator")])
+        project = Project(tmp_path / f"project-{tool}", copy)
+        project.root.mkdir()
+        project.configure()
+        done = project.cli("doctor", "--json")
+        assert done.returncode == 0, (tool, done.stdout, done.stderr)
+        keeper = {f["check"]: f for f in json.loads(done.stdout)}["keeper"]
+        assert keeper["detail"] == f"{site_packages(venv) / KEEPER} (passes its self-check)", (tool, keeper)

@@ -140,7 +140,7 @@ def build() -> argparse.ArgumentParser:
 
 
 def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``service``, ``config`` and ``completion``: running a team unattended."""
+    """``service``, ``config``, ``completion`` and ``doctor``: running a team unattended."""
     service = sub.add_parser("service", parents=[common], help="run this root's team as a systemd user service")
     service_sub = service.add_subparsers(dest="service_command", required=True, parser_class=_Parser)
     install = service_sub.add_parser("install", parents=[common], help="write the unit, enable and start it")
@@ -160,3 +160,6 @@ def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
     completion = sub.add_parser("completion", parents=[common], help="print a shell's completion script")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+
+    doctor = sub.add_parser("doctor", parents=[common], help="check the set-up: commands, login, folders, limits")
+    doctor.add_argument("--json", action="store_true")

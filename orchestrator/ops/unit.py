@@ -66,6 +66,25 @@ def unit_dir() -> Path:
     return base / "systemd" / "user"
 
 
+def installed_path(root: Path) -> str | None:
+    """The ``PATH`` the installed unit of ``root`` gives its service (``render``'s quoting undone), or None when no
+    unit is installed or it sets none."""
+    try:
+        text = (unit_dir() / unit_name(root)).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, RuntimeError):  # RuntimeError: no home folder to look in
+        return None
+    for line in text.splitlines():
+        value = line.removeprefix("Environment=")
+        if value == line:
+            continue
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        value = value.replace("%%", "%")
+        if value.startswith("PATH="):
+            return value.removeprefix("PATH=")
+    return None
+
+
 def own_command() -> list[str]:
     """This orchestrator: the ``orchestrator`` script that runs now, by its absolute path (a venv's or pipx's,
     not resolved, so an upgrade in place is picked up), else this Python with ``-m orchestrator``."""
