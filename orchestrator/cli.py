@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import memos, parser, project, records, running, schedule
+from orchestrator.commands import memos, parser, project, records, running, schedule, upkeep
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.memory import command as memory_command
 
@@ -24,6 +24,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "send": memos.cmd_send,
     "trace": memos.cmd_trace,
     "release": memos.cmd_release,
+    "gc": upkeep.cmd_gc,
     "init": project.cmd_init,
     "demo": project.cmd_demo,
     "schedule": schedule.cmd_schedule,
