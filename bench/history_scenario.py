@@ -303,6 +303,7 @@ def _stand_in_runs(ctx: Any, memos: int) -> dict[str, float]:
         "memo_written": archive[0] / runs,
         "memo_allocated": archive[1] / runs,
         "journal_written": journal[0] / runs,
+        "orchestrator_log": _usage(_files(state, "orchestrator.log*"))[0] / runs,
     }
 
 
@@ -346,7 +347,7 @@ def _disk(ctx: Any, smoke: bool, out: Any) -> None:
         "records (400 days: a year's)": 365 * PER_DAY * got["db"],
         "archived memos (kept)": 365 * PER_DAY * got["memo_allocated"],
         "journal (kept)": 365 * len(ROLES) * -(-day_file // BLOCK) * BLOCK,
-        "orchestrator.log (rotated: at most 6 x 10 MB)": 60 * mb,
+        "orchestrator.log (rotated at 10 MB, 5 kept)": min(60 * mb, 365 * PER_DAY * got["orchestrator_log"]),
     }
     transcripts = 90 * PER_DAY * sdk["allocated"] if sdk else None
     total = sum(year.values())
@@ -367,8 +368,8 @@ def _disk(ctx: Any, smoke: bool, out: Any) -> None:
         f"disk, measured on {got['runs']:.0f} real runs of tests/agents/stand_in.py (command backend) through `up`: "
         f"per run a log of {got['log_written']:.0f} B written ({got['log_allocated']:.0f} B allocated), "
         f"{got['db']:.0f} B of database (every table, page-level, against an empty database), an archived memo of "
-        f"{got['memo_written']:.0f} B ({got['memo_allocated']:.0f} B allocated) and {got['journal_written']:.0f} B "
-        "of journal"
+        f"{got['memo_written']:.0f} B ({got['memo_allocated']:.0f} B allocated), {got['journal_written']:.0f} B "
+        f"of journal and {got['orchestrator_log']:.0f} B of orchestrator.log"
     )
     if sdk:
         out.details.append(

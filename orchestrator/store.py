@@ -369,9 +369,14 @@ class Store:
         return int(cur.lastrowid or 0)
 
     def _note_memos(self, run_id: int, again: bool = False) -> None:
-        """The run's memos as its record names them, in ``run_memos`` (``again``: after they were renamed)."""
+        """The run's memos as its record names them, in ``run_memos`` (``again``: after they may have been renamed;
+        names that did not change cost no write)."""
         if again:
-            self.db.execute("DELETE FROM run_memos WHERE run_id = ?", (run_id,))
+            self.db.execute(
+                "DELETE FROM run_memos WHERE run_id = ? AND name NOT IN "
+                "(SELECT memo.value FROM runs, json_each(runs.memos) AS memo WHERE runs.run_id = ?)",
+                (run_id, run_id),
+            )
         self.db.execute(
             "INSERT OR IGNORE INTO run_memos (role, name, run_id) "
             "SELECT runs.role, memo.value, runs.run_id FROM runs, json_each(runs.memos) AS memo WHERE runs.run_id = ?",

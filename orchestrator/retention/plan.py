@@ -163,7 +163,7 @@ def _ended_before(db: sqlite3.Connection, cutoff: datetime, pruned: str) -> list
     """(run id, role, log path, end) of finished runs that ended before ``cutoff`` and still have this file."""
     rows = db.execute(
         f"SELECT run_id, role, log_path, {RUN_END} FROM runs WHERE {RUN_END} < ? AND {_IN_FINISHED} "
-        f"AND {pruned} IS NULL ORDER BY run_id",
+        f"AND {pruned} IS NULL ORDER BY {RUN_END}, run_id",
         [iso(cutoff), *_FINISHED],
     ).fetchall()
     return [(int(r[0]), str(r[1]), r[2], str(r[3])) for r in rows]
@@ -174,7 +174,7 @@ def _old_records(db: sqlite3.Connection, out: Plan, cutoff: datetime) -> None:
         (row[0], row[1]) for row in db.execute("SELECT role, MAX(seq) FROM runs GROUP BY role") if row[1] is not None
     }
     rows = db.execute(
-        f"SELECT run_id, role, seq, {RUN_END} FROM runs WHERE {RUN_END} < ? AND {_IN_FINISHED} ORDER BY run_id",
+        f"SELECT run_id, role, seq, {RUN_END} FROM runs WHERE {RUN_END} < ? AND {_IN_FINISHED} ORDER BY {RUN_END}, run_id",
         [iso(cutoff), *_FINISHED],
     ).fetchall()
     for run_id, role, seq, ended in rows:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.clock import iso
+from orchestrator.core.text import printable
 from orchestrator.intake import memo_index
 from orchestrator.intake.notices import reason_path
 from orchestrator.retention.plan import KINDS, Item, Plan, plan
@@ -98,7 +99,7 @@ def sweep(root: Path, db: sqlite3.Connection, todo: Plan, stop: threading.Event 
             _remove(path)
             with contextlib.suppress(OSError):
                 os.unlink(reason_path(path))
-            gone.append((path.parent.parent.name, path.parent.name, path.name))
+            gone.append((printable(path.parent.parent.name), path.parent.name, printable(path.name)))
         with _transaction(db):
             memo_index.forget(db, gone)
 
