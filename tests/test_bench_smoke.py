@@ -24,6 +24,7 @@ SCENARIO_LABELS = (
     "| memory |",
     "| idle |",
     "| schedule |",
+    "| history |",
 )
 
 pytestmark = pytest.mark.skipif(
