@@ -103,7 +103,7 @@ class DailyPass:
             result = sweep.collect(config.root, config.retention, now, reindex=reindex, stop=self.stopping)
             done = RetentionDone(result)
         except sweep.Stopped:
-            done = RetentionDone(problem="stopped: the orchestrator is ending; the next start goes on")
+            done = RetentionDone(problem="stopped: the orchestrator is ending; the next pass goes on from there")
         except (sqlite3.Error, OSError) as exc:
             done = RetentionDone(problem=f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bug: loud in the log, and the orchestrator goes on
