@@ -957,6 +957,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "memory-store": lambda ctx: __import__("memory_store_scenario").memory_store(ctx),
     "ray": lambda ctx: __import__("ray_scenario").ray(ctx),
     "sdk-keeper": lambda ctx: __import__("sdk_crashes").sdk_keeper(ctx),
+    "history": lambda ctx: __import__("history_scenario").history(ctx),
 }
 
 

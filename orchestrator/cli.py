@@ -7,7 +7,18 @@ import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import completion, configuration, memos, parser, project, records, running, schedule, service
+from orchestrator.commands import (
+    completion,
+    configuration,
+    memos,
+    parser,
+    project,
+    records,
+    running,
+    schedule,
+    service,
+    upkeep,
+)
 from orchestrator.commands.doctor import cmd_doctor
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.memory import command as memory_command
@@ -25,6 +36,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "send": memos.cmd_send,
     "trace": memos.cmd_trace,
     "release": memos.cmd_release,
+    "gc": upkeep.cmd_gc,
     "init": project.cmd_init,
     "demo": project.cmd_demo,
     "schedule": schedule.cmd_schedule,

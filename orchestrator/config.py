@@ -22,6 +22,7 @@ from orchestrator.core.errors import ConfigError
 from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped
 from orchestrator.core.values import parse_duration as parse_duration  # the one parser; callers import it from here
 from orchestrator.memory.settings import MemorySettings
+from orchestrator.retention.settings import RetentionSettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
 
 CONFIG_NAME = "roles.yaml"
@@ -211,6 +212,7 @@ class TeamFile(_Strict):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     limits: Limits = Field(default_factory=Limits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -231,6 +233,7 @@ class Config(_Strict):
     limits: Limits = Field(default_factory=Limits)
     recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -328,4 +331,5 @@ def load_config(root: Path) -> Config:
         limits=team.limits,
         recovery=team.recovery,
         executor=team.executor,
+        retention=team.retention,
     )

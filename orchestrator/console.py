@@ -239,7 +239,7 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
                 (run.ended_at or "")[:19],
                 _money(run.cost_usd),
                 tokens,
-                run.reason or "",
+                (run.reason or "") + (f" (log pruned {run.log_pruned_at[:10]})" if run.log_pruned_at else ""),
             )
         parts.append(table)
     return parts
@@ -259,7 +259,7 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             str(run.run_id),
             run.role,
             run.label,
-            run.state,
+            run.state + (" (log pruned)" if run.log_pruned_at else ""),
             run.backend or "",
             _money(run.cost_usd),
             str(run.input_tokens or ""),
@@ -282,6 +282,9 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             )
         parts.append(totals)
     parts.append(f"total: {report['totals']['runs']} runs, ${report['totals']['cost_usd']:.4f}")
+    note = (report.get("window") or {}).get("note")
+    if note:
+        parts.append(note)
     return parts
 
 

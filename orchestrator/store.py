@@ -1,7 +1,8 @@
 """Durable state: a SQLite database (WAL) under ``.orchestrator/``.
 
 Only the supervisor writes, and ``orchestrator release``, which records a release
-(one row) before the memo goes back to its inbox; CLI commands open it read-only
+(one row) before the memo goes back to its inbox, and ``orchestrator gc`` (retention), which
+removes the records of old finished runs in small transactions; CLI commands open it read-only
 for ``status``, ``history`` and ``trace`` when no orchestrator is running. Rows are plain dicts to the rest
 of the code. Text is stored in a safe form (``safe_text``): a memo's file name
 need not be UTF-8, and SQLite refuses what is not.
@@ -158,7 +159,35 @@ CREATE TABLE IF NOT EXISTS breaker_notices (  -- one notice to the notify role p
     noticed_at  TEXT NOT NULL,
     notice_path TEXT
 );
+CREATE TABLE IF NOT EXISTS run_memos (   -- which runs held a memo (its role and file name): trace reads no other run
+    role   TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    run_id INTEGER NOT NULL,
+    PRIMARY KEY (role, name, run_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_memos_run ON run_memos(run_id);
+CREATE TABLE IF NOT EXISTS memo_index (  -- where each memo lies: kept at every claim and move (orchestrator/intake/memo_index)
+    role     TEXT NOT NULL,              -- its path is memo/<role>/<folder>/<name>
+    folder   TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    memo_id  TEXT,
+    reply_to TEXT,
+    moved_at REAL NOT NULL,              -- when it came into this folder (seconds since the epoch)
+    PRIMARY KEY (role, folder, name)
+);
+CREATE INDEX IF NOT EXISTS memo_index_id ON memo_index(memo_id);
+CREATE INDEX IF NOT EXISTS memo_index_reply ON memo_index(reply_to);
+CREATE INDEX IF NOT EXISTS memo_index_name ON memo_index(name);
+CREATE TABLE IF NOT EXISTS meta (        -- small facts about the records themselves (the memo index is complete, ...)
+    key   TEXT PRIMARY KEY,
+    value TEXT
+);
 """
+
+#: when a run happened, as ``history``, budgets and their indexes read it (the same text everywhere, or no index)
+RUN_TIME = "COALESCE(started_at, created_at)"
+#: when a run ended, as retention reads it
+RUN_END = "COALESCE(ended_at, created_at)"
 
 _RUN_COLUMNS = {
     "seq",
@@ -183,6 +212,8 @@ _RUN_COLUMNS = {
     "num_turns",
     "session_id",
     "is_error",
+    "log_pruned_at",
+    "transcript_pruned_at",
 }
 
 
@@ -314,7 +345,7 @@ class Store:
     # runs -------------------------------------------------------------
     def insert_run_numbered(self, numbered: bool, **fields: Any) -> tuple[int, int | None]:
         """Insert a run; a ``numbered`` one takes its role's next run number (1, 2, 3, ...) in the same statement,
-        so a number is never given twice and never skipped in the record (runs are never deleted)."""
+        so a number is never given twice (retention never removes a role's newest numbered run)."""
         if not numbered:
             return self.insert_run(**fields), None
         fields.setdefault("created_at", now_iso())
@@ -324,6 +355,7 @@ class Store:
             "(SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE role = ?)) RETURNING run_id, seq",
             [*(_encode(k, fields[k]) for k in keys), safe_text(fields["role"])],
         ).fetchone()
+        self._note_memos(int(row[0]))
         return int(row[0]), int(row[1])
 
     def insert_run(self, **fields: Any) -> int:
@@ -333,7 +365,23 @@ class Store:
             f"INSERT INTO runs ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})",
             [_encode(k, fields[k]) for k in keys],
         )
+        self._note_memos(int(cur.lastrowid or 0))
         return int(cur.lastrowid or 0)
+
+    def _note_memos(self, run_id: int, again: bool = False) -> None:
+        """The run's memos as its record names them, in ``run_memos`` (``again``: after they may have been renamed;
+        names that did not change cost no write)."""
+        if again:
+            self.db.execute(
+                "DELETE FROM run_memos WHERE run_id = ? AND name NOT IN "
+                "(SELECT memo.value FROM runs, json_each(runs.memos) AS memo WHERE runs.run_id = ?)",
+                (run_id, run_id),
+            )
+        self.db.execute(
+            "INSERT OR IGNORE INTO run_memos (role, name, run_id) "
+            "SELECT runs.role, memo.value, runs.run_id FROM runs, json_each(runs.memos) AS memo WHERE runs.run_id = ?",
+            (run_id,),
+        )
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         unknown = set(fields) - _RUN_COLUMNS
@@ -343,6 +391,8 @@ class Store:
             f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
             [*(_encode(k, v) for k, v in fields.items()), run_id],
         )
+        if "memos" in fields:
+            self._note_memos(run_id, again=True)
 
     def run(self, run_id: int) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -358,21 +408,62 @@ class Store:
     def recent_runs(self, limit: int = 20) -> list[dict[str, Any]]:
         """The last ``limit`` runs that ended, newest first."""
         states = [state.value for state in FINISHED]
+        # ``+state``: walk the runs newest first by their key and stop at ``limit``; through the state index
+        # SQLite would read and sort every finished run there is (100,000 rows for 20)
         rows = self.db.execute(
-            f"SELECT * FROM runs WHERE state IN ({', '.join('?' * len(states))}) ORDER BY run_id DESC LIMIT ?",
+            f"SELECT * FROM runs WHERE +state IN ({', '.join('?' * len(states))}) ORDER BY run_id DESC LIMIT ?",
             [*states, limit],
         ).fetchall()
         return [_row(r) for r in rows]
 
-    def history(self, role: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
+    def history(
+        self,
+        role: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Runs oldest first: of ``role``, that happened (``RUN_TIME``) from ``since`` and before ``until``, the newest
+        ``limit`` of them. Each filter is served by an index (``runs_time``, ``runs_role_time``)."""
         query, args = "SELECT * FROM runs WHERE 1=1", []
         if role:
             query += " AND role = ?"
             args.append(role)
         if since:
-            query += " AND COALESCE(started_at, created_at) >= ?"
+            query += f" AND {RUN_TIME} >= ?"
             args.append(since)
-        return [_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
+        if until:
+            query += f" AND {RUN_TIME} < ?"
+            args.append(until)
+        if limit is None and not (since or until):
+            return [_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
+        # ordered by the indexed time, so the index serves the order too (by ``run_id`` SQLite may scan every run)
+        order = f" ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT ?" if limit is not None else f" ORDER BY {RUN_TIME}"
+        rows = self.db.execute(query + order, [*args, limit] if limit is not None else args).fetchall()
+        return sorted((_row(r) for r in rows), key=lambda row: row["run_id"])
+
+    def runs_of_memo(self, role: str, name: str) -> list[dict[str, Any]]:
+        """The runs that held the memo ``name`` of ``role`` (as their records name it now), oldest first."""
+        rows = self.db.execute(
+            "SELECT runs.* FROM run_memos JOIN runs USING (run_id) WHERE run_memos.role = ? AND run_memos.name = ? "
+            "ORDER BY run_id",
+            (safe_text(role), safe_text(name)),
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def meta(self, key: str) -> str | None:
+        """A value of the ``meta`` table, or None (also in a database from before the table)."""
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError:  # no such table: an older database opened read-only
+            return None
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        if value is None:
+            self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
+        else:
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     def last_run_of_memo(self, query: str) -> dict[str, Any] | None:
         """The newest run that held a memo named ``query`` (file name, with or without ``.md``, or front-matter id)."""
@@ -385,7 +476,7 @@ class Store:
         return _row(row) if row else None
 
     def spent_since(self, since_iso: str, role: str | None = None) -> float:
-        query = "SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE COALESCE(started_at, created_at) >= ?"
+        query = f"SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE {RUN_TIME} >= ?"
         args: list[Any] = [since_iso]
         if role:
             query += " AND role = ?"
@@ -457,3 +548,19 @@ def _migrate(db: sqlite3.Connection) -> None:
     if "seen_ts" in links:  # the time of its check at the claim: the nearest to a written time those rows have
         db.execute("ALTER TABLE memo_links RENAME COLUMN seen_ts TO written_ts")  # its index follows
     db.execute("CREATE INDEX IF NOT EXISTS memo_links_pair ON memo_links(sender, role, written_ts)")
+    for column in ("log_pruned_at", "transcript_pruned_at"):  # when retention removed the run's log, its transcript
+        if column not in columns:
+            db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+    db.execute(f"CREATE INDEX IF NOT EXISTS runs_time ON runs({RUN_TIME})")  # history --since/--until, budgets
+    db.execute(f"CREATE INDEX IF NOT EXISTS runs_role_time ON runs(role, {RUN_TIME})")  # history --role
+    db.execute(f"CREATE INDEX IF NOT EXISTS runs_end ON runs({RUN_END})")  # retention: what ended before a time
+    db.execute("CREATE INDEX IF NOT EXISTS memo_links_written ON memo_links(written_ts)")  # retention
+    if db.execute("SELECT 1 FROM meta WHERE key = 'run_memos'").fetchone() is None:
+        # the runs recorded before ``run_memos`` existed; once, in the same transaction as the mark
+        db.execute("BEGIN")
+        db.execute(
+            "INSERT OR IGNORE INTO run_memos (role, name, run_id) "
+            "SELECT runs.role, memo.value, runs.run_id FROM runs, json_each(runs.memos) AS memo"
+        )
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('run_memos', 'complete')")
+        db.execute("COMMIT")

@@ -13,6 +13,7 @@ import asyncio
 import io
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,9 @@ class Boom:
 class Replay:
     """One project root driven by a script; use inside a running asyncio loop."""
 
-    def __init__(self, root: Path, roles: dict[str, dict[str, Any]] | None = None, **top: Any) -> None:
+    def __init__(
+        self, root: Path, roles: dict[str, dict[str, Any]] | None = None, start: datetime | None = None, **top: Any
+    ) -> None:
         self.root = root
         roles = roles if roles is not None else {"builder": {}}
         data: dict[str, Any] = {"max_concurrent": 10, "rescan_interval": "5s", **top}
@@ -154,7 +157,7 @@ class Replay:
             prompt.write_text("memo $memo_path\n$memo", encoding="utf-8")
         (root / "roles.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         self.config = load_config(root)
-        self.clock = ManualClock()
+        self.clock = ManualClock(start)  # ``start``: the wall clock's first reading (default: a fixed day)
         self.spawner = FakeSpawner()
         self.console = RecordingConsole()
         self.sup = Supervisor(self.config, self.console, clock=self.clock, spawner=self.spawner)

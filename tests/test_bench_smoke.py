@@ -25,6 +25,7 @@ SCENARIO_LABELS = (
     "| memory |",
     "| idle |",
     "| schedule |",
+    "| history |",
 )
 
 pytestmark = pytest.mark.skipif(

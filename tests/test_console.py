@@ -278,6 +278,7 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
             num_turns=3,
             session_id="s-1",
             is_error=1,
+            log_pruned_at="2026-12-30T03:00:00.000+01:00",
         )
         row = store.run(run_id)
     finally:
@@ -307,6 +308,7 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
         "input_tokens": 10,
         "output_tokens": 20,
         "log": "/team/.orchestrator/logs/1-builder.log",
+        "log_pruned_at": "2026-12-30T03:00:00.000+01:00",
     }
     history = view.to_history_json()
     assert list(history) == list(HISTORY_KEYS)

@@ -72,7 +72,10 @@ def build() -> argparse.ArgumentParser:
 
     history = sub.add_parser("history", parents=[common], help="cost and tokens per run, per role and per day")
     history.add_argument("--role")
-    history.add_argument("--since", help="a date (YYYY-MM-DD) or ISO time")
+    history.add_argument("--since", help="a date (YYYY-MM-DD) or ISO time (default: 7 days ago)")
+    history.add_argument("--until", help="a date (up to its end) or ISO time")
+    history.add_argument("--limit", type=int, metavar="N", help="only the newest N runs (no 7-day window)")
+    history.add_argument("--all", action="store_true", help="every run on record (no 7-day window)")
     history.add_argument("--json", action="store_true")
 
     journal = sub.add_parser("journal", parents=[common], help="the journal: one entry per ended run")
@@ -107,6 +110,11 @@ def build() -> argparse.ArgumentParser:
     release.add_argument("--role", help="only this role's held memos")
     release.add_argument("--all", action="store_true", help="every held memo that matches (with --role: all of it)")
     release.add_argument("--json", action="store_true")
+
+    gc = sub.add_parser("gc", parents=[common], help="remove old logs, transcripts, records and memos (retention:)")
+    gc.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    gc.add_argument("--reindex", action="store_true", help="rebuild the memo index (trace) from the folders first")
+    gc.add_argument("--json", action="store_true")
 
     init = sub.add_parser("init", parents=[common], help="scaffold roles.yaml, prompts/ and memo/ for a default team")
     init.add_argument("dir", nargs="?", type=Path, default=None)

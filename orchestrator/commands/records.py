@@ -13,7 +13,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     """``orchestrator history``: cost and tokens per run, per role and per day."""
     from orchestrator.control import history
 
-    report = history.collect(project_root(args), role=args.role, since=args.since)
+    report = history.collect(
+        project_root(args), role=args.role, since=args.since, until=args.until, limit=args.limit, every=args.all
+    )
     return show(args.json, report, console.print_history)
 
 

@@ -44,6 +44,7 @@ STATUS_KEYS = (
     "input_tokens",
     "output_tokens",
     "log",
+    "log_pruned_at",
 )
 #: the keys of a run in ``history --json``
 HISTORY_KEYS = (
@@ -64,6 +65,7 @@ HISTORY_KEYS = (
     "started_at",
     "ended_at",
     "node",
+    "log_pruned_at",
 )
 #: the keys of one cancelled memo's answer to ``cancel``
 CANCEL_KEYS = (
@@ -114,6 +116,7 @@ class RunView(BaseModel):
     session_id: str | None = None
     is_error: bool | None = None
     log: str | None = None
+    log_pruned_at: str | None = None  # when retention removed the log (``log`` still names where it was)
     node: str | None = None  # the Ray node it runs (ran) on; None for local runs
 
     @classmethod
@@ -151,6 +154,7 @@ class RunView(BaseModel):
             session_id=row.get("session_id"),
             is_error=None if is_error is None else bool(is_error),
             log=row.get("log_path"),
+            log_pruned_at=row.get("log_pruned_at"),
             node=row.get("node"),
         )
 

@@ -27,7 +27,7 @@ from orchestrator.core.clock import Clock
 from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunExited
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
-from orchestrator.intake import notices
+from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import (
     ACTIVE,
     FAILED,
@@ -131,7 +131,8 @@ class Launcher:
     def _fail_unrecorded(self, role: Role, path: Path, why: str) -> None:
         """A claimed memo the database cannot take: failed/ with a reason file, without a run on record."""
         try:
-            move_memo(path, self.config.role_dir(role.name) / FAILED, reason_writer(f"not delivered: {why}\n"))
+            failed = move_memo(path, self.config.role_dir(role.name) / FAILED, reason_writer(f"not delivered: {why}\n"))
+            memo_index.moved(self.store.db, path, failed, self._wall())
             self.console.line(f"{path.name} not delivered: {why}; moved to failed/", role=role.name)
         except OSError as exc:
             self.console.error(f"internal error: {path.name} stays in active/ until the next start: {exc}")
@@ -150,14 +151,14 @@ class Launcher:
             self.console.line(f"cannot claim {path.name}: {exc}; leaving it in the inbox", role=role.name)
             return None
         try:
-            return self._read_claimed(role, active, path.name, seen_ts)
+            return self._read_claimed(role, active, path, seen_ts)
         except Exception as exc:  # noqa: BLE001 - claimed memos always end in a run: at worst a failed one
             self.console.error(f"internal error: reading {active.name} failed:\n{traceback.format_exc()}")
             self.reject(role, active, f"internal error: {type(exc).__name__}: {exc}")
             return None
 
     def _read_claimed(
-        self, role: Role, active: Path, inbox_name: str, seen_ts: float | None
+        self, role: Role, active: Path, inbox: Path, seen_ts: float | None
     ) -> tuple[MemoRef, str, str] | None:
         try:
             text = read_memo(active, self.config.max_memo_bytes)
@@ -170,6 +171,7 @@ class Launcher:
             self.reject(role, active, f"it cannot be read: {exc.strerror or exc}")
             return None
         header = parse_front_matter(text)
+        memo_index.moved(self.store.db, inbox, active, self._wall(), header)
         if header.warning:
             self.console.line(f"{active.name}: {header.warning}; delivering it anyway", role=role.name)
         ref = MemoRef(
@@ -188,12 +190,17 @@ class Launcher:
             if why:
                 self._hold(role, active, why)
                 return None
-        return ref, text, inbox_name
+        return ref, text, inbox.name
 
     def _hold(self, role: Role, path: Path, why: str) -> None:
         """A memo that may not run now: ``held/`` with its reason beside it, until someone releases it."""
         target = move_memo(path, self.config.role_dir(role.name) / HELD, reason_writer(f"held: {why}\n"))
+        memo_index.moved(self.store.db, path, target, self._wall())
         self.console.line(f"{target.name} held: {why}; moved to {HELD}/", role=role.name)
+
+    def _wall(self) -> float:
+        """Now, in seconds since the epoch, on the supervisor's clock (the memo index's times)."""
+        return self.clock.now().timestamp()
 
     def reject(self, role: Role, path: Path, why: str) -> None:
         """A memo that must never reach an agent: a run on record that ends at once in failed/ with the reason."""

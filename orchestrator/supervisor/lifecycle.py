@@ -31,7 +31,7 @@ from orchestrator.core.clock import Clock, iso
 from orchestrator.core.events import RunFinished
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState, check_transition
-from orchestrator.intake import notices
+from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
 from orchestrator.store import Store
 from orchestrator.supervisor.slots import Slots
@@ -222,7 +222,7 @@ class Lifecycle:
         for memo in run.memos:
             if memo.path.parent == target:
                 continue  # already there (a rejected memo recorded after its move)
-            old = memo.name
+            old, src = memo.name, memo.path
             try:
                 memo.path = move_memo(memo.path, target, before)
             except FileNotFoundError:
@@ -232,6 +232,8 @@ class Lifecycle:
                 continue
             except OSError as exc:
                 memo.path = self._move_to_failed(run, memo, folder, exc)
+            if memo.path != src:
+                memo_index.moved(self.store.db, src, memo.path, self.clock.now().timestamp())
             memo.name = memo.path.name
             renamed.append((old, memo.name))
         return renamed

@@ -40,6 +40,7 @@ from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake
 from orchestrator.memory import keeper as memory_keeper
 from orchestrator.prompts import load_template
+from orchestrator.retention.daily import DailyPass
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
 from orchestrator.supervisor import nodes, snapshot
@@ -148,6 +149,7 @@ class Supervisor:
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
         self.memory = memory_keeper.attach(self)
+        self.retention = DailyPass(self)  # registers its own events; its timer starts with ``serve``
 
     @property
     def runs(self) -> dict[int, Run]:
@@ -251,6 +253,7 @@ class Supervisor:
         )
         self.intake.rescan(initial=True)
         self.wakes.start()
+        self.retention.start()
         self._after_event()
         ticker = asyncio.ensure_future(self._tick())
         self.console.start_live(self)
@@ -258,6 +261,7 @@ class Supervisor:
             await self.done.wait()
         finally:
             ticker.cancel()
+            self.retention.stop()
             self.console.stop_live()
             self.watcher.stop()
             self.adopter.flush_records()

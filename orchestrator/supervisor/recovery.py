@@ -24,6 +24,7 @@ from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.run import CancelOrder, MemoRef, Run
 from orchestrator.core.states import UNFINISHED, RunState
+from orchestrator.intake import memo_index
 from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
 from orchestrator.store import Store
 from orchestrator.supervisor.adoption import Adopter
@@ -87,7 +88,8 @@ async def recover(
         report = await procs.stop_tree(procs.Target(None, None, run_id, root), DEFAULT_GRACE)
         console.line(f"recovery: stopped {len(report.pids)} leftover process(es) of run {run_id}: {report.pids}")
     for name in config.roles:
-        _empty_active(config, store, console, name, adopter.kept.get(name, set()) if adopter else set())
+        kept = adopter.kept.get(name, set()) if adopter else set()
+        _empty_active(config, store, console, name, kept, lifecycle.clock.now().timestamp())
     if adopter is not None:
         adopter.release()
 
@@ -145,7 +147,7 @@ def _finish_row(
             _warn_returned(console, store, row["role"], old, memo.name)
 
 
-def _empty_active(config: Config, store: Store, console: Console, role: str, keep: set[str]) -> None:
+def _empty_active(config: Config, store: Store, console: Console, role: str, keep: set[str], now: float) -> None:
     """Memos in active/ that no live run holds (claimed just before the orchestrator died) go back to the inbox."""
     active = config.role_dir(role) / ACTIVE
     try:
@@ -155,6 +157,7 @@ def _empty_active(config: Config, store: Store, console: Console, role: str, kee
     for name in names:
         attempts = store.memo_attempts(role, name)
         back = move_memo(active / name, config.role_dir(role) / INBOX)
+        memo_index.moved(store.db, active / name, back, now)
         if back.name != name:  # a new memo took the name meanwhile: the count goes with the returned one
             store.set_memo_attempts(role, back.name, attempts)
             store.forget_memo_attempts(role, [name])

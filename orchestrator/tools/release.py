@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.errors import AmbiguousMemoError, UnknownMemoError, UsageError
-from orchestrator.intake import catalog
+from orchestrator.intake import catalog, memo_index
 from orchestrator.intake.memo import HELD, INBOX, free_name
 from orchestrator.intake.notices import reason_path
 from orchestrator.store import Store
@@ -61,6 +62,7 @@ def release(
                 os.rename(entry.path, target)
             except FileNotFoundError:
                 continue  # released by someone else a moment ago
+            memo_index.moved(store.db, entry.path, target, time.time())
             with contextlib.suppress(FileNotFoundError):
                 reason_path(entry.path).unlink()
             done.append(

@@ -7,6 +7,8 @@ id, subject, folder and state, its sender, and the runs that handled it (from
 the database, read-only). Cancelled work, and replies that came after it was
 cancelled, are marked. An id that several memos carry (real corpora have them)
 is never guessed at: every memo that carries it is shown as a candidate.
+The memos come from the memo index and only the conversation's files are read
+(``conversation_memos``); the runs of each memo are asked of the database one memo at a time.
 Needs no running orchestrator and no ``roles.yaml``.
 """
 
@@ -19,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.errors import UnknownMemoError
-from orchestrator.intake import catalog
 from orchestrator.intake.catalog import Entry
 from orchestrator.store import Store
+from orchestrator.tools.conversation_memos import memos_of
 
 STATE_OF_FOLDER = {
     "inbox": "waiting",
@@ -49,29 +51,56 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 
 
 class _Record:
-    """What the database knows: runs per (role, memo file name) and cancellations per memo id."""
+    """What the database knows: the runs of each memo (role, file name) and the cancellation of each memo id.
+
+    Asked memo by memo (``run_memos``, ``cancellations_memo_id``); a database from before ``run_memos`` is
+    read whole, once.
+    """
 
     def __init__(self, root: Path) -> None:
-        self.runs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        self.cancellations: dict[str, dict[str, Any]] = {}
+        self.store: Store | None = None
+        self._all_runs: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+        self._runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._cancellations: dict[str, dict[str, Any] | None] = {}
         db = root / ".orchestrator" / "state.db"
         if not db.exists():
             return
         try:
-            store = Store(db, readonly=True)
+            self.store = Store(db, readonly=True)
+            if self.store.meta("run_memos") is None:
+                self._all_runs = defaultdict(list)
+                for row in self.store.history():
+                    for name in row.get("memos") or []:
+                        self._all_runs[(row["role"], name)].append(row)
         except sqlite3.Error:
-            return
+            self.close()  # a record from an older version, or a busy one: the folders still tell the story
+
+    def runs(self, role: str, name: str) -> list[dict[str, Any]]:
+        if self._all_runs is not None:
+            return self._all_runs.get((role, name), [])
+        if (role, name) not in self._runs:
+            self._runs[(role, name)] = self._ask(lambda store: store.runs_of_memo(role, name), [])
+        return self._runs[(role, name)]
+
+    def cancellation(self, memo_id: str | None) -> dict[str, Any] | None:
+        if not memo_id:
+            return None
+        if memo_id not in self._cancellations:
+            self._cancellations[memo_id] = self._ask(lambda store: store.cancellation_of(memo_id), None)
+        return self._cancellations[memo_id]
+
+    def _ask(self, question: Any, otherwise: Any) -> Any:
+        if self.store is None:
+            return otherwise
         try:
-            for row in store.history():
-                for name in row.get("memos") or []:
-                    self.runs[(row["role"], name)].append(row)
-            for row in store.db.execute("SELECT * FROM cancellations ORDER BY id").fetchall():
-                if row["memo_id"]:
-                    self.cancellations[row["memo_id"]] = dict(row)
+            return question(self.store)
         except sqlite3.Error:
-            pass  # a record from an older version, or a busy one: the folders still tell the story
-        finally:
-            store.close()
+            return otherwise
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
 
 def _run_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -91,15 +120,8 @@ def _run_json(row: dict[str, Any]) -> dict[str, Any]:
 class _Conversation:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.entries = catalog.scan(root)
-        self.by_id: dict[str, list[Entry]] = defaultdict(list)
-        self.replies: dict[str, list[Entry]] = defaultdict(list)
-        for entry in self.entries:
-            if entry.memo_id:
-                self.by_id[entry.memo_id].append(entry)
-            if entry.header.reply_to:
-                self.replies[entry.header.reply_to].append(entry)
         self.record = _Record(root)
+        self.memos = memos_of(root, self.record.store.db if self.record.store else None)
 
     def roots_of(self, entry: Entry) -> list[Entry]:
         """The first memos up the ``reply_to`` links that reply to nothing known (every candidate of a repeated id)."""
@@ -111,7 +133,7 @@ class _Conversation:
             if current.path in seen:
                 continue
             seen.add(current.path)
-            parents = self.by_id.get(current.header.reply_to or "", [])
+            parents = self.memos.with_id(current.header.reply_to) if current.header.reply_to else []
             if not parents:
                 roots.append(current)
             todo.extend(parents)
@@ -121,21 +143,21 @@ class _Conversation:
 
     def cancelled_at(self, entry: Entry) -> str | None:
         """When this memo's work was cancelled ("" when it lies in cancelled/ with no record), else None."""
-        record = self.record.cancellations.get(entry.memo_id or "")
+        record = self.record.cancellation(entry.memo_id)
         if record is not None:
             return str(record["cancelled_at"])
-        runs = self.record.runs.get((entry.role, entry.name), [])
+        runs = self.record.runs(entry.role, entry.name)
         if entry.folder == "cancelled" or any(r.get("state") == "cancelled" for r in runs):
             return next((r.get("ended_at") or "" for r in reversed(runs) if r.get("state") == "cancelled"), "")
         return None
 
     def node(self, entry: Entry, matched: set[Path], shown: set[Path]) -> dict[str, Any]:
         header = entry.header
-        runs = [_run_json(r) for r in self.record.runs.get((entry.role, entry.name), [])]
+        runs = [_run_json(r) for r in self.record.runs(entry.role, entry.name)]
         state = runs[-1]["state"] if runs else STATE_OF_FOLDER.get(entry.folder, entry.folder)
         if entry.folder == "held":
             state = "held"
-        parents = self.by_id.get(header.reply_to or "", [])
+        parents = self.memos.with_id(header.reply_to) if header.reply_to else []
         late = False
         for parent in parents:
             cancelled = self.cancelled_at(parent)
@@ -160,16 +182,19 @@ class _Conversation:
             "late_reply_to_cancelled": late,
             "match": entry.path in matched,
             "reply_to_candidates": [p.where() for p in parents] if len(parents) > 1 else [],
-            "id_shared_with": [e.where() for e in self.by_id.get(entry.memo_id or "", []) if e.path != entry.path],
+            "id_shared_with": [e.where() for e in self._with_id(entry.memo_id) if e.path != entry.path],
             "shown_above": entry.path in shown,
             "replies": [],
         }
         if entry.path in shown:  # a memo reached twice (a repeated id): shown once, named again
             return out
         shown.add(entry.path)
-        replies = self.replies.get(entry.memo_id, []) if entry.memo_id else []
+        replies = self.memos.replies(entry.memo_id) if entry.memo_id else []
         out["replies"] = [self.node(reply, matched, shown) for reply in sorted(replies, key=_order)]
         return out
+
+    def _with_id(self, memo_id: str | None) -> list[Entry]:
+        return self.memos.with_id(memo_id) if memo_id else []
 
 
 def _order(entry: Entry) -> tuple[str, str]:
@@ -179,21 +204,24 @@ def _order(entry: Entry) -> tuple[str, str]:
 def trace(root: Path, query: str) -> dict[str, Any]:
     """The conversation of the memo(s) ``query`` names (id, file name, name without ``.md``, or path)."""
     talk = _Conversation(root)
-    found = [entry for entry in talk.entries if catalog.matches(entry, query)]
-    if not found:
-        raise UnknownMemoError(f"orchestrator trace: no memo under {root / 'memo'} matches {query!r}")
-    roots: list[Entry] = []
-    for entry in found:
-        for candidate in talk.roots_of(entry):
-            if candidate not in roots:
-                roots.append(candidate)
-    matched = {entry.path for entry in found}
-    shown: set[Path] = set()
-    return {
-        "query": query,
-        "matches": [entry.where() for entry in found],
-        "roots": [talk.node(r, matched, shown) for r in sorted(roots, key=_order)],
-    }
+    try:
+        found = talk.memos.matching(query)
+        if not found:
+            raise UnknownMemoError(f"orchestrator trace: no memo under {root / 'memo'} matches {query!r}")
+        roots: list[Entry] = []
+        for entry in found:
+            for candidate in talk.roots_of(entry):
+                if candidate not in roots:
+                    roots.append(candidate)
+        matched = {entry.path for entry in found}
+        shown: set[Path] = set()
+        return {
+            "query": query,
+            "matches": [entry.where() for entry in found],
+            "roots": [talk.node(r, matched, shown) for r in sorted(roots, key=_order)],
+        }
+    finally:
+        talk.record.close()
 
 
 def _money(value: float | None) -> str:

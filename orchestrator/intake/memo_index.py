@@ -1,0 +1,168 @@
+"""The memo index: where each memo lies (role, folder, file name) with its ``id`` and ``reply_to``, in the database.
+
+``trace`` reads it instead of every memo on disk, and retention dates a memo by it (``moved_at``: when it came
+into its folder). The orchestrator keeps it at every claim and every move it makes (``placed``, ``moved``, on
+the loop's thread, in the event's transaction); ``orchestrator release`` at its move; ``orchestrator gc
+--reindex`` rebuilds it from the folders (``rebuild``), and only a rebuild marks it ``complete``: until then
+``trace`` reads the folders as before. A memo moved or written by hand is not in it until the next rebuild:
+``trace`` finds one it asks for by a scan of the files the index does not know (``unindexed``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.core.text import printable
+from orchestrator.intake.catalog import memo_files
+from orchestrator.intake.memo import MemoHeader, parse_front_matter, read_head
+
+COMPLETE = "memo_index"  # the ``meta`` key set by a rebuild: every memo on disk was indexed once
+
+
+@dataclass(frozen=True)
+class Row:
+    """One memo as the index has it; ``path`` is where it should be."""
+
+    role: str
+    folder: str
+    name: str
+    memo_id: str | None
+    reply_to: str | None
+    moved_at: float
+
+    def path(self, root: Path) -> Path:
+        return root / "memo" / self.role / self.folder / self.name
+
+
+def _place(path: Path) -> tuple[str, str, str]:
+    """(role, folder, name) of ``memo/<role>/<folder>/<name>``."""
+    return path.parent.parent.name, path.parent.name, path.name
+
+
+def placed(db: sqlite3.Connection, path: Path, memo_id: str | None, reply_to: str | None, at: float) -> None:
+    """A memo is at ``path`` now, with this front matter."""
+    role, folder, name = _place(path)
+    db.execute(
+        "INSERT OR REPLACE INTO memo_index (role, folder, name, memo_id, reply_to, moved_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (printable(role), folder, printable(name), memo_id, reply_to, at),
+    )
+
+
+def moved(db: sqlite3.Connection, src: Path, dst: Path, at: float, header: MemoHeader | None = None) -> None:
+    """A memo moved from ``src`` to ``dst``: its row follows it. ``header``: its front matter, when just read
+    (its claim); else the row keeps what it had, and a memo with no row yet has its front matter read now."""
+    role, folder, name = _place(src)
+    new_role, new_folder, new_name = _place(dst)
+    where = (printable(role), folder, printable(name))
+    place = (printable(new_role), new_folder, printable(new_name), at)
+    if header is not None:
+        done = db.execute(
+            "UPDATE OR REPLACE memo_index SET role = ?, folder = ?, name = ?, moved_at = ?, memo_id = ?, reply_to = ? "
+            "WHERE role = ? AND folder = ? AND name = ?",
+            (*place, header.id, header.reply_to, *where),
+        ).rowcount
+    else:
+        done = db.execute(
+            "UPDATE OR REPLACE memo_index SET role = ?, folder = ?, name = ?, moved_at = ? "
+            "WHERE role = ? AND folder = ? AND name = ?",
+            (*place, *where),
+        ).rowcount
+    if not done:  # not indexed yet (from before the index, or put in its folder by hand)
+        header = header or parse_front_matter(read_head(dst))
+        placed(db, dst, header.id, header.reply_to, at)
+
+
+def forget(db: sqlite3.Connection, rows: Iterable[tuple[str, str, str]]) -> None:
+    """Rows of memos that are gone (removed by retention), by (role, folder, name)."""
+    db.executemany("DELETE FROM memo_index WHERE role = ? AND folder = ? AND name = ?", list(rows))
+
+
+def _rows(db: sqlite3.Connection, where: str, args: list[str]) -> list[Row]:
+    return [
+        Row(*row)
+        for row in db.execute(
+            f"SELECT role, folder, name, memo_id, reply_to, moved_at FROM memo_index WHERE {where} "
+            "ORDER BY role, folder, name",
+            args,
+        )
+    ]
+
+
+def with_ids(db: sqlite3.Connection, ids: Iterable[str]) -> list[Row]:
+    """The rows of memos that carry any of ``ids``."""
+    ids = sorted(set(ids))
+    return _rows(db, f"memo_id IN ({', '.join('?' * len(ids))})", ids) if ids else []
+
+
+def replying_to(db: sqlite3.Connection, memo_id: str) -> list[Row]:
+    """The rows of memos whose ``reply_to`` is ``memo_id``."""
+    return _rows(db, "reply_to = ?", [memo_id])
+
+
+def named(db: sqlite3.Connection, names: Iterable[str]) -> list[Row]:
+    """The rows of memos with one of these file names, in any role and folder."""
+    names = sorted({printable(n) for n in names})
+    return _rows(db, f"name IN ({', '.join('?' * len(names))})", names) if names else []
+
+
+def keys(db: sqlite3.Connection) -> set[tuple[str, str, str]]:
+    """(role, folder, name) of every row."""
+    return {(row[0], row[1], row[2]) for row in db.execute("SELECT role, folder, name FROM memo_index")}
+
+
+def is_complete(db: sqlite3.Connection) -> bool:
+    """Whether a rebuild has indexed every memo once (also False for a database from before the index)."""
+    try:
+        return db.execute("SELECT 1 FROM meta WHERE key = ?", (COMPLETE,)).fetchone() is not None
+    except sqlite3.OperationalError:  # no such table: an older database opened read-only
+        return False
+
+
+def rebuild(db: sqlite3.Connection, root: Path, now: str) -> int:
+    """Index every memo on disk anew (its front matter read once); a row already right keeps its ``moved_at``,
+    a new one takes the file's modification time. Returns how many memos are indexed.
+
+    The folders are read before the one transaction that replaces the rows, so a running orchestrator's
+    writes wait only for that transaction; a memo it moves meanwhile may be left at its old place, which
+    ``trace`` notices (the file is not there) and looks past.
+    """
+    known = {
+        (row[0], row[1], row[2]): float(row[3])
+        for row in db.execute("SELECT role, folder, name, moved_at FROM memo_index")
+    }
+    rows = []
+    for role, folder, path in memo_files(root):
+        try:
+            mtime = os.lstat(path).st_mtime
+        except OSError:
+            continue
+        header = parse_front_matter(read_head(path))
+        key = (printable(role), folder, printable(path.name))
+        rows.append((*key, header.id, header.reply_to, known.get(key, mtime)))
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("DELETE FROM memo_index")
+        db.executemany(
+            "INSERT OR REPLACE INTO memo_index (role, folder, name, memo_id, reply_to, moved_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (COMPLETE, now))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return len(rows)
+
+
+def unindexed(root: Path, known: set[tuple[str, str, str]]) -> list[tuple[str, str, Path]]:
+    """(role, folder, path) of every memo file the index does not have where it lies (names only, no reads)."""
+    return [
+        (role, folder, path)
+        for role, folder, path in memo_files(root)
+        if (printable(role), folder, printable(path.name)) not in known
+    ]
