@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
 from orchestrator.config_errors import describe_validation_error
+from orchestrator.control.authority import check_may
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped
 from orchestrator.core.values import parse_duration as parse_duration  # the one parser; callers import it from here
@@ -146,6 +147,8 @@ class RoleSettings(_Strict):
     price_per_mtok: Prices | None = None
     # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
     resources: RoleResources | None = None
+    # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
+    may: Annotated[list[str], AfterValidator(check_may)] | None = None
 
 
 class Role(_Strict):
@@ -192,6 +195,7 @@ class Role(_Strict):
     api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
     price_per_mtok: Prices | None = None  # overrides the fuse's price table
     resources: RoleResources = Field(default_factory=RoleResources)
+    may: list[str] = Field(default_factory=list)
 
     @property
     def limit(self) -> int:

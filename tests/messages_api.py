@@ -5,8 +5,8 @@ serves ``POST /v1/messages`` with Anthropic's streaming server-sent events
 (``message_start``, ``content_block_start``/``delta``/``stop``, ``message_delta``
 with ``usage``, ``message_stop``), and a plain JSON answer when ``stream`` is
 false. Every request is appended to the log as one JSON line (``path``, the text
-of every user message, the tool results it carries, the time), so a test can see
-what the model was shown and when.
+of every user message, how many tool results it carries and their text, the
+time), so a test can see what the model was shown and when.
 
 What to answer is chosen by a marker in the conversation's first user message:
 
@@ -61,6 +61,13 @@ def _tool_results(content: Any) -> list[dict[str, Any]]:
     return [b for b in content or [] if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
+def _result_text(result: dict[str, Any]) -> str:
+    """A tool result's text (a string, or its text blocks), with ``[error]`` in front when it is one."""
+    content = result.get("content")
+    text = content if isinstance(content, str) else " ".join(_texts(content))
+    return ("[error] " if result.get("is_error") else "") + text
+
+
 class Handler(BaseHTTPRequestHandler):
     """One request; the server object holds the log path."""
 
@@ -96,6 +103,7 @@ class Handler(BaseHTTPRequestHandler):
                 "stream": bool(body.get("stream")),
                 "user_texts": user_texts,
                 "tool_results": len(results),
+                "tool_result_texts": [_result_text(r) for r in results],
                 "max_tokens": body.get("max_tokens"),
             }
         )

@@ -36,6 +36,8 @@ CLI_REQUESTS: list[tuple[str, dict[str, Any]]] = [
     ("wake", {"role": "rin", "task": None, "who": "me (pid 1)"}),
     ("wake", {"role": "rin", "task": "diary", "who": "me (pid 1)"}),
     ("schedule_changed", {}),
+    ("authorize", {"command": "release", "role": None}),
+    ("authorize", {"command": "memory forget", "role": "planner"}),
 ]
 
 
@@ -83,6 +85,7 @@ def test_defaults_are_filled_in() -> None:
         (b'{"op": "status", "pad": "x"}', 'field "pad": Extra inputs are not permitted'),
         (b'{"op": "tell", "memo": "x"}', 'field "text": Field required'),
         (b'{"op": "interrupt"}', 'field "memo": Field required'),
+        (b'{"op": "authorize", "command": "rm -rf /"}', "field \"command\": Value error, unknown command 'rm -rf /'"),
         (b'{"memo": "B-031"}', 'field "op": Field required'),
         (b'{"op": "explode"}', "unknown request 'explode'; known: status, stop, cancel, interrupt, tell"),
         (b'{"op": 5}', "unknown request 5"),
@@ -158,7 +161,7 @@ def test_answers_have_one_of_two_shapes() -> None:
 
 # ------------------------------------------------------------------ the server with a stand-in handler
 
-Handle = Callable[[protocol.Request], Awaitable[dict[str, Any]]]
+Handle = Callable[[protocol.Request, control.Peer], Awaitable[dict[str, Any]]]
 
 
 def serve(root: Path, handle: Handle, client: Callable[[], Any], **server_args: Any) -> tuple[Any, list[str]]:
@@ -189,10 +192,13 @@ def raw_ask(root: Path, *raws: bytes) -> list[dict[str, Any]]:
 
 
 def test_the_handler_gets_the_validated_model_and_its_result_is_the_answer(tmp_path: Path) -> None:
+    """...with the peer's pid as the kernel gives it (the client is this process)."""
     seen: list[protocol.Request] = []
+    pids: set[int] = set()
 
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         seen.append(request)
+        pids.add(peer.pid)
         return {"op": request.op, "where": tmp_path}
 
     def client() -> list[dict[str, Any]]:
@@ -211,7 +217,10 @@ def test_the_handler_gets_the_validated_model_and_its_result_is_the_answer(tmp_p
         "WakeRequest",
         "WakeRequest",
         "ScheduleChangedRequest",
+        "AuthorizeRequest",
+        "AuthorizeRequest",
     ]
+    assert pids == {os.getpid()}
     assert isinstance(seen[2], protocol.CancelRequest) and seen[2].memo == "B-031" and seen[2].all is False
     assert logged == []
 
@@ -229,7 +238,7 @@ def test_the_handler_gets_the_validated_model_and_its_result_is_the_answer(tmp_p
 def test_an_orchestrator_error_from_the_handler_reaches_the_client_as_itself(
     tmp_path: Path, error: errors.OrchestratorError
 ) -> None:
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         raise error
 
     def client() -> errors.OrchestratorError:
@@ -243,7 +252,7 @@ def test_an_orchestrator_error_from_the_handler_reaches_the_client_as_itself(
 
 
 def test_any_other_failure_is_logged_with_its_traceback_and_the_server_keeps_serving(tmp_path: Path) -> None:
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         if request.op == "stop":
             raise KeyError("the handler's own bug")
         if request.op == "cancel":
@@ -276,7 +285,7 @@ def test_any_other_failure_is_logged_with_its_traceback_and_the_server_keeps_ser
 def test_a_malformed_request_never_reaches_the_handler_and_is_a_usage_error(tmp_path: Path) -> None:
     seen: list[protocol.Request] = []
 
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         seen.append(request)
         return {}
 
@@ -301,7 +310,7 @@ def test_a_request_longer_than_the_limit_is_a_usage_error_and_others_are_still_s
 ) -> None:
     monkeypatch.setattr(control, "MAX_LINE", 64 * 1024)
 
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         return {"op": request.op}
 
     def client() -> list[Any]:
@@ -342,7 +351,7 @@ def test_a_peer_that_cannot_be_checked_is_refused_with_one_line_in_the_log(
     """No credentials, an error reading them, another uid: each is a refusal, never "same user"."""
     seen: list[protocol.Request] = []
 
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         seen.append(request)
         return {}
 
@@ -366,7 +375,7 @@ def test_a_platform_without_peer_credentials_refuses_rather_than_trusting(
     monkeypatch.delattr(socket, "SO_PEERCRED")
     seen: list[protocol.Request] = []
 
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         seen.append(request)
         return {}
 
@@ -382,7 +391,7 @@ def test_a_platform_without_peer_credentials_refuses_rather_than_trusting(
 
 
 def test_the_real_reader_lets_the_owner_in(tmp_path: Path) -> None:
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         return {"op": request.op}
 
     lines: list[str] = []
@@ -409,7 +418,7 @@ def test_a_real_connection_from_another_uid_is_refused_and_logged() -> None:
     )
     seen: list[protocol.Request] = []
 
-    async def handle(request: protocol.Request) -> dict[str, Any]:
+    async def handle(request: protocol.Request, peer: control.Peer) -> dict[str, Any]:
         seen.append(request)
         return {}
 

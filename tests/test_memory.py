@@ -6,6 +6,8 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,14 @@ import pytest
 from test_replay import play
 
 from conftest import Project, wait_for
+from orchestrator.config import load_config
 from orchestrator.core.clock import ManualClock
+from orchestrator.core.errors import MemoryRefusedError
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB
 from orchestrator.memory.db.schema import db_path
 from orchestrator.memory.secrets import find_secret
+from orchestrator.memory.service import Caller, Memory
 from replay import Replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "memory"
@@ -28,8 +33,15 @@ def mem(project: Project, *args: str, input: str | None = None, **env: str) -> s
     return project.cli("memory", *args, input=input, **env)
 
 
-def agent_env(role: str, run_id: str = "7") -> dict[str, str]:
-    return {"ORCHESTRATOR_ROLE": role, "ORCHESTRATOR_RUN_ID": run_id}
+@contextmanager
+def as_agent(project: Project, role: str, run_id: str = "7") -> Iterator[Memory]:
+    """The memory operations as an agent of ``role`` calls them (the CLI knows its caller from the kernel)."""
+    config = load_config(project.root)
+    db = MemoryDB(db_path(project.root / ".orchestrator"))
+    try:
+        yield Memory(db, config.memory, list(config.roles), Caller(role, run_id))
+    finally:
+        db.close()
 
 
 @pytest.fixture
@@ -178,8 +190,8 @@ def test_add_search_list_show_forget_replace_stats(team: Project) -> None:
     shown = json.loads(mem(team, "show", str(first), "--json").stdout)
     assert shown["growth"][0]["before"] == "the watcher must restart on overflow"
     assert shown["growth"][0]["why"] == "it also rescans" and shown["growth"][0]["approved_at"] is None
-    refused = mem(team, "replace", "--approve", str(first), "--source", "agent", **agent_env("builder"))
-    assert refused.returncode == 20
+    with as_agent(team, "builder") as memory, pytest.raises(MemoryRefusedError, match="only the supervisor or owner"):
+        memory.approve(first, datetime.now().astimezone(), "agent")
     assert mem(team, "replace", "--approve", str(first)).returncode == 0
     assert json.loads(mem(team, "show", str(first), "--json").stdout)["growth"][0]["approved_by"] == "cli"
 
@@ -280,21 +292,27 @@ def test_a_corrupt_database_is_one_line_and_a_non_zero_exit(team: Project) -> No
 
 
 def test_an_agent_sees_its_own_role_and_team_only(team: Project) -> None:
+    """The rules of scope, for a caller the CLI identified as an agent (``control.permission``); its environment
+    says nothing (an agent of ``tests/test_authority.py`` proves that end to end)."""
     assert mem(team, "add", "planner secret plan", "--role", "planner").returncode == 0
     assert mem(team, "add", "team shared fact", "--role", "team").returncode == 0
-    mine = mem(team, "add", "builder note", **agent_env("builder"))
-    assert mine.returncode == 0, mine.stderr
-    seen = mem(team, "list", "--json", **agent_env("builder")).stdout
-    assert "builder note" in seen and "team shared fact" in seen and "planner" not in seen
-    other = mem(team, "search", "plan", "--role", "planner", **agent_env("builder"))
-    assert other.returncode == 20 and "only its own memory" in other.stderr
-    assert mem(team, "add", "x", "--role", "planner", **agent_env("builder")).returncode == 20
-    assert (
-        mem(team, "add", "from above", "--role", "planner", "--source", "supervisor", **agent_env("builder")).returncode
-        == 0
-    )
-    assert mem(team, "search", "plan", "--role", "planner", **agent_env("keeper")).returncode == 0
+    now = datetime.now().astimezone()
+    with as_agent(team, "builder") as memory:
+        mine = memory.add("builder note", now=now)
+        assert (mine["role"], mine["run_id"]) == ("builder", "7")
+        seen = [e["text"] for e in memory.list()]
+        assert "builder note" in seen and "team shared fact" in seen and "planner secret plan" not in seen
+        with pytest.raises(MemoryRefusedError, match="only its own memory"):
+            memory.search("plan", role="planner")
+        with pytest.raises(MemoryRefusedError):
+            memory.add("x", now=now, role="planner")
+        with pytest.raises(MemoryRefusedError):
+            memory.add("from above", now=now, role="planner", source="supervisor")  # a claim is no authority
+    with as_agent(team, "keeper") as memory:
+        assert memory.search("plan", role="planner")
     assert mem(team, "search", "plan", "--role", "planner").returncode == 0, "outside an agent every role is open"
+    pretend = mem(team, "search", "plan", "--json", ORCHESTRATOR_ROLE="builder", ORCHESTRATOR_RUN_ID="7")
+    assert "planner secret plan" in pretend.stdout, "the environment makes no agent: a person stays a person"
 
 
 def test_ten_agents_adding_at_once_lose_nothing(team: Project) -> None:

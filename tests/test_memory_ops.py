@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,37 +86,52 @@ def test_the_orchestrator_runs_its_agents_with_memory_empty_and_a_note_while_the
     assert "starts with $memory empty" in output, "the log says so too"
 
 
-def test_the_supervisor_forgets_and_replaces_another_roles_memory_through_the_cli(team: Project) -> None:
-    agent = {"ORCHESTRATOR_ROLE": "builder", "ORCHESTRATOR_RUN_ID": "7"}
+def test_a_role_given_memory_forgets_and_replaces_another_roles_memory_through_the_cli(team: Project) -> None:
+    """The builder's agent may not touch the planner's memory, whatever its environment claims; the supervisor's
+    (``may: [memory]``) may, and the records name its run, as the kernel traced it."""
+    team.configure(
+        {"builder": {}, "planner": {}, "supervisor": {"may": ["memory"]}},
+        prompt="BEGIN\n$memory\nEND\n",
+        memory={"keeper": "planner"},
+    )
     one = int(mem(team, "add", "the plan is due friday", "--role", "planner").stdout)
     two = int(mem(team, "add", "the plan has three steps", "--role", "planner").stdout)
+    orch = team.up()
 
-    refused = mem(team, "forget", str(one), "--why", "builder thinks so", **agent)
-    assert refused.returncode == 20 and "only its own memory" in refused.stderr
-    refused = mem(team, "replace", str(two), "two steps", "--why", "builder thinks so", **agent)
-    assert refused.returncode == 20
+    def agent(role: str, name: str, *commands: list[str], **env: str | None) -> list[dict[str, Any]]:
+        results = team.root / f"{name}.results"
+        spec = {"commands": list(commands), "results": str(results), "command_env": env}
+        team.drop(role, name, {"id": name, "agent": spec})
+        wait_for(lambda: Path(f"{results}.done").exists(), 60, f"{name}'s commands")
+        return [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
 
-    gone = mem(team, "forget", str(one), "--why", "moved to monday", "--source", "supervisor", "--json", **agent)
-    assert gone.returncode == 0, gone.stderr
-    assert json.loads(gone.stdout)["forgotten_why"] == "moved to monday"
-    changed = mem(
-        team,
-        "replace",
-        str(two),
-        "the plan has two steps",
-        "--why",
-        "step 3 dropped",
-        "--source",
-        "supervisor",
-        **agent,
+    forged = {"ORCHESTRATOR_ROLE": "supervisor", "ORCHESTRATOR_RUN_ID": None}
+    refused = agent(
+        "builder",
+        "b.md",
+        ["memory", "forget", str(one), "--why", "builder thinks so"],
+        ["memory", "replace", str(two), "two steps", "--why", "builder thinks so", "--source", "supervisor"],
+        **forged,
     )
-    assert changed.returncode == 0, changed.stderr
+    for result in refused:
+        assert result["code"] == 13 and "of another role's memory is for people" in result["stderr"], result
+    done = agent(
+        "supervisor",
+        "s.md",
+        ["memory", "forget", str(one), "--why", "moved to monday", "--json"],
+        ["memory", "replace", str(two), "the plan has two steps", "--why", "step 3 dropped"],
+    )
+    assert [r["code"] for r in done] == [0, 0], done
+    assert json.loads(done[0]["stdout"])["forgotten_why"] == "moved to monday"
+    run_id = next(r["run_id"] for r in team.records() if r["role"] == "supervisor")
 
     shown = json.loads(mem(team, "show", str(two), "--json").stdout)
     assert shown["text"] == "the plan has two steps"
-    assert shown["growth"][0]["before"] == "the plan has three steps" and shown["growth"][0]["by"] == "builder (run 7)"
-    assert json.loads(mem(team, "show", str(one), "--json").stdout)["forgotten_by"] == "builder (run 7)"
+    assert shown["growth"][0]["before"] == "the plan has three steps"
+    assert shown["growth"][0]["by"] == f"supervisor (run {run_id})"
+    assert json.loads(mem(team, "show", str(one), "--json").stdout)["forgotten_by"] == f"supervisor (run {run_id})"
     assert [e["id"] for e in json.loads(mem(team, "search", "plan", "--role", "planner", "--json").stdout)] == [two]
+    assert orch.stop() == 0
 
 
 def test_status_says_how_many_entries_wait_for_which_summary(team: Project) -> None:

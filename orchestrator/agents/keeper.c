@@ -47,6 +47,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 extern char **environ;
 
@@ -230,6 +233,11 @@ int main(int argc, char **argv) {
     posix_spawnattr_setsigmask(&attr, &previous);
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+#ifdef __linux__
+    /* an agent's process that double-forks or calls setsid is handed to this keeper (not to init or the
+     * orchestrator), so the orchestrator still traces it to its run when it asks for something */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+#endif
     pid_t agent;
     int failed = posix_spawn(&agent, command[0], NULL, &attr, command, env);
     posix_spawnattr_destroy(&attr);
@@ -250,8 +258,15 @@ int main(int argc, char **argv) {
     double next = kill_after > 0 ? started + kill_after : 0;
     int status = 0;
     for (;;) {
-        pid_t done = waitpid(agent, &status, WNOHANG);
-        if (done == agent)
+        pid_t done;
+        int ended = 0, any;
+        while ((done = waitpid(-1, &any, WNOHANG)) > 0) { /* what was handed to us is reaped too */
+            if (done == agent) {
+                status = any;
+                ended = 1;
+            }
+        }
+        if (ended)
             break;
         if (done < 0 && errno != EINTR)
             return 125;

@@ -13,10 +13,12 @@ from orchestrator.commands.common import project_root, who
 
 def cmd_send(args: argparse.Namespace) -> int:
     """``orchestrator send``: write a memo into a role's inbox."""
+    from orchestrator.control import permission
     from orchestrator.tools.send import send
 
     # an agent runs anywhere: its own root comes from its environment when --root is not given
     root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
+    permission.require(root, "send")
     text = sys.stdin.read() if args.text == "-" else args.text
     result = send(
         root,
@@ -53,10 +55,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     """``orchestrator release``: let memos the loop breaker held run after all."""
+    from orchestrator.control import permission
     from orchestrator.tools.release import release
 
+    root = project_root(args)
+    permission.require(root, "release")
     memo = str(Path(args.memo).resolve()) if args.memo and os.sep in args.memo else args.memo
-    done = release(project_root(args), memo, role=args.role, every=args.all, who=who())
+    done = release(root, memo, role=args.role, every=args.all, who=who())
     if args.json:
         console.print_json({"released": done})
         return 0

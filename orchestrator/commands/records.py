@@ -30,8 +30,10 @@ def cmd_journal(args: argparse.Namespace) -> int:
 def cmd_handoff(args: argparse.Namespace) -> int:
     """``orchestrator handoff``: a role's handoff file, its kept versions, or one of them restored."""
     from orchestrator.continuity import commands
+    from orchestrator.control import permission
 
     root = project_root(args)
+    permission.require(root, "handoff --restore" if args.restore is not None else "handoff", args.role)
     result: Any
     if args.history:
         result = commands.handoff_history(root, args.role)

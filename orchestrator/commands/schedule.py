@@ -33,9 +33,13 @@ def cmd_wake(args: argparse.Namespace) -> int:
 def cmd_task(args: argparse.Namespace) -> int:
     """``orchestrator task add|list|drop``: the one-off ledger."""
     from orchestrator.config import load_config
+    from orchestrator.control import permission
     from orchestrator.schedule import view
 
-    config = load_config(project_root(args))
+    root = project_root(args)
+    if args.task_command in ("add", "drop"):
+        permission.require(root, f"task {args.task_command}", getattr(args, "role", None))
+    config = load_config(root)
     if args.task_command == "add":
         row = view.add_task(config, args.role, args.text, args.due, args.priority)
         if args.json:

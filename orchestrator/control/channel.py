@@ -3,7 +3,9 @@
 Only the owner can use it: the folder is mode 0700, the socket 0600, and the
 server also checks the peer's uid (SO_PEERCRED). That check fails closed: a peer
 whose credentials cannot be read (no SO_PEERCRED, an error reading it) is refused
-like another user's, with one line in the log saying why. Requests and answers are the
+like another user's, with one line in the log saying why. The peer's pid (the
+same credentials) goes to ``handle`` with each request: the supervisor's gate
+tells a person from an agent by it (``callers``). Requests and answers are the
 models of ``protocol``; the server validates each line into a request model and
 hands it to the ``handle`` it was given, so it never dispatches on a raw dict. A
 malformed request (too long, too deeply nested, not JSON, a field of the wrong
@@ -24,6 +26,7 @@ import struct
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +68,7 @@ def _short(path: Path):  # type: ignore[no-untyped-def]
 class ControlServer:
     """Serves the socket at ``path`` from the supervisor's loop.
 
-    ``handle`` answers one validated request with the result dict; an
+    ``handle`` answers one validated request, given with its ``Peer``, with the result dict; an
     ``OrchestratorError`` it raises becomes a refusal with its wire code, any
     other exception is logged through ``log_error`` (traceback included) and
     answered as an internal error. ``peer_uid`` reads a connection's uid (None: no credentials to be had); a
@@ -75,7 +78,7 @@ class ControlServer:
     def __init__(
         self,
         path: Path,
-        handle: Callable[[Request], Awaitable[dict[str, Any]]],
+        handle: Callable[[Request, Peer], Awaitable[dict[str, Any]]],
         log_error: Callable[[str], None],
         *,
         log: Callable[[str], None] | None = None,
@@ -141,11 +144,13 @@ class ControlServer:
             self.clients.add(task)
         self.writers.add(writer)
         try:
-            refusal = peer_refusal(writer.get_extra_info("socket"), self.peer_uid)
+            sock = writer.get_extra_info("socket")
+            refusal = peer_refusal(sock, self.peer_uid)
             if refusal is not None:
                 self.log(f"control: refused a connection: {refusal}")
                 await self._send(writer, Answer.failure("error", f"permission denied: {refusal}"))
                 return
+            peer = Peer(read_peer_pid(sock))
             while True:
                 try:
                     line = await asyncio.wait_for(reader.readline(), IDLE_TIMEOUT)
@@ -162,7 +167,7 @@ class ControlServer:
                 answered = asyncio.get_running_loop().create_future()
                 self.answering.add(answered)
                 try:
-                    await self._send(writer, await self._answer(line))
+                    await self._send(writer, await self._answer(line, peer))
                 finally:
                     self.answering.discard(answered)
                     answered.set_result(None)
@@ -175,7 +180,7 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _answer(self, line: bytes) -> Answer:
+    async def _answer(self, line: bytes, peer: Peer) -> Answer:
         """The answer to one request line; never raises (but for the connection's own cancellation)."""
         from orchestrator.control.protocol import Answer, parse_request
 
@@ -183,7 +188,7 @@ class ControlServer:
         try:
             request = parse_request(line)
             op = request.op
-            return Answer.success(await self.handle(request))
+            return Answer.success(await self.handle(request, peer))
         except OrchestratorError as exc:
             return Answer.failure(control_code(exc), str(exc))
         except Exception:  # noqa: BLE001 - a bad request (or a bad result) must never stop the loop
@@ -198,6 +203,25 @@ class ControlServer:
             line = (json.dumps({"ok": False, "code": "error", "error": INTERNAL_ERROR}) + "\n").encode()
         writer.write(line)
         await writer.drain()
+
+
+@dataclass(frozen=True)
+class Peer:
+    """The process at the other end of a connection, as the kernel names it (pid 0: it could not)."""
+
+    pid: int
+
+
+def read_peer_pid(sock: socket.socket | None) -> int:
+    """The pid of the process that connected ``sock`` (SO_PEERCRED); 0 when it cannot be had (no credentials,
+    or a process in a pid namespace this one cannot see)."""
+    if sock is None or not hasattr(socket, "SO_PEERCRED"):
+        return 0
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return 0
+    return int(struct.unpack("3i", creds)[0])
 
 
 def read_peer_uid(sock: socket.socket | None) -> int | None:

@@ -11,6 +11,7 @@ field at fault, so the server never dispatches on a raw dict::
     {"op": "tell", "memo": "B-031", "text": "...", "who": "..."}
     {"op": "wake", "role": "rin", "task": null, "who": "..."}
     {"op": "schedule_changed"}
+    {"op": "authorize", "command": "release", "role": null}
 
 Validation is strict (``"force": "yes"`` is not a boolean) and unknown fields
 are refused. No request field holds a list or an object, so nesting deeper than
@@ -26,8 +27,9 @@ import json
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from orchestrator.control.authority import COMMANDS
 from orchestrator.core import events
 from orchestrator.core.errors import UsageError
 
@@ -97,8 +99,31 @@ class ScheduleChangedRequest(_Request):
     op: Literal["schedule_changed"] = "schedule_changed"
 
 
+def _known_command(command: str) -> str:
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}; known: {', '.join(COMMANDS)}")
+    return command
+
+
+class AuthorizeRequest(_Request):
+    """May the caller run ``command`` (one that acts on files itself), touching ``role``'s part (None: its own)?
+
+    Answered by the gate, not the loop: ``{"caller": {...}}``, or a refusal."""
+
+    op: Literal["authorize"] = "authorize"
+    command: Annotated[str, AfterValidator(_known_command)]
+    role: str | None = None
+
+
 Request = Annotated[
-    StatusRequest | StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest | ScheduleChangedRequest,
+    StatusRequest
+    | StopRequest
+    | CancelRequest
+    | InterruptRequest
+    | TellRequest
+    | WakeRequest
+    | ScheduleChangedRequest
+    | AuthorizeRequest,
     Field(discriminator="op"),
 ]
 REQUESTS: TypeAdapter[Request] = TypeAdapter(Request)
@@ -202,6 +227,8 @@ def describe(exc: ValidationError) -> str:
 
 def to_event(request: Request, reply: asyncio.Future[Any]) -> events.Request:
     """The loop's typed event for a validated request; the loop answers through ``reply``."""
+    if isinstance(request, AuthorizeRequest):
+        raise TypeError("an authorize request is answered by the gate, never posted to the loop")
     if isinstance(request, StatusRequest):
         return events.StatusRequested(reply)
     if isinstance(request, StopRequest):

@@ -10,6 +10,7 @@ reaches the terminal for a bad configuration, memo or command line::
     ├── NotRunningError               exit 4  no orchestrator serves this root
     ├── AlreadyRunningError           exit 5  a second `up` for the same root
     ├── UnknownRoleError              exit 10 `send --to` names no role of roles.yaml
+    ├── RefusedError                  exit 13 an agent asked for what is for people (control/authority.py)
     ├── ControlError                  exit 1  the control channel said no
     │   ├── UnknownMemoError          exit 6  no memo matches
     │   ├── MemoFinishedError         exit 7  the memo already ended
@@ -105,6 +106,13 @@ class NoSystemdError(ServiceError):
     exit_code = 2
 
 
+class RefusedError(OrchestratorError):
+    """An agent asked for what only people (or roles given ``may:``) may do; nothing was changed."""
+
+    exit_code = 13
+    code = "refused"
+
+
 class ControlError(OrchestratorError):
     """The running orchestrator refused a request; ``code`` names why."""
 
@@ -139,6 +147,7 @@ CONTROL_ERRORS: dict[str, type[OrchestratorError]] = {
         for cls in (ControlError, UnknownMemoError, MemoFinishedError, AmbiguousMemoError, UnsupportedError)
     },
     "usage": UsageError,
+    RefusedError.code: RefusedError,
 }
 
 
@@ -146,4 +155,6 @@ def control_code(exc: OrchestratorError) -> str:
     """The wire code of an error raised while answering a control request."""
     if isinstance(exc, ControlError):
         return exc.code
+    if isinstance(exc, RefusedError):
+        return RefusedError.code
     return "usage" if isinstance(exc, UsageError) else "error"

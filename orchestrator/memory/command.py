@@ -194,9 +194,10 @@ def run(args: argparse.Namespace) -> int:
     """Run one ``memory`` verb; errors propagate to ``cli.main`` as one line and an exit status."""
     from orchestrator.memory.db import MemoryDB
     from orchestrator.memory.db.schema import db_path
-    from orchestrator.memory.service import Memory, caller_from
+    from orchestrator.memory.service import Memory
 
     root = _root(args)
+    caller = _caller(root, args)
     if args.verb in READS:
         roles, settings = _light(root)
     else:
@@ -209,10 +210,32 @@ def run(args: argparse.Namespace) -> int:
         return _print(args, [] if args.verb != "show" else None, root)
     db = MemoryDB(path)
     try:
-        memory = Memory(db, settings, roles, caller_from())
+        memory = Memory(db, settings, roles, caller, _authorize(root))
         return _print(args, _call(memory, args, settings), root)
     finally:
         db.close()
+
+
+def _caller(root: Path, args: argparse.Namespace) -> Any:
+    """Who calls, from the kernel (``control.permission``): a person, or an agent of which run and role; an agent
+    whose role may not use memory at all (``may: [-memory]``), or not the role it names, is refused here."""
+    from orchestrator.control import permission
+    from orchestrator.memory.service import PERSON, Caller
+
+    found = permission.require(root, f"memory {args.verb}", getattr(args, "role", None))
+    if not found.agent:
+        return PERSON
+    return Caller(found.role, str(found.run_id) if found.run_id is not None else None)
+
+
+def _authorize(root: Path) -> Any:
+    """What lets an agent name another role's memory: the orchestrator's answer (its role's ``may:``)."""
+    from orchestrator.control import permission
+
+    def ask(caller: Any, verb: str, role: str) -> None:
+        permission.require(root, f"memory {verb}", role)
+
+    return ask
 
 
 def _call(memory: Any, args: argparse.Namespace, settings: Any) -> Any:

@@ -1,16 +1,16 @@
 """The memory operations behind the CLI: input checks, the caps, the secret filter and the access scope.
 
 Every check runs before anything is stored, so a refused call leaves the
-database as it was. An agent (``ORCHESTRATOR_RUN_ID`` set) sees its own role
-and ``team``; naming another role needs ``--source supervisor|owner``, or the
-caller to be the keeper role (it writes every role's summaries), or a call
-from outside any agent.
+database as it was. Who calls is given (``Caller``; the CLI has it from the
+kernel, ``control.permission``, never from the environment): an agent sees its
+own role and ``team``; naming another role needs the keeper role (it writes
+every role's summaries) or ``authorize`` to let it (the CLI asks the
+orchestrator: a role with ``may: [memory]``); a person names any role.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,24 +25,29 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who calls: the agent's role and run from its environment, or a person (both None)."""
+    """Who calls: an agent's role and run, or a person (``agent`` false)."""
 
     role: str | None
     run_id: str | None
+    agent: bool = True
 
     @property
     def in_agent(self) -> bool:
-        return bool(self.run_id)
+        return self.agent
 
     @property
     def who(self) -> str:
-        return f"{self.role} (run {self.run_id})" if self.in_agent else "cli"
+        return f"{self.role or 'an agent'} (run {self.run_id or '?'})" if self.agent else "cli"
 
 
-def caller_from(environ: Mapping[str, str] | None = None) -> Caller:
-    """The caller described by ``ORCHESTRATOR_ROLE`` and ``ORCHESTRATOR_RUN_ID``."""
-    env = os.environ if environ is None else environ
-    return Caller(env.get("ORCHESTRATOR_ROLE") or None, env.get("ORCHESTRATOR_RUN_ID") or None)
+PERSON = Caller(None, None, agent=False)
+
+
+def _refuse(caller: Caller, verb: str, role: str) -> None:
+    raise MemoryRefusedError(
+        f"memory {verb}: an agent of {caller.role} may use only its own memory and team's, not {role}'s "
+        "(other roles need the keeper role, or `may: [memory]` in roles.yaml)"
+    )
 
 
 @dataclass
@@ -53,37 +58,36 @@ class Memory:
     settings: MemorySettings
     roles: Sequence[str]
     caller: Caller
+    # lets an agent name another role, or raises (the CLI asks the orchestrator); by default only the keeper may
+    authorize: Callable[[Caller, str, str], None] = _refuse
 
     # ------------------------------------------------------------ scope
     def _check_role(self, role: str, verb: str) -> None:
         if role != rules.TEAM and role not in self.roles:
             raise UsageError(f"memory {verb}: unknown role {role!r}; known: {', '.join([*self.roles, rules.TEAM])}")
 
-    def _may_name(self, role: str, source: str, verb: str) -> None:
+    def _may_name(self, role: str, verb: str) -> None:
         if not self.caller.in_agent or role in (self.caller.role, rules.TEAM):
             return
-        if source in ("supervisor", "owner") or (self.settings.keeper and self.caller.role == self.settings.keeper):
+        if self.settings.keeper and self.caller.role == self.settings.keeper:
             return
-        raise MemoryRefusedError(
-            f"memory {verb}: an agent of {self.caller.role} may use only its own memory and team's, not {role}'s "
-            "(other roles need --source supervisor|owner or the keeper role)"
-        )
+        self.authorize(self.caller, verb, role)
 
-    def scope(self, role: str | None, verb: str, source: str = "agent") -> list[str] | None:
+    def scope(self, role: str | None, verb: str) -> list[str] | None:
         """The roles a read covers: one named role, the agent's own plus team, or every role (None)."""
         if role is not None:
             self._check_role(role, verb)
-            self._may_name(role, source, verb)
+            self._may_name(role, verb)
             return [role]
-        if self.caller.in_agent and self.caller.role:
-            return [self.caller.role, rules.TEAM]
+        if self.caller.in_agent:
+            return [r for r in (self.caller.role, rules.TEAM) if r]
         return None
 
-    def _entry(self, entry_id: int, verb: str, source: str = "agent") -> dict[str, Any]:
+    def _entry(self, entry_id: int, verb: str) -> dict[str, Any]:
         entry = self.db.get(entry_id)
         if entry is None:
             raise UsageError(f"memory {verb}: no entry #{entry_id}")
-        self._may_name(entry["role"], source, verb)
+        self._may_name(entry["role"], verb)
         return entry
 
     # ------------------------------------------------------------ checks
@@ -138,7 +142,7 @@ class Memory:
             raise UsageError(f"memory add: unknown layer {layer!r}; one of {', '.join(rules.LAYERS)}")
         if remember and layer not in (None, "core"):
             raise UsageError(f"memory add: --remember means core; it contradicts --layer {layer}")
-        self._may_name(role, source, "add")
+        self._may_name(role, "add")
         effective = rules.effective_importance(importance, source)
         layer = "core" if remember else (layer or rules.layer_for(effective))
         problem = rules.period_problem(layer, period)
@@ -173,22 +177,22 @@ class Memory:
     def forget(self, entry_id: int, why: str, now: datetime, source: str = "agent") -> dict[str, Any]:
         if not why.strip():
             raise UsageError("memory forget: say why with --why TEXT; the reason is kept with the tombstone")
-        self._entry(entry_id, "forget", source)
+        self._entry(entry_id, "forget")
         self.db.forget(entry_id, why.strip(), self.caller.who, now.isoformat(timespec="milliseconds"))
-        return self._entry(entry_id, "forget", source)
+        return self._entry(entry_id, "forget")
 
     def replace(self, entry_id: int, text: str, why: str, now: datetime, source: str = "agent") -> dict[str, Any]:
         if not why.strip():
             raise UsageError("memory replace: say why with --why TEXT; the growth log keeps the trigger")
-        self._entry(entry_id, "replace", source)
+        self._entry(entry_id, "replace")
         text = self.check_text(text, "replace")
         growth = self.db.replace(entry_id, text, why.strip(), self.caller.who, now.isoformat(timespec="milliseconds"))
-        return {**self._entry(entry_id, "replace", source), "growth_id": growth}
+        return {**self._entry(entry_id, "replace"), "growth_id": growth}
 
     def approve(self, entry_id: int, now: datetime, source: str = "agent") -> dict[str, Any]:
         if self.caller.in_agent and source not in ("supervisor", "owner"):
             raise MemoryRefusedError("memory replace --approve: only the supervisor or owner approves a change")
-        self._entry(entry_id, "replace --approve", source)
+        self._entry(entry_id, "replace --approve")
         growth = self.db.approve(entry_id, self.caller.who, now.isoformat(timespec="milliseconds"))
         return {"id": entry_id, "growth_id": growth, "approved": True}
 

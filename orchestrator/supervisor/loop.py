@@ -31,6 +31,7 @@ from orchestrator.config import Config
 from orchestrator.console import Console
 from orchestrator.continuity import hooks as continuity
 from orchestrator.control import protocol
+from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import OrchestratorError
@@ -47,6 +48,7 @@ from orchestrator.supervisor import nodes, snapshot
 from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.endings import Endings
+from orchestrator.supervisor.gate import Gate
 from orchestrator.supervisor.holds import Holds
 from orchestrator.supervisor.launch import Launcher
 from orchestrator.supervisor.lifecycle import Lifecycle
@@ -114,6 +116,7 @@ class Supervisor:
             self.start_faults,
         )
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
+        self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
         self.continuity = continuity.install(self)
         nodes.install(self)
         self.handlers: dict[type, Callable[[Any], None]] = {
@@ -364,8 +367,12 @@ class Supervisor:
                     self.stopper.stop(run, 0.0)
 
     # ------------------------------------------------------------------ status
-    async def answer(self, request: protocol.Request) -> dict[str, Any]:
-        """A control-channel request, posted to the loop as a typed event; its answer comes back on a future."""
+    async def answer(self, request: protocol.Request, peer: Peer) -> dict[str, Any]:
+        """A control-channel request, posted to the loop as a typed event once the gate has let its caller through
+        (the gate answers ``authorize`` itself); its answer comes back on a future."""
+        if isinstance(request, protocol.AuthorizeRequest):
+            return self.gate.authorize(request, peer.pid)
+        request = self.gate.admit(request, peer.pid)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.handle(protocol.to_event(request, reply))
         return dict(await reply)

@@ -58,7 +58,8 @@ class Requests:
         self.dispatch = dispatch
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    def _find(self, query: str) -> list[Candidate]:
+    def find(self, query: str) -> list[Candidate]:
+        """Every live or waiting memo ``query`` names."""
         return lookup.find(list(self.lc.runs.values()), self.config.roles, self.config.role_dir, query)
 
     def _keep(self, coro: Any) -> None:
@@ -108,7 +109,7 @@ class Requests:
         query = event.memo or ""
         if not query:
             raise UsageError("name a memo to cancel (its id, file name or path), or use --role ROLE")
-        targets = self._find(query)
+        targets = self.find(query)
         if not targets:
             finished = lookup.finished_message(self.store, query)
             if finished:
@@ -173,7 +174,7 @@ class Requests:
 
     # ------------------------------------------------------------ interrupt and tell
     def _running(self, query: str, what: str) -> tuple[Run, Candidate]:
-        candidates = [c for c in self._find(query) if c.run is not None] if query else []
+        candidates = [c for c in self.find(query) if c.run is not None] if query else []
         if not candidates:
             finished = lookup.finished_message(self.store, query) if query else None
             if finished:

@@ -18,6 +18,13 @@ for batch roles), with defaults from STANDIN_* environment variables:
   until_file: path                after sleeping, wait until this file exists (at most 60 s)
   record_peers: true              record the pids of other live processes of this project that carry
                                   the same memo file name (ORCHESTRATOR_MEMO), as "peers"
+  commands: [[stop, --force], ...] after the sleep, run each as `orchestrator ARGS --root ROOT` and
+                                  append {argv, code, stdout, stderr, ppid, sid} per command to the file
+                                  named by results: path (then results.done is created)
+  command_env: {NAME: value}      the commands' environment changes (null unsets NAME)
+  commands_when: path             run the commands once this file exists (at most 60 s)
+  escape: true                    run the commands from a process that left: setsid, then a double fork
+                                  (the agent waits for results.done)
 A batch role's memos are read from $ORCHESTRATOR_MEMOS_FILE ("memos" in the record; "env_memos" is
 $ORCHESTRATOR_MEMOS, "memos_file" the file's path). Every start appends one JSON line to $STANDIN_RECORD; with $STANDIN_ENDS set, every agent that
 finishes by itself (not killed) appends one line with its start and end times there.
@@ -69,6 +76,61 @@ def peers(memo_name, own):
         ):
             found.append(int(name))
     return found
+
+
+def run_commands(spec, root):
+    """The ``commands`` of the memo, one after another; one JSON line each in the ``results`` file."""
+    env = dict(os.environ)
+    for key, value in (spec.get("command_env") or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    lines = []
+    for argv in spec["commands"]:
+        argv = [str(a) for a in argv]
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator", *argv, "--root", root],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        lines.append(
+            {
+                "argv": argv,
+                "code": done.returncode,
+                "stdout": done.stdout,
+                "stderr": done.stderr,
+                "pid": os.getpid(),
+                "ppid": os.getppid(),
+                "sid": os.getsid(0),
+            }
+        )
+    with open(spec["results"], "a", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(line) + "\n" for line in lines))
+    open(spec["results"] + ".done", "w").close()
+
+
+def escape_and_run_commands(spec, root):
+    """Run the commands from a grandchild in a session of its own whose parent has exited (setsid, double fork)."""
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() > 0:
+            os._exit(0)
+        parent = os.getppid()
+        give_up = time.time() + 10
+        while os.getppid() == parent and time.time() < give_up:  # until the middle process is gone
+            time.sleep(0.01)
+        try:
+            run_commands(spec, root)
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    give_up = time.time() + 60
+    while not os.path.exists(spec["results"] + ".done") and time.time() < give_up:
+        time.sleep(0.02)
 
 
 def main():
@@ -143,6 +205,16 @@ def main():
     deadline = time.time() + sleep
     while time.time() < deadline:
         time.sleep(min(0.05, max(0.0, deadline - time.time())))
+    if spec.get("commands"):
+        root = os.environ["ORCHESTRATOR_ROOT"]
+        when = spec.get("commands_when")
+        give_up = time.time() + 60
+        while when and not os.path.exists(when) and time.time() < give_up:
+            time.sleep(0.02)
+        if spec.get("escape"):
+            escape_and_run_commands(spec, root)
+        else:
+            run_commands(spec, root)
     until = spec.get("until_file")
     if until:
         deadline = time.time() + 60
