@@ -250,7 +250,10 @@ def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_strandi
     assert "ERROR starting run" in orch.output  # the details are in the log, one line on the terminal
 
 
-def test_a_log_folder_that_cannot_be_made_fails_the_attempt_in_one_line(project):
+@pytest.mark.internal_error_expected
+def test_a_log_folder_that_cannot_be_made_returns_the_memo_and_holds_the_role(project):
+    """The state folder is the orchestrator's: a log it cannot open is not the memo's fault, so the memo goes
+    back to its inbox (no attempt used, nothing in failed/) and the role waits before it tries again."""
     project.configure({"builder": {"max_concurrent": 1}})
     orch = project.up()
     logs = project.root / ".orchestrator" / "logs"
@@ -258,13 +261,13 @@ def test_a_log_folder_that_cannot_be_made_fails_the_attempt_in_one_line(project)
         shutil.rmtree(logs)
     logs.write_text("not a folder", encoding="utf-8")
     project.drop("builder", "U-1.md", {"id": "U-1"})
-    wait_for(lambda: where(project, "builder", "U-1.md") == ["failed"], what="U-1 in failed/")
-    assert "could not start the agent: cannot open the run's log" in reason_of(project, "builder", "U-1.md")
-    logs.unlink()  # repaired: the slot was given back, the next memo runs
-    project.drop("builder", "U-2.md", {"id": "U-2"})
-    wait_for(lambda: where(project, "builder", "U-2.md") == ["archive"], what="U-2 archived")
+    orch.wait_output("cannot open the run's log")
+    wait_for(lambda: where(project, "builder", "U-1.md") == ["inbox"], what="U-1 back in its inbox")
+    assert project.folder("builder", "failed") == []
+    logs.unlink()  # repaired: the role's next try runs it
+    wait_for(lambda: where(project, "builder", "U-1.md") == ["archive"], what="U-1 archived", timeout=30)
     assert orch.stop() == 0
-    assert "ERROR" not in orch.output and "Traceback" not in orch.output
+    assert "Traceback" not in orch.output
 
 
 def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from orchestrator.agents import keeper, procs
+from orchestrator.agents.handle import Agent
 from orchestrator.agents.spawner import ProcessSpawner
 from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
 from orchestrator.config import Role
@@ -128,3 +129,30 @@ def test_an_environment_too_long_for_linux_is_ours_not_the_roles_and_names_the_c
     ) as caught:
         run(tmp_path, binary, spec)
     assert caught.value.internal, "the memos go back to the inbox: the role did nothing wrong"
+
+
+class _BrokenEnd:
+    """A transport whose end cannot be read: what a bug or an unreadable exit record would look like."""
+
+    pid = 12345
+    create_time = None
+    node = None
+
+    async def ended(self) -> Any:
+        raise OSError("the exit record cannot be read")
+
+
+def test_an_end_that_cannot_be_read_is_still_told_as_the_attempts_end(tmp_path):
+    """A waiter that raised was lost: the run kept its slot and its memo stayed in active/ until its timeout."""
+
+    async def main() -> AttemptVerdict:
+        ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
+        agent = Agent(spec_for(tmp_path, [sys.executable, "-c", "pass"]), _BrokenEnd())  # type: ignore[arg-type]
+        agent.watch(lambda _a, verdict: ended.set_result(verdict))
+        return await asyncio.wait_for(ended, DEADLINE)
+
+    verdict = asyncio.run(main())
+    assert verdict.returncode == -signal.SIGKILL
+    assert verdict.failure_reason == (
+        "internal error while reading the agent's end: OSError: the exit record cannot be read"
+    )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from orchestrator.agents.claude_errors import Problem
+from orchestrator.agents.ends import UNKNOWN_EXIT
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log
 from orchestrator.core.errors import ControlError, UnsupportedError
@@ -193,13 +194,24 @@ class Agent:
         """Wait for the agent's end (in a task); then ``on_exit(agent, verdict)``, once."""
 
         async def waiter() -> None:
-            ending = await self.transport.ended()
+            # whatever goes wrong here, the end is told: a waiter that died silently would keep the run
+            # holding its slot, its memo in active/, until its timeout
+            try:
+                ending = await self.transport.ended()
+                code, reason = ending.code, ending.reason
+            except Exception as exc:  # noqa: BLE001 - told as the attempt's end, with the error as its reason
+                code, reason = UNKNOWN_EXIT, _internal("reading the agent's end", exc)
             for task in self._tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(task, TASK_WAIT)
-            if self.follower is not None:
-                await self.follower.settle()
-            on_exit(self, self.conclude(ending.code, ending.reason))
+            try:
+                if self.follower is not None:
+                    await self.follower.settle()
+                verdict = self.conclude(code, reason)
+            except Exception as exc:  # noqa: BLE001 - likewise
+                verdict = AttemptVerdict(code, failure_reason=reason or _internal("reading the agent's report", exc))
+                self.verdict = verdict
+            on_exit(self, verdict)
 
         self.done = asyncio.ensure_future(waiter())  # a strong reference: the loop keeps only weak ones
 
@@ -257,3 +269,7 @@ class HandleStops:
 
     async def sweep(self, agent: AgentHandle, grace: float) -> KillReport:
         return await agent.sweep(grace)
+
+
+def _internal(doing: str, exc: BaseException) -> str:
+    return f"internal error while {doing}: {type(exc).__name__}: {exc}"

@@ -96,7 +96,8 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
         if exc.errno == errno.E2BIG:  # the agent's argv and environment, which the keeper is given to pass on
             text = exc.strerror or str(exc)
             raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
-        raise SpawnError.of_errno(f"cannot start the keeper {binary}: {exc.strerror or exc}", exc.errno) from None
+        # the keeper is the orchestrator's own: whatever stops it starting is not the role's doing
+        raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}", internal=True) from None
     finally:
         os.close(write_fd)
     said = bytearray()
@@ -112,14 +113,14 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
         return proc, status.agent
     proc.close_stdin()
     code = await proc.wait()
-    if status.log_errno is not None:
-        raise SpawnError(f"cannot open the run's log {spec.log_path}: {os.strerror(status.log_errno)}")
+    if status.log_errno is not None:  # the state folder is the orchestrator's
+        raise SpawnError(f"cannot open the run's log {spec.log_path}: {os.strerror(status.log_errno)}", internal=True)
     if status.cwd_errno is not None:
         raise _no_folder(launch, status.cwd_errno)
     if status.exec_errno is not None:
         text = os.strerror(status.exec_errno)
         raise cannot_start(launch.argv[0], launch.executable, status.exec_errno, text, launch.argv, launch.env)
-    raise SpawnError(f"the keeper could not start {launch.argv[0]!r} (exit status {code})")
+    raise SpawnError(f"the keeper could not start {launch.argv[0]!r} (exit status {code})", internal=True)
 
 
 def _direct(launch: Launch) -> PosixChild:
@@ -128,7 +129,7 @@ def _direct(launch: Launch) -> PosixChild:
     try:
         log_fd = open_log(spec.log_path, launch.header)
     except OSError as exc:
-        raise SpawnError(f"cannot open the run's log {spec.log_path}: {exc.strerror or exc}") from None
+        raise SpawnError(f"cannot open the run's log {spec.log_path}: {exc.strerror or exc}", internal=True) from None
     try:
         child = start_direct(
             [launch.executable, *launch.argv[1:]],

@@ -22,8 +22,10 @@ ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
 
 
 # errors of a start that are not the role's doing: arguments and environment too long for the system, or no
-# descriptors, memory or processes left. The run's memos go back to the inbox (an internal error), not to failed/.
-NOT_THE_ROLES = frozenset({errno.E2BIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+# descriptors, memory, processes or disk left, or a read-only file system. The run's memos go back to the inbox (an internal error), not to failed/.
+NOT_THE_ROLES = frozenset(
+    {errno.E2BIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+)
 
 
 class SpawnError(Exception):

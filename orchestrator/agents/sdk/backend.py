@@ -225,12 +225,14 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     try:
         listener = channel.listen(files)
     except OSError as exc:
-        raise SpawnError(f"cannot make the sdk runner's socket {files.socket}: {exc.strerror or exc}") from None
+        raise SpawnError(
+            f"cannot make the sdk runner's socket {files.socket}: {exc.strerror or exc}", internal=True
+        ) from None
     client: socket.socket | None = None
     try:
         client = channel.connect(files)  # queued until the runner accepts: no event can be missed
         if client is None:
-            raise SpawnError(f"cannot connect to the sdk runner's socket {files.socket}")
+            raise SpawnError(f"cannot connect to the sdk runner's socket {files.socket}", internal=True)
         transport = {
             "channel": "socket",
             "listen_fd": listener.fileno(),
