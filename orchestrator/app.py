@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from orchestrator.agents import claude_cli, keeper
-from orchestrator.agents.spec import resolve_command, role_folder
-from orchestrator.config import Config, load_config
+from orchestrator.agents.spec import ARG_MAX_SINGLE, resolve_command, role_folder
+from orchestrator.config import Config, Role, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
@@ -38,6 +38,30 @@ def preflight(config: Config) -> None:
                 "fix the role's `command`, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
             )
         claude_cli.check_role(config, role)
+        check_sizes(config, role)
+
+
+def check_sizes(config: Config, role: Role) -> None:
+    """A role's own ``env`` value or ``command`` argument that Linux cannot pass to a program, or all of them
+    with this environment, is the configuration's fault, found at start: at run time it would look like the
+    orchestrator's (an internal error that returns the memos and tries again, for ever)."""
+    sizes = [(f"env.{key}", len(f"{key}={value}".encode())) for key, value in role.env.items()]
+    sizes += [(f"command[{i}]", len(arg.encode())) for i, arg in enumerate(role.command)]
+    for key, size in sizes:
+        if size >= ARG_MAX_SINGLE:
+            raise ConfigError(
+                f"{config.path}: roles.{role.name}.{key}: expected at most {ARG_MAX_SINGLE - 1} bytes (the longest "
+                f"string Linux passes to a program), got {size}; put long text in a file and pass its path"
+            )
+    inherited = sum(len(f"{key}={value}".encode()) + 9 for key, value in os.environ.items())
+    total = inherited + sum(size + 9 for _, size in sizes)  # each string also costs its pointer and its NUL
+    room = os.sysconf("SC_ARG_MAX") - ARG_MAX_SINGLE // 2  # what the orchestrator adds: its marks, the memo list
+    if total > room:
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.env: expected the role's command and environment with this one to "
+            f"fit in {room} bytes (what Linux passes to a program, less the orchestrator's own variables), got "
+            f"{total}; put long values in files and pass their paths"
+        )
 
 
 def check_recovery(config: Config) -> None:

@@ -6,6 +6,7 @@ relative, so the project can move."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -26,7 +27,9 @@ def init_project(target: Path) -> tuple[list[Path], list[Path]]:
     files = {Path("roles.yaml"): templates / "roles.yaml"}
     for role in DEFAULT_ROLES:
         files[Path("prompts") / f"{role}.md"] = templates / "prompts" / f"{role}.md"
-    texts: dict[Path, Callable[[], str]] = {rel: source.read_text for rel, source in files.items()}
+    texts: dict[Path, Callable[[], str]] = {
+        rel: functools.partial(source.read_text, encoding="utf-8") for rel, source in files.items()
+    }
     texts[Path(SCHEMA_NAME)] = schema_text
     for rel, text in texts.items():
         path = target / rel

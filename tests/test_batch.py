@@ -174,23 +174,18 @@ def test_an_internal_start_failure_returns_the_memos_and_holds_the_role_for_a_gr
     asyncio.run(scenario())
 
 
-@pytest.mark.internal_error_expected
-def test_an_agent_whose_environment_is_too_long_for_linux_is_an_internal_error_not_a_dead_letter(
-    project: Project,
-) -> None:
-    project.configure({"builder": {"env": {"HUGE": "x" * 140_000}}})  # over Linux's 128 KiB for one string
-    orch = project.up()
-    project.drop("builder", "E-1.md", {"id": "E-1"})
-    orch.wait_output("ERROR internal error: run 1 of builder could not start its agent")
-    line = next(line for line in orch.output.splitlines() if "ERROR internal error: run 1" in line)
-    assert "Argument list too long" in line and "the longest is variable HUGE, 140006 bytes" in line, line
-    assert "E-1.md went back to the inbox" in line and "builder starts nothing for 5s" in line, line
-    wait_for(lambda: project.folder("builder", "inbox") == ["E-1.md"], what="E-1 back in the inbox")
-    assert project.folder("builder", "failed") == [] and project.records() == []
-    held = project.status()["holds"]
-    assert held == {"builder": {"start": "its agent could not start (internal error); next try in 5s"}}, held
-    assert orch.stop() == 0
-    assert project.folder("builder", "inbox") == ["E-1.md"] and project.folder("builder", "failed") == []
+def test_a_role_environment_too_long_for_linux_is_refused_at_start_not_retried_for_ever(project: Project) -> None:
+    """Linux passes no single string of 128 KiB or more, and at most ARG_MAX in all: a role's own ``env`` over
+    either is its configuration's fault (at run time it would look like the orchestrator's, and be retried)."""
+    project.configure({"builder": {"env": {"HUGE": "x" * 140_000}}})
+    orch = project.up(wait_ready=False)
+    assert orch.wait() == 2
+    assert "roles.builder.env.HUGE: expected at most 131071 bytes" in orch.output, orch.output
+    project.configure({"builder": {"env": {f"BIG{i}": "x" * 120_000 for i in range(20)}}})
+    orch = project.up(wait_ready=False)
+    assert orch.wait() == 2
+    assert "roles.builder.env: expected the role's command and environment" in orch.output, orch.output
+    assert "Traceback" not in orch.output
 
 
 def test_a_list_of_memos_that_cannot_be_written_returns_the_batch_to_the_inbox(tmp_path: Path) -> None:

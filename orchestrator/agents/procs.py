@@ -242,7 +242,8 @@ def become_subreaper() -> bool:
 
 
 def spare(pid: int) -> None:
-    """A direct agent child: asyncio reaps it itself, so ``reap_orphans`` must leave it."""
+    """A child whose exit status its owner reads (a keeper or agent's ``PosixChild``, a probe's asyncio process):
+    ``reap_orphans`` must leave it."""
     _spared.add(pid)
 
 
@@ -252,10 +253,11 @@ def unspare(pid: int) -> None:
 
 @contextlib.contextmanager
 def spawning() -> Iterator[None]:
-    """Around starting an agent until its pid is spared: meanwhile ``reap_orphans`` reaps nothing.
+    """Around starting a child until its pid is spared: meanwhile ``reap_orphans`` reaps nothing.
 
-    An agent may exit before ``create_subprocess_exec`` returns; reaped here as an orphan, its exit
-    status would be lost and asyncio would report exit code 255.
+    A child may exit before its start returns (the signal and preflight probes of ``schedule/probes.py`` start
+    theirs with ``create_subprocess_exec``); reaped here as an orphan, its exit status would be lost and
+    asyncio would report exit code 255.
     """
     global _spawning
     _spawning += 1

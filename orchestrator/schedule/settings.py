@@ -24,7 +24,8 @@ RULE_KEYS = ("daily", "weekly", "every", "once")
 
 def _first(value: Any) -> Any:
     if value not in (rules.FIRST_NOW, rules.FIRST_NEXT):
-        raise ValueError(f"expected now or next (when a task never done is first due), got {value!r}")
+        shown = str(value).lower() if isinstance(value, bool) or value is None else repr(value)
+        raise ValueError(f"expected now or next (when a task never done is first due), got {shown}")
     return value
 
 
