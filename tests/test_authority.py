@@ -120,8 +120,9 @@ def test_an_agent_is_refused_what_is_for_people_and_nothing_changes(project: Pro
 @pytest.mark.parametrize("keeper", ["on", "off"])
 def test_an_agent_that_escapes_its_session_and_unsets_its_marks_is_still_refused(project: Project, keeper: str) -> None:
     """setsid and a double fork, every ORCHESTRATOR_* variable unset: with keepers (subreapers) the caller is still
-    its run's; without, it is handed to the orchestrator itself and is an agent of no run."""
-    project.configure({"builder": {}, "reviewer": {}})
+    its run's; without (which only ``recovery: restart`` allows), it is handed to the orchestrator itself and is an
+    agent of no run."""
+    project.configure({"builder": {}, "reviewer": {}}, recovery="adopt" if keeper == "on" else "restart")
     orch = project.up(ORCHESTRATOR_KEEPER=keeper)
     commands = [
         ["stop", "--force"],

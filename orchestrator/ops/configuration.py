@@ -72,7 +72,12 @@ def _first(inner: JsonSchemaValue) -> JsonSchemaValue:
     return {"enum": ["now", "next"], "description": "when a task never done is first due (default: now)"}
 
 
+def _keep(inner: JsonSchemaValue) -> JsonSchemaValue:
+    return {"anyOf": [_duration({"type": "number", "exclusiveMinimum": 0}), {"const": "keep"}, {"type": "null"}]}
+
+
 INPUTS: dict[str, Input] = {
+    "orchestrator.retention.settings.parse_keep": Input(_keep, lambda value: "keep" if value is None else value),
     "orchestrator.core.values.parse_duration": Input(_duration),
     "orchestrator.core.values._off_or": Input(_off, _rate_text),  # pair_rate: OFF wraps parse_rate
     "orchestrator.config.parse_rate": Input(_rate, _rate_text),
