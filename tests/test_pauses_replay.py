@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.console import pause_lines
 from orchestrator.core.agent import UsageLimit
 from orchestrator.schedule import records
 from replay import Replay
@@ -46,6 +48,10 @@ def test_a_usage_limit_with_a_reset_pauses_the_account_until_then_without_using_
         assert list(paused) == ["team"] and paused["team"]["reason"] == "usage limit (five_hour)"
         assert paused["team"]["until"] is not None and paused["team"]["probe_at"] is None
         assert sorted(paused["team"]["roles"]) == ["boss", "builder"]
+        reset_clock = datetime.fromtimestamp(reset, r.clock.now().tzinfo).strftime("%H:%M")
+        assert pause_lines({"paused": paused}) == [
+            f"paused: usage limit (five_hour) until {reset_clock}; account team: builder, boss"
+        ]
         assert len(notices(r)) == 1, "one notice at the pause"
         await r.drop("builder", "b.md")
         await r.advance(3599)
