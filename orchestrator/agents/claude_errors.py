@@ -94,6 +94,8 @@ def limit_kind(text: str) -> str:
         return "five_hour"
     if re.search(r"weekly|7.day|seven.day|opus limit", text, re.I):
         return "weekly"
+    if re.search(r"usage limit", text, re.I):
+        return "usage_limit"
     return "rate_limit"
 
 
