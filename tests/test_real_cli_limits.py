@@ -34,13 +34,20 @@ def log_text(project: Project) -> str:
     return "".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(project.root.glob("up-*.out")))
 
 
+ROLES = {
+    "sdk": sdk_role(retry={"max": 2, "backoff": ["0.1s"]}, api_retries=0),
+    "claude -p": {"command": ["claude", "-p"], "retry": {"max": 2, "backoff": ["0.1s"]}, "api_retries": 0},
+}
+
+
+@pytest.mark.parametrize("kind", list(ROLES))
 def test_a_usage_limit_pauses_the_account_and_every_memo_runs_once_after_the_probe(
-    project: Project, env: dict[str, str], api: MessagesApi, tmp_path: Path
+    project: Project, env: dict[str, str], api: MessagesApi, tmp_path: Path, kind: str
 ) -> None:
     limited = tmp_path / "limited"
     limited.write_text("429 until removed\n", encoding="utf-8")
     api.server.limited_while = limited
-    role = sdk_role(retry={"max": 2, "backoff": ["0.1s"]}, api_retries=0)
+    role = ROLES[kind]
     # the notify role runs the stand-in on an account of its own: a probe must be a run that calls the API
     project.configure(
         {"writer": role, "boss": {"account": "ops"}}, notify="boss", usage_limits={"probe": "1s", "max_probe": "2s"}
