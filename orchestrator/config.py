@@ -94,6 +94,13 @@ class Limits(_Strict):
     )
 
 
+class UsageLimits(_Strict):
+    """An account paused by a usage limit with no reset time tries one run after ``probe``, doubling to ``max_probe``."""
+
+    probe: Duration = Field(300.0, gt=0)
+    max_probe: Duration = Field(3600.0, gt=0)
+
+
 class SystemPromptPreset(_Strict):
     preset: Literal["claude_code"] = "claude_code"
     append: str | None = None
@@ -119,6 +126,7 @@ class RoleSettings(_Strict):
     retry_timeouts: bool | None = None
     stop_on_failure: bool | None = None
     backend: Literal["command", "sdk"] | None = None
+    account: str | None = Field(None, min_length=1)  # roles on one account share its usage limits
     # claude-agent-sdk backend
     model: str | None = None
     system_prompt: str | SystemPromptPreset | None = None
@@ -171,6 +179,7 @@ class Role(_Strict):
     retry_timeouts: bool = False
     stop_on_failure: bool = False
     backend: Literal["command", "sdk"] = "command"
+    account: str = "team"  # the credentials it runs on: a usage limit pauses every role on the same account
     model: str | None = None
     system_prompt: str | SystemPromptPreset = Field(default_factory=SystemPromptPreset)
     permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
@@ -215,6 +224,7 @@ class TeamFile(_Strict):
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
     memory: MemorySettings = Field(default_factory=MemorySettings)
     limits: Limits = Field(default_factory=Limits)
+    usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     defaults: RoleSettings = Field(default_factory=RoleSettings)
@@ -236,6 +246,7 @@ class Config(_Strict):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     limits: Limits = Field(default_factory=Limits)
     recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
+    usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
@@ -333,6 +344,7 @@ def load_config(root: Path) -> Config:
         timezone=team.timezone,
         memory=team.memory,
         limits=team.limits,
+        usage_limits=team.usage_limits,
         recovery=team.recovery,
         executor=team.executor,
         retention=team.retention,

@@ -205,6 +205,7 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
         )
     for role, why in (snap.get("budget_blocks") or {}).items():
         parts.append(f"paused by budget: {role}: {why}")
+    parts += pause_lines(snap)
     for role, held in (snap.get("holds") or {}).items():
         parts.append(f"held: {role}: " + "; ".join(held.values()))
     for role, wake in (snap.get("wakes") or {}).items():
@@ -515,6 +516,7 @@ def render_view(snap: dict[str, Any]) -> Group:
         extra.append("crashes in a row: " + ", ".join(f"{r} {n}" for r, n in snap["crash_counts"].items()))
     if snap.get("budget_blocks"):
         extra.append("paused by budget: " + "; ".join(f"{r}: {w}" for r, w in snap["budget_blocks"].items()))
+    extra += pause_lines(snap)
     if snap.get("ending"):
         extra.append(f"ENDING ({snap['ending']}): nothing new starts")
     parts: list[Any] = [table, Text(f"queued: {queued}")]
@@ -522,3 +524,24 @@ def render_view(snap: dict[str, Any]) -> Group:
     parts.append(Text("last events:", style="bold"))
     parts += [Text(line) for line in snap.get("events", [])]
     return Group(*parts)
+
+
+def pause_lines(snap: dict[str, Any]) -> list[str]:
+    """``paused: usage limit (five_hour) until 14:10``, one line per account a usage limit paused."""
+
+    def clock(stamp: str) -> str:
+        return stamp[11:16] if len(stamp) >= 16 else stamp
+
+    lines = []
+    for account, pause in (snap.get("paused") or {}).items():
+        if pause.get("until"):
+            when = f"until {clock(pause['until'])}"
+        elif pause.get("probing") is not None:
+            when = f"until a probe run gets through (run {pause['probing']} probes now)"
+        elif pause.get("probe_at"):
+            when = f"until a probe run gets through (next probe at {clock(pause['probe_at'])})"
+        else:
+            when = "until a probe run gets through (the next run to start probes)"
+        roles = ", ".join(pause.get("roles") or [])
+        lines.append(f"paused: {pause.get('reason')} {when}; account {account}: {roles}")
+    return lines

@@ -253,6 +253,21 @@ class FakeClaude:
             self.assistant([{"type": "text", "text": text}], error="authentication_failed")
             self.result("success", True, text)
             return
+        if MODE in ("planlimit", "keylimit"):  # Claude Code 2.1 on a 429: a plan's login also says which limit
+            if MODE == "planlimit":
+                info = {"status": "rejected", "resetsAt": 1767225600, "rateLimitType": "five_hour"}
+                send(
+                    {
+                        "type": "rate_limit_event",
+                        "rate_limit_info": info,
+                        "uuid": str(uuid.uuid4()),
+                        "session_id": self.session_id,
+                    }
+                )
+            text = "API Error: Request rejected (429) · Number of request tokens has exceeded your rate limit"
+            self.assistant([{"type": "text", "text": text}], error="rate_limit")
+            self.result("success", True, text, api_error_status=429, terminal_reason="api_error")
+            return
         if MODE == "overloaded":  # as Claude Code 2.1: its own retries first, then a synthetic answer
             retries = int(os.environ.get("CLAUDE_CODE_MAX_RETRIES") or "10")
             for attempt in range(1, retries + 1):

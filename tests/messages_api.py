@@ -18,6 +18,10 @@ What to answer is chosen by a marker in the conversation's first user message:
 ``[write:PATH]``             a Write tool call creating PATH (relative to the agent's folder) with ``written``
 ``[status:CODE]``            an error answer with that HTTP status (529 overloaded, 401, 429, ...)
 
+While the file ``MessagesApi.limited_while`` names exists, every model call is answered 429 ``rate_limit_error``
+as a plan's exhausted limit is: ``retry-after: 3600`` and ``anthropic-ratelimit-unified-status: rejected`` with
+its ``-reset`` (an hour on) and ``-representative-claim: five_hour``; remove the file and it answers again.
+
 A later user message (a ``tell``) that contains ``[reply]`` is answered at once with ``heard: <its text>``,
 whatever the first marker says. An answer names the model the request asked for; streamed answers count
 1000 input tokens (10 for ``[slow]``) and one output token a word (at least 20).
@@ -97,9 +101,12 @@ class Handler(BaseHTTPRequestHandler):
         users = [m for m in messages if m.get("role") == "user"]
         user_texts = [" ".join(_texts(m.get("content"))) for m in users]
         results = [r for m in users for r in _tool_results(m.get("content"))]
+        limited = self.server.limited_while
+        refused = path.endswith("/messages") and limited is not None and limited.exists()
         self.server.record(
             {
                 "path": path,
+                "limited": refused,
                 "stream": bool(body.get("stream")),
                 "user_texts": user_texts,
                 "tool_results": len(results),
@@ -107,6 +114,9 @@ class Handler(BaseHTTPRequestHandler):
                 "max_tokens": body.get("max_tokens"),
             }
         )
+        if refused:
+            self._limited()
+            return
         if not path.endswith("/messages"):
             if path.endswith("/count_tokens"):
                 self._json(200, {"input_tokens": 10})
@@ -153,6 +163,24 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("request-id", f"req_{uuid.uuid4().hex[:12]}")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _limited(self) -> None:
+        """A plan's limit, with the headers the API sends with it."""
+        kind, message = ERRORS[429]
+        data = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+        reset = str(int(time.time()) + 3600)
+        self.send_response(429)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:12]}")
+        self.send_header("retry-after", "3600")
+        self.send_header("anthropic-ratelimit-unified-status", "rejected")
+        self.send_header("anthropic-ratelimit-unified-reset", reset)
+        self.send_header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+        self.send_header("anthropic-ratelimit-unified-5h-status", "rejected")
+        self.send_header("anthropic-ratelimit-unified-5h-reset", reset)
         self.end_headers()
         self.wfile.write(data)
 
@@ -263,6 +291,7 @@ class Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.log = log
         self.cwd = cwd
+        self.limited_while: Path | None = None  # every model call is answered 429 while this file exists
         self._lock = threading.Lock()
 
     def record(self, entry: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ import yaml
 from orchestrator.agents.spec import SpawnError
 from orchestrator.config import load_config
 from orchestrator.console import Console
-from orchestrator.core.agent import AttemptVerdict, KillReport
+from orchestrator.core.agent import AttemptVerdict, KillReport, UsageLimit
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
 from orchestrator.core.events import CancelRequested, InterruptRequested, MemoSeen, StopRequested, TellRequested
@@ -47,6 +47,7 @@ class FakeAgent:
         self.result: dict[str, Any] = {}
         self.session_id: str | None = None
         self.failure_reason: str | None = None
+        self.usage_limit: UsageLimit | None = None  # set before ``exit``: the attempt met its account's limit
         self.budget_exceeded = False
         self.interrupted = False
         self.verdict: AttemptVerdict | None = None
@@ -63,6 +64,7 @@ class FakeAgent:
                 budget_exceeded=self.budget_exceeded,
                 session_id=self.session_id or self.result.get("session_id"),
                 failure_reason=self.failure_reason,
+                usage_limit=self.usage_limit,
             )
             self.on_exit(self, self.verdict)
 

@@ -7,10 +7,12 @@ is replayed with a stand-in client, so each rule is shown without a process or r
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orchestrator.agents.claude_cli import LogExplainer
 from orchestrator.agents.claude_errors import classify, last_meaningful_line
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.protocol import RunnerSpec
@@ -50,6 +52,26 @@ def test_each_known_cli_failure_has_its_own_reason_and_permanence(
     assert problem is not None and problem.reason.startswith(starts), problem
     assert problem.permanent is permanent
     assert "set ANTHROPIC_API_KEY" not in problem.reason or starts.startswith("Claude Code is not logged in")
+
+
+@pytest.mark.parametrize(
+    ("output", "kind", "resets_at"),
+    [
+        ("API Error: Request rejected (429) · rate limit", "rate_limit", None),
+        ("Claude AI usage limit reached|1767225600", "usage_limit", 1767225600.0),
+        ("5-hour limit reached ∙ resets 2pm", "five_hour", None),
+        ("Weekly limit reached ∙ resets Mon 9am", "weekly", None),
+    ],
+)
+def test_a_command_roles_usage_limit_is_read_from_its_output(
+    tmp_path: Path, output: str, kind: str, resets_at: float | None
+) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(f"=== run 1 attempt 1: claude -p\n{output}\n", encoding="utf-8")
+    problem = LogExplainer(log, 0).explain(1)
+    assert problem is not None and problem.limit_kind == kind and problem.resets_at == resets_at, problem
+    assert not problem.permanent
+    assert classify("Invalid API key · Fix external API key").limit_kind is None  # type: ignore[union-attr]
 
 
 def test_the_last_meaningful_line_skips_headers_and_blank_lines() -> None:

@@ -320,6 +320,21 @@ def test_clear_failures_have_one_line_reasons(
     assert "budget" not in failures[0]
 
 
+@pytest.mark.parametrize(
+    ("mode", "kind", "resets_at"), [("planlimit", "five_hour", 1767225600), ("keylimit", "rate_limit", None)]
+)
+def test_a_usage_limit_is_a_failure_that_names_the_limit_and_its_reset(
+    tmp_path: Path, fake_cli: Path, start: Start, mode: str, kind: str, resets_at: float | None
+) -> None:
+    runner = start(make_spec(tmp_path, fake_cli), mode=mode)
+    runner.close_stdin()
+    finished(runner, 1)
+    failure = runner.of("failure")[-1]
+    assert failure["reason"].startswith("rate limited by the Anthropic API"), failure
+    assert failure["limit_kind"] == kind and failure.get("resets_at") == resets_at
+    assert "permanent" not in failure
+
+
 def test_a_missing_cli_is_a_clear_failure(tmp_path: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, tmp_path / "no-such-claude"))
     runner.close_stdin()

@@ -144,5 +144,7 @@ class LogExplainer:
             return None
         problem = classify(line)
         if problem is not None:
-            return Problem(f"{problem.reason} (exit code {code})", problem.permanent)
+            return Problem(
+                f"{problem.reason} (exit code {code})", problem.permanent, problem.limit_kind, problem.resets_at
+            )
         return Problem(f"exit code {code}: Claude Code said: {line}")

@@ -24,15 +24,23 @@ _PERMISSION = re.compile(
 )
 _OVERLOADED = re.compile(r"overloaded|\b529\b", re.I)
 _RATE = re.compile(r"rate.?limit|\b429\b", re.I)
+# a Claude plan's limit, as the CLI words it: "Claude AI usage limit reached|1767225600", "5-hour limit reached"
+_USAGE = re.compile(r"usage limit reached|(5-hour|five.hour|weekly|session|opus) limit reached|limit will reset", re.I)
+_RESET_EPOCH = re.compile(r"limit reached\|(\d{9,11})\b")
 _AUTH_KINDS = {"oauth_org_not_allowed", "account_on_hold", "verification_required", "cloud_credential_error"}
 
 
 @dataclass(frozen=True)
 class Problem:
-    """A known failure: the one-line reason, and ``permanent`` when no retry can help."""
+    """A known failure: the one-line reason, and ``permanent`` when no retry can help.
+
+    ``limit_kind``: the account's usage or rate limit (``five_hour``, ``weekly``, ``rate_limit``) caused it, so
+    the account should wait rather than the memo fail; ``resets_at``: when it resets (epoch seconds), if said."""
 
     reason: str
     permanent: bool = False
+    limit_kind: str | None = None
+    resets_at: float | None = None
 
 
 def one_line(text: str, limit: int = 240) -> str:
@@ -66,13 +74,29 @@ def classify(text: str, error_kind: str | None = None, status: int | None = None
         return Problem(f"the Anthropic account cannot be used ({error_kind}: {detail})", permanent=True)
     if status == 529 or error_kind == "overloaded" or _OVERLOADED.search(text):
         return Problem(f"the Anthropic API is overloaded ({detail}); try again later")
-    if status == 429 or error_kind == "rate_limit" or _RATE.search(text):
-        return Problem(f"rate limited by the Anthropic API ({detail}); try again later")
+    if status == 429 or error_kind == "rate_limit" or _RATE.search(text) or _USAGE.search(text):
+        epoch = _RESET_EPOCH.search(text)
+        return Problem(
+            f"rate limited by the Anthropic API ({detail}); try again later",
+            limit_kind=limit_kind(text),
+            resets_at=float(epoch.group(1)) if epoch else None,
+        )
     if error_kind == "billing_error":
         return Problem(f"the Anthropic account has a billing problem ({detail})", permanent=True)
     if text.startswith("API Error") or error_kind in {"server_error", "invalid_request", "model_not_found"}:
         return Problem(f"the Anthropic API returned an error ({detail})")
     return None
+
+
+def limit_kind(text: str) -> str:
+    """Which limit a rate-limit message names: ``five_hour``, ``weekly``, or plain ``rate_limit``."""
+    if re.search(r"5-hour|five.hour|session limit", text, re.I):
+        return "five_hour"
+    if re.search(r"weekly|7.day|seven.day|opus limit", text, re.I):
+        return "weekly"
+    if re.search(r"usage limit", text, re.I):
+        return "usage_limit"
+    return "rate_limit"
 
 
 _NOISE = re.compile(r"^\s*(=== run \d+ attempt \d+|sdk_runner:)")

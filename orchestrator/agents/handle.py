@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from orchestrator.agents.claude_errors import Problem
 from orchestrator.agents.ends import UNKNOWN_EXIT
 from orchestrator.agents.spec import LaunchSpec
-from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log
+from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log, UsageLimit
 from orchestrator.core.errors import ControlError, UnsupportedError
 
 TASK_WAIT = 2.0  # after the end, how long the agent's own tasks (its stdin's write) may take to finish
@@ -75,6 +75,7 @@ class Follower(Protocol):
     interrupted: bool
     budget_exceeded: bool
     permanent_failure: bool
+    usage_limit: UsageLimit | None
     closing: bool
 
     async def interrupt(self, keep: bool = False) -> None: ...
@@ -227,14 +228,16 @@ class Agent:
 
     def conclude(self, code: int, reason: str | None = None) -> AttemptVerdict:
         """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first)."""
-        follower, permanent = self.follower, False
+        follower, permanent, limit = self.follower, False, None
         if follower is not None:
             reason = reason or follower.failure_reason or follower.unexplained(code)
-            permanent = follower.permanent_failure
+            permanent, limit = follower.permanent_failure, follower.usage_limit
         elif reason is None and code > 0 and self.explainer is not None:
             problem = self.explainer.explain(code)
             if problem is not None:
                 reason, permanent = problem.reason, problem.permanent
+                if problem.limit_kind:
+                    limit = UsageLimit(problem.limit_kind, problem.resets_at, problem.reason)
         self.verdict = AttemptVerdict(
             code,
             interrupted=follower is not None and follower.interrupted,
@@ -242,6 +245,7 @@ class Agent:
             permanent_failure=permanent,
             session_id=self.session_id,
             failure_reason=reason,
+            usage_limit=limit if code != 0 else None,
         )
         return self.verdict
 

@@ -20,13 +20,26 @@ Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class UsageLimit:
+    """The account hit a usage or rate limit: the attempt never got to work, and the account waits for its reset.
+
+    ``kind``: ``five_hour``, ``weekly``, ``rate_limit``, ...; ``resets_at``: epoch seconds when known;
+    ``detail``: one line for a person."""
+
+    kind: str  # e.g. "five_hour", "weekly", "rate_limit"
+    resets_at: float | None  # epoch seconds when known
+    detail: str
+
+
+@dataclass(frozen=True)
 class AttemptVerdict:
     """How one attempt's agent ended, decided once, when it ended.
 
     ``returncode``: its exit status, or minus the signal that ended it; ``interrupted``: its session's turn
     was interrupted on request (and no tell came after); ``budget_exceeded``: its per-run budget stopped it;
     ``permanent_failure``: no retry can help (not logged in, a rejected key, ...); ``session_id``: the SDK
-    session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status."""
+    session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status;
+    ``usage_limit``: the account's usage or rate limit stopped it (not an attempt: the account pauses)."""
 
     returncode: int
     interrupted: bool = False
@@ -34,6 +47,7 @@ class AttemptVerdict:
     permanent_failure: bool = False
     session_id: str | None = None
     failure_reason: str | None = None
+    usage_limit: UsageLimit | None = None
 
 
 @dataclass

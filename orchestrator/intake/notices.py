@@ -226,3 +226,17 @@ def late_report_note(store: Store, memo: MemoRef) -> str | None:
         "It reports on work that was called off: do not accept or build on its results unless a new "
         "decision asks for them."
     )
+
+
+def write_pause_notice(config: Config, notify: str, account: str, roles: list[str], subject: str, line: str) -> Path:
+    """Tell the coordinator that an account was paused by a usage limit, or resumed after one."""
+    body = "\n".join(
+        [
+            f"Account **{account}** {line}.",
+            "",
+            f"- Roles on this account: {name_list(roles)}",
+            "- Memos wait in their inboxes, with no attempt used; runs already going keep going.",
+        ]
+    )
+    header = {"subject": subject, "from": "orchestrator", "to": notify, "tags": ["usage-limit"]}
+    return _write_notice(config, notify, header, "usage-limit", account, body)

@@ -5,7 +5,8 @@ set for the earliest next tick or due time of any role (never more than ``MAX_SL
 that jumps is noticed within a minute; there is no polling per task). When it fires, each role that is due:
 
 1. is skipped (no memo, no agent, no cost; counted by reason) when the orchestrator is ending, the role's
-   previous wake is still queued or running (the tick is coalesced into it), or the role is over its budget;
+   previous wake is still queued or running (the tick is coalesced into it), its account is paused by a usage
+   limit, or the role is over its budget;
 2. runs its ``signals`` and ``preflight`` commands off the loop (``probes``); their outcome comes back as a
    ``ProbesDone`` event. A failing command holds the role (``Supervisor.holds``) and writes nothing;
 3. picks at most ``max_tasks`` due tasks (``rules.pick``; quiet hours keep all but ``in_quiet_hours`` tasks
@@ -226,6 +227,8 @@ class Wakes:
             skip = "ending: the orchestrator is ending"
         elif name in self.probing or self.due.pending(name):
             skip = "coalesced: the previous wake is still queued or running"
+        elif not manual and (pause := self.sup.pauses.paused_role(name)) is not None:
+            skip = f"paused: usage limit ({pause.limit.kind}) on account {pause.account}"
         elif not manual and name in self.sup.budgets.blocked():
             why_blocked = self.sup.budgets.current.get(name) or self.sup.budgets.current.get("*", "")
             skip = f"budget: {why_blocked}"

@@ -75,12 +75,16 @@ class Launcher:
         self.memo_checks: list[Callable[[Role, MemoRef, str], str | None]] = []
         # notes put at the very top of a prompt (called after the sections), such as a handoff over its cap
         self.notes: list[Callable[[Run], list[str]]] = []
+        # gates: more roles that start nothing now, asked again after each start (a usage-limit probe lets one
+        # run through); each starting attempt is told to ``on_start``
+        self.gates: list[Callable[[], list[str]]] = []
+        self.on_start: list[Callable[[Run], None]] = []
 
     # ------------------------------------------------------------ what next
     def schedule(self, blocked: list[str]) -> None:
         """Start work while the limits allow, oldest first across roles; ``blocked`` roles start nothing."""
         while True:
-            choice = pick(self._waiting(), self.lc.slots, blocked)
+            choice = pick(self._waiting(), self.lc.slots, blocked + [role for gate in self.gates for role in gate()])
             if choice is None:
                 return
             if choice.retry:
@@ -217,6 +221,8 @@ class Launcher:
             run.next_attempt_at = None
         run.agent = None
         run.stop_report = None
+        for hook in self.on_start:
+            hook(run)
         run.started_mono = self.clock.monotonic()
         run.started_at = self.lc.now()
         self.lc.transition(

@@ -53,6 +53,7 @@ from orchestrator.supervisor.holds import Holds
 from orchestrator.supervisor.launch import Launcher
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.outcomes import FORCED, Outcomes
+from orchestrator.supervisor.pauses import PauseDue, Pauses
 from orchestrator.supervisor.requests import Requests
 from orchestrator.supervisor.slots import Slots
 from orchestrator.supervisor.start_faults import StartFaults, StartsResume
@@ -115,6 +116,10 @@ class Supervisor:
             self._refresh_budgets,
             self.start_faults,
         )
+        self.pauses = Pauses(config, self.lc, self.intake, console, self.clock, self.handle)
+        self.outcomes.pauses = self.pauses
+        self.launcher.gates.append(self.pauses.blocked)
+        self.launcher.on_start.append(self.pauses.starting)
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
         self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
         self.continuity = continuity.install(self)
@@ -130,6 +135,7 @@ class Supervisor:
             ev.TimeoutFired: self.outcomes.timed_out,
             ev.RetryDue: self.outcomes.retry_due,
             StartsResume: self.start_faults.resume,
+            PauseDue: self.pauses.due,
             ev.InterruptRefused: self.requests.interrupt_refused,
             ev.SignalReceived: self._on_signal,
             ev.Tick: self._on_tick,

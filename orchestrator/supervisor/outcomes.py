@@ -17,6 +17,7 @@ from orchestrator.core.states import RunState
 from orchestrator.store import Store
 from orchestrator.supervisor import rules
 from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.pauses import Pauses
 from orchestrator.supervisor.start_faults import StartFaults
 from orchestrator.supervisor.stopping import Stopper
 
@@ -50,6 +51,7 @@ class Outcomes:
         self.begin_ending = begin_ending
         self.figures_changed = figures_changed
         self.crashes = rules.CrashCounter(lifecycle.config.roles)
+        self.pauses: Pauses | None = None  # usage limits: set by the supervisor
 
     def _current(self, run_id: int, attempt: int | None = None) -> Run | None:
         run = self.lc.runs.get(run_id)
@@ -118,10 +120,15 @@ class Outcomes:
         if run.state.stopping:
             return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
         ran = run.elapsed(self.clock.monotonic())
+        if self.pauses is not None and verdict.usage_limit is None:
+            self.pauses.ran(run)
         if run.state is RunState.INTERRUPTING and verdict.interrupted and code != 0:
             assert run.cancel is not None
             self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
+        elif verdict.usage_limit is not None and code != 0 and self.pauses is not None:
+            self.pauses.limited(run, verdict.usage_limit, code)  # not an attempt: the account waits for its reset
+            return
         elif verdict.budget_exceeded:
             self.attempt_failed(run, verdict.failure_reason or "per-run budget exceeded", code, retry=False)
         elif code != 0 and verdict.permanent_failure:

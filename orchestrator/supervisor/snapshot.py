@@ -45,6 +45,7 @@ def light(sup: Supervisor) -> dict[str, Any]:
         "crash_counts": dict(sup.outcomes.crashes.counts),
         "budget_blocks": dict(sup.budgets.current),
         "holds": sup.holds.snapshot(),
+        "paused": sup.pauses.snapshot(),
         "journal_problems": dict(sup.continuity.problems),
         "events": list(sup.console.recent),
     }

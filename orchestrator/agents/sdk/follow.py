@@ -32,6 +32,7 @@ from orchestrator.agents.sdk.protocol import (
     Tell,
     TellsEvent,
 )
+from orchestrator.core.agent import UsageLimit
 from orchestrator.core.errors import ControlError
 
 
@@ -67,6 +68,7 @@ class SdkFollow:
         self._doing: str | None = None  # the last activity the runner reported
         self.tells_pending = 0  # tells written into the session that the model has not answered yet
         self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
+        self.usage_limit: UsageLimit | None = None  # the failure was the account's usage or rate limit
         self.on_update: Callable[[dict[str, Any]], None] | None = None  # gets each event's JSON object
 
     def ended_line(self, what: str) -> str:
@@ -137,6 +139,8 @@ class SdkFollow:
                 self.activity = self._activity()
             case FailureEvent(reason=reason, budget=budget, permanent=permanent):
                 self.failure_reason = reason or "the agent failed"
+                if event.limit_kind:
+                    self.usage_limit = UsageLimit(event.limit_kind, event.resets_at, self.failure_reason)
                 self.budget_exceeded = self.budget_exceeded or budget
                 self.permanent_failure = self.permanent_failure or permanent
         if self.on_update is not None:

@@ -275,11 +275,13 @@ class FailureEvent(_Message):
     reason: str
     budget: bool = False
     permanent: bool = False
+    limit_kind: str | None = None  # the account's usage or rate limit caused it: five_hour, weekly, rate_limit
+    resets_at: float | None = None  # when that limit resets (epoch seconds), when the CLI said
 
     def wire(self) -> dict[str, Any]:
-        """``budget`` and ``permanent`` are on the wire only when true."""
+        """``budget``, ``permanent`` and the limit are on the wire only when set."""
         fields = super().wire()
-        for flag in ("budget", "permanent"):
+        for flag in ("budget", "permanent", "limit_kind", "resets_at"):
             if not fields[flag]:
                 del fields[flag]
         return fields

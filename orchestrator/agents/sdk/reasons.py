@@ -6,7 +6,7 @@ import math
 from collections import deque
 from typing import Any
 
-from orchestrator.agents.claude_errors import classify
+from orchestrator.agents.claude_errors import classify, limit_kind
 from orchestrator.agents.claude_errors import one_line as _one_line
 from orchestrator.agents.sdk.protocol import SpecOptions
 
@@ -66,6 +66,40 @@ def describe_error_result(fields: dict[str, Any], error_kind: str | None, option
     if known:
         return known
     return f"Claude Code reported an error ({subtype or 'no subtype'}): {one_line(text or 'no details', 200)}"
+
+
+# the CLI's names for a plan's limit windows (``rate_limit_event``'s ``rateLimitType``), as ours
+_WINDOWS = {"five_hour": "five_hour", "seven_day": "weekly", "seven_day_opus": "weekly", "seven_day_sonnet": "weekly"}
+
+
+def rejected_limit(info: Any) -> tuple[str, float | None] | None:
+    """(kind, resets_at) of a ``rate_limit_event``'s info that says the limit was hit (``status: rejected``)."""
+    if getattr(info, "status", None) != "rejected":
+        return None
+    window = str(getattr(info, "rate_limit_type", None) or "")
+    resets_at = getattr(info, "resets_at", None)
+    return _WINDOWS.get(window, window or "rate_limit"), float(resets_at) if isinstance(
+        resets_at, int | float
+    ) else None
+
+
+def result_limit(
+    fields: dict[str, Any], error_kind: str | None, rejected: tuple[str, float | None] | None
+) -> tuple[str, float | None] | None:
+    """(kind, resets_at) when an error result was the account's usage or rate limit, else None.
+
+    A limit the stream said was hit comes first (it knows the window and the reset); else the result's HTTP
+    status 429, its ``rate_limit_error``, or the assistant message's ``error: rate_limit``."""
+    if rejected is not None:
+        return rejected
+    if (
+        fields.get("api_error_status") == 429
+        or fields.get("api_error_type") == "rate_limit_error"
+        or error_kind == "rate_limit"
+    ):
+        text = " ".join(str(e) for e in fields.get("errors") or []) or str(fields.get("result") or "")
+        return limit_kind(text), None
+    return None
 
 
 def stderr_summary(lines: deque[str], count: int = 3) -> str:

@@ -45,6 +45,8 @@ from orchestrator.agents.sdk.reasons import (
     describe_exception,
     is_permanent,
     one_line,
+    rejected_limit,
+    result_limit,
     stderr_summary,
     usd,
 )
@@ -188,6 +190,7 @@ class Session:
         self.totals = Totals()
         self.session_id: str | None = None
         self.error_kind: str | None = None  # the last assistant message's ``error``, for the result's reason
+        self.limit_hit: tuple[str, float | None] | None = None  # a ``rate_limit_event`` said rejected: kind, reset
         self.activity: str | None = None
         self.fuse = Fuse(spec.price_per_mtok)
         self.fuse_blown: float | None = None  # the estimate when the fuse interrupted the turn
@@ -371,6 +374,10 @@ class Session:
             self._show(describe_activity(message))
         elif isinstance(message, ResultMessage):
             await self._on_result(message)
+        elif type(message).__name__ == "RateLimitEvent":  # SDK 0.2; "allowed" and warnings change nothing
+            hit = rejected_limit(getattr(message, "rate_limit_info", None))
+            if hit is not None:
+                self.limit_hit = hit
 
     def _show(self, activity: str | None) -> None:
         if activity and activity != self.activity:
@@ -432,7 +439,8 @@ class Session:
             self.finish(EXIT_INTERRUPTED)
         elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
             fields = {k: getattr(result, k, None) for k in ("subtype", "errors", "result", "api_error_status")}
-            self.fail(describe_error_result(fields, error_kind, self.options))
+            limit = result_limit(fields, error_kind, self.limit_hit)
+            self.fail(describe_error_result(fields, error_kind, self.options), limit=limit)
         elif self.outstanding and self.phase is Phase.TURN:
             pass  # the CLI answers the messages it has queued in a turn of their own
         elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
@@ -511,11 +519,22 @@ class Session:
             self._enter(Phase.DONE)
             self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
 
-    def fail(self, reason: str, code: int = EXIT_FAILED, budget: bool = False) -> None:
-        """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done."""
+    def fail(
+        self, reason: str, code: int = EXIT_FAILED, budget: bool = False, limit: tuple[str, float | None] | None = None
+    ) -> None:
+        """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done.
+
+        ``limit``: (kind, resets_at) when the account's usage or rate limit caused it."""
         if self.phase is Phase.DONE:
             return
-        failure = FailureEvent(reason=one_line(reason, 600), budget=budget, permanent=is_permanent(reason))
+        kind, resets_at = limit or (None, None)
+        failure = FailureEvent(
+            reason=one_line(reason, 600),
+            budget=budget,
+            permanent=is_permanent(reason) and limit is None,
+            limit_kind=kind,
+            resets_at=resets_at,
+        )
         self.out.event(failure)
         self.out.note(failure.reason)
         self.finish(code)
