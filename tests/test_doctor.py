@@ -101,7 +101,7 @@ def test_a_healthy_team_is_all_ok_and_exits_0(project: Project) -> None:
     assert ("builder", "login") not in checks, "the stand-in is not Claude Code: no login to check"
     assert ("reviewer", "context") in checks and ("builder", "context") not in checks
     team = [c for r, c in checks if r is None]
-    assert team == ["config", "keeper", "inotify", "disk", "state", "database", "clock"]
+    assert team == ["config", "keeper", "inotify", "disk", "state", "database", "clock", "accounts"]
     assert "not Claude Code: its exit status is the verdict" in one(findings, "command", "builder")["detail"]
     assert "not created yet" in one(findings, "database")["detail"]
     assert out.splitlines()[-1] == f"doctor: {len(findings)} ok, 0 warn, 0 fail: nothing fails"
@@ -599,3 +599,25 @@ def test_the_service_path_is_read_back_as_the_unit_wrote_it(tmp_path: Path, monk
     written.parent.mkdir(parents=True)
     written.write_text(unit.render(spec), encoding="utf-8")
     assert unit.installed_path(root) == path
+
+
+def test_a_paused_account_is_a_warning_naming_its_roles_and_its_reset(project: Project) -> None:
+    """A usage limit's pause lives in the running orchestrator: the doctor asks it, and says none without one."""
+    from orchestrator.config import load_config
+    from orchestrator.ops.doctor import team
+
+    project.configure()
+    config = load_config(project.root)
+    assert team.check_accounts(config).status == "ok"  # nothing runs here
+    paused = {
+        "team": {
+            "until": "2026-12-02T14:10:00+00:00",
+            "reason": "usage limit (five_hour)",
+            "probe_at": None,
+            "roles": ["builder"],
+        }
+    }
+    found = team.check_accounts(config, lambda _config: {"paused": paused})
+    assert found.status == "warn"
+    assert found.detail == "paused: team: usage limit (five_hour) until 2026-12-02T14:10:00+00:00 (builder)"
+    assert team.check_accounts(config, lambda _config: {"paused": {}}).status == "ok"

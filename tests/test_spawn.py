@@ -156,3 +156,16 @@ def test_an_end_that_cannot_be_read_is_still_told_as_the_attempts_end(tmp_path):
     assert verdict.failure_reason == (
         "internal error while reading the agent's end: OSError: the exit record cannot be read"
     )
+
+
+def test_a_claude_cli_agent_that_ended_while_the_orchestrator_was_down_is_explained_too(tmp_path):
+    """Taken back from its keeper's record after a restart, its failure still reads from its log: a permanent
+    one is not retried as an ordinary failure."""
+    from orchestrator.agents.command import recorded_command
+
+    spec = spec_for(tmp_path, ["claude", "-p"])
+    spec.log_path.parent.mkdir(parents=True)
+    spec.log_path.write_text("=== attempt 1\nInvalid API key · Fix external API key\n", encoding="utf-8")
+    verdict = recorded_command(spec).conclude(1)
+    assert verdict.permanent_failure
+    assert verdict.failure_reason is not None and verdict.failure_reason.startswith("the Anthropic API rejected")

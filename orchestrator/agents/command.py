@@ -56,9 +56,15 @@ def _output_offset(log: Path, header: str) -> int:
 
 def adopt_command(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
     """A live agent of an orchestrator that died, watched again once ``watch`` is called."""
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid))
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), explainer=_adopted_explainer(spec))
 
 
 def recorded_command(spec: LaunchSpec) -> Agent:
     """An attempt whose agent ended while the orchestrator was down: what its keeper's record says."""
-    return Agent(spec, LocalProcess.recorded(spec, None))
+    return Agent(spec, LocalProcess.recorded(spec, None), explainer=_adopted_explainer(spec))
+
+
+def _adopted_explainer(spec: LaunchSpec) -> LogExplainer | None:
+    """A Claude CLI agent taken back after a restart is explained from its log too (where this attempt's output
+    began is not known then: the log's last lines are read, which are its own once it has said anything)."""
+    return LogExplainer(spec.log_path, 0) if is_claude_command(spec.role.command) else None

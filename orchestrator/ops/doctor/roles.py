@@ -82,7 +82,6 @@ def check_role(checkup: Checkup, role: Role) -> list[Finding]:
     found.append(check_prompt(checkup.config, role))
     if role.context:
         found.append(check_context(checkup.config, role))
-    # the account's usage-limit pause (issue 25, item 1) is checked here once the orchestrator records one
     return found
 
 

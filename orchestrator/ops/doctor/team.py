@@ -1,5 +1,5 @@
 """The doctor's checks of the whole team: the keeper, inotify's limits, the disk, the state folder and its
-database, the clock and the time zone."""
+database, the clock and the time zone, and the accounts a usage limit has paused."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import os
 import sqlite3
 import sys
 from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from orchestrator.agents import keeper
 from orchestrator.config import Config
+from orchestrator.core.errors import OrchestratorError
 from orchestrator.intake import inotify
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.ops.doctor.findings import Finding, fail, ok, warn
@@ -231,3 +234,36 @@ def _last_run(config: Config) -> datetime | None:
         return datetime.fromisoformat(row[0]) if row else None
     except (sqlite3.Error, ValueError, TypeError):
         return None
+
+
+def running_status(config: Config) -> dict[str, Any] | None:
+    """The running orchestrator's status, or None when none serves this root (or it does not answer)."""
+    from orchestrator.control import channel
+
+    try:
+        return channel.call(config.root, "status", timeout=5.0)
+    except OrchestratorError:
+        return None
+
+
+def check_accounts(config: Config, status: Callable[[Config], dict[str, Any] | None] = running_status) -> Finding:
+    """Whether a usage limit has paused an account: only the running orchestrator knows (a pause lives in its
+    memory), so without one there is none."""
+    snap = status(config)
+    if snap is None:
+        return ok("accounts", "no orchestrator is running here: no account is paused")
+    paused = snap.get("paused") or {}
+    if not paused:
+        return ok("accounts", "no account is paused by a usage limit")
+    said = "; ".join(
+        f"{name}: {entry.get('reason') or 'usage limit'}"
+        + (f" until {entry['until']}" if entry.get("until") else "")
+        + (f", next probe {entry['probe_at']}" if entry.get("probe_at") else "")
+        + f" ({', '.join(entry.get('roles') or [])})"
+        for name, entry in sorted(paused.items())
+    )
+    return warn(
+        "accounts",
+        f"paused: {said}",
+        "no new run of those roles starts until the reset or a probe run succeeds; `orchestrator status` shows it",
+    )
