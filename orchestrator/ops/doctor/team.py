@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
