@@ -3,6 +3,9 @@
 - ``retry_environment(role)``: ``CLAUDE_CODE_MAX_RETRIES`` from the role's ``api_retries`` (default 2), so
   the CLI's own retries of an overloaded or failing API stay short and the role's ``retry`` is the policy
   that counts. A role's ``env`` may still set the variable itself.
+- ``cap_arguments(role, per_run_usd)``: a Claude command role's ``max_turns`` and budget as the CLI's own
+  ``--max-turns`` and ``--max-budget-usd``, so the CLI stops itself at the cap (the live fuse stays the outer
+  guard); ``stall_seconds(role)``: how long a run may say nothing before it is stopped as stalled.
 - ``check_role(config, role)``: at start-up, for ``sdk`` roles and ``command`` roles whose program is the
   Claude CLI (named ``claude``): the CLI is found and answers ``--version`` like Claude Code, and
   ``bypassPermissions`` is not asked for as root without ``IS_SANDBOX`` (the CLI refuses it every time).
@@ -24,6 +27,7 @@ from orchestrator.config import Config, Role
 from orchestrator.core.errors import ConfigError
 
 MAX_RETRIES_ENV = "CLAUDE_CODE_MAX_RETRIES"
+STALL_DEFAULT = 600.0  # sdk and stream-json Claude roles: they write an event at every step
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
 LOG_TAIL_BYTES = 64 * 1024
@@ -38,6 +42,46 @@ def is_claude_command(command: list[str]) -> bool:
 def retry_environment(role: Role) -> dict[str, str]:
     """The CLI's own API retry count for the role's agents."""
     return {MAX_RETRIES_ENV: str(role.api_retries)}
+
+
+def streams_json(role: Role) -> bool:
+    """Whether the role's agent writes Claude's stream-json events (an ``sdk`` role, or a ``claude`` command
+    with ``--output-format stream-json``)."""
+    if role.backend == "sdk":
+        return True
+    argv = role.command
+    if not is_claude_command(argv):
+        return False
+    pairs = zip(argv, argv[1:], strict=False)
+    return "--output-format=stream-json" in argv or any(a == "--output-format" and b == "stream-json" for a, b in pairs)
+
+
+def stall_seconds(role: Role) -> float | None:
+    """How long an attempt may write nothing before it is stopped as stalled; None: never.
+
+    The default is ``STALL_DEFAULT`` for roles that write an event at every step (sdk, stream-json Claude)
+    and off for other commands, which may rightly be silent until they end (``claude -p`` text output)."""
+    if role.stall_timeout is not None:
+        return role.stall_timeout or None
+    return STALL_DEFAULT if streams_json(role) else None
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def cap_arguments(role: Role, per_run_usd: float | None) -> list[str]:
+    """The role's caps as Claude CLI arguments (``--max-turns``, ``--max-budget-usd``: the tighter of
+    ``max_budget_usd`` and the per-run budget), leaving out any the role's command already gives."""
+    if not is_claude_command(role.command):
+        return []
+    extra: list[str] = []
+    if role.max_turns is not None and not _given(role.command, "--max-turns"):
+        extra += ["--max-turns", str(role.max_turns)]
+    caps = [v for v in (role.max_budget_usd, per_run_usd) if v is not None]
+    if caps and not _given(role.command, "--max-budget-usd"):
+        extra += ["--max-budget-usd", f"{min(caps):g}"]
+    return extra
 
 
 def sdk_cli_path(role: Role, root: Path) -> str | None:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import LogExplainer, is_claude_command
+from orchestrator.agents.claude_cli import LogExplainer, cap_arguments, is_claude_command
 from orchestrator.agents.handle import Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.spawn import Launch, start_process
@@ -23,7 +23,7 @@ async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) 
     with its verdict when it ends."""
     role = spec.role
     cwd = role_folder(spec.root, role.cwd)
-    argv = list(role.command)
+    argv = [*role.command, *cap_arguments(role, spec.extra.get("per_run_usd", role.budget.per_run_usd))]
     prompt = spec.prompt.encode("utf-8")
     if role.prompt_via == "arg":
         if len(prompt) >= ARG_MAX_SINGLE:

@@ -72,10 +72,15 @@ def _first(inner: JsonSchemaValue) -> JsonSchemaValue:
     return {"enum": ["now", "next"], "description": "when a task never done is first due (default: now)"}
 
 
+def _stall(inner: JsonSchemaValue) -> JsonSchemaValue:
+    return _off(_duration({"type": "number"}))
+
+
 INPUTS: dict[str, Input] = {
     "orchestrator.core.values.parse_duration": Input(_duration),
     "orchestrator.core.values._off_or": Input(_off, _rate_text),  # pair_rate: OFF wraps parse_rate
     "orchestrator.config.parse_rate": Input(_rate, _rate_text),
+    "orchestrator.config.parse_stall": Input(_stall),  # stall_timeout: a duration or off
     "orchestrator.schedule.settings._first": Input(_first),
 }
 
