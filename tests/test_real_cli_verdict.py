@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from test_real_cli import api, cli, ended, env, pytestmark  # noqa: F401  (fixtures and the tier's mark)
+from test_real_cli import api, cli, ended, env, pytestmark, recent  # noqa: F401  (fixtures and the tier's mark)
 
 from conftest import Project
 
@@ -70,3 +70,28 @@ def test_claude_roles_run_without_background_tasks_unless_the_role_allows_them(
     ended(project, "helper", "archive", "H-bg.md")
     builder, helper = runs(record)
     assert builder.endswith("bg:1") and helper.endswith("bg:unset"), (builder, helper)
+
+
+def test_a_silent_claude_run_is_stopped_at_its_stall_timeout_and_retried(
+    project: Project,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    # stream-json without partial messages writes nothing while a model call streams: 30 s of silence
+    command = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+    project.configure(
+        {
+            "builder": {
+                "command": command,
+                "stall_timeout": "3s",
+                "grace": "1s",
+                "retry": {"max": 1, "backoff": ["0.1s"]},
+            }
+        }
+    )
+    orch = project.up(**env)
+    project.drop("builder", "B-stall.md", body="[slow:30] take your time")
+    ended(project, "builder", "failed", "B-stall.md")
+    run = recent(project, "B-stall.md")
+    assert run["reason"].startswith("stalled: no output for 3s (the CLI may be waiting"), run["reason"]
+    assert run["attempt"] == 2
+    assert orch.output.count("B-stall stalled: no output for 3s") == 2, orch.output

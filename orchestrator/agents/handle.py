@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.agents.claude_errors import Problem
@@ -108,11 +110,13 @@ class Agent:
         *,
         follower: Follower | None = None,
         explainer: Explainer | None = None,
+        outputs: tuple[Path, ...] = (),
     ) -> None:
         self.spec = spec
         self.transport = transport
         self.follower = follower
         self.explainer = explainer
+        self.outputs = (spec.log_path, *outputs)  # files whose writes show it is alive (for the stall check)
         self.verdict: AttemptVerdict | None = None
         self.done: asyncio.Future[None] | None = None  # ends once ``on_exit`` has been told the verdict
         self._tasks: list[asyncio.Future[Any]] = []
@@ -179,6 +183,15 @@ class Agent:
 
     def left_behind(self) -> bool:
         return self.transport.left_behind()
+
+    def last_output(self) -> float | None:
+        if self.follower is not None and self.follower.interrupted:
+            return None  # a session kept open by `interrupt --keep` is rightly silent until a tell
+        times = []
+        for path in self.outputs:
+            with contextlib.suppress(OSError):
+                times.append(os.stat(path).st_mtime)
+        return max(times, default=None)
 
     async def sweep(self, grace: float) -> KillReport:
         return await self.transport.sweep(grace)

@@ -112,6 +112,11 @@ class AgentHandle(Protocol):
         """Whether it, now ended, left processes in its group."""
         ...
 
+    def last_output(self) -> float | None:
+        """When it last wrote output or sent an event (epoch seconds, the wall clock); None when it cannot be
+        known or it is rightly silent (a session waiting for a tell): then it is not taken for stalled."""
+        ...
+
     async def sweep(self, grace: float) -> KillReport:
         """Stop what it left behind once ended (only this attempt's: a retry must be spared)."""
         ...

@@ -124,6 +124,7 @@ class Supervisor:
             ev.RunExited: self.outcomes.exited,
             ev.StopDone: self.outcomes.stopped,
             ev.TimeoutFired: self.outcomes.timed_out,
+            ev.StallCheck: self.outcomes.stall_check,
             ev.RetryDue: self.outcomes.retry_due,
             StartsResume: self.start_faults.resume,
             ev.InterruptRefused: self.requests.interrupt_refused,

@@ -266,7 +266,12 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     carrier = SocketChannel(files)
     follow = SdkFollow(spec.run_id, transcript, spec.log_path, carrier)
     carrier.follow(client, follow)
-    agent = Agent(spec, LocalProcess(spec, started.pid, started.ref, started.end), follower=follow)
+    agent = Agent(
+        spec,
+        LocalProcess(spec, started.pid, started.ref, started.end),
+        follower=follow,
+        outputs=(transcript, files.events),
+    )
     agent.keep(started.writing)
     agent.watch(on_exit)
     return agent
