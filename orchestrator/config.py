@@ -162,6 +162,7 @@ class RoleSettings(_Strict):
     # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
     background_tasks: bool | None = None
     stall_timeout: Stall = None
+    on_denied: Literal["fail", "warn"] | None = None
     # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
     resources: RoleResources | None = None
 
@@ -211,6 +212,7 @@ class Role(_Strict):
     price_per_mtok: Prices | None = None  # overrides the fuse's price table
     background_tasks: bool = False  # Claude roles: the CLI may start background tasks (killed at the end of a -p run)
     stall_timeout: Stall = None  # no output for this long stops the attempt; None: the default, 0.0: off
+    on_denied: Literal["fail", "warn"] = "fail"  # Claude's result lists tool calls the permissions refused
     resources: RoleResources = Field(default_factory=RoleResources)
 
     @property

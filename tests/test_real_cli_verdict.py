@@ -6,12 +6,25 @@ A ``claude`` on PATH that records its argv and environment, then runs the bundle
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-from test_real_cli import api, cli, ended, env, pytestmark, recent  # noqa: F401  (fixtures and the tier's mark)
+import pytest
+from test_real_cli import (  # noqa: F401  (fixtures and the tier's mark)
+    PRICE_IN,
+    PRICE_OUT,
+    api,
+    cli,
+    ended,
+    env,
+    history_row,
+    pytestmark,
+    recent,
+)
 
-from conftest import Project
+from conftest import Project, wait_for
+from messages_api import MessagesApi
 
 
 def recording_claude(tmp_path: Path, cli: Path) -> Path:  # noqa: F811
@@ -95,3 +108,60 @@ def test_a_silent_claude_run_is_stopped_at_its_stall_timeout_and_retried(
     assert run["reason"].startswith("stalled: no output for 3s (the CLI may be waiting"), run["reason"]
     assert run["attempt"] == 2
     assert orch.output.count("B-stall stalled: no output for 3s") == 2, orch.output
+
+
+STREAM = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+
+
+def test_a_refused_tool_call_fails_the_run_with_a_reason_naming_the_tool(
+    project: Project,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    # exit 0 and subtype success: the refusal is only in the result's permission_denials
+    project.configure({"builder": {"command": STREAM, "retry": {"max": 2, "backoff": ["0.1s"]}}})
+    project.up(**env)
+    project.drop("builder", "B-deny.md", body="[bash:echo hi > made.txt] make it")
+    ended(project, "builder", "failed", "B-deny.md")
+    run = recent(project, "B-deny.md")
+    assert "refused by the permissions: Bash: echo hi > made.txt" in run["reason"], run["reason"]
+    assert run["attempt"] == 1  # permanent: a retry would be refused the same way
+    row = history_row(project, "B-deny.md")
+    assert row["input_tokens"] == 2000 and row["cost_usd"] > 0, row
+    transcript = project.root / ".orchestrator" / "runs" / str(row["run_id"]) / "transcript.jsonl"
+    kinds = [json.loads(line)["type"] for line in transcript.read_text(encoding="utf-8").splitlines()]
+    assert kinds[0] == "system" and kinds[-1] == "result", kinds
+
+
+def test_on_denied_warn_archives_the_run_with_a_warning_and_a_notice(
+    project: Project,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    project.configure(
+        {"builder": {"command": STREAM, "on_denied": "warn"}, "lead": {"command": ["true"]}}, notify="lead"
+    )
+    orch = project.up(**env)
+    project.drop("builder", "B-warn.md", body="[bash:echo hi > made.txt] make it")
+    ended(project, "builder", "archive", "B-warn.md")
+    orch.wait_output("warning: B-warn: 1 tool call refused by the permissions: Bash: echo hi > made.txt")
+    wait_for(lambda: [n for n in project.folder("lead", "archive") if "-warning-" in n], what="the warning notice")
+
+
+def test_the_init_team_on_the_bundled_cli_records_cost_and_tokens(
+    tmp_path: Path,
+    env: dict[str, str],  # noqa: F811
+    api: MessagesApi,  # noqa: F811
+) -> None:
+    team = tmp_path / "team"
+    result = Project(tmp_path).cli("init", str(team))
+    assert result.returncode == 0, result.stderr
+    api.server.cwd = team
+    project = Project(team)
+    try:
+        project.up(**env)
+        project.drop("builder", "B-init.md", body="[answer] build it")
+        ended(project, "builder", "archive", "B-init.md")
+        row = history_row(project, "B-init.md")
+        assert row["input_tokens"] == 1000 and row["output_tokens"] == 20, row
+        assert row["cost_usd"] == pytest.approx((1000 * PRICE_IN + 20 * PRICE_OUT) / 1e6)
+    finally:
+        project.cleanup()

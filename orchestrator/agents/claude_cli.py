@@ -12,15 +12,22 @@
 - ``LogExplainer``: the explainer a ``command`` agent running the Claude CLI is given (``handle.Explainer``):
   its failure reason is the CLI's last meaningful output line (it writes its errors to stdout), and it knows
   the failures no retry can help.
+- ``StreamReader``: the reader a ``command`` agent writing Claude's stream-json is given (``handle.Reader``):
+  at its end it reads the attempt's events from the log, copies them to the run's transcript, and judges the
+  end with ``claude_stream.judge`` (an error result, refused tool calls, no model call fail the run whatever
+  the exit status).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
+from orchestrator.agents import claude_stream
 from orchestrator.agents.claude_errors import Problem, classify, last_meaningful_line, one_line
 from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import Config, Role
@@ -31,6 +38,7 @@ STALL_DEFAULT = 600.0  # sdk and stream-json Claude roles: they write an event a
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
 LOG_TAIL_BYTES = 64 * 1024
+STREAM_MAX_BYTES = 64 * 1024 * 1024  # an attempt's stream read at its end: its start is what is dropped beyond
 _checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many roles asks once
 
 
@@ -190,3 +198,35 @@ class LogExplainer:
         if problem is not None:
             return Problem(f"{problem.reason} (exit code {code})", problem.permanent)
         return Problem(f"exit code {code}: Claude Code said: {line}")
+
+
+class StreamReader:
+    """A stream-json Claude CLI agent's end, read from its output in the run's log from ``offset`` on; its events
+    are copied to ``transcript`` (the run's ``transcript.jsonl``)."""
+
+    def __init__(self, log_path: Path, offset: int, transcript: Path, on_denied: str) -> None:
+        self.log_path = log_path
+        self.offset = offset
+        self.transcript = transcript
+        self.on_denied = on_denied
+        self.result: dict[str, Any] = {}
+
+    def judge(self, code: int) -> claude_stream.Judgement:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(max(self.offset, os.path.getsize(self.log_path) - STREAM_MAX_BYTES))
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return claude_stream.Judgement()
+        stream = claude_stream.read_stream(text)
+        self.result = claude_stream.figures(stream)
+        self._keep(stream.events)
+        return claude_stream.judge(stream, code, self.on_denied)
+
+    def _keep(self, events: list[dict[str, Any]]) -> None:
+        try:
+            self.transcript.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.transcript, "a", encoding="utf-8") as out:
+                out.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in events)
+        except OSError:
+            pass  # the log still holds every event

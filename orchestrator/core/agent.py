@@ -20,13 +20,25 @@ Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class UsageLimit:
+    """A usage or rate limit the agent ran into: no call goes through until it resets."""
+
+    kind: str  # e.g. "five_hour", "weekly", "rate_limit"
+    resets_at: float | None  # epoch seconds when known
+    detail: str
+
+
+@dataclass(frozen=True)
 class AttemptVerdict:
     """How one attempt's agent ended, decided once, when it ended.
 
     ``returncode``: its exit status, or minus the signal that ended it; ``interrupted``: its session's turn
     was interrupted on request (and no tell came after); ``budget_exceeded``: its per-run budget stopped it;
     ``permanent_failure``: no retry can help (not logged in, a rejected key, ...); ``session_id``: the SDK
-    session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status."""
+    session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status;
+    ``agent_failed``: the agent itself reported a failure (Claude's result), whatever its exit status;
+    ``warnings``: lines for a person about an attempt that succeeded (tool calls refused under ``on_denied: warn``);
+    ``usage_limit``: the usage or rate limit it ran into."""
 
     returncode: int
     interrupted: bool = False
@@ -34,6 +46,14 @@ class AttemptVerdict:
     permanent_failure: bool = False
     session_id: str | None = None
     failure_reason: str | None = None
+    agent_failed: bool = False
+    warnings: tuple[str, ...] = ()
+    usage_limit: UsageLimit | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Exit 0, and the agent did not report a failure."""
+        return self.returncode == 0 and not self.agent_failed
 
 
 @dataclass

@@ -145,13 +145,16 @@ class Outcomes:
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
         elif verdict.budget_exceeded:
             self.attempt_failed(run, verdict.failure_reason or "per-run budget exceeded", code, retry=False)
-        elif code != 0 and verdict.permanent_failure:
+        elif not verdict.succeeded and verdict.permanent_failure:
             self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code, retry=False)
-        elif code == 0:
+        elif verdict.succeeded:
             # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
             self.crashes.note(run.role.name, ran, failed=False)
-            self.lc.end_attempt(run, "succeeded", None, 0)
-            self.lc.finish(run, RunState.SUCCEEDED, reason=None, exit_code=0)
+            warning = "; ".join(verdict.warnings) or None
+            if warning:
+                self.console.line(f"warning: {run.label}: {warning} (run {run.run_id})", role=run.role.name)
+            self.lc.end_attempt(run, "succeeded", warning, 0)
+            self.lc.finish(run, RunState.SUCCEEDED, reason=warning, exit_code=0)
         else:
             self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code)
 
