@@ -165,3 +165,25 @@ def test_the_init_team_on_the_bundled_cli_records_cost_and_tokens(
         assert row["cost_usd"] == pytest.approx((1000 * PRICE_IN + 20 * PRICE_OUT) / 1e6)
     finally:
         project.cleanup()
+
+
+def test_logs_renders_a_stream_json_run_for_a_person(
+    project: Project,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    project.configure({"builder": {"command": STREAM, "on_denied": "warn"}})
+    project.up(**env)
+    project.drop("builder", "B-logs.md", body="[bash:echo hi > made.txt] make it")
+    ended(project, "builder", "archive", "B-logs.md")
+    shown = project.cli("logs", "B-logs")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(line.startswith("session ") for line in lines), shown.stdout
+    assert "→ Bash: echo hi > made.txt" in lines and "assistant: done" in lines, shown.stdout
+    assert any(line.startswith("refused Bash: ") for line in lines), shown.stdout
+    assert any(line.startswith("result: success, 2 turn(s), $0.") for line in lines), shown.stdout
+    assert not any(line.startswith("{") for line in lines), shown.stdout
+    raw = project.cli("logs", "B-logs.md", "--raw")
+    assert raw.returncode == 0 and '"type":"result"' in raw.stdout.replace(" ", "")
+    missing = project.cli("logs", "nothing-such")
+    assert missing.returncode == 6 and "no run has held a memo 'nothing-such'" in missing.stderr, missing.stderr
