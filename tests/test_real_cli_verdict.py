@@ -187,3 +187,17 @@ def test_logs_renders_a_stream_json_run_for_a_person(
     assert raw.returncode == 0 and '"type":"result"' in raw.stdout.replace(" ", "")
     missing = project.cli("logs", "nothing-such")
     assert missing.returncode == 6 and "no run has held a memo 'nothing-such'" in missing.stderr, missing.stderr
+
+
+def test_a_refused_tool_call_fails_an_sdk_run_too(
+    project: Project,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    role = {"backend": "sdk", "permission_mode": "default", "retry": {"max": 2, "backoff": ["0.1s"]}}
+    project.configure({"writer": role})
+    project.up(**env)
+    project.drop("writer", "W-deny.md", body="[bash:echo hi > made.txt] make it")
+    ended(project, "writer", "failed", "W-deny.md")
+    run = recent(project, "W-deny.md")
+    assert "refused by the permissions: Bash: echo hi > made.txt" in run["reason"], run["reason"]
+    assert run["attempt"] == 1

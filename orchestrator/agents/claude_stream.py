@@ -137,6 +137,17 @@ def denial_lines(denials: list[Any]) -> list[str]:
     return lines
 
 
+def denied_text(denials: list[Any]) -> str:
+    """The refused tool calls of a result, in one line: how many, then each tool and its input."""
+    count = len(denials)
+    return f"{count} tool call{'s' if count != 1 else ''} refused by the permissions: " + "; ".join(
+        denial_lines(denials)
+    )
+
+
+DENIED_FIX = "allow the tool for the role (allowed_tools, permission_mode) or set on_denied: warn"
+
+
 @dataclass(frozen=True)
 class Judgement:
     """How the stream says the attempt went: ``failed`` whatever its exit status, with one reason; warnings for
@@ -168,12 +179,8 @@ def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
         return Judgement(True, NO_MODEL_CALL)
     denials = result.get("permission_denials") if result is not None else None
     if isinstance(denials, list) and denials:
-        lines = denial_lines(denials)
-        what = f"{len(denials)} tool call{'s' if len(denials) != 1 else ''} refused by the permissions: " + "; ".join(
-            lines
-        )
+        what = denied_text(denials)
         if on_denied == "warn":
             return Judgement(warnings=(what,))
-        fix = "allow the tool for the role (allowed_tools, permission_mode) or set on_denied: warn"
-        return Judgement(True, f"{what}; {fix}", permanent=True)
+        return Judgement(True, f"{what}; {DENIED_FIX}", permanent=True)
     return Judgement()

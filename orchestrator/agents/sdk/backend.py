@@ -122,6 +122,7 @@ def runner_spec(
         resume=spec.extra.get("resume") or None,
         per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
         price_per_mtok=(role.price_per_mtok.input, role.price_per_mtok.output) if role.price_per_mtok else None,
+        on_denied=role.on_denied,
         **(transport or {}),
     ).wire()
 

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+from orchestrator.agents.claude_stream import DENIED_FIX, denied_text
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
 from orchestrator.agents.sdk.protocol import (
@@ -433,6 +434,9 @@ class Session:
         elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
             fields = {k: getattr(result, k, None) for k in ("subtype", "errors", "result", "api_error_status")}
             self.fail(describe_error_result(fields, error_kind, self.options))
+        elif self.phase is not Phase.PAUSING and result.permission_denials and not self._denials_warned(result):
+            text = denied_text(result.permission_denials)
+            self.fail(f"{text}; {DENIED_FIX}", permanent=True)
         elif self.outstanding and self.phase is Phase.TURN:
             pass  # the CLI answers the messages it has queued in a turn of their own
         elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
@@ -441,6 +445,13 @@ class Session:
             self._enter(Phase.WAITING)
         else:
             self.finish(EXIT_OK)
+
+    def _denials_warned(self, result: Any) -> bool:
+        """Under ``on_denied: warn``, the turn's refused tool calls are a warning in the log, not a failure."""
+        if self.spec.on_denied != "warn":
+            return False
+        self.out.note(f"warning: {denied_text(result.permission_denials)}")
+        return True
 
     def _over_budget(self, result: Any) -> bool:
         per_run = self.spec.per_run_usd
@@ -511,11 +522,11 @@ class Session:
             self._enter(Phase.DONE)
             self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
 
-    def fail(self, reason: str, code: int = EXIT_FAILED, budget: bool = False) -> None:
+    def fail(self, reason: str, code: int = EXIT_FAILED, budget: bool = False, permanent: bool = False) -> None:
         """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done."""
         if self.phase is Phase.DONE:
             return
-        failure = FailureEvent(reason=one_line(reason, 600), budget=budget, permanent=is_permanent(reason))
+        failure = FailureEvent(reason=one_line(reason, 600), budget=budget, permanent=permanent or is_permanent(reason))
         self.out.event(failure)
         self.out.note(failure.reason)
         self.finish(code)
