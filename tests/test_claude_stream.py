@@ -58,3 +58,10 @@ def test_denials_are_listed_a_line_each_cut() -> None:
 
 def test_a_clean_result_is_a_success() -> None:
     assert not judge(read_stream(text(INIT, CALL, result(permission_denials=[]))), 0, "fail").failed
+
+
+def test_background_work_still_live_at_the_end_is_a_warning() -> None:
+    turn = {"type": "system", "subtype": "turn_duration", "pending_background_agent_count": 2, "session_id": "s-1"}
+    verdict = judge(read_stream(text(INIT, CALL, turn, result())), 0, "fail")
+    assert not verdict.failed
+    assert verdict.warnings and verdict.warnings[0].startswith("2 background task(s) were still running"), verdict

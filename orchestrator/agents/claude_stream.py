@@ -41,6 +41,7 @@ class Stream:
     session_id: str | None = None
     assistant_error: str | None = None
     rate_limit: dict[str, Any] | None = None  # a rejected rate_limit_event's ``rate_limit_info``
+    background_live: int = 0  # background agents and workflows still in flight when the last turn ended
 
 
 def read_stream(text: str) -> Stream:
@@ -66,6 +67,10 @@ def read_stream(text: str) -> Stream:
                 stream.assistant_error = str(event["error"])
         elif kind == "result":
             stream.result = event
+        elif kind == "system" and event.get("subtype") == "turn_duration":
+            # Claude Code 2.1 counts what it will kill with the turn: -p ends them, their work lost
+            counts = (event.get(k) for k in ("pending_background_agent_count", "pending_workflow_count"))
+            stream.background_live = sum(n for n in counts if isinstance(n, int) and n > 0)
         elif kind == "rate_limit_event":
             info = event.get("rate_limit_info")
             if isinstance(info, dict) and info.get("status") == "rejected":
@@ -177,10 +182,16 @@ def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
         return Judgement()  # not the stream's to explain: the exit status and the log's last line say it
     if stream.model_calls == 0:
         return Judgement(True, NO_MODEL_CALL)
+    warnings = []
+    if stream.background_live:
+        warnings.append(
+            f"{stream.background_live} background task(s) were still running when the run ended and were stopped "
+            "with it; their work may be lost (background_tasks: false, the default, turns them off)"
+        )
     denials = result.get("permission_denials") if result is not None else None
     if isinstance(denials, list) and denials:
         what = denied_text(denials)
-        if on_denied == "warn":
-            return Judgement(warnings=(what,))
-        return Judgement(True, f"{what}; {DENIED_FIX}", permanent=True)
-    return Judgement()
+        if on_denied != "warn":
+            return Judgement(True, f"{what}; {DENIED_FIX}", permanent=True)
+        warnings.append(what)
+    return Judgement(warnings=tuple(warnings))
