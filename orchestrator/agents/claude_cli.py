@@ -191,7 +191,8 @@ class LogExplainer:
                 text = handle.read().decode("utf-8", "replace")
         except OSError:
             return None
-        line = last_meaningful_line(text)
+        # stream-json events are the StreamReader's to read; a person is told the CLI's own words
+        line = last_meaningful_line("\n".join(t for t in text.splitlines() if not t.lstrip().startswith('{"')))
         if line is None:
             return None
         problem = classify(line)

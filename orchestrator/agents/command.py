@@ -38,7 +38,7 @@ async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) 
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n"
-    offset = _output_offset(spec.log_path, header)
+    offset = _output_offset(spec.log_path, header) if is_claude_command(argv) else 0
     explainer = LogExplainer(spec.log_path, offset) if is_claude_command(argv) else None
     reader = None
     if streams_json(role):

@@ -81,6 +81,7 @@ class Follower(Protocol):
     budget_exceeded: bool
     permanent_failure: bool
     closing: bool
+    last_event_at: float | None
 
     async def interrupt(self, keep: bool = False) -> None: ...
 
@@ -205,7 +206,7 @@ class Agent:
     def last_output(self) -> float | None:
         if self.follower is not None and self.follower.interrupted:
             return None  # a session kept open by `interrupt --keep` is rightly silent until a tell
-        times = []
+        times = [self.follower.last_event_at] if self.follower is not None and self.follower.last_event_at else []
         for path in self.outputs:
             with contextlib.suppress(OSError):
                 times.append(os.stat(path).st_mtime)
