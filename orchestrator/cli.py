@@ -35,6 +35,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "handoff": records.cmd_handoff,
     "send": memos.cmd_send,
     "trace": memos.cmd_trace,
+    "logs": memos.cmd_logs,
     "release": memos.cmd_release,
     "gc": upkeep.cmd_gc,
     "init": project.cmd_init,

@@ -20,7 +20,7 @@ from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
 from orchestrator.config_errors import describe_validation_error
 from orchestrator.control.authority import check_may
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped
+from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped, is_off
 from orchestrator.core.values import parse_duration as parse_duration  # the one parser; callers import it from here
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.retention.settings import RetentionSettings
@@ -101,6 +101,22 @@ class UsageLimits(_Strict):
     max_probe: Duration = Field(3600.0, gt=0)
 
 
+STALL_EXPECTED = "a duration such as 10m or 90s, or off"
+
+
+def parse_stall(value: Any) -> float | None:
+    """A role's ``stall_timeout``: seconds, ``0.0`` for ``off`` (kept through the merge with the defaults, where
+    null means unset), None when not given."""
+    if value is None:
+        return None
+    if is_off(value):
+        return 0.0
+    return parse_duration(value)
+
+
+Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
+
+
 class SystemPromptPreset(_Strict):
     preset: Literal["claude_code"] = "claude_code"
     append: str | None = None
@@ -153,6 +169,10 @@ class RoleSettings(_Strict):
     handoff_max_bytes: int | None = Field(None, ge=1)
     api_retries: int | None = Field(None, ge=0, le=20)
     price_per_mtok: Prices | None = None
+    # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
+    background_tasks: bool | None = None
+    stall_timeout: Stall = None
+    on_denied: Literal["fail", "warn"] | None = None
     # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
     resources: RoleResources | None = None
     # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
@@ -203,6 +223,9 @@ class Role(_Strict):
     handoff_max_bytes: int = Field(20 * 1024, ge=1)
     api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
     price_per_mtok: Prices | None = None  # overrides the fuse's price table
+    background_tasks: bool = False  # Claude roles: the CLI may start background tasks (killed at the end of a -p run)
+    stall_timeout: Stall = None  # no output for this long stops the attempt; None: the default, 0.0: off
+    on_denied: Literal["fail", "warn"] = "fail"  # Claude's result lists tool calls the permissions refused
     resources: RoleResources = Field(default_factory=RoleResources)
     may: list[str] = Field(default_factory=list)
 

@@ -54,6 +54,10 @@ class FakeAgent:
         self.alive = True
         self.refuse_interrupt = False
         self.told: list[str] = []
+        self.output_at: float | None = None  # when it last wrote (epoch seconds); None: it cannot be known
+
+    def last_output(self) -> float | None:
+        return self.output_at
 
     def exit(self, code: int) -> None:
         if self.alive:

@@ -3,30 +3,42 @@
 - ``retry_environment(role)``: ``CLAUDE_CODE_MAX_RETRIES`` from the role's ``api_retries`` (default 2), so
   the CLI's own retries of an overloaded or failing API stay short and the role's ``retry`` is the policy
   that counts. A role's ``env`` may still set the variable itself.
+- ``cap_arguments(role, per_run_usd)``: a Claude command role's ``max_turns`` and budget as the CLI's own
+  ``--max-turns`` and ``--max-budget-usd``, so the CLI stops itself at the cap (the live fuse stays the outer
+  guard); ``stall_seconds(role)``: how long a run may say nothing before it is stopped as stalled.
 - ``check_role(config, role)``: at start-up, for ``sdk`` roles and ``command`` roles whose program is the
   Claude CLI (named ``claude``): the CLI is found and answers ``--version`` like Claude Code, and
   ``bypassPermissions`` is not asked for as root without ``IS_SANDBOX`` (the CLI refuses it every time).
 - ``LogExplainer``: the explainer a ``command`` agent running the Claude CLI is given (``handle.Explainer``):
   its failure reason is the CLI's last meaningful output line (it writes its errors to stdout), and it knows
   the failures no retry can help.
+- ``StreamReader``: the reader a ``command`` agent writing Claude's stream-json is given (``handle.Reader``):
+  at its end it reads the attempt's events from the log, copies them to the run's transcript, and judges the
+  end with ``claude_stream.judge`` (an error result, refused tool calls, no model call fail the run whatever
+  the exit status).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
+from orchestrator.agents import claude_stream
 from orchestrator.agents.claude_errors import Problem, classify, last_meaningful_line, one_line
 from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import Config, Role
 from orchestrator.core.errors import ConfigError
 
 MAX_RETRIES_ENV = "CLAUDE_CODE_MAX_RETRIES"
+STALL_DEFAULT = 600.0  # sdk and stream-json Claude roles: they write an event at every step
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
 LOG_TAIL_BYTES = 64 * 1024
+STREAM_MAX_BYTES = 64 * 1024 * 1024  # an attempt's stream read at its end: its start is what is dropped beyond
 _checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many roles asks once
 
 
@@ -38,6 +50,46 @@ def is_claude_command(command: list[str]) -> bool:
 def retry_environment(role: Role) -> dict[str, str]:
     """The CLI's own API retry count for the role's agents."""
     return {MAX_RETRIES_ENV: str(role.api_retries)}
+
+
+def streams_json(role: Role) -> bool:
+    """Whether the role's agent writes Claude's stream-json events (an ``sdk`` role, or a ``claude`` command
+    with ``--output-format stream-json``)."""
+    if role.backend == "sdk":
+        return True
+    argv = role.command
+    if not is_claude_command(argv):
+        return False
+    pairs = zip(argv, argv[1:], strict=False)
+    return "--output-format=stream-json" in argv or any(a == "--output-format" and b == "stream-json" for a, b in pairs)
+
+
+def stall_seconds(role: Role) -> float | None:
+    """How long an attempt may write nothing before it is stopped as stalled; None: never.
+
+    The default is ``STALL_DEFAULT`` for roles that write an event at every step (sdk, stream-json Claude)
+    and off for other commands, which may rightly be silent until they end (``claude -p`` text output)."""
+    if role.stall_timeout is not None:
+        return role.stall_timeout or None
+    return STALL_DEFAULT if streams_json(role) else None
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def cap_arguments(role: Role, per_run_usd: float | None) -> list[str]:
+    """The role's caps as Claude CLI arguments (``--max-turns``, ``--max-budget-usd``: the tighter of
+    ``max_budget_usd`` and the per-run budget), leaving out any the role's command already gives."""
+    if not is_claude_command(role.command):
+        return []
+    extra: list[str] = []
+    if role.max_turns is not None and not _given(role.command, "--max-turns"):
+        extra += ["--max-turns", str(role.max_turns)]
+    caps = [v for v in (role.max_budget_usd, per_run_usd) if v is not None]
+    if caps and not _given(role.command, "--max-budget-usd"):
+        extra += ["--max-budget-usd", f"{min(caps):g}"]
+    return extra
 
 
 def sdk_cli_path(role: Role, root: Path) -> str | None:
@@ -139,7 +191,8 @@ class LogExplainer:
                 text = handle.read().decode("utf-8", "replace")
         except OSError:
             return None
-        line = last_meaningful_line(text)
+        # stream-json events are the StreamReader's to read; a person is told the CLI's own words
+        line = last_meaningful_line("\n".join(t for t in text.splitlines() if not t.lstrip().startswith('{"')))
         if line is None:
             return None
         problem = classify(line)
@@ -148,3 +201,35 @@ class LogExplainer:
                 f"{problem.reason} (exit code {code})", problem.permanent, problem.limit_kind, problem.resets_at
             )
         return Problem(f"exit code {code}: Claude Code said: {line}")
+
+
+class StreamReader:
+    """A stream-json Claude CLI agent's end, read from its output in the run's log from ``offset`` on; its events
+    are copied to ``transcript`` (the run's ``transcript.jsonl``)."""
+
+    def __init__(self, log_path: Path, offset: int, transcript: Path, on_denied: str) -> None:
+        self.log_path = log_path
+        self.offset = offset
+        self.transcript = transcript
+        self.on_denied = on_denied
+        self.result: dict[str, Any] = {}
+
+    def judge(self, code: int) -> claude_stream.Judgement:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(max(self.offset, os.path.getsize(self.log_path) - STREAM_MAX_BYTES))
+                text = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return claude_stream.Judgement()
+        stream = claude_stream.read_stream(text)
+        self.result = claude_stream.figures(stream)
+        self._keep(stream.events)
+        return claude_stream.judge(stream, code, self.on_denied)
+
+    def _keep(self, events: list[dict[str, Any]]) -> None:
+        try:
+            self.transcript.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.transcript, "a", encoding="utf-8") as out:
+                out.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in events)
+        except OSError:
+            pass  # the log still holds every event

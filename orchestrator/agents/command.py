@@ -2,7 +2,8 @@
 
 The prompt goes to the agent's stdin (or is its last argument, ``prompt_via:
 arg``), its output to the run's log; a Claude CLI agent is given the
-``claude_cli.LogExplainer``, so its failure reason is what it said.
+``claude_cli.LogExplainer``, so its failure reason is what it said, and one writing stream-json the
+``claude_cli.StreamReader``, so its figures are recorded and its result decides its end.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import LogExplainer, is_claude_command
+from orchestrator.agents.claude_cli import LogExplainer, StreamReader, cap_arguments, is_claude_command, streams_json
 from orchestrator.agents.handle import Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.spawn import Launch, start_process
@@ -23,7 +24,7 @@ async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) 
     with its verdict when it ends."""
     role = spec.role
     cwd = role_folder(spec.root, role.cwd)
-    argv = list(role.command)
+    argv = [*role.command, *cap_arguments(role, spec.extra.get("per_run_usd", role.budget.per_run_usd))]
     prompt = spec.prompt.encode("utf-8")
     if role.prompt_via == "arg":
         if len(prompt) >= ARG_MAX_SINGLE:
@@ -37,10 +38,15 @@ async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) 
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n"
-    explainer = LogExplainer(spec.log_path, _output_offset(spec.log_path, header)) if is_claude_command(argv) else None
+    offset = _output_offset(spec.log_path, header) if is_claude_command(argv) else 0
+    explainer = LogExplainer(spec.log_path, offset) if is_claude_command(argv) else None
+    reader = None
+    if streams_json(role):
+        transcript = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+        reader = StreamReader(spec.log_path, offset, transcript, role.on_denied)
     stdin = prompt if role.prompt_via == "stdin" else None
     started = await start_process(Launch(spec, executable, argv, spec.env, cwd, header, stdin), keeper)
-    agent = Agent(spec, LocalProcess(spec, started.pid, started.ref, started.end), explainer=explainer)
+    agent = Agent(spec, LocalProcess(spec, started.pid, started.ref, started.end), explainer=explainer, reader=reader)
     agent.keep(started.writing)
     agent.watch(on_exit)
     return agent

@@ -9,7 +9,10 @@ What differs between agents is handed to it, never subclassed:
 - a ``Follower`` for an ``sdk`` agent (``sdk.follow.SdkFollow``): the figures its
   session reports, and its interrupts and tells;
 - an ``Explainer`` for a ``command`` agent whose program says why it failed
-  (``claude_cli.LogExplainer``: the Claude CLI's last output line).
+  (``claude_cli.LogExplainer``: the Claude CLI's last output line);
+- a ``Reader`` for a ``command`` agent whose output is Claude's stream-json
+  (``claude_cli.StreamReader``): its figures, and its own judgement of the end
+  (an error result, refused tool calls, no model call), whatever the exit status.
 
 ``watch`` waits for the end once and calls ``on_exit`` with the attempt's one
 ``AttemptVerdict``. ``HandleStops`` is what the real spawners answer when the
@@ -20,11 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.agents.claude_errors import Problem
+from orchestrator.agents.claude_stream import Judgement
 from orchestrator.agents.ends import UNKNOWN_EXIT
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log, UsageLimit
@@ -77,6 +83,7 @@ class Follower(Protocol):
     permanent_failure: bool
     usage_limit: UsageLimit | None
     closing: bool
+    last_event_at: float | None
 
     async def interrupt(self, keep: bool = False) -> None: ...
 
@@ -97,6 +104,16 @@ class Explainer(Protocol):
     def explain(self, code: int) -> Problem | None: ...
 
 
+class Reader(Protocol):
+    """A ``command`` agent's stream-json output, read at its end: figures and a judgement of how it went."""
+
+    result: dict[str, Any]
+
+    def judge(self, code: int) -> Judgement:
+        """Read the attempt's output (once) and judge its end with exit ``code``."""
+        ...
+
+
 OnExit = Callable[["Agent", AttemptVerdict], None]
 
 
@@ -110,11 +127,15 @@ class Agent:
         *,
         follower: Follower | None = None,
         explainer: Explainer | None = None,
+        reader: Reader | None = None,
+        outputs: tuple[Path, ...] = (),
     ) -> None:
         self.spec = spec
         self.transport = transport
         self.follower = follower
         self.explainer = explainer
+        self.reader = reader
+        self.outputs = (spec.log_path, *outputs)  # files whose writes show it is alive (for the stall check)
         self.verdict: AttemptVerdict | None = None
         self.done: asyncio.Future[None] | None = None  # ends once ``on_exit`` has been told the verdict
         self._tasks: list[asyncio.Future[Any]] = []
@@ -146,12 +167,14 @@ class Agent:
 
     @property
     def result(self) -> dict[str, Any]:
-        return self.follower.result if self.follower is not None else {}
+        if self.follower is not None:
+            return self.follower.result
+        return self.reader.result if self.reader is not None else {}
 
     @property
     def session_id(self) -> str | None:
         if self.follower is None:
-            return None
+            return self.reader.result.get("session_id") if self.reader is not None else None
         return self.follower.session_id or self.follower.result.get("session_id")
 
     @property
@@ -181,6 +204,15 @@ class Agent:
 
     def left_behind(self) -> bool:
         return self.transport.left_behind()
+
+    def last_output(self) -> float | None:
+        if self.follower is not None and self.follower.interrupted:
+            return None  # a session kept open by `interrupt --keep` is rightly silent until a tell
+        times = [self.follower.last_event_at] if self.follower is not None and self.follower.last_event_at else []
+        for path in self.outputs:
+            with contextlib.suppress(OSError):
+                times.append(os.stat(path).st_mtime)
+        return max(times, default=None)
 
     async def sweep(self, grace: float) -> KillReport:
         return await self.transport.sweep(grace)
@@ -229,9 +261,12 @@ class Agent:
     def conclude(self, code: int, reason: str | None = None) -> AttemptVerdict:
         """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first)."""
         follower, permanent, limit = self.follower, False, None
+        judged = self.reader.judge(code) if self.reader is not None and reason is None else Judgement()
         if follower is not None:
             reason = reason or follower.failure_reason or follower.unexplained(code)
             permanent, limit = follower.permanent_failure, follower.usage_limit
+        elif judged.failed:
+            reason, permanent = judged.reason, judged.permanent
         elif reason is None and code > 0 and self.explainer is not None:
             problem = self.explainer.explain(code)
             if problem is not None:
@@ -245,7 +280,9 @@ class Agent:
             permanent_failure=permanent,
             session_id=self.session_id,
             failure_reason=reason,
-            usage_limit=limit if code != 0 else None,
+            usage_limit=(limit if code != 0 else None) or judged.usage_limit,
+            agent_failed=judged.failed,
+            warnings=judged.warnings,
         )
         return self.verdict
 

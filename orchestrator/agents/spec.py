@@ -114,8 +114,10 @@ def _role_environment(role: Role) -> dict[str, str]:
     if cached is not None and cached[0] is role:
         return cached[1]
     env = dict(os.environ)
-    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own retries: claude_cli
+    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own settings: claude_cli
         env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
+        if not role.background_tasks:  # -p kills background tasks at the end of the turn, their work lost
+            env["CLAUDE_CODE_DISABLE_BACKGROUND_TASKS"] = "1"
     env.update(role.env)
     _role_envs[id(role)] = (role, env)
     return env

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator import console
 from orchestrator.commands.common import project_root, who
+from orchestrator.core.errors import OrchestratorError
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -50,6 +51,20 @@ def cmd_trace(args: argparse.Namespace) -> int:
     else:
         for line in trace.render(report):
             console.say(line)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """``orchestrator logs``: the log of a memo's newest run, with Claude's stream-json events rendered readably."""
+    from orchestrator.tools import logs
+
+    path = logs.log_of(project_root(args), args.memo)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise OrchestratorError(f"{path}: cannot read the run's log: {exc.strerror or exc}") from None
+    for line in text.splitlines() if args.raw else logs.render(text):
+        console.say(line)
     return 0
 
 

@@ -105,6 +105,10 @@ def build() -> argparse.ArgumentParser:
     trace.add_argument("memo", help="front-matter id, file name (with or without .md), or path")
     trace.add_argument("--json", action="store_true")
 
+    logs = sub.add_parser("logs", parents=[common], help="the log of a memo's newest run, Claude's events readable")
+    logs.add_argument("memo", help="front-matter id, file name (with or without .md), or path")
+    logs.add_argument("--raw", action="store_true", help="the log as written (stream-json events unrendered)")
+
     release = sub.add_parser("release", parents=[common], help="let memos the loop breaker held run after all")
     release.add_argument("memo", nargs="?", help="front-matter id, file name (with or without .md), or path")
     release.add_argument("--role", help="only this role's held memos")

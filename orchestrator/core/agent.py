@@ -39,7 +39,9 @@ class AttemptVerdict:
     was interrupted on request (and no tell came after); ``budget_exceeded``: its per-run budget stopped it;
     ``permanent_failure``: no retry can help (not logged in, a rejected key, ...); ``session_id``: the SDK
     session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status;
-    ``usage_limit``: the account's usage or rate limit stopped it (not an attempt: the account pauses)."""
+    ``agent_failed``: the agent itself reported a failure (Claude's result), whatever its exit status;
+    ``warnings``: lines for a person about an attempt that succeeded (tool calls refused under ``on_denied: warn``);
+    ``usage_limit``: the usage or rate limit it ran into."""
 
     returncode: int
     interrupted: bool = False
@@ -47,7 +49,14 @@ class AttemptVerdict:
     permanent_failure: bool = False
     session_id: str | None = None
     failure_reason: str | None = None
+    agent_failed: bool = False
+    warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Exit 0, and the agent did not report a failure."""
+        return self.returncode == 0 and not self.agent_failed
 
 
 @dataclass
@@ -124,6 +133,11 @@ class AgentHandle(Protocol):
 
     def left_behind(self) -> bool:
         """Whether it, now ended, left processes in its group."""
+        ...
+
+    def last_output(self) -> float | None:
+        """When it last wrote output or sent an event (epoch seconds, the wall clock); None when it cannot be
+        known or it is rightly silent (a session waiting for a tell): then it is not taken for stalled."""
         ...
 
     async def sweep(self, grace: float) -> KillReport:

@@ -96,6 +96,15 @@ class TimeoutFired:
 
 
 @dataclass(frozen=True)
+class StallCheck:
+    """Time to see whether the attempt has written anything since ``since`` (epoch seconds)."""
+
+    run_id: int
+    attempt: int
+    since: float
+
+
+@dataclass(frozen=True)
 class RetryDue:
     run_id: int
 
@@ -187,6 +196,7 @@ Event = (
     | StopDone
     | InterruptRefused
     | TimeoutFired
+    | StallCheck
     | RetryDue
     | SignalReceived
     | Tick

@@ -72,6 +72,7 @@ class Run:
     last_ran: float | None = None  # seconds the last ended attempt ran
     cancel: CancelOrder | None = None  # set by the transition into CANCELLING or INTERRUPTING
     stop_report: KillReport | None = None  # the last stop task's report
+    stalled: str | None = None  # why the attempt being stopped as TIMING_OUT was stalled (no output), not timed out
     waiters: list[asyncio.Future[Any]] = field(default_factory=list)  # replies due when the run ends
 
     @property

@@ -212,6 +212,32 @@ def write_failure_notice(
     return _write_notice(config, notify, header, state.value.replace("_", "-"), subject, body)
 
 
+def write_warning_notice(config: Config, notify: str, run: Run, warning: str, moved: list[Path]) -> Path:
+    """Tell the coordinator that work was archived as done with a warning (tool calls refused, ``on_denied: warn``)."""
+    first = run.memos[0]
+    subject = first.subject or first.name
+    body = "\n".join(
+        [
+            f"Work of role **{run.role.name}** was archived as done, with a warning.",
+            "",
+            f"- Warning: {warning}",
+            f"- Run: {run.run_id}",
+            f"- Agent log: {run.log_path}",
+            "",
+            "Memos of this work:",
+            *_memo_lines(run, moved, config.root),
+        ]
+    )
+    header = {
+        "subject": f"Warning: {subject}",
+        "from": "orchestrator",
+        "to": notify,
+        "reply_to": first.memo_id or first.label,
+        "tags": ["warning"],
+    }
+    return _write_notice(config, notify, header, "warning", subject, body)
+
+
 def late_report_note(store: Store, memo: MemoRef) -> str | None:
     """A note put in front of the prompt when the memo replies to cancelled work, else None."""
     if not memo.reply_to or memo.sender == "orchestrator":

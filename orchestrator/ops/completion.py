@@ -21,6 +21,7 @@ MEMO_FOLDERS: dict[str, tuple[str, ...]] = {
     "tell": ("active",),
     "release": ("held",),
     "trace": EVERY_FOLDER,
+    "logs": EVERY_FOLDER,
 }
 ROLE_DESTS = ("role", "to")
 

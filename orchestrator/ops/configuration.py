@@ -76,11 +76,16 @@ def _keep(inner: JsonSchemaValue) -> JsonSchemaValue:
     return {"anyOf": [_duration({"type": "number", "exclusiveMinimum": 0}), {"const": "keep"}, {"type": "null"}]}
 
 
+def _stall(inner: JsonSchemaValue) -> JsonSchemaValue:
+    return _off(_duration({"type": "number"}))
+
+
 INPUTS: dict[str, Input] = {
     "orchestrator.retention.settings.parse_keep": Input(_keep, lambda value: "keep" if value is None else value),
     "orchestrator.core.values.parse_duration": Input(_duration),
     "orchestrator.core.values._off_or": Input(_off, _rate_text),  # pair_rate: OFF wraps parse_rate
     "orchestrator.config.parse_rate": Input(_rate, _rate_text),
+    "orchestrator.config.parse_stall": Input(_stall),  # stall_timeout: a duration or off
     "orchestrator.schedule.settings._first": Input(_first),
 }
 

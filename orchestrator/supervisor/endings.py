@@ -53,6 +53,10 @@ class Endings:
             self.console.line(
                 f"done {run.label} in {ran:.1f}s (run {run.run_id}); archived {len(event.moved)} memo(s)", role=role
             )
+            notify = self.config.notify
+            if event.reason and notify and notify != role:  # archived with a warning (on_denied: warn)
+                notice = notices.write_warning_notice(self.config, notify, run, event.reason, event.moved)
+                self.console.line(f"told {notify}: {notice.name}", role=role)
         elif state is RunState.RETURNED and event.announce:
             self.console.line(f"returned {names} to the inbox: {event.reason} (run {run.run_id})", role=role)
         elif state in (RunState.FAILED, RunState.TIMED_OUT) and run.attempt == 0:

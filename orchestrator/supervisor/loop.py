@@ -133,6 +133,7 @@ class Supervisor:
             ev.RunExited: self.outcomes.exited,
             ev.StopDone: self.outcomes.stopped,
             ev.TimeoutFired: self.outcomes.timed_out,
+            ev.StallCheck: self.outcomes.stall_check,
             ev.RetryDue: self.outcomes.retry_due,
             StartsResume: self.start_faults.resume,
             PauseDue: self.pauses.due,

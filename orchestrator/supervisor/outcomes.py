@@ -9,9 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle
-from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RetryDue, RunExited, StopDone, TimeoutFired
+from orchestrator.core.events import (
+    AgentStarted,
+    AgentStartFailed,
+    Event,
+    RetryDue,
+    RunExited,
+    StallCheck,
+    StopDone,
+    TimeoutFired,
+)
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
@@ -22,6 +32,16 @@ from orchestrator.supervisor.start_faults import StartFaults
 from orchestrator.supervisor.stopping import Stopper
 
 FORCED = "the orchestrator was force-stopped"
+
+
+def duration_text(seconds: float) -> str:
+    """``600`` as ``10m``, ``5400`` as ``90m``, ``7200`` as ``2h``, ``45`` as ``45s``: as a person writes it."""
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 Ending = Callable[[str, str, int | None], None]
 
 
@@ -84,6 +104,7 @@ class Outcomes:
             run.timers["timeout"] = self.clock.call_later(
                 run.role.timeout, self.dispatch, TimeoutFired(run.run_id, run.attempt)
             )
+            self._check_stall_in(run, stall_seconds(run.role), self.clock.now().timestamp())
             self.start_faults.started(run.role.name)
         elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
             self.stopper.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
@@ -112,7 +133,7 @@ class Outcomes:
         verdict = event.verdict
         code = verdict.returncode
         run.exit_codes.append(code)
-        run.cancel_timers("timeout")
+        run.cancel_timers("timeout", "stall")
         agent = run.agent
         if agent is not None:
             self._record_figures(run, agent, verdict.session_id)
@@ -131,13 +152,16 @@ class Outcomes:
             return
         elif verdict.budget_exceeded:
             self.attempt_failed(run, verdict.failure_reason or "per-run budget exceeded", code, retry=False)
-        elif code != 0 and verdict.permanent_failure:
+        elif not verdict.succeeded and verdict.permanent_failure:
             self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code, retry=False)
-        elif code == 0:
+        elif verdict.succeeded:
             # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
             self.crashes.note(run.role.name, ran, failed=False)
-            self.lc.end_attempt(run, "succeeded", None, 0)
-            self.lc.finish(run, RunState.SUCCEEDED, reason=None, exit_code=0)
+            warning = "; ".join(verdict.warnings) or None
+            if warning:
+                self.console.line(f"warning: {run.label}: {warning} (run {run.run_id})", role=run.role.name)
+            self.lc.end_attempt(run, "succeeded", warning, 0)
+            self.lc.finish(run, RunState.SUCCEEDED, reason=warning, exit_code=0)
         else:
             self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code)
 
@@ -190,6 +214,37 @@ class Outcomes:
         self.lc.transition(run, RunState.TIMING_OUT)
         self.stopper.stop(run, run.role.grace)
 
+    def _check_stall_in(self, run: Run, delay: float | None, since: float) -> None:
+        if delay is not None:
+            run.timers["stall"] = self.clock.call_later(
+                delay, self.dispatch, StallCheck(run.run_id, run.attempt, since)
+            )
+
+    def stall_check(self, event: StallCheck) -> None:
+        """An attempt that has written nothing (no output, no event) for its ``stall_timeout`` is stopped by the
+        kill ladder and fails, to be retried: a CLI waiting on a prompt nobody sees would say nothing until its
+        timeout, every attempt."""
+        run = self._current(event.run_id, event.attempt)
+        stall = stall_seconds(run.role) if run is not None else None
+        if run is None or stall is None or run.agent is None:
+            return
+        now = self.clock.now().timestamp()
+        seen = run.agent.last_output()
+        if run.state is not RunState.RUNNING or seen is None:  # a kept session waits for a tell; unknown output
+            self._check_stall_in(run, stall, now)
+            return
+        since = max(event.since, seen)
+        if now - since < stall:
+            self._check_stall_in(run, since + stall - now, since)
+            return
+        run.stalled = (
+            f"stalled: no output for {duration_text(stall)} (the CLI may be waiting for a prompt it cannot show)"
+        )
+        run.cancel_timers("timeout")
+        self.console.line(f"{run.label} {run.stalled}; stopping it", role=run.role.name)
+        self.lc.transition(run, RunState.TIMING_OUT, reason=run.stalled)
+        self.stopper.stop(run, run.role.grace)
+
     def stopped(self, event: StopDone) -> None:
         """The stop task ended the attempt's tree: the state says why it was stopped, and so how the run ends."""
         run = self._current(event.run_id, event.attempt)
@@ -204,6 +259,9 @@ class Outcomes:
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
         elif run.state is RunState.STOPPING:
             self.lc.finish(run, RunState.RETURNED, reason=FORCED, exit_code=code)
+        elif run.state is RunState.TIMING_OUT and run.stalled is not None:
+            reason, run.stalled = run.stalled, None
+            self.attempt_failed(run, reason, code)
         elif run.state is RunState.TIMING_OUT:
             self._timed_out_for_good(run, code)
 

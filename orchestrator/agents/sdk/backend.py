@@ -122,6 +122,7 @@ def runner_spec(
         resume=spec.extra.get("resume") or None,
         per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
         price_per_mtok=(role.price_per_mtok.input, role.price_per_mtok.output) if role.price_per_mtok else None,
+        on_denied=role.on_denied,
         **(transport or {}),
     ).wire()
 
@@ -268,7 +269,12 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     carrier = SocketChannel(files)
     follow = SdkFollow(spec.run_id, transcript, spec.log_path, carrier)
     carrier.follow(client, follow)
-    agent = Agent(spec, LocalProcess(spec, started.pid, started.ref, started.end), follower=follow)
+    agent = Agent(
+        spec,
+        LocalProcess(spec, started.pid, started.ref, started.end),
+        follower=follow,
+        outputs=(transcript, files.events),
+    )
     agent.keep(started.writing)
     agent.watch(on_exit)
     return agent

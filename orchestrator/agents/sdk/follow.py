@@ -11,6 +11,7 @@ interrupts, tells and ends through its ``Carrier``: the runner's socket here
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +71,7 @@ class SdkFollow:
         self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
         self.usage_limit: UsageLimit | None = None  # the failure was the account's usage or rate limit
         self.on_update: Callable[[dict[str, Any]], None] | None = None  # gets each event's JSON object
+        self.last_event_at: float | None = None  # when the last event came (epoch seconds), for the stall check
 
     def ended_line(self, what: str) -> str:
         """The refusal of a control that came after the session's end."""
@@ -120,6 +122,7 @@ class SdkFollow:
 
     def apply(self, event: AnyEvent) -> None:
         """Update the figures from one runner event, then tell ``on_update``."""
+        self.last_event_at = time.time()
         match event:
             case ActivityEvent(text=text):
                 self._doing = text

@@ -144,6 +144,7 @@ class RunnerSpec(_SpecPart):
     resume: str | None = None
     per_run_usd: float | None = None
     price_per_mtok: tuple[float, float] | None = None
+    on_denied: Literal["fail", "warn"] = "fail"  # a result listing tool calls the permissions refused
     options: SpecOptions = Field(default_factory=SpecOptions)
     channel: Literal["pipes", "socket"] = "pipes"
     listen_fd: int | None = None  # socket: the inherited listening socket

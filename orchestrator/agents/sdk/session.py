@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+from orchestrator.agents.claude_stream import DENIED_FIX, denied_text
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
 from orchestrator.agents.sdk.protocol import (
@@ -441,6 +442,9 @@ class Session:
             fields = {k: getattr(result, k, None) for k in ("subtype", "errors", "result", "api_error_status")}
             limit = result_limit(fields, error_kind, self.limit_hit)
             self.fail(describe_error_result(fields, error_kind, self.options), limit=limit)
+        elif self.phase is not Phase.PAUSING and result.permission_denials and not self._denials_warned(result):
+            text = denied_text(result.permission_denials)
+            self.fail(f"{text}; {DENIED_FIX}", permanent=True)
         elif self.outstanding and self.phase is Phase.TURN:
             pass  # the CLI answers the messages it has queued in a turn of their own
         elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
@@ -449,6 +453,13 @@ class Session:
             self._enter(Phase.WAITING)
         else:
             self.finish(EXIT_OK)
+
+    def _denials_warned(self, result: Any) -> bool:
+        """Under ``on_denied: warn``, the turn's refused tool calls are a warning in the log, not a failure."""
+        if self.spec.on_denied != "warn":
+            return False
+        self.out.note(f"warning: {denied_text(result.permission_denials)}")
+        return True
 
     def _over_budget(self, result: Any) -> bool:
         per_run = self.spec.per_run_usd
@@ -520,18 +531,23 @@ class Session:
             self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
 
     def fail(
-        self, reason: str, code: int = EXIT_FAILED, budget: bool = False, limit: tuple[str, float | None] | None = None
+        self,
+        reason: str,
+        code: int = EXIT_FAILED,
+        budget: bool = False,
+        limit: tuple[str, float | None] | None = None,
+        permanent: bool = False,
     ) -> None:
         """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done.
 
-        ``limit``: (kind, resets_at) when the account's usage or rate limit caused it."""
+        ``limit``: (kind, resets_at) when the account's usage or rate limit caused it (never permanent)."""
         if self.phase is Phase.DONE:
             return
         kind, resets_at = limit or (None, None)
         failure = FailureEvent(
             reason=one_line(reason, 600),
             budget=budget,
-            permanent=is_permanent(reason) and limit is None,
+            permanent=(permanent or is_permanent(reason)) and limit is None,
             limit_kind=kind,
             resets_at=resets_at,
         )

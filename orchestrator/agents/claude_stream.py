@@ -1,0 +1,197 @@
+"""Claude Code's stream-json output, read once at the end of a run: its figures and what its result says.
+
+A ``command`` role running ``claude -p --output-format stream-json --verbose``
+writes one JSON event a line into the run's log: ``system``/``init``, one
+``assistant`` message per model call, ``user`` tool results, maybe a
+``rate_limit_event``, and one ``result`` (``is_error``, ``subtype``,
+``total_cost_usd``, ``usage``, ``num_turns``, ``session_id``,
+``permission_denials``, ``api_error_status``). A tool call the permissions
+refuse still ends ``subtype: success`` with exit 0, the refusal only in
+``permission_denials``; so the exit status alone cannot say whether the run did
+its work. ``judge`` decides that; this module imports nothing of the
+orchestrator above ``core`` and the error wording of ``claude_errors``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.agents.claude_errors import Problem, classify, one_line
+from orchestrator.core.agent import UsageLimit
+
+NO_MODEL_CALL = "the agent started but made no model call"
+DENIALS_SHOWN = 5
+_LIMIT_KINDS = {
+    "five_hour": "five_hour",
+    "seven_day": "weekly",
+    "seven_day_opus": "weekly",
+    "seven_day_sonnet": "weekly",
+}
+
+
+@dataclass
+class Stream:
+    """What one attempt's stream said: its events in order, its last result, how many model calls it made."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    model_calls: int = 0
+    session_id: str | None = None
+    assistant_error: str | None = None
+    rate_limit: dict[str, Any] | None = None  # a rejected rate_limit_event's ``rate_limit_info``
+    background_live: int = 0  # background agents and workflows still in flight when the last turn ended
+
+
+def read_stream(text: str) -> Stream:
+    """The events of a stream-json output (lines that are not JSON objects are skipped: the orchestrator's own
+    header, stray prints)."""
+    stream = Stream()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        stream.events.append(event)
+        kind = event.get("type")
+        stream.session_id = event.get("session_id") or stream.session_id
+        if kind == "assistant":
+            stream.model_calls += 1
+            if event.get("error"):
+                stream.assistant_error = str(event["error"])
+        elif kind == "result":
+            stream.result = event
+        elif kind == "system" and event.get("subtype") == "turn_duration":
+            # Claude Code 2.1 counts what it will kill with the turn: -p ends them, their work lost
+            counts = (event.get(k) for k in ("pending_background_agent_count", "pending_workflow_count"))
+            stream.background_live = sum(n for n in counts if isinstance(n, int) and n > 0)
+        elif kind == "rate_limit_event":
+            info = event.get("rate_limit_info")
+            if isinstance(info, dict) and info.get("status") == "rejected":
+                stream.rate_limit = info
+    return stream
+
+
+def figures(stream: Stream) -> dict[str, Any]:
+    """Cost, tokens, turns and session as the sdk backend reports them (empty without a result)."""
+    result = stream.result
+    if result is None:
+        return {"session_id": stream.session_id} if stream.session_id else {}
+    given = result.get("usage")
+    usage: dict[str, Any] = given if isinstance(given, dict) else {}
+    models = [m for m in (result.get("modelUsage") or {}).values() if isinstance(m, dict)]
+    if models:
+        inputs = sum(
+            int(m.get(k) or 0)
+            for m in models
+            for k in ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+        )
+        outputs = sum(int(m.get("outputTokens") or 0) for m in models)
+    else:
+        inputs = sum(
+            int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        )
+        outputs = int(usage.get("output_tokens") or 0)
+    cost = result.get("total_cost_usd")
+    return {
+        "cost_usd": float(cost) if cost is not None else None,
+        "input_tokens": inputs,
+        "output_tokens": outputs,
+        "num_turns": result.get("num_turns"),
+        "session_id": result.get("session_id") or stream.session_id,
+        "is_error": bool(result.get("is_error")),
+        "subtype": result.get("subtype"),
+    }
+
+
+def usage_limit(stream: Stream) -> UsageLimit | None:
+    """A usage or rate limit the stream reports: a rejected ``rate_limit_event``, or an error result or
+    assistant message of a 429 / ``rate_limit_error``."""
+    if stream.rate_limit is not None:
+        info = stream.rate_limit
+        kind = _LIMIT_KINDS.get(str(info.get("rateLimitType")), str(info.get("rateLimitType") or "rate_limit"))
+        resets = info.get("resetsAt")
+        return UsageLimit(
+            kind, float(resets) if isinstance(resets, (int, float)) else None, f"usage limit reached ({kind})"
+        )
+    result = stream.result or {}
+    status = result.get("api_error_status")
+    if status == 429 or result.get("api_error_type") == "rate_limit_error" or stream.assistant_error == "rate_limit":
+        return UsageLimit("rate_limit", None, one_line(str(result.get("result") or "rate limited (429)"), 200))
+    return None
+
+
+def denial_lines(denials: list[Any]) -> list[str]:
+    """Each denied tool call as one line: the tool, then its input cut to a line."""
+    lines = []
+    for denial in denials[:DENIALS_SHOWN]:
+        if not isinstance(denial, dict):
+            continue
+        given = denial.get("tool_input")
+        shown = given.get("command") or given.get("file_path") if isinstance(given, dict) else None
+        text = shown if isinstance(shown, str) else json.dumps(given, ensure_ascii=False)
+        lines.append(one_line(f"{denial.get('tool_name') or '?'}: {text}", 160))
+    if len(denials) > DENIALS_SHOWN:
+        lines.append(f"and {len(denials) - DENIALS_SHOWN} more")
+    return lines
+
+
+def denied_text(denials: list[Any]) -> str:
+    """The refused tool calls of a result, in one line: how many, then each tool and its input."""
+    count = len(denials)
+    return f"{count} tool call{'s' if count != 1 else ''} refused by the permissions: " + "; ".join(
+        denial_lines(denials)
+    )
+
+
+DENIED_FIX = "allow the tool for the role (allowed_tools, permission_mode) or set on_denied: warn"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """How the stream says the attempt went: ``failed`` whatever its exit status, with one reason; warnings for
+    a person when it succeeded with something to say."""
+
+    failed: bool = False
+    reason: str | None = None
+    permanent: bool = False
+    warnings: tuple[str, ...] = ()
+    usage_limit: UsageLimit | None = None
+
+
+def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
+    """The attempt's judgement from its stream and exit ``code`` (``on_denied``: ``fail`` or ``warn``)."""
+    limit = usage_limit(stream)
+    result = stream.result
+    if result is not None and result.get("is_error"):
+        said = one_line(str(result.get("result") or result.get("errors") or result.get("subtype") or ""), 200)
+        status = result.get("api_error_status")
+        problem = classify(said, stream.assistant_error, status if isinstance(status, int) else None)
+        if problem is None:
+            problem = Problem(f"Claude Code reported an error ({result.get('subtype')}: {said})")
+        return Judgement(True, problem.reason, problem.permanent, usage_limit=limit)
+    if limit is not None:
+        return Judgement(True, limit.detail, usage_limit=limit)
+    if code != 0:
+        return Judgement()  # not the stream's to explain: the exit status and the log's last line say it
+    if stream.model_calls == 0:
+        return Judgement(True, NO_MODEL_CALL)
+    warnings = []
+    if stream.background_live:
+        warnings.append(
+            f"{stream.background_live} background task(s) were still running when the run ended and were stopped "
+            "with it; their work may be lost (background_tasks: false, the default, turns them off)"
+        )
+    denials = result.get("permission_denials") if result is not None else None
+    if isinstance(denials, list) and denials:
+        what = denied_text(denials)
+        if on_denied != "warn":
+            return Judgement(True, f"{what}; {DENIED_FIX}", permanent=True)
+        warnings.append(what)
+    return Judgement(warnings=tuple(warnings))

@@ -1,0 +1,67 @@
+"""Claude's stream-json result judged beyond the exit status (``orchestrator/agents/claude_stream.py``), on the
+lines the real CLI 2.1 writes (cut to the fields read)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.agents.claude_stream import NO_MODEL_CALL, judge, read_stream
+
+INIT = {"type": "system", "subtype": "init", "session_id": "s-1"}
+CALL = {"type": "assistant", "message": {"content": [{"type": "text", "text": "done"}]}, "session_id": "s-1"}
+
+
+def result(**fields: Any) -> dict[str, Any]:
+    return {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1, "session_id": "s-1", **fields}
+
+
+def text(*events: dict[str, Any]) -> str:
+    return "\n=== run 1 attempt 1: claude -p\n" + "".join(json.dumps(e) + "\n" for e in events)
+
+
+def test_an_error_result_fails_the_run_whatever_the_exit_status() -> None:
+    said = result(is_error=True, subtype="success", result="API Error: 529 Overloaded")
+    verdict = judge(read_stream(text(INIT, CALL, said)), 0, "fail")
+    assert (
+        verdict.failed and verdict.reason is not None and verdict.reason.startswith("the Anthropic API is overloaded")
+    )
+
+
+def test_a_run_that_made_no_model_call_fails() -> None:
+    verdict = judge(read_stream(text(INIT, result(num_turns=0))), 0, "fail")
+    assert verdict.failed and verdict.reason == NO_MODEL_CALL
+
+
+def test_a_rate_limit_is_read_as_a_usage_limit() -> None:
+    limit = {"status": "rejected", "resetsAt": 1_800_000_000, "rateLimitType": "five_hour"}
+    event = {"type": "rate_limit_event", "rate_limit_info": limit, "session_id": "s-1", "uuid": "u"}
+    verdict = judge(read_stream(text(INIT, event, CALL, result(is_error=True, api_error_status=429))), 1, "fail")
+    assert verdict.usage_limit is not None
+    assert (verdict.usage_limit.kind, verdict.usage_limit.resets_at) == ("five_hour", 1_800_000_000.0)
+    bare = judge(read_stream(text(INIT, CALL, result(is_error=True, api_error_status=429, result="x"))), 1, "fail")
+    assert bare.usage_limit is not None and bare.usage_limit.kind == "rate_limit" and bare.usage_limit.resets_at is None
+
+
+def test_denials_are_listed_a_line_each_cut() -> None:
+    denials = [
+        {"tool_name": "Bash", "tool_input": {"command": "rm -rf build\n" + "x" * 400}},
+        {"tool_name": "Write", "tool_input": {"file_path": "/etc/passwd", "content": "no"}},
+    ]
+    verdict = judge(read_stream(text(INIT, CALL, result(permission_denials=denials))), 0, "fail")
+    assert verdict.failed and verdict.permanent and verdict.reason is not None
+    assert "2 tool calls refused by the permissions: Bash: rm -rf build x" in verdict.reason
+    assert "…; Write: /etc/passwd;" in verdict.reason and "\n" not in verdict.reason
+    warned = judge(read_stream(text(INIT, CALL, result(permission_denials=denials))), 0, "warn")
+    assert not warned.failed and warned.warnings and "Write: /etc/passwd" in warned.warnings[0]
+
+
+def test_a_clean_result_is_a_success() -> None:
+    assert not judge(read_stream(text(INIT, CALL, result(permission_denials=[]))), 0, "fail").failed
+
+
+def test_background_work_still_live_at_the_end_is_a_warning() -> None:
+    turn = {"type": "system", "subtype": "turn_duration", "pending_background_agent_count": 2, "session_id": "s-1"}
+    verdict = judge(read_stream(text(INIT, CALL, turn, result())), 0, "fail")
+    assert not verdict.failed
+    assert verdict.warnings and verdict.warnings[0].startswith("2 background task(s) were still running"), verdict
