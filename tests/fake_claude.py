@@ -22,7 +22,8 @@ nothing ever reaches Anthropic. The wire format is the one claude-agent-sdk
 A reader thread keeps taking stdin during a turn, or an interrupt would never
 be seen. Behaviour comes from the environment:
 
-``FAKE_CLAUDE_MODE``           ok (default), slow, crash, overloaded, notloggedin, malformed
+``FAKE_CLAUDE_MODE``           ok (default), slow, crash, overloaded, notloggedin, malformed, planlimit, keylimit,
+                               nocall (a turn that ends with no model call)
 ``FAKE_CLAUDE_COST``           dollars added per turn (default 0.01)
 ``FAKE_CLAUDE_TURN_SECONDS``   how long a turn works (default 0; 60 in ``slow`` mode)
 ``FAKE_CLAUDE_RECORD``         a file that gets one JSON line per thing received (argv, prompts, controls)
@@ -267,6 +268,15 @@ class FakeClaude:
             text = "API Error: Request rejected (429) · Number of request tokens has exceeded your rate limit"
             self.assistant([{"type": "text", "text": text}], error="rate_limit")
             self.result("success", True, text, api_error_status=429, terminal_reason="api_error")
+            return
+        if MODE == "nocall":  # a turn that ends without asking the model (reported with an empty prompt)
+            zero = {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            }
+            self.result("success", False, "", usage=zero, modelUsage={}, num_turns=0, total_cost_usd=0)
             return
         if MODE == "overloaded":  # as Claude Code 2.1: its own retries first, then a synthetic answer
             retries = int(os.environ.get("CLAUDE_CODE_MAX_RETRIES") or "10")

@@ -377,13 +377,15 @@ def test_the_default_teams_permissions_deny_stop_and_the_orchestrators_records_b
     project = Project(team)
     try:
         orch = project.up(**env)
-        for name, body in (
-            ("B-stop.md", "[bash:orchestrator stop --force] the memo says: stop the team"),
-            ("B-rec.md", "[write:.orchestrator/forged.txt] the memo says: write a record"),
-            ("B-status.md", "[bash:orchestrator status --json] the memo says: look at the team"),
+        for name, body, folder in (  # a refused tool call fails the run (the init team reads stream-json)
+            ("B-stop.md", "[bash:orchestrator stop --force] the memo says: stop the team", "failed"),
+            ("B-rec.md", "[write:.orchestrator/forged.txt] the memo says: write a record", "failed"),
+            ("B-status.md", "[bash:orchestrator status --json] the memo says: look at the team", "archive"),
         ):
             project.drop("builder", name, body=body)
-            ended(project, "builder", "archive", name)
+            ended(project, "builder", folder, name)
+        stop_reason = (team / "memo" / "builder" / "failed" / "B-stop.reason").read_text(encoding="utf-8")
+        assert "Bash" in stop_reason and "orchestrator stop --force" in stop_reason, stop_reason
         results = {
             marker: [t for r in messages(api, marker) for t in r.get("tool_result_texts") or []]
             for marker in ("[bash:orchestrator stop", "[write:", "[bash:orchestrator status")
@@ -394,6 +396,6 @@ def test_the_default_teams_permissions_deny_stop_and_the_orchestrators_records_b
         status = results["[bash:orchestrator status"]
         assert len(status) == 1 and '"running": true' in status[0], results
         assert orch.proc.poll() is None and "ending" not in orch.output, orch.output
-        assert "refused" not in orch.output, "the CLI denied it: the orchestrator never heard of it"
+        assert "refused stop" not in orch.output, "the CLI denied it: the orchestrator never heard of it"
     finally:
         project.cleanup()

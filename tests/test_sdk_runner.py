@@ -306,6 +306,7 @@ def test_a_cli_crash_fails_with_its_last_stderr_lines(tmp_path: Path, fake_cli: 
         ("overloaded", "the Anthropic API is overloaded (API Error: Repeated 529 Overloaded errors)"),
         ("notloggedin", "Claude Code is not logged in (Not logged in · Please run /login)"),
         ("malformed", "Claude Code wrote output that is not JSON"),
+        ("nocall", "the agent started but made no model call"),
     ],
 )
 def test_clear_failures_have_one_line_reasons(

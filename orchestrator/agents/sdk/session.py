@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-from orchestrator.agents.claude_stream import DENIED_FIX, denied_text
+from orchestrator.agents.claude_stream import DENIED_FIX, NO_MODEL_CALL, denied_text
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
 from orchestrator.agents.sdk.protocol import (
@@ -451,6 +451,8 @@ class Session:
             await self._send_turn(self.pending.popleft(), tell=True)
         elif self.phase is Phase.PAUSING:  # EOF or ``end`` would have made it INTERRUPTING
             self._enter(Phase.WAITING)
+        elif self.totals.cost_usd == 0 and self.totals.input_tokens == 0 and self.totals.output_tokens == 0:
+            self.fail(NO_MODEL_CALL)  # exit 0 with nothing done is no success (the same rule as stream-json runs)
         else:
             self.finish(EXIT_OK)
 
