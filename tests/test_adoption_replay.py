@@ -152,6 +152,33 @@ def test_an_adopted_agent_keeps_the_timeout_of_its_first_start(tmp_path: Path) -
     play(tmp_path, scenario)
 
 
+def test_an_adopted_agent_is_watched_for_stalls_again(tmp_path: Path) -> None:
+    """Its ``stall_timeout`` counts again from the restart (what it wrote meanwhile was not watched)."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"timeout": "120s", "grace": "1s", "stall_timeout": "7s"}})
+        run_id = left_by_a_dead_orchestrator(r, "S-1.md", ran=100)
+        env = {
+            **os.environ,
+            "ORCHESTRATOR_ROOT": str(r.config.root),
+            "ORCHESTRATOR_RUN_ID": str(run_id),
+            "ORCHESTRATOR_ATTEMPT": "1",
+        }
+        agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+        try:
+            wait_for(lambda: psutil.Process(agent.pid).environ().get("ORCHESTRATOR_RUN_ID") == str(run_id), what="exec")
+            r.sup.store.update_run(run_id, pid=agent.pid, create_time=psutil.Process(agent.pid).create_time())
+            await restart(r)
+            assert r.state("S-1") == "running"
+            assert sorted(r.clock.pending()) == [7.0, 20.0]  # the stall check and what is left of the timeout
+        finally:
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(5)
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def a_keeper_before_its_agents_exec(r: Replay, run_id: int) -> subprocess.Popen[bytes]:
     """A process that looks like the run's keeper (its name, its marks) and has no agent: what recovery meets
     when the orchestrator died between a keeper's fork and its agent's exec."""

@@ -201,3 +201,16 @@ def test_a_refused_tool_call_fails_an_sdk_run_too(
     run = recent(project, "W-deny.md")
     assert "refused by the permissions: Bash: echo hi > made.txt" in run["reason"], run["reason"]
     assert run["attempt"] == 1
+
+
+def test_on_denied_warn_archives_an_sdk_run_with_a_warning_and_a_notice(
+    project: Project,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    role = {"backend": "sdk", "permission_mode": "default", "on_denied": "warn"}
+    project.configure({"writer": role, "lead": {"command": ["true"]}}, notify="lead")
+    orch = project.up(**env)
+    project.drop("writer", "W-warn.md", body="[bash:echo hi > made.txt] make it")
+    ended(project, "writer", "archive", "W-warn.md")
+    orch.wait_output("warning: W-warn: 1 tool call refused by the permissions: Bash: echo hi > made.txt")
+    wait_for(lambda: [n for n in project.folder("lead", "archive") if "-warning-" in n], what="the warning notice")

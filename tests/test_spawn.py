@@ -169,3 +169,37 @@ def test_a_claude_cli_agent_that_ended_while_the_orchestrator_was_down_is_explai
     verdict = recorded_command(spec).conclude(1)
     assert verdict.permanent_failure
     assert verdict.failure_reason is not None and verdict.failure_reason.startswith("the Anthropic API rejected")
+
+
+def test_a_stream_json_claude_agent_taken_back_after_a_restart_is_judged_by_its_own_result(tmp_path):
+    """Its exit 0 is not the verdict: the refused tool call in its result is, read from its attempt's output only
+    (an earlier attempt's lines in the same log count for nothing)."""
+    import json
+
+    from orchestrator.agents.command import recorded_command
+
+    spec = spec_for(tmp_path, ["claude", "-p", "--output-format", "stream-json", "--verbose"])
+    spec.log_path.parent.mkdir(parents=True)
+    denied = {"tool_name": "Bash", "tool_input": {"command": "orchestrator stop --force"}}
+    lines = [
+        "\n=== run 3 attempt 0: claude -p\n",
+        json.dumps({"type": "result", "subtype": "success", "is_error": True, "result": "earlier"}) + "\n",
+        "\n=== run 3 attempt 1: claude -p --output-format stream-json\n",
+        json.dumps({"type": "system", "subtype": "init", "session_id": "s-1"}) + "\n",
+        json.dumps({"type": "assistant", "message": {"content": [{"type": "text", "text": "x"}]}}) + "\n",
+        json.dumps(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "num_turns": 1,
+                "session_id": "s-1",
+                "permission_denials": [denied],
+            }
+        )
+        + "\n",
+    ]
+    spec.log_path.write_text("".join(lines), encoding="utf-8")
+    verdict = recorded_command(spec).conclude(0)
+    assert verdict.agent_failed and verdict.permanent_failure
+    assert verdict.failure_reason is not None and "Bash: orchestrator stop --force" in verdict.failure_reason

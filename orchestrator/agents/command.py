@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents import procs
 from orchestrator.agents.claude_cli import LogExplainer, StreamReader, cap_arguments, is_claude_command, streams_json
@@ -62,15 +63,36 @@ def _output_offset(log: Path, header: str) -> int:
 
 def adopt_command(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
     """A live agent of an orchestrator that died, watched again once ``watch`` is called."""
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), explainer=_adopted_explainer(spec))
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), **_taken_back(spec))
 
 
 def recorded_command(spec: LaunchSpec) -> Agent:
     """An attempt whose agent ended while the orchestrator was down: what its keeper's record says."""
-    return Agent(spec, LocalProcess.recorded(spec, None), explainer=_adopted_explainer(spec))
+    return Agent(spec, LocalProcess.recorded(spec, None), **_taken_back(spec))
 
 
-def _adopted_explainer(spec: LaunchSpec) -> LogExplainer | None:
-    """A Claude CLI agent taken back after a restart is explained from its log too (where this attempt's output
-    began is not known then: the log's last lines are read, which are its own once it has said anything)."""
-    return LogExplainer(spec.log_path, 0) if is_claude_command(spec.role.command) else None
+def _taken_back(spec: LaunchSpec) -> dict[str, Any]:
+    """A Claude CLI agent taken back after a restart is explained, and its stream read, from its own output in
+    the run's log: from the end of its attempt's header line on."""
+    role = spec.role
+    if not is_claude_command(role.command):
+        return {}
+    offset = attempt_offset(spec.log_path, f"\n=== run {spec.run_id} attempt {spec.attempt}: ")
+    parts: dict[str, Any] = {"explainer": LogExplainer(spec.log_path, offset)}
+    if streams_json(role):
+        transcript = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+        parts["reader"] = StreamReader(spec.log_path, offset, transcript, role.on_denied)
+    return parts
+
+
+def attempt_offset(log: Path, header: str) -> int:
+    """Where the output after the last ``header`` line of the log starts (0 when it is not there)."""
+    try:
+        data = log.read_bytes()
+    except OSError:
+        return 0
+    at = data.rfind(header.encode())
+    if at < 0:
+        return 0
+    end = data.find(b"\n", at + 1)
+    return len(data) if end < 0 else end + 1

@@ -82,6 +82,7 @@ class Follower(Protocol):
     budget_exceeded: bool
     permanent_failure: bool
     usage_limit: UsageLimit | None
+    warnings: list[str]
     closing: bool
     last_event_at: float | None
 
@@ -282,7 +283,7 @@ class Agent:
             failure_reason=reason,
             usage_limit=(limit if code != 0 else None) or judged.usage_limit,
             agent_failed=judged.failed,
-            warnings=judged.warnings,
+            warnings=judged.warnings + tuple(follower.warnings if follower is not None else ()),
         )
         return self.verdict
 

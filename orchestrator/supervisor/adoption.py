@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import keeper, memo_list, procs
+from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.agents.command import adopt_command, recorded_command
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
-from orchestrator.core.events import Event, RunExited, RunFinished, StopDone, TimeoutFired
+from orchestrator.core.events import Event, RunExited, RunFinished, StallCheck, StopDone, TimeoutFired
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
@@ -128,6 +129,11 @@ class Adopter:
             else:
                 run.timers["timeout"] = self.clock.call_later(
                     max(0.0, left), self.dispatch, TimeoutFired(run_id, attempt)
+                )
+            stall = stall_seconds(role)
+            if stall is not None:  # counted from now: what it wrote while nobody watched is not known
+                run.timers["stall"] = self.clock.call_later(
+                    stall, self.dispatch, StallCheck(run_id, attempt, self.clock.now().timestamp())
                 )
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) was {state.value} when the orchestrator stopped; adopted its "

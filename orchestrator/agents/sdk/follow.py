@@ -32,6 +32,7 @@ from orchestrator.agents.sdk.protocol import (
     SessionEvent,
     Tell,
     TellsEvent,
+    WarningEvent,
 )
 from orchestrator.core.agent import UsageLimit
 from orchestrator.core.errors import ControlError
@@ -70,6 +71,7 @@ class SdkFollow:
         self.tells_pending = 0  # tells written into the session that the model has not answered yet
         self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
         self.usage_limit: UsageLimit | None = None  # the failure was the account's usage or rate limit
+        self.warnings: list[str] = []  # lines for a person about a session that succeeded
         self.on_update: Callable[[dict[str, Any]], None] | None = None  # gets each event's JSON object
         self.last_event_at: float | None = None  # when the last event came (epoch seconds), for the stall check
 
@@ -140,6 +142,8 @@ class SdkFollow:
             case TellsEvent(pending=pending):
                 self.tells_pending = pending
                 self.activity = self._activity()
+            case WarningEvent(text=text):
+                self.warnings.append(text)
             case FailureEvent(reason=reason, budget=budget, permanent=permanent):
                 self.failure_reason = reason or "the agent failed"
                 if event.limit_kind:

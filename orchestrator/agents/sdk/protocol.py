@@ -288,6 +288,13 @@ class FailureEvent(_Message):
         return fields
 
 
+class WarningEvent(_Message):
+    """A line for a person about a session that goes on (tool calls refused under ``on_denied: warn``)."""
+
+    event: Literal["warning"] = "warning"
+    text: str
+
+
 class DoneEvent(_Message):
     """The session takes no more turns; the runner will exit with ``code`` once the CLI has closed."""
 
@@ -296,10 +303,10 @@ class DoneEvent(_Message):
 
 
 RunnerEvent = Annotated[
-    SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | DoneEvent,
+    SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | WarningEvent | DoneEvent,
     Field(discriminator="event"),
 ]
-AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | DoneEvent
+AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | WarningEvent | DoneEvent
 _EVENT: TypeAdapter[AnyEvent] = TypeAdapter(RunnerEvent)
 
 

@@ -39,6 +39,7 @@ from orchestrator.agents.sdk.protocol import (
     SessionEvent,
     Tell,
     TellsEvent,
+    WarningEvent,
     parse_control,
 )
 from orchestrator.agents.sdk.reasons import (
@@ -460,7 +461,9 @@ class Session:
         """Under ``on_denied: warn``, the turn's refused tool calls are a warning in the log, not a failure."""
         if self.spec.on_denied != "warn":
             return False
-        self.out.note(f"warning: {denied_text(result.permission_denials)}")
+        text = denied_text(result.permission_denials)
+        self.out.note(f"warning: {text}")
+        self.out.event(WarningEvent(text=text))  # the run's end carries it: a warning line and a notice
         return True
 
     def _over_budget(self, result: Any) -> bool:
