@@ -18,11 +18,12 @@ is not our child (a keeper found alive at a restart).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from orchestrator.agents import procs
@@ -183,31 +184,21 @@ def spawn(argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fd
     close-on-exec (what our own parent left inheritable, the keeper closes). It returns once the child has
     exec'd, with the child spared from ``procs.reap_orphans`` (both on this thread: no reaper runs between)."""
     null = null_fd()
-    read_end = write_end = None
-    if stdin_pipe:
-        read_end, write_end = os.pipe()
-        read_end = _above_stdio(read_end)
-        os.set_blocking(write_end, False)
-    actions = [
-        (os.POSIX_SPAWN_DUP2, null if read_end is None else read_end, 0),
-        (os.POSIX_SPAWN_DUP2, null, 1),
-        (os.POSIX_SPAWN_DUP2, null, 2),
-    ]
-    for fd in keep_fds:  # only for this spawn: subprocess closes what it does not pass
-        os.set_inheritable(fd, True)
-    try:
-        pid = os.posix_spawn(
-            argv[0], list(argv), env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
-        )
-    except BaseException:
-        if write_end is not None:
-            os.close(write_end)
-        raise
-    finally:
-        if read_end is not None:
-            os.close(read_end)
-        for fd in keep_fds:
-            os.set_inheritable(fd, False)
+    with _stdin_pipe(stdin_pipe, above_stdio=True) as (read_end, write_end):
+        actions = [
+            (os.POSIX_SPAWN_DUP2, null if read_end is None else read_end, 0),
+            (os.POSIX_SPAWN_DUP2, null, 1),
+            (os.POSIX_SPAWN_DUP2, null, 2),
+        ]
+        for fd in keep_fds:  # only for this spawn: subprocess closes what it does not pass
+            os.set_inheritable(fd, True)
+        try:
+            pid = os.posix_spawn(
+                argv[0], list(argv), env, file_actions=actions, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            )
+        finally:
+            for fd in keep_fds:
+                os.set_inheritable(fd, False)
     return PosixChild(pid, write_end)
 
 
@@ -224,11 +215,7 @@ def start_direct(
     ``output``, its stdin a pipe or ``/dev/null``; raises ``OSError`` (its ``filename`` names the folder
     when that could not be entered). ``subprocess`` enters the folder, which ``posix_spawn`` cannot; its
     status is collected by ``Popen.poll``, so the ``Popen`` never reaps a pid that is no longer its own."""
-    read_end = write_end = None
-    if stdin_pipe:
-        read_end, write_end = os.pipe()
-        os.set_blocking(write_end, False)
-    try:
+    with _stdin_pipe(stdin_pipe) as (read_end, write_end):
         proc = subprocess.Popen(
             list(argv),
             stdin=read_end if read_end is not None else subprocess.DEVNULL,
@@ -240,11 +227,25 @@ def start_direct(
             pass_fds=tuple(keep_fds),
             restore_signals=True,
         )
+    return PosixChild(proc.pid, write_end, proc.poll)
+
+
+@contextlib.contextmanager
+def _stdin_pipe(wanted: bool, above_stdio: bool = False) -> Iterator[tuple[int | None, int | None]]:
+    """A child's stdin pipe (read end, non-blocking write end), or (None, None). The read end is closed once the
+    start is over (the child has its copy); the write end only when the start fails (else the ``PosixChild``
+    owns it). ``above_stdio``: the read end moved to 3 or above, for a ``posix_spawn`` dup2 onto 0."""
+    if not wanted:
+        yield None, None
+        return
+    read_end, write_end = os.pipe()
+    if above_stdio:
+        read_end = _above_stdio(read_end)
+    os.set_blocking(write_end, False)
+    try:
+        yield read_end, write_end
     except BaseException:
-        if write_end is not None:
-            os.close(write_end)
+        os.close(write_end)
         raise
     finally:
-        if read_end is not None:
-            os.close(read_end)
-    return PosixChild(proc.pid, write_end, proc.poll)
+        os.close(read_end)
