@@ -124,6 +124,17 @@ def _write_notice(config: Config, notify: str, header: dict[str, Any], kind: str
     return path
 
 
+def _about_run(notify: str, first: MemoRef, subject: str, tag: str) -> dict[str, Any]:
+    """The front matter of a notice about a run: from the orchestrator, in reply to the run's first memo."""
+    return {
+        "subject": subject,
+        "from": "orchestrator",
+        "to": notify,
+        "reply_to": first.memo_id or first.label,
+        "tags": [tag],
+    }
+
+
 def _memo_lines(run: Run, moved: list[Path], root: Path) -> list[str]:
     """One line per memo, the first ``NAMES_SHOWN`` of them, then one saying how many more and where they are."""
     lines = []
@@ -172,13 +183,7 @@ def write_cancel_notice(
             "that was called off and must not be accepted as done.",
         ]
     )
-    header = {
-        "subject": f"Cancelled: {subject}",
-        "from": "orchestrator",
-        "to": notify,
-        "reply_to": first.memo_id or first.label,
-        "tags": ["cancelled"],
-    }
+    header = _about_run(notify, first, f"Cancelled: {subject}", "cancelled")
     return _write_notice(config, notify, header, "cancelled", subject, body)
 
 
@@ -202,13 +207,7 @@ def write_failure_notice(
             *(["", "Last lines of the agent's log:", "", "```", *tail, "```"] if tail else []),
         ]
     )
-    header = {
-        "subject": f"Failed: {subject}",
-        "from": "orchestrator",
-        "to": notify,
-        "reply_to": first.memo_id or first.label,
-        "tags": ["failed" if state.value == "failed" else state.value],
-    }
+    header = _about_run(notify, first, f"Failed: {subject}", state.value)
     return _write_notice(config, notify, header, state.value.replace("_", "-"), subject, body)
 
 
@@ -228,13 +227,7 @@ def write_warning_notice(config: Config, notify: str, run: Run, warning: str, mo
             *_memo_lines(run, moved, config.root),
         ]
     )
-    header = {
-        "subject": f"Warning: {subject}",
-        "from": "orchestrator",
-        "to": notify,
-        "reply_to": first.memo_id or first.label,
-        "tags": ["warning"],
-    }
+    header = _about_run(notify, first, f"Warning: {subject}", "warning")
     return _write_notice(config, notify, header, "warning", subject, body)
 
 
