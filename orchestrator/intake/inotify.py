@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.events import Event, MemoGone, MemoSeen, RescanNeeded
+from orchestrator.intake.folders import folder_problem
 from orchestrator.intake.memo import INBOX, is_memo_name
 
 IN_MODIFY = 0x00000002
@@ -95,19 +96,6 @@ def _check(result: int, what: str, path: str | None = None) -> int:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}", path)
     return result
-
-
-def folder_problem(folder: Path, identity: tuple[int, int] | None) -> str | None:
-    """Why a watched role folder needs new watches: gone, replaced (another device and inode), or its inbox gone."""
-    try:
-        info = folder.stat()
-    except FileNotFoundError:
-        return f"folder {folder} was removed"
-    if (info.st_dev, info.st_ino) != identity:
-        return f"folder {folder} was replaced"
-    if not (folder / INBOX).is_dir():
-        return f"folder {folder / INBOX} was removed"
-    return None
 
 
 class InotifyWatcher:

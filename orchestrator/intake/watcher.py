@@ -55,7 +55,7 @@ from watchdog.observers.api import EventEmitter
 from watchdog.utils.delayed_queue import DelayedQueue
 
 from orchestrator.core.events import Event, MemoGone, MemoSeen, RescanNeeded
-from orchestrator.intake.inotify import folder_problem
+from orchestrator.intake.folders import folder_problem
 from orchestrator.intake.memo import INBOX, is_memo_name
 
 # how often watchdog's dispatch thread wakes when no event comes (its default, 1 s, is most of an idle
