@@ -148,3 +148,16 @@ def test_links_between_the_docs_lead_somewhere() -> None:
             elif anchor and path.suffix == ".md" and anchor not in anchors(path.read_text(encoding="utf-8")):
                 broken.append(f"{page.name}: {target}#{anchor}")
     assert not broken, f"links to nothing: {broken}"
+
+
+def test_the_state_table_of_the_architecture_is_the_code_s() -> None:
+    """docs/architecture.md's table of transitions is `core/states.py`'s `ALLOWED`, row for row."""
+    from orchestrator.core.states import ALLOWED, RunState
+
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = text.index("## The state table\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    rows = re.findall(r"^\| `([a-z_]+)` \| (.*) \|$", section, re.MULTILINE)
+    documented = {RunState(state): {RunState(t) for t in re.findall(r"`([a-z_]+)`", targets)} for state, targets in rows}
+    assert len(rows) == len(documented) == len(RunState), "a state is missing from the table, or has two rows"
+    assert documented == {state: set(targets) for state, targets in ALLOWED.items()}
