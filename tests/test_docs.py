@@ -42,7 +42,9 @@ def _objects(node: dict[str, Any], defs: dict[str, Any]) -> list[tuple[str, dict
     return found
 
 
-def schema_keys(node: dict[str, Any], defs: dict[str, Any], prefix: str = "", stop: frozenset[str] = frozenset()) -> set[str]:
+def schema_keys(
+    node: dict[str, Any], defs: dict[str, Any], prefix: str = "", stop: frozenset[str] = frozenset()
+) -> set[str]:
     """Every key path below ``node``, dotted; ``stop`` names keys whose insides are listed elsewhere."""
     keys: set[str] = set()
     for step, obj in _objects(node, defs):
@@ -82,9 +84,7 @@ def _check(documented: list[str], expected: set[str], schema: dict[str, Any], de
     assert not repeated, f"{where}: keys with two rows: {repeated}"
     missing = sorted(expected - set(documented))
     assert not missing, f"{where}: keys of the schema with no row in docs/configuration.md: {missing}"
-    stale = sorted(
-        key for key in set(documented) - expected if not free_form(key.replace(NAME, "x"), schema, defs)
-    )
+    stale = sorted(key for key in set(documented) - expected if not free_form(key.replace(NAME, "x"), schema, defs))
     assert not stale, f"{where}: rows for keys the schema does not have: {stale}"
 
 
@@ -158,6 +158,8 @@ def test_the_state_table_of_the_architecture_is_the_code_s() -> None:
     start = text.index("## The state table\n")
     section = text[start : text.index("\n## ", start + 1)]
     rows = re.findall(r"^\| `([a-z_]+)` \| (.*) \|$", section, re.MULTILINE)
-    documented = {RunState(state): {RunState(t) for t in re.findall(r"`([a-z_]+)`", targets)} for state, targets in rows}
+    documented = {
+        RunState(state): {RunState(t) for t in re.findall(r"`([a-z_]+)`", targets)} for state, targets in rows
+    }
     assert len(rows) == len(documented) == len(RunState), "a state is missing from the table, or has two rows"
     assert documented == {state: set(targets) for state, targets in ALLOWED.items()}
