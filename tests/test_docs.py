@@ -163,3 +163,29 @@ def test_the_state_table_of_the_architecture_is_the_code_s() -> None:
     }
     assert len(rows) == len(documented) == len(RunState), "a state is missing from the table, or has two rows"
     assert documented == {state: set(targets) for state, targets in ALLOWED.items()}
+
+
+def test_the_readme_stays_one_a_reader_can_finish() -> None:
+    """The README is the way in (what it is, the two commands, a tour, the essentials, the commands); the rest
+    belongs in docs/, where a page per concern keeps each one short enough to read through."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"README.md has {lines} lines: move the detail into docs/"
+
+
+def test_the_readme_lists_every_command() -> None:
+    """Each sub-command of the CLI's parser has a row in the README's table of commands."""
+    import argparse
+
+    from orchestrator.commands.parser import build
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Commands\n")
+    table = text[start : text.index("\n## ", start + 1)]
+    listed = set(re.findall(r"^\| `orchestrator ([a-z]+)", table, re.MULTILINE))
+    parser = build()
+    commands = {
+        name for action in parser._actions if isinstance(action, argparse._SubParsersAction) for name in action.choices
+    }
+    assert {"up", "status", "cancel"} <= commands
+    missing = sorted(commands - listed)
+    assert not missing, f"commands with no row in the README's table: {missing}"
