@@ -189,3 +189,43 @@ def test_the_readme_lists_every_command() -> None:
     assert {"up", "status", "cancel"} <= commands
     missing = sorted(commands - listed)
     assert not missing, f"commands with no row in the README's table: {missing}"
+
+
+FENCE = re.compile(r"^```[ \t]*(\S*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """(page, command) for every `orchestrator ...` command of the shell examples (```sh and plain blocks),
+    including those in a pipe, after `;`, before a redirection and inside `$(...)`."""
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for match in FENCE.finditer(page.read_text(encoding="utf-8")):
+            if match.group(1) not in ("sh", ""):
+                continue
+            for line in match.group(2).splitlines():
+                parts = re.findall(r"\$\((orchestrator [^)]*)\)", line) + re.split(r"\s;\s|\||\s>\s|&&", line)
+                found += [(page.name, part.strip()) for part in parts if part.strip().startswith("orchestrator ")]
+    return found
+
+
+def test_every_command_the_docs_show_is_one_the_cli_takes() -> None:
+    """The commands of the examples parse with the CLI's own parser: no option or sub-command that is not there."""
+    import shlex
+
+    from orchestrator.commands.parser import build
+
+    commands = shown_commands()
+    assert len(commands) >= 15, "the examples' commands were not found"
+    wrong = []
+    for page, command in commands:
+        try:
+            build().parse_args(shlex.split(command, comments=True)[1:])
+        except Exception as error:  # noqa: BLE001 - each one named in the failure
+            wrong.append(f"{page}: {command}: {error}")
+    assert not wrong, "\n".join(wrong)
+    try:
+        build().parse_args(["cancel", "K-1", "--no-such-option"])
+    except Exception:  # noqa: BLE001 - the check above can fail
+        pass
+    else:
+        raise AssertionError("a wrong option parsed")
