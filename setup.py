@@ -5,8 +5,8 @@ beside it whenever the package is built: a wheel (``python -m build``, ``pip
 install .``, ``pipx install .``) gets it in its build folder, an editable install
 (``pip install -e .``, ``make``) in the source tree, where the package is imported
 from. ``orchestrator up`` never compiles anything; it refuses to start with
-``recovery: adopt`` when the keeper is missing (see the README's "What an agent
-gets"). A machine without a C compiler still gets a package, without the keeper,
+``recovery: adopt`` when the keeper is missing (see "The keeper" in
+docs/operations.md). A machine without a C compiler still gets a package, without the keeper,
 and a warning saying so. The wheel is platform-specific: it carries a native binary.
 """
 

@@ -244,7 +244,7 @@ def _fallback(item: Any) -> str:
         return f"at least {ctx.get('min_length', 1)} item(s)"
     if kind == "too_long":
         return f"at most {ctx.get('max_length', '?')} item(s)"
-    return "a value of another kind (see the README for this key)"
+    return "a value of another kind (see docs/configuration.md for this key)"
 
 
 def describe_validation_error(
@@ -257,7 +257,7 @@ def describe_validation_error(
         key = ".".join(str(p) for p in (*prefix, *place.keys)) or "(top level)"
         kind = item["type"]
         if kind == "extra_forbidden":
-            message = "unknown key; check its spelling against the README's list of keys"
+            message = "unknown key; check its spelling against the list of keys in docs/configuration.md"
         elif kind == "missing":
             message = "required key is missing"
         else:

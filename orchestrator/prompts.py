@@ -33,7 +33,7 @@ PLACEHOLDERS = frozenset(
         "weekday",
         "time",
         *SECTIONS,
-        "INPUT_MEMO_FILES",  # the old spawner's name for $memo_paths
+        "INPUT_MEMO_FILES",  # an alias of $memo_paths, so prompts written with that name still render
     }
 )
 

@@ -1,5 +1,5 @@
 """`orchestrator config schema|check` and the schema `init` writes: the JSON Schema accepts every file the
-orchestrator accepts (the README's examples, `init`'s team), refuses what it refuses, and is kept current in
+orchestrator accepts (the examples of the README and docs/, `init`'s team), refuses what it refuses, and is kept current in
 the repository; `config check` prints the values in force.
 """
 
@@ -33,9 +33,12 @@ def _problems(data: Any) -> list[str]:
 
 
 def _readme_teams() -> list[Any]:
-    """Every ```yaml block of the README that is a whole roles.yaml (has `roles`); fragments are left out."""
+    """Every ```yaml block of the README and docs/ that is a whole roles.yaml (has `roles`); fragments are left
+    out."""
     teams = []
-    for block in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S):
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
         try:
             data = yaml.safe_load(block)
         except yaml.YAMLError:
@@ -55,7 +58,7 @@ def test_the_repository_keeps_the_schema_current() -> None:
 
 def test_the_schema_accepts_the_readme_examples_and_the_default_teams() -> None:
     teams = _readme_teams()
-    assert len(teams) >= 2, "the README's configuration examples were not found"
+    assert len(teams) >= 4, "the configuration examples of the README and docs/ were not found"
     for team in teams:
         assert _problems(team) == [], team
     for path in (REPO / "roles.yaml", REPO / "orchestrator" / "templates" / "roles.yaml"):

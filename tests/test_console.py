@@ -24,7 +24,7 @@ from orchestrator.core.view import CANCEL_KEYS, HISTORY_KEYS, STATUS_KEYS, Cance
 from orchestrator.store import Store
 
 PACKAGE = Path(console.__file__).parent
-README = PACKAGE.parent / "README.md"
+OPERATIONS = PACKAGE.parent / "docs" / "operations.md"
 
 
 # ---------------------------------------------------------------- one printer
@@ -158,7 +158,7 @@ def test_the_log_file_rotates_at_its_size_and_keeps_five_old_files(tmp_path: Pat
     assert len(screen.getvalue().splitlines()) == 200  # the terminal saw every line
 
 
-def test_the_default_log_size_is_the_one_the_readme_names(tmp_path: Path) -> None:
+def test_the_default_log_size_is_the_one_the_docs_name(tmp_path: Path) -> None:
     con = Console(tmp_path / "o.log", stream=io.StringIO(), live=False)
     try:
         handler = con._log
@@ -166,7 +166,8 @@ def test_the_default_log_size_is_the_one_the_readme_names(tmp_path: Path) -> Non
     finally:
         con.close()
     mb = LOG_MAX_BYTES // (1024 * 1024)
-    assert f"rotates at {mb} MB" in README.read_text(encoding="utf-8") and f"{LOG_BACKUPS} older" in README.read_text()
+    text = OPERATIONS.read_text(encoding="utf-8")
+    assert f"rotates at {mb} MB" in text and f"{LOG_BACKUPS} older" in text
 
 
 def test_a_log_that_cannot_be_written_costs_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:

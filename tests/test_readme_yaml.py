@@ -1,6 +1,6 @@
-"""Every YAML example in README.md loads: the README's examples are part of the interface.
+"""Every YAML example in README.md and docs/*.md loads: the docs' examples are part of the interface.
 
-The README is read when the tests are collected, so a block added to it is checked with no change here.
+The pages are read when the tests are collected, so a block added to one is checked with no change here.
 Each fenced block whose info string is ``yaml`` (or ``yml``) is one test, named by its line, and is read by
 these conventions:
 
@@ -12,7 +12,7 @@ these conventions:
   names in ``notify`` or ``memory.keeper``);
 - a block whose keys are all role keys (``wake``, ``tasks``, ``context``, ...) is one role's settings: it
   becomes the role ``example``;
-- any other block (keys of both kinds, unknown keys, not a mapping) fails: the README is wrong.
+- any other block (keys of both kinds, unknown keys, not a mapping) fails: the page is wrong.
 
 The block is written as ``roles.yaml`` in a temporary folder, with stubs for what it names: every role's
 prompt (its ``prompt`` or ``prompts/<role>.md``), the ``context`` files, an executable for every signal or
@@ -36,7 +36,8 @@ from orchestrator.app import preflight
 from orchestrator.config import RoleSettings, TeamFile, load_config
 from orchestrator.intake.memo import parse_front_matter
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```[ \t]*(\S*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 EXAMPLE_ROLE = "example"
 
@@ -99,14 +100,21 @@ def stub_files(root: Path, team: dict[str, Any]) -> None:
             (root / role["cwd"]).mkdir(parents=True, exist_ok=True)
 
 
-BLOCKS = yaml_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [
+    (f"{page.relative_to(REPO)} line {line}", body)
+    for page in PAGES
+    for line, body in yaml_blocks(page.read_text(encoding="utf-8"))
+]
 
 
-def test_the_readme_has_yaml_examples() -> None:
-    assert len(BLOCKS) >= 3, "README.md lost its configuration examples, or this test cannot find them"
+def test_the_docs_have_yaml_examples() -> None:
+    for page in ("README.md", "docs/configuration.md", "docs/guide.md"):
+        found = [where for where, _ in BLOCKS if where.startswith(page + " ")]
+        assert found, f"{page} lost its configuration examples, or this test cannot find them"
+    assert len(BLOCKS) >= 10
 
 
-@pytest.mark.parametrize("block", [pytest.param(body, id=f"README.md line {line}") for line, body in BLOCKS])
+@pytest.mark.parametrize("block", [pytest.param(body, id=where) for where, body in BLOCKS])
 def test_a_readme_yaml_block_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: str) -> None:
     if block.lstrip().startswith("---"):
         header = parse_front_matter(block.lstrip())

@@ -4,8 +4,8 @@
 into its folder). The orchestrator keeps it at every claim and every move it makes (``placed``, ``moved``, on
 the loop's thread, in the event's transaction); ``orchestrator release`` at its move; ``orchestrator gc
 --reindex`` rebuilds it from the folders (``rebuild``), and only a rebuild marks it ``complete``: until then
-``trace`` reads the folders as before. A memo moved or written by hand is not in it until the next rebuild:
-``trace`` finds one it asks for by a scan of the files the index does not know (``unindexed``).
+``trace`` reads every folder, as it must without an index. A memo moved or written by hand is not in it until
+the next rebuild: ``trace`` finds one it asks for by a scan of the files the index does not know (``unindexed``).
 """
 
 from __future__ import annotations
