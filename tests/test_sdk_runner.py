@@ -435,17 +435,18 @@ def test_failure_reasons_from_sdk_errors() -> None:
             "errors": ["No conversation found with session ID: abc"],
         },
     )
-    assert describe_exception(refused, deque(), SpecOptions()) == (
+    assert describe_exception(refused, deque(), SpecOptions()).reason == (
         "Claude Code reported an error (error_during_execution): No conversation found with session ID: abc"
     )
     crash = ProcessError("Command failed", exit_code=1, stderr="Check stderr output for details")
     lines = deque(["starting", "Error: Invalid API key", ""])
-    assert describe_exception(crash, lines, SpecOptions()).startswith("Claude Code is not logged in (starting | Error")
-    assert describe_exception(crash, deque(), SpecOptions()) == (
+    logged_out = describe_exception(crash, lines, SpecOptions())
+    assert logged_out.reason.startswith("Claude Code is not logged in (starting | Error") and logged_out.permanent
+    assert describe_exception(crash, deque(), SpecOptions()).reason == (
         "Claude Code exited with status 1: it wrote nothing to stderr"
     )
     max_turns = {"subtype": "error_max_turns", "is_error": True}
-    assert describe_error_result(max_turns, None, SpecOptions(max_turns=3)) == (
+    assert describe_error_result(max_turns, None, SpecOptions(max_turns=3)).reason == (
         "stopped after the role's max_turns (3) turns"
     )
 

@@ -59,6 +59,13 @@ class LaunchSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def transcript_path(spec: LaunchSpec) -> Path:
+    """The run's transcript (a Claude agent's events, one JSON object a line): ``spec.extra["transcript"]``, or
+    ``.orchestrator/runs/<run_id>/transcript.jsonl``."""
+    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+    return Path(spec.extra.get("transcript") or default)
+
+
 def agent_environment(
     role: Role,
     root: Path,

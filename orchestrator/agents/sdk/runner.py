@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 
+from orchestrator.agents.claude_errors import one_line
 from orchestrator.agents.sdk.broadcast import Broadcast
 from orchestrator.agents.sdk.options import build_options
 from orchestrator.agents.sdk.protocol import (
@@ -33,7 +34,6 @@ from orchestrator.agents.sdk.protocol import (
     RunnerSpec,
     parse_spec,
 )
-from orchestrator.agents.sdk.reasons import one_line
 from orchestrator.agents.sdk.session import Event, Session, StdinLine, start_stdin_reader
 from orchestrator.agents.sdk.transcript import Output
 
