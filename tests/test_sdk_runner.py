@@ -27,8 +27,7 @@ import pytest
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
 from orchestrator.agents.handle import Agent
-from orchestrator.agents.sdk import backend as sdk_backend
-from orchestrator.agents.sdk import protocol
+from orchestrator.agents.sdk import backend, protocol
 from orchestrator.agents.sdk.backend import check_role, start_sdk
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
@@ -620,7 +619,7 @@ def test_a_bad_control_line_is_noted_with_its_field(monkeypatch: pytest.MonkeyPa
     assert "Field required" in out.notes[0] and "'pause'" in out.notes[1]
 
 
-# ---------------------------------------------------------------- sdk_backend in the orchestrator's loop
+# ---------------------------------------------------------------- the sdk backend in the orchestrator's loop
 
 
 def make_role(tmp_path: Path, cli: Path, **settings: Any) -> Role:
@@ -747,7 +746,7 @@ def test_start_sdk_skips_lines_that_are_no_event(
     tmp_path: Path, fake_cli: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "scripted_runner.py").write_text(SCRIPTED_RUNNER)
-    monkeypatch.setattr(sdk_backend, "RUNNER_MODULE", "scripted_runner")  # ``python -m`` finds it in the role's cwd
+    monkeypatch.setattr(backend, "RUNNER_MODULE", "scripted_runner")  # ``python -m`` finds it in the role's cwd
 
     async def scenario() -> tuple[Agent, int, list[dict[str, Any]]]:
         agent, exited, seen = await started(launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="hi"))

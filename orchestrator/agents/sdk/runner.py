@@ -39,7 +39,7 @@ from orchestrator.agents.sdk.transcript import Output
 
 
 def _restore_pythonpath() -> None:
-    """Put back the agent's own PYTHONPATH, which sdk_backend extended to find this package.
+    """Put back the agent's own PYTHONPATH, which ``backend.runner_environment`` extended to find this package.
 
     The interpreter has read it already; the CLI and its tools must see the original.
     """
