@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import Project, wait_for
-from orchestrator.agents import children, procs
+from orchestrator.agents import procs
 from orchestrator.schedule.probes import Probe, ProbeResult, run_probe
 from replay import Replay
 
@@ -216,7 +218,12 @@ def test_a_signal_command_is_not_taken_by_the_orphan_reaper(tmp_path: Path):
     status: it must leave it, or asyncio says exit status 255 and the role's wakes are held."""
 
     async def main():
-        children.use_pidfd_watcher()  # as the orchestrator does: the status is read when the loop gets to it
+        if sys.version_info < (3, 12):  # asyncio's default watcher reaps at once; this one only when the loop runs
+            watcher = asyncio.PidfdChildWatcher()
+            watcher.attach_loop(asyncio.get_running_loop())
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                asyncio.set_child_watcher(watcher)
         task = asyncio.ensure_future(run_probe(Probe("signal", "s", ("/bin/sh", "-c", "sleep 0.1"), 5), tmp_path))
         await asyncio.sleep(0.05)  # started, still running
         time.sleep(0.4)  # the loop is busy: the command exits meanwhile and waits as a zombie

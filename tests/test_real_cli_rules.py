@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.agents.claude_cli import LogExplainer
+from orchestrator.agents.claude_cli import explain
 from orchestrator.agents.claude_errors import classify, last_meaningful_line
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.protocol import RunnerSpec
@@ -68,7 +68,7 @@ def test_a_command_roles_usage_limit_is_read_from_its_output(
 ) -> None:
     log = tmp_path / "run.log"
     log.write_text(f"=== run 1 attempt 1: claude -p\n{output}\n", encoding="utf-8")
-    problem = LogExplainer(log, 0).explain(1)
+    problem = explain(log.read_text(encoding="utf-8"), 1)
     assert problem is not None and problem.limit_kind == kind and problem.resets_at == resets_at, problem
     assert not problem.permanent
     assert classify("Invalid API key · Fix external API key").limit_kind is None  # type: ignore[union-attr]

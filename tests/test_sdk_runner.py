@@ -27,8 +27,7 @@ import pytest
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
 from orchestrator.agents.handle import Agent
-from orchestrator.agents.sdk import backend as sdk_backend
-from orchestrator.agents.sdk import protocol
+from orchestrator.agents.sdk import backend, protocol
 from orchestrator.agents.sdk.backend import check_role, start_sdk
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
@@ -435,17 +434,18 @@ def test_failure_reasons_from_sdk_errors() -> None:
             "errors": ["No conversation found with session ID: abc"],
         },
     )
-    assert describe_exception(refused, deque(), SpecOptions()) == (
+    assert describe_exception(refused, deque(), SpecOptions()).reason == (
         "Claude Code reported an error (error_during_execution): No conversation found with session ID: abc"
     )
     crash = ProcessError("Command failed", exit_code=1, stderr="Check stderr output for details")
     lines = deque(["starting", "Error: Invalid API key", ""])
-    assert describe_exception(crash, lines, SpecOptions()).startswith("Claude Code is not logged in (starting | Error")
-    assert describe_exception(crash, deque(), SpecOptions()) == (
+    logged_out = describe_exception(crash, lines, SpecOptions())
+    assert logged_out.reason.startswith("Claude Code is not logged in (starting | Error") and logged_out.permanent
+    assert describe_exception(crash, deque(), SpecOptions()).reason == (
         "Claude Code exited with status 1: it wrote nothing to stderr"
     )
     max_turns = {"subtype": "error_max_turns", "is_error": True}
-    assert describe_error_result(max_turns, None, SpecOptions(max_turns=3)) == (
+    assert describe_error_result(max_turns, None, SpecOptions(max_turns=3)).reason == (
         "stopped after the role's max_turns (3) turns"
     )
 
@@ -619,7 +619,7 @@ def test_a_bad_control_line_is_noted_with_its_field(monkeypatch: pytest.MonkeyPa
     assert "Field required" in out.notes[0] and "'pause'" in out.notes[1]
 
 
-# ---------------------------------------------------------------- sdk_backend in the orchestrator's loop
+# ---------------------------------------------------------------- the sdk backend in the orchestrator's loop
 
 
 def make_role(tmp_path: Path, cli: Path, **settings: Any) -> Role:
@@ -746,7 +746,7 @@ def test_start_sdk_skips_lines_that_are_no_event(
     tmp_path: Path, fake_cli: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "scripted_runner.py").write_text(SCRIPTED_RUNNER)
-    monkeypatch.setattr(sdk_backend, "RUNNER_MODULE", "scripted_runner")  # ``python -m`` finds it in the role's cwd
+    monkeypatch.setattr(backend, "RUNNER_MODULE", "scripted_runner")  # ``python -m`` finds it in the role's cwd
 
     async def scenario() -> tuple[Agent, int, list[dict[str, Any]]]:
         agent, exited, seen = await started(launch_spec(tmp_path, make_role(tmp_path, fake_cli), prompt="hi"))

@@ -9,13 +9,11 @@
 - ``check_role(config, role)``: at start-up, for ``sdk`` roles and ``command`` roles whose program is the
   Claude CLI (named ``claude``): the CLI is found and answers ``--version`` like Claude Code, and
   ``bypassPermissions`` is not asked for as root without ``IS_SANDBOX`` (the CLI refuses it every time).
-- ``LogExplainer``: the explainer a ``command`` agent running the Claude CLI is given (``handle.Explainer``):
-  its failure reason is the CLI's last meaningful output line (it writes its errors to stdout), and it knows
-  the failures no retry can help.
-- ``StreamReader``: the reader a ``command`` agent writing Claude's stream-json is given (``handle.Reader``):
-  at its end it reads the attempt's events from the log, copies them to the run's transcript, and judges the
-  end with ``claude_stream.judge`` (an error result, refused tool calls, no model call fail the run whatever
-  the exit status).
+- ``ClaudeOutput``: the reader a ``command`` agent running the Claude CLI is given (``handle.Reader``). With
+  stream-json it reads the attempt's events from the log at its end, copies them to the run's transcript, and
+  judges the end with ``claude_stream.judge`` (an error result, refused tool calls, no model call fail the run
+  whatever the exit status); a failure exit is otherwise explained by the CLI's last meaningful output line
+  (it writes its errors to stdout), knowing the failures no retry can help.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from orchestrator.agents import claude_stream
 from orchestrator.agents.claude_errors import Problem, classify, last_meaningful_line, one_line
 from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import Config, Role
+from orchestrator.core.agent import UsageLimit
 from orchestrator.core.errors import ConfigError
 
 MAX_RETRIES_ENV = "CLAUDE_CODE_MAX_RETRIES"
@@ -92,11 +91,16 @@ def cap_arguments(role: Role, per_run_usd: float | None) -> list[str]:
     return extra
 
 
+def resolve_cli_path(cli_path: str, root: Path) -> str | None:
+    """The CLI's full path (a bare name is looked up on PATH, a relative path is from ``root``), or None."""
+    return resolve_command([os.path.expanduser(cli_path)], root)
+
+
 def sdk_cli_path(role: Role, root: Path) -> str | None:
     """The CLI an ``sdk`` role's session runs: its ``cli_path``, else the one bundled with claude-agent-sdk,
     else ``claude`` on PATH (the SDK's own order); None when there is none."""
     if role.cli_path:
-        return resolve_command([os.path.expanduser(role.cli_path)], root)
+        return resolve_cli_path(role.cli_path, root)
     try:
         import claude_agent_sdk
     except ImportError:
@@ -175,39 +179,13 @@ def check_role(config: Config, role: Role) -> None:
         )
 
 
-class LogExplainer:
-    """A Claude CLI agent's failure, explained from its own output: the run's log from ``offset`` on (where this
-    attempt's output starts)."""
+class ClaudeOutput:
+    """A Claude CLI agent's output in the run's log from ``offset`` on (where this attempt's output starts), read
+    at its end. With stream-json (``transcript``: the run's ``transcript.jsonl``, where its events are copied)
+    its events give its figures and judge its end; a failure they do not explain is explained by the CLI's last
+    meaningful line (it writes its errors to stdout)."""
 
-    def __init__(self, log_path: Path, offset: int) -> None:
-        self.log_path = log_path
-        self.offset = offset
-
-    def explain(self, code: int) -> Problem | None:
-        """The reason (and whether no retry can help) for exit ``code``, from the CLI's last meaningful line."""
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(max(self.offset, os.path.getsize(self.log_path) - LOG_TAIL_BYTES))
-                text = handle.read().decode("utf-8", "replace")
-        except OSError:
-            return None
-        # stream-json events are the StreamReader's to read; a person is told the CLI's own words
-        line = last_meaningful_line("\n".join(t for t in text.splitlines() if not t.lstrip().startswith('{"')))
-        if line is None:
-            return None
-        problem = classify(line)
-        if problem is not None:
-            return Problem(
-                f"{problem.reason} (exit code {code})", problem.permanent, problem.limit_kind, problem.resets_at
-            )
-        return Problem(f"exit code {code}: Claude Code said: {line}")
-
-
-class StreamReader:
-    """A stream-json Claude CLI agent's end, read from its output in the run's log from ``offset`` on; its events
-    are copied to ``transcript`` (the run's ``transcript.jsonl``)."""
-
-    def __init__(self, log_path: Path, offset: int, transcript: Path, on_denied: str) -> None:
+    def __init__(self, log_path: Path, offset: int, transcript: Path | None, on_denied: str) -> None:
         self.log_path = log_path
         self.offset = offset
         self.transcript = transcript
@@ -215,21 +193,44 @@ class StreamReader:
         self.result: dict[str, Any] = {}
 
     def judge(self, code: int) -> claude_stream.Judgement:
+        """How the attempt went, ending with exit ``code``: its stream's judgement, else why it failed."""
         try:
             with open(self.log_path, "rb") as handle:
-                handle.seek(max(self.offset, os.path.getsize(self.log_path) - STREAM_MAX_BYTES))
+                tail = STREAM_MAX_BYTES if self.transcript is not None else LOG_TAIL_BYTES
+                handle.seek(max(self.offset, os.path.getsize(self.log_path) - tail))
                 text = handle.read().decode("utf-8", "replace")
         except OSError:
             return claude_stream.Judgement()
-        stream = claude_stream.read_stream(text)
-        self.result = claude_stream.figures(stream)
-        self._keep(stream.events)
-        return claude_stream.judge(stream, code, self.on_denied)
+        if self.transcript is not None:
+            stream = claude_stream.read_stream(text)
+            self.result = claude_stream.figures(stream)
+            self._keep(self.transcript, stream.events)
+            judged = claude_stream.judge(stream, code, self.on_denied)
+            if judged.failed or code <= 0:
+                return judged
+        problem = explain(text, code) if code > 0 else None
+        if problem is None:
+            return claude_stream.Judgement()
+        limit = UsageLimit(problem.limit_kind, problem.resets_at, problem.reason) if problem.limit_kind else None
+        return claude_stream.Judgement(reason=problem.reason, permanent=problem.permanent, usage_limit=limit)
 
-    def _keep(self, events: list[dict[str, Any]]) -> None:
+    @staticmethod
+    def _keep(transcript: Path, events: list[dict[str, Any]]) -> None:
         try:
-            self.transcript.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.transcript, "a", encoding="utf-8") as out:
+            transcript.parent.mkdir(parents=True, exist_ok=True)
+            with open(transcript, "a", encoding="utf-8") as out:
                 out.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in events)
         except OSError:
             pass  # the log still holds every event
+
+
+def explain(output: str, code: int) -> Problem | None:
+    """The reason (and whether no retry can help) for exit ``code``, from the CLI's last meaningful line of
+    ``output``; stream-json events are skipped, since a person is told the CLI's own words."""
+    line = last_meaningful_line("\n".join(t for t in output.splitlines() if not t.lstrip().startswith('{"')))
+    if line is None:
+        return None
+    problem = classify(line)
+    if problem is not None:
+        return Problem(f"{problem.reason} (exit code {code})", problem.permanent, problem.limit_kind, problem.resets_at)
+    return Problem(f"exit code {code}: Claude Code said: {line}")

@@ -28,6 +28,13 @@ _RATE = re.compile(r"rate.?limit|\b429\b", re.I)
 _USAGE = re.compile(r"usage limit reached|(5-hour|five.hour|weekly|session|opus) limit reached|limit will reset", re.I)
 _RESET_EPOCH = re.compile(r"limit reached\|(\d{9,11})\b")
 _AUTH_KINDS = {"oauth_org_not_allowed", "account_on_hold", "verification_required", "cloud_credential_error"}
+# the CLI's names for a plan's limit windows (a ``rate_limit_event``'s ``rateLimitType``), as ours
+LIMIT_WINDOWS = {
+    "five_hour": "five_hour",
+    "seven_day": "weekly",
+    "seven_day_opus": "weekly",
+    "seven_day_sonnet": "weekly",
+}
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.agents.claude_errors import Problem, classify, one_line
+from orchestrator.agents.claude_errors import LIMIT_WINDOWS, Problem, classify, one_line
 from orchestrator.core.agent import UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
 DENIALS_SHOWN = 5
-_LIMIT_KINDS = {
-    "five_hour": "five_hour",
-    "seven_day": "weekly",
-    "seven_day_opus": "weekly",
-    "seven_day_sonnet": "weekly",
-}
 
 
 @dataclass
@@ -84,20 +78,7 @@ def figures(stream: Stream) -> dict[str, Any]:
     if result is None:
         return {"session_id": stream.session_id} if stream.session_id else {}
     given = result.get("usage")
-    usage: dict[str, Any] = given if isinstance(given, dict) else {}
-    models = [m for m in (result.get("modelUsage") or {}).values() if isinstance(m, dict)]
-    if models:
-        inputs = sum(
-            int(m.get(k) or 0)
-            for m in models
-            for k in ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
-        )
-        outputs = sum(int(m.get("outputTokens") or 0) for m in models)
-    else:
-        inputs = sum(
-            int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-        )
-        outputs = int(usage.get("output_tokens") or 0)
+    inputs, outputs = tokens(given if isinstance(given, dict) else {}, result.get("modelUsage"))
     cost = result.get("total_cost_usd")
     return {
         "cost_usd": float(cost) if cost is not None else None,
@@ -110,12 +91,23 @@ def figures(stream: Stream) -> dict[str, Any]:
     }
 
 
+def tokens(usage: dict[str, Any], model_usage: Any = None) -> tuple[int, int]:
+    """Input tokens (cache reads and writes counted) and output tokens: from a result's ``modelUsage`` (every
+    model call, subagents included) when it has one, else from its ``usage``."""
+    models = [m for m in (model_usage or {}).values() if isinstance(m, dict)]
+    if not models:
+        keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        return sum(int(usage.get(k) or 0) for k in keys), int(usage.get("output_tokens") or 0)
+    keys = ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+    return sum(int(m.get(k) or 0) for m in models for k in keys), sum(int(m.get("outputTokens") or 0) for m in models)
+
+
 def usage_limit(stream: Stream) -> UsageLimit | None:
     """A usage or rate limit the stream reports: a rejected ``rate_limit_event``, or an error result or
     assistant message of a 429 / ``rate_limit_error``."""
     if stream.rate_limit is not None:
         info = stream.rate_limit
-        kind = _LIMIT_KINDS.get(str(info.get("rateLimitType")), str(info.get("rateLimitType") or "rate_limit"))
+        kind = LIMIT_WINDOWS.get(str(info.get("rateLimitType")), str(info.get("rateLimitType") or "rate_limit"))
         resets = info.get("resetsAt")
         return UsageLimit(
             kind, float(resets) if isinstance(resets, (int, float)) else None, f"usage limit reached ({kind})"

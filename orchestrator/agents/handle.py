@@ -5,14 +5,13 @@ What differs between agents is handed to it, never subclassed:
 
 - a ``Transport``: where the agent runs, how its end is awaited and how its tree
   is stopped (``local.LocalProcess``: a process here, its end read by an
-  ``ends.EndReader``; ``ray.agent.RayAttempt``: a Ray task);
+  ``local.EndReader``; ``ray.agent.RayAttempt``: a Ray task);
 - a ``Follower`` for an ``sdk`` agent (``sdk.follow.SdkFollow``): the figures its
   session reports, and its interrupts and tells;
-- an ``Explainer`` for a ``command`` agent whose program says why it failed
-  (``claude_cli.LogExplainer``: the Claude CLI's last output line);
-- a ``Reader`` for a ``command`` agent whose output is Claude's stream-json
-  (``claude_cli.StreamReader``): its figures, and its own judgement of the end
-  (an error result, refused tool calls, no model call), whatever the exit status.
+- a ``Reader`` for a ``command`` agent running the Claude CLI
+  (``claude_cli.ClaudeOutput``): why it failed, in the CLI's own words, and for
+  stream-json output its figures and its own judgement of the end (an error
+  result, refused tool calls, no model call), whatever the exit status.
 
 ``watch`` waits for the end once and calls ``on_exit`` with the attempt's one
 ``AttemptVerdict``. ``HandleStops`` is what the real spawners answer when the
@@ -24,18 +23,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.agents.claude_errors import Problem
 from orchestrator.agents.claude_stream import Judgement
-from orchestrator.agents.ends import UNKNOWN_EXIT
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log, UsageLimit
 from orchestrator.core.errors import ControlError, UnsupportedError
 
+UNKNOWN_EXIT = -signal.SIGKILL  # no record and no keeper's status: it was most likely killed with its keeper
 TASK_WAIT = 2.0  # after the end, how long the agent's own tasks (its stdin's write) may take to finish
 
 
@@ -99,14 +98,8 @@ class Follower(Protocol):
         ...
 
 
-class Explainer(Protocol):
-    """Why a ``command`` agent failed with exit ``code``, from what it wrote (None: it did not say)."""
-
-    def explain(self, code: int) -> Problem | None: ...
-
-
 class Reader(Protocol):
-    """A ``command`` agent's stream-json output, read at its end: figures and a judgement of how it went."""
+    """A ``command`` agent's output, read at its end: its figures, and a judgement of how it went."""
 
     result: dict[str, Any]
 
@@ -119,7 +112,7 @@ OnExit = Callable[["Agent", AttemptVerdict], None]
 
 
 class Agent:
-    """One attempt's agent: its spec, its transport, and the follower or explainer its backend gives it."""
+    """One attempt's agent: its spec, its transport, and the follower or reader its backend gives it."""
 
     def __init__(
         self,
@@ -127,14 +120,12 @@ class Agent:
         transport: Transport,
         *,
         follower: Follower | None = None,
-        explainer: Explainer | None = None,
         reader: Reader | None = None,
         outputs: tuple[Path, ...] = (),
     ) -> None:
         self.spec = spec
         self.transport = transport
         self.follower = follower
-        self.explainer = explainer
         self.reader = reader
         self.outputs = (spec.log_path, *outputs)  # files whose writes show it is alive (for the stall check)
         self.verdict: AttemptVerdict | None = None
@@ -261,19 +252,13 @@ class Agent:
 
     def conclude(self, code: int, reason: str | None = None) -> AttemptVerdict:
         """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first)."""
-        follower, permanent, limit = self.follower, False, None
+        follower = self.follower
         judged = self.reader.judge(code) if self.reader is not None and reason is None else Judgement()
         if follower is not None:
             reason = reason or follower.failure_reason or follower.unexplained(code)
-            permanent, limit = follower.permanent_failure, follower.usage_limit
-        elif judged.failed:
-            reason, permanent = judged.reason, judged.permanent
-        elif reason is None and code > 0 and self.explainer is not None:
-            problem = self.explainer.explain(code)
-            if problem is not None:
-                reason, permanent = problem.reason, problem.permanent
-                if problem.limit_kind:
-                    limit = UsageLimit(problem.limit_kind, problem.resets_at, problem.reason)
+            permanent, limit = follower.permanent_failure, follower.usage_limit if code != 0 else None
+        else:
+            reason, permanent, limit = reason or judged.reason, judged.permanent, judged.usage_limit
         self.verdict = AttemptVerdict(
             code,
             interrupted=follower is not None and follower.interrupted,
@@ -281,7 +266,7 @@ class Agent:
             permanent_failure=permanent,
             session_id=self.session_id,
             failure_reason=reason,
-            usage_limit=(limit if code != 0 else None) or judged.usage_limit,
+            usage_limit=limit,
             agent_failed=judged.failed,
             warnings=judged.warnings + tuple(follower.warnings if follower is not None else ()),
         )

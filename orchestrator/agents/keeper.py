@@ -1,4 +1,7 @@
-"""The per-attempt keeper: a small C program between the orchestrator and each ``command`` agent.
+"""The per-attempt keeper: a small C program between the orchestrator and each agent process it starts.
+
+(Not the memory role named by ``memory.keeper``, which writes the team's memory summaries: this keeper is a
+process, one per attempt, and knows nothing of memos.)
 
 It forks the agent into a session of its own, waits for it and writes its exit
 status to ``.orchestrator/runs/<run_id>/<attempt>.exit`` before it exits, so the

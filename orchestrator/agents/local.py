@@ -1,17 +1,72 @@
 """An agent process on this machine, as an ``Agent``'s transport: its end read by an ``EndReader``, its tree
-stopped by the kill ladder (``procs``)."""
+stopped by the kill ladder (``procs``).
+
+The end reader is the one strategy in which a kept agent and an agent without a keeper differ.
+``KeeperRecord`` (every agent when the keeper binary is there): the keeper's exit record, read once the
+keeper has ended, whether the keeper is our child (started now) or not (found alive at a restart); a pidfd
+wakes us. ``WaitStatus`` (no keeper binary, which only ``recovery: restart`` allows): the agent is our child
+and its end is its wait status, which dies with us.
+"""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Protocol
 
-from orchestrator.agents import procs
-from orchestrator.agents.ends import EndReader, KeeperRecord, record_path
-from orchestrator.agents.handle import Agent, Ending, end_turn_first
+from orchestrator.agents import keeper, procs
+from orchestrator.agents.handle import UNKNOWN_EXIT, Agent, Ending, end_turn_first
+from orchestrator.agents.posix_child import PosixChild, process_ended
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import KillReport, Log
 
 EXIT_WAIT = 5.0  # after the ladder, how long to wait for the agent's exit status to be read
+
+
+def record_path(spec: LaunchSpec) -> Path:
+    """Where the keeper of this attempt leaves its agent's exit status."""
+    return keeper.exit_path(spec.root / ".orchestrator", spec.run_id, spec.attempt)
+
+
+class EndReader(Protocol):
+    """Waits for an agent's end and says its exit status (negative: the signal that ended it)."""
+
+    async def status(self) -> int: ...
+
+
+class KeeperRecord:
+    """The agent's end as its keeper recorded it in ``record``.
+
+    ``keeper`` is the keeper: our child (its status is collected too), or the pid of one found alive at a
+    restart, or None when none is left (then the agent's own end is waited for); ``agent`` is the agent."""
+
+    def __init__(self, record: Path, keeper: PosixChild | procs.ProcRef | None, agent: procs.ProcRef | None) -> None:
+        self.record = record
+        self.keeper = keeper
+        self.agent = agent
+
+    async def status(self) -> int:
+        fallback = UNKNOWN_EXIT
+        if isinstance(self.keeper, PosixChild):
+            fallback = await self.keeper.wait()
+        elif self.keeper is not None:
+            await process_ended(self.keeper)
+        found = keeper.read_exit(self.record)
+        if found is None and self.agent is not None and self.agent.process() is not None:
+            # no keeper is left (it was killed on its own): the agent lives on, and its end counts
+            await process_ended(self.agent)
+            found = keeper.read_exit(self.record)
+        return found.returncode if found is not None else fallback
+
+
+class WaitStatus:
+    """The end of an agent started without a keeper: its wait status, as our child."""
+
+    def __init__(self, child: PosixChild) -> None:
+        self.child = child
+
+    async def status(self) -> int:
+        return await self.child.wait()
 
 
 class LocalProcess:
@@ -27,8 +82,8 @@ class LocalProcess:
     def adopted(cls, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> LocalProcess:
         """A live agent of an orchestrator that died: its end is its keeper's record, once that keeper has
         ended (its own end, when no keeper is left)."""
-        keeper = procs.ProcRef.of(keeper_pid) if keeper_pid is not None else None
-        return cls(spec, ref.pid, ref, KeeperRecord(record_path(spec), keeper, ref))
+        keeper_ref = procs.ProcRef.of(keeper_pid) if keeper_pid is not None else None
+        return cls(spec, ref.pid, ref, KeeperRecord(record_path(spec), keeper_ref, ref))
 
     @classmethod
     def recorded(cls, spec: LaunchSpec, pid: int | None) -> LocalProcess:

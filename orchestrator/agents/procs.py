@@ -67,15 +67,20 @@ class Target:
     attempt: int | None = None  # set: only processes of that attempt of the run
 
 
-def _proc_stat(pid: int) -> tuple[int, str, int] | None:
-    """(pgrp, state, ppid) from /proc/<pid>/stat, or None when it is gone."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after its command name (state first), or None when it is gone (or not Linux)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
     except OSError:
         return None
-    rest = data[data.rfind(b")") + 2 :].split()
-    return int(rest[2]), rest[0].decode(), int(rest[1])
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def _proc_stat(pid: int) -> tuple[int, str, int] | None:
+    """(pgrp, state, ppid) from /proc/<pid>/stat, or None when it is gone."""
+    rest = _stat_fields(pid)
+    return None if rest is None else (int(rest[2]), rest[0].decode(), int(rest[1]))
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -83,14 +88,10 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def _created(pid: int) -> float | None:
     """psutil's create time of ``pid`` (the boot time plus its start in clock ticks) from /proc/<pid>/stat, or
-    None where there is no such file (gone, or not Linux): the caller asks psutil then."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-        boot = psutil.boot_time()  # read again each time, as psutil does: it moves when the clock is set
-    except OSError:
-        return None
-    return int(data[data.rfind(b")") + 2 :].split()[19]) / _TICKS + boot
+    None where there is no such file: the caller asks psutil then."""
+    rest = _stat_fields(pid)
+    # the boot time is read again each time, as psutil does: it moves when the clock is set
+    return None if rest is None else int(rest[19]) / _TICKS + psutil.boot_time()
 
 
 def all_pids() -> list[int]:

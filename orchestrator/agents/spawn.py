@@ -2,8 +2,8 @@
 
 ``start_process`` takes a ``Launch`` (the agent's argv, environment, folder, log
 header, what its stdin gets and the descriptors it inherits) and returns once
-the agent is exec'd (or raises ``SpawnError`` with one line) with the
-``EndReader`` that will say its exit status. With the keeper binary, the keeper
+the agent is exec'd (or raises ``SpawnError`` with one line) with its
+``LocalProcess``, whose ``EndReader`` will say its exit status. With the keeper binary, the keeper
 is started with ``posix_spawn`` and the agent's argv after its own arguments;
 the keeper opens the run's log, enters the folder, starts the agent and says its
 pid on a status pipe, and its exit record is the agent's end. Without one (only
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents import keeper, procs
-from orchestrator.agents.ends import EndReader, KeeperRecord, WaitStatus, record_path
+from orchestrator.agents.local import EndReader, KeeperRecord, LocalProcess, WaitStatus, record_path
 from orchestrator.agents.posix_child import PosixChild, spawn, start_direct
 from orchestrator.agents.spec import LaunchSpec, SpawnError, cannot_start, open_log
 
@@ -50,28 +50,19 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
 
 
-@dataclass
-class Started:
-    """An agent just started: the process (``ref`` None if it has ended already), what will say its end, and
-    the write of its stdin still under way."""
+async def start_process(launch: Launch, binary: Path | None) -> tuple[LocalProcess, asyncio.Future[None] | None]:
+    """Start the agent of ``launch`` under the keeper ``binary`` (None: by itself); raises ``SpawnError``.
 
-    pid: int
-    ref: procs.ProcRef | None
-    end: EndReader
-    writing: asyncio.Future[None] | None
-
-
-async def start_process(launch: Launch, binary: Path | None) -> Started:
-    """Start the agent of ``launch`` under the keeper ``binary`` (None: by itself); raises ``SpawnError``."""
+    Returns the agent's transport and the write of its stdin when that is still under way."""
     if binary is None:
         child = _direct(launch)
         pid = child.pid
     else:
         child, pid = await _kept(launch, binary)
-    ref = procs.ProcRef.of(pid)  # the agent, not its keeper: what a stop must reach
+    ref = procs.ProcRef.of(pid)  # the agent, not its keeper: what a stop must reach (None: it has ended already)
     end: EndReader = WaitStatus(child) if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
     writing = child.send(launch.stdin) if launch.stdin is not None else None
-    return Started(pid, ref, end, writing)
+    return LocalProcess(launch.spec, pid, ref, end), writing
 
 
 async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:

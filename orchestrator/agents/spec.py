@@ -59,6 +59,13 @@ class LaunchSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def transcript_path(spec: LaunchSpec) -> Path:
+    """The run's transcript (a Claude agent's events, one JSON object a line): ``spec.extra["transcript"]``, or
+    ``.orchestrator/runs/<run_id>/transcript.jsonl``."""
+    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
+    return Path(spec.extra.get("transcript") or default)
+
+
 def agent_environment(
     role: Role,
     root: Path,
@@ -72,7 +79,7 @@ def agent_environment(
 
     A batch role's list of memos is named by ``ORCHESTRATOR_MEMOS_FILE`` (``memos_file``, written by the caller)
     and is in ``ORCHESTRATOR_MEMOS`` only while it fits in ``memo_list.LIST_MAX``."""
-    env = dict(_role_environment(role))
+    env = _role_environment(role)
     env.update(
         {
             "ORCHESTRATOR_ROLE": role.name,
@@ -92,34 +99,19 @@ def agent_environment(
     return env
 
 
-_folders: dict[tuple[Path, str], Path] = {}
-
-
 def role_folder(root: Path, cwd: str) -> Path:
-    """The role's folder (``cwd`` under ``root``), symlinks resolved: once per folder, not at every start."""
-    key = (root, cwd)
-    folder = _folders.get(key)
-    if folder is None:
-        folder = _folders[key] = (root / cwd).resolve()
-    return folder
-
-
-_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
+    """The role's folder (``cwd`` under ``root``), symlinks resolved."""
+    return (root / cwd).resolve()
 
 
 def _role_environment(role: Role) -> dict[str, str]:
-    """Ours and the role's ``env``, made once per role: our environment does not change while we run, and
-    reading ``os.environ`` decodes every variable again."""
-    cached = _role_envs.get(id(role))
-    if cached is not None and cached[0] is role:
-        return cached[1]
+    """Ours and the role's ``env``, with the Claude CLI's own settings for a role that runs it."""
     env = dict(os.environ)
     if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own settings: claude_cli
         env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
         if not role.background_tasks:  # -p kills background tasks at the end of the turn, their work lost
             env["CLAUDE_CODE_DISABLE_BACKGROUND_TASKS"] = "1"
     env.update(role.env)
-    _role_envs[id(role)] = (role, env)
     return env
 
 

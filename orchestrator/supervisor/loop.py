@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.agents import children, keeper, procs
+from orchestrator.agents import keeper, procs
 from orchestrator.agents.spawner import Spawner, choose_spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
@@ -236,7 +236,6 @@ class Supervisor:
 
         self.loop = asyncio.get_running_loop()
         procs.become_subreaper()
-        children.use_pidfd_watcher()
         self.store.for_the_loop()
         for role in self.config.roles:
             # every folder now, so each is under the watch before a memo moves into it: a move into a folder

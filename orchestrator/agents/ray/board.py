@@ -24,9 +24,6 @@ class StopBoard:
     def stop(self, lease: str, grace: float) -> None:
         self.asked.setdefault(lease, grace)
 
-    def ask(self, lease: str) -> float | None:
-        return self.asked.get(lease)
-
     def post(self, lease: str, control: dict[str, Any]) -> None:
         self.mail.setdefault(lease, []).append(control)
 
@@ -48,14 +45,9 @@ def wrapper_task(payload: dict[str, Any], board: Any) -> Iterator[dict[str, Any]
     context = ray.get_runtime_context()
     node = f"{ray.util.get_node_ip_address()}/{context.get_node_id()[:8]}"
     timeout = max(1.0, spec.poll * 10)
-
-    def ask() -> float | None:
-        grace: float | None = ray.get(board.ask.remote(spec.lease), timeout=timeout)
-        return grace
-
     mail: list[dict[str, Any]] = []
 
-    def ask_and_collect() -> float | None:  # an sdk attempt: the stop request and the controls in one call
+    def ask() -> float | None:  # the stop request, and an sdk attempt's controls, in one call
         grace, controls = ray.get(board.poll.remote(spec.lease), timeout=timeout)
         mail.extend(controls)
         return grace if grace is None else float(grace)
@@ -65,8 +57,7 @@ def wrapper_task(payload: dict[str, Any], board: Any) -> Iterator[dict[str, Any]
         mail.clear()
         return controls
 
-    probe = ask if spec.backend == "command" else ask_and_collect
-    for message in wrapper.run(spec, probe, node, inbox if spec.backend == "sdk" else None):
+    for message in wrapper.run(spec, ask, node, inbox if spec.backend == "sdk" else None):
         data = message.model_dump()
         if data["type"] == "started":
             data["node_id"] = context.get_node_id()

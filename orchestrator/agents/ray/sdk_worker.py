@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.claude_cli import resolve_cli_path
 from orchestrator.agents.ray.wire import ControlAnswer, Payload, SdkEvent, TranscriptLines
-from orchestrator.agents.sdk.backend import RUNNER_MODULE, resolve_cli_path, runner_environment
+from orchestrator.agents.sdk.backend import RUNNER_MODULE, runner_environment
 from orchestrator.agents.sdk.protocol import DoneEvent, ProtocolError, parse_event
 
 TRANSCRIPT_CHUNK = 1024 * 1024  # the most transcript text one message carries
@@ -147,10 +148,3 @@ class SdkSession:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-
-
-def runner_cwd(payload: Payload, folder: Path) -> Path:
-    """The runner's folder on this worker: the role's ``cwd`` under the project root if the worker has it, else the
-    attempt's private folder (as for a command role)."""
-    workdir = Path(payload.root) / payload.cwd
-    return workdir if workdir.is_dir() else folder

@@ -54,7 +54,7 @@ from orchestrator.agents.ray.wire import (
 from orchestrator.agents.sdk.backend import runner_spec
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import ProtocolError, explain, parse_event
-from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder
+from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder, transcript_path
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.clock import Clock, SystemClock
 
@@ -194,7 +194,7 @@ class RaySpawner(HandleStops):
         if spec.role.backend != "sdk":
             return None
         attempt.board = BoardCarrier(attempt, self._post, self.settings.poll * 10 + BOARD_WAIT)
-        attempt.follow = SdkFollow(spec.run_id, _transcript(spec), spec.log_path, attempt.board)
+        attempt.follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, attempt.board)
         return attempt.follow
 
     @staticmethod
@@ -203,7 +203,9 @@ class RaySpawner(HandleStops):
         if spec.role.backend != "sdk":
             return head + " ".join(spec.role.command[:8]) + "\n"
         resume = spec.extra.get("resume")
-        return head + "sdk session" + (f" resuming {resume}" if resume else "") + f", transcript {_transcript(spec)}\n"
+        return (
+            head + "sdk session" + (f" resuming {resume}" if resume else "") + f", transcript {transcript_path(spec)}\n"
+        )
 
     async def _within(self, future: asyncio.Future[Any], seconds: float) -> bool:
         """Whether ``future`` is done within ``seconds`` on the supervisor's clock."""
@@ -388,16 +390,10 @@ def _apply_event(attempt: RayAttempt, line: str) -> None:
     attempt.follow.apply(event)
 
 
-def _transcript(spec: LaunchSpec) -> Path:
-    """Where the head keeps the run's transcript, as the local sdk backend does."""
-    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
-    return Path(spec.extra.get("transcript") or default)
-
-
 def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
     """The runner's spec as the head knows it; the wrapper fills in ``cwd``, ``transcript`` and ``cli_path``."""
     try:
-        return runner_spec(spec, None, role_folder(spec.root, spec.role.cwd), _transcript(spec))
+        return runner_spec(spec, None, role_folder(spec.root, spec.role.cwd), transcript_path(spec))
     except ValidationError as exc:
         raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
 

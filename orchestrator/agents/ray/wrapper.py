@@ -80,11 +80,6 @@ def sweep_orphans(root: str) -> list[int]:
     return sorted(set(ended))
 
 
-def node_name() -> str:
-    """How ``status`` names this node when Ray does not say: the host name."""
-    return os.uname().nodename
-
-
 def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> Iterator[AnyMessage]:
     """The wrapper's life as a stream of messages: started (or start failed), output and beats, then ended.
 
@@ -104,7 +99,7 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
         session = SdkSession(payload, folder, out)
     try:
         try:
-            proc = _start(payload, folder) if session is None else _start_sdk(payload, folder, session)
+            proc = _start(payload, folder) if session is None else session.start(*_environment(payload, folder))
         except (OSError, ValueError) as exc:
             what = "the sdk runner" if session is not None else repr(payload.argv[0])
             yield StartFailed(lease=lease, reason=f"cannot start {what} on {node}: {exc}", node=node)
@@ -150,12 +145,6 @@ def _start(payload: Payload, folder: Path) -> subprocess.Popen[bytes]:
         env=env,
         start_new_session=True,
     )
-
-
-def _start_sdk(payload: Payload, folder: Path, session: Any) -> subprocess.Popen[bytes]:
-    env, cwd = _environment(payload, folder)
-    proc: subprocess.Popen[bytes] = session.start(env, cwd)
-    return proc
 
 
 def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
@@ -235,6 +224,8 @@ def _watch(
     text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
     last_said = last_heard = time.monotonic()
     closed = False
+    grace: float | None = None  # set: a stop was asked for (``why``), else the agent exited by itself
+    why = "asked"
     while True:
         data, ended_output = _drain(out, 0.0 if closed else payload.poll)
         closed = closed or ended_output
@@ -263,35 +254,30 @@ def _watch(
             why = "asked"
         if grace is not None:
             report = asyncio.run(procs.stop_tree(target, grace))
-            proc.wait()
-            reader.join(timeout=2)
-            rest, _ = _drain(out, 0.0)
-            if rest:
-                yield Output(lease=lease, data=text.decode(rest, final=True))
-            if session is not None:
-                yield from session.finish()
-            yield Ended(
-                lease=lease,
-                code=proc.returncode,
-                stopped=True,
-                why=why,
-                pids=report.pids,
-                seconds=round(report.seconds, 3),
-                escalated=report.escalated,
-                survivors=report.survivors,
-            )
-            return
+            code = proc.wait()
+            break
         if now - last_said >= payload.beat:
             yield Beat(lease=lease)
             last_said = now
-    # what the agent left in its group or under its run id after it exited (only this attempt's): killed before
-    # the output is read to its end, since a leftover may hold the pipe open
-    left = procs.Target(None, target.pgid, target.run_id, target.project_root, attempt=target.attempt)
-    report = asyncio.run(procs.stop_tree(left, payload.poll)) if procs.find_tree(left) else procs.KillReport()
+    if grace is None:
+        # what the agent left in its group or under its run id after it exited (only this attempt's): killed
+        # before the output is read to its end, since a leftover may hold the pipe open
+        left = procs.Target(None, target.pgid, target.run_id, target.project_root, attempt=target.attempt)
+        report = asyncio.run(procs.stop_tree(left, payload.poll)) if procs.find_tree(left) else procs.KillReport()
     reader.join(timeout=2)
     rest, _ = _drain(out, 0.0)
     if rest:
         yield Output(lease=lease, data=text.decode(rest, final=True))
     if session is not None:
         yield from session.finish()
-    yield Ended(lease=lease, code=code, pids=report.pids, seconds=round(report.seconds, 3))
+    stopped = grace is not None
+    yield Ended(
+        lease=lease,
+        code=code,
+        stopped=stopped,
+        why=why if stopped else None,
+        pids=report.pids,
+        seconds=round(report.seconds, 3),
+        escalated=report.escalated and stopped,
+        survivors=report.survivors if stopped else [],
+    )

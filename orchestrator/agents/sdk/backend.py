@@ -7,29 +7,9 @@ stall the supervisor's loop. This module writes the runner's spec and gives the
 run's ``Agent`` an ``SdkFollow`` whose carrier is the runner's Unix socket
 (``SocketChannel``; an event log and a result file beside it, ``channel``), so the
 runner outlives an orchestrator that dies: at the restart ``adopt_sdk`` reconnects
-to a live runner and ``recorded_sdk`` reads what an ended one left.
-
-API used by the supervisor:
-
-``check_role(role, root=None)``
-    Start-up check: raises ``ConfigError`` when claude-agent-sdk is not installed
-    or ``cli_path`` is not an executable file (relative paths are from ``root``).
-``await start_sdk(spec, on_exit, keeper) -> Agent``
-    Like ``command.start_command``; under the ``keeper`` binary when there is one. ``spec.extra`` may hold
-    ``resume`` (a session id to continue), ``transcript`` (default
-    ``<root>/.orchestrator/runs/<run_id>/transcript.jsonl``) and ``per_run_usd``
-    (default: the role's ``budget.per_run_usd``). The agent's ``follower`` (``SdkFollow``) has the figures:
-    ``activity``, ``cost_usd``, ``result`` (``cost_usd``, ``input_tokens``,
-    ``output_tokens``, ``num_turns``, ``session_id``, ``is_error``, ``subtype``),
-    ``session_id`` (known from the session's start), ``failure_reason``,
-    ``budget_exceeded``, ``interrupted`` (an interrupt was sent and no
-    tell since), ``closing`` (the session takes no more turns; controls are
-    refused), ``transcript``, ``on_update(event)`` called after each event.
-
-The runner's exit status: 0 success, 1 failure, 3 interrupted, 4 per-run
-budget exceeded, 143 stopped by a signal. The messages both ways are the
-models in ``orchestrator.agents.sdk.protocol``, the only module of the runner's
-side that this one imports.
+to a live runner and ``recorded_sdk`` reads what an ended one left. The messages
+both ways are the models in ``protocol``, the only module of the runner's side
+that this one imports.
 """
 
 from __future__ import annotations
@@ -47,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import retry_environment
+from orchestrator.agents.claude_cli import resolve_cli_path, retry_environment
 from orchestrator.agents.handle import TASK_WAIT, Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.sdk import channel
@@ -66,7 +46,7 @@ from orchestrator.agents.sdk.protocol import (
     parse_event,
 )
 from orchestrator.agents.spawn import Launch, start_process
-from orchestrator.agents.spec import LaunchSpec, SpawnError, resolve_command, role_folder
+from orchestrator.agents.spec import LaunchSpec, SpawnError, role_folder, transcript_path
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 
@@ -74,11 +54,6 @@ RUNNER_MODULE = "orchestrator.agents.sdk.runner"
 CONNECT_WAIT = 5.0  # how long a control waits for the socket of a runner just started or adopted
 EVENT_LINE_LIMIT = 4 * 1024 * 1024  # one event line; the runner keeps them small, this only bounds a broken one
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
-
-
-def resolve_cli_path(cli_path: str, root: Path) -> str | None:
-    """The CLI's full path (a bare name is looked up on PATH, a relative path is from ``root``), or None."""
-    return resolve_command([os.path.expanduser(cli_path)], root)
 
 
 def check_role(role: Role, root: Path | None = None) -> None:
@@ -259,7 +234,7 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
             first_line,  # the spec, then end of file: stdin carries nothing more
             (listener.fileno(),),
         )
-        started = await start_process(launch, keeper)
+        process, writing = await start_process(launch, keeper)
     except BaseException:
         if client is not None:
             client.close()
@@ -269,21 +244,10 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     carrier = SocketChannel(files)
     follow = SdkFollow(spec.run_id, transcript, spec.log_path, carrier)
     carrier.follow(client, follow)
-    agent = Agent(
-        spec,
-        LocalProcess(spec, started.pid, started.ref, started.end),
-        follower=follow,
-        outputs=(transcript, files.events),
-    )
-    agent.keep(started.writing)
+    agent = Agent(spec, process, follower=follow, outputs=(transcript, files.events))
+    agent.keep(writing)
     agent.watch(on_exit)
     return agent
-
-
-def transcript_path(spec: LaunchSpec) -> Path:
-    """The run's transcript: ``spec.extra["transcript"]``, or ``runs/<run_id>/transcript.jsonl``."""
-    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
-    return Path(spec.extra.get("transcript") or default)
 
 
 def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
@@ -293,23 +257,24 @@ def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> A
     its files instead, and takes no more controls.
     """
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    carrier = SocketChannel(files)
-    follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
     try:
         sock = channel.connect(files)
     except OSError:
         sock = None
-    if sock is None:
-        follow.restore(channel.recorded_events(files))
-    carrier.follow(sock, follow)
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=follow)
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=_taken_back(spec, files, sock))
 
 
 def recorded_sdk(spec: LaunchSpec, pid: int | None) -> Agent:
     """An attempt whose runner ended while the orchestrator was down, with the figures its files hold."""
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    carrier = SocketChannel(files, ended=True)
+    return Agent(spec, LocalProcess.recorded(spec, pid), follower=_taken_back(spec, files, None, ended=True))
+
+
+def _taken_back(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:
+    """The session of a runner taken back after a restart: followed on ``sock``, else from what its files hold."""
+    carrier = SocketChannel(files, ended)
     follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
-    follow.restore(channel.recorded_events(files))
-    carrier.follow(None, follow)
-    return Agent(spec, LocalProcess.recorded(spec, pid), follower=follow)
+    if sock is None:
+        follow.restore(channel.recorded_events(files))
+    carrier.follow(sock, follow)
+    return follow

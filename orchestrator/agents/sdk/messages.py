@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from orchestrator.agents.sdk.reasons import one_line
+from orchestrator.agents.claude_errors import one_line
 
 _BLOCK_TYPES = {
     "TextBlock": "text",

@@ -1,4 +1,7 @@
-"""Failure wording: one line that says what went wrong with the CLI, the API or the account, and what to do."""
+"""Failure wording for an sdk session: one line that says what went wrong with the CLI, the API or the account.
+
+Each reason is a ``claude_errors.Problem``, read by ``claude_errors.classify`` as a ``command`` agent's output
+is, so whether a retry can help travels with the words."""
 
 from __future__ import annotations
 
@@ -6,14 +9,8 @@ import math
 from collections import deque
 from typing import Any
 
-from orchestrator.agents.claude_errors import classify, limit_kind
-from orchestrator.agents.claude_errors import one_line as _one_line
+from orchestrator.agents.claude_errors import LIMIT_WINDOWS, Problem, classify, limit_kind, one_line
 from orchestrator.agents.sdk.protocol import SpecOptions
-
-
-def one_line(text: str, limit: int = 240) -> str:
-    """Whitespace collapsed, cut to ``limit`` characters."""
-    return _one_line(text, limit)
 
 
 def usd(amount: float) -> str:
@@ -29,47 +26,19 @@ def usd(amount: float) -> str:
     return f"${whole}.{cents.ljust(2, '0')}"
 
 
-def known_problem(text: str, error_kind: str | None = None, status: int | None = None) -> str | None:
-    """A one-line reason for the problems people meet most, or None."""
-    problem = classify(text, error_kind, status)
-    return problem.reason if problem else None
-
-
-def is_permanent(reason: str) -> bool:
-    """Whether a reason these functions gave describes a failure no retry can help (not logged in, ...)."""
-    return reason in _PERMANENT
-
-
-_PERMANENT: set[str] = set()  # the reasons given in this process that were permanent problems
-
-
-def _known(text: str, error_kind: str | None = None, status: int | None = None) -> str | None:
-    problem = classify(text, error_kind, status)
-    if problem is None:
-        return None
-    if problem.permanent:
-        _PERMANENT.add(problem.reason)
-    return problem.reason
-
-
-def describe_error_result(fields: dict[str, Any], error_kind: str | None, options: SpecOptions) -> str:
+def describe_error_result(fields: dict[str, Any], error_kind: str | None, options: SpecOptions) -> Problem:
     """Why a result with ``is_error`` failed, from its raw fields."""
     errors = [e for e in fields.get("errors") or [] if isinstance(e, str) and e.strip()]
     text = "; ".join(errors) or str(fields.get("result") or "").strip()
     subtype = str(fields.get("subtype") or "")
     if subtype == "error_max_turns":
-        return f"stopped after the role's max_turns ({options.max_turns}) turns"
+        return Problem(f"stopped after the role's max_turns ({options.max_turns}) turns")
     if subtype == "error_max_budget_usd":
-        return f"stopped at the role's max_budget_usd ({usd(options.max_budget_usd or 0)})"
+        return Problem(f"stopped at the role's max_budget_usd ({usd(options.max_budget_usd or 0)})")
     status = fields.get("api_error_status")
-    known = _known(text, error_kind, status if isinstance(status, int) else None)
-    if known:
-        return known
-    return f"Claude Code reported an error ({subtype or 'no subtype'}): {one_line(text or 'no details', 200)}"
-
-
-# the CLI's names for a plan's limit windows (``rate_limit_event``'s ``rateLimitType``), as ours
-_WINDOWS = {"five_hour": "five_hour", "seven_day": "weekly", "seven_day_opus": "weekly", "seven_day_sonnet": "weekly"}
+    known = classify(text, error_kind, status if isinstance(status, int) else None)
+    subtype = subtype or "no subtype"
+    return known or Problem(f"Claude Code reported an error ({subtype}): {one_line(text or 'no details', 200)}")
 
 
 def rejected_limit(info: Any) -> tuple[str, float | None] | None:
@@ -78,7 +47,7 @@ def rejected_limit(info: Any) -> tuple[str, float | None] | None:
         return None
     window = str(getattr(info, "rate_limit_type", None) or "")
     resets_at = getattr(info, "resets_at", None)
-    return _WINDOWS.get(window, window or "rate_limit"), float(resets_at) if isinstance(
+    return LIMIT_WINDOWS.get(window, window or "rate_limit"), float(resets_at) if isinstance(
         resets_at, int | float
     ) else None
 
@@ -108,12 +77,21 @@ def stderr_summary(lines: deque[str], count: int = 3) -> str:
     return " | ".join(tail)
 
 
-def describe_exception(exc: BaseException, stderr: deque[str], options: SpecOptions) -> str:
+def describe_exception(exc: BaseException, stderr: deque[str], options: SpecOptions) -> Problem:
     """One line for an exception from the SDK, with the CLI's last stderr lines where they explain it."""
-    from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, CLINotFoundError, ProcessError
+    from claude_agent_sdk import ProcessError
 
     tail = stderr_summary(stderr)
     result_data = getattr(exc, "data", None)  # ``ResultError`` (SDK 0.2): an error result, then a failed exit
+    if isinstance(exc, ProcessError) and isinstance(result_data, dict) and result_data.get("type") == "result":
+        return describe_error_result(result_data, None, options)
+    known = classify(tail) if tail and isinstance(exc, ProcessError) else None
+    return known or Problem(_exception_reason(exc, tail, options))
+
+
+def _exception_reason(exc: BaseException, tail: str, options: SpecOptions) -> str:
+    from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, CLINotFoundError, ProcessError
+
     if isinstance(exc, CLINotFoundError):
         where = f" at {options.cli_path}" if options.cli_path else ""
         return (
@@ -124,12 +102,7 @@ def describe_exception(exc: BaseException, stderr: deque[str], options: SpecOpti
         return f"Claude Code wrote output that is not JSON: {one_line(exc.line, 120)!r}"
     if type(exc).__name__ == "MessageParseError":
         return f"Claude Code sent a message the SDK cannot read: {one_line(str(exc), 160)}"
-    if isinstance(exc, ProcessError) and isinstance(result_data, dict) and result_data.get("type") == "result":
-        return describe_error_result(result_data, None, options)
     if isinstance(exc, ProcessError):
-        known = _known(tail) if tail else None
-        if known:
-            return known
         status = f"status {exc.exit_code}" if exc.exit_code is not None else "an error"
         return f"Claude Code exited with {status}: " + (tail or "it wrote nothing to stderr")
     if isinstance(exc, CLIConnectionError):

@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 
+from orchestrator.agents.claude_errors import one_line
 from orchestrator.agents.sdk.broadcast import Broadcast
 from orchestrator.agents.sdk.options import build_options
 from orchestrator.agents.sdk.protocol import (
@@ -33,13 +34,12 @@ from orchestrator.agents.sdk.protocol import (
     RunnerSpec,
     parse_spec,
 )
-from orchestrator.agents.sdk.reasons import one_line
 from orchestrator.agents.sdk.session import Event, Session, StdinLine, start_stdin_reader
 from orchestrator.agents.sdk.transcript import Output
 
 
 def _restore_pythonpath() -> None:
-    """Put back the agent's own PYTHONPATH, which sdk_backend extended to find this package.
+    """Put back the agent's own PYTHONPATH, which ``backend.runner_environment`` extended to find this package.
 
     The interpreter has read it already; the CLI and its tools must see the original.
     """

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+from orchestrator.agents.claude_errors import Problem, one_line
 from orchestrator.agents.claude_stream import DENIED_FIX, NO_MODEL_CALL, denied_text
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
@@ -45,8 +46,6 @@ from orchestrator.agents.sdk.protocol import (
 from orchestrator.agents.sdk.reasons import (
     describe_error_result,
     describe_exception,
-    is_permanent,
-    one_line,
     rejected_limit,
     result_limit,
     stderr_summary,
@@ -301,10 +300,9 @@ class Session:
     async def _tell(self, text: str) -> None:
         if self.phase is Phase.WAITING:
             await self._send_turn(text, tell=True)
-        elif self.phase is Phase.TURN:  # written once a tool runs (``_next_event``); an ``end`` before drops it
-            self.pending.append(text)
-            self._report_tells()
-        elif self.phase is Phase.PAUSING:  # an interrupt may drop what the CLI has queued: wait for the turn's end
+        elif self.phase in _TAKES_TELLS:
+            # TURN: written once a tool runs (``_next_event``), dropped by an ``end`` before; PAUSING: held for the
+            # turn's end, since an interrupt may drop what the CLI has queued
             self.pending.append(text)
             self._report_tells()
         else:  # ENDING, INTERRUPTING
@@ -537,7 +535,7 @@ class Session:
 
     def fail(
         self,
-        reason: str,
+        reason: str | Problem,
         code: int = EXIT_FAILED,
         budget: bool = False,
         limit: tuple[str, float | None] | None = None,
@@ -548,11 +546,13 @@ class Session:
         ``limit``: (kind, resets_at) when the account's usage or rate limit caused it (never permanent)."""
         if self.phase is Phase.DONE:
             return
+        if isinstance(reason, Problem):
+            permanent = permanent or reason.permanent
         kind, resets_at = limit or (None, None)
         failure = FailureEvent(
-            reason=one_line(reason, 600),
+            reason=one_line(reason.reason if isinstance(reason, Problem) else reason, 600),
             budget=budget,
-            permanent=(permanent or is_permanent(reason)) and limit is None,
+            permanent=permanent and limit is None,
             limit_kind=kind,
             resets_at=resets_at,
         )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.agents.claude_stream import tokens
+
 
 class Totals:
     """Cost, tokens and turns over every result of the session so far."""
@@ -28,19 +30,10 @@ class Totals:
         if result.total_cost_usd is not None:
             self.cost_usd = max(self.cost_usd, float(result.total_cost_usd))  # a running total; a crash may send 0
         self.num_turns += int(result.num_turns or 0)
-        usage = result.usage or {}
-        turn_input = _input_tokens(usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        turn_output = int(usage.get("output_tokens") or 0)
+        turn_input, turn_output = tokens(result.usage or {})
         self._turn_tokens = (self._turn_tokens[0] + turn_input, self._turn_tokens[1] + turn_output)
-        models = [m for m in (getattr(result, "model_usage", None) or {}).values() if isinstance(m, dict)]
-        if models:
-            self.input_tokens = sum(
-                _input_tokens(m, "inputTokens", "cacheCreationInputTokens", "cacheReadInputTokens") for m in models
-            )
-            self.output_tokens = sum(int(m.get("outputTokens") or 0) for m in models)
+        model_usage = getattr(result, "model_usage", None) or {}
+        if any(isinstance(m, dict) for m in model_usage.values()):
+            self.input_tokens, self.output_tokens = tokens({}, model_usage)
         else:
             self.input_tokens, self.output_tokens = self._turn_tokens
-
-
-def _input_tokens(usage: dict[str, Any], *keys: str) -> int:
-    return sum(int(usage.get(k) or 0) for k in keys)
