@@ -81,7 +81,7 @@ class DueTasks:
         wakes = self.wakes
         out = []
         folder = wakes.config.role_dir(name)
-        live = {m.memo_id for run in wakes.sup.lc.runs.values() for m in run.memos if run.role.name == name}
+        live = {m.memo_id for run in wakes.host.runs().values() for m in run.memos if run.role.name == name}
         for wake in records.pending_wakes(wakes.db, name):
             if (
                 wake["memo_id"] in live

@@ -1,4 +1,4 @@
-"""Holding a role's wakes while one of its signal or preflight commands fails (``Supervisor.holds``, source
+"""Holding a role's wakes while one of its signal or preflight commands fails (``host.holds``, source
 ``wake``), with one notice to the ``notify`` role when the hold begins and one when it is lifted."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class WakeHolds:
     def hold(self, name: str, reason: str) -> None:
         """Hold the role's wakes for ``reason``; the first time, tell the notify role."""
         wakes = self.wakes
-        if wakes.sup.holds.hold(name, HOLD_SOURCE, reason):
+        if wakes.host.holds.hold(name, HOLD_SOURCE, reason):
             wakes.console.line(f"wake held: {reason}", role=name)
             if reason.startswith("preflight ") and name in wakes.preflight.told:
                 return  # the notify role was told of this preflight failure already, for the role's runs
@@ -36,7 +36,7 @@ class WakeHolds:
     def release(self, name: str) -> None:
         """Lift the role's wake hold; tell the notify role when it was told of the hold."""
         wakes = self.wakes
-        if wakes.sup.holds.release(name, HOLD_SOURCE) and name in self.told:
+        if wakes.host.holds.release(name, HOLD_SOURCE) and name in self.told:
             self.told.discard(name)
             wakes.writer.notice(
                 name,
@@ -46,5 +46,5 @@ class WakeHolds:
 
     def preflight_recovered(self, name: str) -> None:
         """The role's preflight passed (before a run): a wake hold that a failing preflight set is lifted too."""
-        if self.wakes.sup.holds.current.get(name, {}).get(HOLD_SOURCE, "").startswith("preflight "):
+        if self.wakes.host.holds.current.get(name, {}).get(HOLD_SOURCE, "").startswith("preflight "):
             self.release(name)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.core.clock import iso
-from orchestrator.core.events import MemoSeen
 from orchestrator.intake.memo import INBOX, new_memo_id, render_memo, slug, write_atomically
 from orchestrator.schedule import records, rules
 
@@ -83,7 +82,7 @@ class MemoWriter:
             wakes.wake_ids.discard(stem)
             wakes.console.error(f"internal error: cannot write {path}: {exc}")
             return None
-        wakes.sup.intake.seen(MemoSeen(name, path, complete=True))
+        wakes.host.offer_memo(name, path)
         return path
 
     def notice(self, name: str, subject: str, body: str) -> None:
@@ -107,4 +106,4 @@ class MemoWriter:
         except OSError as exc:
             wakes.console.error(f"cannot write the notice {path}: {exc}")
             return
-        wakes.sup.intake.seen(MemoSeen(notify, path, complete=True))
+        wakes.host.offer_memo(notify, path)
