@@ -13,7 +13,7 @@ from orchestrator.schedule import records, rules
 
 if TYPE_CHECKING:
     from orchestrator.config import Role
-    from orchestrator.schedule.wakes import Wakes
+    from orchestrator.schedule.context import ScheduleContext
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class Due:
 class DueTasks:
     """The due tasks and pending wakes of one supervisor's roles, read from the schedule records."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext) -> None:
+        self.wakes = context
 
     def tasks(self, name: str, now: datetime, write: bool = True) -> list[Due]:
         """Every task of the role (its rules and its open ledger tasks) with when it is due."""

@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.schedule.wakes import Wakes
+    from collections.abc import Callable
+
+    from orchestrator.schedule.context import ScheduleContext
+    from orchestrator.schedule.writer import MemoWriter
 
 HOLD_SOURCE = "wake"
 
@@ -14,8 +17,10 @@ HOLD_SOURCE = "wake"
 class WakeHolds:
     """The wake holds of one supervisor's roles, and whom the ``notify`` role was told of."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext, writer: MemoWriter, preflight_told: Callable[[str], bool]) -> None:
+        self.wakes = context
+        self.writer = writer
+        self.preflight_told = preflight_told  # the preflight gate told the notify role of this role's failure
         self.told: set[str] = set()  # roles whose notify role was told of a held wake, to be told of the recovery
 
     def hold(self, name: str, reason: str) -> None:
@@ -23,10 +28,10 @@ class WakeHolds:
         wakes = self.wakes
         if wakes.host.holds.hold(name, HOLD_SOURCE, reason):
             wakes.console.line(f"wake held: {reason}", role=name)
-            if reason.startswith("preflight ") and name in wakes.preflight.told:
+            if reason.startswith("preflight ") and self.preflight_told(name):
                 return  # the notify role was told of this preflight failure already, for the role's runs
             self.told.add(name)
-            wakes.writer.notice(
+            self.writer.notice(
                 name,
                 f"Held: wakes of {name}",
                 f"The wakes of role **{name}** are held: {reason}\n"
@@ -38,7 +43,7 @@ class WakeHolds:
         wakes = self.wakes
         if wakes.host.holds.release(name, HOLD_SOURCE) and name in self.told:
             self.told.discard(name)
-            wakes.writer.notice(
+            self.writer.notice(
                 name,
                 f"Recovered: wakes of {name}",
                 f"The signals and preflight of role **{name}** succeed again; its wakes go on.",

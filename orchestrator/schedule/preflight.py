@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.core.clock import Timer
 from orchestrator.schedule.probes import Probe, ProbeResult
-from orchestrator.supervisor.extension import Handler, Host
+from orchestrator.supervisor.extension import Handler
 
 if TYPE_CHECKING:
     from orchestrator.config import Role
-    from orchestrator.schedule.wakes import Wakes
+    from orchestrator.schedule.context import ScheduleContext
+    from orchestrator.schedule.holds import WakeHolds
+    from orchestrator.schedule.writer import MemoWriter
 
 SOURCE = "preflight"  # the name of this module's holds in ``status``
 
@@ -58,9 +60,11 @@ def preflight_probes(role: Role) -> list[Probe]:
 class PreflightGate:
     """Holds each role with preflight commands until they have passed within its ``preflight_reuse``."""
 
-    def __init__(self, host: Host, wakes: Wakes) -> None:
-        self.host = host
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext, writer: MemoWriter, holding: WakeHolds) -> None:
+        self.host = host = context.host
+        self.wakes = context
+        self.writer = writer
+        self.holding = holding
         self.roles = {name: role for name, role in host.config.roles.items() if role.preflight}
         self.recheck_after = max(0.05, host.config.rescan_interval)
         self.passed_until: dict[str, float] = {}  # monotonic time until which the last success is reused
@@ -146,12 +150,12 @@ class PreflightGate:
         self.host.holds.release(name, SOURCE, quiet=not was_failing)
         if name in self.told:
             self.told.discard(name)
-            self.wakes.writer.notice(
+            self.writer.notice(
                 name,
                 f"Recovered: runs of {name}",
                 f"The preflight of role **{name}** passes again; its memos start.",
             )
-        self.wakes.holding.preflight_recovered(name)
+        self.holding.preflight_recovered(name)
 
     def _failed(self, name: str, reason: str, tell: bool) -> None:
         self.passed_until.pop(name, None)
@@ -159,7 +163,7 @@ class PreflightGate:
         self.failing[name] = reason
         if self.host.holds.hold(name, SOURCE, reason) and tell and name not in self.told:
             self.told.add(name)
-            self.wakes.writer.notice(
+            self.writer.notice(
                 name,
                 f"Held: runs of {name}",
                 f"The runs of role **{name}** are held: {reason}\n"

@@ -26,7 +26,7 @@ import asyncio
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +36,12 @@ from orchestrator.core.events import RunFinished, ScheduleChanged, WakeRequested
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.schedule import records, rules
+from orchestrator.schedule.context import ScheduleContext
 from orchestrator.schedule.due import DueTasks
 from orchestrator.schedule.holds import WakeHolds
 from orchestrator.schedule.jobs import Job, Jobs
 from orchestrator.schedule.preflight import PreflightGate, preflight_probes
-from orchestrator.schedule.probes import Probe, ProbeResult, run_probes
+from orchestrator.schedule.probes import Probe, ProbeResult
 from orchestrator.schedule.settings import zone
 from orchestrator.schedule.writer import MemoWriter, wake_text
 from orchestrator.supervisor.extension import Extension, Handler, Host
@@ -79,23 +80,39 @@ class Wakes(Extension):
         self.console = host.console
         self.db = host.store.db
         records.ensure_tables(self.db)
-        self.tz = zone(self.config.timezone)
+        # shared with the helpers: the wake ids on record (other memos cost no query), the roles probing now,
+        # the commands under way, the zone and the probe runner (the one boundary the replay tests replace)
+        self.context = ScheduleContext(host, zone(self.config.timezone), records.wake_ids(self.db))
+        self.wake_ids = self.context.wake_ids
+        self.probing = self.context.probing
+        self.tasks = self.context.tasks
         self.timer: Timer | None = None
         self.started = False
         self.next_tick: dict[str, datetime] = {}
         self.not_before: dict[str, datetime] = {}
-        self.probing: set[str] = set()
-        self.tasks: set[asyncio.Task[Any]] = set()
-        # the ids of every wake memo on record (only this loop writes them): other memos cost no query
-        self.wake_ids: set[str] = records.wake_ids(self.db)
-        # the one boundary the replay tests replace: running the signal and preflight commands
-        self.probe_runner: Callable[[list[Probe], Path], Any] = run_probes
         self._post: Callable[[Any], None] = host.post  # events of this module's own, through the loop
-        self.due = DueTasks(self)
-        self.writer = MemoWriter(self)
-        self.holding = WakeHolds(self)
-        self.jobs = Jobs(self)
-        self.preflight = PreflightGate(host, self)  # the preflight before every run, not only wakes
+        self.due = DueTasks(self.context)
+        self.writer = MemoWriter(self.context)
+        self.jobs = Jobs(self.context, self.due, self.writer)
+        self.holding = WakeHolds(self.context, self.writer, lambda name: name in self.preflight.told)
+        # the preflight before every run, not only wakes
+        self.preflight = PreflightGate(self.context, self.writer, self.holding)
+
+    @property
+    def tz(self) -> tzinfo:
+        return self.context.tz
+
+    @tz.setter
+    def tz(self, value: tzinfo) -> None:
+        self.context.tz = value
+
+    @property
+    def probe_runner(self) -> Callable[[list[Probe], Path], Any]:
+        return self.context.probe_runner
+
+    @probe_runner.setter
+    def probe_runner(self, value: Callable[[list[Probe], Path], Any]) -> None:
+        self.context.probe_runner = value
 
     def handlers(self) -> Mapping[type, Handler]:
         return {

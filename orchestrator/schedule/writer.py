@@ -12,7 +12,7 @@ from orchestrator.intake.memo import INBOX, new_memo_id, render_memo, slug, writ
 from orchestrator.schedule import records, rules
 
 if TYPE_CHECKING:
-    from orchestrator.schedule.wakes import Wakes
+    from orchestrator.schedule.context import ScheduleContext
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def wake_text(picked: rules.Picked, news: list[tuple[str, str]]) -> WakeText:
 class MemoWriter:
     """The inbox writes of one supervisor's scheduler."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext) -> None:
+        self.wakes = context
 
     def write(
         self,
