@@ -6,6 +6,9 @@ removes the records of old finished runs in small transactions; CLI commands ope
 for ``status``, ``history`` and ``trace`` when no orchestrator is running. Rows are plain dicts to the rest
 of the code. Text is stored in a safe form (``safe_text``): a memo's file name
 need not be UTF-8, and SQLite refuses what is not.
+
+These are the runs' tables; a feature keeps its own tables and queries in its own module over the same
+connection (``schedule.records``, ``supervisor.breaker``) and makes them itself.
 """
 
 from __future__ import annotations
