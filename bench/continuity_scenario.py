@@ -38,11 +38,11 @@ def _fill(root: Path, role: str) -> None:
 
 def continuity(ctx):  # type: ignore[no-untyped-def]
     from harness import Orchestrator, Stats
+    from orchestrator.compose import build_supervisor
     from orchestrator.config import load_config
     from orchestrator.console import Console
     from orchestrator.core.clock import SystemClock
     from orchestrator.core.run import MemoRef, Run
-    from orchestrator.supervisor.loop import Supervisor
     from scenarios import Outcome, Row, _check_once, _latencies, _paced_drops, _wait_drained
 
     out = Outcome("continuity")
@@ -55,7 +55,7 @@ def continuity(ctx):  # type: ignore[no-untyped-def]
     (project.root / "prompts" / "r0.md").write_text(prompt, encoding="utf-8")
     _fill(project.root, "r0")
     config = load_config(project.root)
-    sup = Supervisor(config, Console(None, stream=io.StringIO(), live=False), clock=SystemClock())
+    sup = build_supervisor(config, Console(None, stream=io.StringIO(), live=False), clock=SystemClock())
     memo = project.root / "memo" / "r0" / "active" / "m.md"
     memo.write_text("---\nid: m\n---\nwork\n", encoding="utf-8")
     run = Run(run_id=1, role=config.roles["r0"], memos=[MemoRef("m.md", memo, "m")], arrival=0, attempt=1, seq=1)

@@ -53,10 +53,15 @@ def _memo(memo_id: str, role: str, sender: str, created: str, reply_to: str | No
 def generate(root: Path, count: int, now: datetime) -> str:
     """``count`` finished runs and their memos, the newest ending now; returns the id of a memo to trace."""
     sys.path.insert(0, str(HERE.parent))
+    from orchestrator.schedule import records
     from orchestrator.store import Store
+    from orchestrator.supervisor import breaker
 
     state = root / ".orchestrator"
-    Store(state / "state.db").close()  # the schema, as the orchestrator makes it
+    store = Store(state / "state.db")  # the schema, as the orchestrator and its features make it
+    breaker.ensure_tables(store.db)
+    records.ensure_tables(store.db)
+    store.close()
     for role in ROLES:
         (root / "memo" / role / "archive").mkdir(parents=True, exist_ok=True)
     step = 86400.0 / PER_DAY
@@ -286,9 +291,14 @@ def _stand_in_runs(ctx: Any, memos: int) -> dict[str, float]:
             (inbox / f"m{i:04d}.md").write_text(memo_text(i, role), encoding="utf-8")
     empty = project.root / "empty.db"
     sys.path.insert(0, str(HERE.parent))
+    from orchestrator.schedule import records
     from orchestrator.store import Store
+    from orchestrator.supervisor import breaker
 
-    Store(empty).close()
+    store = Store(empty)  # every table the orchestrator and its features make, with no row
+    breaker.ensure_tables(store.db)
+    records.ensure_tables(store.db)
+    store.close()
     orch = Orchestrator(project)
     orch.env_extra = {"STANDIN_RECORD": str(project.root / "stand_in.jsonl")}
     orch.start()

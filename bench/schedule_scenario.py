@@ -70,6 +70,7 @@ def _seed(root: Path, roles: list[str], first_tick: datetime) -> dict[str, datet
 
     (root / ".orchestrator").mkdir(parents=True, exist_ok=True)
     store = Store(root / ".orchestrator" / "state.db")
+    records.ensure_tables(store.db)
     ticks = {}
     try:
         for k, role in enumerate(roles):

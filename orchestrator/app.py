@@ -107,7 +107,7 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
 
 def run_up(root: Path, *, until_idle: bool = False, plain: bool = False, host: Host | None = None) -> int:
     """``host``: what the start checks read of the machine (``ops.doctor.Host``; tests give their own)."""
-    from orchestrator.supervisor.loop import Supervisor
+    from orchestrator.compose import build_supervisor
 
     config = load_config(root)
     preflight(config)
@@ -116,7 +116,7 @@ def run_up(root: Path, *, until_idle: bool = False, plain: bool = False, host: H
         console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
         for finding in warnings:
             console.line(f"warning: {finding.text}")
-        supervisor = Supervisor(config, console, until_idle=until_idle)
+        supervisor = build_supervisor(config, console, until_idle=until_idle)
         try:
             code = asyncio.run(supervisor.serve())
         except OSError as exc:  # say the inotify instance limit, or a file system without sockets

@@ -30,14 +30,15 @@ from orchestrator.core.turn import at_turn_end
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from rich.console import Console as RichConsole
     from rich.console import Group
     from rich.live import Live
 
     from orchestrator.core.run import Run
+    from orchestrator.core.snapshot import Snapshot
     from orchestrator.core.states import RunState
-    from orchestrator.supervisor.loop import Supervisor
 
 RECENT_EVENTS = 12
 REFRESH = 0.25
@@ -442,8 +443,9 @@ class Console:
             self._log = None
 
     # live view ---------------------------------------------------------
-    def start_live(self, sup: Supervisor) -> None:
-        """Start the live view on a terminal (nothing otherwise), redrawn every ``REFRESH`` seconds."""
+    def start_live(self, view: Callable[[], Snapshot]) -> None:
+        """Start the live view on a terminal (nothing otherwise), redrawn every ``REFRESH`` seconds from ``view``
+        (the supervisor's light snapshot, taken on the loop's thread)."""
         if not self.live_wanted:
             return
         import asyncio
@@ -451,14 +453,16 @@ class Console:
         from rich.console import Console as RichConsole
         from rich.live import Live
 
-        self._live = Live(self.render(sup), console=RichConsole(file=self.stream), auto_refresh=False, transient=False)
+        self._live = Live(
+            self.render(view()), console=RichConsole(file=self.stream), auto_refresh=False, transient=False
+        )
         self._live.start()
 
         async def refresh() -> None:
             while True:
                 await asyncio.sleep(REFRESH)
                 if self._live is not None:
-                    self._live.update(self.render(sup), refresh=True)
+                    self._live.update(self.render(view()), refresh=True)
 
         self._task = asyncio.ensure_future(refresh())
 
@@ -473,9 +477,9 @@ class Console:
             with contextlib.suppress(OSError, ValueError):
                 self._log.flush()
 
-    def render(self, sup: Supervisor) -> Group:
-        """The live view of ``sup`` now."""
-        return render_view(sup.snapshot_light())
+    def render(self, snapshot: Snapshot) -> Group:
+        """The live view of one snapshot."""
+        return render_view(snapshot.to_json())
 
 
 def render_view(snap: dict[str, Any]) -> Group:

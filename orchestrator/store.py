@@ -6,6 +6,9 @@ removes the records of old finished runs in small transactions; CLI commands ope
 for ``status``, ``history`` and ``trace`` when no orchestrator is running. Rows are plain dicts to the rest
 of the code. Text is stored in a safe form (``safe_text``): a memo's file name
 need not be UTF-8, and SQLite refuses what is not.
+
+These are the runs' tables; a feature keeps its own tables and queries in its own module over the same
+connection (``schedule.records``, ``supervisor.breaker``) and makes them itself.
 """
 
 from __future__ import annotations
@@ -87,77 +90,6 @@ CREATE TABLE IF NOT EXISTS memo_attempts (
     name     TEXT NOT NULL,
     attempts INTEGER NOT NULL,
     PRIMARY KEY (role, name)
-);
-CREATE TABLE IF NOT EXISTS wake_memos (      -- every wake memo written, and how its run ended (orchestrator/schedule)
-    memo_id    TEXT PRIMARY KEY,
-    role       TEXT NOT NULL,
-    name       TEXT NOT NULL,               -- its file name when written
-    tasks      TEXT NOT NULL,               -- JSON list of the task names it carries
-    tasks_text TEXT NOT NULL DEFAULT '',
-    signals_text TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL,
-    outcome    TEXT,                        -- null while its run may still happen; else the run's end state
-    run_id     INTEGER,
-    seq        INTEGER,
-    ended_at   TEXT
-);
-CREATE INDEX IF NOT EXISTS wake_memos_pending ON wake_memos(role, outcome);
-CREATE TABLE IF NOT EXISTS task_done (       -- the last time each task was done: by a wake whose run succeeded
-    role     TEXT NOT NULL,
-    task     TEXT NOT NULL,
-    first_seen TEXT NOT NULL,
-    done_at  TEXT,
-    run_id   INTEGER,
-    seq      INTEGER,
-    PRIMARY KEY (role, task)
-);
-CREATE TABLE IF NOT EXISTS ledger (          -- one-off tasks from `orchestrator task add`
-    id         TEXT PRIMARY KEY,
-    role       TEXT NOT NULL,
-    text       TEXT NOT NULL,
-    due_at     TEXT NOT NULL,
-    priority   INTEGER NOT NULL,
-    created_at TEXT NOT NULL,
-    done_at    TEXT,
-    run_id     INTEGER,
-    seq        INTEGER
-);
-CREATE TABLE IF NOT EXISTS wake_state (      -- per role: the last heartbeat tick and the last wake's outcome or skip
-    role        TEXT PRIMARY KEY,
-    last_tick   TEXT,
-    last_event  TEXT,
-    last_reason TEXT,
-    last_at     TEXT
-);
-CREATE TABLE IF NOT EXISTS wake_skips (
-    role   TEXT NOT NULL,
-    reason TEXT NOT NULL,                   -- idle, quiet hours, budget, held, coalesced, ending
-    count  INTEGER NOT NULL,
-    PRIMARY KEY (role, reason)
-);
-CREATE TABLE IF NOT EXISTS memo_links (  -- every memo the loop breaker checked at its claim
-    role      TEXT NOT NULL,              -- the role it was addressed to (its folder)
-    name      TEXT NOT NULL,
-    memo_id   TEXT,
-    reply_to  TEXT,
-    sender    TEXT,                       -- its `from`, normalised (lower case, dashes)
-    written_ts REAL NOT NULL,             -- when it was written (seconds since the epoch): its created_at, when
-                                          -- sane, else when the supervisor first saw it (limits.pair_rate)
-    outcome   TEXT NOT NULL,              -- delivered | held
-    PRIMARY KEY (role, name)
-);
-CREATE INDEX IF NOT EXISTS memo_links_id ON memo_links(memo_id);
-CREATE TABLE IF NOT EXISTS memo_releases (  -- `orchestrator release`: these memos are never held again
-    role        TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    memo_id     TEXT,
-    released_at TEXT NOT NULL,
-    who         TEXT
-);
-CREATE TABLE IF NOT EXISTS breaker_notices (  -- one notice to the notify role per held chain
-    chain       TEXT PRIMARY KEY,
-    noticed_at  TEXT NOT NULL,
-    notice_path TEXT
 );
 CREATE TABLE IF NOT EXISTS run_memos (   -- which runs held a memo (its role and file name): trace reads no other run
     role   TEXT NOT NULL,
@@ -544,17 +476,12 @@ def _migrate(db: sqlite3.Connection) -> None:
     if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
         db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
-    links = {row[1] for row in db.execute("PRAGMA table_info(memo_links)")}
-    if "seen_ts" in links:  # the time of its check at the claim: the nearest to a written time those rows have
-        db.execute("ALTER TABLE memo_links RENAME COLUMN seen_ts TO written_ts")  # its index follows
-    db.execute("CREATE INDEX IF NOT EXISTS memo_links_pair ON memo_links(sender, role, written_ts)")
     for column in ("log_pruned_at", "transcript_pruned_at"):  # when retention removed the run's log, its transcript
         if column not in columns:
             db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_time ON runs({RUN_TIME})")  # history --since/--until, budgets
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_role_time ON runs(role, {RUN_TIME})")  # history --role
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_end ON runs({RUN_END})")  # retention: what ended before a time
-    db.execute("CREATE INDEX IF NOT EXISTS memo_links_written ON memo_links(written_ts)")  # retention
     if db.execute("SELECT 1 FROM meta WHERE key = 'run_memos'").fetchone() is None:
         # the runs recorded before ``run_memos`` existed; once, in the same transaction as the mark
         db.execute("BEGIN")

@@ -20,8 +20,10 @@ from typing import Any
 import yaml
 
 from orchestrator.agents.spec import SpawnError
+from orchestrator.compose import build_supervisor
 from orchestrator.config import load_config
 from orchestrator.console import Console
+from orchestrator.continuity.hooks import Continuity
 from orchestrator.core.agent import AttemptVerdict, KillReport, UsageLimit
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
@@ -29,7 +31,9 @@ from orchestrator.core.events import CancelRequested, InterruptRequested, MemoSe
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
-from orchestrator.supervisor.loop import Supervisor
+from orchestrator.memory.curator import MemoryCurator
+from orchestrator.retention.daily import DailyPass
+from orchestrator.schedule.wakes import Wakes
 
 
 class FakeAgent:
@@ -166,11 +170,28 @@ class Replay:
         self.clock = ManualClock(start)  # ``start``: the wall clock's first reading (default: a fixed day)
         self.spawner = FakeSpawner()
         self.console = RecordingConsole()
-        self.sup = Supervisor(self.config, self.console, clock=self.clock, spawner=self.spawner)
+        self.sup = build_supervisor(self.config, self.console, clock=self.clock, spawner=self.spawner)
         self.sup.loop = asyncio.get_running_loop()
         for role in self.config.roles:
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ the features
+    @property
+    def wakes(self) -> Wakes:
+        return self.sup.extension(Wakes)
+
+    @property
+    def memory(self) -> MemoryCurator:
+        return self.sup.extension(MemoryCurator)
+
+    @property
+    def continuity(self) -> Continuity:
+        return self.sup.extension(Continuity)
+
+    @property
+    def retention(self) -> DailyPass:
+        return self.sup.extension(DailyPass)
 
     # ------------------------------------------------------------ script
     async def settle(self) -> None:

@@ -22,7 +22,7 @@ import pytest
 from conftest import wait_for
 from orchestrator.agents import keeper
 from orchestrator.core.clock import iso
-from orchestrator.supervisor.adoption import EXEC_WAIT, POLL, Adopter
+from orchestrator.supervisor.adoption import EXEC_WAIT, POLL
 from orchestrator.supervisor.recovery import recover
 from replay import Replay
 
@@ -50,7 +50,7 @@ def exit_record(r: Replay, run_id: int, attempt: int, text: str) -> None:
 
 
 async def restart(r: Replay) -> None:
-    await recover(r.config, r.sup.store, r.console, r.sup.lc, Adopter(*r.sup._recovery_parts()))
+    await recover(r.config, r.sup.store, r.console, r.sup.lc, r.sup.make_adopter())
     await r.settle()
 
 

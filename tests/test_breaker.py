@@ -21,7 +21,7 @@ from orchestrator.core.events import MemoSeen
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import parse_front_matter
 from orchestrator.store import Store
-from orchestrator.supervisor.breaker import CLOCK_SKEW, written_time
+from orchestrator.supervisor.breaker import CLOCK_SKEW, ensure_tables, written_time
 from orchestrator.tools.release import release
 from replay import Replay
 
@@ -279,6 +279,7 @@ def test_links_recorded_before_written_times_are_kept(tmp_path: Path) -> None:
     old.commit()
     old.close()
     store = Store(path)
+    ensure_tables(store.db)  # the breaker's own tables, as its extension makes them at start-up
     rows = store.db.execute("SELECT name, written_ts FROM memo_links").fetchall()
     assert [tuple(row) for row in rows] == [("m.md", 1234.5)], "a claim time is the nearest to a written time they have"
     plan = store.db.execute(

@@ -62,7 +62,7 @@ def test_a_crash_between_entry_and_move_is_finished_without_a_second_entry(tmp_p
         r = continuity_replay(root)
         await r.drop("builder", "B-1.md")
         run = r.run_of("B-1")
-        r.sup.continuity.before_finish(run, RunState.SUCCEEDED, None)  # the entry is written ...
+        r.continuity.before_finish(run, RunState.SUCCEEDED, None)  # the entry is written ...
         r.close()  # ... and the orchestrator dies before the memo moves
         again = continuity_replay(root)
         await recover(again.config, again.sup.store, again.console, again.sup.lc)

@@ -371,7 +371,7 @@ def test_weekly_compaction_memo_once_then_its_answer_lets_retention_retire(tmp_p
             )
             for d in (1, 2, 3)
         ]
-        r.sup.memory.start()
+        r.memory.start()
         assert r.folder("keeper", "inbox") == []
         await r.advance((6 * 24 + 14) * 3600 + 60)  # to Sunday 23:01
         assert r.folder("keeper", "inbox") == ["memory-weekly-2026-W49.md"]
@@ -379,7 +379,7 @@ def test_weekly_compaction_memo_once_then_its_answer_lets_retention_retire(tmp_p
         command = f"orchestrator memory add --role builder --layer weekly --period 2026-W49 --summarises {','.join(map(str, ids))}"
         assert command in text and "day 2" in text
         await r.advance(3600)
-        r.sup.memory.check()
+        r.memory.check()
         assert r.folder("keeper", "inbox") == ["memory-weekly-2026-W49.md"], "written once per period"
 
         # past retention, but no summary yet: nothing is deleted
@@ -410,8 +410,8 @@ def test_weekly_compaction_memo_once_then_its_answer_lets_retention_retire(tmp_p
         again = Replay(root, {"builder": {}, "keeper": {}}, memory={"keeper": "keeper", "daily_days": 3})
         (again.config.role_dir("keeper") / "inbox" / "memory-weekly-2026-W49.md").unlink()
         again.clock = ManualClock(datetime(2026, 12, 6, 23, 30).astimezone())
-        again.sup.memory.clock = again.clock
-        again.sup.memory.start()
+        again.memory.clock = again.clock
+        again.memory.start()
         assert again.folder("keeper", "inbox") == []
         again.close()
 

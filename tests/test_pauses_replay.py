@@ -129,12 +129,12 @@ def test_heartbeat_ticks_during_a_pause_are_skipped_as_paused(tmp_path: Path) ->
         r = Replay(root, roles, timezone="UTC")
         await r.drop("builder", "a.md")
         await hit_limit(r, "a", limit("weekly", r.clock.now().timestamp() + 7200))
-        r.sup.wakes.start()
+        r.wakes.start()
         await r.advance(0)
         await r.advance(1800)
         assert records.skips(r.sup.store.db, "rin") == {"paused": 2}
         assert not [a for a in r.spawner.agents if a.spec.role.name == "rin"]
-        assert r.sup.wakes.snapshot()["rin"]["last_reason"].startswith("paused: usage limit (weekly)")
+        assert r.wakes.status()["rin"]["last_reason"].startswith("paused: usage limit (weekly)")
         r.close()
 
     play(tmp_path, scenario)

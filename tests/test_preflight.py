@@ -45,7 +45,7 @@ def rig(root: Path, rin: dict[str, Any], **top: Any) -> tuple[Replay, FakeChecks
     roles = {"rin": {"preflight": [["python3", "-c", "import discord"]], **rin}, "pm": {}}
     r = Replay(root, roles, notify="pm", **top)
     checks = FakeChecks()
-    r.sup.wakes.probe_runner = checks
+    r.wakes.probe_runner = checks
     return r, checks
 
 
@@ -128,7 +128,7 @@ def test_a_wake_that_passed_its_preflight_starts_without_a_second_check(tmp_path
     async def scenario(root: Path) -> None:
         r, checks = rig(root, {"wake": {"every": "30m"}, "tasks": {"post": {"every": "1h", "text": "p"}}})
         checks.ok = True
-        r.sup.wakes.start()
+        r.wakes.start()
         await r.advance(0)
         assert checks.calls == [["preflight"]], "the wake's own checks"
         assert len(rin_agents(r)) == 1 and rin_agents(r)[0].spec.memo_paths[0].name.startswith("wake-")
@@ -140,7 +140,7 @@ def test_a_wake_that_passed_its_preflight_starts_without_a_second_check(tmp_path
 def test_a_wake_whose_preflight_failed_is_released_by_a_later_passing_check(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r, checks = rig(root, {"wake": {"every": "30m"}, "tasks": {"post": {"every": "1h", "text": "p"}}})
-        r.sup.wakes.start()
+        r.wakes.start()
         await r.advance(0)
         holds = r.sup.holds.snapshot()["rin"]
         assert "No module named" in holds["wake"] and "No module named" in holds["preflight"]

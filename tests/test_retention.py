@@ -62,7 +62,7 @@ async def next_pass(r: Replay, seconds: float = DAY) -> str:
 def test_the_daily_pass_removes_exactly_what_the_rules_say_and_nothing_of_unfinished_runs(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, {"builder": LONG, "reviewer": LONG}, retention=RULES)
-        r.sup.retention.start()  # as ``serve`` does
+        r.retention.start()  # as ``serve`` does
         await r.drop("builder", "A.md")
         a_log, a_transcript = run_files(r, "A")
         await r.exit("A", 0)
@@ -123,15 +123,15 @@ def test_the_daily_pass_removes_exactly_what_the_rules_say_and_nothing_of_unfini
 def test_the_daily_pass_comes_a_day_after_the_last_one_also_across_a_restart(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, retention=RULES)
-        r.sup.retention.start()
+        r.retention.start()
         assert r.clock.pending() == [daily.START_DELAY]
         await next_pass(r, daily.START_DELAY)
         assert r.clock.pending() == [DAY]
         await r.advance(3600)
-        r.sup.retention.stop()
+        r.retention.stop()
         r.close()
         again = Replay(root, start=r.clock.now(), retention=RULES)  # a restart an hour after that pass
-        again.sup.retention.start()
+        again.retention.start()
         assert again.clock.pending() == [DAY - 3600], "not a second pass within the day"
         again.close()
 

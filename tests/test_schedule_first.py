@@ -32,7 +32,7 @@ def at(text: str, tz: str = "UTC") -> datetime:
 async def start(root: Path, roles: dict[str, Any], now: datetime, **top: Any) -> Replay:
     r = Replay(root, roles, **top)
     r.clock._wall = now  # the manual clock starts where the scenario says
-    r.sup.wakes.start()
+    r.wakes.start()
     await r.advance(0)
     return r
 
@@ -252,8 +252,8 @@ def test_first_next_waits_for_the_next_occurrence_on_the_task_or_for_the_role(tm
 def test_a_job_follows_the_same_rule_and_may_say_first_next(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = await start(root, {"mem": {}}, at("2026-12-01T10:00"))
-        r.sup.wakes.register_job("mem", "tidy", {"daily": "00:30"}, "Tidy up.")
-        r.sup.wakes.register_job("mem", "sweep", {"daily": "00:30", "first": "next"}, "Sweep.")
+        r.wakes.register_job("mem", "tidy", {"daily": "00:30"}, "Tidy up.")
+        r.wakes.register_job("mem", "sweep", {"daily": "00:30", "first": "next"}, "Sweep.")
         await r.advance(60)
         jobs = [a.spec.memo_paths[0].read_text() for a in r.spawner.agents]
         assert len(jobs) == 1 and "Tidy up." in jobs[0], "00:30 has passed today: due at once"

@@ -41,8 +41,8 @@ def wake_agents(r: Replay) -> list[Any]:
 async def start(root: Path, roles: dict[str, Any], now: datetime, **top: Any) -> Replay:
     r = Replay(root, roles, **top)
     r.clock._wall = now  # the manual clock starts where the scenario says
-    r.sup.wakes.tz = ZoneInfo(top.get("timezone", "UTC"))
-    r.sup.wakes.start()
+    r.wakes.tz = ZoneInfo(top.get("timezone", "UTC"))
+    r.wakes.start()
     await r.advance(0)
     return r
 
@@ -54,7 +54,7 @@ def test_a_heartbeat_that_finds_nothing_to_do_writes_nothing_and_counts_the_skip
         await r.advance(3 * 1800)
         assert r.spawner.agents == [], "an idle heartbeat costs nothing"
         assert records.skips(r.sup.store.db, "rin") == {"idle": 4}
-        assert r.sup.wakes.snapshot()["rin"]["last_reason"].startswith("idle")
+        assert r.wakes.status()["rin"]["last_reason"].startswith("idle")
         assert max(r.clock.pending()) <= 60, "one timer, never sleeping past a minute"
         r.close()
 
@@ -207,7 +207,7 @@ def test_dst_repeat_through_the_loop_fires_once(tmp_path: Path) -> None:
         roles = {"rin": {"wake": {"every": "10m"}, "tasks": {"late": {"daily": "01:30", "text": "t"}}}}
         r = await start(root, roles, at("2026-11-01T00:50", "America/New_York"), timezone="America/New_York")
         # done yesterday, so that the first pass of today's 01:30 is what makes it due
-        r.sup.wakes.db.execute("UPDATE task_done SET done_at = '2026-10-31T01:35:00-04:00'")
+        r.wakes.db.execute("UPDATE task_done SET done_at = '2026-10-31T01:35:00-04:00'")
         for _ in range(18):  # three hours of wall time through the repeated hour
             await r.advance(600)
             for agent in wake_agents(r):
@@ -252,8 +252,8 @@ def test_a_failing_signal_holds_the_wake_and_tells_the_notify_role_once(tmp_path
                 for p in probes
             ]
 
-        r.sup.wakes.probe_runner = fake
-        r.sup.wakes.start()
+        r.wakes.probe_runner = fake
+        r.wakes.start()
         await r.settle()
         await r.advance(1800)
         assert wakes(r, "rin") == []
@@ -274,7 +274,7 @@ def test_a_failing_signal_holds_the_wake_and_tells_the_notify_role_once(tmp_path
 def test_a_job_writes_its_memo_when_due_and_is_done_only_on_success(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = await start(root, {"mem": {}}, at("2026-11-29T22:00"))  # a Sunday
-        r.sup.wakes.register_job("mem", "compaction", {"weekly": "sun 23:00"}, "Compact the memory.")
+        r.wakes.register_job("mem", "compaction", {"weekly": "sun 23:00"}, "Compact the memory.")
         await r.advance(3600)
         jobs = [a for a in r.spawner.agents if a.spec.memo_paths[0].name.startswith("job-")]
         assert len(jobs) == 1 and "Compact the memory." in jobs[0].spec.memo_paths[0].read_text()

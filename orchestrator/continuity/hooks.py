@@ -1,14 +1,15 @@
-"""Continuity wired into the supervisor: prompt sections and notes, the journal and handoff at each end, holds.
+"""Continuity as an extension of ``up``: prompt sections and notes, the journal and handoff at each end, holds.
 
-Registered by ``install`` in the supervisor's extension points, never in its loop:
+Its hooks (``orchestrator.supervisor.extension``):
 
-- ``Launcher.sections`` fill ``$context``, ``$handoff`` and ``$journal``; expired
-  handoff items are dropped first, and ``Launcher.notes`` put a plain note at
+- ``sections`` fill ``$context``, ``$handoff`` and ``$journal``; expired
+  handoff items are dropped first, and ``notes`` put a plain note at
   the top of the prompt when the handoff is over its cap or cannot be used;
-- ``Lifecycle.before_finish``: the journal entry first (before the memos move),
+- ``before_finish``: the journal entry first (before the memos move),
   then the handoff (the note of a run that died, or its removal after a
   success that saw it), then the version snapshot;
-- ``Holds.checks``: a role whose context files are missing starts no new work.
+- ``check_holds``: a role whose context files are missing starts no new work;
+- ``snapshot``: the roles whose journal could not be written (``journal_problems``).
 """
 
 from __future__ import annotations
@@ -16,38 +17,22 @@ from __future__ import annotations
 import os
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.config import Config, Role
-from orchestrator.console import Console
+from orchestrator.config import Role
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
 from orchestrator.continuity.context import ContextProblem, context_paths, read_context
-from orchestrator.core.clock import Clock
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
 from orchestrator.intake.memo import header_tasks, parse_front_matter
-from orchestrator.store import Store
-from orchestrator.supervisor.holds import Holds
-
-if TYPE_CHECKING:
-    from orchestrator.supervisor.loop import Supervisor
+from orchestrator.supervisor.extension import Extension, Host
 
 DIED = (RunState.FAILED, RunState.TIMED_OUT, RunState.CANCELLED, RunState.RETURNED)
 NOTE = "NOTE FROM THE ORCHESTRATOR:"
 HOLD_SOURCE = "context"
 DEATH_LOG_LINES = 5
-
-
-def install(sup: Supervisor) -> Continuity:
-    """Create the continuity of ``sup`` and register it in the supervisor's extension points."""
-    cont = Continuity(sup.config, sup.store, sup.console, sup.clock, sup.holds)
-    sup.launcher.sections.append(cont.sections)
-    sup.launcher.notes.append(cont.notes)
-    sup.lc.before_finish.append(cont.before_finish)
-    sup.holds.checks.append(cont.check_context)
-    return cont
 
 
 def _hhmm(moment: str | datetime | None) -> str:
@@ -84,15 +69,15 @@ def _defang(text: str) -> str:
     return text.replace("<!--", "<!\u200b--")
 
 
-class Continuity:
+class Continuity(Extension):
     """What one run hands the next: context, journal, handoff; its state is per run and per role."""
 
-    def __init__(self, config: Config, store: Store, console: Console, clock: Clock, holds: Holds) -> None:
-        self.config = config
-        self.store = store
-        self.console = console
-        self.clock = clock
-        self.holds = holds
+    def __init__(self, host: Host) -> None:
+        self.config = host.config
+        self.store = host.store
+        self.console = host.console
+        self.clock = host.clock
+        self.holds = host.holds
         self.expired: dict[int, list[str]] = {}  # run id -> handoff lines dropped before it read the file
         self.seen_note: dict[int, str] = {}  # run id -> the orchestrator's section it was shown
         self.pending_notes: dict[int, list[str]] = {}  # run id -> notes for the top of its prompt
@@ -105,8 +90,11 @@ class Continuity:
     def today(self) -> date:
         return self.clock.now().astimezone().date()
 
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        return {"journal_problems": dict(self.problems)}
+
     # ------------------------------------------------------------ holds
-    def check_context(self) -> None:
+    def check_holds(self) -> None:
         """Hold each role whose context files are missing or over the cap; release it once they are back."""
         for role in self.config.roles.values():
             if not role.context:

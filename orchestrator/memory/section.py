@@ -1,4 +1,4 @@
-"""``$memory`` in the prompt: a ``Launcher.sections`` callable that loads the role's memory in its fixed order.
+"""``$memory`` in the prompt: filled for the memory curator (``curator``), loading the role's memory in its fixed order.
 
 A memory database that cannot be read (corrupt, or locked for longer than
 ``LOOP_WAIT``) never stops a run nor stalls the loop: the agent starts with

@@ -1,6 +1,6 @@
 """The daily retention pass of ``up``: the same pass as ``orchestrator gc``, once a day, off the loop's thread.
 
-One timer on the supervisor's clock: the first pass ``START_DELAY`` after start-up (never in the way of the
+An extension of ``up`` with one timer on the host's clock: the first pass ``START_DELAY`` after start-up (never in the way of the
 first agents), then ``EVERY`` after the last one began (on record, so a restart does not bring it forward).
 When it fires, the loop reads the time and hands the pass to a worker thread with its own database
 connection (``sweep.collect``: removing thousands of files and rows must not hold up a claim); its
@@ -14,17 +14,15 @@ import asyncio
 import sqlite3
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.core.clock import Timer, iso
 from orchestrator.intake import memo_index
 from orchestrator.retention import sweep
-
-if TYPE_CHECKING:
-    from orchestrator.supervisor.loop import Supervisor
+from orchestrator.supervisor.extension import Extension, Handler, Host
 
 START_DELAY = 300.0  # seconds from start-up to the first pass
 EVERY = 86400.0
@@ -44,22 +42,24 @@ class RetentionDone:
     problem: str | None = None
 
 
-class DailyPass:
-    """The daily pass of one supervisor."""
+class DailyPass(Extension):
+    """The daily pass of one orchestrator."""
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.store = host.store
         self.timer: Timer | None = None
         self.running: asyncio.Task[None] | None = None  # the pass (on its thread), while it runs
         self.stopping = threading.Event()
-        self._post: Callable[[Any], None] = sup.handle  # this module's own events, through the loop
-        sup.handlers[RetentionDue] = self._due
-        sup.handlers[RetentionDone] = self._done
+        self._post: Callable[[Any], None] = host.post  # this module's own events, through the loop
+
+    def handlers(self) -> Mapping[type, Handler]:
+        return {RetentionDue: self._due, RetentionDone: self._done}
 
     def start(self) -> None:
         """Set the timer for the first pass: ``START_DELAY`` from now, or a day after the last pass if later."""
         delay = START_DELAY
-        last = self.sup.store.meta(LAST_PASS)
+        last = self.store.meta(LAST_PASS)
         if last:
             try:
                 delay = max(
@@ -77,19 +77,19 @@ class DailyPass:
             self.timer = None
 
     def _now(self) -> datetime:
-        return self.sup.clock.now()
+        return self.host.clock.now()
 
     def _arm(self, delay: float) -> None:
-        self.timer = self.sup.clock.call_later(delay, self._post, RetentionDue())
+        self.timer = self.host.clock.call_later(delay, self._post, RetentionDue())
 
     def _due(self, _event: RetentionDue) -> None:
         self.timer = None
-        if self.sup.ending or self.stopping.is_set() or self.running is not None:
+        if self.host.ending() or self.stopping.is_set() or self.running is not None:
             return
         now = self._now()
-        reindex = not memo_index.is_complete(self.sup.store.db)
-        self.sup.store.set_meta(LAST_PASS, iso(now))
-        self.sup.store.checkpoint()  # on record before the pass's own connection looks
+        reindex = not memo_index.is_complete(self.store.db)
+        self.store.set_meta(LAST_PASS, iso(now))
+        self.store.checkpoint()  # on record before the pass's own connection looks
         self.running = asyncio.ensure_future(self._pass(now, reindex))
 
     async def _pass(self, now: datetime, reindex: bool) -> None:
@@ -98,7 +98,7 @@ class DailyPass:
 
     def _work(self, now: datetime, reindex: bool) -> RetentionDone:
         """On the worker thread: the pass, and how it went."""
-        config = self.sup.config
+        config = self.host.config
         try:
             result = sweep.collect(config.root, config.retention, now, reindex=reindex, stop=self.stopping)
             done = RetentionDone(result)
@@ -113,11 +113,11 @@ class DailyPass:
     def _done(self, event: RetentionDone) -> None:
         self.running = None
         if event.problem is not None:
-            say = self.sup.console.error if event.problem.startswith("internal error") else self.sup.console.line
+            say = self.host.console.error if event.problem.startswith("internal error") else self.host.console.line
             say(f"retention: the daily pass did not finish ({event.problem}); `orchestrator gc` runs one now")
         elif event.result is not None:
-            self.sup.console.line(summary(event.result))
-        if not self.sup.ending and not self.stopping.is_set():
+            self.host.console.line(summary(event.result))
+        if not self.host.ending() and not self.stopping.is_set():
             self._arm(EVERY)
 
 

@@ -33,7 +33,9 @@ from orchestrator.intake import catalog
 from orchestrator.intake.memo import parse_front_matter, read_head
 from orchestrator.intake.notices import reason_path
 from orchestrator.retention.settings import MEMO_FOLDERS, RetentionSettings
+from orchestrator.schedule import records
 from orchestrator.store import RUN_END
+from orchestrator.supervisor import breaker
 
 KINDS = ("logs", "transcripts", "runs", "memos")
 _FINISHED = tuple(sorted(state.value for state in FINISHED))
@@ -180,11 +182,14 @@ def _old_records(db: sqlite3.Connection, out: Plan, cutoff: datetime) -> None:
     for run_id, role, seq, ended in rows:
         if (role, seq) not in newest:
             out.items["runs"].append(Item("run", None, 0, str(ended), int(run_id)))
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for table, where, args in (
-        ("memo_links", "written_ts < ?", [cutoff.timestamp()]),
-        ("wake_memos", "outcome IS NOT NULL AND created_at < ?", [iso(cutoff)]),
+        ("memo_links", breaker.EXPIRED_LINKS, [cutoff.timestamp()]),  # each feature says what of its own expires
+        ("wake_memos", records.EXPIRED_WAKES, [iso(cutoff)]),
         ("cancellations", "run_id IS NULL AND cancelled_at < ?", [iso(cutoff)]),  # a run's go with its record
     ):
+        if table not in tables:  # a feature that never ran here made no table
+            continue
         count = int(db.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}", args).fetchone()[0])
         out.records[table] = (where, args, count)
 

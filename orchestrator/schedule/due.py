@@ -13,7 +13,7 @@ from orchestrator.schedule import records, rules
 
 if TYPE_CHECKING:
     from orchestrator.config import Role
-    from orchestrator.schedule.wakes import Wakes
+    from orchestrator.schedule.context import ScheduleContext
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class Due:
 class DueTasks:
     """The due tasks and pending wakes of one supervisor's roles, read from the schedule records."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext) -> None:
+        self.wakes = context
 
     def tasks(self, name: str, now: datetime, write: bool = True) -> list[Due]:
         """Every task of the role (its rules and its open ledger tasks) with when it is due."""
@@ -81,7 +81,7 @@ class DueTasks:
         wakes = self.wakes
         out = []
         folder = wakes.config.role_dir(name)
-        live = {m.memo_id for run in wakes.sup.lc.runs.values() for m in run.memos if run.role.name == name}
+        live = {m.memo_id for run in wakes.host.runs().values() for m in run.memos if run.role.name == name}
         for wake in records.pending_wakes(wakes.db, name):
             if (
                 wake["memo_id"] in live

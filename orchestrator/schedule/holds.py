@@ -1,4 +1,4 @@
-"""Holding a role's wakes while one of its signal or preflight commands fails (``Supervisor.holds``, source
+"""Holding a role's wakes while one of its signal or preflight commands fails (``host.holds``, source
 ``wake``), with one notice to the ``notify`` role when the hold begins and one when it is lifted."""
 
 from __future__ import annotations
@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.schedule.wakes import Wakes
+    from collections.abc import Callable
+
+    from orchestrator.schedule.context import ScheduleContext
+    from orchestrator.schedule.writer import MemoWriter
 
 HOLD_SOURCE = "wake"
 
@@ -14,19 +17,21 @@ HOLD_SOURCE = "wake"
 class WakeHolds:
     """The wake holds of one supervisor's roles, and whom the ``notify`` role was told of."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext, writer: MemoWriter, preflight_told: Callable[[str], bool]) -> None:
+        self.wakes = context
+        self.writer = writer
+        self.preflight_told = preflight_told  # the preflight gate told the notify role of this role's failure
         self.told: set[str] = set()  # roles whose notify role was told of a held wake, to be told of the recovery
 
     def hold(self, name: str, reason: str) -> None:
         """Hold the role's wakes for ``reason``; the first time, tell the notify role."""
         wakes = self.wakes
-        if wakes.sup.holds.hold(name, HOLD_SOURCE, reason):
+        if wakes.host.holds.hold(name, HOLD_SOURCE, reason):
             wakes.console.line(f"wake held: {reason}", role=name)
-            if reason.startswith("preflight ") and name in wakes.preflight.told:
+            if reason.startswith("preflight ") and self.preflight_told(name):
                 return  # the notify role was told of this preflight failure already, for the role's runs
             self.told.add(name)
-            wakes.writer.notice(
+            self.writer.notice(
                 name,
                 f"Held: wakes of {name}",
                 f"The wakes of role **{name}** are held: {reason}\n"
@@ -36,9 +41,9 @@ class WakeHolds:
     def release(self, name: str) -> None:
         """Lift the role's wake hold; tell the notify role when it was told of the hold."""
         wakes = self.wakes
-        if wakes.sup.holds.release(name, HOLD_SOURCE) and name in self.told:
+        if wakes.host.holds.release(name, HOLD_SOURCE) and name in self.told:
             self.told.discard(name)
-            wakes.writer.notice(
+            self.writer.notice(
                 name,
                 f"Recovered: wakes of {name}",
                 f"The signals and preflight of role **{name}** succeed again; its wakes go on.",
@@ -46,5 +51,5 @@ class WakeHolds:
 
     def preflight_recovered(self, name: str) -> None:
         """The role's preflight passed (before a run): a wake hold that a failing preflight set is lifted too."""
-        if self.wakes.sup.holds.current.get(name, {}).get(HOLD_SOURCE, "").startswith("preflight "):
+        if self.wakes.host.holds.current.get(name, {}).get(HOLD_SOURCE, "").startswith("preflight "):
             self.release(name)

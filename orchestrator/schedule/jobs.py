@@ -11,7 +11,9 @@ from orchestrator.schedule import records, rules
 from orchestrator.schedule.settings import TaskSettings
 
 if TYPE_CHECKING:
-    from orchestrator.schedule.wakes import Wakes
+    from orchestrator.schedule.context import ScheduleContext
+    from orchestrator.schedule.due import DueTasks
+    from orchestrator.schedule.writer import MemoWriter
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,10 @@ class Job:
 class Jobs:
     """The timed jobs registered with one supervisor's scheduler, by key (``job:<name>``)."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext, due: DueTasks, writer: MemoWriter) -> None:
+        self.wakes = context
+        self.due_tasks = due
+        self.writer = writer
         self.by_key: dict[str, Job] = {}
 
     def register(
@@ -55,7 +59,7 @@ class Jobs:
     def due(self, job: Job, now: datetime) -> datetime | None:
         """When the job is next due; None while its memo is queued or running."""
         wakes = self.wakes
-        if any(job.key in w["tasks"] for w in wakes.due.pending(job.role)):
+        if any(job.key in w["tasks"] for w in self.due_tasks.pending(job.role)):
             return None
         done = records.done(wakes.db, job.role).get(job.key, {})
         anchor = records.first_seen(wakes.db, job.role, job.key, now)
@@ -74,7 +78,7 @@ class Jobs:
 
     def write(self, job: Job) -> None:
         """Write the job's memo into its role's inbox."""
-        path = self.wakes.writer.write(
+        path = self.writer.write(
             job.role, "job", job.subject, ["job", job.name, *job.tags], [job.name], [job.key], ("", ""), job.text
         )
         if path is not None:

@@ -15,6 +15,72 @@ from typing import Any
 
 from orchestrator.core.clock import iso
 
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS wake_memos (      -- every wake memo written, and how its run ended (orchestrator/schedule)
+    memo_id    TEXT PRIMARY KEY,
+    role       TEXT NOT NULL,
+    name       TEXT NOT NULL,               -- its file name when written
+    tasks      TEXT NOT NULL,               -- JSON list of the task names it carries
+    tasks_text TEXT NOT NULL DEFAULT '',
+    signals_text TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    outcome    TEXT,                        -- null while its run may still happen; else the run's end state
+    run_id     INTEGER,
+    seq        INTEGER,
+    ended_at   TEXT
+);
+CREATE INDEX IF NOT EXISTS wake_memos_pending ON wake_memos(role, outcome);
+CREATE TABLE IF NOT EXISTS task_done (       -- the last time each task was done: by a wake whose run succeeded
+    role     TEXT NOT NULL,
+    task     TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    done_at  TEXT,
+    run_id   INTEGER,
+    seq      INTEGER,
+    PRIMARY KEY (role, task)
+);
+CREATE TABLE IF NOT EXISTS ledger (          -- one-off tasks from `orchestrator task add`
+    id         TEXT PRIMARY KEY,
+    role       TEXT NOT NULL,
+    text       TEXT NOT NULL,
+    due_at     TEXT NOT NULL,
+    priority   INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    done_at    TEXT,
+    run_id     INTEGER,
+    seq        INTEGER
+);
+CREATE TABLE IF NOT EXISTS wake_state (      -- per role: the last heartbeat tick and the last wake's outcome or skip
+    role        TEXT PRIMARY KEY,
+    last_tick   TEXT,
+    last_event  TEXT,
+    last_reason TEXT,
+    last_at     TEXT
+);
+CREATE TABLE IF NOT EXISTS wake_skips (
+    role   TEXT NOT NULL,
+    reason TEXT NOT NULL,                   -- idle, quiet hours, budget, held, coalesced, ending
+    count  INTEGER NOT NULL,
+    PRIMARY KEY (role, reason)
+);
+"""
+EXPIRED_WAKES = "outcome IS NOT NULL AND created_at < ?"  # retention: wakes that ended, written before a cutoff
+
+
+def ensure_tables(db: sqlite3.Connection) -> None:
+    """The schedule's tables, made if missing (a writable connection)."""
+    db.executescript(SCHEMA)
+
+
+def has_tables(db: sqlite3.Connection) -> bool:
+    """Whether the schedule's tables exist (a read-only connection to a database no orchestrator made yet)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'wake_state'").fetchone() is not None
+
+
+def wake_ids(db: sqlite3.Connection) -> set[str]:
+    """The id of every wake memo on record."""
+    return {row[0] for row in db.execute("SELECT memo_id FROM wake_memos")}
+
 
 def when(text: str | None) -> datetime | None:
     """A stored time back as an aware datetime."""

@@ -27,7 +27,13 @@ def _store(config: Config, readonly: bool) -> Store | None:
     path = config.state_dir / "state.db"
     if readonly and not path.exists():
         return None
-    return Store(path, readonly=readonly)
+    store = Store(path, readonly=readonly)
+    if not readonly:
+        records.ensure_tables(store.db)
+    elif not records.has_tables(store.db):  # a database no orchestrator with a schedule made yet
+        store.close()
+        return None
+    return store
 
 
 def schedule(config: Config, now: datetime | None = None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The scheduler: heartbeats and due tasks become wake memos; a wake's tasks are done only when its run succeeds.
 
-It attaches to the supervisor through the extension points and owns one timer on the supervisor's clock,
+It is an extension of ``up`` (``orchestrator.supervisor.extension``) and owns one timer on the host's clock,
 set for the earliest next tick or due time of any role (never more than ``MAX_SLEEP`` ahead, so a wall clock
 that jumps is noticed within a minute; there is no polling per task). When it fires, each role that is due:
 
@@ -8,11 +8,11 @@ that jumps is noticed within a minute; there is no polling per task). When it fi
    previous wake is still queued or running (the tick is coalesced into it), its account is paused by a usage
    limit, or the role is over its budget;
 2. runs its ``signals`` and ``preflight`` commands off the loop (``probes``); their outcome comes back as a
-   ``ProbesDone`` event. A failing command holds the role (``Supervisor.holds``) and writes nothing;
+   ``ProbesDone`` event. A failing command holds the role (``host.holds``) and writes nothing;
 3. picks at most ``max_tasks`` due tasks (``rules.pick``; quiet hours keep all but ``in_quiet_hours`` tasks
    out) and, unless nothing is due and no signal has news, writes one wake memo into the role's inbox.
 
-From there the wake is an ordinary memo. ``run_finished`` (a ``Lifecycle`` listener) marks its tasks done when
+From there the wake is an ordinary memo. ``on_finished`` marks its tasks done when
 the run succeeded, and nothing otherwise.
 
 This module is the wake itself: the timer, the skips, the probes and the end of the run. Beside it: what is due
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,17 +36,18 @@ from orchestrator.core.events import RunFinished, ScheduleChanged, WakeRequested
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.schedule import records, rules
+from orchestrator.schedule.context import ScheduleContext
 from orchestrator.schedule.due import DueTasks
 from orchestrator.schedule.holds import WakeHolds
 from orchestrator.schedule.jobs import Job, Jobs
 from orchestrator.schedule.preflight import PreflightGate, preflight_probes
-from orchestrator.schedule.probes import Probe, ProbeResult, run_probes
+from orchestrator.schedule.probes import Probe, ProbeResult
 from orchestrator.schedule.settings import zone
 from orchestrator.schedule.writer import MemoWriter, wake_text
+from orchestrator.supervisor.extension import Extension, Handler, Host
 
 if TYPE_CHECKING:
     from orchestrator.config import Role
-    from orchestrator.supervisor.loop import Supervisor
 
 MAX_SLEEP = 60.0  # the timer never sleeps longer: a wall clock that jumps (suspend, NTP) is seen within this
 RECHECK = 60.0  # a due-driven role skipped (budget, held) is looked at again after this
@@ -69,38 +70,69 @@ class ProbesDone:
     reply: asyncio.Future[Any] | None = field(default=None, compare=False, repr=False)
 
 
-class Wakes:
-    """Heartbeats, due tasks, wake memos and timed jobs of one supervisor."""
+class Wakes(Extension):
+    """Heartbeats, due tasks, wake memos and timed jobs of one orchestrator."""
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
-        self.config = sup.config
-        self.clock = sup.clock
-        self.console = sup.console
-        self.db = sup.store.db
-        self.tz = zone(self.config.timezone)
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.config = host.config
+        self.clock = host.clock
+        self.console = host.console
+        self.db = host.store.db
+        records.ensure_tables(self.db)
+        # shared with the helpers: the wake ids on record (other memos cost no query), the roles probing now,
+        # the commands under way, the zone and the probe runner (the one boundary the replay tests replace)
+        self.context = ScheduleContext(host, zone(self.config.timezone), records.wake_ids(self.db))
+        self.wake_ids = self.context.wake_ids
+        self.probing = self.context.probing
+        self.tasks = self.context.tasks
         self.timer: Timer | None = None
         self.started = False
         self.next_tick: dict[str, datetime] = {}
         self.not_before: dict[str, datetime] = {}
-        self.probing: set[str] = set()
-        self.tasks: set[asyncio.Task[Any]] = set()
-        # the ids of every wake memo on record (only this loop writes them): other memos cost no query
-        self.wake_ids: set[str] = {row[0] for row in self.db.execute("SELECT memo_id FROM wake_memos")}
-        # the one boundary the replay tests replace: running the signal and preflight commands
-        self.probe_runner: Callable[[list[Probe], Path], Any] = run_probes
-        self._post: Callable[[Any], None] = sup.handle  # events of this module's own, through the loop
-        sup.handlers[WakeDue] = self._on_due
-        sup.handlers[ProbesDone] = self._on_probes_done
-        sup.handlers[WakeRequested] = self._on_wake_requested
-        sup.handlers[ScheduleChanged] = self._on_schedule_changed
-        sup.lc.listeners.append(self.run_finished)
-        sup.launcher.sections.append(self.section)
-        self.due = DueTasks(self)
-        self.writer = MemoWriter(self)
-        self.holding = WakeHolds(self)
-        self.jobs = Jobs(self)
-        self.preflight = PreflightGate(sup, self)  # the preflight before every run, not only wakes
+        self._post: Callable[[Any], None] = host.post  # events of this module's own, through the loop
+        self.due = DueTasks(self.context)
+        self.writer = MemoWriter(self.context)
+        self.jobs = Jobs(self.context, self.due, self.writer)
+        self.holding = WakeHolds(self.context, self.writer, lambda name: name in self.preflight.told)
+        # the preflight before every run, not only wakes
+        self.preflight = PreflightGate(self.context, self.writer, self.holding)
+
+    @property
+    def tz(self) -> tzinfo:
+        return self.context.tz
+
+    @tz.setter
+    def tz(self, value: tzinfo) -> None:
+        self.context.tz = value
+
+    @property
+    def probe_runner(self) -> Callable[[list[Probe], Path], Any]:
+        return self.context.probe_runner
+
+    @probe_runner.setter
+    def probe_runner(self, value: Callable[[list[Probe], Path], Any]) -> None:
+        self.context.probe_runner = value
+
+    def handlers(self) -> Mapping[type, Handler]:
+        return {
+            WakeDue: self._on_due,
+            ProbesDone: self._on_probes_done,
+            WakeRequested: self._on_wake_requested,
+            ScheduleChanged: self._on_schedule_changed,
+            **self.preflight.handlers(),
+        }
+
+    def check_holds(self) -> None:
+        self.preflight.check()
+
+    def stop(self) -> None:
+        """The orchestrator is ending: no next wake, and the commands under way are abandoned."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for task in list(self.tasks):
+            task.cancel()
 
     # ------------------------------------------------------------------ public API
     def register_job(
@@ -134,7 +166,10 @@ class Wakes:
                 self.next_tick[name] = rules.next_tick(last, role.wake.every, now)
         self.arm()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        return {"wakes": self.status()} if full else {}
+
+    def status(self) -> dict[str, Any]:
         """For ``status``: per scheduled role, the next tick and the last wake's outcome or skip reason."""
         out: dict[str, Any] = {}
         for name in self.scheduled_roles():
@@ -165,7 +200,7 @@ class Wakes:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if not self.started or self.sup.ending:
+        if not self.started or self.host.ending():
             return
         now = self.clock.now()
         moments = [m for m in (self._next_moment(name, now) for name in self.scheduled_roles()) if m is not None]
@@ -223,15 +258,14 @@ class Wakes:
         now = self.clock.now()
         role = self.config.roles[name]
         skip: str | None = None
-        if self.sup.ending:
+        if self.host.ending():
             skip = "ending: the orchestrator is ending"
         elif name in self.probing or self.due.pending(name):
             skip = "coalesced: the previous wake is still queued or running"
-        elif not manual and (pause := self.sup.pauses.paused_role(name)) is not None:
-            skip = f"paused: usage limit ({pause.limit.kind}) on account {pause.account}"
-        elif not manual and name in self.sup.budgets.blocked():
-            why_blocked = self.sup.budgets.current.get(name) or self.sup.budgets.current.get("*", "")
-            skip = f"budget: {why_blocked}"
+        elif not manual and (pause := self.host.paused(name)) is not None:
+            skip = f"paused: {pause}"
+        elif not manual and (over := self.host.over_budget(name)) is not None:
+            skip = f"budget: {over}"
         if skip is not None:
             self._skip(name, skip, reply)
             return
@@ -284,7 +318,7 @@ class Wakes:
             return
         self.holding.release(name)
         now = self.clock.now()
-        if self.sup.ending:
+        if self.host.ending():
             self._skip(name, "ending: the orchestrator is ending", event.reply)
             return
         news = [(r.probe.name, r.output) for r in event.results if r.probe.kind == "signal" and r.output]
@@ -331,7 +365,7 @@ class Wakes:
             reply.set_result({"role": name, "memo": path.name, "tasks": tasks, "signals": [s for s, _ in news]})
 
     # ------------------------------------------------------------------ the end of a wake
-    def run_finished(self, event: RunFinished) -> None:
+    def on_finished(self, event: RunFinished) -> None:
         """Done means the run succeeded: its wake's tasks are marked done then, and only then."""
         run: Run = event.run
         changed = False
@@ -361,7 +395,7 @@ class Wakes:
             self.arm()
 
     # ------------------------------------------------------------------ prompts
-    def section(self, run: Run) -> dict[str, str]:
+    def sections(self, run: Run) -> dict[str, str]:
         """``$tasks`` and ``$signals`` of a wake (empty for other memos) and ``$time`` in the team's zone."""
         out = {"time": self.clock.now().astimezone(self.tz).strftime("%H:%M")}
         for memo in run.memos:

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.core.clock import iso
-from orchestrator.core.events import MemoSeen
 from orchestrator.intake.memo import INBOX, new_memo_id, render_memo, slug, write_atomically
 from orchestrator.schedule import records, rules
 
 if TYPE_CHECKING:
-    from orchestrator.schedule.wakes import Wakes
+    from orchestrator.schedule.context import ScheduleContext
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,8 @@ def wake_text(picked: rules.Picked, news: list[tuple[str, str]]) -> WakeText:
 class MemoWriter:
     """The inbox writes of one supervisor's scheduler."""
 
-    def __init__(self, wakes: Wakes) -> None:
-        self.wakes = wakes
+    def __init__(self, context: ScheduleContext) -> None:
+        self.wakes = context
 
     def write(
         self,
@@ -83,7 +82,7 @@ class MemoWriter:
             wakes.wake_ids.discard(stem)
             wakes.console.error(f"internal error: cannot write {path}: {exc}")
             return None
-        wakes.sup.intake.seen(MemoSeen(name, path, complete=True))
+        wakes.host.offer_memo(name, path)
         return path
 
     def notice(self, name: str, subject: str, body: str) -> None:
@@ -107,4 +106,4 @@ class MemoWriter:
         except OSError as exc:
             wakes.console.error(f"cannot write the notice {path}: {exc}")
             return
-        wakes.sup.intake.seen(MemoSeen(notify, path, complete=True))
+        wakes.host.offer_memo(notify, path)

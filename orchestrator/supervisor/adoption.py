@@ -38,6 +38,7 @@ from orchestrator.core.events import Event, RunExited, RunFinished, StallCheck, 
 from orchestrator.core.run import MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
+from orchestrator.supervisor.extension import Extension
 from orchestrator.supervisor.lifecycle import Lifecycle
 
 SPENT_BATCH = 64  # spent exit records handed to the remover thread at once
@@ -48,8 +49,11 @@ ADOPTABLE = (RunState.STARTING, RunState.RUNNING, RunState.TIMING_OUT)
 ADOPTED_BACKENDS = ("command", "sdk")
 
 
-class Adopter:
-    """Re-attaches runs that outlived the orchestrator; its events are posted once recovery is done."""
+class Adopter(Extension):
+    """Re-attaches runs that outlived the orchestrator; its events are posted once recovery is done.
+
+    Plugged in as an extension once made (at start-up): each finished run's exit records are spent.
+    """
 
     def __init__(
         self,
@@ -71,7 +75,6 @@ class Adopter:
         self.kept: dict[str, set[str]] = {}  # role -> names of adopted memos, which stay in active/
         self._remover: ThreadPoolExecutor | None = None
         self._spent: list[Path] = []  # run folders whose exit records are spent, removed in batches
-        lifecycle.listeners.append(self.forget_records)
 
     async def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
@@ -151,7 +154,7 @@ class Adopter:
             self.post(event)
         self.pending.clear()
 
-    def forget_records(self, event: RunFinished) -> None:
+    def on_finished(self, event: RunFinished) -> None:
         """A run ended: its keepers' exit records are spent; removed by a thread of their own, in batches.
 
         Off the loop: an ``rmdir`` on a busy ext3 disk was measured at 1.4 ms, a start's worth of latency.

@@ -23,15 +23,15 @@ again is not counted twice.
 from __future__ import annotations
 
 import bisect
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.config import Config, Role
-from orchestrator.console import Console
-from orchestrator.core.clock import Clock
+from orchestrator.config import Role
 from orchestrator.core.run import MemoRef
 from orchestrator.intake import outbox
 from orchestrator.store import Store
+from orchestrator.supervisor.extension import Extension, Host
 
 NEVER_HELD = frozenset({"owner", "orchestrator"})
 DELIVERED, HELD = "delivered", "held"
@@ -39,6 +39,57 @@ ROOT_SEARCH_CAP = 100_000  # links followed to find a chain's root (which names 
 # a created_at is believed when it is a date and time (a naive one is local time) between these bounds:
 CLOCK_SKEW = 300.0  # at most this after the memo was first seen (the writer's clock a little fast) ...
 EARLIEST_WRITTEN = datetime(2000, 1, 1, tzinfo=UTC).timestamp()  # ... and not before (a zeroed clock)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS memo_links (  -- every memo the loop breaker checked at its claim
+    role      TEXT NOT NULL,              -- the role it was addressed to (its folder)
+    name      TEXT NOT NULL,
+    memo_id   TEXT,
+    reply_to  TEXT,
+    sender    TEXT,                       -- its `from`, normalised (lower case, dashes)
+    written_ts REAL NOT NULL,             -- when it was written (seconds since the epoch): its created_at, when
+                                          -- sane, else when the supervisor first saw it (limits.pair_rate)
+    outcome   TEXT NOT NULL,              -- delivered | held
+    PRIMARY KEY (role, name)
+);
+CREATE INDEX IF NOT EXISTS memo_links_id ON memo_links(memo_id);
+CREATE TABLE IF NOT EXISTS memo_releases (  -- `orchestrator release`: these memos are never held again
+    role        TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    memo_id     TEXT,
+    released_at TEXT NOT NULL,
+    who         TEXT
+);
+CREATE TABLE IF NOT EXISTS breaker_notices (  -- one notice to the notify role per held chain
+    chain       TEXT PRIMARY KEY,
+    noticed_at  TEXT NOT NULL,
+    notice_path TEXT
+);
+CREATE INDEX IF NOT EXISTS memo_links_written ON memo_links(written_ts);  -- retention
+"""
+EXPIRED_LINKS = "written_ts < ?"  # retention: the links checked before a cutoff (seconds since the epoch)
+
+
+def ensure_tables(db: sqlite3.Connection) -> None:
+    """The breaker's tables, made or brought up to date (a writable connection)."""
+    links = {row[1] for row in db.execute("PRAGMA table_info(memo_links)")}
+    if "seen_ts" in links:  # the time of its check at the claim: the nearest to a written time those rows have
+        db.execute("ALTER TABLE memo_links RENAME COLUMN seen_ts TO written_ts")  # its index follows
+    db.executescript(SCHEMA)
+    db.execute("CREATE INDEX IF NOT EXISTS memo_links_pair ON memo_links(sender, role, written_ts)")
+
+
+def links_of(db: sqlite3.Connection, memo_ids: set[str]) -> list[tuple[str | None, str | None]]:
+    """(sender, reply_to) of each checked memo with one of these ids; senders as ``normal_sender`` has them."""
+    if not memo_ids or not _has_links(db):
+        return []
+    marks = ", ".join("?" * len(memo_ids))
+    rows = db.execute(f"SELECT sender, reply_to FROM memo_links WHERE memo_id IN ({marks})", sorted(memo_ids))
+    return [(row[0], row[1]) for row in rows]
+
+
+def _has_links(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memo_links'").fetchone() is not None
 
 
 def normal_sender(sender: str | None) -> str | None:
@@ -102,17 +153,18 @@ def record_release(store: Store, role: str, name: str, memo_id: str | None, when
     )
 
 
-class Breaker:
-    """The memo check of the limits in ``roles.yaml``; register ``check`` in ``Launcher.memo_checks``."""
+class Breaker(Extension):
+    """The memo check of the limits in ``roles.yaml``, at every claim."""
 
-    def __init__(self, config: Config, store: Store, console: Console, clock: Clock) -> None:
-        self.config = config
-        self.store = store
-        self.console = console
-        self.clock = clock
-        self.team = {normal_sender(name) for name in config.roles}  # the senders ``pair_rate`` counts
+    def __init__(self, host: Host) -> None:
+        self.config = host.config
+        self.store = host.store
+        self.console = host.console
+        self.clock = host.clock
+        self.team = {normal_sender(name) for name in self.config.roles}  # the senders ``pair_rate`` counts
+        ensure_tables(self.store.db)
 
-    def check(self, role: Role, ref: MemoRef, text: str) -> str | None:
+    def check_memo(self, role: Role, ref: MemoRef, text: str) -> str | None:
         """Why ``ref`` must be held (one line), or None to deliver it."""
         sender = normal_sender(ref.sender)
         earlier = self.store.db.execute(

@@ -38,7 +38,7 @@ from orchestrator.core.errors import RefusedError
 from orchestrator.core.run import Run
 from orchestrator.intake import outbox
 from orchestrator.store import Store
-from orchestrator.supervisor.breaker import normal_sender
+from orchestrator.supervisor.breaker import links_of, normal_sender
 
 CHAIN_CAP = 1000  # reply_to links followed up from a memo to find one its caller's role sent
 
@@ -145,11 +145,8 @@ class Gate:
         seen: set[str] = set()
         while level and len(seen) < CHAIN_CAP:
             seen |= level
-            marks = ", ".join("?" * len(level))
-            rows = self.store.db.execute(
-                f"SELECT sender, reply_to FROM memo_links WHERE memo_id IN ({marks})", sorted(level)
-            ).fetchall()
-            if any(row[0] == mine for row in rows):  # memo_links keeps senders as normal_sender has them
+            rows = links_of(self.store.db, level)
+            if any(row[0] == mine for row in rows):  # the links keep senders as normal_sender has them
                 return True
             level = {row[1] for row in rows if row[1]} - seen
         return False

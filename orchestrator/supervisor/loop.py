@@ -22,32 +22,30 @@ import os
 import signal
 import traceback
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from orchestrator.agents import keeper, procs
 from orchestrator.agents.spawner import Spawner, choose_spawner
 from orchestrator.config import Config
 from orchestrator.console import Console
-from orchestrator.continuity import hooks as continuity
 from orchestrator.control import protocol
 from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.core.run import Run
+from orchestrator.core.snapshot import Snapshot
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake
-from orchestrator.memory import keeper as memory_keeper
 from orchestrator.prompts import load_template
-from orchestrator.retention.daily import DailyPass
-from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
-from orchestrator.supervisor import nodes, snapshot
-from orchestrator.supervisor.breaker import Breaker
+from orchestrator.supervisor.adoption import Adopter
 from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.endings import Endings
+from orchestrator.supervisor.extension import Extension, ExtensionFactory, Host, overrides
 from orchestrator.supervisor.gate import Gate
 from orchestrator.supervisor.holds import Holds
 from orchestrator.supervisor.launch import Launcher
@@ -56,6 +54,7 @@ from orchestrator.supervisor.outcomes import FORCED, Outcomes
 from orchestrator.supervisor.pauses import PauseDue, Pauses
 from orchestrator.supervisor.requests import Requests
 from orchestrator.supervisor.slots import Slots
+from orchestrator.supervisor.snapshot import Snapshotter
 from orchestrator.supervisor.start_faults import StartFaults, StartsResume
 from orchestrator.supervisor.stopping import Stopper
 
@@ -63,10 +62,15 @@ FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
 FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
 INTERNAL_ERROR_ANSWER = "internal error; see .orchestrator/orchestrator.log"
+_E = TypeVar("_E", bound=Extension)
 
 
 class Supervisor:
-    """Runs one project root until told to end; ``serve`` returns the exit status."""
+    """Runs one project root until told to end; ``serve`` returns the exit status.
+
+    ``extensions``: the features, each made from the ``Host`` (``orchestrator.compose`` lists them); the
+    supervisor wires the hooks each one overrides and knows nothing else of them.
+    """
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class Supervisor:
         until_idle: bool = False,
         clock: Clock | None = None,
         spawner: Spawner | None = None,
+        extensions: Sequence[ExtensionFactory] = (),
     ) -> None:
         self.config = config
         self.root = config.root
@@ -103,7 +108,6 @@ class Supervisor:
         self.launcher = Launcher(
             config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
         )
-        self.launcher.memo_checks.append(Breaker(config, self.store, console, self.clock).check)
         self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.handle)
         self.outcomes = Outcomes(
             self.lc,
@@ -122,8 +126,6 @@ class Supervisor:
         self.launcher.on_start.append(self.pauses.starting)
         self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
         self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
-        self.continuity = continuity.install(self)
-        nodes.install(self)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ev.MemoSeen: self.intake.seen,
             ev.MemoGone: self.intake.gone,
@@ -146,7 +148,6 @@ class Supervisor:
             ev.InterruptRequested: self.requests.interrupt,
             ev.TellRequested: self.requests.tell,
         }
-        self.wakes = Wakes(self)  # registers its own events, a finish listener and a prompt section
         self.ending: str | None = None  # None, "graceful" or "force"
         self.exit_code = 0
         self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
@@ -158,8 +159,77 @@ class Supervisor:
         self.recovery: keeper.RecoveryMode | None = None  # what a crash costs, found at start-up (status says it)
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
-        self.memory = memory_keeper.attach(self)
-        self.retention = DailyPass(self)  # registers its own events; its timer starts with ``serve``
+        self.host = Host(
+            config=config,
+            clock=self.clock,
+            console=console,
+            holds=self.holds,
+            store=self.store,
+            post=self.handle,
+            runs=lambda: MappingProxyType(self.lc.runs),
+            queues=lambda: MappingProxyType(self.intake.queues),
+            ending=lambda: self.ending is not None,
+            retry_waiting=lambda role: bool(self.lc.retry_ready[role]),
+            slot_free=self.lc.slots.free,
+            paused=self._paused,
+            over_budget=self._over_budget,
+            offer_memo=lambda role, path: self.intake.seen(ev.MemoSeen(role, path, complete=True)),
+        )
+        self.extensions: list[Extension] = []
+        for make in extensions:
+            self._plug(make(self.host))
+        self.snapshots = Snapshotter(
+            config,
+            self.store,
+            console,
+            self.clock,
+            self.lc,
+            self.intake,
+            self.holds,
+            self.pauses,
+            self.budgets,
+            lambda: self.outcomes.crashes.counts,
+            lambda: self.ending,
+            lambda: self.recovery.to_json() if self.recovery is not None else None,
+            self.started_at,
+            self.extensions,
+        )
+
+    def _plug(self, extension: Extension) -> None:
+        """Wire the hooks ``extension`` overrides into the parts that call them, in the order plugged."""
+        for kind, handler in extension.handlers().items():
+            if kind in self.handlers:
+                raise ValueError(f"{type(extension).__name__}: the event {kind.__name__} already has a handler")
+            self.handlers[kind] = handler
+        if overrides(extension, "sections"):
+            self.launcher.sections.append(extension.sections)
+        if overrides(extension, "notes"):
+            self.launcher.notes.append(extension.notes)
+        if overrides(extension, "check_memo"):
+            self.launcher.memo_checks.append(extension.check_memo)
+        if overrides(extension, "check_holds"):
+            self.holds.checks.append(extension.check_holds)
+        if overrides(extension, "before_finish"):
+            self.lc.before_finish.append(extension.before_finish)
+        if overrides(extension, "on_finished"):
+            self.lc.listeners.append(extension.on_finished)
+        self.extensions.append(extension)
+
+    def extension(self, kind: type[_E]) -> _E:
+        """The plugged extension of ``kind`` (for tests and tools that drive one feature)."""
+        for extension in self.extensions:
+            if isinstance(extension, kind):
+                return extension
+        raise LookupError(f"no {kind.__name__} is plugged in")
+
+    def _paused(self, role: str) -> str | None:
+        pause = self.pauses.paused_role(role)
+        return None if pause is None else f"usage limit ({pause.limit.kind}) on account {pause.account}"
+
+    def _over_budget(self, role: str) -> str | None:
+        if role not in self.budgets.blocked():
+            return None
+        return self.budgets.current.get(role) or self.budgets.current.get("*", "")
 
     @property
     def runs(self) -> dict[int, Run]:
@@ -231,7 +301,6 @@ class Supervisor:
     async def serve(self) -> int:
         from orchestrator.control.channel import ControlServer, socket_path
         from orchestrator.intake.inotify import make_watcher
-        from orchestrator.supervisor.adoption import Adopter
         from orchestrator.supervisor.recovery import recover
 
         self.loop = asyncio.get_running_loop()
@@ -243,9 +312,8 @@ class Supervisor:
             for folder in FOLDERS:
                 (self.config.role_dir(role) / folder).mkdir(parents=True, exist_ok=True)
         self.recovery = keeper.recovery_mode(self.config.recovery, self.config.executor.kind)
-        self.adopter = Adopter(*self._recovery_parts())
+        self.adopter = self.make_adopter()
         await recover(self.config, self.store, self.console, self.lc, self.adopter)
-        self.memory.start()
         self._refresh_budgets()
         self._install_signals()
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
@@ -261,28 +329,32 @@ class Supervisor:
             f"root {self.root} (pid {os.getpid()}); {self.recovery.line}"
         )
         self.intake.rescan(initial=True)
-        self.wakes.start()
-        self.retention.start()
+        for extension in self.extensions:
+            extension.start()
         self._after_event()
         ticker = asyncio.ensure_future(self._tick())
-        self.console.start_live(self)
+        self.console.start_live(self.view)
         try:
             await self.done.wait()
         finally:
             ticker.cancel()
-            self.retention.stop()
+            for extension in reversed(self.extensions):
+                extension.stop()
             self.console.stop_live()
             self.watcher.stop()
             self.adopter.flush_records()
             await self.control.close()
             await self.stopper.drain(max(r.grace for r in self.config.roles.values()) + 6)
-            for task in [*self.launcher.tasks, *self.requests.tasks, *self.wakes.tasks]:
+            for task in [*self.launcher.tasks, *self.requests.tasks]:
                 task.cancel()
             self.store.close()
         return self.exit_code
 
-    def _recovery_parts(self) -> tuple[Any, ...]:
-        return (self.config, self.store, self.console, self.lc, self.handle, self.post)
+    def make_adopter(self) -> Adopter:
+        """Recovery's adopter, plugged in: each finished run's exit records are spent from then on."""
+        adopter = Adopter(self.config, self.store, self.console, self.lc, self.handle, self.post)
+        self._plug(adopter)
+        return adopter
 
     def _install_signals(self) -> None:
         assert self.loop is not None
@@ -383,10 +455,14 @@ class Supervisor:
         self.handle(protocol.to_event(request, reply))
         return dict(await reply)
 
+    def view(self, full: bool = False) -> Snapshot:
+        """The typed snapshot: live state, and with ``full`` what the database adds (the recent runs)."""
+        return self.snapshots.take(full)
+
     def snapshot(self) -> dict[str, Any]:
         """Live state for ``status``: the light view plus recent finished runs from the database."""
-        return snapshot.full(self)
+        return self.view(full=True).to_json()
 
     def snapshot_light(self) -> dict[str, Any]:
         """Live state without touching the database (redrawn several times a second)."""
-        return snapshot.light(self)
+        return self.view().to_json()

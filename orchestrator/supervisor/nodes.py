@@ -5,21 +5,18 @@ Only agents that run elsewhere (``executor: ray``) have a ``node``; local runs r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
-
-if TYPE_CHECKING:
-    from orchestrator.supervisor.loop import Supervisor
+from orchestrator.supervisor.extension import Extension, Host
 
 
-def install(sup: Supervisor) -> None:
-    """Register the recording of each finished run's node in the lifecycle's ``before_finish``."""
+class NodeRecords(Extension):
+    """Records each finished run's node on the run's row, before the run leaves the table."""
 
-    def record(run: Run, _state: RunState, _reason: str | None) -> None:
+    def __init__(self, host: Host) -> None:
+        self.store = host.store
+
+    def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
         node = run.agent.node if run.agent is not None else None
         if node:
-            sup.store.update_run(run.run_id, node=node)
-
-    sup.lc.before_finish.append(record)
+            self.store.update_run(run.run_id, node=node)

@@ -21,7 +21,7 @@ from orchestrator.intake import catalog, memo_index
 from orchestrator.intake.memo import HELD, INBOX, free_name
 from orchestrator.intake.notices import reason_path
 from orchestrator.store import Store
-from orchestrator.supervisor.breaker import record_release
+from orchestrator.supervisor.breaker import ensure_tables, record_release
 
 
 def _chosen(root: Path, query: str | None, role: str | None, every: bool) -> list[catalog.Entry]:
@@ -52,6 +52,7 @@ def release(
         return done
     store = Store(root / ".orchestrator" / "state.db")
     try:
+        ensure_tables(store.db)
         for entry in chosen:
             inbox = root / "memo" / entry.role / INBOX
             inbox.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
-"""Memory inside ``orchestrator up``: ``$memory`` for each run, daily retention, and the compaction memos.
+"""Memory as an extension of ``orchestrator up``: ``$memory`` for each run, daily retention, compaction memos.
 
-One small timer on the supervisor's clock posts ``MemoryDue``; the loop calls
+The curator (the orchestrator's side of memory; the ``memory.keeper`` role is the agent that writes the
+summaries) keeps one small timer on the host's clock, which posts ``MemoryDue``; the loop calls
 ``check``, which (in the team's zone) retires summarised entries once a day and,
 once ``memory.weekly_at`` / ``memory.monthly_at`` has passed, writes one
 compaction memo per period into the keeper's inbox. Each period is recorded in
@@ -12,19 +13,21 @@ keeper never answers, the entries wait and nothing is deleted.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from orchestrator.config import Config
-from orchestrator.core.clock import Clock, Timer, iso
+from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import MemoryUnavailableError
+from orchestrator.core.run import Run
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB
 from orchestrator.memory.db.schema import db_path
 from orchestrator.memory.section import LOOP_WAIT, MemorySection
+from orchestrator.memory.status import memory_status
+from orchestrator.supervisor.extension import Extension, Handler, Host
 
 MAX_SLEEP = 6 * 3600.0  # look again at least this often, whatever the due times say
 
@@ -75,24 +78,37 @@ def compaction_memo(kind: str, period: str, keeper: str, entries: list[dict[str,
     return "\n".join(out) + "\n"
 
 
-class MemoryKeeper:
-    """Owns the memory timer of one supervisor."""
+class MemoryCurator(Extension):
+    """Owns the memory timer of one orchestrator and fills ``$memory``."""
 
-    def __init__(self, config: Config, clock: Clock, handle: Callable[[Any], None], log: Callable[[str], None]) -> None:
-        self.config = config
+    def __init__(self, host: Host) -> None:
+        self.config = config = host.config
         self.settings = config.memory
-        self.clock = clock
-        self.handle = handle
-        self.log = log
+        self.clock = host.clock
+        self.handle = host.post
+        self.log = host.console.line
+        self.section = MemorySection(config, host.clock, host.console.line)
         self.path = db_path(config.state_dir)
         self.timer: Timer | None = None
         self.weekly = rules.parse_weekly_at(self.settings.weekly_at)
         self.monthly = rules.parse_monthly_at(self.settings.monthly_at)
-        self.written: list[str] = []  # memo names written by this keeper, for tests and the log
+        self.written: list[str] = []  # memo names written by this curator, for tests and the log
+
+    def handlers(self) -> Mapping[type, Handler]:
+        return {MemoryDue: self.due}
+
+    def sections(self, run: Run) -> dict[str, str]:
+        return self.section(run)
 
     def start(self) -> None:
         """Catch up on what came due while the orchestrator was down, then arm the timer."""
         self.check()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.section.close()
 
     def due(self, _event: MemoryDue) -> None:
         self.check()
@@ -116,11 +132,11 @@ class MemoryKeeper:
             self.log(f"memory: {exc}; retention and compaction wait for the next check")
         self._arm(now)
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self, full: bool) -> dict[str, Any]:
         """For ``status``: how many entries past retention wait for which summary (``memory.status``)."""
-        from orchestrator.memory.status import memory_status
-
-        return memory_status(self.config.state_dir, self.settings, self.clock.now())
+        if not full:
+            return {}
+        return {"memory": memory_status(self.config.state_dir, self.settings, self.clock.now())}
 
     def _arm(self, now: datetime) -> None:
         if self.timer is not None:
@@ -174,11 +190,3 @@ class MemoryKeeper:
         tmp = inbox / f".{name}.tmp"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, inbox / name)  # a rename: the watcher sees it complete at once
-
-
-def attach(sup: Any) -> MemoryKeeper:
-    """Register memory with a supervisor: the ``$memory`` section, the ``MemoryDue`` handler, the keeper."""
-    keeper = MemoryKeeper(sup.config, sup.clock, sup.handle, sup.console.line)
-    sup.launcher.sections.append(MemorySection(sup.config, sup.clock, sup.console.line))
-    sup.handlers[MemoryDue] = keeper.due
-    return keeper

@@ -1,0 +1,37 @@
+"""The composition root: the one place that says which features ``orchestrator up`` runs with.
+
+The supervisor knows only the ``Extension`` port; each feature is made here from the ``Host`` it is handed.
+The order is the order their hooks are called in: the loop breaker checks a memo before anything else, the
+journal is written before a run's node is recorded, prompt sections fill in this order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from orchestrator.agents.spawner import Spawner
+from orchestrator.config import Config
+from orchestrator.console import Console
+from orchestrator.continuity.hooks import Continuity
+from orchestrator.core.clock import Clock
+from orchestrator.memory.curator import MemoryCurator
+from orchestrator.retention.daily import DailyPass
+from orchestrator.schedule.wakes import Wakes
+from orchestrator.supervisor.breaker import Breaker
+from orchestrator.supervisor.extension import ExtensionFactory
+from orchestrator.supervisor.loop import Supervisor
+from orchestrator.supervisor.nodes import NodeRecords
+
+FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass)
+
+
+def build_supervisor(
+    config: Config,
+    console: Console,
+    *,
+    until_idle: bool = False,
+    clock: Clock | None = None,
+    spawner: Spawner | None = None,
+) -> Supervisor:
+    """The supervisor of ``config`` with every feature plugged in."""
+    return Supervisor(config, console, until_idle=until_idle, clock=clock, spawner=spawner, extensions=FEATURES)

@@ -1,0 +1,106 @@
+"""The one port for features: an ``Extension`` takes part in the loop only through these hooks, and a ``Host``
+is all of the supervisor it may use.
+
+A feature (continuity, the schedule, memory, the loop breaker, node tracking, the daily retention pass) is a
+class that subclasses ``Extension`` and overrides the hooks it needs; the composition root
+(``orchestrator.compose``) lists the features and the supervisor wires each overridden hook into its one place
+(a hook left as the base's no-op costs nothing: it is never called). An extension never receives the
+supervisor: it gets a ``Host`` with the clock, the console, the holds, the shared store (for its own tables),
+a way to post events to the loop and read-only views of the queues and the live runs. So no feature reaches
+into the core, and nothing in the core imports a feature.
+
+Every hook runs on the loop's thread, inside the handling of one event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import Config, Role
+from orchestrator.console import Console
+from orchestrator.core.clock import Clock
+from orchestrator.core.events import RunFinished
+from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.states import RunState
+from orchestrator.store import Store
+from orchestrator.supervisor.holds import Holds
+
+Handler = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class Host:
+    """What an extension may use of the supervisor; built once by the supervisor, shared by every extension."""
+
+    config: Config
+    clock: Clock
+    console: Console
+    holds: Holds
+    store: Store  # the shared connection: an extension queries its own tables (and reads the runs) through it
+    post: Callable[[Any], None]  # hand an event to the loop; it reaches the handler the extension declared
+    runs: Callable[[], Mapping[int, Run]]  # the live runs, read-only
+    queues: Callable[[], Mapping[str, Collection[Path]]]  # per role, the memos queued in its inbox, read-only
+    ending: Callable[[], bool]  # the orchestrator is ending: nothing new should start
+    retry_waiting: Callable[[str], bool]  # a run of the role waits for its retry, due now
+    slot_free: Callable[[str], bool]  # a run of the role could start now as far as the limits go
+    paused: Callable[[str], str | None]  # why the role's account is paused by a usage limit, or None
+    over_budget: Callable[[str], str | None]  # why the role is over its budget, or None
+    offer_memo: Callable[[str, Path], None]  # a memo the extension wrote into a role's inbox: queue it now
+
+
+class Extension:
+    """A feature of ``orchestrator up``: override the hooks it needs; the others are never called.
+
+    Hooks, each called on the loop's thread:
+
+    - ``handlers``: the event types the feature owns (usually its own timer and worker events) and their handlers;
+    - ``sections`` / ``notes``: placeholders it fills in a run's prompt, and notes for the prompt's very top
+      (asked after every extension's sections);
+    - ``check_memo``: before a memo is claimed; a reason holds the memo back (into ``held/``);
+    - ``check_holds``: before each scheduling pass; it holds or releases roles through ``host.holds``;
+    - ``before_finish``: a run is about to end (its memo not yet moved); ``on_finished``: it has ended;
+    - ``start`` / ``stop``: the loop is serving (recovery done, the first scan made) / it is ending;
+    - ``snapshot``: the top-level keys it adds to ``status`` (``full``: the database may be read, else the live
+      view asks, several times a second).
+    """
+
+    def handlers(self) -> Mapping[type, Handler]:
+        return {}
+
+    def sections(self, run: Run) -> dict[str, str]:
+        return {}
+
+    def notes(self, run: Run) -> list[str]:
+        return []
+
+    def check_memo(self, role: Role, ref: MemoRef, text: str) -> str | None:
+        return None
+
+    def check_holds(self) -> None:
+        return None
+
+    def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
+        return None
+
+    def on_finished(self, event: RunFinished) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        return {}
+
+
+def overrides(extension: Extension, hook: str) -> bool:
+    """True when ``extension`` has its own ``hook`` (the base's no-op is not wired)."""
+    return getattr(type(extension), hook) is not getattr(Extension, hook)
+
+
+ExtensionFactory = Callable[[Host], Extension]
