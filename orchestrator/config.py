@@ -14,14 +14,23 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
 from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
 from orchestrator.config_errors import describe_validation_error
 from orchestrator.control.authority import check_may
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped, is_off
-from orchestrator.core.values import parse_duration as parse_duration  # the one parser; callers import it from here
+from orchestrator.core.units import (
+    OFF,
+    RATE_EXPECTED,
+    Duration,
+    Expect,
+    Shaped,
+    Strict,
+    is_off,
+    parse_duration,
+    parse_rate,
+)
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.retention.settings import RetentionSettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
@@ -31,11 +40,7 @@ SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
 ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RetryPolicy(_Strict):
+class RetryPolicy(Strict):
     """How often and after which pauses a failed run is tried again."""
 
     max: int = Field(3, ge=0)
@@ -46,45 +51,30 @@ class RetryPolicy(_Strict):
         return self.backoff[min(retry_number, len(self.backoff)) - 1]
 
 
-class CrashPolicy(_Strict):
+class CrashPolicy(Strict):
     """For critical roles: this many failures, each within ``window`` of its start, end the orchestrator."""
 
     window: Duration = 30.0
     max: int = Field(3, ge=1)
 
 
-class RoleBudget(_Strict):
+class RoleBudget(Strict):
     per_run_usd: Annotated[float | None, OFF] = Field(None, gt=0)
     per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
-class Prices(_Strict):
+class Prices(Strict):
     """Dollars per million tokens, for the live budget fuse's estimate."""
 
     input: float = Field(gt=0)
     output: float = Field(gt=0)
 
 
-class TeamBudget(_Strict):
+class TeamBudget(Strict):
     per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|h|d)\s*$")
-RATE_EXPECTED = "a rate such as 20/h or 5/30m (memos per window)"
-
-
-def parse_rate(value: Any) -> tuple[int, float]:
-    """``20/h`` or ``5/30m`` as (count, window in seconds)."""
-    if isinstance(value, str):
-        match = _RATE.match(value)
-        if match and int(match.group(1)) >= 1:
-            window = float(match.group(2) or 1) * UNITS[match.group(3)]
-            if window > 0:
-                return int(match.group(1)), window
-    raise ValueError(f"expected {RATE_EXPECTED}, or off, got {value!r}")
-
-
-class Limits(_Strict):
+class Limits(Strict):
     """The loop breaker: a memo over a limit is held in ``memo/<role>/held/`` instead of run."""
 
     chain_depth: Annotated[int | None, OFF] = Field(40, ge=1)  # reply_to links above a memo; None: no limit
@@ -94,7 +84,7 @@ class Limits(_Strict):
     )
 
 
-class UsageLimits(_Strict):
+class UsageLimits(Strict):
     """An account paused by a usage limit with no reset time tries one run after ``probe``, doubling to ``max_probe``."""
 
     probe: Duration = Field(300.0, gt=0)
@@ -117,12 +107,12 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class SystemPromptPreset(_Strict):
+class SystemPromptPreset(Strict):
     preset: Literal["claude_code"] = "claude_code"
     append: str | None = None
 
 
-class RoleSettings(_Strict):
+class RoleSettings(Strict):
     """Every key a role may set; the same keys may sit under ``defaults``."""
 
     prompt: str | None = None
@@ -179,7 +169,7 @@ class RoleSettings(_Strict):
     may: Annotated[list[str], AfterValidator(check_may)] | None = None
 
 
-class Role(_Strict):
+class Role(Strict):
     """One role with its defaults applied: what the supervisor works with."""
 
     name: str
@@ -235,7 +225,7 @@ class Role(_Strict):
         return 1 if self.batch else (self.max_concurrent or 1_000_000)
 
 
-class TeamFile(_Strict):
+class TeamFile(Strict):
     """The top level of ``roles.yaml``."""
 
     max_concurrent: int = Field(10, ge=1)
@@ -254,7 +244,7 @@ class TeamFile(_Strict):
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
 
-class Config(_Strict):
+class Config(Strict):
     """The whole validated configuration of one project root."""
 
     root: Path

@@ -68,7 +68,9 @@ import json
 import signal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+from orchestrator.core.units import Strict
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -83,10 +85,8 @@ class ProtocolError(ValueError):
     """A line that is not a valid message; the text says which field is wrong and why."""
 
 
-class _Message(BaseModel):
+class _Message(Strict):
     """One JSON object on a pipe: unknown keys are errors, and a message never changes once made."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     def wire(self) -> dict[str, Any]:
         """The JSON object as it goes on the pipe."""

@@ -1,8 +1,10 @@
-"""The value types every settings module shares: durations and the limits that ``off`` turns off.
+"""The ground floor of every settings model: the strict base model, durations, rates and limits that ``off``
+turns off.
 
-They live here, below ``config`` and the feature settings (``schedule``, ``memory``, ``agents/ray``) that
-``config`` imports, so each can use them without a circle. ``config_errors`` recognises the markers below
-(``DURATION``, ``OFF``) to say in its one-line errors what a key expects.
+It imports nothing of the project, so ``config``, the feature settings it is built from (``schedule``, ``memory``,
+``retention``, ``agents/ray``, ``agents/sdk``) and the wire models can all stand on it without a circle.
+``config_errors`` recognises the markers below (``DURATION``, ``OFF``, ``Expect``) to say in its one-line errors
+what a key expects.
 """
 
 from __future__ import annotations
@@ -11,8 +13,23 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, GetCoreSchemaHandler, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 from pydantic_core import PydanticCustomError, core_schema
+
+
+class Strict(BaseModel):
+    """A settings or wire model: an unknown key is an error (a typo never passes silently), and a value once
+    validated never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -45,6 +62,20 @@ class Expect:
 #: marks a duration for the error wording; ``Duration`` is the type to use
 DURATION = BeforeValidator(parse_duration)
 Duration = Annotated[float, DURATION]
+
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|h|d)\s*$")
+RATE_EXPECTED = "a rate such as 20/h or 5/30m (memos per window)"
+
+
+def parse_rate(value: Any) -> tuple[int, float]:
+    """``20/h`` or ``5/30m`` as (count, window in seconds)."""
+    if isinstance(value, str):
+        match = _RATE.match(value)
+        if match and int(match.group(1)) >= 1:
+            window = float(match.group(2) or 1) * UNITS[match.group(3)]
+            if window > 0:
+                return int(match.group(1)), window
+    raise ValueError(f"expected {RATE_EXPECTED}, or off, got {value!r}")
 
 
 def is_off(value: Any) -> bool:
