@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
@@ -25,11 +25,11 @@ from orchestrator.core.units import (
     RATE_EXPECTED,
     Duration,
     Expect,
-    Shaped,
     Strict,
     is_off,
     parse_duration,
     parse_rate,
+    partial,
 )
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.retention.settings import RetentionSettings
@@ -112,65 +112,9 @@ class SystemPromptPreset(Strict):
     append: str | None = None
 
 
-class RoleSettings(Strict):
-    """Every key a role may set; the same keys may sit under ``defaults``."""
-
-    prompt: str | None = None
-    command: list[str] | None = Field(None, min_length=1)
-    prompt_via: Literal["stdin", "arg"] | None = None
-    timeout: Duration | None = None
-    grace: Duration | None = None
-    # checked where written, merged with the defaults key by key later
-    retry: Annotated[dict[str, Any] | None, Shaped(RetryPolicy)] = None
-    crash: Annotated[dict[str, Any] | None, Shaped(CrashPolicy)] = None
-    batch: bool | None = None
-    batch_max: int | None = Field(None, ge=1)
-    critical: bool | None = None
-    max_concurrent: int | None = Field(None, ge=1)
-    env: dict[str, str] | None = None
-    cwd: str | None = None
-    retry_timeouts: bool | None = None
-    stop_on_failure: bool | None = None
-    backend: Literal["command", "sdk"] | None = None
-    account: str | None = Field(None, min_length=1)  # roles on one account share its usage limits
-    # claude-agent-sdk backend
-    model: str | None = None
-    system_prompt: str | SystemPromptPreset | None = None
-    permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
-    allowed_tools: list[str] | None = None
-    disallowed_tools: list[str] | None = None
-    max_turns: int | None = Field(None, ge=1)
-    max_budget_usd: float | None = Field(None, gt=0)
-    setting_sources: list[Literal["user", "project", "local"]] | None = None
-    cli_path: str | None = None
-    add_dirs: list[str] | None = None
-    budget: Annotated[dict[str, Any] | None, Shaped(RoleBudget)] = None
-    retry_resumes: bool | None = None
-    # wakes on a schedule (orchestrator/schedule)
-    wake: WakeSettings | None = None
-    tasks: dict[str, TaskSettings] | None = None
-    signals: dict[str, SignalSettings] | None = None
-    preflight: list[Annotated[list[str], Field(min_length=1)]] | None = None
-    preflight_reuse: Duration | None = None
-    # continuity (orchestrator/continuity)
-    context: list[str] | None = None
-    context_max_bytes: int | None = Field(None, ge=1)
-    journal_in_prompt: int | None = Field(None, ge=0)
-    handoff_max_bytes: int | None = Field(None, ge=1)
-    api_retries: int | None = Field(None, ge=0, le=20)
-    price_per_mtok: Prices | None = None
-    # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
-    background_tasks: bool | None = None
-    stall_timeout: Stall = None
-    on_denied: Literal["fail", "warn"] | None = None
-    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
-    resources: RoleResources | None = None
-    # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
-    may: Annotated[list[str], AfterValidator(check_may)] | None = None
-
-
 class Role(Strict):
-    """One role with its defaults applied: what the supervisor works with."""
+    """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
+    under a role or under ``defaults`` (``RoleSettings``, derived from this model)."""
 
     name: str
     prompt: str
@@ -178,7 +122,7 @@ class Role(Strict):
     prompt_via: Literal["stdin", "arg"] = "stdin"
     timeout: Duration = 1800.0
     grace: Duration = 10.0
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)  # retry, crash, env, budget: merged key by key
     crash: CrashPolicy = Field(default_factory=CrashPolicy)
     batch: bool = False
     batch_max: int = Field(100, ge=1)  # a batch run takes at most this many memos, oldest first
@@ -189,35 +133,42 @@ class Role(Strict):
     retry_timeouts: bool = False
     stop_on_failure: bool = False
     backend: Literal["command", "sdk"] = "command"
-    account: str = "team"  # the credentials it runs on: a usage limit pauses every role on the same account
+    # the credentials it runs on: a usage limit pauses every role on the same account
+    account: str = Field("team", min_length=1)
+    # claude-agent-sdk backend
     model: str | None = None
     system_prompt: str | SystemPromptPreset = Field(default_factory=SystemPromptPreset)
     permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
     allowed_tools: list[str] = Field(default_factory=list)
     disallowed_tools: list[str] = Field(default_factory=list)
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
+    max_turns: int | None = Field(None, ge=1)
+    max_budget_usd: float | None = Field(None, gt=0)
     setting_sources: list[Literal["user", "project", "local"]] | None = None
     cli_path: str | None = None
     add_dirs: list[str] = Field(default_factory=list)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
+    # wakes on a schedule (orchestrator/schedule)
     wake: WakeSettings | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
     signals: dict[str, SignalSettings] = Field(default_factory=dict)
-    preflight: list[list[str]] = Field(default_factory=list)
+    preflight: list[Annotated[list[str], Field(min_length=1)]] = Field(default_factory=list)
     preflight_reuse: Duration = 60.0  # a passed preflight is not run again before a run for this long
+    # continuity (orchestrator/continuity)
     context: list[str] = Field(default_factory=list)
     context_max_bytes: int = Field(64 * 1024, ge=1)
     journal_in_prompt: int = Field(5, ge=0)
     handoff_max_bytes: int = Field(20 * 1024, ge=1)
     api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
     price_per_mtok: Prices | None = None  # overrides the fuse's price table
+    # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
     background_tasks: bool = False  # Claude roles: the CLI may start background tasks (killed at the end of a -p run)
     stall_timeout: Stall = None  # no output for this long stops the attempt; None: the default, 0.0: off
     on_denied: Literal["fail", "warn"] = "fail"  # Claude's result lists tool calls the permissions refused
+    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
     resources: RoleResources = Field(default_factory=RoleResources)
-    may: list[str] = Field(default_factory=list)
+    # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
+    may: Annotated[list[str], AfterValidator(check_may)] = Field(default_factory=list)
 
     @property
     def limit(self) -> int:
@@ -225,13 +176,31 @@ class Role(Strict):
         return 1 if self.batch else (self.max_concurrent or 1_000_000)
 
 
-class TeamFile(Strict):
-    """The top level of ``roles.yaml``."""
+_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
+
+if TYPE_CHECKING:
+
+    class RoleSettings(Strict):
+        """``Role`` with every key optional (its declaration seen by the type checker)."""
+
+else:
+    RoleSettings = partial(
+        Role,
+        "RoleSettings",
+        "Every key a role may set; the same keys may sit under ``defaults``.",
+        omit=("name",),
+        by_key=_MERGED_ONE_LEVEL,
+    )
+
+
+class Team(Strict):
+    """The team-wide keys of ``roles.yaml``: read by ``TeamFile`` and kept as they are by ``Config``."""
 
     max_concurrent: int = Field(10, ge=1)
     notify: str | None = None
     rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
+    # at a restart: adopt live agents and read exit records, or stop and requeue
     recovery: Literal["adopt", "restart"] = "adopt"
     budget: TeamBudget = Field(default_factory=TeamBudget)
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
@@ -240,28 +209,22 @@ class TeamFile(Strict):
     usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+
+class TeamFile(Team):
+    """The top level of ``roles.yaml``."""
+
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
 
-class Config(Strict):
-    """The whole validated configuration of one project root."""
+class Config(Team):
+    """The whole validated configuration of one project root: the team's keys, and every role with its
+    defaults applied."""
 
     root: Path
     path: Path
-    max_concurrent: int
-    notify: str | None
-    rescan_interval: float
-    max_memo_bytes: int
-    budget: TeamBudget
     roles: dict[str, Role]
-    timezone: str | None = None
-    memory: MemorySettings = Field(default_factory=MemorySettings)
-    limits: Limits = Field(default_factory=Limits)
-    recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
-    usage_limits: UsageLimits = Field(default_factory=UsageLimits)
-    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
-    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -269,9 +232,6 @@ class Config(Strict):
     @property
     def state_dir(self) -> Path:
         return self.root / ".orchestrator"
-
-
-_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
 
 
 def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
@@ -345,20 +305,5 @@ def load_config(root: Path) -> Config:
         raise ConfigError(
             f"{path}: memory.keeper: names {team.memory.keeper!r}, which is not a role under `roles` ({', '.join(roles)})"
         )
-    return Config(
-        root=root,
-        path=path,
-        max_concurrent=team.max_concurrent,
-        notify=team.notify,
-        rescan_interval=team.rescan_interval,
-        max_memo_bytes=team.max_memo_bytes,
-        budget=team.budget,
-        roles=roles,
-        timezone=team.timezone,
-        memory=team.memory,
-        limits=team.limits,
-        usage_limits=team.usage_limits,
-        recovery=team.recovery,
-        executor=team.executor,
-        retention=team.retention,
-    )
+    team_keys = {key: getattr(team, key) for key in Team.model_fields}
+    return Config.model_validate({**team_keys, "root": root, "path": path, "roles": roles})

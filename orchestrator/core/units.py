@@ -10,8 +10,10 @@ what a key expects.
 from __future__ import annotations
 
 import re
+import types
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -20,6 +22,7 @@ from pydantic import (
     GetCoreSchemaHandler,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    create_model,
 )
 from pydantic_core import PydanticCustomError, core_schema
 
@@ -107,3 +110,30 @@ class Shaped:
         if value is not None:
             self.shape.model_validate(value)
         return value
+
+
+def _admits_none(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def partial(
+    model: type[BaseModel], name: str, doc: str, *, omit: Collection[str] = (), by_key: Collection[str] = ()
+) -> type[Strict]:
+    """``model`` with every key optional and None when not given: settings written in layers (a role over the
+    team's ``defaults``) are checked where written and validated against ``model`` once merged.
+
+    Each key keeps its declaration (bounds, parsers, ``Expect``), so a bad value is refused in the layer it is
+    written in, with the same words. A key named in ``by_key`` whose type is a model is kept as the mapping
+    written (checked against that model, ``Shaped``), so the layers can merge it key by key."""
+    fields: dict[str, Any] = {}
+    for key, info in model.model_fields.items():
+        if key in omit:
+            continue
+        shape = info.annotation
+        if key in by_key and isinstance(shape, type) and issubclass(shape, BaseModel):
+            fields[key] = (Annotated[dict[str, Any] | None, Shaped(shape)], None)
+            continue
+        declared: Any = Annotated[(shape, *info.metadata)] if info.metadata else shape
+        fields[key] = (declared if _admits_none(shape) else declared | None, None)
+    made: type[Strict] = create_model(name, __base__=Strict, __doc__=doc, __module__=model.__module__, **fields)
+    return made
