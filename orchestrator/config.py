@@ -17,6 +17,7 @@ import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
 from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
+from orchestrator.agents.sdk.settings import SdkSettings
 from orchestrator.config_errors import describe_validation_error
 from orchestrator.control.authority import check_may
 from orchestrator.core.errors import ConfigError
@@ -107,14 +108,10 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class SystemPromptPreset(Strict):
-    preset: Literal["claude_code"] = "claude_code"
-    append: str | None = None
-
-
-class Role(Strict):
+class Role(SdkSettings):
     """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
-    under a role or under ``defaults`` (``RoleSettings``, derived from this model)."""
+    under a role or under ``defaults`` (``RoleSettings``, derived from this model); the keys of the
+    claude-agent-sdk backend (``model``, ``system_prompt``, ...) come from ``SdkSettings``."""
 
     name: str
     prompt: str
@@ -135,17 +132,6 @@ class Role(Strict):
     backend: Literal["command", "sdk"] = "command"
     # the credentials it runs on: a usage limit pauses every role on the same account
     account: str = Field("team", min_length=1)
-    # claude-agent-sdk backend
-    model: str | None = None
-    system_prompt: str | SystemPromptPreset = Field(default_factory=SystemPromptPreset)
-    permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
-    allowed_tools: list[str] = Field(default_factory=list)
-    disallowed_tools: list[str] = Field(default_factory=list)
-    max_turns: int | None = Field(None, ge=1)
-    max_budget_usd: float | None = Field(None, gt=0)
-    setting_sources: list[Literal["user", "project", "local"]] | None = None
-    cli_path: str | None = None
-    add_dirs: list[str] = Field(default_factory=list)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
     # wakes on a schedule (orchestrator/schedule)
