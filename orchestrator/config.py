@@ -257,6 +257,10 @@ def load_config(root: Path) -> Config:
         raise ConfigError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with a `roles` key at the top level")
+    if isinstance(raw.get("memory"), dict) and "keeper" in raw["memory"]:
+        raise ConfigError(
+            f"{path}: memory.keeper: renamed to memory.curator (a keeper is the process that watches an agent)"
+        )
     try:
         team = TeamFile.model_validate(raw)
     except ValidationError as exc:
@@ -287,9 +291,9 @@ def load_config(root: Path) -> Config:
     problem = check_team(path, root, roles)
     if problem:
         raise ConfigError(problem)
-    if team.memory.keeper is not None and team.memory.keeper not in roles:
+    if team.memory.curator is not None and team.memory.curator not in roles:
         raise ConfigError(
-            f"{path}: memory.keeper: names {team.memory.keeper!r}, which is not a role under `roles` ({', '.join(roles)})"
+            f"{path}: memory.curator: names {team.memory.curator!r}, which is not a role under `roles` ({', '.join(roles)})"
         )
     team_keys = {key: getattr(team, key) for key in Team.model_fields}
     return Config.model_validate({**team_keys, "root": root, "path": path, "roles": roles})

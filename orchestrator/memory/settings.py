@@ -20,7 +20,7 @@ class PromptBudget(Strict):
 class MemorySettings(Strict):
     """Every key under ``memory:``; all have defaults, so the key may be left out."""
 
-    keeper: str | None = None
+    curator: str | None = None  # the role that writes the summaries and may reach every role's memory
     core_max: int = Field(100, ge=1)
     entry_max_bytes: int = Field(2048, ge=1)
     prompt_budget: PromptBudget = Field(default_factory=PromptBudget)
