@@ -167,7 +167,7 @@ _MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
 if TYPE_CHECKING:
 
     class RoleSettings(Strict):
-        """``Role`` with every key optional (its declaration seen by the type checker)."""
+        """What the type checker sees; at run time the model is made from ``Role`` by ``partial`` below."""
 
 else:
     RoleSettings = partial(
