@@ -11,17 +11,27 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
 from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
+from orchestrator.agents.sdk.settings import SdkSettings
 from orchestrator.config_errors import describe_validation_error
 from orchestrator.control.authority import check_may
 from orchestrator.core.errors import ConfigError
-from orchestrator.core.values import OFF, UNITS, Duration, Expect, Shaped, is_off
-from orchestrator.core.values import parse_duration as parse_duration  # the one parser; callers import it from here
+from orchestrator.core.units import (
+    OFF,
+    RATE_EXPECTED,
+    Duration,
+    Expect,
+    Strict,
+    is_off,
+    parse_duration,
+    parse_rate,
+    partial,
+)
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.retention.settings import RetentionSettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
@@ -31,11 +41,7 @@ SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
 ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RetryPolicy(_Strict):
+class RetryPolicy(Strict):
     """How often and after which pauses a failed run is tried again."""
 
     max: int = Field(3, ge=0)
@@ -46,45 +52,30 @@ class RetryPolicy(_Strict):
         return self.backoff[min(retry_number, len(self.backoff)) - 1]
 
 
-class CrashPolicy(_Strict):
+class CrashPolicy(Strict):
     """For critical roles: this many failures, each within ``window`` of its start, end the orchestrator."""
 
     window: Duration = 30.0
     max: int = Field(3, ge=1)
 
 
-class RoleBudget(_Strict):
+class RoleBudget(Strict):
     per_run_usd: Annotated[float | None, OFF] = Field(None, gt=0)
     per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
-class Prices(_Strict):
+class Prices(Strict):
     """Dollars per million tokens, for the live budget fuse's estimate."""
 
     input: float = Field(gt=0)
     output: float = Field(gt=0)
 
 
-class TeamBudget(_Strict):
+class TeamBudget(Strict):
     per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*(ms|s|m|h|d)\s*$")
-RATE_EXPECTED = "a rate such as 20/h or 5/30m (memos per window)"
-
-
-def parse_rate(value: Any) -> tuple[int, float]:
-    """``20/h`` or ``5/30m`` as (count, window in seconds)."""
-    if isinstance(value, str):
-        match = _RATE.match(value)
-        if match and int(match.group(1)) >= 1:
-            window = float(match.group(2) or 1) * UNITS[match.group(3)]
-            if window > 0:
-                return int(match.group(1)), window
-    raise ValueError(f"expected {RATE_EXPECTED}, or off, got {value!r}")
-
-
-class Limits(_Strict):
+class Limits(Strict):
     """The loop breaker: a memo over a limit is held in ``memo/<role>/held/`` instead of run."""
 
     chain_depth: Annotated[int | None, OFF] = Field(40, ge=1)  # reply_to links above a memo; None: no limit
@@ -94,7 +85,7 @@ class Limits(_Strict):
     )
 
 
-class UsageLimits(_Strict):
+class UsageLimits(Strict):
     """An account paused by a usage limit with no reset time tries one run after ``probe``, doubling to ``max_probe``."""
 
     probe: Duration = Field(300.0, gt=0)
@@ -117,70 +108,10 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class SystemPromptPreset(_Strict):
-    preset: Literal["claude_code"] = "claude_code"
-    append: str | None = None
-
-
-class RoleSettings(_Strict):
-    """Every key a role may set; the same keys may sit under ``defaults``."""
-
-    prompt: str | None = None
-    command: list[str] | None = Field(None, min_length=1)
-    prompt_via: Literal["stdin", "arg"] | None = None
-    timeout: Duration | None = None
-    grace: Duration | None = None
-    # checked where written, merged with the defaults key by key later
-    retry: Annotated[dict[str, Any] | None, Shaped(RetryPolicy)] = None
-    crash: Annotated[dict[str, Any] | None, Shaped(CrashPolicy)] = None
-    batch: bool | None = None
-    batch_max: int | None = Field(None, ge=1)
-    critical: bool | None = None
-    max_concurrent: int | None = Field(None, ge=1)
-    env: dict[str, str] | None = None
-    cwd: str | None = None
-    retry_timeouts: bool | None = None
-    stop_on_failure: bool | None = None
-    backend: Literal["command", "sdk"] | None = None
-    account: str | None = Field(None, min_length=1)  # roles on one account share its usage limits
-    # claude-agent-sdk backend
-    model: str | None = None
-    system_prompt: str | SystemPromptPreset | None = None
-    permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
-    allowed_tools: list[str] | None = None
-    disallowed_tools: list[str] | None = None
-    max_turns: int | None = Field(None, ge=1)
-    max_budget_usd: float | None = Field(None, gt=0)
-    setting_sources: list[Literal["user", "project", "local"]] | None = None
-    cli_path: str | None = None
-    add_dirs: list[str] | None = None
-    budget: Annotated[dict[str, Any] | None, Shaped(RoleBudget)] = None
-    retry_resumes: bool | None = None
-    # wakes on a schedule (orchestrator/schedule)
-    wake: WakeSettings | None = None
-    tasks: dict[str, TaskSettings] | None = None
-    signals: dict[str, SignalSettings] | None = None
-    preflight: list[Annotated[list[str], Field(min_length=1)]] | None = None
-    preflight_reuse: Duration | None = None
-    # continuity (orchestrator/continuity)
-    context: list[str] | None = None
-    context_max_bytes: int | None = Field(None, ge=1)
-    journal_in_prompt: int | None = Field(None, ge=0)
-    handoff_max_bytes: int | None = Field(None, ge=1)
-    api_retries: int | None = Field(None, ge=0, le=20)
-    price_per_mtok: Prices | None = None
-    # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
-    background_tasks: bool | None = None
-    stall_timeout: Stall = None
-    on_denied: Literal["fail", "warn"] | None = None
-    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
-    resources: RoleResources | None = None
-    # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
-    may: Annotated[list[str], AfterValidator(check_may)] | None = None
-
-
-class Role(_Strict):
-    """One role with its defaults applied: what the supervisor works with."""
+class Role(SdkSettings):
+    """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
+    under a role or under ``defaults`` (``RoleSettings``, derived from this model); the keys of the
+    claude-agent-sdk backend (``model``, ``system_prompt``, ...) come from ``SdkSettings``."""
 
     name: str
     prompt: str
@@ -188,7 +119,7 @@ class Role(_Strict):
     prompt_via: Literal["stdin", "arg"] = "stdin"
     timeout: Duration = 1800.0
     grace: Duration = 10.0
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)  # retry, crash, env, budget: merged key by key
     crash: CrashPolicy = Field(default_factory=CrashPolicy)
     batch: bool = False
     batch_max: int = Field(100, ge=1)  # a batch run takes at most this many memos, oldest first
@@ -199,35 +130,31 @@ class Role(_Strict):
     retry_timeouts: bool = False
     stop_on_failure: bool = False
     backend: Literal["command", "sdk"] = "command"
-    account: str = "team"  # the credentials it runs on: a usage limit pauses every role on the same account
-    model: str | None = None
-    system_prompt: str | SystemPromptPreset = Field(default_factory=SystemPromptPreset)
-    permission_mode: Literal["default", "acceptEdits", "plan", "bypassPermissions"] | None = None
-    allowed_tools: list[str] = Field(default_factory=list)
-    disallowed_tools: list[str] = Field(default_factory=list)
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
-    setting_sources: list[Literal["user", "project", "local"]] | None = None
-    cli_path: str | None = None
-    add_dirs: list[str] = Field(default_factory=list)
+    # the credentials it runs on: a usage limit pauses every role on the same account
+    account: str = Field("team", min_length=1)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
+    # wakes on a schedule (orchestrator/schedule)
     wake: WakeSettings | None = None
     tasks: dict[str, TaskSettings] = Field(default_factory=dict)
     signals: dict[str, SignalSettings] = Field(default_factory=dict)
-    preflight: list[list[str]] = Field(default_factory=list)
+    preflight: list[Annotated[list[str], Field(min_length=1)]] = Field(default_factory=list)
     preflight_reuse: Duration = 60.0  # a passed preflight is not run again before a run for this long
+    # continuity (orchestrator/continuity)
     context: list[str] = Field(default_factory=list)
     context_max_bytes: int = Field(64 * 1024, ge=1)
     journal_in_prompt: int = Field(5, ge=0)
     handoff_max_bytes: int = Field(20 * 1024, ge=1)
     api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
     price_per_mtok: Prices | None = None  # overrides the fuse's price table
+    # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
     background_tasks: bool = False  # Claude roles: the CLI may start background tasks (killed at the end of a -p run)
     stall_timeout: Stall = None  # no output for this long stops the attempt; None: the default, 0.0: off
     on_denied: Literal["fail", "warn"] = "fail"  # Claude's result lists tool calls the permissions refused
+    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
     resources: RoleResources = Field(default_factory=RoleResources)
-    may: list[str] = Field(default_factory=list)
+    # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
+    may: Annotated[list[str], AfterValidator(check_may)] = Field(default_factory=list)
 
     @property
     def limit(self) -> int:
@@ -235,13 +162,31 @@ class Role(_Strict):
         return 1 if self.batch else (self.max_concurrent or 1_000_000)
 
 
-class TeamFile(_Strict):
-    """The top level of ``roles.yaml``."""
+_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
+
+if TYPE_CHECKING:
+
+    class RoleSettings(Strict):
+        """What the type checker sees; at run time the model is made from ``Role`` by ``partial`` below."""
+
+else:
+    RoleSettings = partial(
+        Role,
+        "RoleSettings",
+        "Every key a role may set; the same keys may sit under ``defaults``.",
+        omit=("name",),
+        by_key=_MERGED_ONE_LEVEL,
+    )
+
+
+class Team(Strict):
+    """The team-wide keys of ``roles.yaml``: read by ``TeamFile`` and kept as they are by ``Config``."""
 
     max_concurrent: int = Field(10, ge=1)
     notify: str | None = None
     rescan_interval: Duration = 5.0
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
+    # at a restart: adopt live agents and read exit records, or stop and requeue
     recovery: Literal["adopt", "restart"] = "adopt"
     budget: TeamBudget = Field(default_factory=TeamBudget)
     timezone: Annotated[str | None, AfterValidator(check_timezone)] = None
@@ -250,28 +195,22 @@ class TeamFile(_Strict):
     usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+
+class TeamFile(Team):
+    """The top level of ``roles.yaml``."""
+
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
 
-class Config(_Strict):
-    """The whole validated configuration of one project root."""
+class Config(Team):
+    """The whole validated configuration of one project root: the team's keys, and every role with its
+    defaults applied."""
 
     root: Path
     path: Path
-    max_concurrent: int
-    notify: str | None
-    rescan_interval: float
-    max_memo_bytes: int
-    budget: TeamBudget
     roles: dict[str, Role]
-    timezone: str | None = None
-    memory: MemorySettings = Field(default_factory=MemorySettings)
-    limits: Limits = Field(default_factory=Limits)
-    recovery: str = "adopt"  # at a restart: adopt live agents and read exit records, or stop and requeue
-    usage_limits: UsageLimits = Field(default_factory=UsageLimits)
-    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
-    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -279,9 +218,6 @@ class Config(_Strict):
     @property
     def state_dir(self) -> Path:
         return self.root / ".orchestrator"
-
-
-_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
 
 
 def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
@@ -321,6 +257,10 @@ def load_config(root: Path) -> Config:
         raise ConfigError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with a `roles` key at the top level")
+    if isinstance(raw.get("memory"), dict) and "keeper" in raw["memory"]:
+        raise ConfigError(
+            f"{path}: memory.keeper: renamed to memory.curator (a keeper is the process that watches an agent)"
+        )
     try:
         team = TeamFile.model_validate(raw)
     except ValidationError as exc:
@@ -351,24 +291,9 @@ def load_config(root: Path) -> Config:
     problem = check_team(path, root, roles)
     if problem:
         raise ConfigError(problem)
-    if team.memory.keeper is not None and team.memory.keeper not in roles:
+    if team.memory.curator is not None and team.memory.curator not in roles:
         raise ConfigError(
-            f"{path}: memory.keeper: names {team.memory.keeper!r}, which is not a role under `roles` ({', '.join(roles)})"
+            f"{path}: memory.curator: names {team.memory.curator!r}, which is not a role under `roles` ({', '.join(roles)})"
         )
-    return Config(
-        root=root,
-        path=path,
-        max_concurrent=team.max_concurrent,
-        notify=team.notify,
-        rescan_interval=team.rescan_interval,
-        max_memo_bytes=team.max_memo_bytes,
-        budget=team.budget,
-        roles=roles,
-        timezone=team.timezone,
-        memory=team.memory,
-        limits=team.limits,
-        usage_limits=team.usage_limits,
-        recovery=team.recovery,
-        executor=team.executor,
-        retention=team.retention,
-    )
+    team_keys = {key: getattr(team, key) for key in Team.model_fields}
+    return Config.model_validate({**team_keys, "root": root, "path": path, "roles": roles})

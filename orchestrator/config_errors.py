@@ -18,7 +18,7 @@ import annotated_types
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from orchestrator.core.values import DURATION, DURATION_EXPECTED, OFF, Expect, Shaped
+from orchestrator.core.units import DURATION, DURATION_EXPECTED, OFF, Expect, Shaped
 
 _SCALARS: dict[type, tuple[str, str]] = {
     bool: ("true or false", "true or false values"),

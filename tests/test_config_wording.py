@@ -145,6 +145,11 @@ CASES: list[tuple[str, str, str]] = [
     ),
     ("a role that is null", "roles: {b: null}", "roles.b: expected a mapping of keys, got null"),
     (
+        "memory's renamed key",
+        "memory: {keeper: b}\nroles: {b: {}}",
+        "memory.keeper: renamed to memory.curator (a keeper is the process that watches an agent)",
+    ),
+    (
         "memory's nested key",
         "memory: {prompt_budget: {lines: 0}}\nroles: {b: {}}",
         "memory.prompt_budget.lines: expected a whole number >= 1, got 0",

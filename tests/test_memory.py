@@ -46,7 +46,7 @@ def as_agent(project: Project, role: str, run_id: str = "7") -> Iterator[Memory]
 
 @pytest.fixture
 def team(project: Project) -> Project:
-    project.configure({"builder": {}, "planner": {}, "keeper": {}}, memory={"keeper": "keeper", "core_max": 3})
+    project.configure({"builder": {}, "planner": {}, "keeper": {}}, memory={"curator": "keeper", "core_max": 3})
     return project
 
 
@@ -333,7 +333,7 @@ def test_memory_fills_the_prompt_of_a_real_run(team: Project) -> None:
     team.configure(
         {"builder": {}, "keeper": {}},
         prompt="BEGIN\n$memory\nEND\n",
-        memory={"keeper": "keeper", "prompt_budget": {"lines": 8, "bytes": 10000}},
+        memory={"curator": "keeper", "prompt_budget": {"lines": 8, "bytes": 10000}},
     )
     (team.root / "prompts" / "builder.md").write_text("BEGIN\n$memory\nEND\n", encoding="utf-8")
     assert mem(team, "add", "never force-push main", "--role", "builder", "--remember").returncode == 0
@@ -352,7 +352,7 @@ def test_memory_fills_the_prompt_of_a_real_run(team: Project) -> None:
 # ------------------------------------------------------------------ compaction through the real loop
 def test_weekly_compaction_memo_once_then_its_answer_lets_retention_retire(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
-        r = Replay(root, {"builder": {}, "keeper": {}}, memory={"keeper": "keeper", "daily_days": 3})
+        r = Replay(root, {"builder": {}, "keeper": {}}, memory={"curator": "keeper", "daily_days": 3})
         # Monday 2026-11-30 09:00: three daily entries of week 2026-W49
         db = MemoryDB(db_path(r.config.state_dir))
         ids = [
@@ -407,7 +407,7 @@ def test_weekly_compaction_memo_once_then_its_answer_lets_retention_retire(tmp_p
         r.close()
 
         # a restart on the same root does not write the memo again
-        again = Replay(root, {"builder": {}, "keeper": {}}, memory={"keeper": "keeper", "daily_days": 3})
+        again = Replay(root, {"builder": {}, "keeper": {}}, memory={"curator": "keeper", "daily_days": 3})
         (again.config.role_dir("keeper") / "inbox" / "memory-weekly-2026-W49.md").unlink()
         again.clock = ManualClock(datetime(2026, 12, 6, 23, 30).astimezone())
         again.memory.clock = again.clock

@@ -46,7 +46,7 @@ def mem(project: Project, *args: str, input: str | None = None, **env: str) -> s
 
 @pytest.fixture
 def team(project: Project) -> Project:
-    project.configure({"builder": {}, "planner": {}}, prompt="BEGIN\n$memory\nEND\n", memory={"keeper": "planner"})
+    project.configure({"builder": {}, "planner": {}}, prompt="BEGIN\n$memory\nEND\n", memory={"curator": "planner"})
     return project
 
 
@@ -92,7 +92,7 @@ def test_a_role_given_memory_forgets_and_replaces_another_roles_memory_through_t
     team.configure(
         {"builder": {}, "planner": {}, "supervisor": {"may": ["memory"]}},
         prompt="BEGIN\n$memory\nEND\n",
-        memory={"keeper": "planner"},
+        memory={"curator": "planner"},
     )
     one = int(mem(team, "add", "the plan is due friday", "--role", "planner").stdout)
     two = int(mem(team, "add", "the plan has three steps", "--role", "planner").stdout)

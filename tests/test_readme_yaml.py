@@ -9,7 +9,7 @@ these conventions:
 - a block with a top-level ``roles:`` is a whole ``roles.yaml``;
 - a block without ``roles:`` whose keys are all top-level keys (``max_concurrent``, ``limits``, ``executor``,
   ...) is a fragment of the top level: it gets a minimal team of one role, ``example`` (plus any role it
-  names in ``notify`` or ``memory.keeper``);
+  names in ``notify`` or ``memory.curator``);
 - a block whose keys are all role keys (``wake``, ``tasks``, ``context``, ...) is one role's settings: it
   becomes the role ``example``;
 - any other block (keys of both kinds, unknown keys, not a mapping) fails: the page is wrong.

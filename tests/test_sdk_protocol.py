@@ -22,12 +22,12 @@ from orchestrator.agents.sdk.protocol import (
     RunnerSpec,
     SessionEvent,
     SpecOptions,
-    SystemPromptPreset,
     Tell,
     parse_control,
     parse_event,
     parse_spec,
 )
+from orchestrator.agents.sdk.settings import SdkSettings, SystemPromptPreset
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Role
 
@@ -204,3 +204,27 @@ def test_runner_spec_is_a_valid_spec(tmp_path: Path) -> None:
     assert spec.options.system_prompt == SystemPromptPreset(preset="claude_code", append="Be brief.")
     assert spec.options.add_dirs == [str(tmp_path / "docs")] and spec.options.max_turns == 4
     assert wire["options"]["system_prompt"] == {"preset": "claude_code", "append": "Be brief."}
+
+
+def test_every_sdk_key_of_a_role_reaches_the_spec(tmp_path: Path) -> None:
+    """The wire's options are the role's SDK keys: one set on a role arrives in the spec unchanged, but the
+    paths, which the orchestrator resolves."""
+    given: dict[str, Any] = {
+        "model": "m",
+        "system_prompt": "terse",
+        "permission_mode": "plan",
+        "allowed_tools": ["Read"],
+        "disallowed_tools": ["Bash"],
+        "max_turns": 2,
+        "max_budget_usd": 0.75,
+        "setting_sources": ["project"],
+        "cli_path": "claude",
+        "add_dirs": ["docs"],
+    }
+    assert set(given) == set(SdkSettings.model_fields)
+    role = Role(name="w", prompt="p.md", backend="sdk", **given)
+    options = SpecOptions.of(role, cli_path="/bin/claude", add_dirs=["/abs/docs"], cwd="/abs", env={"A": "1"})
+    wired = parse_spec(RunnerSpec(prompt="x", options=options).line()).options
+    resolved = {"cli_path": "/bin/claude", "add_dirs": ["/abs/docs"]}
+    assert {key: getattr(wired, key) for key in given} == {**given, **resolved}
+    assert (wired.cwd, wired.env) == ("/abs", {"A": "1"})

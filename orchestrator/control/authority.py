@@ -7,7 +7,7 @@ may do everything. An agent gets, by default::
 
     grant    default  covers
     send     any      `send` (a memo is its sender's own)
-    memory   own      `memory ...` of its own role and `team` (every role for the `memory.keeper` role)
+    memory   own      `memory ...` of its own role and `team` (every role for the `memory.curator` role)
     cancel   own      `cancel`, `interrupt` and `tell` of work its own role sent (the memo's `from`, or a
                       memo its role sent further up the memo's `reply_to` chain)
     wake     own      `wake` of its own role

@@ -9,11 +9,24 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from orchestrator.config import Role
 from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.states import RunState
+
+
+class RoleLike(Protocol):
+    """What core itself reads of a run's role. The supervisor's runs hold ``config.Role`` (``Run[Role]``); core
+    names only this, so it imports nothing above it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def backend(self) -> str: ...
+
+
+RoleT = TypeVar("RoleT", bound=RoleLike)
 
 
 @dataclass
@@ -49,11 +62,11 @@ class CancelOrder:
 
 
 @dataclass
-class Run:
+class Run(Generic[RoleT]):
     """A unit of work for one role: one memo, or every pending memo of a batch role."""
 
     run_id: int
-    role: Role
+    role: RoleT
     memos: list[MemoRef]
     arrival: int  # orders waiting work across roles (the oldest starts first)
     attempt: int

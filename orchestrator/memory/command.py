@@ -1,6 +1,6 @@
 """``orchestrator memory ...``: the sub-commands' arguments, and the one function each calls.
 
-Reads (``search``, ``list``, ``show``) take only the role names and the keeper
+Reads (``search``, ``list``, ``show``) take only the role names and the curator
 from ``roles.yaml`` without the full validation, and only when the call names a
 role (an agent's own scope needs neither); ``parse_alone`` builds just this
 command's parser. So an agent's search starts without yaml, pydantic, rich or the
@@ -108,7 +108,7 @@ def _filters(parser: argparse.ArgumentParser) -> None:
 
 
 class _Light:
-    """Role names and keeper from roles.yaml, read without validating the rest, and only when asked for."""
+    """Role names and the memory curator from roles.yaml, read without validating the rest, and only when asked for."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -125,7 +125,7 @@ class _Light:
             try:
                 raw = yaml.safe_load(self.path.read_text(encoding="utf-8"))
                 roles = [str(r) for r in raw["roles"]]
-                keeper = (raw.get("memory") or {}).get("keeper")
+                keeper = (raw.get("memory") or {}).get("curator")
             except FileNotFoundError:
                 raise ConfigError(
                     f"{self.path}: not found; run memory commands inside a project (or set --root)"
@@ -134,7 +134,7 @@ class _Light:
                 from orchestrator.config import load_config
 
                 config = load_config(self.root)
-                roles, keeper = list(config.roles), config.memory.keeper
+                roles, keeper = list(config.roles), config.memory.curator
             self._roles, self._keeper = roles, keeper if isinstance(keeper, str) else None
         return self._roles
 

@@ -163,7 +163,7 @@ class MemoryCurator(Extension):
             )
 
     def _compact(self, db: MemoryDB, kind: str, moment: datetime, period: str) -> None:
-        keeper = self.settings.keeper
+        keeper = self.settings.curator
         if keeper is None or db.compaction_written(kind, period):
             return
         if kind == "weekly":

@@ -3,7 +3,7 @@
 Every check runs before anything is stored, so a refused call leaves the
 database as it was. Who calls is given (``Caller``; the CLI has it from the
 kernel, ``control.permission``, never from the environment): an agent sees its
-own role and ``team``; naming another role needs the keeper role (it writes
+own role and ``team``; naming another role needs the curator role (it writes
 every role's summaries) or ``authorize`` to let it (the CLI asks the
 orchestrator: a role with ``may: [memory]``); a person names any role.
 """
@@ -46,7 +46,7 @@ PERSON = Caller(None, None, agent=False)
 def _refuse(caller: Caller, verb: str, role: str) -> None:
     raise MemoryRefusedError(
         f"memory {verb}: an agent of {caller.role} may use only its own memory and team's, not {role}'s "
-        "(other roles need the keeper role, or `may: [memory]` in roles.yaml)"
+        "(other roles need the curator role, or `may: [memory]` in roles.yaml)"
     )
 
 
@@ -58,7 +58,7 @@ class Memory:
     settings: MemorySettings
     roles: Sequence[str]
     caller: Caller
-    # lets an agent name another role, or raises (the CLI asks the orchestrator); by default only the keeper may
+    # lets an agent name another role, or raises (the CLI asks the orchestrator); by default only the curator may
     authorize: Callable[[Caller, str, str], None] = _refuse
 
     # ------------------------------------------------------------ scope
@@ -69,7 +69,7 @@ class Memory:
     def _may_name(self, role: str, verb: str) -> None:
         if not self.caller.in_agent or role in (self.caller.role, rules.TEAM):
             return
-        if self.settings.keeper and self.caller.role == self.settings.keeper:
+        if self.settings.curator and self.caller.role == self.settings.curator:
             return
         self.authorize(self.caller, verb, role)
 

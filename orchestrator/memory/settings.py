@@ -4,26 +4,23 @@ from __future__ import annotations
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from orchestrator.core.units import Strict
 from orchestrator.memory.rules import parse_monthly_at, parse_weekly_at
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PromptBudget(_Strict):
+class PromptBudget(Strict):
     """How much of the prompt ``$memory`` may take."""
 
     lines: int = Field(450, ge=1)
     bytes: int = Field(32 * 1024, ge=1)
 
 
-class MemorySettings(_Strict):
+class MemorySettings(Strict):
     """Every key under ``memory:``; all have defaults, so the key may be left out."""
 
-    keeper: str | None = None
+    curator: str | None = None  # the role that writes the summaries and may reach every role's memory
     core_max: int = Field(100, ge=1)
     entry_max_bytes: int = Field(2048, ge=1)
     prompt_budget: PromptBudget = Field(default_factory=PromptBudget)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+from pydantic import BeforeValidator, ValidationInfo, field_validator
 
-from orchestrator.core.values import Expect, parse_duration
+from orchestrator.core.units import Expect, Strict, parse_duration
 
 DAY = 86400.0
 KEEP = "keep"
@@ -49,10 +49,8 @@ def describe(seconds: float | None) -> str:
     return f"{seconds:g}s"
 
 
-class RetentionSettings(BaseModel):
+class RetentionSettings(Strict):
     """Every key under ``retention:``; all have defaults, so the key may be left out."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     logs: Keep = 30 * DAY  # .orchestrator/logs/<run>-<role>.log, from the run's end
     transcripts: Keep = 90 * DAY  # .orchestrator/runs/<run>/ (an SDK run's transcript and event files)

@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from orchestrator.core.values import Duration
+from orchestrator.core.units import Duration, Strict
 from orchestrator.schedule import rules
 
 RULE_KEYS = ("daily", "weekly", "every", "once")
@@ -30,10 +30,6 @@ def _first(value: Any) -> Any:
 
 
 First = Annotated[Literal["now", "next"], BeforeValidator(_first)]  # when a task never done is first due
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def zone(name: str | None) -> tzinfo:
@@ -72,7 +68,7 @@ def check_timezone(name: str | None) -> str | None:
     return name
 
 
-class WakeSettings(_Strict):
+class WakeSettings(Strict):
     """``wake:`` of a role: its heartbeat and how a wake picks."""
 
     every: Duration | None = None
@@ -105,7 +101,7 @@ class WakeSettings(_Strict):
         return [rules.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
 
 
-class TaskSettings(_Strict):
+class TaskSettings(Strict):
     """One task: exactly one of ``daily``, ``weekly``, ``every``, ``once``, and its ``text``."""
 
     daily: str | None = None
@@ -178,7 +174,7 @@ class TaskSettings(_Strict):
         return self.priority if self.priority is not None else rules.DEFAULT_PRIORITY[self.kind]
 
 
-class SignalSettings(_Strict):
+class SignalSettings(Strict):
     """A signal: a command whose trimmed standard output is its news."""
 
     command: list[str] = Field(min_length=1)

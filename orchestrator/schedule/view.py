@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config, parse_duration
+from orchestrator.config import Config
 from orchestrator.core.clock import iso
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
+from orchestrator.core.units import parse_duration
 from orchestrator.intake.memo import new_memo_id
 from orchestrator.schedule import records, rules
 from orchestrator.schedule.settings import zone

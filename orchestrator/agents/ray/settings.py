@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from orchestrator.core.values import Duration as Seconds
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from orchestrator.core.units import Duration as Seconds
+from orchestrator.core.units import Strict
 
 
-class ExecutorSettings(_Strict):
+class ExecutorSettings(Strict):
     """Every key under ``executor:``; all have defaults, so the key may be left out."""
 
     kind: Literal["local", "ray"] = "local"
@@ -38,7 +35,7 @@ class ExecutorSettings(_Strict):
     start_timeout: Seconds = Field(60.0, gt=0)
 
 
-class RoleResources(_Strict):
+class RoleResources(Strict):
     """What one run of a role needs on a Ray node; ignored by ``executor: local``."""
 
     cpu: float = Field(1.0, ge=0)

@@ -40,7 +40,6 @@ from orchestrator.agents.sdk.protocol import (
     ProtocolError,
     RunnerSpec,
     SpecOptions,
-    SystemPromptPreset,
     Tell,
     explain,
     parse_event,
@@ -72,19 +71,8 @@ def runner_spec(
 ) -> dict[str, Any]:
     """The first line the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys)."""
     role = spec.role
-    prompt = role.system_prompt
-    system_prompt: str | SystemPromptPreset = (
-        prompt if isinstance(prompt, str) else SystemPromptPreset(preset=prompt.preset, append=prompt.append)
-    )
-    options = SpecOptions(
-        model=role.model,
-        system_prompt=system_prompt,
-        permission_mode=role.permission_mode,
-        allowed_tools=list(role.allowed_tools),
-        disallowed_tools=list(role.disallowed_tools),
-        max_turns=role.max_turns,
-        max_budget_usd=role.max_budget_usd,
-        setting_sources=list(role.setting_sources) if role.setting_sources is not None else None,
+    options = SpecOptions.of(
+        role,
         cli_path=cli_path,
         add_dirs=[str((spec.root / d).resolve()) for d in role.add_dirs],
         cwd=str(cwd),

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions, SystemPromptPreset
+from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
+from orchestrator.agents.sdk.settings import SystemPromptPreset
 from orchestrator.agents.sdk.transcript import Output
 
 
-def system_prompt(value: str | SystemPromptPreset | None) -> Any:
-    """The role's ``system_prompt`` in the SDK's shape; absent means the ``claude_code`` preset.
+def system_prompt(value: str | SystemPromptPreset) -> Any:
+    """The role's ``system_prompt`` in the SDK's shape: a plain string as is, else the preset (the default).
 
-    The SDK turns ``None`` into an empty system prompt, so the default must be explicit.
+    The SDK turns an absent system prompt into an empty one, so the preset is always given.
     """
-    if value is None:
-        return {"type": "preset", "preset": "claude_code"}
     if isinstance(value, str):
         return value
-    prompt: dict[str, Any] = {"type": "preset", "preset": value.preset or "claude_code"}
+    prompt: dict[str, Any] = {"type": "preset", "preset": value.preset}
     if value.append:
         prompt["append"] = value.append
     return prompt

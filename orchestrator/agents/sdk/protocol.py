@@ -10,6 +10,7 @@ stdin, first line, the spec (``RunnerSpec``)::
      "options": {"model", "system_prompt", "permission_mode", "allowed_tools", "disallowed_tools",
                  "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"}}
 
+The options are a role's ``SdkSettings`` (``agents/sdk/settings.py``) plus ``cwd`` and ``env``.
 ``system_prompt`` is a plain string (used as is) or ``{"preset": "claude_code", "append": ...}``;
 absent means the ``claude_code`` preset. The CLI is also given ``--max-budget-usd`` of the
 smaller of ``max_budget_usd`` and ``per_run_usd``, so it can stop a turn that overspends.
@@ -68,7 +69,10 @@ import json
 import signal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+from orchestrator.agents.sdk.settings import SdkSettings
+from orchestrator.core.units import Strict
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -83,10 +87,8 @@ class ProtocolError(ValueError):
     """A line that is not a valid message; the text says which field is wrong and why."""
 
 
-class _Message(BaseModel):
+class _Message(Strict):
     """One JSON object on a pipe: unknown keys are errors, and a message never changes once made."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     def wire(self) -> dict[str, Any]:
         """The JSON object as it goes on the pipe."""
@@ -109,28 +111,21 @@ class _SpecPart(_Message):
 # ---------------------------------------------------------------- the spec
 
 
-class SystemPromptPreset(_SpecPart):
-    """A preset system prompt, optionally with text appended."""
+class SpecOptions(_SpecPart, SdkSettings):
+    """The role's SDK options (``SdkSettings``) with its paths resolved, and where and with what environment the
+    session runs."""
 
-    preset: str = "claude_code"
-    append: str | None = None
-
-
-class SpecOptions(_SpecPart):
-    """The role's SDK options, as ``sdk_backend`` resolved them (paths are absolute)."""
-
-    model: str | None = None
-    system_prompt: str | SystemPromptPreset | None = None
-    permission_mode: str | None = None
-    allowed_tools: list[str] = Field(default_factory=list)
-    disallowed_tools: list[str] = Field(default_factory=list)
-    max_turns: int | None = None
-    max_budget_usd: float | None = None
-    setting_sources: list[str] | None = None
-    cli_path: str | None = None
-    add_dirs: list[str] = Field(default_factory=list)
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, settings: SdkSettings, *, cli_path: str | None, add_dirs: list[str], cwd: str, env: dict[str, str]
+    ) -> SpecOptions:
+        """A role's options for its session: every SDK key as the role sets it, but the paths, which only the
+        orchestrator can resolve (a bare ``cli_path`` on its PATH, ``add_dirs`` from the project root)."""
+        given = {key: getattr(settings, key) for key in SdkSettings.model_fields}
+        return cls.model_validate({**given, "cli_path": cli_path, "add_dirs": add_dirs, "cwd": cwd, "env": env})
 
 
 SPEC_OPTIONS = frozenset(SpecOptions.model_fields)
