@@ -178,7 +178,7 @@ class MemoryKeeper:
 
 def attach(sup: Any) -> MemoryKeeper:
     """Register memory with a supervisor: the ``$memory`` section, the ``MemoryDue`` handler, the keeper."""
-    keeper = MemoryKeeper(sup.config, sup.clock, sup.handle, sup.console.line)
+    keeper = MemoryKeeper(sup.config, sup.clock, sup.post, sup.console.line)
     sup.launcher.sections.append(MemorySection(sup.config, sup.clock, sup.console.line))
     sup.handlers[MemoryDue] = keeper.due
     return keeper

@@ -52,7 +52,7 @@ class DailyPass:
         self.timer: Timer | None = None
         self.running: asyncio.Task[None] | None = None  # the pass (on its thread), while it runs
         self.stopping = threading.Event()
-        self._post: Callable[[Any], None] = sup.handle  # this module's own events, through the loop
+        self._post: Callable[[Any], None] = sup.post  # this module's own events, through the loop
         sup.handlers[RetentionDue] = self._due
         sup.handlers[RetentionDone] = self._done
 

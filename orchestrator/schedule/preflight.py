@@ -71,7 +71,7 @@ class PreflightGate:
         self.failing: dict[str, str] = {}
         self.told: set[str] = set()  # roles whose notify role was told of a failure, to be told of the recovery
         self.timers: dict[str, Timer] = {}
-        self._post: Callable[[Any], None] = sup.handle  # this module's own events, through the loop
+        self._post: Callable[[Any], None] = sup.post  # this module's own events, through the loop
         sup.handlers[PreflightDone] = self._on_done
         sup.handlers[PreflightRecheck] = self._on_recheck
         if self.roles:

@@ -89,7 +89,7 @@ class Wakes:
         self.wake_ids: set[str] = {row[0] for row in self.db.execute("SELECT memo_id FROM wake_memos")}
         # the one boundary the replay tests replace: running the signal and preflight commands
         self.probe_runner: Callable[[list[Probe], Path], Any] = run_probes
-        self._post: Callable[[Any], None] = sup.handle  # events of this module's own, through the loop
+        self._post: Callable[[Any], None] = sup.post  # events of this module's own, through the loop
         sup.handlers[WakeDue] = self._on_due
         sup.handlers[ProbesDone] = self._on_probes_done
         sup.handlers[WakeRequested] = self._on_wake_requested

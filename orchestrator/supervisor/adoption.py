@@ -57,7 +57,6 @@ class Adopter:
         store: Store,
         console: Console,
         lifecycle: Lifecycle,
-        dispatch: Callable[[Event], None],
         post: Callable[[Event], None],
     ) -> None:
         self.config = config
@@ -65,7 +64,6 @@ class Adopter:
         self.console = console
         self.lc = lifecycle
         self.clock = lifecycle.clock
-        self.dispatch = dispatch
         self.post = post
         self.pending: list[Event] = []
         self.kept: dict[str, set[str]] = {}  # role -> names of adopted memos, which stay in active/
@@ -111,7 +109,7 @@ class Adopter:
             ref, keeper_pid = found
 
             def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
-                self.dispatch(RunExited(run_id, attempt, verdict))
+                self.post(RunExited(run_id, attempt, verdict))
 
             if role.backend == "sdk":
                 from orchestrator.agents.sdk.backend import adopt_sdk  # 15 ms of every start-up otherwise
@@ -127,13 +125,11 @@ class Adopter:
                 run.state = RunState.RUNNING  # its ladder starts again, from the top
                 self.pending.append(TimeoutFired(run_id, attempt))
             else:
-                run.timers["timeout"] = self.clock.call_later(
-                    max(0.0, left), self.dispatch, TimeoutFired(run_id, attempt)
-                )
+                run.timers["timeout"] = self.clock.call_later(max(0.0, left), self.post, TimeoutFired(run_id, attempt))
             stall = stall_seconds(role)
             if stall is not None:  # counted from now: what it wrote while nobody watched is not known
                 run.timers["stall"] = self.clock.call_later(
-                    stall, self.dispatch, StallCheck(run_id, attempt, self.clock.now().timestamp())
+                    stall, self.post, StallCheck(run_id, attempt, self.clock.now().timestamp())
                 )
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) was {state.value} when the orchestrator stopped; adopted its "

@@ -58,7 +58,7 @@ class Launcher:
         intake: Intake,
         spawner: Spawner,
         templates: dict[str, PromptTemplate],
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
     ) -> None:
         self.config = config
         self.store = store
@@ -68,7 +68,7 @@ class Launcher:
         self.intake = intake
         self.spawner = spawner
         self.templates = templates
-        self.dispatch = dispatch
+        self.post = post
         self.tasks: set[asyncio.Task[Any]] = set()
         # extension points: prompt sections fill placeholders; memo checks may hold a memo back (held/)
         self.sections: list[Callable[[Run], dict[str, str]]] = []
@@ -246,7 +246,7 @@ class Launcher:
             prompt = self._render(run, first_text or "", memos_file)
         except Exception as exc:  # noqa: BLE001 - a run holding a slot must always end somewhere
             self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
-            self.dispatch(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
+            self.post(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
             return
         spec = LaunchSpec(
             run_id=run.run_id,
@@ -273,25 +273,25 @@ class Launcher:
                 memo_list.write_list(memos_file, spec.memo_paths)
             except OSError as exc:  # ours: the run's memos go back to the inbox
                 why = f"could not write the list of its memos {memos_file}: {exc.strerror or exc}"
-                self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
+                self.post(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
                 return
         try:
             agent = await self.spawner.start(spec, self._exited(spec.run_id, spec.attempt))
         except SpawnError as exc:
             reason = f"could not start the agent: {exc}"
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
         except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run goes on
             self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
         else:
             # handled before the exit watcher can report: it runs only once this task yields
-            self.dispatch(AgentStarted(spec.run_id, spec.attempt, agent))
+            self.post(AgentStarted(spec.run_id, spec.attempt, agent))
 
     def _exited(self, run_id: int, attempt: int) -> OnExit:
         """What tells the loop that this attempt's agent ended."""
 
         def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
-            self.dispatch(RunExited(run_id, attempt, verdict))
+            self.post(RunExited(run_id, attempt, verdict))
 
         return exited
 

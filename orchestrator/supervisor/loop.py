@@ -3,9 +3,11 @@
 Start-up (folders, recovery, watcher, control channel, first scan), then one
 event at a time until told to end, then shutdown. The inbox watcher, the
 agents' exit watchers, spawn and stop tasks, timers, signals and the control
-channel only post typed events (``orchestrator.core.events``); ``handle``
-dispatches each to the module that owns the decision, and every change of a
-run goes through the lifecycle. A broken invariant is never swallowed: it is
+channel only post typed events (``orchestrator.core.events``) and so do the
+handlers themselves for what follows; ``post`` queues them and the loop handles
+one at a time, each in its own transaction, never one inside another. Each is
+dispatched to the module that owns the decision, and every change of a run goes
+through the lifecycle. A broken invariant is never swallowed: it is
 logged with its traceback and the run it concerns ends as failed with reason
 "internal error: ...", its memo in ``failed/``.
 
@@ -23,6 +25,7 @@ import signal
 import traceback
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.agents import children, keeper, procs
@@ -34,11 +37,11 @@ from orchestrator.control import protocol
 from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import ControlError, OrchestratorError
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import FOLDERS
-from orchestrator.intake.queue import Intake
+from orchestrator.intake.queue import Intake, SettleDue
 from orchestrator.memory import keeper as memory_keeper
 from orchestrator.prompts import load_template
 from orchestrator.retention.daily import DailyPass
@@ -65,6 +68,18 @@ IDLE_EXIT_AFTER = 1.5
 INTERNAL_ERROR_ANSWER = "internal error; see .orchestrator/orchestrator.log"
 
 
+@dataclass(frozen=True)
+class Ready:
+    """Start-up is over: the memos of the first scan may start."""
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # not on a thread running a loop: a watcher's thread, say
+        return None
+
+
 class Supervisor:
     """Runs one project root until told to end; ``serve`` returns the exit status."""
 
@@ -77,6 +92,8 @@ class Supervisor:
         clock: Clock | None = None,
         spawner: Spawner | None = None,
     ) -> None:
+        self.inbox: deque[object] = deque()  # events posted and not yet handled, oldest first
+        self._handling = False  # an event is being handled: what is posted meanwhile waits in ``inbox``
         self.config = config
         self.root = config.root
         self.console = console
@@ -84,15 +101,7 @@ class Supervisor:
         self.clock: Clock = clock or SystemClock()
         self.store = Store(config.state_dir / "state.db")
         templates = {name: load_template(self.root / role.prompt) for name, role in config.roles.items()}
-        self.intake = Intake(
-            list(config.roles),
-            config.role_dir,
-            console,
-            self.store,
-            lambda delay, callback: self.clock.call_later(delay, callback),
-            self._after_event,
-            lambda: self.clock.now().timestamp(),
-        )
+        self.intake = Intake(list(config.roles), config.role_dir, console, self.store, self.clock, self.post)
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
         self.lc = Lifecycle(
             config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock)
@@ -101,26 +110,26 @@ class Supervisor:
         self.budgets = Budgets(config, self.store, console)
         self.holds = Holds(console)
         self.launcher = Launcher(
-            config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
+            config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.post
         )
         self.launcher.memo_checks.append(Breaker(config, self.store, console, self.clock).check)
-        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.handle)
+        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.post)
         self.outcomes = Outcomes(
             self.lc,
             self.stopper,
             self.store,
             console,
-            self.handle,
+            self.post,
             lambda: self.ending,
             self.begin_ending,
             self._refresh_budgets,
             self.start_faults,
         )
-        self.pauses = Pauses(config, self.lc, self.intake, console, self.clock, self.handle)
+        self.pauses = Pauses(config, self.lc, self.intake, console, self.clock, self.post)
         self.outcomes.pauses = self.pauses
         self.launcher.gates.append(self.pauses.blocked)
         self.launcher.on_start.append(self.pauses.starting)
-        self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
+        self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.post)
         self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
         self.continuity = continuity.install(self)
         nodes.install(self)
@@ -128,6 +137,8 @@ class Supervisor:
             ev.MemoSeen: self.intake.seen,
             ev.MemoGone: self.intake.gone,
             ev.RescanNeeded: self._on_rescan,
+            SettleDue: self.intake.settle_due,
+            Ready: lambda _e: None,  # handled like any event: what the first scan queued starts after it
             ev.AgentStarted: self.outcomes.started,
             ev.AgentStartFailed: self.outcomes.start_failed,
             ev.RunExited: self.outcomes.exited,
@@ -166,12 +177,30 @@ class Supervisor:
         return self.lc.runs
 
     # ------------------------------------------------------------------ events
-    def post(self, event: ev.Event) -> None:
-        """Thread-safe: hand an event to the loop."""
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.handle, event)
+    def post(self, event: object) -> None:
+        """Hand an event to the loop, from any thread; events are handled one at a time, in the order posted.
 
-    def handle(self, event: ev.Event) -> None:
+        On the loop's thread an event posted while another is being handled (a handler's follow-up, a
+        failed start) waits in ``inbox`` until that one is done, its transaction included, so handling is
+        never re-entered; posted while the loop is idle (a timer, a task, a signal) it is handled at once.
+        """
+        loop = self.loop
+        if loop is None or _running_loop() is loop:
+            self.inbox.append(event)
+            if not self._handling:
+                self._drain()
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self.post, event)
+
+    def _drain(self) -> None:
+        self._handling = True
+        try:
+            while self.inbox:
+                self._handle(self.inbox.popleft())
+        finally:
+            self._handling = False
+
+    def _handle(self, event: object) -> None:
         """Dispatch one event to its owner, then start what may start; nothing here is ever swallowed."""
         # one transaction per event: its records land together (an agent's start: with the next event's)
         with self.store.batch(lazy=isinstance(event, ev.AgentStarted)):
@@ -196,8 +225,6 @@ class Supervisor:
         self.console.error(f"internal error while handling {type(event).__name__}: {exc}\n{detail}")
         reply = getattr(event, "reply", None)
         if reply is not None and not reply.done():
-            from orchestrator.core.errors import ControlError
-
             reply.set_exception(ControlError(INTERNAL_ERROR_ANSWER))
         run = self.lc.runs.get(getattr(event, "run_id", -1))
         if run is not None:
@@ -219,6 +246,7 @@ class Supervisor:
             self.lc.drop(run)
 
     def _after_event(self) -> None:
+        """After every event: start what the limits now allow (nothing while ending); end once nothing runs."""
         try:
             if not self.ending:
                 self.launcher.schedule(self.budgets.blocked() + self.holds.held_roles())
@@ -251,7 +279,7 @@ class Supervisor:
         self._install_signals()
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
         # the claim rename makes sure it runs once either way
-        self.watcher = make_watcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post, self.handle)
+        self.watcher = make_watcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
         self.watcher.start()
         if self.watcher.patch_problem:
             self.console.line(self.watcher.patch_problem)
@@ -264,7 +292,7 @@ class Supervisor:
         self.intake.rescan(initial=True)
         self.wakes.start()
         self.retention.start()
-        self._after_event()
+        self.post(Ready())
         ticker = asyncio.ensure_future(self._tick())
         self.console.start_live(self)
         try:
@@ -283,7 +311,7 @@ class Supervisor:
         return self.exit_code
 
     def _recovery_parts(self) -> tuple[Any, ...]:
-        return (self.config, self.store, self.console, self.lc, self.handle, self.post)
+        return (self.config, self.store, self.console, self.lc, self.post)
 
     def _install_signals(self) -> None:
         assert self.loop is not None
@@ -294,13 +322,13 @@ class Supervisor:
         self.loop.add_signal_handler(signal.SIGPIPE, lambda: None)
 
     def _record_signal(self, signum: int) -> None:
-        self.handle(ev.SignalReceived(signum, self.clock.monotonic()))
+        self.post(ev.SignalReceived(signum, self.clock.monotonic()))
 
     async def _tick(self) -> None:
         interval = max(0.05, self.config.rescan_interval)
         while True:
             await asyncio.sleep(min(interval, 0.5) if self.until_idle else interval)
-            self.handle(ev.Tick())
+            self.post(ev.Tick())
 
     def _on_tick(self, _event: ev.Tick) -> None:
         """The safety net: watcher health, budgets, periodic rescan, orphan reaping, idle exit."""
@@ -381,7 +409,7 @@ class Supervisor:
             return self.gate.authorize(request, peer.pid)
         request = self.gate.admit(request, peer.pid)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.handle(protocol.to_event(request, reply))
+        self.post(protocol.to_event(request, reply))
         return dict(await reply)
 
     def snapshot(self) -> dict[str, Any]:

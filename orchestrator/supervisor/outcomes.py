@@ -54,7 +54,7 @@ class Outcomes:
         stopper: Stopper,
         store: Store,
         console: Console,
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
         ending: Callable[[], str | None],
         begin_ending: Ending,
         figures_changed: Callable[[], None],
@@ -66,7 +66,7 @@ class Outcomes:
         self.stopper = stopper
         self.store = store
         self.console = console
-        self.dispatch = dispatch
+        self.post = post
         self.ending = ending
         self.begin_ending = begin_ending
         self.figures_changed = figures_changed
@@ -102,7 +102,7 @@ class Outcomes:
                 run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at, log_path=str(run.log_path)
             )
             run.timers["timeout"] = self.clock.call_later(
-                run.role.timeout, self.dispatch, TimeoutFired(run.run_id, run.attempt)
+                run.role.timeout, self.post, TimeoutFired(run.run_id, run.attempt)
             )
             self._check_stall_in(run, stall_seconds(run.role), self.clock.now().timestamp())
             self.start_faults.started(run.role.name)
@@ -194,7 +194,7 @@ class Outcomes:
 
     def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
         retry_number = run.attempt
-        self.lc.wait_for_retry(run, delay, reason, lambda: self.dispatch(RetryDue(run.run_id)))
+        self.lc.wait_for_retry(run, delay, reason, lambda: self.post(RetryDue(run.run_id)))
         self.console.line(
             f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
             role=run.role.name,
@@ -216,9 +216,7 @@ class Outcomes:
 
     def _check_stall_in(self, run: Run, delay: float | None, since: float) -> None:
         if delay is not None:
-            run.timers["stall"] = self.clock.call_later(
-                delay, self.dispatch, StallCheck(run.run_id, run.attempt, since)
-            )
+            run.timers["stall"] = self.clock.call_later(delay, self.post, StallCheck(run.run_id, run.attempt, since))
 
     def stall_check(self, event: StallCheck) -> None:
         """An attempt that has written nothing (no output, no event) for its ``stall_timeout`` is stopped by the

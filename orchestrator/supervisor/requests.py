@@ -47,7 +47,7 @@ class Requests:
         stopper: Stopper,
         store: Store,
         console: Console,
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
     ) -> None:
         self.lc = lifecycle
         self.config = lifecycle.config
@@ -55,7 +55,7 @@ class Requests:
         self.stopper = stopper
         self.store = store
         self.console = console
-        self.dispatch = dispatch
+        self.post = post
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def find(self, query: str) -> list[Candidate]:
@@ -206,7 +206,7 @@ class Requests:
             try:
                 await agent.interrupt(keep=event.keep)
             except OrchestratorError as exc:
-                self.dispatch(InterruptRefused(run.run_id, attempt))
+                self.post(InterruptRefused(run.run_id, attempt))
                 if not event.reply.done():
                     event.reply.set_exception(exc)
                 return

@@ -1,0 +1,119 @@
+"""The loop owns its state by construction: one event at a time, never one inside another, time on the clock.
+
+Scripted through the real supervisor (``tests/replay.py``): the only fakes are the clock and the spawner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.events import MemoSeen
+from orchestrator.intake.queue import SETTLE
+from replay import Replay
+
+
+def play(tmp_path: Path, scenario: Any) -> Any:
+    return asyncio.run(scenario(tmp_path))
+
+
+@dataclass(frozen=True)
+class Outer:
+    """A test event whose handler posts another."""
+
+
+@dataclass(frozen=True)
+class Inner:
+    """The follow-up."""
+
+
+def depth_recorder(r: Replay) -> tuple[list[str], list[int]]:
+    """Wrap the loop's one-event handler: the name of every event handled, and the nesting depth of each."""
+    names: list[str] = []
+    depths: list[int] = []
+    depth = 0
+    handle_one = r.sup._handle
+
+    def wrapped(event: object) -> None:
+        nonlocal depth
+        depth += 1
+        names.append(type(event).__name__)
+        depths.append(depth)
+        try:
+            handle_one(event)
+        finally:
+            depth -= 1
+
+    r.sup._handle = wrapped  # type: ignore[method-assign]
+    return names, depths
+
+
+def test_an_event_posted_by_a_handler_is_handled_after_it_not_inside_it(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        order: list[str] = []
+
+        def outer(_event: Outer) -> None:
+            order.append("outer begins")
+            r.sup.post(Inner())
+            order.append("outer ends")
+
+        r.sup.handlers[Outer] = outer
+        r.sup.handlers[Inner] = lambda _event: order.append("inner")
+        r.sup.post(Outer())
+        assert order == ["outer begins", "outer ends", "inner"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_start_that_fails_inside_the_scheduler_comes_back_as_its_own_event(tmp_path: Path) -> None:
+    """A prompt that cannot be rendered fails the start while the loop is scheduling after an event: the
+    ``AgentStartFailed`` is handled after that event, never inside it."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+
+        def broken(_run: Any) -> dict[str, str]:
+            raise RuntimeError("no section today")
+
+        r.sup.launcher.sections.append(broken)
+        names, depths = depth_recorder(r)
+        await r.drop("builder", "B-1.md")
+        assert names[:2] == ["MemoSeen", "AgentStartFailed"]
+        assert max(depths) == 1, "no event is handled inside another"
+        assert r.folder("builder", "failed") == ["B-1.md"]
+        assert "could not prepare the prompt: no section today" in r.console.text
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_the_settle_check_is_an_event_on_the_injected_clock(tmp_path: Path) -> None:
+    """A memo seen while its writer may still be busy is looked at again after ``SETTLE`` seconds of the
+    supervisor's clock, by a ``SettleDue`` the loop handles like any event, starting what it queued."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        names, depths = depth_recorder(r)
+        path = r.config.role_dir("builder") / "inbox" / "B-2.md"
+        path.write_text("---\nid: B-2\n---\nbody\n", encoding="utf-8")
+        old = time.time() - 10 * SETTLE  # its writer long gone, by the file system's clock
+        os.utime(path, (old, old))
+        r.sup.post(MemoSeen("builder", path, complete=False))
+        await r.settle()
+        assert r.spawner.agents == [] and path in r.sup.intake.pending
+        assert r.clock.pending() == [SETTLE]
+        await r.advance(SETTLE - 0.01)
+        assert r.spawner.agents == [], "not before the settle time, on the injected clock"
+        await r.advance(0.01)
+        assert names[-2:] == ["SettleDue", "AgentStarted"]
+        assert max(depths) == 1
+        assert r.agent("B-2").spec.attempt == 1
+        r.close()
+
+    play(tmp_path, scenario)
