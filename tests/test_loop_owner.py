@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.events import MemoSeen
+from orchestrator.core.states import ALLOWED, STOP_ENDS, Ending, RunState
 from orchestrator.intake.queue import SETTLE
 from replay import Replay
 
@@ -114,6 +115,30 @@ def test_the_settle_check_is_an_event_on_the_injected_clock(tmp_path: Path) -> N
         assert names[-2:] == ["SettleDue", "AgentStarted"]
         assert max(depths) == 1
         assert r.agent("B-2").spec.attempt == 1
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_each_state_being_stopped_has_one_end_and_the_state_table_allows_it() -> None:
+    assert set(STOP_ENDS) == {RunState.CANCELLING, RunState.TIMING_OUT, RunState.STOPPING}
+    for state, end in STOP_ENDS.items():
+        assert state.live and state.being_stopped
+        assert end.stopped in ALLOWED[state] and end.at_restart in ALLOWED[state], state
+    assert not any(s.being_stopped for s in RunState if s not in STOP_ENDS)
+
+
+def test_a_force_ending_overrides_a_graceful_one_never_the_reverse(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        await r.drop("builder", "B-3.md")
+        r.sup.begin_ending(Ending.GRACEFUL, "test")
+        assert r.sup.ending is Ending.GRACEFUL and r.state("B-3") == "running"
+        r.sup.begin_ending(Ending.FORCE, "test, harder")
+        await r.settle()
+        assert r.sup.ending is Ending.FORCE and r.folder("builder", "inbox") == ["B-3.md"]
+        r.sup.begin_ending(Ending.GRACEFUL, "too late")
+        assert r.sup.ending is Ending.FORCE and f"{r.sup.ending}" == "force"
         r.close()
 
     play(tmp_path, scenario)

@@ -39,7 +39,7 @@ from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import ControlError, OrchestratorError
 from orchestrator.core.run import Run
-from orchestrator.core.states import RunState
+from orchestrator.core.states import Ending, RunState
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake, SettleDue
 from orchestrator.memory import keeper as memory_keeper
@@ -48,9 +48,10 @@ from orchestrator.retention.daily import DailyPass
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.store import Store
 from orchestrator.supervisor import nodes, snapshot
+from orchestrator.supervisor.agent_stops import AgentStops
+from orchestrator.supervisor.announce import Announcer
 from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.budgets import Budgets
-from orchestrator.supervisor.endings import Endings
 from orchestrator.supervisor.gate import Gate
 from orchestrator.supervisor.holds import Holds
 from orchestrator.supervisor.launch import Launcher
@@ -60,11 +61,12 @@ from orchestrator.supervisor.pauses import PauseDue, Pauses
 from orchestrator.supervisor.requests import Requests
 from orchestrator.supervisor.slots import Slots
 from orchestrator.supervisor.start_faults import StartFaults, StartsResume
-from orchestrator.supervisor.stopping import Stopper
 
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
 FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
+# the states a force ending stops (a run already being stopped keeps its own reason and end, ``STOP_ENDS``)
+FORCE_STOPS = frozenset({RunState.STARTING, RunState.RUNNING, RunState.INTERRUPTING, RunState.TIMING_OUT})
 INTERNAL_ERROR_ANSWER = "internal error; see .orchestrator/orchestrator.log"
 
 
@@ -104,19 +106,27 @@ class Supervisor:
         self.intake = Intake(list(config.roles), config.role_dir, console, self.store, self.clock, self.post)
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
         self.lc = Lifecycle(
-            config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock)
+            config, self.store, console, self.clock, slots, Announcer(config, self.store, console, self.clock)
         )
-        self.stopper = Stopper(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
+        self.agent_stops = AgentStops(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
         self.budgets = Budgets(config, self.store, console)
         self.holds = Holds(console)
         self.launcher = Launcher(
-            config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.post
+            config,
+            self.store,
+            console,
+            self.clock,
+            self.lc,
+            self.intake,
+            self.agent_stops.spawner,
+            templates,
+            self.post,
         )
         self.launcher.memo_checks.append(Breaker(config, self.store, console, self.clock).check)
         self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.post)
         self.outcomes = Outcomes(
             self.lc,
-            self.stopper,
+            self.agent_stops,
             self.store,
             console,
             self.post,
@@ -129,7 +139,7 @@ class Supervisor:
         self.outcomes.pauses = self.pauses
         self.launcher.gates.append(self.pauses.blocked)
         self.launcher.on_start.append(self.pauses.starting)
-        self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.post)
+        self.requests = Requests(self.lc, self.intake, self.agent_stops, self.store, console, self.post)
         self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
         self.continuity = continuity.install(self)
         nodes.install(self)
@@ -158,7 +168,7 @@ class Supervisor:
             ev.TellRequested: self.requests.tell,
         }
         self.wakes = Wakes(self)  # registers its own events, a finish listener and a prompt section
-        self.ending: str | None = None  # None, "graceful" or "force"
+        self.ending: Ending | None = None  # None while the orchestrator is not ending
         self.exit_code = 0
         self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
         self.done = asyncio.Event()
@@ -233,7 +243,7 @@ class Supervisor:
     def fail_internal(self, run: Run, reason: str) -> None:
         """End a run that a bug left in an unknown condition: its agent stopped, its memo to failed/."""
         if run.agent is not None and run.state.live:
-            self.stopper.orphan(run.agent, run.run_id)
+            self.agent_stops.orphan(run.agent, run.run_id)
         try:
             self.lc.finish(
                 run, RunState.FAILED, reason=reason, exit_code=run.exit_codes[-1] if run.exit_codes else None
@@ -304,7 +314,7 @@ class Supervisor:
             self.watcher.stop()
             self.adopter.flush_records()
             await self.control.close()
-            await self.stopper.drain(max(r.grace for r in self.config.roles.values()) + 6)
+            await self.agent_stops.drain(max(r.grace for r in self.config.roles.values()) + 6)
             for task in [*self.launcher.tasks, *self.requests.tasks, *self.wakes.tasks]:
                 task.cancel()
             self.store.close()
@@ -350,7 +360,7 @@ class Supervisor:
         elif self._idle_since is None:
             self._idle_since = now
         elif now - self._idle_since >= IDLE_EXIT_AFTER:
-            self.begin_ending("graceful", "all work is done")
+            self.begin_ending(Ending.GRACEFUL, "all work is done")
 
     def _on_rescan(self, event: ev.RescanNeeded) -> None:
         self.console.line(f"rescan: {event.reason}")
@@ -364,26 +374,31 @@ class Supervisor:
         if event.signum == signal.SIGINT:
             self.sigints.append(event.at)
             if len(self.sigints) == FORCE_PRESSES and self.sigints[-1] - self.sigints[0] <= FORCE_WINDOW:
-                self.begin_ending("force", f"Ctrl-C pressed {FORCE_PRESSES} times")
+                self.begin_ending(Ending.FORCE, f"Ctrl-C pressed {FORCE_PRESSES} times")
                 return
-            self.begin_ending("graceful", "Ctrl-C (press it 3 times within a second to kill the agents)")
+            self.begin_ending(Ending.GRACEFUL, "Ctrl-C (press it 3 times within a second to kill the agents)")
         else:
-            self.begin_ending("graceful", f"signal {signal.Signals(event.signum).name}")
+            self.begin_ending(Ending.GRACEFUL, f"signal {signal.Signals(event.signum).name}")
 
     def _on_stop(self, event: ev.StopRequested) -> None:
         flag = " --force" if event.force else ""
-        self.begin_ending("force" if event.force else "graceful", f"`orchestrator stop{flag}` from {event.who}")
-        event.reply.set_result({"ending": self.ending})
+        self.begin_ending(
+            Ending.FORCE if event.force else Ending.GRACEFUL, f"`orchestrator stop{flag}` from {event.who}"
+        )
+        event.reply.set_result({"ending": self.ending.value if self.ending else None})
 
-    def begin_ending(self, mode: str, why: str, exit_code: int | None = None) -> None:
-        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox."""
+    def begin_ending(self, mode: Ending, why: str, exit_code: int | None = None) -> None:
+        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox.
+
+        A force ending overrides a graceful one, never the other way round.
+        """
         if exit_code is not None and self.exit_code == 0:
             self.exit_code = exit_code
-        if self.ending == mode or self.ending == "force":
+        if self.ending is mode or self.ending is Ending.FORCE:
             return
         self.ending = mode
         running = self.lc.slots.in_use
-        if mode == "graceful":
+        if mode is Ending.GRACEFUL:
             self.console.line(f"ending: {why}; waiting for {running} running agent(s); nothing new starts")
         else:
             self.exit_code = self.exit_code or 1
@@ -391,15 +406,10 @@ class Supervisor:
         for run in list(self.lc.runs.values()):
             if run.state is RunState.RETRY_WAIT:
                 self.lc.finish(run, RunState.RETURNED, reason="the orchestrator ended before the retry")
-            elif mode == "force" and run.state in (
-                RunState.STARTING,
-                RunState.RUNNING,
-                RunState.INTERRUPTING,
-                RunState.TIMING_OUT,
-            ):
+            elif mode is Ending.FORCE and run.state in FORCE_STOPS:
                 self.lc.transition(run, RunState.STOPPING, reason=FORCED)
                 if run.agent is not None:  # else its start (or failure) brings the stop
-                    self.stopper.stop(run, 0.0)
+                    self.agent_stops.stop(run, 0.0)
 
     # ------------------------------------------------------------------ status
     async def answer(self, request: protocol.Request, peer: Peer) -> dict[str, Any]:

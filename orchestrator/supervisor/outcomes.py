@@ -23,13 +23,13 @@ from orchestrator.core.events import (
     TimeoutFired,
 )
 from orchestrator.core.run import Run
-from orchestrator.core.states import RunState
+from orchestrator.core.states import STOP_ENDS, Ending, RunState
 from orchestrator.store import Store
 from orchestrator.supervisor import rules
+from orchestrator.supervisor.agent_stops import AgentStops
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.pauses import Pauses
 from orchestrator.supervisor.start_faults import StartFaults
-from orchestrator.supervisor.stopping import Stopper
 
 FORCED = "the orchestrator was force-stopped"
 
@@ -42,28 +42,25 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-Ending = Callable[[str, str, int | None], None]
-
-
 class Outcomes:
     """Decides each attempt's outcome from its events."""
 
     def __init__(
         self,
         lifecycle: Lifecycle,
-        stopper: Stopper,
+        agent_stops: AgentStops,
         store: Store,
         console: Console,
         post: Callable[[Event], None],
-        ending: Callable[[], str | None],
-        begin_ending: Ending,
+        ending: Callable[[], Ending | None],
+        begin_ending: Callable[[Ending, str, int | None], None],
         figures_changed: Callable[[], None],
         start_faults: StartFaults,
     ) -> None:
         self.lc = lifecycle
         self.start_faults = start_faults
         self.clock = lifecycle.clock
-        self.stopper = stopper
+        self.agent_stops = agent_stops
         self.store = store
         self.console = console
         self.post = post
@@ -87,7 +84,7 @@ class Outcomes:
                 f"internal error: run {event.run_id} attempt {event.attempt} started an agent after "
                 "its run ended; stopping it"
             )
-            self.stopper.orphan(event.agent, event.run_id)
+            self.agent_stops.orphan(event.agent, event.run_id)
             return
         agent = run.agent = event.agent
         if run.state is RunState.STARTING:
@@ -107,9 +104,9 @@ class Outcomes:
             self._check_stall_in(run, stall_seconds(run.role), self.clock.now().timestamp())
             self.start_faults.started(run.role.name)
         elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
-            self.stopper.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
+            self.agent_stops.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
         elif run.state is RunState.STOPPING:
-            self.stopper.stop(run, 0.0)
+            self.agent_stops.stop(run, 0.0)
 
     def start_failed(self, event: AgentStartFailed) -> None:
         run = self._current(event.run_id, event.attempt)
@@ -119,11 +116,8 @@ class Outcomes:
             self.start_faults.failed(run, event.reason)
         elif run.state is RunState.STARTING:
             self.attempt_failed(run, event.reason, None)
-        elif run.state is RunState.CANCELLING:
-            assert run.cancel is not None
-            self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line)
-        elif run.state is RunState.STOPPING:
-            self.lc.finish(run, RunState.RETURNED, reason=FORCED)
+        elif run.state.being_stopped:  # asked to stop while it was being started: nothing to stop now
+            self._end_stopped(run, None, began=False)
 
     # ------------------------------------------------------------ exit
     def exited(self, event: RunExited) -> None:
@@ -137,8 +131,8 @@ class Outcomes:
         agent = run.agent
         if agent is not None:
             self._record_figures(run, agent, verdict.session_id)
-            self.stopper.sweep(run)
-        if run.state.stopping:
+            self.agent_stops.sweep(run)
+        if run.state.being_stopped:
             return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
         ran = run.elapsed(self.clock.monotonic())
         if self.pauses is not None and verdict.usage_limit is None:
@@ -172,7 +166,7 @@ class Outcomes:
         self.console.line(f"{run.label} attempt {run.attempt} failed: {reason} (run {run.run_id})", role=role.name)
         if self.crashes.note(role.name, run.last_ran or 0.0, failed=True):
             self.begin_ending(
-                "graceful",
+                Ending.GRACEFUL,
                 f"critical role {role.name} crashed {self.crashes.counts[role.name]} times in a row, each within "
                 f"{role.crash.window:g}s of its start (last: {reason}); see {run.log_path}",
                 3,
@@ -190,7 +184,7 @@ class Outcomes:
         else:
             self.lc.finish(run, RunState.FAILED, reason=reason, exit_code=exit_code)
             if role.stop_on_failure:
-                self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} failed", 1)
+                self.begin_ending(Ending.GRACEFUL, f"role {role.name} has stop_on_failure and {run.label} failed", 1)
 
     def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
         retry_number = run.attempt
@@ -212,7 +206,7 @@ class Outcomes:
             return
         self.console.line(f"{run.label} passed its timeout of {run.role.timeout:g}s; stopping it", role=run.role.name)
         self.lc.transition(run, RunState.TIMING_OUT)
-        self.stopper.stop(run, run.role.grace)
+        self.agent_stops.stop(run, run.role.grace)
 
     def _check_stall_in(self, run: Run, delay: float | None, since: float) -> None:
         if delay is not None:
@@ -241,7 +235,7 @@ class Outcomes:
         run.cancel_timers("timeout")
         self.console.line(f"{run.label} {run.stalled}; stopping it", role=run.role.name)
         self.lc.transition(run, RunState.TIMING_OUT, reason=run.stalled)
-        self.stopper.stop(run, run.role.grace)
+        self.agent_stops.stop(run, run.role.grace)
 
     def stopped(self, event: StopDone) -> None:
         """The stop task ended the attempt's tree: the state says why it was stopped, and so how the run ends."""
@@ -249,18 +243,24 @@ class Outcomes:
         if run is None:
             return
         run.stop_report = event.report
-        code = run.exit_codes[-1] if run.exit_codes else None
-        if run.state is RunState.CANCELLING:
+        if run.state.being_stopped:
+            self._end_stopped(run, run.exit_codes[-1] if run.exit_codes else None, began=True)
+
+    def _end_stopped(self, run: Run, code: int | None, *, began: bool) -> None:
+        """End a run whose agent was being stopped as ``STOP_ENDS`` says for its state; ``began``: its agent
+        had started (an attempt to complete on record)."""
+        end = STOP_ENDS[run.state].stopped
+        if end is RunState.CANCELLED:
             assert run.cancel is not None
-            if run.cancel.previous is not RunState.RETRY_WAIT:
+            if began and run.cancel.previous is not RunState.RETRY_WAIT:
                 self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
-        elif run.state is RunState.STOPPING:
+        elif end is RunState.RETURNED:
             self.lc.finish(run, RunState.RETURNED, reason=FORCED, exit_code=code)
-        elif run.state is RunState.TIMING_OUT and run.stalled is not None:
+        elif run.stalled is not None:  # TIMED_OUT: stopped for its silence, a failed attempt like any other
             reason, run.stalled = run.stalled, None
             self.attempt_failed(run, reason, code)
-        elif run.state is RunState.TIMING_OUT:
+        else:
             self._timed_out_for_good(run, code)
 
     def _timed_out_for_good(self, run: Run, code: int | None) -> None:
@@ -275,7 +275,7 @@ class Outcomes:
         else:
             self.lc.finish(run, RunState.TIMED_OUT, reason=reason, exit_code=code)
             if role.stop_on_failure:
-                self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} timed out", 1)
+                self.begin_ending(Ending.GRACEFUL, f"role {role.name} has stop_on_failure and {run.label} timed out", 1)
 
     # ------------------------------------------------------------ SDK figures
     def _record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> None:

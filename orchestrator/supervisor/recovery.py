@@ -23,7 +23,7 @@ from orchestrator.agents import procs
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.run import CancelOrder, MemoRef, Run
-from orchestrator.core.states import UNFINISHED, RunState
+from orchestrator.core.states import STOP_ENDS, UNFINISHED, RunState
 from orchestrator.intake import memo_index
 from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
 from orchestrator.store import Store
@@ -125,7 +125,8 @@ def _finish_row(
     )
     run.log_path = config.state_dir / "logs" / f"{run.run_id}-{row['role']}.log"
     lifecycle.adopt(run)
-    if state is RunState.CANCELLING and role is not None:
+    end = STOP_ENDS[state].at_restart if state in STOP_ENDS and role is not None else RunState.RETURNED
+    if end is RunState.CANCELLED:
         reason = f"{row.get('reason') or 'cancelled'} (finished at restart: the orchestrator stopped during the cancel)"
         run.cancel = CancelOrder(AT_RESTART, reason, RunState.CANCELLING)
         run.stop_report = report

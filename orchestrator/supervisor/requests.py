@@ -31,8 +31,8 @@ from orchestrator.core.run import CancelOrder, MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.queue import Intake
 from orchestrator.store import Store
+from orchestrator.supervisor.agent_stops import AgentStops
 from orchestrator.supervisor.lifecycle import Lifecycle
-from orchestrator.supervisor.stopping import Stopper
 
 ANSWER_SLACK = 5.0  # an interrupt answers at the latest this long after the role's grace, whatever the agent does
 
@@ -44,7 +44,7 @@ class Requests:
         self,
         lifecycle: Lifecycle,
         intake: Intake,
-        stopper: Stopper,
+        agent_stops: AgentStops,
         store: Store,
         console: Console,
         post: Callable[[Event], None],
@@ -52,7 +52,7 @@ class Requests:
         self.lc = lifecycle
         self.config = lifecycle.config
         self.intake = intake
-        self.stopper = stopper
+        self.agent_stops = agent_stops
         self.store = store
         self.console = console
         self.post = post
@@ -169,7 +169,7 @@ class Requests:
             f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}", role=run.role.name
         )
         if run.agent is not None:  # else it is still starting: its start (or failure) brings the stop
-            self.stopper.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
+            self.agent_stops.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
         return reply
 
     # ------------------------------------------------------------ interrupt and tell

@@ -21,7 +21,7 @@ from orchestrator.intake import notices
 from orchestrator.store import Store
 
 
-class Endings:
+class Announcer:
     """Tells people and the coordinator how each run ended, and answers those who waited for it."""
 
     def __init__(self, config: Config, store: Store, console: Console, clock: Clock) -> None:
