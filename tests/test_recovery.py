@@ -44,7 +44,13 @@ class Rig:
         clock = SystemClock()
         slots = Slots({name: role.limit for name, role in self.config.roles.items()}, self.config.max_concurrent)
         self.lifecycle = Lifecycle(
-            self.config, self.store, self.console, clock, slots, Announcer(self.config, self.store, self.console, clock)
+            self.config,
+            self.store,
+            self.console,
+            clock,
+            slots,
+            Announcer(self.config, self.store, self.console, clock),
+            post=lambda _event: None,
         )
         self.children: list[subprocess.Popen[str]] = []
         self.grandchildren: list[int] = []

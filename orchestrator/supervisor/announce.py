@@ -43,7 +43,6 @@ class Announcer:
         for waiter in run.waiters:
             if not waiter.done():
                 waiter.set_result(receipt)
-        run.waiters.clear()
 
     def _say(self, event: RunFinished) -> None:
         run, state, role = event.run, event.state, event.run.role.name

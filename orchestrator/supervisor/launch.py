@@ -216,30 +216,14 @@ class Launcher:
     def start_attempt(self, run: Run, first_text: str | None = None) -> None:
         """Take a slot, put the attempt on record, render the prompt and spawn the agent in a task."""
         role = run.role
-        if run.state is RunState.RETRY_WAIT:
-            run.attempt += 1
-            run.next_attempt_at = None
-        run.agent = None
-        run.stop_report = None
         for hook in self.on_start:
             hook(run)
-        run.started_mono = self.clock.monotonic()
-        run.started_at = self.lc.now()
-        self.lc.transition(
-            run,
-            RunState.STARTING,
-            attempt=run.attempt,
-            started_at=run.started_at,
-            next_attempt_at=None,
-            pid=None,
-            create_time=None,
-        )
+        self.lc.begin_attempt(run)
         if first_text is None and not role.batch:
             try:
                 first_text = run.memos[0].path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 first_text = ""
-        run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
         memo_paths = [m.path for m in run.memos]
         memos_file = memo_list.list_path(self.config.state_dir, run.run_id) if role.batch else None
         try:

@@ -106,7 +106,13 @@ class Supervisor:
         self.intake = Intake(list(config.roles), config.role_dir, console, self.store, self.clock, self.post)
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
         self.lc = Lifecycle(
-            config, self.store, console, self.clock, slots, Announcer(config, self.store, console, self.clock)
+            config,
+            self.store,
+            console,
+            self.clock,
+            slots,
+            Announcer(config, self.store, console, self.clock),
+            post=self.post,
         )
         self.agent_stops = AgentStops(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
         self.budgets = Budgets(config, self.store, console)

@@ -7,11 +7,9 @@ failure rules themselves are the pure functions of ``rules``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.console import Console
-from orchestrator.core.agent import AgentHandle
 from orchestrator.core.events import (
     AgentStarted,
     AgentStartFailed,
@@ -86,7 +84,8 @@ class Outcomes:
             )
             self.agent_stops.orphan(event.agent, event.run_id)
             return
-        agent = run.agent = event.agent
+        agent = event.agent
+        self.lc.attach(run, agent)
         if run.state is RunState.STARTING:
             self.lc.transition(
                 run,
@@ -98,9 +97,7 @@ class Outcomes:
             self.store.record_attempt(
                 run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at, log_path=str(run.log_path)
             )
-            run.timers["timeout"] = self.clock.call_later(
-                run.role.timeout, self.post, TimeoutFired(run.run_id, run.attempt)
-            )
+            self.lc.arm(run, "timeout", run.role.timeout, TimeoutFired(run.run_id, run.attempt))
             self._check_stall_in(run, stall_seconds(run.role), self.clock.now().timestamp())
             self.start_faults.started(run.role.name)
         elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
@@ -126,11 +123,11 @@ class Outcomes:
             return
         verdict = event.verdict
         code = verdict.returncode
-        run.exit_codes.append(code)
-        run.cancel_timers("timeout", "stall")
+        self.lc.exited(run, code)
         agent = run.agent
         if agent is not None:
-            self._record_figures(run, agent, verdict.session_id)
+            if self.lc.record_figures(run, agent, verdict.session_id):
+                self.figures_changed()
             self.agent_stops.sweep(run)
         if run.state.being_stopped:
             return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
@@ -188,7 +185,7 @@ class Outcomes:
 
     def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
         retry_number = run.attempt
-        self.lc.wait_for_retry(run, delay, reason, lambda: self.post(RetryDue(run.run_id)))
+        self.lc.wait_for_retry(run, delay, reason)
         self.console.line(
             f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
             role=run.role.name,
@@ -205,12 +202,12 @@ class Outcomes:
         if run is None or run.state not in (RunState.RUNNING, RunState.INTERRUPTING):
             return
         self.console.line(f"{run.label} passed its timeout of {run.role.timeout:g}s; stopping it", role=run.role.name)
-        self.lc.transition(run, RunState.TIMING_OUT)
+        self.lc.time_out(run)
         self.agent_stops.stop(run, run.role.grace)
 
     def _check_stall_in(self, run: Run, delay: float | None, since: float) -> None:
         if delay is not None:
-            run.timers["stall"] = self.clock.call_later(delay, self.post, StallCheck(run.run_id, run.attempt, since))
+            self.lc.arm(run, "stall", delay, StallCheck(run.run_id, run.attempt, since))
 
     def stall_check(self, event: StallCheck) -> None:
         """An attempt that has written nothing (no output, no event) for its ``stall_timeout`` is stopped by the
@@ -229,12 +226,9 @@ class Outcomes:
         if now - since < stall:
             self._check_stall_in(run, since + stall - now, since)
             return
-        run.stalled = (
-            f"stalled: no output for {duration_text(stall)} (the CLI may be waiting for a prompt it cannot show)"
-        )
-        run.cancel_timers("timeout")
-        self.console.line(f"{run.label} {run.stalled}; stopping it", role=run.role.name)
-        self.lc.transition(run, RunState.TIMING_OUT, reason=run.stalled)
+        stalled = f"stalled: no output for {duration_text(stall)} (the CLI may be waiting for a prompt it cannot show)"
+        self.console.line(f"{run.label} {stalled}; stopping it", role=run.role.name)
+        self.lc.time_out(run, stalled)
         self.agent_stops.stop(run, run.role.grace)
 
     def stopped(self, event: StopDone) -> None:
@@ -242,7 +236,7 @@ class Outcomes:
         run = self._current(event.run_id, event.attempt)
         if run is None:
             return
-        run.stop_report = event.report
+        self.lc.stopped(run, event.report)
         if run.state.being_stopped:
             self._end_stopped(run, run.exit_codes[-1] if run.exit_codes else None, began=True)
 
@@ -258,8 +252,7 @@ class Outcomes:
         elif end is RunState.RETURNED:
             self.lc.finish(run, RunState.RETURNED, reason=FORCED, exit_code=code)
         elif run.stalled is not None:  # TIMED_OUT: stopped for its silence, a failed attempt like any other
-            reason, run.stalled = run.stalled, None
-            self.attempt_failed(run, reason, code)
+            self.attempt_failed(run, run.stalled, code)
         else:
             self._timed_out_for_good(run, code)
 
@@ -276,29 +269,3 @@ class Outcomes:
             self.lc.finish(run, RunState.TIMED_OUT, reason=reason, exit_code=code)
             if role.stop_on_failure:
                 self.begin_ending(Ending.GRACEFUL, f"role {role.name} has stop_on_failure and {run.label} timed out", 1)
-
-    # ------------------------------------------------------------ SDK figures
-    def _record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> None:
-        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts.
-
-        A session's figures are running totals, and a resumed session carries on from the one it resumed,
-        so the run keeps the latest figures of each session and drops those of a session that was resumed.
-        """
-        if session:
-            run.session_id = session
-        result = agent.result
-        if not result:
-            return
-        key = result.get("session_id") or f"attempt-{run.attempt}"
-        resumed = run.sessions.pop(run.resumed_from, None) if run.resumed_from else None
-        figures = dict(result)
-        if resumed and resumed.get("num_turns") is not None:  # cost and tokens carry on in a resumed session, turns not
-            figures["num_turns"] = (figures.get("num_turns") or 0) + resumed["num_turns"]
-        run.sessions[key] = figures
-        totals: dict[str, Any] = {}
-        for name in ("cost_usd", "input_tokens", "output_tokens", "num_turns"):
-            values = [item[name] for item in run.sessions.values() if item.get(name) is not None]
-            if values:
-                totals[name] = sum(values)
-        self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
-        self.figures_changed()
