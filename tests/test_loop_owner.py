@@ -5,7 +5,9 @@ Scripted through the real supervisor (``tests/replay.py``): the only fakes are t
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.events import MemoSeen
+from orchestrator.core.run import Run
 from orchestrator.core.states import ALLOWED, STOP_ENDS, Ending, RunState
 from orchestrator.intake.queue import SETTLE
 from replay import Replay
@@ -142,3 +145,66 @@ def test_a_force_ending_overrides_a_graceful_one_never_the_reverse(tmp_path: Pat
         r.close()
 
     play(tmp_path, scenario)
+
+
+RUN_FIELDS = {f.name for f in dataclasses.fields(Run)}
+MUTATORS = {"append", "extend", "clear", "pop", "popitem", "update", "setdefault", "remove", "insert"}
+
+
+def _names_a_run(node: ast.expr) -> bool:
+    """``run``, ``self.run``, ``event.run``, ``first_run``: an expression that by its name holds a ``Run``."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name == "run" or name.endswith("_run")
+
+
+def _run_field(node: ast.expr) -> str | None:
+    """The field of ``run.FIELD`` (or ``run.FIELD[...]``) that ``node`` names, if it does."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute) and node.attr in RUN_FIELDS and _names_a_run(node.value):
+        return node.attr
+    return None
+
+
+def run_changes(source: str) -> list[str]:
+    """Each place in ``source`` that assigns a field of a ``Run`` or changes one of its lists or dicts."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                targets += target.elts if isinstance(target, ast.Tuple) else [target]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [node.func.value]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            if node.args and _names_a_run(node.args[0]):
+                found.append(f"{node.lineno}: setattr")
+        for target in targets:
+            field = _run_field(target)
+            if field is not None:
+                found.append(f"{node.lineno}: run.{field}")
+    return found
+
+
+def test_the_guard_below_sees_the_changes_it_forbids() -> None:
+    source = "run.state = x\nrun.attempt += 1\nrun.waiters.append(f)\nrun.timers['t'] = h\na, self.run.stalled = 1, 2\n"
+    assert sorted(run_changes(source + "setattr(run, 'agent', a)\nrun.label\nself.state = 1\n")) == [
+        "1: run.state",
+        "2: run.attempt",
+        "3: run.waiters",
+        "4: run.timers",
+        "5: run.stalled",
+        "6: setattr",
+    ]
+
+
+def test_no_run_field_is_changed_outside_the_lifecycle() -> None:
+    """The lifecycle is the only module that assigns a ``Run``'s fields or changes its lists and dicts."""
+    package = Path(__file__).resolve().parents[1] / "orchestrator"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).as_posix() != "supervisor/lifecycle.py":
+            found += [f"{path.relative_to(package)}:{c}" for c in run_changes(path.read_text(encoding="utf-8"))]
+    assert found == []

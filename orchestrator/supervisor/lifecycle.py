@@ -41,6 +41,7 @@ from orchestrator.core.states import RunState, check_transition
 from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
 from orchestrator.store import Store
+from orchestrator.supervisor import figures
 from orchestrator.supervisor.slots import Slots
 
 FOLDER_OF = {
@@ -124,7 +125,7 @@ class Lifecycle:
             run.started_at = row.get("started_at")
             run.started_mono = self.clock.monotonic() - _seconds_since(row.get("started_at"), self.clock.now())
             if role.backend == "sdk":
-                _earlier_figures(run, row)
+                run.session_id, run.resumed_from, run.sessions = figures.recorded(row, role.retry_resumes)
         return run
 
     def adopt(
@@ -232,28 +233,14 @@ class Lifecycle:
         run.waiters.append(reply)
 
     def record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> bool:
-        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts;
-        True when some were stored.
-
-        A session's figures are running totals, and a resumed session carries on from the one it resumed,
-        so the run keeps the latest figures of each session and drops those of a session that was resumed.
-        """
+        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts
+        (``figures``); True when some were stored."""
         if session:
             run.session_id = session
         result = agent.result
         if not result:
             return False
-        key = result.get("session_id") or f"attempt-{run.attempt}"
-        resumed = run.sessions.pop(run.resumed_from, None) if run.resumed_from else None
-        figures = dict(result)
-        if resumed and resumed.get("num_turns") is not None:  # cost and tokens carry on in a resumed session, turns not
-            figures["num_turns"] = (figures.get("num_turns") or 0) + resumed["num_turns"]
-        run.sessions[key] = figures
-        totals: dict[str, Any] = {}
-        for name in ("cost_usd", "input_tokens", "output_tokens", "num_turns"):
-            values = [item[name] for item in run.sessions.values() if item.get(name) is not None]
-            if values:
-                totals[name] = sum(values)
+        key, run.sessions, totals = figures.merged(run.sessions, run.resumed_from, result, run.attempt)
         self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
         return True
 
@@ -404,20 +391,6 @@ class Lifecycle:
                 self.store.set_memo_attempts(role, new, max(0, used))
         else:
             self.store.forget_memo_attempts(role, [old for old, _ in renamed] + [m.name for m in run.memos])
-
-
-def _earlier_figures(run: Run, row: dict[str, Any]) -> None:
-    """What the run's earlier attempts spent, as recorded, so this attempt's figures add to them, not replace them.
-
-    The figures are stored when an attempt ends, so the row holds exactly the earlier attempts' totals. A
-    retry that resumed the last session carries its totals on, so that entry is the one it replaces.
-    """
-    run.session_id = row.get("session_id")
-    if run.attempt > 1 and run.role.retry_resumes:
-        run.resumed_from = run.session_id
-    figures = {k: row.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns")}
-    if any(v is not None for v in figures.values()):
-        run.sessions[run.session_id or "before-restart"] = figures
 
 
 def _seconds_since(stamp: str | None, now: datetime) -> float:
