@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.events import MemoSeen
+from orchestrator.core.clock import iso
+from orchestrator.core.events import InterruptRequested, MemoSeen
 from orchestrator.core.run import Run
 from orchestrator.core.states import ALLOWED, STOP_ENDS, Ending, RunState
+from orchestrator.intake.memo import parse_front_matter
 from orchestrator.intake.queue import SETTLE
+from orchestrator.supervisor.requests import ANSWER_SLACK
 from replay import Replay
 
 
@@ -208,3 +211,35 @@ def test_no_run_field_is_changed_outside_the_lifecycle() -> None:
         if path.relative_to(package).as_posix() != "supervisor/lifecycle.py":
             found += [f"{path.relative_to(package)}:{c}" for c in run_changes(path.read_text(encoding="utf-8"))]
     assert found == []
+
+
+def test_an_interrupt_whose_agent_does_not_end_is_answered_on_the_injected_clock(tmp_path: Path) -> None:
+    """The answer waits the role's grace and a slack for the run to end, by the supervisor's clock."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"sdk": {"backend": "sdk", "timeout": "1h", "grace": "2s"}})
+        await r.drop("sdk", "x.md")
+        answer = await r.request(InterruptRequested, memo="x")
+        await r.advance(2 + ANSWER_SLACK - 0.01)
+        assert not answer.done(), "not before grace + slack on the injected clock"
+        await r.advance(0.01)
+        assert answer.result()["state"] == "interrupting"
+        await r.exit("x", 3)
+        assert r.folder("sdk", "cancelled") == ["x.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_notice_is_dated_by_the_supervisors_clock(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "pm": {}}, notify="pm")
+        await r.drop("builder", "B-4.md")
+        await r.advance(90)
+        await r.exit("B-4", 1)
+        (notice,) = r.folder("pm", "inbox")
+        header = parse_front_matter((r.config.role_dir("pm") / "inbox" / notice).read_text(encoding="utf-8"))
+        assert header.created_at == iso(r.clock.now())
+        r.close()
+
+    play(tmp_path, scenario)

@@ -54,7 +54,9 @@ class Announcer:
             )
             notify = self.config.notify
             if event.reason and notify and notify != role:  # archived with a warning (on_denied: warn)
-                notice = notices.write_warning_notice(self.config, notify, run, event.reason, event.moved)
+                notice = notices.write_warning_notice(
+                    self.config, notify, run, event.reason, event.moved, self.clock.now()
+                )
                 self.console.line(f"told {notify}: {notice.name}", role=role)
         elif state is RunState.RETURNED and event.announce:
             self.console.line(f"returned {names} to the inbox: {event.reason} (run {run.run_id})", role=role)
@@ -66,7 +68,9 @@ class Announcer:
             )
             notify = self.config.notify
             if notify and notify != role:
-                notice = notices.write_failure_notice(self.config, notify, run, state, event.reason or "", event.moved)
+                notice = notices.write_failure_notice(
+                    self.config, notify, run, state, event.reason or "", event.moved, self.clock.now()
+                )
                 self.console.line(f"told {notify}: {notice.name}", role=role)
 
     def _cancelled(self, event: RunFinished) -> dict[str, Any]:
@@ -80,7 +84,8 @@ class Announcer:
         pids = list(report.pids) if report is not None else []
         seconds = round(report.seconds, 3) if report is not None else 0.0
         ran = self._ran(run, previous)
-        when = iso(self.clock.now())
+        now = self.clock.now()
+        when = iso(now)
         first = run.memos[0]
         notice = None
         # the coordinator is told even of its own cancelled work (its inbox is its memory), but never of a notice's
@@ -96,6 +101,7 @@ class Announcer:
                 ran_seconds=ran,
                 pids=pids,
                 when=when,
+                now=now,
             )
         for memo in run.memos:
             self.store.record_cancellation(

@@ -343,7 +343,7 @@ class Supervisor:
     async def _tick(self) -> None:
         interval = max(0.05, self.config.rescan_interval)
         while True:
-            await asyncio.sleep(min(interval, 0.5) if self.until_idle else interval)
+            await self.clock.sleep(min(interval, 0.5) if self.until_idle else interval)
             self.post(ev.Tick())
 
     def _on_tick(self, _event: ev.Tick) -> None:

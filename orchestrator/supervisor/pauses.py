@@ -203,7 +203,7 @@ class Pauses:
             return
         roles = self.account_roles(account)
         try:
-            notices.write_pause_notice(self.config, notify, account, roles, subject, line)
+            notices.write_pause_notice(self.config, notify, account, roles, subject, line, self.clock.now())
         except OSError as exc:
             self.console.error(f"cannot write the usage-limit notice for {notify}: {exc}")
 

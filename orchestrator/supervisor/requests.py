@@ -215,11 +215,10 @@ class Requests:
                 if not event.reply.done():
                     event.reply.set_result({**answer, "state": run.state.value})
                 return
-            try:
-                result = await asyncio.wait_for(asyncio.shield(ended), run.role.grace + ANSWER_SLACK)
-                state = result["state"]
-            except TimeoutError:
-                state = run.state.value
+            limit = asyncio.ensure_future(self.lc.clock.sleep(run.role.grace + ANSWER_SLACK))
+            await asyncio.wait({ended, limit}, return_when=asyncio.FIRST_COMPLETED)
+            limit.cancel()
+            state = ended.result()["state"] if ended.done() and not ended.exception() else run.state.value
             if not event.reply.done():
                 event.reply.set_result({**answer, "state": state})
 
