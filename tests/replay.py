@@ -203,7 +203,7 @@ class Replay:
         path = self.config.role_dir(role) / "inbox" / name
         header = front if front is not None else {"id": name.removesuffix(".md")}
         path.write_text("---\n" + yaml.safe_dump(header) + "---\n" + body + "\n", encoding="utf-8")
-        self.sup.handle(MemoSeen(role, path, complete=True))
+        self.sup.post(MemoSeen(role, path, complete=True))
         await self.settle()
         return path
 
@@ -237,7 +237,7 @@ class Replay:
             defaults.update(force=False)
         elif kind is TellRequested:
             defaults.update(text="more")
-        self.sup.handle(kind(**{**defaults, **fields}, reply=reply))
+        self.sup.post(kind(**{**defaults, **fields}, reply=reply))
         await self.settle()
         return reply
 

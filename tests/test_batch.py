@@ -198,7 +198,7 @@ def test_a_list_of_memos_that_cannot_be_written_returns_the_batch_to_the_inbox(t
             path = r.config.role_dir("pm") / "inbox" / name
             path.write_text(f"---\nid: {name[:-3]}\n---\nbody\n", encoding="utf-8")
             os.utime(path, (past, past))
-        r.sup.handle(RescanNeeded("test"))
+        r.sup.post(RescanNeeded("test"))
         await r.settle()
         assert r.spawner.agents == [] and r.folder("pm", "failed") == []
         assert r.folder("pm", "inbox") == ["a.md", "b.md", "c.md"] and r.folder("pm", "active") == []

@@ -126,7 +126,7 @@ def test_a_released_memo_runs_and_is_not_held_again_at_once(tmp_path: Path) -> N
         assert [d["memo"] for d in done] == ["b.md"] and r.folder("builder", "held") == []
         assert not (r.config.role_dir("builder") / "held" / "b.reason").exists()
         assert r.folder("builder", "inbox") == ["b.md"]
-        r.sup.handle(MemoSeen("builder", r.config.role_dir("builder") / "inbox" / "b.md", complete=True))
+        r.sup.post(MemoSeen("builder", r.config.role_dir("builder") / "inbox" / "b.md", complete=True))
         await r.settle()
         assert r.folder("builder", "active") == ["a.md", "b.md"], "the release is on record: b runs"
         await r.drop("builder", "c.md", front=memo("c", "reviewer"))
@@ -146,7 +146,7 @@ def test_a_memo_returned_to_the_inbox_is_not_counted_twice(tmp_path: Path) -> No
         r.agent("a").alive = False
         r.sup.lc.finish(run, RunState.RETURNED, reason="returned by the test")
         assert path.exists() and not active.exists()
-        r.sup.handle(MemoSeen("builder", path, True))
+        r.sup.post(MemoSeen("builder", path, True))
         await r.settle()
         assert r.folder("builder", "active") == ["a.md"], "checked and counted once: not over 1/h"
         assert not (r.config.role_dir("builder") / "held").exists()
@@ -197,10 +197,10 @@ def test_a_memo_without_created_at_counts_from_when_it_was_first_seen_not_from_i
                     await r.drop("reviewer", name, front=memo(f"s{sent:02d}", "builder"))
                 else:  # the 21st is first seen while still being written, and complete 20 minutes later
                     (inbox / name).write_text("---\nid: s20\nfrom: builder\n---\nbody\n", encoding="utf-8")
-                    r.sup.handle(MemoSeen("reviewer", inbox / name, complete=False))
+                    r.sup.post(MemoSeen("reviewer", inbox / name, complete=False))
                 sent += 1
             if second == 3000 + 1200:
-                r.sup.handle(MemoSeen("reviewer", inbox / "s20.md", complete=True))
+                r.sup.post(MemoSeen("reviewer", inbox / "s20.md", complete=True))
             for agent in r.spawner.agents:
                 started.setdefault(id(agent), second)
                 if agent.alive and second - started[id(agent)] >= 360:

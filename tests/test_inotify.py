@@ -147,9 +147,9 @@ def test_watchdog_is_chosen_when_asked_for(tmp_path, monkeypatch):
     from orchestrator.intake.watcher import InboxWatcher
 
     dirs = {"builder": tmp_path}
-    assert isinstance(make_watcher(dirs, print, print), InotifyWatcher)
+    assert isinstance(make_watcher(dirs, print), InotifyWatcher)
     monkeypatch.setenv("ORCHESTRATOR_WATCHER", "watchdog")
-    assert isinstance(make_watcher(dirs, print, print), InboxWatcher)
+    assert isinstance(make_watcher(dirs, print), InboxWatcher)
 
 
 @pytest.mark.parametrize("kind", ["inotify", "watchdog"])

@@ -21,7 +21,7 @@ from orchestrator.config import load_config
 from orchestrator.console import Console
 from orchestrator.core.clock import SystemClock
 from orchestrator.store import Store
-from orchestrator.supervisor.endings import Endings
+from orchestrator.supervisor.announce import Announcer
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.recovery import recover
 from orchestrator.supervisor.slots import Slots
@@ -44,7 +44,13 @@ class Rig:
         clock = SystemClock()
         slots = Slots({name: role.limit for name, role in self.config.roles.items()}, self.config.max_concurrent)
         self.lifecycle = Lifecycle(
-            self.config, self.store, self.console, clock, slots, Endings(self.config, self.store, self.console, clock)
+            self.config,
+            self.store,
+            self.console,
+            clock,
+            slots,
+            Announcer(self.config, self.store, self.console, clock),
+            post=lambda _event: None,
         )
         self.children: list[subprocess.Popen[str]] = []
         self.grandchildren: list[int] = []

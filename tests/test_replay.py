@@ -119,12 +119,12 @@ def test_a_daily_budget_blocks_until_the_next_day(tmp_path: Path) -> None:
         agent = r.agent("C-1")
         agent.result = {"cost_usd": 1.5, "session_id": "s1"}
         await r.exit("C-1", 0)
-        r.sup.handle(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
+        r.sup.post(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
         await r.drop("builder", "C-2.md")
         assert len(r.spawner.agents) == 1 and "builder" in r.sup.budgets.current
         hours_left = 24 - r.clock.now().hour
         await r.advance(hours_left * 3600)
-        r.sup.handle(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
+        r.sup.post(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
         await r.settle()
         assert r.agent("C-2").spec.attempt == 1, "the new day starts the waiting memo"
         r.close()
@@ -151,7 +151,7 @@ def test_an_internal_error_ends_its_run_as_failed_and_keeps_the_memo(tmp_path: P
         r = Replay(root)
         await r.drop("builder", "X-1.md")
         run = r.run_of("X-1")
-        r.sup.handle(Boom(run.run_id))  # type: ignore[arg-type]
+        r.sup.post(Boom(run.run_id))  # type: ignore[arg-type]
         await r.settle()
         assert r.folder("builder", "failed") == ["X-1.md"] and r.folder("builder", "active") == []
         row = r.sup.store.run(run.run_id)
@@ -218,7 +218,7 @@ async def walk_success_failure_retry(root: Path) -> list[Any]:
     await r.drop("zero", "badbytes.md", body="ok")
     bad = r.config.role_dir("zero") / "inbox" / "bin.md"
     bad.write_bytes(b"\xff\xfe not utf-8")
-    r.sup.handle(__import__("orchestrator.core.events", fromlist=["MemoSeen"]).MemoSeen("zero", bad, True))
+    r.sup.post(__import__("orchestrator.core.events", fromlist=["MemoSeen"]).MemoSeen("zero", bad, True))
     await r.settle()  # QUEUED->FAILED (rejected)
     assert "bin.md" in r.folder("zero", "failed")
     r.close()
@@ -383,7 +383,7 @@ async def walk_internal_errors(root: Path) -> list[Any]:
     r = Replay(root, {"builder": {"timeout": "5s", "retry": {"max": 1, "backoff": ["9s"]}}})
 
     async def boom(memo: str) -> None:
-        r.sup.handle(Boom(r.run_of(memo).run_id))  # type: ignore[arg-type]
+        r.sup.post(Boom(r.run_of(memo).run_id))  # type: ignore[arg-type]
         await r.settle()
 
     r.spawner.hold_start = asyncio.Event()
@@ -525,7 +525,7 @@ def test_extension_points_hold_fill_check_and_hook_without_touching_the_core(tmp
             "builder": {"preflight": "preflight python3 -c 'import discord' failed"}
         }
         r.sup.holds.release("builder", "preflight")
-        r.sup.handle(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
+        r.sup.post(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
         await r.settle()
         agent = r.agent("a")
         assert agent.spec.prompt.startswith("tasks: diary (run 1) | memory: [] | at ")

@@ -265,7 +265,7 @@ def test_an_ended_runners_group_taken_by_another_process_is_never_swept(project:
 
     rig = Rig(project)
     try:
-        adopter = Adopter(rig.config, rig.store, rig.console, rig.lifecycle, lambda _e: None, lambda _e: None)
+        adopter = Adopter(rig.config, rig.store, rig.console, rig.lifecycle, lambda _e: None)
         stranger = rig.bystander()  # a session leader that took the dead runner's pid
         assert not adopter._group_is_the_runs({"pid": stranger, "run_id": 5, "attempt": 1})
         env = {

@@ -1,7 +1,7 @@
 """One run in memory: its memos, its state, its current agent and what it is waiting for.
 
-The state is changed only by ``Lifecycle.transition`` (``orchestrator.supervisor.lifecycle``),
-which checks it against ``states.ALLOWED``; nothing here changes it.
+Every field is changed only by the ``Lifecycle`` (``orchestrator.supervisor.lifecycle``), the
+state only by its ``transition``, which checks it against ``states.ALLOWED``; everyone else reads.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Run(Generic[RoleT]):
     resumed_from: str | None = None
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest figures of each SDK session
     last_ran: float | None = None  # seconds the last ended attempt ran
-    cancel: CancelOrder | None = None  # set by the transition into CANCELLING or INTERRUPTING
+    cancel: CancelOrder | None = None  # given with the move into CANCELLING or INTERRUPTING, or a cancelled end
     stop_report: KillReport | None = None  # the last stop task's report
     stalled: str | None = None  # why the attempt being stopped as TIMING_OUT was stalled (no output), not timed out
     waiters: list[asyncio.Future[Any]] = field(default_factory=list)  # replies due when the run ends

@@ -1,12 +1,15 @@
-"""The states of a run and the transitions allowed between them. Imports nothing of ours.
+"""The states of a run, the transitions allowed between them, and how the orchestrator ends. Imports nothing of ours.
 
 A run holds a slot exactly while its state is ``live``; the lifecycle takes and
 gives back slots on the transitions into and out of those states, so no flag
-beside the state says whether it holds one.
+beside the state says whether it holds one. The three states in which the
+orchestrator is stopping a run's agent end as ``STOP_ENDS`` says, the one place
+that says it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -50,9 +53,34 @@ class RunState(str, Enum):
         return self in LIVE
 
     @property
-    def stopping(self) -> bool:
-        """The agent is being stopped by the orchestrator; its exit does not decide the outcome."""
-        return self in (RunState.CANCELLING, RunState.TIMING_OUT, RunState.STOPPING)
+    def being_stopped(self) -> bool:
+        """The orchestrator is stopping the agent (a key of ``STOP_ENDS``): its exit does not decide the outcome."""
+        return self in STOP_ENDS
+
+
+class Ending(str, Enum):
+    """How the orchestrator itself is ending (``Supervisor.ending``, None while it is not)."""
+
+    GRACEFUL = "graceful"
+    """Nothing new starts; running agents finish their work, then the orchestrator exits."""
+    FORCE = "force"
+    """Every agent is stopped now (its run ``STOPPING``) and its memos go back to the inbox."""
+
+    def __str__(self) -> str:
+        return self.value  # as ``status`` and the live view print it
+
+
+@dataclass(frozen=True)
+class StopEnd:
+    """How a run ends whose agent the orchestrator was stopping.
+
+    ``stopped``: once its tree is dead, or its start failed, in this orchestrator (``TIMED_OUT`` is the end
+    when no retry is due: the failure rules may retry it, or return it while ending). ``at_restart``: when
+    the orchestrator died during the stop and the run was not adopted.
+    """
+
+    stopped: RunState
+    at_restart: RunState
 
 
 FINISHED = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT, RunState.RETURNED})
@@ -68,6 +96,15 @@ LIVE = frozenset(
 )
 
 UNFINISHED = [state for state in RunState if state not in FINISHED]
+
+STOP_ENDS: dict[RunState, StopEnd] = {
+    # a person asked: never retried, and the decision outlives a restart
+    RunState.CANCELLING: StopEnd(stopped=RunState.CANCELLED, at_restart=RunState.CANCELLED),
+    # its timeout passed (or it stalled): a failed attempt; at a restart the memo goes back and runs again
+    RunState.TIMING_OUT: StopEnd(stopped=RunState.TIMED_OUT, at_restart=RunState.RETURNED),
+    # the orchestrator is force-ending: back to the inbox with the attempts kept
+    RunState.STOPPING: StopEnd(stopped=RunState.RETURNED, at_restart=RunState.RETURNED),
+}
 
 _S = RunState
 ALLOWED: dict[RunState, frozenset[RunState]] = {

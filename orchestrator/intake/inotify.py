@@ -245,13 +245,13 @@ class InotifyWatcher:
         return [RescanNeeded(f"folder {folder_path / INBOX} changed")]
 
 
-def make_watcher(role_dirs: dict[str, Path], post: Callable[[Event], None], deliver: Callable[[Event], None]) -> Any:
-    """The inotify watcher on Linux (``deliver`` on the loop), else watchdog's (``post`` from its thread).
+def make_watcher(role_dirs: dict[str, Path], post: Callable[[Event], None]) -> Any:
+    """The inotify watcher on Linux (it posts on the loop), else watchdog's (it posts from its thread).
 
     ``ORCHESTRATOR_WATCHER=watchdog`` asks for watchdog's everywhere.
     """
     if os.environ.get("ORCHESTRATOR_WATCHER", "inotify") != "watchdog" and available():
-        return InotifyWatcher(role_dirs, deliver)
+        return InotifyWatcher(role_dirs, post)
     from orchestrator.intake.watcher import InboxWatcher
 
     return InboxWatcher(role_dirs, post)

@@ -112,14 +112,22 @@ def failure_reason_text(run: Run, state: RunState, reason: str, attempts: Iterab
     return "\n".join(out) + "\n"
 
 
-def _write_notice(config: Config, notify: str, header: dict[str, Any], kind: str, about: str, body: str) -> Path:
+def _write_notice(
+    config: Config, notify: str, header: dict[str, Any], kind: str, about: str, body: str, now: datetime | None = None
+) -> Path:
+    """``now``: the writer's clock (the supervisor's), for ``created_at``; the id stays on the real clock, which
+    orders it among the memos that agents write."""
     memo_id = new_memo_id()
     inbox = config.role_dir(notify) / INBOX
     path = inbox / f"{memo_id}-{kind}-{slug(about)}.md"
     while path.exists():  # two notices within one millisecond
         memo_id = format(int(memo_id, 16) + 1, "x")
         path = inbox / f"{memo_id}-{kind}-{slug(about)}.md"
-    front = {"id": memo_id, **header, "created_at": datetime.now().astimezone().isoformat(timespec="milliseconds")}
+    front = {
+        "id": memo_id,
+        **header,
+        "created_at": (now or datetime.now().astimezone()).isoformat(timespec="milliseconds"),
+    }
     write_atomically(path, render_memo(front, body))
     return path
 
@@ -159,6 +167,7 @@ def write_cancel_notice(
     ran_seconds: float | None,
     pids: list[int],
     when: str,
+    now: datetime | None = None,
 ) -> Path:
     """Tell the coordinator that work was called off, so it remembers after any restart."""
     first = run.memos[0]
@@ -184,11 +193,17 @@ def write_cancel_notice(
         ]
     )
     header = _about_run(notify, first, f"Cancelled: {subject}", "cancelled")
-    return _write_notice(config, notify, header, "cancelled", subject, body)
+    return _write_notice(config, notify, header, "cancelled", subject, body, now)
 
 
 def write_failure_notice(
-    config: Config, notify: str, run: Run, state: RunState, reason: str, moved: list[Path]
+    config: Config,
+    notify: str,
+    run: Run,
+    state: RunState,
+    reason: str,
+    moved: list[Path],
+    now: datetime | None = None,
 ) -> Path:
     """Tell the coordinator that work failed for good (retries ran out, timed out, undeliverable)."""
     first = run.memos[0]
@@ -208,10 +223,12 @@ def write_failure_notice(
         ]
     )
     header = _about_run(notify, first, f"Failed: {subject}", state.value)
-    return _write_notice(config, notify, header, state.value.replace("_", "-"), subject, body)
+    return _write_notice(config, notify, header, state.value.replace("_", "-"), subject, body, now)
 
 
-def write_warning_notice(config: Config, notify: str, run: Run, warning: str, moved: list[Path]) -> Path:
+def write_warning_notice(
+    config: Config, notify: str, run: Run, warning: str, moved: list[Path], now: datetime | None = None
+) -> Path:
     """Tell the coordinator that work was archived as done with a warning (tool calls refused, ``on_denied: warn``)."""
     first = run.memos[0]
     subject = first.subject or first.name
@@ -228,7 +245,7 @@ def write_warning_notice(config: Config, notify: str, run: Run, warning: str, mo
         ]
     )
     header = _about_run(notify, first, f"Warning: {subject}", "warning")
-    return _write_notice(config, notify, header, "warning", subject, body)
+    return _write_notice(config, notify, header, "warning", subject, body, now)
 
 
 def late_report_note(store: Store, memo: MemoRef) -> str | None:
@@ -247,7 +264,9 @@ def late_report_note(store: Store, memo: MemoRef) -> str | None:
     )
 
 
-def write_pause_notice(config: Config, notify: str, account: str, roles: list[str], subject: str, line: str) -> Path:
+def write_pause_notice(
+    config: Config, notify: str, account: str, roles: list[str], subject: str, line: str, now: datetime | None = None
+) -> Path:
     """Tell the coordinator that an account was paused by a usage limit, or resumed after one."""
     body = "\n".join(
         [
@@ -258,4 +277,4 @@ def write_pause_notice(config: Config, notify: str, account: str, roles: list[st
         ]
     )
     header = {"subject": subject, "from": "orchestrator", "to": notify, "tags": ["usage-limit"]}
-    return _write_notice(config, notify, header, "usage-limit", account, body)
+    return _write_notice(config, notify, header, "usage-limit", account, body, now)

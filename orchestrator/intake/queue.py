@@ -5,7 +5,9 @@ close-after-write event says so, or, found by a scan, when it has not changed fo
 and no process holds it open for writing. Queues are FIFO per role (file-name order at start-up);
 both sets hold only files still in an inbox, so they stay bounded however long the orchestrator runs.
 Each memo keeps when it was first seen, on the supervisor's clock: the loop breaker counts a memo
-without a usable ``created_at`` at that time.
+without a usable ``created_at`` at that time. The check of pending memos is a timer on that clock whose
+``SettleDue`` is posted to the loop like any other event, so what it queues lands in that event's
+transaction and is started by the loop after it.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.console import Console
-from orchestrator.core.clock import Timer
-from orchestrator.core.events import MemoGone, MemoSeen
+from orchestrator.core.clock import Clock, Timer
+from orchestrator.core.events import Event, MemoGone, MemoSeen
 from orchestrator.intake.memo import INBOX, is_memo_name, open_for_writing
 from orchestrator.store import Store
 
 SETTLE = 1.0  # a memo found by a scan, unchanged this long and open for writing by nobody, is complete
 SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log line
+
+
+@dataclass(frozen=True)
+class SettleDue:
+    """Time to look again at the memos still pending (their writer may be done)."""
 
 
 @dataclass
@@ -58,21 +65,23 @@ class Intake:
         role_dir: Callable[[str], Path],
         console: Console,
         store: Store,
-        call_later: Callable[[float, Callable[[], None]], Timer],
-        changed: Callable[[], None],
-        wall: Callable[[], float],
+        clock: Clock,
+        post: Callable[[Event], None],
     ) -> None:
         self.role_dir = role_dir
         self.console = console
         self.store = store
-        self._call_later = call_later
-        self._changed = changed  # called when the pending check queued something on its own timer
-        self._wall = wall  # the supervisor's clock, in seconds since the epoch: when a memo is first seen
+        self.clock = clock
+        self._post = post  # the pending check's ``SettleDue``, back through the loop
         self.queues: dict[str, OrderedDict[Path, Queued]] = {name: OrderedDict() for name in roles}
         self.pending: dict[Path, tuple[str, float, float]] = {}  # role, monotonic and wall time first seen
         self._arrival = itertools.count()
         self._pending_timer: Timer | None = None
         self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
+
+    def _wall(self) -> float:
+        """Now on the supervisor's clock, in seconds since the epoch: when a memo is first seen."""
+        return self.clock.now().timestamp()
 
     @property
     def busy(self) -> bool:
@@ -100,7 +109,7 @@ class Intake:
         if event.complete:
             self._enqueue(event.role, path, seen_ts)
         else:
-            self.pending[path] = (event.role, time.monotonic(), seen_ts)
+            self.pending[path] = (event.role, self.clock.monotonic(), seen_ts)
             self._arm_pending_check()
 
     def gone(self, event: MemoGone) -> None:
@@ -163,7 +172,7 @@ class Intake:
                 if not stat.S_ISREG(info.st_mode):
                     self._enqueue(role, path, seen_ts)  # its claim rejects it with a reason
                 else:  # no close event seen: _check_pending below decides whether its writer is done
-                    self.pending[path] = (role, time.monotonic(), seen_ts)
+                    self.pending[path] = (role, self.clock.monotonic(), seen_ts)
                     mtimes[path] = info.st_mtime
             for path in [p for p in queue if p.name not in present]:
                 del queue[path]
@@ -173,18 +182,20 @@ class Intake:
 
     def _arm_pending_check(self) -> None:
         if self._pending_timer is None:
-            self._pending_timer = self._call_later(SETTLE, self._pending_timer_fired)
+            self._pending_timer = self.clock.call_later(SETTLE, self._post, SettleDue())
 
-    def _pending_timer_fired(self) -> None:
+    def settle_due(self, _event: SettleDue) -> None:
+        """The pending check's time: queue the memos whose writer is done (the loop starts them after)."""
         self._pending_timer = None
         self._check_pending()
-        self._changed()
 
     def _check_pending(self, mtimes: dict[Path, float] | None = None) -> None:
         """Promote memos that stopped changing and that no process holds open for writing.
 
         The others wait for their close event (or a later check): a writer may pause with the file open.
         ``mtimes``: the modification times a scan has just read (one stat per memo, not two).
+        A memo's age is read on the clock its mtime was stamped by, the kernel's wall clock, not the
+        supervisor's: comparing a file's stamp with an injected clock would say nothing about its writer.
         """
         now = time.time()
         settled: list[tuple[Path, str]] = []
@@ -203,7 +214,7 @@ class Intake:
         for path, role in settled:
             if path not in busy:
                 self._enqueue(role, path, self.pending.pop(path)[2])
-            elif path not in self._slow_writers and time.monotonic() - self.pending[path][1] >= SLOW_WRITER:
+            elif path not in self._slow_writers and self.clock.monotonic() - self.pending[path][1] >= SLOW_WRITER:
                 self._slow_writers.add(path)
                 self.console.line(
                     f"{path.name} is still open for writing by another process; it waits until closed", role=role

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,6 @@ class Adopter(Extension):
         store: Store,
         console: Console,
         lifecycle: Lifecycle,
-        dispatch: Callable[[Event], None],
         post: Callable[[Event], None],
     ) -> None:
         self.config = config
@@ -69,7 +67,6 @@ class Adopter(Extension):
         self.console = console
         self.lc = lifecycle
         self.clock = lifecycle.clock
-        self.dispatch = dispatch
         self.post = post
         self.pending: list[Event] = []
         self.kept: dict[str, set[str]] = {}  # role -> names of adopted memos, which stay in active/
@@ -93,28 +90,29 @@ class Adopter(Extension):
             record = await self._await_record(row)
         if record is None and found is None:
             return False
-        run = self._rebuild(row, role, memos, RunState.TIMING_OUT if state is RunState.TIMING_OUT else RunState.RUNNING)
         if record is not None:
             how = f"exit status {record.returncode}" if record.returncode >= 0 else f"signal {-record.returncode}"
             timed_out = record.timed_out or state is RunState.TIMING_OUT
-            if timed_out and run.state is RunState.RUNNING:
-                run.state = RunState.TIMING_OUT
+            run = self.lc.rebuild(row, role, memos, RunState.TIMING_OUT if timed_out else RunState.RUNNING, live=True)
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) ended while the orchestrator was down ({how}"
                 f"{', stopped by its keeper at its timeout' if record.timed_out else ''}); "
                 "finishing it as its keeper recorded, not running it again",
                 role=role.name,
             )
-            run.agent = ended = self._recorded(run, row)
+            ended = self._recorded(run, row)
+            self.lc.adopt(run, ended)
             self.pending.append(RunExited(run_id, attempt, ended.conclude(record.returncode)))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
         else:
             assert found is not None
             ref, keeper_pid = found
+            # a run that was timing out is taken back running: its ladder starts again, from the top
+            run = self.lc.rebuild(row, role, memos, RunState.RUNNING, live=True)
 
             def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
-                self.dispatch(RunExited(run_id, attempt, verdict))
+                self.post(RunExited(run_id, attempt, verdict))
 
             if role.backend == "sdk":
                 from orchestrator.agents.sdk.backend import adopt_sdk  # 15 ms of every start-up otherwise
@@ -122,29 +120,22 @@ class Adopter(Extension):
                 agent = adopt_sdk(self._spec(run), ref, keeper_pid)
             else:
                 agent = adopt_command(self._spec(run), ref, keeper_pid)
-            run.agent = agent
+            self.lc.adopt(run, agent, pid=ref.pid, create_time=ref.create_time)
             agent.watch(exited)
-            self.store.update_run(run_id, state=run.state.value, pid=ref.pid, create_time=ref.create_time)
             left = role.timeout - run.elapsed(self.clock.monotonic())
             if state is RunState.TIMING_OUT:
-                run.state = RunState.RUNNING  # its ladder starts again, from the top
                 self.pending.append(TimeoutFired(run_id, attempt))
             else:
-                run.timers["timeout"] = self.clock.call_later(
-                    max(0.0, left), self.dispatch, TimeoutFired(run_id, attempt)
-                )
+                self.lc.arm(run, "timeout", max(0.0, left), TimeoutFired(run_id, attempt))
             stall = stall_seconds(role)
             if stall is not None:  # counted from now: what it wrote while nobody watched is not known
-                run.timers["stall"] = self.clock.call_later(
-                    stall, self.dispatch, StallCheck(run_id, attempt, self.clock.now().timestamp())
-                )
+                self.lc.arm(run, "stall", stall, StallCheck(run_id, attempt, self.clock.now().timestamp()))
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) was {state.value} when the orchestrator stopped; adopted its "
                 f"live agent (pid {ref.pid}{', keeper ' + str(keeper_pid) if keeper_pid else ''}), "
                 f"{max(0.0, left):.0f}s left of its timeout",
                 role=role.name,
             )
-        self.lc.adopt(run)
         self.kept.setdefault(role.name, set()).update(m.name for m in memos)
         return True
 
@@ -176,24 +167,6 @@ class Adopter(Extension):
         self._remover.submit(_remove_all, spent)
 
     # ------------------------------------------------------------ helpers
-    def _rebuild(self, row: dict[str, Any], role: Role, memos: list[MemoRef], state: RunState) -> Run:
-        run = Run(
-            run_id=row["run_id"],
-            role=role,
-            memos=memos,
-            arrival=0,
-            seq=row.get("seq"),
-            attempt=row["attempt"],
-            state=state,
-        )
-        run.log_path = self.config.state_dir / "logs" / f"{run.run_id}-{role.name}.log"
-        run.started_at = row.get("started_at")
-        ran = _seconds_since(row.get("started_at"), self.clock.now())
-        run.started_mono = self.clock.monotonic() - ran
-        if role.backend == "sdk":
-            _earlier_figures(run, row)
-        return run
-
     def _recorded(self, run: Run, row: dict[str, Any]) -> Agent:
         """The handle of an attempt that ended while the orchestrator was down; an ``sdk`` one has its figures and
         failure reason from its files, and its group to sweep unless another process took that pid."""
@@ -274,20 +247,6 @@ class Adopter(Extension):
             await self.clock.sleep(POLL)  # a keeper whose agent is between its fork and its exec: milliseconds
 
 
-def _earlier_figures(run: Run, row: dict[str, Any]) -> None:
-    """What the run's earlier attempts spent, as recorded, so this attempt's figures add to them, not replace them.
-
-    The figures are stored when an attempt ends, so the row holds exactly the earlier attempts' totals. A
-    retry that resumed the last session carries its totals on, so that entry is the one it replaces.
-    """
-    run.session_id = row.get("session_id")
-    if run.attempt > 1 and run.role.retry_resumes:
-        run.resumed_from = run.session_id
-    figures = {k: row.get(k) for k in ("cost_usd", "input_tokens", "output_tokens", "num_turns")}
-    if any(v is not None for v in figures.values()):
-        run.sessions[run.session_id or "before-restart"] = figures
-
-
 def _marks(root: str, run_id: int, attempt: int) -> tuple[bytes, ...]:
     return tuple(
         f"\0{name}={value}\0".encode()
@@ -346,12 +305,3 @@ def _pgid(pid: int) -> int:
         return os.getpgid(pid)
     except OSError:
         return 0
-
-
-def _seconds_since(stamp: str | None, now: datetime) -> float:
-    if not stamp:
-        return 0.0
-    try:
-        return max(0.0, (now - datetime.fromisoformat(stamp)).total_seconds())
-    except (ValueError, TypeError):
-        return 0.0

@@ -58,7 +58,7 @@ class Launcher:
         intake: Intake,
         spawner: Spawner,
         templates: dict[str, PromptTemplate],
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
     ) -> None:
         self.config = config
         self.store = store
@@ -68,7 +68,7 @@ class Launcher:
         self.intake = intake
         self.spawner = spawner
         self.templates = templates
-        self.dispatch = dispatch
+        self.post = post
         self.tasks: set[asyncio.Task[Any]] = set()
         # extension points: prompt sections fill placeholders; memo checks may hold a memo back (held/)
         self.sections: list[Callable[[Run], dict[str, str]]] = []
@@ -216,37 +216,21 @@ class Launcher:
     def start_attempt(self, run: Run, first_text: str | None = None) -> None:
         """Take a slot, put the attempt on record, render the prompt and spawn the agent in a task."""
         role = run.role
-        if run.state is RunState.RETRY_WAIT:
-            run.attempt += 1
-            run.next_attempt_at = None
-        run.agent = None
-        run.stop_report = None
         for hook in self.on_start:
             hook(run)
-        run.started_mono = self.clock.monotonic()
-        run.started_at = self.lc.now()
-        self.lc.transition(
-            run,
-            RunState.STARTING,
-            attempt=run.attempt,
-            started_at=run.started_at,
-            next_attempt_at=None,
-            pid=None,
-            create_time=None,
-        )
+        self.lc.begin_attempt(run)
         if first_text is None and not role.batch:
             try:
                 first_text = run.memos[0].path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 first_text = ""
-        run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
         memo_paths = [m.path for m in run.memos]
         memos_file = memo_list.list_path(self.config.state_dir, run.run_id) if role.batch else None
         try:
             prompt = self._render(run, first_text or "", memos_file)
         except Exception as exc:  # noqa: BLE001 - a run holding a slot must always end somewhere
             self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
-            self.dispatch(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
+            self.post(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
             return
         spec = LaunchSpec(
             run_id=run.run_id,
@@ -273,25 +257,25 @@ class Launcher:
                 memo_list.write_list(memos_file, spec.memo_paths)
             except OSError as exc:  # ours: the run's memos go back to the inbox
                 why = f"could not write the list of its memos {memos_file}: {exc.strerror or exc}"
-                self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
+                self.post(AgentStartFailed(spec.run_id, spec.attempt, why, internal=True))
                 return
         try:
             agent = await self.spawner.start(spec, self._exited(spec.run_id, spec.attempt))
         except SpawnError as exc:
             reason = f"could not start the agent: {exc}"
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, reason, internal=exc.internal))
         except Exception as exc:  # noqa: BLE001 - whatever it is, the attempt failed and the run goes on
             self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
-            self.dispatch(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
         else:
             # handled before the exit watcher can report: it runs only once this task yields
-            self.dispatch(AgentStarted(spec.run_id, spec.attempt, agent))
+            self.post(AgentStarted(spec.run_id, spec.attempt, agent))
 
     def _exited(self, run_id: int, attempt: int) -> OnExit:
         """What tells the loop that this attempt's agent ended."""
 
         def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
-            self.dispatch(RunExited(run_id, attempt, verdict))
+            self.post(RunExited(run_id, attempt, verdict))
 
         return exited
 

@@ -1,5 +1,10 @@
 """The one lifecycle of a run: the run table, every transition, and the one way a run ends.
 
+Every change of a ``Run`` is made here (its fields are read elsewhere, never
+assigned): its beginning (``open``, or ``rebuild`` and ``adopt`` at a restart),
+each attempt's beginning, agent, timers, exit and figures, the order to cancel
+it and the replies waiting for its end.
+
 ``transition`` is the only place a run's state changes: it checks the edge
 against ``states.ALLOWED``, takes or gives back the run's slot as it enters or
 leaves a live state, writes the state to the store and logs it. An attempt is
@@ -18,22 +23,25 @@ for an end; they never perform one.
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 from collections import deque
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
+from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.clock import Clock, iso
-from orchestrator.core.events import RunFinished
-from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.events import RetryDue, RunFinished
+from orchestrator.core.run import CancelOrder, MemoRef, Run
 from orchestrator.core.states import RunState, check_transition
 from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
 from orchestrator.store import Store
+from orchestrator.supervisor import figures
 from orchestrator.supervisor.slots import Slots
 
 FOLDER_OF = {
@@ -56,9 +64,13 @@ class Lifecycle:
         clock: Clock,
         slots: Slots,
         on_finished: Callable[[RunFinished], None],
+        *,
+        post: Callable[[object], None],
     ) -> None:
-        """``on_finished`` is the first listener; more may be added to ``listeners`` and ``before_finish``."""
+        """``on_finished`` is the first listener; more may be added to ``listeners`` and ``before_finish``.
+        ``post`` hands the loop the events of the runs' timers."""
         self.config = config
+        self.post = post
         self.store = store
         self.console = console
         self.clock = clock
@@ -91,11 +103,44 @@ class Lifecycle:
         self.runs[run_id] = run
         return run
 
-    def adopt(self, run: Run) -> None:
-        """Put a run rebuilt from the store (recovery) into the table, so it can be finished like any other.
+    def rebuild(
+        self, row: dict[str, Any], role: Role, memos: list[MemoRef], state: RunState, *, live: bool = False
+    ) -> Run:
+        """A run as its record says (recovery), in ``state``, not yet in the table.
 
-        A run recorded in a live state held a slot; it holds one again until it ends.
+        ``live``: its attempt goes on (adopted), so it keeps its start time and, for an ``sdk`` run, what its
+        earlier attempts spent, so this attempt's figures add to them.
         """
+        run = Run(
+            run_id=row["run_id"],
+            role=role,
+            memos=memos,
+            arrival=0,
+            seq=row.get("seq"),
+            attempt=row["attempt"],
+            state=state,
+        )
+        run.log_path = self.config.state_dir / "logs" / f"{run.run_id}-{role.name}.log"
+        if live:
+            run.started_at = row.get("started_at")
+            run.started_mono = self.clock.monotonic() - _seconds_since(row.get("started_at"), self.clock.now())
+            if role.backend == "sdk":
+                run.session_id, run.resumed_from, run.sessions = figures.recorded(row, role.retry_resumes)
+        return run
+
+    def adopt(
+        self, run: Run, agent: AgentHandle | None = None, *, pid: int | None = None, create_time: float | None = None
+    ) -> None:
+        """Put a rebuilt run into the table, so it can be finished like any other.
+
+        It is rebuilt in the state its agent is in now, not always the one on record (a recorded exit, a
+        ladder started again): adoption is not a transition. ``agent``: its attempt's agent, alive or ended
+        while the orchestrator was down; ``pid``: a live agent's, on record again with the state. A run in a
+        live state held a slot; it holds one again until it ends.
+        """
+        run.agent = agent
+        if pid is not None:
+            self.store.update_run(run.run_id, state=run.state.value, pid=pid, create_time=create_time)
         self.slots.adopt(run.role.name)
         if run.state.live:
             self.slots.take(run.role.name)
@@ -112,17 +157,92 @@ class Lifecycle:
             self.store.forget_memo_attempts(role, [old])
 
     # ------------------------------------------------------------ transitions
-    def transition(self, run: Run, new: RunState, **fields: Any) -> None:
-        """Every state change passes here: checked against the table, slots kept, recorded, logged."""
+    def transition(self, run: Run, new: RunState, *, order: CancelOrder | None = None, **fields: Any) -> None:
+        """Every state change passes here: checked against the table, slots kept, recorded, logged.
+
+        ``order``: who asked to stop the run, given with the move into CANCELLING or INTERRUPTING; a run
+        back to RUNNING (an interrupt that could not be delivered) no longer has one.
+        """
         old = run.state
         check_transition(old, new)
         if new.live and not old.live:
             self.slots.take(run.role.name)
         elif old.live and not new.live:
             self.slots.release(run.role.name)
+        if order is not None:
+            run.cancel = order
+        elif new is RunState.RUNNING:
+            run.cancel = None
         run.state = new
         self.store.update_run(run.run_id, state=new.value, **fields)
         self.console.event(run, old, new)
+
+    # ------------------------------------------------------------ attempts
+    def begin_attempt(self, run: Run) -> None:
+        """The run's next attempt (its first, or a retry that is due) begins: STARTING, on record."""
+        role = run.role
+        if run.state is RunState.RETRY_WAIT:
+            run.attempt += 1
+        run.next_attempt_at = None
+        run.agent = None
+        run.stop_report = None
+        run.stalled = None
+        run.started_mono = self.clock.monotonic()
+        run.started_at = self.now()
+        run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
+        self.transition(
+            run,
+            RunState.STARTING,
+            attempt=run.attempt,
+            started_at=run.started_at,
+            next_attempt_at=None,
+            pid=None,
+            create_time=None,
+        )
+
+    def attach(self, run: Run, agent: AgentHandle) -> None:
+        """The attempt's agent is started: the run holds its handle."""
+        run.agent = agent
+
+    def arm(self, run: Run, name: str, delay: float, event: object) -> None:
+        """The run's timer ``name`` (``timeout``, ``stall``): ``event`` is posted to the loop after ``delay``."""
+        run.cancel_timers(name)
+        run.timers[name] = self.clock.call_later(delay, self.post, event)
+
+    def exited(self, run: Run, code: int) -> None:
+        """The attempt's agent exited with ``code``: its timeout and stall checks are over."""
+        run.exit_codes.append(code)
+        run.cancel_timers("timeout", "stall")
+
+    def time_out(self, run: Run, stalled: str | None = None) -> None:
+        """The attempt passed its timeout, or wrote nothing for its stall timeout (``stalled`` says so):
+        TIMING_OUT, for the kill ladder to stop it."""
+        if stalled is None:
+            self.transition(run, RunState.TIMING_OUT)
+            return
+        run.stalled = stalled
+        run.cancel_timers("timeout")
+        self.transition(run, RunState.TIMING_OUT, reason=stalled)
+
+    def stopped(self, run: Run, report: KillReport) -> None:
+        """The attempt's tree was stopped: how, for the cancel's record and receipt."""
+        run.stop_report = report
+
+    def wait_for_end(self, run: Run, reply: asyncio.Future[Any]) -> None:
+        """``reply`` is answered with the run's receipt when it ends."""
+        run.waiters.append(reply)
+
+    def record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> bool:
+        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts
+        (``figures``); True when some were stored."""
+        if session:
+            run.session_id = session
+        result = agent.result
+        if not result:
+            return False
+        key, run.sessions, totals = figures.merged(run.sessions, run.resumed_from, result, run.attempt)
+        self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
+        return True
 
     def end_attempt(self, run: Run, outcome: str, reason: str | None, exit_code: int | None) -> None:
         """An attempt ended: its row completed (how, why, exit code)."""
@@ -138,11 +258,11 @@ class Lifecycle:
             log_path=str(run.log_path),
         )
 
-    def wait_for_retry(self, run: Run, delay: float, reason: str, fire: Callable[[], None]) -> None:
-        """RETRY_WAIT for ``delay`` seconds (no slot held); ``fire`` is called when it is due."""
+    def wait_for_retry(self, run: Run, delay: float, reason: str) -> None:
+        """RETRY_WAIT for ``delay`` seconds (no slot held), then ``RetryDue`` is posted."""
         run.next_attempt_at = iso(self.clock.now() + timedelta(seconds=delay))
         self.transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
-        run.timers["retry"] = self.clock.call_later(delay, fire)
+        self.arm(run, "retry", delay, RetryDue(run.run_id))
 
     def retry_due(self, run: Run) -> None:
         run.timers.pop("retry", None)
@@ -159,14 +279,18 @@ class Lifecycle:
         reason_text: str | None = None,
         announce: bool = True,
         attempts_used: int | None = None,
+        order: CancelOrder | None = None,
     ) -> list[Path]:
         """End the run in ``state``: timers, slot, memos, attempt counts, the record, one ``RunFinished``.
 
         ``announce=False`` when the caller says it in its own words (recovery); the record is the same.
         ``attempts_used``: what a returned memo keeps, when not every attempt counts (one that never began).
+        ``order``: who cancelled a run that ends cancelled without having been stopped (queued, waiting).
         """
         previous = run.state
         check_transition(previous, state)  # before anything moves: a bug must not half-end a run
+        if order is not None:
+            run.cancel = order
         run.cancel_timers()
         ready = self.retry_ready.get(run.role.name)
         if ready is not None and run in ready:
@@ -191,6 +315,7 @@ class Lifecycle:
         event = RunFinished(run, previous, state, reason, moved, run.cancel, announce)
         for listener in self.listeners:
             self._call(listener, event)
+        run.waiters.clear()  # answered by the listeners (the receipt); nothing else may wait on an ended run
         return moved
 
     def _call(self, hook: Callable[..., None], *args: Any) -> None:
@@ -266,6 +391,15 @@ class Lifecycle:
                 self.store.set_memo_attempts(role, new, max(0, used))
         else:
             self.store.forget_memo_attempts(role, [old for old, _ in renamed] + [m.name for m in run.memos])
+
+
+def _seconds_since(stamp: str | None, now: datetime) -> float:
+    if not stamp:
+        return 0.0
+    try:
+        return max(0.0, (now - datetime.fromisoformat(stamp)).total_seconds())
+    except (ValueError, TypeError):
+        return 0.0
 
 
 def reason_writer(text: str) -> Callable[[Path], None]:

@@ -3,9 +3,11 @@
 Start-up (folders, recovery, watcher, control channel, first scan), then one
 event at a time until told to end, then shutdown. The inbox watcher, the
 agents' exit watchers, spawn and stop tasks, timers, signals and the control
-channel only post typed events (``orchestrator.core.events``); ``handle``
-dispatches each to the module that owns the decision, and every change of a
-run goes through the lifecycle. A broken invariant is never swallowed: it is
+channel only post typed events (``orchestrator.core.events``) and so do the
+handlers themselves for what follows; ``post`` queues them and the loop handles
+one at a time, each in its own transaction, never one inside another. Each is
+dispatched to the module that owns the decision, and every change of a run goes
+through the lifecycle. A broken invariant is never swallowed: it is
 logged with its traceback and the run it concerns ends as failed with reason
 "internal error: ...", its memo in ``failed/``.
 
@@ -23,6 +25,7 @@ import signal
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -34,17 +37,18 @@ from orchestrator.control import protocol
 from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import ControlError, OrchestratorError
 from orchestrator.core.run import Run
 from orchestrator.core.snapshot import Snapshot
-from orchestrator.core.states import RunState
+from orchestrator.core.states import Ending, RunState
 from orchestrator.intake.memo import FOLDERS
-from orchestrator.intake.queue import Intake
+from orchestrator.intake.queue import Intake, SettleDue
 from orchestrator.prompts import load_template
 from orchestrator.store import Store
 from orchestrator.supervisor.adoption import Adopter
+from orchestrator.supervisor.agent_stops import AgentStops
+from orchestrator.supervisor.announce import Announcer
 from orchestrator.supervisor.budgets import Budgets
-from orchestrator.supervisor.endings import Endings
 from orchestrator.supervisor.extension import Extension, ExtensionFactory, Host, overrides
 from orchestrator.supervisor.gate import Gate
 from orchestrator.supervisor.holds import Holds
@@ -56,13 +60,26 @@ from orchestrator.supervisor.requests import Requests
 from orchestrator.supervisor.slots import Slots
 from orchestrator.supervisor.snapshot import Snapshotter
 from orchestrator.supervisor.start_faults import StartFaults, StartsResume
-from orchestrator.supervisor.stopping import Stopper
 
 FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
 FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
+# the states a force ending stops (a run already being stopped keeps its own reason and end, ``STOP_ENDS``)
+FORCE_STOPS = frozenset({RunState.STARTING, RunState.RUNNING, RunState.INTERRUPTING, RunState.TIMING_OUT})
 INTERNAL_ERROR_ANSWER = "internal error; see .orchestrator/orchestrator.log"
 _E = TypeVar("_E", bound=Extension)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Start-up is over: the memos of the first scan may start."""
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # not on a thread running a loop: a watcher's thread, say
+        return None
 
 
 class Supervisor:
@@ -82,6 +99,8 @@ class Supervisor:
         spawner: Spawner | None = None,
         extensions: Sequence[ExtensionFactory] = (),
     ) -> None:
+        self.inbox: deque[object] = deque()  # events posted and not yet handled, oldest first
+        self._handling = False  # an event is being handled: what is posted meanwhile waits in ``inbox``
         self.config = config
         self.root = config.root
         self.console = console
@@ -89,47 +108,55 @@ class Supervisor:
         self.clock: Clock = clock or SystemClock()
         self.store = Store(config.state_dir / "state.db")
         templates = {name: load_template(self.root / role.prompt) for name, role in config.roles.items()}
-        self.intake = Intake(
-            list(config.roles),
-            config.role_dir,
-            console,
-            self.store,
-            lambda delay, callback: self.clock.call_later(delay, callback),
-            self._after_event,
-            lambda: self.clock.now().timestamp(),
-        )
+        self.intake = Intake(list(config.roles), config.role_dir, console, self.store, self.clock, self.post)
         slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
         self.lc = Lifecycle(
-            config, self.store, console, self.clock, slots, Endings(config, self.store, console, self.clock)
+            config,
+            self.store,
+            console,
+            self.clock,
+            slots,
+            Announcer(config, self.store, console, self.clock),
+            post=self.post,
         )
-        self.stopper = Stopper(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
+        self.agent_stops = AgentStops(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
         self.budgets = Budgets(config, self.store, console)
         self.holds = Holds(console)
         self.launcher = Launcher(
-            config, self.store, console, self.clock, self.lc, self.intake, self.stopper.spawner, templates, self.handle
-        )
-        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.handle)
-        self.outcomes = Outcomes(
-            self.lc,
-            self.stopper,
+            config,
             self.store,
             console,
-            self.handle,
+            self.clock,
+            self.lc,
+            self.intake,
+            self.agent_stops.spawner,
+            templates,
+            self.post,
+        )
+        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.post)
+        self.outcomes = Outcomes(
+            self.lc,
+            self.agent_stops,
+            self.store,
+            console,
+            self.post,
             lambda: self.ending,
             self.begin_ending,
             self._refresh_budgets,
             self.start_faults,
         )
-        self.pauses = Pauses(config, self.lc, self.intake, console, self.clock, self.handle)
+        self.pauses = Pauses(config, self.lc, self.intake, console, self.clock, self.post)
         self.outcomes.pauses = self.pauses
         self.launcher.gates.append(self.pauses.blocked)
         self.launcher.on_start.append(self.pauses.starting)
-        self.requests = Requests(self.lc, self.intake, self.stopper, self.store, console, self.handle)
+        self.requests = Requests(self.lc, self.intake, self.agent_stops, self.store, console, self.post)
         self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ev.MemoSeen: self.intake.seen,
             ev.MemoGone: self.intake.gone,
             ev.RescanNeeded: self._on_rescan,
+            SettleDue: self.intake.settle_due,
+            Ready: lambda _e: None,  # handled like any event: what the first scan queued starts after it
             ev.AgentStarted: self.outcomes.started,
             ev.AgentStartFailed: self.outcomes.start_failed,
             ev.RunExited: self.outcomes.exited,
@@ -148,7 +175,7 @@ class Supervisor:
             ev.InterruptRequested: self.requests.interrupt,
             ev.TellRequested: self.requests.tell,
         }
-        self.ending: str | None = None  # None, "graceful" or "force"
+        self.ending: Ending | None = None  # None while the orchestrator is not ending
         self.exit_code = 0
         self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
         self.done = asyncio.Event()
@@ -165,7 +192,7 @@ class Supervisor:
             console=console,
             holds=self.holds,
             store=self.store,
-            post=self.handle,
+            post=self.post,
             runs=lambda: MappingProxyType(self.lc.runs),
             queues=lambda: MappingProxyType(self.intake.queues),
             ending=lambda: self.ending is not None,
@@ -236,12 +263,30 @@ class Supervisor:
         return self.lc.runs
 
     # ------------------------------------------------------------------ events
-    def post(self, event: ev.Event) -> None:
-        """Thread-safe: hand an event to the loop."""
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.handle, event)
+    def post(self, event: object) -> None:
+        """Hand an event to the loop, from any thread; events are handled one at a time, in the order posted.
 
-    def handle(self, event: ev.Event) -> None:
+        On the loop's thread an event posted while another is being handled (a handler's follow-up, a
+        failed start) waits in ``inbox`` until that one is done, its transaction included, so handling is
+        never re-entered; posted while the loop is idle (a timer, a task, a signal) it is handled at once.
+        """
+        loop = self.loop
+        if loop is None or _running_loop() is loop:
+            self.inbox.append(event)
+            if not self._handling:
+                self._drain()
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self.post, event)
+
+    def _drain(self) -> None:
+        self._handling = True
+        try:
+            while self.inbox:
+                self._handle(self.inbox.popleft())
+        finally:
+            self._handling = False
+
+    def _handle(self, event: object) -> None:
         """Dispatch one event to its owner, then start what may start; nothing here is ever swallowed."""
         # one transaction per event: its records land together (an agent's start: with the next event's)
         with self.store.batch(lazy=isinstance(event, ev.AgentStarted)):
@@ -266,8 +311,6 @@ class Supervisor:
         self.console.error(f"internal error while handling {type(event).__name__}: {exc}\n{detail}")
         reply = getattr(event, "reply", None)
         if reply is not None and not reply.done():
-            from orchestrator.core.errors import ControlError
-
             reply.set_exception(ControlError(INTERNAL_ERROR_ANSWER))
         run = self.lc.runs.get(getattr(event, "run_id", -1))
         if run is not None:
@@ -276,7 +319,7 @@ class Supervisor:
     def fail_internal(self, run: Run, reason: str) -> None:
         """End a run that a bug left in an unknown condition: its agent stopped, its memo to failed/."""
         if run.agent is not None and run.state.live:
-            self.stopper.orphan(run.agent, run.run_id)
+            self.agent_stops.orphan(run.agent, run.run_id)
         try:
             self.lc.finish(
                 run, RunState.FAILED, reason=reason, exit_code=run.exit_codes[-1] if run.exit_codes else None
@@ -289,6 +332,7 @@ class Supervisor:
             self.lc.drop(run)
 
     def _after_event(self) -> None:
+        """After every event: start what the limits now allow (nothing while ending); end once nothing runs."""
         try:
             if not self.ending:
                 self.launcher.schedule(self.budgets.blocked() + self.holds.held_roles())
@@ -318,7 +362,7 @@ class Supervisor:
         self._install_signals()
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
         # the claim rename makes sure it runs once either way
-        self.watcher = make_watcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post, self.handle)
+        self.watcher = make_watcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
         self.watcher.start()
         if self.watcher.patch_problem:
             self.console.line(self.watcher.patch_problem)
@@ -331,7 +375,7 @@ class Supervisor:
         self.intake.rescan(initial=True)
         for extension in self.extensions:
             extension.start()
-        self._after_event()
+        self.post(Ready())
         ticker = asyncio.ensure_future(self._tick())
         self.console.start_live(self.view)
         try:
@@ -344,7 +388,7 @@ class Supervisor:
             self.watcher.stop()
             self.adopter.flush_records()
             await self.control.close()
-            await self.stopper.drain(max(r.grace for r in self.config.roles.values()) + 6)
+            await self.agent_stops.drain(max(r.grace for r in self.config.roles.values()) + 6)
             for task in [*self.launcher.tasks, *self.requests.tasks]:
                 task.cancel()
             self.store.close()
@@ -352,7 +396,7 @@ class Supervisor:
 
     def make_adopter(self) -> Adopter:
         """Recovery's adopter, plugged in: each finished run's exit records are spent from then on."""
-        adopter = Adopter(self.config, self.store, self.console, self.lc, self.handle, self.post)
+        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post)
         self._plug(adopter)
         return adopter
 
@@ -365,13 +409,13 @@ class Supervisor:
         self.loop.add_signal_handler(signal.SIGPIPE, lambda: None)
 
     def _record_signal(self, signum: int) -> None:
-        self.handle(ev.SignalReceived(signum, self.clock.monotonic()))
+        self.post(ev.SignalReceived(signum, self.clock.monotonic()))
 
     async def _tick(self) -> None:
         interval = max(0.05, self.config.rescan_interval)
         while True:
-            await asyncio.sleep(min(interval, 0.5) if self.until_idle else interval)
-            self.handle(ev.Tick())
+            await self.clock.sleep(min(interval, 0.5) if self.until_idle else interval)
+            self.post(ev.Tick())
 
     def _on_tick(self, _event: ev.Tick) -> None:
         """The safety net: watcher health, budgets, periodic rescan, orphan reaping, idle exit."""
@@ -393,7 +437,7 @@ class Supervisor:
         elif self._idle_since is None:
             self._idle_since = now
         elif now - self._idle_since >= IDLE_EXIT_AFTER:
-            self.begin_ending("graceful", "all work is done")
+            self.begin_ending(Ending.GRACEFUL, "all work is done")
 
     def _on_rescan(self, event: ev.RescanNeeded) -> None:
         self.console.line(f"rescan: {event.reason}")
@@ -407,26 +451,31 @@ class Supervisor:
         if event.signum == signal.SIGINT:
             self.sigints.append(event.at)
             if len(self.sigints) == FORCE_PRESSES and self.sigints[-1] - self.sigints[0] <= FORCE_WINDOW:
-                self.begin_ending("force", f"Ctrl-C pressed {FORCE_PRESSES} times")
+                self.begin_ending(Ending.FORCE, f"Ctrl-C pressed {FORCE_PRESSES} times")
                 return
-            self.begin_ending("graceful", "Ctrl-C (press it 3 times within a second to kill the agents)")
+            self.begin_ending(Ending.GRACEFUL, "Ctrl-C (press it 3 times within a second to kill the agents)")
         else:
-            self.begin_ending("graceful", f"signal {signal.Signals(event.signum).name}")
+            self.begin_ending(Ending.GRACEFUL, f"signal {signal.Signals(event.signum).name}")
 
     def _on_stop(self, event: ev.StopRequested) -> None:
         flag = " --force" if event.force else ""
-        self.begin_ending("force" if event.force else "graceful", f"`orchestrator stop{flag}` from {event.who}")
-        event.reply.set_result({"ending": self.ending})
+        self.begin_ending(
+            Ending.FORCE if event.force else Ending.GRACEFUL, f"`orchestrator stop{flag}` from {event.who}"
+        )
+        event.reply.set_result({"ending": self.ending.value if self.ending else None})
 
-    def begin_ending(self, mode: str, why: str, exit_code: int | None = None) -> None:
-        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox."""
+    def begin_ending(self, mode: Ending, why: str, exit_code: int | None = None) -> None:
+        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox.
+
+        A force ending overrides a graceful one, never the other way round.
+        """
         if exit_code is not None and self.exit_code == 0:
             self.exit_code = exit_code
-        if self.ending == mode or self.ending == "force":
+        if self.ending is mode or self.ending is Ending.FORCE:
             return
         self.ending = mode
         running = self.lc.slots.in_use
-        if mode == "graceful":
+        if mode is Ending.GRACEFUL:
             self.console.line(f"ending: {why}; waiting for {running} running agent(s); nothing new starts")
         else:
             self.exit_code = self.exit_code or 1
@@ -434,15 +483,10 @@ class Supervisor:
         for run in list(self.lc.runs.values()):
             if run.state is RunState.RETRY_WAIT:
                 self.lc.finish(run, RunState.RETURNED, reason="the orchestrator ended before the retry")
-            elif mode == "force" and run.state in (
-                RunState.STARTING,
-                RunState.RUNNING,
-                RunState.INTERRUPTING,
-                RunState.TIMING_OUT,
-            ):
+            elif mode is Ending.FORCE and run.state in FORCE_STOPS:
                 self.lc.transition(run, RunState.STOPPING, reason=FORCED)
                 if run.agent is not None:  # else its start (or failure) brings the stop
-                    self.stopper.stop(run, 0.0)
+                    self.agent_stops.stop(run, 0.0)
 
     # ------------------------------------------------------------------ status
     async def answer(self, request: protocol.Request, peer: Peer) -> dict[str, Any]:
@@ -452,7 +496,7 @@ class Supervisor:
             return self.gate.authorize(request, peer.pid)
         request = self.gate.admit(request, peer.pid)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.handle(protocol.to_event(request, reply))
+        self.post(protocol.to_event(request, reply))
         return dict(await reply)
 
     def view(self, full: bool = False) -> Snapshot:

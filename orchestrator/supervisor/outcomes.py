@@ -7,11 +7,9 @@ failure rules themselves are the pure functions of ``rules``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.console import Console
-from orchestrator.core.agent import AgentHandle
 from orchestrator.core.events import (
     AgentStarted,
     AgentStartFailed,
@@ -23,13 +21,13 @@ from orchestrator.core.events import (
     TimeoutFired,
 )
 from orchestrator.core.run import Run
-from orchestrator.core.states import RunState
+from orchestrator.core.states import STOP_ENDS, Ending, RunState
 from orchestrator.store import Store
 from orchestrator.supervisor import rules
+from orchestrator.supervisor.agent_stops import AgentStops
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.pauses import Pauses
 from orchestrator.supervisor.start_faults import StartFaults
-from orchestrator.supervisor.stopping import Stopper
 
 FORCED = "the orchestrator was force-stopped"
 
@@ -42,31 +40,28 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-Ending = Callable[[str, str, int | None], None]
-
-
 class Outcomes:
     """Decides each attempt's outcome from its events."""
 
     def __init__(
         self,
         lifecycle: Lifecycle,
-        stopper: Stopper,
+        agent_stops: AgentStops,
         store: Store,
         console: Console,
-        dispatch: Callable[[Event], None],
-        ending: Callable[[], str | None],
-        begin_ending: Ending,
+        post: Callable[[Event], None],
+        ending: Callable[[], Ending | None],
+        begin_ending: Callable[[Ending, str, int | None], None],
         figures_changed: Callable[[], None],
         start_faults: StartFaults,
     ) -> None:
         self.lc = lifecycle
         self.start_faults = start_faults
         self.clock = lifecycle.clock
-        self.stopper = stopper
+        self.agent_stops = agent_stops
         self.store = store
         self.console = console
-        self.dispatch = dispatch
+        self.post = post
         self.ending = ending
         self.begin_ending = begin_ending
         self.figures_changed = figures_changed
@@ -87,9 +82,10 @@ class Outcomes:
                 f"internal error: run {event.run_id} attempt {event.attempt} started an agent after "
                 "its run ended; stopping it"
             )
-            self.stopper.orphan(event.agent, event.run_id)
+            self.agent_stops.orphan(event.agent, event.run_id)
             return
-        agent = run.agent = event.agent
+        agent = event.agent
+        self.lc.attach(run, agent)
         if run.state is RunState.STARTING:
             self.lc.transition(
                 run,
@@ -101,15 +97,13 @@ class Outcomes:
             self.store.record_attempt(
                 run.run_id, run.attempt, pid=agent.pid, started_at=run.started_at, log_path=str(run.log_path)
             )
-            run.timers["timeout"] = self.clock.call_later(
-                run.role.timeout, self.dispatch, TimeoutFired(run.run_id, run.attempt)
-            )
+            self.lc.arm(run, "timeout", run.role.timeout, TimeoutFired(run.run_id, run.attempt))
             self._check_stall_in(run, stall_seconds(run.role), self.clock.now().timestamp())
             self.start_faults.started(run.role.name)
         elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
-            self.stopper.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
+            self.agent_stops.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
         elif run.state is RunState.STOPPING:
-            self.stopper.stop(run, 0.0)
+            self.agent_stops.stop(run, 0.0)
 
     def start_failed(self, event: AgentStartFailed) -> None:
         run = self._current(event.run_id, event.attempt)
@@ -119,11 +113,8 @@ class Outcomes:
             self.start_faults.failed(run, event.reason)
         elif run.state is RunState.STARTING:
             self.attempt_failed(run, event.reason, None)
-        elif run.state is RunState.CANCELLING:
-            assert run.cancel is not None
-            self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line)
-        elif run.state is RunState.STOPPING:
-            self.lc.finish(run, RunState.RETURNED, reason=FORCED)
+        elif run.state.being_stopped:  # asked to stop while it was being started: nothing to stop now
+            self._end_stopped(run, None, began=False)
 
     # ------------------------------------------------------------ exit
     def exited(self, event: RunExited) -> None:
@@ -132,13 +123,13 @@ class Outcomes:
             return
         verdict = event.verdict
         code = verdict.returncode
-        run.exit_codes.append(code)
-        run.cancel_timers("timeout", "stall")
+        self.lc.exited(run, code)
         agent = run.agent
         if agent is not None:
-            self._record_figures(run, agent, verdict.session_id)
-            self.stopper.sweep(run)
-        if run.state.stopping:
+            if self.lc.record_figures(run, agent, verdict.session_id):
+                self.figures_changed()
+            self.agent_stops.sweep(run)
+        if run.state.being_stopped:
             return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
         ran = run.elapsed(self.clock.monotonic())
         if self.pauses is not None and verdict.usage_limit is None:
@@ -172,7 +163,7 @@ class Outcomes:
         self.console.line(f"{run.label} attempt {run.attempt} failed: {reason} (run {run.run_id})", role=role.name)
         if self.crashes.note(role.name, run.last_ran or 0.0, failed=True):
             self.begin_ending(
-                "graceful",
+                Ending.GRACEFUL,
                 f"critical role {role.name} crashed {self.crashes.counts[role.name]} times in a row, each within "
                 f"{role.crash.window:g}s of its start (last: {reason}); see {run.log_path}",
                 3,
@@ -190,11 +181,11 @@ class Outcomes:
         else:
             self.lc.finish(run, RunState.FAILED, reason=reason, exit_code=exit_code)
             if role.stop_on_failure:
-                self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} failed", 1)
+                self.begin_ending(Ending.GRACEFUL, f"role {role.name} has stop_on_failure and {run.label} failed", 1)
 
     def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
         retry_number = run.attempt
-        self.lc.wait_for_retry(run, delay, reason, lambda: self.dispatch(RetryDue(run.run_id)))
+        self.lc.wait_for_retry(run, delay, reason)
         self.console.line(
             f"{run.label} {prefix}retry {retry_number} of {run.role.retry.max} in {delay:g}s{suffix}",
             role=run.role.name,
@@ -211,14 +202,12 @@ class Outcomes:
         if run is None or run.state not in (RunState.RUNNING, RunState.INTERRUPTING):
             return
         self.console.line(f"{run.label} passed its timeout of {run.role.timeout:g}s; stopping it", role=run.role.name)
-        self.lc.transition(run, RunState.TIMING_OUT)
-        self.stopper.stop(run, run.role.grace)
+        self.lc.time_out(run)
+        self.agent_stops.stop(run, run.role.grace)
 
     def _check_stall_in(self, run: Run, delay: float | None, since: float) -> None:
         if delay is not None:
-            run.timers["stall"] = self.clock.call_later(
-                delay, self.dispatch, StallCheck(run.run_id, run.attempt, since)
-            )
+            self.lc.arm(run, "stall", delay, StallCheck(run.run_id, run.attempt, since))
 
     def stall_check(self, event: StallCheck) -> None:
         """An attempt that has written nothing (no output, no event) for its ``stall_timeout`` is stopped by the
@@ -237,32 +226,34 @@ class Outcomes:
         if now - since < stall:
             self._check_stall_in(run, since + stall - now, since)
             return
-        run.stalled = (
-            f"stalled: no output for {duration_text(stall)} (the CLI may be waiting for a prompt it cannot show)"
-        )
-        run.cancel_timers("timeout")
-        self.console.line(f"{run.label} {run.stalled}; stopping it", role=run.role.name)
-        self.lc.transition(run, RunState.TIMING_OUT, reason=run.stalled)
-        self.stopper.stop(run, run.role.grace)
+        stalled = f"stalled: no output for {duration_text(stall)} (the CLI may be waiting for a prompt it cannot show)"
+        self.console.line(f"{run.label} {stalled}; stopping it", role=run.role.name)
+        self.lc.time_out(run, stalled)
+        self.agent_stops.stop(run, run.role.grace)
 
     def stopped(self, event: StopDone) -> None:
         """The stop task ended the attempt's tree: the state says why it was stopped, and so how the run ends."""
         run = self._current(event.run_id, event.attempt)
         if run is None:
             return
-        run.stop_report = event.report
-        code = run.exit_codes[-1] if run.exit_codes else None
-        if run.state is RunState.CANCELLING:
+        self.lc.stopped(run, event.report)
+        if run.state.being_stopped:
+            self._end_stopped(run, run.exit_codes[-1] if run.exit_codes else None, began=True)
+
+    def _end_stopped(self, run: Run, code: int | None, *, began: bool) -> None:
+        """End a run whose agent was being stopped as ``STOP_ENDS`` says for its state; ``began``: its agent
+        had started (an attempt to complete on record)."""
+        end = STOP_ENDS[run.state].stopped
+        if end is RunState.CANCELLED:
             assert run.cancel is not None
-            if run.cancel.previous is not RunState.RETRY_WAIT:
+            if began and run.cancel.previous is not RunState.RETRY_WAIT:
                 self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
-        elif run.state is RunState.STOPPING:
+        elif end is RunState.RETURNED:
             self.lc.finish(run, RunState.RETURNED, reason=FORCED, exit_code=code)
-        elif run.state is RunState.TIMING_OUT and run.stalled is not None:
-            reason, run.stalled = run.stalled, None
-            self.attempt_failed(run, reason, code)
-        elif run.state is RunState.TIMING_OUT:
+        elif run.stalled is not None:  # TIMED_OUT: stopped for its silence, a failed attempt like any other
+            self.attempt_failed(run, run.stalled, code)
+        else:
             self._timed_out_for_good(run, code)
 
     def _timed_out_for_good(self, run: Run, code: int | None) -> None:
@@ -277,30 +268,4 @@ class Outcomes:
         else:
             self.lc.finish(run, RunState.TIMED_OUT, reason=reason, exit_code=code)
             if role.stop_on_failure:
-                self.begin_ending("graceful", f"role {role.name} has stop_on_failure and {run.label} timed out", 1)
-
-    # ------------------------------------------------------------ SDK figures
-    def _record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> None:
-        """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts.
-
-        A session's figures are running totals, and a resumed session carries on from the one it resumed,
-        so the run keeps the latest figures of each session and drops those of a session that was resumed.
-        """
-        if session:
-            run.session_id = session
-        result = agent.result
-        if not result:
-            return
-        key = result.get("session_id") or f"attempt-{run.attempt}"
-        resumed = run.sessions.pop(run.resumed_from, None) if run.resumed_from else None
-        figures = dict(result)
-        if resumed and resumed.get("num_turns") is not None:  # cost and tokens carry on in a resumed session, turns not
-            figures["num_turns"] = (figures.get("num_turns") or 0) + resumed["num_turns"]
-        run.sessions[key] = figures
-        totals: dict[str, Any] = {}
-        for name in ("cost_usd", "input_tokens", "output_tokens", "num_turns"):
-            values = [item[name] for item in run.sessions.values() if item.get(name) is not None]
-            if values:
-                totals[name] = sum(values)
-        self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
-        self.figures_changed()
+                self.begin_ending(Ending.GRACEFUL, f"role {role.name} has stop_on_failure and {run.label} timed out", 1)

@@ -63,14 +63,14 @@ class Pauses:
         intake: Intake,
         console: Console,
         clock: Clock,
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
     ) -> None:
         self.config = config
         self.lc = lifecycle
         self.intake = intake
         self.console = console
         self.clock = clock
-        self.dispatch = dispatch
+        self.post = post
         self.current: dict[str, Pause] = {}
         lifecycle.listeners.append(self.run_finished)
 
@@ -163,7 +163,7 @@ class Pauses:
     def _arm(self, pause: Pause, delay: float) -> None:
         if pause.timer is not None:
             pause.timer.cancel()
-        pause.timer = self.clock.call_later(max(0.0, delay), self.dispatch, PauseDue(pause.account))
+        pause.timer = self.clock.call_later(max(0.0, delay), self.post, PauseDue(pause.account))
 
     def due(self, event: PauseDue) -> None:
         """The reset time has come (the pause ends), or the probe's (one run may start)."""
@@ -203,7 +203,7 @@ class Pauses:
             return
         roles = self.account_roles(account)
         try:
-            notices.write_pause_notice(self.config, notify, account, roles, subject, line)
+            notices.write_pause_notice(self.config, notify, account, roles, subject, line, self.clock.now())
         except OSError as exc:
             self.console.error(f"cannot write the usage-limit notice for {notify}: {exc}")
 

@@ -22,8 +22,8 @@ import psutil
 from orchestrator.agents import procs
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
-from orchestrator.core.run import CancelOrder, MemoRef, Run
-from orchestrator.core.states import UNFINISHED, RunState
+from orchestrator.core.run import CancelOrder, MemoRef
+from orchestrator.core.states import STOP_ENDS, UNFINISHED, RunState
 from orchestrator.intake import memo_index
 from orchestrator.intake.memo import ACTIVE, INBOX, is_memo_name, move_memo
 from orchestrator.store import Store
@@ -114,22 +114,13 @@ def _finish_row(
     """Rebuild the run from its record and end it the one way runs end."""
     state = RunState(row["state"])
     memos = _memo_refs(config, row)
-    run = Run(
-        run_id=row["run_id"],
-        role=role or Role.model_validate({"name": row["role"], "prompt": "-"}),
-        memos=memos,
-        arrival=0,
-        seq=row.get("seq"),
-        attempt=row["attempt"],
-        state=state,
-    )
-    run.log_path = config.state_dir / "logs" / f"{run.run_id}-{row['role']}.log"
+    run = lifecycle.rebuild(row, role or Role.model_validate({"name": row["role"], "prompt": "-"}), memos, state)
     lifecycle.adopt(run)
-    if state is RunState.CANCELLING and role is not None:
+    end = STOP_ENDS[state].at_restart if state in STOP_ENDS and role is not None else RunState.RETURNED
+    if end is RunState.CANCELLED:
         reason = f"{row.get('reason') or 'cancelled'} (finished at restart: the orchestrator stopped during the cancel)"
-        run.cancel = CancelOrder(AT_RESTART, reason, RunState.CANCELLING)
-        run.stop_report = report
-        lifecycle.finish(run, RunState.CANCELLED, reason=reason)
+        lifecycle.stopped(run, report)
+        lifecycle.finish(run, RunState.CANCELLED, reason=reason, order=CancelOrder(AT_RESTART, reason, state))
         return
     what = f"stopped its agent ({len(report.pids)} process(es): {report.pids})" if report.pids else "no agent was alive"
     console.line(

@@ -31,8 +31,8 @@ from orchestrator.core.run import CancelOrder, MemoRef, Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.queue import Intake
 from orchestrator.store import Store
+from orchestrator.supervisor.agent_stops import AgentStops
 from orchestrator.supervisor.lifecycle import Lifecycle
-from orchestrator.supervisor.stopping import Stopper
 
 ANSWER_SLACK = 5.0  # an interrupt answers at the latest this long after the role's grace, whatever the agent does
 
@@ -44,18 +44,18 @@ class Requests:
         self,
         lifecycle: Lifecycle,
         intake: Intake,
-        stopper: Stopper,
+        agent_stops: AgentStops,
         store: Store,
         console: Console,
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
     ) -> None:
         self.lc = lifecycle
         self.config = lifecycle.config
         self.intake = intake
-        self.stopper = stopper
+        self.agent_stops = agent_stops
         self.store = store
         self.console = console
-        self.dispatch = dispatch
+        self.post = post
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def find(self, query: str) -> list[Candidate]:
@@ -133,9 +133,9 @@ class Requests:
         header = lookup.read_header(cand.path)
         ref = MemoRef(cand.name, cand.path, header.id, header.subject, header.reply_to, header.sender)
         run = self.lc.open(self.config.roles[cand.role], [ref], arrival=0, attempt=0)
-        run.cancel = CancelOrder(event.who, event.reason, RunState.QUEUED)
-        run.waiters.append(reply)
-        self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line)
+        order = CancelOrder(event.who, event.reason, RunState.QUEUED)
+        self.lc.wait_for_end(run, reply)
+        self.lc.finish(run, RunState.CANCELLED, reason=order.line, order=order)
         return reply
 
     def _cancel_run(self, cand: Candidate, event: CancelRequested) -> asyncio.Future[Any]:
@@ -147,7 +147,7 @@ class Requests:
         previous = run.state
         if previous is RunState.CANCELLING:
             first: asyncio.Future[Any] = loop.create_future()
-            run.waiters.append(first)
+            self.lc.wait_for_end(run, first)
             note = {
                 "memo": cand.name,
                 "role": run.role.name,
@@ -158,18 +158,16 @@ class Requests:
             first.add_done_callback(lambda done: reply.set_result({**_kill_fields(done.result()), **note}))
             return reply
         order = CancelOrder(event.who, event.reason, previous)
-        run.waiters.append(reply)
+        self.lc.wait_for_end(run, reply)
         if previous is RunState.RETRY_WAIT:
-            run.cancel = order
-            self.lc.finish(run, RunState.CANCELLED, reason=order.line)
+            self.lc.finish(run, RunState.CANCELLED, reason=order.line, order=order)
             return reply
-        run.cancel = order
-        self.lc.transition(run, RunState.CANCELLING, reason=order.line)  # on record, should we die mid-way
+        self.lc.transition(run, RunState.CANCELLING, order=order, reason=order.line)  # on record, should we die mid-way
         self.console.line(
             f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}", role=run.role.name
         )
         if run.agent is not None:  # else it is still starting: its start (or failure) brings the stop
-            self.stopper.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
+            self.agent_stops.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
         return reply
 
     # ------------------------------------------------------------ interrupt and tell
@@ -198,15 +196,17 @@ class Requests:
         agent, attempt = run.agent, run.attempt
         assert agent is not None  # _running checked it
         answer = {"memo": cand.name, "run_id": run.run_id, "role": run.role.name}
+        ended: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not event.keep:
-            run.cancel = CancelOrder(event.who, event.reason, RunState.RUNNING)
-            self.lc.transition(run, RunState.INTERRUPTING, reason=run.cancel.line)
+            order = CancelOrder(event.who, event.reason, RunState.RUNNING)
+            self.lc.transition(run, RunState.INTERRUPTING, order=order, reason=order.line)
+            self.lc.wait_for_end(run, ended)  # here, in the loop: the task below only awaits it
 
         async def send() -> None:
             try:
                 await agent.interrupt(keep=event.keep)
             except OrchestratorError as exc:
-                self.dispatch(InterruptRefused(run.run_id, attempt))
+                self.post(InterruptRefused(run.run_id, attempt))
                 if not event.reply.done():
                     event.reply.set_exception(exc)
                 return
@@ -215,13 +215,10 @@ class Requests:
                 if not event.reply.done():
                     event.reply.set_result({**answer, "state": run.state.value})
                 return
-            ended: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            run.waiters.append(ended)
-            try:
-                result = await asyncio.wait_for(asyncio.shield(ended), run.role.grace + ANSWER_SLACK)
-                state = result["state"]
-            except TimeoutError:
-                state = run.state.value
+            limit = asyncio.ensure_future(self.lc.clock.sleep(run.role.grace + ANSWER_SLACK))
+            await asyncio.wait({ended, limit}, return_when=asyncio.FIRST_COMPLETED)
+            limit.cancel()
+            state = ended.result()["state"] if ended.done() and not ended.exception() else run.state.value
             if not event.reply.done():
                 event.reply.set_result({**answer, "state": state})
 
@@ -231,8 +228,7 @@ class Requests:
         """The interrupt could not be delivered (the session had ended): its exit must not count as one."""
         run = self.lc.runs.get(event.run_id)
         if run is not None and run.attempt == event.attempt and run.state is RunState.INTERRUPTING:
-            run.cancel = None
-            self.lc.transition(run, RunState.RUNNING, reason=None)
+            self.lc.transition(run, RunState.RUNNING, reason=None)  # its cancel order is withdrawn with it
 
     def tell(self, event: TellRequested) -> None:
         """A follow-up message into an SDK agent's session."""

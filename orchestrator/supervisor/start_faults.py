@@ -47,14 +47,14 @@ class StartFaults:
         holds: Holds,
         console: Console,
         clock: Clock,
-        dispatch: Callable[[Event], None],
+        post: Callable[[Event], None],
     ) -> None:
         self.lc = lifecycle
         self.intake = intake
         self.holds = holds
         self.console = console
         self.clock = clock
-        self.dispatch = dispatch
+        self.post = post
         self.in_a_row: dict[str, int] = {}
         self.timers: dict[str, Timer] = {}
 
@@ -89,7 +89,7 @@ class StartFaults:
         timer = self.timers.pop(role, None)
         if timer is not None:
             timer.cancel()
-        self.timers[role] = self.clock.call_later(wait, self.dispatch, StartsResume(role))
+        self.timers[role] = self.clock.call_later(wait, self.post, StartsResume(role))
 
     def resume(self, event: StartsResume) -> None:
         """The wait is over: the role may start again (the next failure waits longer)."""

@@ -1,4 +1,4 @@
-"""Stop tasks: the loop starts them, they stop an agent's tree, and their outcome comes back as ``StopDone``.
+"""Agent stops: the loop starts them, they stop an agent's tree, and their outcome comes back as ``StopDone``.
 
 A task touches no run: it is given the agent and what to do, and posts its
 ``KillReport``. One task per attempt; a second request for the same attempt
@@ -20,8 +20,12 @@ from orchestrator.core.events import Event, StopDone
 from orchestrator.core.run import Run
 
 
-class Stopper:
-    """Starts and keeps the stop tasks and sweeps."""
+class AgentStops:
+    """Starts and keeps the tasks that stop agents' trees (the kill ladder) and sweep what exited ones left.
+
+    Not to be confused with ``RunState.STOPPING`` (a run returned because the orchestrator is force-ending)
+    or with the orchestrator's own ``Ending``: this is only the machinery that stops processes.
+    """
 
     def __init__(self, spawner: Spawner, console: Console, post: Callable[[Event], None]) -> None:
         self.spawner = spawner
@@ -29,10 +33,6 @@ class Stopper:
         self.post = post
         self.tasks: dict[tuple[int, int], asyncio.Task[Any]] = {}
         self.sweeps: set[asyncio.Task[Any]] = set()
-
-    def stopping(self, run: Run) -> bool:
-        """Whether a stop task for the run's current attempt was started."""
-        return (run.run_id, run.attempt) in self.tasks
 
     def stop(self, run: Run, grace: float, interrupt_first: bool = False) -> None:
         """Start the stop task for the run's current attempt, once."""

@@ -21,7 +21,7 @@ from orchestrator.intake import notices
 from orchestrator.store import Store
 
 
-class Endings:
+class Announcer:
     """Tells people and the coordinator how each run ended, and answers those who waited for it."""
 
     def __init__(self, config: Config, store: Store, console: Console, clock: Clock) -> None:
@@ -43,7 +43,6 @@ class Endings:
         for waiter in run.waiters:
             if not waiter.done():
                 waiter.set_result(receipt)
-        run.waiters.clear()
 
     def _say(self, event: RunFinished) -> None:
         run, state, role = event.run, event.state, event.run.role.name
@@ -55,7 +54,9 @@ class Endings:
             )
             notify = self.config.notify
             if event.reason and notify and notify != role:  # archived with a warning (on_denied: warn)
-                notice = notices.write_warning_notice(self.config, notify, run, event.reason, event.moved)
+                notice = notices.write_warning_notice(
+                    self.config, notify, run, event.reason, event.moved, self.clock.now()
+                )
                 self.console.line(f"told {notify}: {notice.name}", role=role)
         elif state is RunState.RETURNED and event.announce:
             self.console.line(f"returned {names} to the inbox: {event.reason} (run {run.run_id})", role=role)
@@ -67,7 +68,9 @@ class Endings:
             )
             notify = self.config.notify
             if notify and notify != role:
-                notice = notices.write_failure_notice(self.config, notify, run, state, event.reason or "", event.moved)
+                notice = notices.write_failure_notice(
+                    self.config, notify, run, state, event.reason or "", event.moved, self.clock.now()
+                )
                 self.console.line(f"told {notify}: {notice.name}", role=role)
 
     def _cancelled(self, event: RunFinished) -> dict[str, Any]:
@@ -81,7 +84,8 @@ class Endings:
         pids = list(report.pids) if report is not None else []
         seconds = round(report.seconds, 3) if report is not None else 0.0
         ran = self._ran(run, previous)
-        when = iso(self.clock.now())
+        now = self.clock.now()
+        when = iso(now)
         first = run.memos[0]
         notice = None
         # the coordinator is told even of its own cancelled work (its inbox is its memory), but never of a notice's
@@ -97,6 +101,7 @@ class Endings:
                 ran_seconds=ran,
                 pids=pids,
                 when=when,
+                now=now,
             )
         for memo in run.memos:
             self.store.record_cancellation(

@@ -1,0 +1,43 @@
+"""What an SDK run spent (cost, tokens, turns), summed over its attempts and sessions. Pure: the lifecycle applies it.
+
+A session's figures are running totals, and a resumed session carries on from the one it resumed, so a run
+keeps the latest figures of each session and drops those of a session that was resumed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SUMMED = ("cost_usd", "input_tokens", "output_tokens", "num_turns")
+
+
+def merged(
+    sessions: dict[str, dict[str, Any]], resumed_from: str | None, result: dict[str, Any], attempt: int
+) -> tuple[str, dict[str, dict[str, Any]], dict[str, Any]]:
+    """The run's sessions with this attempt's ``result`` in: (its session key, the sessions, the run's totals)."""
+    sessions = dict(sessions)
+    key = result.get("session_id") or f"attempt-{attempt}"
+    resumed = sessions.pop(resumed_from, None) if resumed_from else None
+    figures = dict(result)
+    if resumed and resumed.get("num_turns") is not None:  # cost and tokens carry on in a resumed session, turns not
+        figures["num_turns"] = (figures.get("num_turns") or 0) + resumed["num_turns"]
+    sessions[key] = figures
+    totals: dict[str, Any] = {}
+    for name in SUMMED:
+        values = [item[name] for item in sessions.values() if item.get(name) is not None]
+        if values:
+            totals[name] = sum(values)
+    return key, sessions, totals
+
+
+def recorded(row: dict[str, Any], retry_resumes: bool) -> tuple[str | None, str | None, dict[str, dict[str, Any]]]:
+    """What a run's earlier attempts spent, from its record: (its session, the session it resumes, its sessions).
+
+    The figures are stored when an attempt ends, so the row holds exactly the earlier attempts' totals. A
+    retry that resumed the last session carries its totals on, so that entry is the one it replaces.
+    """
+    session = row.get("session_id")
+    resumed_from = session if row["attempt"] > 1 and retry_resumes else None
+    figures = {k: row.get(k) for k in SUMMED}
+    sessions = {session or "before-restart": figures} if any(v is not None for v in figures.values()) else {}
+    return session, resumed_from, sessions
