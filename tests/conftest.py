@@ -233,6 +233,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+# ------------------------------------------------------------------ the two tiers
+# A test that starts a real orchestrator (through one of these fixtures) or a Ray cluster, the real Claude CLI
+# or a fresh install is in the full tier only (`make test-all`, what CI runs); `make test` runs `-m "not full"`:
+# units, replays and the real-process tests marked `os_level`, whose point is what the operating system does.
+REAL_PROCESS_FIXTURES = frozenset({"project", "installed_project", "installed", "fake_cli"})
+FULL_ONLY_MARKERS = ("ray", "real_cli", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``full`` every test the fast tier leaves out, so ``-m`` selects a tier and no list of names can
+    go stale: a new real-process test is in the full tier unless it says it proves an OS-level guarantee."""
+    for item in items:
+        if item.get_closest_marker("os_level") is not None:
+            continue
+        starts_processes = not REAL_PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if starts_processes or any(item.get_closest_marker(name) is not None for name in FULL_ONLY_MARKERS):
+            item.add_marker(pytest.mark.full)
+
+
 LOUD = ("Traceback (most recent call last)", "internal error")
 
 

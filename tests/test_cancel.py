@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import yaml
 
 from conftest import Project, dead, wait_for
@@ -100,6 +101,7 @@ def drain_and_stop(project: Project, orch: Any, sentinel_role: str = "builder") 
 # ------------------------------------------------------------------ running
 
 
+@pytest.mark.os_level
 def test_cancel_running_agent_and_its_grandchild(project: Project) -> None:
     project.configure({"builder": {"grace": "10s"}})
     orch = project.up()
@@ -128,6 +130,7 @@ def test_cancel_running_agent_and_its_grandchild(project: Project) -> None:
     assert len(rec_for(project, "B-031.md")) == 1, "a cancelled memo ran again"
 
 
+@pytest.mark.os_level
 def test_cancel_escalates_to_sigkill_and_ends_orphaned_and_setsid_grandchildren(project: Project) -> None:
     project.configure({"builder": {"grace": "1s"}})
     orch = project.up()

@@ -161,6 +161,7 @@ def test_no_notice_when_the_failing_role_is_the_notify_role(project):
     assert orch.stop() == 0
 
 
+@pytest.mark.os_level
 def test_agent_killed_by_a_signal_we_did_not_send_is_a_failure(project):
     project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.05s"]}}})
     orch = project.up()
@@ -270,6 +271,7 @@ def test_a_log_folder_that_cannot_be_made_returns_the_memo_and_holds_the_role(pr
     assert "Traceback" not in orch.output
 
 
+@pytest.mark.os_level
 def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):
     """Attempt 1 exits leaving a child that ignores SIGTERM; while its ladder waits the grace, attempt 2 runs."""
     project.configure({"builder": {"grace": "1.5s", "retry": {"max": 1, "backoff": ["0.1s"]}}})
@@ -336,6 +338,7 @@ def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(project):
 
 
 # ---------------------------------------------------------------- timeouts
+@pytest.mark.os_level
 def test_timeout_kills_the_whole_tree_and_fails_without_retry(project):
     project.configure({"builder": {"timeout": "0.5s", "grace": "0.3s", "retry": {"max": 2, "backoff": ["0.05s"]}}})
     orch = project.up()
@@ -382,6 +385,7 @@ def test_timeout_is_retried_with_retry_timeouts(project):
 
 
 # --------------------------------------------------- the orchestrator dies
+@pytest.mark.os_level
 def test_orchestrator_killed_mid_run_then_restarted(project):
     # the stop-and-requeue way, kept as `recovery: restart`; adoption (the default) is in test_keeper.py
     project.configure({"builder": {}}, recovery="restart")
@@ -409,6 +413,7 @@ def test_orchestrator_killed_mid_run_then_restarted(project):
     assert len(project.records()) == 2
 
 
+@pytest.mark.os_level
 def test_three_sigints_return_running_memos_and_kill_their_trees(project):
     project.configure({"builder": {}})
     orch = project.up()
@@ -430,6 +435,7 @@ def test_three_sigints_return_running_memos_and_kill_their_trees(project):
     assert len(lines_with(out, "to the inbox: the orchestrator was force-stopped")) == 2
 
 
+@pytest.mark.os_level
 def test_sigterm_is_graceful(project):
     project.configure({"builder": {"max_concurrent": 1}})
     orch = project.up()
