@@ -16,6 +16,7 @@ import shutil
 import signal
 import stat
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
@@ -23,9 +24,11 @@ from typing import Any
 
 import pytest
 
-from conftest import STAND_IN, Orchestrator, Project, pid_alive, wait_for
-from fault_injection import fault_injection
+from conftest import DEADLINE, STAND_IN, Orchestrator, Project, pid_alive, wait_for
+from faults import faulty_classify, faulty_inotify_classify
 from orchestrator.core.events import MemoSeen
+from orchestrator.intake import watcher as watchdog_watcher
+from orchestrator.intake.inotify import InotifyWatcher, make_watcher
 from orchestrator.store import Store
 from replay import Replay
 
@@ -585,20 +588,52 @@ def test_a_memo_deleted_before_its_claim_is_simply_gone(project):
 
 # ------------------------------------------------------------- the watcher
 @pytest.mark.parametrize("watcher", ["inotify", "watchdog"])
-def test_an_exception_in_event_handling_does_not_stop_later_memos(project, watcher):
-    project.configure({"builder": {}})
-    orch = project.up(ORCHESTRATOR_WATCHER=watcher, **fault_injection(FAULT_MARKER="faultme"))
-    project.drop("builder", "F-faultme.md", {"id": "F-1"})
-    project.drop("builder", "F-plain.md", {"id": "F-2"})
-    for name in ("F-faultme.md", "F-plain.md"):
-        wait_for(lambda n=name: where(project, "builder", n) == ["archive"], what=f"{name} archived")
-    orch.wait_output("rescan: error while handling")
-    project.drop("builder", "F-later.md", {"id": "F-3"})
-    wait_for(lambda: where(project, "builder", "F-later.md") == ["archive"], what="a later memo archived")
-    names = [Path(r["memo"]).name for r in project.records()]
-    assert sorted(names) == ["F-faultme.md", "F-later.md", "F-plain.md"], "each ran exactly once"
-    assert orch.stop() == 0
-    assert len(project.records()) == 3
+def test_an_exception_in_event_handling_does_not_stop_later_memos(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watcher: str
+) -> None:
+    """The real watcher (the loop's inotify reader, or watchdog's thread) over a real inbox, feeding the real loop
+    of a replay, with its classification made to raise for one memo: that costs a rescan, which still runs the
+    memo, and every memo runs exactly once."""
+    monkeypatch.setenv("ORCHESTRATOR_WATCHER", watcher)
+    monkeypatch.setattr(InotifyWatcher, "classify", faulty_inotify_classify(InotifyWatcher.classify, "faultme"))
+    monkeypatch.setattr(watchdog_watcher, "classify", faulty_classify(watchdog_watcher.classify, "faultme"))
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}})
+        live = make_watcher({"builder": r.config.role_dir("builder")}, r.sup.post, r.sup.handle)
+        live.start()
+        try:
+            inbox = r.config.role_dir("builder") / "inbox"
+            for name in ("F-faultme.md", "F-plain.md"):
+                tmp = inbox / f".{name}.tmp"
+                tmp.write_text(f"---\nid: {name[:-3]}\n---\nbody\n", encoding="utf-8")
+                os.utime(tmp, (time.time() - 60, time.time() - 60))  # settled, when a rescan finds it
+                os.rename(tmp, inbox / name)
+
+            async def archived(*names: str) -> None:
+                deadline = time.monotonic() + DEADLINE
+                while True:
+                    for agent in list(r.spawner.agents):
+                        if agent.alive:
+                            agent.exit(0)
+                    await asyncio.sleep(0.01)
+                    if all(where(r, "builder", n) == ["archive"] for n in names):
+                        return
+                    assert time.monotonic() < deadline, f"{names} not archived: {r.console.text}"
+
+            await archived("F-faultme.md", "F-plain.md")
+            assert "rescan: error while handling" in r.console.text
+            tmp = inbox / ".F-later.md.tmp"
+            tmp.write_text("---\nid: F-3\n---\nbody\n", encoding="utf-8")
+            os.rename(tmp, inbox / "F-later.md")
+            await archived("F-later.md")
+            names = [a.spec.memo_paths[0].name for a in r.spawner.agents]
+            assert sorted(names) == ["F-faultme.md", "F-later.md", "F-plain.md"], "each ran exactly once"
+        finally:
+            live.stop()
+        r.close()
+
+    play(tmp_path, scenario)
 
 
 @pytest.mark.parametrize("remove", ["inbox", "role folder"])
