@@ -62,15 +62,15 @@ def dead(pid: int, create_time: float) -> bool:
 def write_team(
     root: Path,
     roles: Mapping[str, Mapping[str, Any]],
-    defaults: Mapping[str, Any],
+    base: Mapping[str, Any],
     prompt: Callable[[str], str],
     **top: Any,
 ) -> Path:
-    """roles.yaml under ``root``: ``defaults`` (updated by a ``defaults=`` in ``top``) for every role, and each
+    """roles.yaml under ``root``: ``base`` as its defaults (updated by a ``defaults=`` in ``top``), and each
     role's prompt file (``prompts/<role>.md`` unless the role names one), written from ``prompt(role)`` when it
     does not exist yet."""
     data: dict[str, Any] = {"max_concurrent": 10, **top}
-    data["defaults"] = {**defaults, **data.pop("defaults", {})}
+    data["defaults"] = {**base, **data.pop("defaults", {})}
     data["roles"] = {}
     for name, given in roles.items():
         settings = {"prompt": f"prompts/{name}.md", **given}
