@@ -55,3 +55,20 @@ def test_this_session_selects_by_the_markers_the_hook_set(request: pytest.Fixtur
         real = not conftest.REAL_PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
         if real and item.get_closest_marker("os_level") is None:
             assert item.get_closest_marker("full") is not None, item.nodeid
+
+
+def test_make_test_is_the_fast_tier_and_ci_runs_every_test() -> None:
+    repo = conftest.REPO
+    recipes: dict[str, list[str]] = {}
+    target = None
+    for line in (repo / "Makefile").read_text(encoding="utf-8").splitlines():
+        if line.startswith("\t") and target is not None:
+            recipes[target].append(line.strip())
+        elif ":" in line and not line.startswith(("#", " ", ".")) and "=" not in line.split(":", 1)[0]:
+            target = line.split(":", 1)[0]
+            recipes[target] = []
+    pytest_line = [r for r in recipes["test"] if "pytest" in r]
+    assert pytest_line == ["$(BIN)/python -m pytest -m 'not full' $(PYTEST_ARGS)"]
+    assert [r for r in recipes["test-all"] if "pytest" in r] == ["$(BIN)/python -m pytest $(PYTEST_ARGS)"]
+    ci = (repo / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "make test-all" in ci and ".ci/needs cc" in " ".join(ci)
