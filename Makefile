@@ -1,5 +1,5 @@
 # Two commands on a fresh machine with Python 3.11+ and make:
-#   make demo   - a self-contained team that needs no API key
+#   make demo     - a self-contained team that needs no API key
 #   make test     - lint (ruff, types), then the fast tier: units, replays, real-process tests of OS guarantees
 #   make test-all - lint, then every test (Ray, the real Claude CLI, chaos, the bench smoke, the wheel installs)
 PYTHON ?= python3

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 import harness
-from harness import UpProcess, dead, kill_marked, pid_alive, write_team
-
-__all__ = ["dead", "pid_alive"]  # the tests take them from here, with the fixtures
+from harness import UpProcess, kill_marked, write_team
+from harness import dead as dead  # the tests take these from here, with the fixtures
+from harness import pid_alive as pid_alive
 
 HERE = Path(__file__).parent
 STAND_IN = HERE / "agents" / "stand_in.py"
