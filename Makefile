@@ -1,12 +1,13 @@
 # Two commands on a fresh machine with Python 3.11+ and make:
-#   make demo   - a self-contained team that needs no API key
-#   make test   - lint (ruff), types (mypy), then the whole test suite
+#   make demo     - a self-contained team that needs no API key
+#   make test     - lint (ruff, types), then the fast tier: units, replays, real-process tests of OS guarantees
+#   make test-all - lint, then every test (Ray, the real Claude CLI, chaos, the bench smoke, the wheel installs)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-smoke schema clean
+.PHONY: demo test test-all lint bench bench-smoke schema clean
 
 # the editable install compiles the keeper (setup.py), so a change to keeper.c installs again
 $(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
@@ -18,9 +19,14 @@ $(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
 demo: $(STAMP)
 	$(BIN)/orchestrator demo
 
+# the tiers are pytest markers (tests/conftest.py marks `full` what the fast tier leaves out)
 test: lint
+	$(BIN)/python -m pytest -m 'not full' $(PYTEST_ARGS)
+
+test-all: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# every static check; each new one (an import contract, ...) is one more line here
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

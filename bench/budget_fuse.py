@@ -12,11 +12,12 @@ acts only at the end of a call (the CLI's own ``--max-budget-usd``) lets through
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-from harness import BenchError, Orchestrator, Stats, wait_for
+from bench.common import Outcome, Row
+from bench.harness import BenchError, Orchestrator, Stats, wait_for
+from tests.messages_api import MessagesApi
 
 HERE = Path(__file__).resolve().parent
 CAP = 0.001
@@ -26,7 +27,6 @@ WHOLE_CALL = (10 * PRICE_IN + 400 * PRICE_OUT) / 1e6
 
 def fuse(ctx):  # type: ignore[no-untyped-def]  # bench/ is outside mypy's files, like its siblings
     """One slow call at a time, ``samples`` times; the spend of each, as a multiple of the cap."""
-    from scenarios import Outcome, Row
 
     out = Outcome("fuse")
     try:
@@ -38,9 +38,6 @@ def fuse(ctx):  # type: ignore[no-untyped-def]  # bench/ is outside mypy's files
     if not bundled.is_file():
         out.notes.append("skipped: this claude-agent-sdk bundles no CLI")
         return out
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from messages_api import MessagesApi
-
     samples = 1 if ctx.sizes.latency_memos < 100 else 5
     project = ctx.project("fuse")
     home = project.root / "home"

@@ -11,6 +11,9 @@ import io
 import time
 from pathlib import Path
 
+from bench.common import Outcome, Row, check_once, latencies, paced_drops, wait_drained
+from bench.harness import Orchestrator, Stats
+
 CONTEXT_BYTES = 64 * 1024 - 64
 HANDOFF_BYTES = 20 * 1024 - 64
 JOURNAL_BYTES = 8 * 1024
@@ -37,13 +40,11 @@ def _fill(root: Path, role: str) -> None:
 
 
 def continuity(ctx):  # type: ignore[no-untyped-def]
-    from harness import Orchestrator, Stats
     from orchestrator.compose import build_supervisor
     from orchestrator.config import load_config
     from orchestrator.console import Console
     from orchestrator.core.clock import SystemClock
     from orchestrator.core.run import MemoRef, Run
-    from scenarios import Outcome, Row, _check_once, _latencies, _paced_drops, _wait_drained
 
     out = Outcome("continuity")
     keys = {"context": ["persona.md", "goals.md"], "journal_in_prompt": 8}
@@ -106,12 +107,12 @@ def continuity(ctx):  # type: ignore[no-untyped-def]
     orch = Orchestrator(project).start()
     orch.wait_ready()
     ctx.say(f"continuity: {total} memos paced {s.latency_pace * 1000:g} ms apart, every continuity key configured")
-    renamed = _paced_drops(project.folder("r0", "inbox"), names, s.latency_pace, orch.check_alive)
-    _wait_drained(project, ["r0"], total, orch, timeout=60 + total * 0.2)
+    renamed = paced_drops(project.folder("r0", "inbox"), names, s.latency_pace, orch.check_alive)
+    wait_drained(project, ["r0"], total, orch, timeout=60 + total * 0.2)
     orch.stop()
     records = project.records()
-    out.notes += _check_once(records, set(names), "orchestrator with continuity")
-    st = Stats.of(_latencies(records, renamed, measured))
+    out.notes += check_once(records, set(names), "orchestrator with continuity")
+    st = Stats.of(latencies(records, renamed, measured))
     out.details.append(f"rename -> agent start with continuity configured (ms): {st.line('ms', 2)}")
     out.rows.append(
         Row(

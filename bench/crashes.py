@@ -13,12 +13,12 @@ import signal
 from collections import Counter
 from typing import Any
 
-from harness import Orchestrator, Stats, count_memos, fill_inbox, memo_name, wait_for
+from bench.common import Outcome, Row, latencies, paced_drops, wait_drained
+from bench.harness import Orchestrator, Stats, count_memos, fill_inbox, memo_name, wait_for
 
 
 def keeper(ctx: Any) -> Any:
     """The ``keeper`` scenario (see the module docstring)."""
-    from scenarios import Outcome, Row
 
     out = Outcome("keeper")
     with_keeper, without = _latency(ctx, "on"), _latency(ctx, "off")
@@ -63,7 +63,6 @@ def keeper(ctx: Any) -> Any:
 
 
 def _latency(ctx: Any, keeper_switch: str) -> Stats:
-    from scenarios import _latencies, _paced_drops, _wait_drained
 
     s = ctx.sizes
     count = max(2, s.latency_memos // 5)
@@ -72,10 +71,10 @@ def _latency(ctx: Any, keeper_switch: str) -> Stats:
     project.configure({"r0": {}}, recovery="adopt" if keeper_switch == "on" else "restart")  # adopt needs it
     orch = Orchestrator(project, env_extra={"ORCHESTRATOR_KEEPER": keeper_switch}).start()
     orch.wait_ready()
-    renamed = _paced_drops(project.folder("r0", "inbox"), names, s.latency_pace, orch.check_alive)
-    _wait_drained(project, ["r0"], len(names), orch, timeout=60 + len(names) * 0.1)
+    renamed = paced_drops(project.folder("r0", "inbox"), names, s.latency_pace, orch.check_alive)
+    wait_drained(project, ["r0"], len(names), orch, timeout=60 + len(names) * 0.1)
     orch.stop()
-    return Stats.of(_latencies(project.records(), renamed, set(names[s.warmup :])))
+    return Stats.of(latencies(project.records(), renamed, set(names[s.warmup :])))
 
 
 def _crashes(ctx: Any, recovery: str, out: Any) -> tuple[int, bool]:

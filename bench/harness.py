@@ -2,7 +2,9 @@
 
 Nothing here is faked: the orchestrator is the installed command started as a
 person would start it, and the only stand-in is the agent (``agent.c``), whose
-own records (CLOCK_REALTIME at its first instruction) are the measurements.
+own records (CLOCK_REALTIME at its first instruction) are the measurements. The
+`up` process, the roles.yaml and the polling are the tests' harness
+(``tests/harness.py``); what is here is the benchmark's: timing, the agent, /proc.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import contextlib
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests import harness
+from tests.harness import UpProcess, kill_marked, write_team
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -37,14 +41,7 @@ class BenchError(Exception):
 # ------------------------------------------------------------------ timing helpers
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> Any:
     """Poll ``condition`` until it is truthy; ``BenchError`` naming ``what`` after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise BenchError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+    return harness.wait_for(condition, timeout, what, interval, error=BenchError)
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -219,24 +216,13 @@ class Project:
         root.mkdir(parents=True, exist_ok=True)
 
     def configure(self, roles: dict[str, dict[str, Any]], **top: Any) -> None:
-        import yaml
-
-        data: dict[str, Any] = {"max_concurrent": 10, **top}
-        data["defaults"] = {
-            "command": [str(self.agent)],
-            "retry": {"max": 0},
-            "grace": "1s",
-            **data.pop("defaults", {}),
-        }
-        data["roles"] = {}
-        for name, settings in roles.items():
-            prompt = self.root / "prompts" / f"{name}.md"
-            prompt.parent.mkdir(parents=True, exist_ok=True)
-            prompt.write_text(f"You are the {name}. Your memo is $memo_path:\n\n$memo\n", encoding="utf-8")
-            data["roles"][name] = {"prompt": f"prompts/{name}.md", **settings}
+        defaults = {"command": [str(self.agent)], "retry": {"max": 0}, "grace": "1s"}
+        write_team(
+            self.root, roles, defaults, lambda name: f"You are the {name}. Your memo is $memo_path:\n\n$memo\n", **top
+        )
+        for name in roles:
             for folder in ("inbox", "active"):
                 self.folder(name, folder).mkdir(parents=True, exist_ok=True)
-        (self.root / "roles.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
     def folder(self, role: str, name: str) -> Path:
         return self.root / "memo" / role / name
@@ -340,54 +326,48 @@ def context_switches(pid: int) -> int:
     return total
 
 
-@dataclass
 class Orchestrator:
-    """A real `orchestrator up --plain` for one project root."""
+    """A real `orchestrator up --plain` for one project root (``start`` starts it)."""
 
-    project: Project
-    env_extra: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
-    launched_ns: int = 0
+    def __init__(self, project: Project, env_extra: dict[str, str] | None = None) -> None:
+        self.project = project
+        self.env_extra = dict(env_extra or {})
+        self.up: UpProcess | None = None
 
     @property
     def log(self) -> Path:
         return self.project.root / "up.out"
 
     def start(self) -> Orchestrator:
-        cmd = [*orchestrator_command(), "up", "--plain", "--root", str(self.project.root)]
-        with open(self.log, "ab") as out:
-            self.launched_ns = time.time_ns()
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=child_env(self.project.record, **self.env_extra),
-            )
+        env = child_env(self.project.record, **self.env_extra)
+        self.up = UpProcess(orchestrator_command(), self.project.root, self.log, env)
         return self
 
     @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.up.proc if self.up is not None else None
+
+    @property
+    def launched_ns(self) -> int:
+        return self.up.launched_ns if self.up is not None else 0
+
+    @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.up is not None
+        return self.up.pid
 
     def output(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
     def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
+        if self.up is not None and self.up.ended() is not None:
             tail = "\n".join(self.output().splitlines()[-15:])
-            raise BenchError(f"orchestrator exited with status {self.proc.returncode}; its output ends:\n{tail}")
+            raise BenchError(f"orchestrator exited with status {self.up.proc.returncode}; its output ends:\n{tail}")
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """The control socket exists: the watcher is running and the first scan is under way."""
-        sock = self.project.root / ".orchestrator" / "control.sock"
-
-        def ready() -> bool:
-            self.check_alive()
-            return sock.exists()
-
-        wait_for(ready, timeout, "the orchestrator's control socket")
+        assert self.up is not None
+        self.up.wait_ready(timeout, error=BenchError)
 
     def peak_rss_mb(self) -> float:
         return kb(proc_status(self.pid).get("VmHWM")) / 1024
@@ -397,33 +377,18 @@ class Orchestrator:
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM (graceful: running agents finish), then SIGKILL if it will not end."""
-        if self.proc is None:
+        if self.up is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        status = self.up.terminate(timeout)
+        if status is None:
+            self.up.kill(10)
+            status = self.up.proc.returncode
+        return status
 
 
 def kill_leftovers(record: Path) -> list[int]:
     """Kill every process that carries this benchmark's record path (agents a failed scenario left behind)."""
-    import psutil
-
-    mark = str(record)
-    killed = []
-    for proc in psutil.process_iter(["pid", "environ"]):
-        try:
-            env = proc.info.get("environ") or {}
-            if env.get("BENCH_RECORD") == mark and proc.pid != os.getpid():
-                proc.kill()
-                killed.append(proc.pid)
-        except psutil.Error:
-            pass
-    return killed
+    return kill_marked("BENCH_RECORD", str(record))
 
 
 def inotifywait_path() -> str | None:

@@ -30,6 +30,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.common import Outcome, Row
+from bench.harness import BenchError, Orchestrator, child_env, fill_inbox, memo_text, orchestrator_command, wait_for
+
 HERE = Path(__file__).resolve().parent
 ROLES = ("r0", "r1", "r2", "r3")
 PER_DAY = 96
@@ -52,7 +55,6 @@ def _memo(memo_id: str, role: str, sender: str, created: str, reply_to: str | No
 
 def generate(root: Path, count: int, now: datetime) -> str:
     """``count`` finished runs and their memos, the newest ending now; returns the id of a memo to trace."""
-    sys.path.insert(0, str(HERE.parent))
     from orchestrator.schedule import records
     from orchestrator.store import Store
     from orchestrator.supervisor import breaker
@@ -134,8 +136,6 @@ def _seconds(cmd: list[str], env: dict[str, str], check: Any = None) -> float:
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=120)
     took = time.perf_counter() - t0
     if done.returncode != 0:
-        from harness import BenchError
-
         raise BenchError(f"`{' '.join(cmd)}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
     if check is not None:
         check(done.stdout)
@@ -144,7 +144,6 @@ def _seconds(cmd: list[str], env: dict[str, str], check: Any = None) -> float:
 
 def _first_agent(ctx: Any, project: Any, samples: int) -> list[float]:
     """Launch -> first agent start, with one memo waiting, ``samples`` times (a new memo each time)."""
-    from harness import Orchestrator, fill_inbox, wait_for
 
     took = []
     inbox = project.folder("r0", "inbox")
@@ -161,8 +160,6 @@ def _first_agent(ctx: Any, project: Any, samples: int) -> list[float]:
 
 
 def _speed(ctx: Any, sizes: tuple[int, int], samples: int, out: Any) -> None:
-    from harness import child_env, orchestrator_command
-    from scenarios import Row
 
     base = orchestrator_command()
     version: list[float] = []
@@ -279,7 +276,6 @@ def _db_bytes(path: Path) -> int:
 
 def _stand_in_runs(ctx: Any, memos: int) -> dict[str, float]:
     """Per run of the stand-in agent (command backend): log, database, journal and archived memo bytes."""
-    from harness import Orchestrator, memo_text, wait_for
 
     project = ctx.project("history-disk")
     stand_in = [sys.executable, str(HERE.parent / "tests" / "agents" / "stand_in.py")]
@@ -290,7 +286,6 @@ def _stand_in_runs(ctx: Any, memos: int) -> dict[str, float]:
         for i in range(per_role):
             (inbox / f"m{i:04d}.md").write_text(memo_text(i, role), encoding="utf-8")
     empty = project.root / "empty.db"
-    sys.path.insert(0, str(HERE.parent))
     from orchestrator.schedule import records
     from orchestrator.store import Store
     from orchestrator.supervisor import breaker
@@ -331,7 +326,6 @@ def _sdk_runs(ctx: Any, runs: int) -> dict[str, float] | None:
         import claude_agent_sdk  # noqa: F401 - only whether it is there
     except ImportError:
         return None
-    from harness import Orchestrator, wait_for
 
     project = ctx.project("history-sdk")
     cli = project.root / "bin" / "fake-claude"
@@ -354,7 +348,6 @@ def _sdk_runs(ctx: Any, runs: int) -> dict[str, float] | None:
 
 
 def _disk(ctx: Any, smoke: bool, out: Any) -> None:
-    from scenarios import Row
 
     got = _stand_in_runs(ctx, 8 if smoke else DISK_MEMOS)
     sdk = _sdk_runs(ctx, 1 if smoke else SDK_RUNS)
@@ -404,7 +397,6 @@ def _disk(ctx: Any, smoke: bool, out: Any) -> None:
 
 def history(ctx: Any) -> Any:
     """The ``history`` scenario (see the module docstring)."""
-    from scenarios import Outcome
 
     smoke = ctx.sizes.idle_window < 60
     out = Outcome("history")

@@ -20,6 +20,9 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.common import SMOKE, Outcome, Row
+from bench.harness import Stats, child_env, orchestrator_command
+
 ENTRIES = 100_000
 SMOKE_ENTRIES = 2_000
 ROLES = ["builder", "planner", "reviewer", "project-manager"]
@@ -101,13 +104,11 @@ def _timed(call: Any, repeats: int) -> tuple[list[float], list[float]]:
 
 
 def memory_store(ctx):  # type: ignore[no-untyped-def]
-    from harness import Stats, child_env, orchestrator_command
     from orchestrator.memory.db import MemoryDB
     from orchestrator.memory.db.schema import db_path
     from orchestrator.memory.section import render_for
     from orchestrator.memory.service import Caller, Memory
     from orchestrator.memory.settings import MemorySettings
-    from scenarios import SMOKE, Outcome, Row
 
     smoke = ctx.sizes == SMOKE
     n = SMOKE_ENTRIES if smoke else ENTRIES

@@ -8,12 +8,14 @@ start p50 <= 100 ms and cancel p50 <= 300 ms on Ray.
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
-from harness import REPO, Orchestrator, Stats, drop_atomically, memo_text, wait_for
-from scenarios import SMOKE, Context, Outcome, Row, _cancel_series, _latencies
+from bench import common
+from bench.cancel import cancel_series
+from bench.common import SMOKE, Context, Outcome, Row
+from bench.harness import Orchestrator, Stats, drop_atomically, memo_text, wait_for
+from tests.ray_cluster import ENV, LocalCluster
 
 
 def _measure(
@@ -39,17 +41,14 @@ def _measure(
         )
         time.sleep(0.05)  # paced: one start at a time, as a person or an agent drops memos
     measured = set(sorted(renamed)[2:])
-    latencies = _latencies(project.records(), renamed, measured)
-    walls = _cancel_series(ctx, project, orch, "sleeper", cancels, out)
+    latencies = common.latencies(project.records(), renamed, measured)
+    walls = cancel_series(ctx, project, orch, "sleeper", cancels, out)
     orch.stop()
     return latencies, walls
 
 
 def ray(ctx: Context) -> Outcome:
     """Start latency and cancel wall time, Ray against local."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from ray_cluster import ENV, LocalCluster
-
     out = Outcome("ray")
     starts = max(3, ctx.sizes.cancel_term)
     cancels = max(2, ctx.sizes.cancel_term // 2)

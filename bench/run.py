@@ -33,9 +33,36 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__" and not __package__:
+    # started as a file (`python bench/run.py`): run it as the module `bench.run` of the checkout instead,
+    # so the package's imports (bench.*, tests.harness) resolve as they do under `python -m bench.run`
+    import runpy
 
-from harness import (
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+    runpy.run_module("bench.run", run_name="__main__", alter_sys=True)
+    raise SystemExit  # run_module's main() has exited; this line is reached only if it returned
+
+from collections.abc import Callable
+
+from bench import (
+    budget_fuse,
+    cancel,
+    continuity_scenario,
+    crashes,
+    drain,
+    history_scenario,
+    idle,
+    latency,
+    memory,
+    memory_store_scenario,
+    ray_scenario,
+    schedule_scenario,
+    sdk_crashes,
+    startup,
+    throughput,
+)
+from bench.common import FULL, SMOKE, Context, Outcome, Row, cleanup
+from bench.harness import (
     HERE,
     REPO,
     BenchError,
@@ -44,7 +71,26 @@ from harness import (
     inotifywait_path,
     precompile,
 )
-from scenarios import FULL, SCENARIOS, SMOKE, Context, Outcome, Row, cleanup
+
+# the registry: a scenario's name (for --only) -> the function that runs it; a new scenario is a module of
+# bench/ and one line here
+SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
+    "latency": latency.latency,
+    "throughput": throughput.throughput,
+    "drain": drain.drain,
+    "startup": startup.startup,
+    "cancel": cancel.cancel,
+    "memory": memory.memory,
+    "idle": idle.idle,
+    "continuity": continuity_scenario.continuity,
+    "fuse": budget_fuse.fuse,
+    "schedule": schedule_scenario.schedule,
+    "keeper": crashes.keeper,
+    "memory-store": memory_store_scenario.memory_store,
+    "ray": ray_scenario.ray,
+    "sdk-keeper": sdk_crashes.sdk_keeper,
+    "history": history_scenario.history,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

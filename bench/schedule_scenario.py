@@ -22,6 +22,19 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench.common import Outcome, Row
+from bench.harness import (
+    Orchestrator,
+    Stats,
+    child_env,
+    context_switches,
+    count_memos,
+    cpu_seconds,
+    read_records,
+    wait_for,
+)
+from bench.idle import IDLE_BASELINE
+
 ROLES = 100
 TASKS = 10
 SIGNALS = 3
@@ -89,8 +102,6 @@ def _role_of(memo: str) -> str | None:
 
 
 def schedule(ctx):  # type: ignore[no-untyped-def]
-    from harness import Orchestrator, Stats, child_env, context_switches, count_memos, cpu_seconds, wait_for
-    from scenarios import IDLE_BASELINE, Outcome, Row
 
     smoke = ctx.sizes.idle_window < 60
     count = 10 if smoke else ROLES
@@ -181,7 +192,6 @@ def schedule(ctx):  # type: ignore[no-untyped-def]
         check=True,
         timeout=120,
     )
-    from harness import read_records
 
     base_lat = [(r.ns - due[r.name.removesuffix(".md")]) / 1e6 for r in read_records(record)]
 

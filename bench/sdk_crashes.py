@@ -24,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness import Orchestrator, count_memos, wait_for
+from bench.common import Outcome, Row
+from bench.harness import Orchestrator, count_memos, wait_for
 
 HERE = Path(__file__).resolve().parent
 TURN_SECONDS = 2.0
@@ -34,7 +35,6 @@ MEMO_NAME = re.compile(r"S-\d{3}\.md")
 
 def sdk_keeper(ctx: Any) -> Any:
     """The ``sdk-keeper`` scenario (see the module docstring)."""
-    from scenarios import Outcome, Row
 
     out = Outcome("sdk-keeper")
     try:

@@ -1,24 +1,27 @@
-"""Test harness: real `orchestrator` processes in real folders, with a stand-in agent script.
+"""Test fixtures: real `orchestrator` processes in real folders, with a stand-in agent script.
 
 Only the agent command is faked (``tests/agents/stand_in.py``); everything else is
-the real CLI, watcher, supervisor and file system.
+the real CLI, watcher, supervisor and file system. The `up` process, the roles.yaml and
+the waiting are ``tests/harness.py``'s, shared with the benchmark.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
+
+import harness
+from harness import UpProcess, kill_marked, write_team
+from harness import dead as dead  # the tests take these from here, with the fixtures
+from harness import pid_alive as pid_alive
 
 HERE = Path(__file__).parent
 STAND_IN = HERE / "agents" / "stand_in.py"
@@ -29,53 +32,27 @@ def wait_for(
     condition: Callable[[], Any], timeout: float = DEADLINE, what: str = "condition", interval: float = 0.02
 ) -> Any:
     """Poll until ``condition()`` is truthy; fail naming ``what`` after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return harness.wait_for(condition, timeout, what, interval)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+class Orchestrator(UpProcess):
+    """A running `orchestrator up` subprocess of a test's project."""
 
-
-def dead(pid: int, create_time: float) -> bool:
-    """Dead for good: gone, a zombie, or the pid now belongs to another process."""
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) > 0.05 or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-class Orchestrator:
-    """A running `orchestrator up` subprocess."""
-
-    def __init__(self, project: Project, proc: subprocess.Popen[bytes], out: Path) -> None:
+    def __init__(self, project: Project, *args: str, **env: str) -> None:
         self.project = project
-        self.proc = proc
-        self.out = out
+        out = project.root / f"up-{len(project.procs)}.out"
+        cwd = project.root if project.installed else None
+        super().__init__(project.command, project.root, out, project.env(**env), args, cwd)
 
     @property
     def output(self) -> str:
-        return self.out.read_text(encoding="utf-8", errors="replace")
+        return self.text()
 
     def wait_output(self, text: str, timeout: float = DEADLINE) -> None:
         wait_for(lambda: text in self.output, timeout, f"{text!r} in the orchestrator's output:\n{self.output}")
 
-    def wait_ready(self) -> None:
-        wait_for(
-            lambda: (self.project.root / ".orchestrator" / "control.sock").exists() or self.proc.poll() is not None,
-            what="the control socket",
-        )
-        assert self.proc.poll() is None, f"orchestrator exited early with {self.proc.returncode}:\n{self.output}"
+    def wait_ready(self, timeout: float = DEADLINE, error: type[Exception] = AssertionError) -> None:
+        super().wait_ready(timeout, error)
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
@@ -87,9 +64,10 @@ class Orchestrator:
             raise AssertionError(f"orchestrator did not exit within {timeout}s:\n{self.output}") from None
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.wait()
+        status = self.terminate(DEADLINE)
+        if status is None:
+            raise AssertionError(f"orchestrator did not exit within {DEADLINE}s:\n{self.output}")
+        return status
 
 
 class Project:
@@ -108,22 +86,8 @@ class Project:
     ) -> Path:
         """roles.yaml with the stand-in agent as every role's command; each role gets a prompt file."""
         roles = roles if roles is not None else {"builder": {}}
-        data: dict[str, Any] = {"max_concurrent": 10, "rescan_interval": "0.5s", **top}
         defaults = {"command": [sys.executable, str(STAND_IN)], "grace": "2s", "retry": {"max": 0, "backoff": ["0.1s"]}}
-        defaults.update(data.pop("defaults", {}))
-        data["defaults"] = defaults
-        data["roles"] = {}
-        for name, settings in roles.items():
-            settings = dict(settings)
-            settings.setdefault("prompt", f"prompts/{name}.md")
-            data["roles"][name] = settings
-            path = self.root / settings["prompt"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists():
-                path.write_text(prompt, encoding="utf-8")
-        config = self.root / "roles.yaml"
-        config.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        return config
+        return write_team(self.root, roles, defaults, lambda _role: prompt, **{"rescan_interval": "0.5s", **top})
 
     def memo_text(self, front: dict[str, Any] | None = None, body: str = "body") -> str:
         if front is None:
@@ -158,18 +122,7 @@ class Project:
         return env
 
     def up(self, *args: str, wait_ready: bool = True, **env: str) -> Orchestrator:
-        out = self.root / f"up-{len(self.procs)}.out"
-        handle = open(out, "wb")
-        proc = subprocess.Popen(
-            [*self.command, "up", "--plain", "--root", str(self.root), *args],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=self.env(**env),
-            stdin=subprocess.DEVNULL,
-            cwd=self.root if self.installed else None,
-        )
-        handle.close()
-        orch = Orchestrator(self, proc, out)
+        orch = Orchestrator(self, *args, **env)
         self.procs.append(orch)
         if wait_ready:
             orch.wait_ready()
@@ -206,17 +159,8 @@ class Project:
 
     def cleanup(self) -> None:
         for orch in self.procs:
-            if orch.proc.poll() is None:
-                orch.proc.kill()
-                orch.proc.wait(5)
-        # no stand-in agent of this project may outlive its test
-        mark = f"ORCHESTRATOR_ROOT={self.root}"
-        for proc in psutil.process_iter():
-            try:
-                if mark in "\n".join(f"{k}={v}" for k, v in proc.environ().items()):
-                    proc.kill()
-            except psutil.Error:
-                pass
+            orch.kill()
+        kill_marked("ORCHESTRATOR_ROOT", str(self.root))  # no stand-in agent of this project may outlive its test
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -231,6 +175,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"`cc -O2 -static -o {binary} {source}`",
             returncode=4,
         )
+
+
+# ------------------------------------------------------------------ the two tiers
+# A test that starts a real orchestrator (through one of these fixtures) or a Ray cluster, the real Claude CLI
+# or a fresh install is in the full tier only (`make test-all`, what CI runs); `make test` runs `-m "not full"`:
+# units, replays and the real-process tests marked `os_level`, whose point is what the operating system does.
+REAL_PROCESS_FIXTURES = frozenset({"project", "installed_project", "installed", "fake_cli"})
+FULL_ONLY_MARKERS = ("ray", "real_cli", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``full`` every test the fast tier leaves out, so ``-m`` selects a tier and no list of names can
+    go stale: a new real-process test is in the full tier unless it says it proves an OS-level guarantee."""
+    for item in items:
+        if item.get_closest_marker("os_level") is not None:
+            continue
+        starts_processes = not REAL_PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if starts_processes or any(item.get_closest_marker(name) is not None for name in FULL_ONLY_MARKERS):
+            item.add_marker(pytest.mark.full)
 
 
 LOUD = ("Traceback (most recent call last)", "internal error")

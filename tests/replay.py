@@ -87,7 +87,8 @@ class FakeAgent:
 
 
 class FakeSpawner:
-    """Starts ``FakeAgent``s; ``refuse`` makes starts fail, ``hold_start``/``hold_stop`` keep them pending."""
+    """Starts ``FakeAgent``s; ``refuse`` makes starts fail (``break_on``: raise as a bug would), ``hold_start``/
+    ``hold_stop`` keep them pending."""
 
     def __init__(self) -> None:
         self.agents: list[FakeAgent] = []
@@ -96,12 +97,15 @@ class FakeSpawner:
         self.hold_start: asyncio.Event | None = None
         self.hold_stop: asyncio.Event | None = None
         self.stops: list[tuple[int, float, bool]] = []
+        self.break_on: str | None = None  # a start for a memo whose name contains it raises what no start should
 
     async def start(self, spec: Any, on_exit: Any) -> FakeAgent:
         if self.hold_start is not None:
             await self.hold_start.wait()
         if self.refuse:
             raise SpawnError(self.refuse, internal=self.refuse_internal)
+        if self.break_on is not None and any(self.break_on in path.name for path in spec.memo_paths):
+            raise RuntimeError(f"injected fault for run {spec.run_id}")
         agent = FakeAgent(spec, on_exit, spec.role.backend)
         self.agents.append(agent)
         return agent

@@ -49,6 +49,14 @@ def exit_record(r: Replay, run_id: int, attempt: int, text: str) -> None:
     path.write_text(text)
 
 
+async def until(condition: Any, what: str, timeout: float = 10.0) -> None:
+    """Let the loop run, in real time, until ``condition()`` holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
 async def restart(r: Replay) -> None:
     await recover(r.config, r.sup.store, r.console, r.sup.lc, r.sup.make_adopter())
     await r.settle()
@@ -200,9 +208,12 @@ def test_adoption_waits_for_a_keeper_on_the_clock_and_the_loop_runs_meanwhile(tm
         try:
             recovering = asyncio.ensure_future(restart(r))
             await r.settle()  # this coroutine runs again: recovery did not hold the loop
+            # its first look reads every process of the machine: on a loaded one, give it real time to get to its wait
+            await until(lambda: bool(r.clock.pending()) or recovering.done(), "recovery's first look")
             assert not recovering.done(), "recovery ended without waiting for the keeper"
             assert r.clock.pending() == pytest.approx([POLL]), "the wait is not a timer on the injected clock"
             await r.advance(POLL)
+            await until(lambda: bool(r.clock.pending()) or recovering.done(), "recovery's second look")
             assert not recovering.done() and r.clock.pending() == pytest.approx([POLL]), (
                 "each look waits on the clock again"
             )

@@ -48,6 +48,7 @@ def _bench(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.full  # minutes of real orchestrators
 @pytest.mark.timeout(300)
 def test_every_scenario_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "RESULTS.md"
@@ -64,6 +65,7 @@ def test_every_scenario_runs_and_reports(tmp_path: Path) -> None:
         assert "inotifywait not found" in done.stdout
 
 
+@pytest.mark.full
 @pytest.mark.timeout(120)
 def test_a_missing_inotifywait_skips_only_that_baseline_and_its_targets_are_not_met() -> None:
     done = _bench("--only", "latency", BENCH_INOTIFYWAIT="no-such-inotifywait-here")

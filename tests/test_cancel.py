@@ -7,20 +7,23 @@ once the command has returned; every cancelled memo must end in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import yaml
 
 from conftest import Project, dead, wait_for
+from orchestrator.core.events import CancelRequested
+from replay import Replay
 
 LONG = 300  # seconds an agent would work if nobody stopped it
 
@@ -100,6 +103,7 @@ def drain_and_stop(project: Project, orch: Any, sentinel_role: str = "builder") 
 # ------------------------------------------------------------------ running
 
 
+@pytest.mark.os_level
 def test_cancel_running_agent_and_its_grandchild(project: Project) -> None:
     project.configure({"builder": {"grace": "10s"}})
     orch = project.up()
@@ -128,6 +132,7 @@ def test_cancel_running_agent_and_its_grandchild(project: Project) -> None:
     assert len(rec_for(project, "B-031.md")) == 1, "a cancelled memo ran again"
 
 
+@pytest.mark.os_level
 def test_cancel_escalates_to_sigkill_and_ends_orphaned_and_setsid_grandchildren(project: Project) -> None:
     project.configure({"builder": {"grace": "1s"}})
     orch = project.up()
@@ -177,25 +182,29 @@ def test_cancel_queued_memo_never_runs(project: Project) -> None:
     assert sorted(project.folder("builder", "cancelled")) == ["A.md", "B.md"]
 
 
-def test_cancel_in_retry_wait_is_never_retried(project: Project) -> None:
-    project.configure({"builder": {"retry": {"max": 2, "backoff": ["5s"]}}})
-    orch = project.up()
-    project.drop("builder", "F.md", {"id": "F", "agent": {"exit": 1}})
-    run = wait_for(
-        lambda: next((r for r in live_runs(project) if r["state"] == "retry_wait"), None),
-        what="the run waiting for its retry",
-    )
-    due = datetime.fromisoformat(run["next_attempt_at"])
+def test_cancel_in_retry_wait_is_never_retried(tmp_path: Path) -> None:
+    """A replay (``tests/replay.py``): the retry's timer is on the stepped clock, so its moment passes at once."""
 
-    answer = cancel_json(project, "F.md")
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["5s"]}}})
+        await r.drop("builder", "F.md", front={"id": "F"})
+        await r.exit("F", 1)
+        assert r.state("F") == "retry_wait" and r.clock.pending() == pytest.approx([5.0])
 
-    assert answer["previous_state"] == "retry_wait" and answer["state"] == "cancelled"
-    assert project.folder("builder", "cancelled") == ["F.md"] and project.folder("builder", "active") == []
-    assert live_runs(project) == []
-    # let the retry's moment pass; a memo dropped after it runs behind anything the loop would have started
-    wait_for(lambda: datetime.now().astimezone() > due, timeout=30, what="the retry's due time", interval=0.1)
-    drain_and_stop(project, orch)
-    assert len(rec_for(project, "F.md")) == 1, "the cancelled memo was retried"
+        reply = await r.request(CancelRequested, memo="F.md")
+        answer = reply.result()
+
+        assert answer["previous_state"] == "retry_wait" and answer["state"] == "cancelled"
+        assert r.folder("builder", "cancelled") == ["F.md"] and r.folder("builder", "active") == []
+        assert r.sup.runs == {}
+        await r.advance(5)  # the retry's moment passes
+        await r.drop("builder", "G.md", front={"id": "G"})  # behind anything the loop would have started
+        assert [a.spec.memo_paths[0].name for a in r.spawner.agents] == ["F.md", "G.md"], (
+            "the cancelled memo was retried"
+        )
+        r.close()
+
+    asyncio.run(scenario(tmp_path))
 
 
 # ------------------------------------------------------------------ naming a memo

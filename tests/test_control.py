@@ -89,6 +89,7 @@ def running(project: Project) -> Iterator[Project]:
 # ------------------------------------------------------------------ permissions
 
 
+@pytest.mark.os_level
 def test_socket_folder_is_0700_and_socket_0600(running: Project) -> None:
     folder = running.root / ".orchestrator"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
@@ -282,6 +283,7 @@ def test_stop_lets_the_running_agent_finish(project: Project) -> None:
     assert [Path(r["memo"]).name for r in project.records()] == ["slow.md"]
 
 
+@pytest.mark.os_level
 def test_stop_force_kills_agents_and_returns_their_memos(project: Project) -> None:
     project.configure({"builder": {"grace": "10s"}})
     orch = project.up()

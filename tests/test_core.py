@@ -525,6 +525,7 @@ def test_second_up_for_the_same_root_is_refused_naming_the_first(project: Projec
 
 
 # ---------------------------------------------------------------- ending
+@pytest.mark.os_level
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_one_signal_lets_the_running_agent_finish_and_starts_nothing_new(project: Project, signum: int) -> None:
     project.configure({"builder": {}})

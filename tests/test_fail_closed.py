@@ -49,6 +49,7 @@ def test_the_packaged_keeper_is_found_and_passes_its_self_check() -> None:
     assert keeper.self_check(keeper.BINARY) is None
 
 
+@pytest.mark.os_level
 def test_a_missing_keeper_refuses_adopt_in_one_line_with_both_ways_out(
     project: Project, tmp_path: Path, keeper_at: Callable[[Path], keeper.Found]
 ) -> None:
@@ -82,6 +83,7 @@ def test_a_keeper_that_is_not_executable_is_refused(
     assert f"and the keeper {copy} is not executable:" in refusal(project)
 
 
+@pytest.mark.os_level
 def test_a_keeper_for_another_machine_fails_its_self_check(
     project: Project, tmp_path: Path, keeper_at: Callable[[Path], keeper.Found]
 ) -> None:
@@ -106,6 +108,7 @@ def test_a_keeper_that_runs_but_records_nothing_fails_its_self_check(
     assert found.problem in refusal(project)
 
 
+@pytest.mark.os_level
 def test_up_without_a_keeper_exits_2_with_the_one_line(project: Project) -> None:
     project.configure()
     orch = project.up(ORCHESTRATOR_KEEPER="off", wait_ready=False)

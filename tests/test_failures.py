@@ -2,29 +2,40 @@
 
 Every test checks the promise: each memo ends in exactly one of archive/, failed/ or
 cancelled/, or is still waiting in inbox/; and each failure mode says so in one clear line.
-Backoffs, windows and timeouts are fractions of a second; waits poll with deadlines.
+The rules (backoffs, retries, crash loops, timeouts) are replays through the real loop on a
+stepped clock (``tests/replay.py``); the real-process tests keep what the OS does: signals,
+trees, a killed orchestrator. Their backoffs are fractions of a second; waits poll with deadlines.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import shutil
 import signal
 import stat
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import STAND_IN, Orchestrator, Project, pid_alive, wait_for
-from fault_injection import fault_injection
+from conftest import DEADLINE, STAND_IN, Orchestrator, Project, pid_alive, wait_for
+from faults import faulty_classify, faulty_inotify_classify
+from orchestrator.core.events import MemoSeen
+from orchestrator.intake import watcher as watchdog_watcher
+from orchestrator.intake.inotify import InotifyWatcher, make_watcher
 from orchestrator.store import Store
+from replay import Replay
 
 FOLDERS = ("inbox", "active", "archive", "failed", "cancelled")
 
 
-def where(project: Project, role: str, name: str) -> list[str]:
+def where(project: Project | Replay, role: str, name: str) -> list[str]:
     """The folders that hold ``name`` for ``role``: the promise says exactly one."""
     return [folder for folder in FOLDERS if name in project.folder(role, folder)]
 
@@ -48,12 +59,20 @@ def lines_with(output: str, text: str) -> list[str]:
     return [line for line in output.splitlines() if text in line]
 
 
-def one_line(orch: Orchestrator, text: str) -> str:
-    """The one line of the orchestrator's output that contains ``text`` (waited for: it may follow a move)."""
-    orch.wait_output(text)
-    found = lines_with(orch.output, text)
-    assert len(found) == 1, f"{len(found)} lines with {text!r}:\n{orch.output}"
+def one_line(orch: Orchestrator | str, text: str) -> str:
+    """The one line of the orchestrator's output (or of a replay's console text) that contains ``text``
+    (waited for in a real orchestrator's: it may follow a move)."""
+    if isinstance(orch, Orchestrator):
+        orch.wait_output(text)
+    output = orch.output if isinstance(orch, Orchestrator) else orch
+    found = lines_with(output, text)
+    assert len(found) == 1, f"{len(found)} lines with {text!r}:\n{output}"
     return found[0]
+
+
+def play(tmp_path: Path, scenario: Callable[[Path], Awaitable[None]]) -> None:
+    """A replay (``tests/replay.py``): the rules of retries, crash loops and timeouts need no process nor real time."""
+    asyncio.run(scenario(tmp_path))
 
 
 def seconds_between(earlier: str, later: str) -> float:
@@ -75,92 +94,122 @@ def sigint_pending(pid: int) -> bool:
 
 
 # ------------------------------------------------------------------ retries
-def test_fail_twice_then_succeed_with_growing_backoff(project):
-    project.configure({"builder": {"retry": {"max": 3, "backoff": ["0.2s", "0.6s"]}}})
-    orch = project.up()
-    project.drop("builder", "B-1.md", {"id": "B-1", "subject": "flaky", "agent": {"fail_attempts": 2}})
-    wait_for(lambda: where(project, "builder", "B-1.md") == ["archive"], what="B-1 archived")
+def test_fail_twice_then_succeed_with_growing_backoff(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 3, "backoff": ["0.2s", "0.6s"]}}})
+        await r.drop("builder", "B-1.md", front={"id": "B-1", "subject": "flaky"})
+        await r.exit("B-1", 1)
+        # the pause before each retry is its backoff on the clock, and the backoffs grow
+        assert r.clock.pending() == pytest.approx([0.2])
+        await r.advance(0.19)
+        assert len(r.spawner.agents) == 1, "not before its backoff"
+        await r.advance(0.01)
+        await r.exit("B-1", 1)
+        assert r.clock.pending() == pytest.approx([0.6])
+        await r.advance(0.6)
+        await r.exit("B-1", 0)
+        assert where(r, "builder", "B-1.md") == ["archive"]
 
-    records = project.records()
-    assert [r["attempt"] for r in records] == [1, 2, 3]
-    assert len({r["run_id"] for r in records}) == 1, "every attempt belongs to one run"
-    attempts = attempts_of(project, records[0]["run_id"])
-    assert [(a["attempt"], a["outcome"], a["exit_code"]) for a in attempts] == [
-        (1, "failed", 1),
-        (2, "failed", 1),
-        (3, "succeeded", 0),
-    ]
-    # the pause before each retry is at least its backoff, and the backoffs grow
-    assert seconds_between(attempts[0]["ended_at"], attempts[1]["started_at"]) >= 0.2 - 0.01
-    assert seconds_between(attempts[1]["ended_at"], attempts[2]["started_at"]) >= 0.6 - 0.01
-    one_line(orch, "B-1 attempt 1 failed: exit code 1")
-    one_line(orch, "B-1 retry 1 of 3 in 0.2s")
-    one_line(orch, "B-1 retry 2 of 3 in 0.6s")
-    assert orch.stop() == 0
-    assert len(project.records()) == 3
+        assert [a.spec.attempt for a in r.spawner.agents] == [1, 2, 3]
+        assert len({a.spec.run_id for a in r.spawner.agents}) == 1, "every attempt belongs to one run"
+        attempts = r.sup.store.attempts(r.spawner.agents[0].spec.run_id)
+        assert [(a["attempt"], a["outcome"], a["exit_code"]) for a in attempts] == [
+            (1, "failed", 1),
+            (2, "failed", 1),
+            (3, "succeeded", 0),
+        ]
+        one_line(r.console.text, "B-1 attempt 1 failed: exit code 1")
+        one_line(r.console.text, "B-1 retry 1 of 3 in 0.2s")
+        one_line(r.console.text, "B-1 retry 2 of 3 in 0.6s")
+        await r.advance(60)
+        assert len(r.spawner.agents) == 3, "nothing runs after the success"
+        r.close()
 
-
-def test_a_reused_memo_name_starts_again_at_attempt_one(project):
-    project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.05s"]}}})
-    orch = project.up()
-    project.drop("builder", "N.md", {"id": "N-1"})
-    wait_for(lambda: project.folder("builder", "archive") == ["N.md"], what="the first N.md archived")
-    project.drop("builder", "N.md", {"id": "N-2", "agent": {"fail_attempts": 1}})
-    wait_for(lambda: project.folder("builder", "archive") == ["N.1.md", "N.md"], what="the second N.md archived")
-    project.drop("builder", "N.md", {"id": "N-3"})  # archived as N.2.md: a clash must not carry a count over
-    wait_for(lambda: len(project.folder("builder", "archive")) == 3, what="the third N.md archived")
-    assert [r["attempt"] for r in project.records()] == [1, 1, 2, 1]
-    assert orch.stop() == 0
+    play(tmp_path, scenario)
 
 
-def test_retries_run_out_memo_to_failed_with_reason_and_notice(project):
-    project.configure({"builder": {"retry": {"max": 3, "backoff": ["0.05s"]}}, "pm": {}}, notify="pm")
-    orch = project.up()
-    project.drop(
-        "builder", "B-2.md", {"id": "B-2", "subject": "hopeless", "agent": {"fail_attempts": 99, "say": "trying B-2"}}
-    )
-    wait_for(lambda: where(project, "builder", "B-2.md") == ["failed"], what="B-2 in failed/")
+def test_a_reused_memo_name_starts_again_at_attempt_one(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 1, "backoff": ["0.05s"]}}})
+        await r.drop("builder", "N.md", front={"id": "N-1"})
+        await r.exit("N", 0)
+        assert r.folder("builder", "archive") == ["N.md"]
+        await r.drop("builder", "N.md", front={"id": "N-2"})
+        await r.exit("N", 1)
+        await r.advance(0.05)
+        await r.exit("N", 0)
+        assert r.folder("builder", "archive") == ["N.1.md", "N.md"]
+        await r.drop("builder", "N.md", front={"id": "N-3"})  # archived as N.2.md: a clash must not carry a count
+        await r.exit("N", 0)
+        assert len(r.folder("builder", "archive")) == 3
+        assert [a.spec.attempt for a in r.spawner.agents] == [1, 1, 2, 1]
+        r.close()
 
-    assert [r["attempt"] for r in project.records() if r["role"] == "builder"] == [1, 2, 3, 4]
-    reason = reason_of(project, "builder", "B-2.md")
-    assert reason.startswith("failed: exit code 1\n")
-    for attempt in (1, 2, 3, 4):
-        assert f"  {attempt}: failed, exit code 1," in reason
-    assert "trying B-2 (attempt 4)" in reason, "the reason file ends with the agent's last log lines"
-    one_line(orch, "failed B-2: exit code 1; moved to failed/")
-    one_line(orch, "told pm: ")
-
-    # the notice wakes the notify role like any memo; it names the memo and why
-    def notice() -> list[str]:
-        return [n for n in project.folder("pm", "archive") if "-failed-" in n]
-
-    wait_for(notice, what="the failure notice handled by pm")
-    text = (project.root / "memo" / "pm" / "archive" / notice()[0]).read_text(encoding="utf-8")
-    assert "subject: 'Failed: hopeless'" in text or "subject: 'Failed: hopeless'" in text.replace('"', "'")
-    assert "B-2.md" in text and "exit code 1" in text
-
-    # the orchestrator goes on serving
-    project.drop("builder", "B-3.md", {"id": "B-3"})
-    wait_for(lambda: where(project, "builder", "B-3.md") == ["archive"], what="a later memo archived")
-    assert orch.proc.poll() is None
-    assert orch.stop() == 0
+    play(tmp_path, scenario)
 
 
-def test_no_notice_when_the_failing_role_is_the_notify_role(project):
-    project.configure({"pm": {}, "builder": {}}, notify="pm")
-    orch = project.up()
-    project.drop("pm", "P-1.md", {"id": "P-1", "agent": {"exit": 2}})
-    wait_for(lambda: where(project, "pm", "P-1.md") == ["failed"], what="P-1 in failed/")
-    assert "failed: exit code 2" in reason_of(project, "pm", "P-1.md")
-    # one more memo through pm: a notice written with the failure would have been seen by now
-    project.drop("pm", "P-2.md", {"id": "P-2"})
-    wait_for(lambda: where(project, "pm", "P-2.md") == ["archive"], what="P-2 archived")
-    for folder in FOLDERS:
-        assert [n for n in project.folder("pm", folder) if n not in ("P-1.md", "P-2.md")] == []
-    assert "told pm" not in orch.output
-    assert orch.stop() == 0
+def test_retries_run_out_memo_to_failed_with_reason_and_notice(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 3, "backoff": ["0.05s"]}}, "pm": {}}, notify="pm")
+        await r.drop("builder", "B-2.md", front={"id": "B-2", "subject": "hopeless"})
+        for attempt in (1, 2, 3, 4):
+            log = r.run_of("B-2").log_path
+            assert log is not None
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as out:  # what the agent writes, as the stand-in would
+                out.write(f"trying B-2 (attempt {attempt})\n")
+            await r.exit("B-2", 1)
+            await r.advance(0.05)
+        assert where(r, "builder", "B-2.md") == ["failed"]
+
+        assert [a.spec.attempt for a in r.spawner.agents if a.spec.role.name == "builder"] == [1, 2, 3, 4]
+        reason = (r.config.role_dir("builder") / "failed" / "B-2.reason").read_text(encoding="utf-8")
+        assert reason.startswith("failed: exit code 1\n")
+        for attempt in (1, 2, 3, 4):
+            assert f"  {attempt}: failed, exit code 1," in reason
+        assert "trying B-2 (attempt 4)" in reason, "the reason file ends with the agent's last log lines"
+        one_line(r.console.text, "failed B-2: exit code 1; moved to failed/")
+        one_line(r.console.text, "told pm: ")
+
+        # the notice wakes the notify role like any memo; it names the memo and why
+        [notice] = [n for n in r.folder("pm", "inbox") if "-failed-" in n]
+        text = (r.config.role_dir("pm") / "inbox" / notice).read_text(encoding="utf-8")
+        assert "subject: 'Failed: hopeless'" in text.replace('"', "'")
+        assert "B-2.md" in text and "exit code 1" in text
+        r.sup.handle(MemoSeen("pm", r.config.role_dir("pm") / "inbox" / notice, complete=True))  # as the watcher
+        await r.settle()
+        assert r.agent(notice).spec.role.name == "pm", "the notice is handed to pm"
+
+        # the orchestrator goes on serving
+        await r.drop("builder", "B-3.md", front={"id": "B-3"})
+        await r.exit("B-3", 0)
+        assert where(r, "builder", "B-3.md") == ["archive"]
+        assert r.sup.ending is None
+        r.close()
+
+    play(tmp_path, scenario)
 
 
+def test_no_notice_when_the_failing_role_is_the_notify_role(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"pm": {}, "builder": {}}, notify="pm")
+        await r.drop("pm", "P-1.md", front={"id": "P-1"})
+        await r.exit("P-1", 2)
+        assert where(r, "pm", "P-1.md") == ["failed"]
+        assert "failed: exit code 2" in (r.config.role_dir("pm") / "failed" / "P-1.reason").read_text()
+        await r.drop("pm", "P-2.md", front={"id": "P-2"})
+        await r.exit("P-2", 0)
+        assert where(r, "pm", "P-2.md") == ["archive"]
+        for folder in FOLDERS:
+            assert [n for n in r.folder("pm", folder) if n not in ("P-1.md", "P-2.md")] == []
+        assert "told pm" not in r.console.text
+        assert len(r.spawner.agents) == 2, "no notice ever reached an agent"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+@pytest.mark.os_level
 def test_agent_killed_by_a_signal_we_did_not_send_is_a_failure(project):
     project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.05s"]}}})
     orch = project.up()
@@ -236,18 +285,27 @@ def test_a_role_folder_removed_after_start_up_fails_the_attempt_with_its_name(pr
     assert orch.stop() == 0
 
 
-def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_stranding_the_memo(project):
+def test_an_unexpected_error_while_starting_fails_the_attempt_instead_of_stranding_the_memo(tmp_path: Path) -> None:
     """Say starting raises what no start should: the run must not hold its slot forever with its memo in active/."""
-    project.configure({"builder": {"max_concurrent": 1}})
-    orch = project.up(**fault_injection(FAULT_SPAWN_MARKER="U-1"))
-    project.drop("builder", "U-1.md", {"id": "U-1"})
-    wait_for(lambda: where(project, "builder", "U-1.md") == ["failed"], what="U-1 in failed/")
-    assert "could not start the agent: injected fault" in reason_of(project, "builder", "U-1.md")
-    project.drop("builder", "U-2.md", {"id": "U-2"})  # the slot was given back, the next memo runs
-    wait_for(lambda: where(project, "builder", "U-2.md") == ["archive"], what="U-2 archived")
-    assert orch.stop() == 0
-    assert "Task exception was never retrieved" not in orch.output
-    assert "ERROR starting run" in orch.output  # the details are in the log, one line on the terminal
+
+    async def scenario(root: Path) -> None:
+        unhandled: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: unhandled.append(context))
+        r = Replay(root, {"builder": {"max_concurrent": 1}})
+        r.spawner.break_on = "U-1"
+        await r.drop("builder", "U-1.md", front={"id": "U-1"})
+        assert where(r, "builder", "U-1.md") == ["failed"]
+        reason = (r.config.role_dir("builder") / "failed" / "U-1.reason").read_text(encoding="utf-8")
+        assert "could not start the agent: injected fault" in reason
+        await r.drop("builder", "U-2.md", front={"id": "U-2"})  # the slot was given back, the next memo runs
+        await r.exit("U-2", 0)
+        assert where(r, "builder", "U-2.md") == ["archive"]
+        assert one_line(r.console.text, "ERROR starting run").endswith("(details in the log)")  # one line here
+        r.close()
+        gc.collect()
+        assert unhandled == [], "no task ended with an exception nobody retrieved"
+
+    play(tmp_path, scenario)
 
 
 @pytest.mark.internal_error_expected
@@ -270,6 +328,7 @@ def test_a_log_folder_that_cannot_be_made_returns_the_memo_and_holds_the_role(pr
     assert "Traceback" not in orch.output
 
 
+@pytest.mark.os_level
 def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):
     """Attempt 1 exits leaving a child that ignores SIGTERM; while its ladder waits the grace, attempt 2 runs."""
     project.configure({"builder": {"grace": "1.5s", "retry": {"max": 1, "backoff": ["0.1s"]}}})
@@ -284,50 +343,65 @@ def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):
 
 
 # ------------------------------------------------------------- crash loops
-def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(project):
-    project.configure(
-        {
+def test_critical_role_crash_loop_ends_the_orchestrator_with_status_3(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        roles = {
             "pm": {"critical": True, "crash": {"window": "10s", "max": 3}, "retry": {"max": 5, "backoff": ["0.05s"]}},
             "builder": {},
         }
-    )
-    orch = project.up()
-    release = project.root / "release-builder"
-    project.drop("builder", "B-9.md", {"id": "B-9", "agent": {"until_file": str(release)}})
-    wait_for(lambda: project.records(), what="the builder agent started")
-    project.drop("pm", "P-1.md", {"id": "P-1", "agent": {"fail_attempts": 99}})
-    orch.wait_output("critical role pm crashed 3 times in a row")
-    # it ends once the running agent finishes; nothing new starts meanwhile
-    assert orch.proc.poll() is None
-    release.touch()
-    assert orch.wait() == 3
-    one_line(orch, "critical role pm crashed 3 times in a row")
-    assert [r["attempt"] for r in project.records() if r["role"] == "pm"] == [1, 2, 3]
-    assert where(project, "pm", "P-1.md") == ["inbox"], "the memo waits in the inbox for the next start"
-    assert where(project, "builder", "B-9.md") == ["archive"]
-    assert "Traceback" not in orch.output
-    one_line(orch, "orchestrator exits with status 3")
+        r = Replay(root, roles)
+        await r.drop("builder", "B-9.md", front={"id": "B-9"})
+        await r.drop("pm", "P-1.md", front={"id": "P-1"})
+        for _ in range(3):
+            await r.exit("P-1", 1)
+            await r.advance(0.05)
+        one_line(r.console.text, "critical role pm crashed 3 times in a row")
+        # it ends once the running agent finishes; nothing new starts meanwhile
+        assert not r.sup.done.is_set() and r.sup.exit_code == 3
+        await r.drop("builder", "B-10.md", front={"id": "B-10"})
+        await r.advance(1)
+        await r.exit("B-9", 0)
+        assert r.sup.done.is_set() and r.sup.exit_code == 3
+        assert [a.spec.attempt for a in r.spawner.agents if a.spec.role.name == "pm"] == [1, 2, 3]
+        assert [a.spec.memo_paths[0].name for a in r.spawner.agents if a.spec.role.name == "builder"] == ["B-9.md"]
+        assert where(r, "pm", "P-1.md") == ["inbox"], "the memo waits in the inbox for the next start"
+        assert where(r, "builder", "B-9.md") == ["archive"]
+        assert where(r, "builder", "B-10.md") == ["inbox"]
+        r.close()
+
+    play(tmp_path, scenario)
 
 
-def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(project):
+def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        crash = {"window": "10s", "max": 3}
+        r = Replay(root, {"pm": {"critical": True, "crash": crash, "retry": {"max": 5, "backoff": ["0.05s"]}}})
+        r.spawner.refuse = "/x/agent.sh is not an executable file (role pm)"
+        await r.drop("pm", "P-1.md", front={"id": "P-1"})
+        for _ in range(3):
+            await r.advance(0.05)
+        assert r.sup.done.is_set() and r.sup.exit_code == 3
+        one_line(r.console.text, "critical role pm crashed 3 times in a row")
+        assert where(r, "pm", "P-1.md") == ["inbox"]
+        assert r.spawner.agents == []
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_up_exits_with_status_3_after_a_crash_loop_of_a_role_that_cannot_start(project):
+    """The rule is replayed above; this is the process's side: `up` itself ends with status 3 and says so."""
     wrapper = project.root / "agent.sh"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {STAND_IN} "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
-    project.configure(
-        {
-            "pm": {
-                "command": [str(wrapper)],
-                "critical": True,
-                "crash": {"window": "10s", "max": 3},
-                "retry": {"max": 5, "backoff": ["0.05s"]},
-            }
-        }
-    )
+    crash = {"window": "10s", "max": 3}
+    project.configure({"pm": {"command": [str(wrapper)], "critical": True, "crash": crash, "retry": {"max": 5}}})
     orch = project.up()
     wrapper.chmod(0o644)
     project.drop("pm", "P-1.md", {"id": "P-1"})
     assert orch.wait() == 3
     one_line(orch, "critical role pm crashed 3 times in a row")
+    one_line(orch, "orchestrator exits with status 3")
     assert where(project, "pm", "P-1.md") == ["inbox"]
     assert project.records() == []
 
@@ -336,6 +410,7 @@ def test_a_critical_role_that_cannot_start_is_a_crash_loop_too(project):
 
 
 # ---------------------------------------------------------------- timeouts
+@pytest.mark.os_level
 def test_timeout_kills_the_whole_tree_and_fails_without_retry(project):
     project.configure({"builder": {"timeout": "0.5s", "grace": "0.3s", "retry": {"max": 2, "backoff": ["0.05s"]}}})
     orch = project.up()
@@ -359,29 +434,31 @@ def test_timeout_kills_the_whole_tree_and_fails_without_retry(project):
     assert len(project.records()) == 1, "a timed-out run is not retried"
 
 
-def test_timeout_is_retried_with_retry_timeouts(project):
-    project.configure(
-        {
-            "builder": {
-                "timeout": "0.5s",
-                "grace": "0.2s",
-                "retry_timeouts": True,
-                "retry": {"max": 1, "backoff": ["0.05s"]},
-            }
+def test_timeout_is_retried_with_retry_timeouts(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        settings = {
+            "timeout": "0.5s",
+            "grace": "0.2s",
+            "retry_timeouts": True,
+            "retry": {"max": 1, "backoff": ["0.05s"]},
         }
-    )
-    orch = project.up()
-    project.drop("builder", "T-2.md", {"id": "T-2", "agent": {"sleep_by_attempt": {1: 60}, "grandchild": True}})
-    wait_for(lambda: where(project, "builder", "T-2.md") == ["archive"], what="T-2 archived on its retry")
-    records = project.records()
-    assert [r["attempt"] for r in records] == [1, 2]
-    assert all_dead([records[0]["pid"], *records[0]["children"]])
-    orch.wait_output("T-2 passed its timeout of 0.5s; stopping it")
-    one_line(orch, "T-2 timed out after 0.5s (attempt 1); retry 1 of 1 in 0.05s (retry_timeouts)")
-    assert orch.stop() == 0
+        r = Replay(root, {"builder": settings})
+        await r.drop("builder", "T-2.md", front={"id": "T-2"})
+        await r.advance(0.5)
+        assert r.spawner.stops == [(r.agent("T-2", 1).spec.run_id, 0.2, False)], "attempt 1 is stopped at its timeout"
+        await r.advance(0.05)
+        await r.exit("T-2", 0)
+        assert where(r, "builder", "T-2.md") == ["archive"]
+        assert [a.spec.attempt for a in r.spawner.agents] == [1, 2]
+        one_line(r.console.text, "T-2 passed its timeout of 0.5s; stopping it")
+        one_line(r.console.text, "T-2 timed out after 0.5s (attempt 1); retry 1 of 1 in 0.05s (retry_timeouts)")
+        r.close()
+
+    play(tmp_path, scenario)
 
 
 # --------------------------------------------------- the orchestrator dies
+@pytest.mark.os_level
 def test_orchestrator_killed_mid_run_then_restarted(project):
     # the stop-and-requeue way, kept as `recovery: restart`; adoption (the default) is in test_keeper.py
     project.configure({"builder": {}}, recovery="restart")
@@ -409,6 +486,7 @@ def test_orchestrator_killed_mid_run_then_restarted(project):
     assert len(project.records()) == 2
 
 
+@pytest.mark.os_level
 def test_three_sigints_return_running_memos_and_kill_their_trees(project):
     project.configure({"builder": {}})
     orch = project.up()
@@ -430,6 +508,7 @@ def test_three_sigints_return_running_memos_and_kill_their_trees(project):
     assert len(lines_with(out, "to the inbox: the orchestrator was force-stopped")) == 2
 
 
+@pytest.mark.os_level
 def test_sigterm_is_graceful(project):
     project.configure({"builder": {"max_concurrent": 1}})
     orch = project.up()
@@ -509,20 +588,52 @@ def test_a_memo_deleted_before_its_claim_is_simply_gone(project):
 
 # ------------------------------------------------------------- the watcher
 @pytest.mark.parametrize("watcher", ["inotify", "watchdog"])
-def test_an_exception_in_event_handling_does_not_stop_later_memos(project, watcher):
-    project.configure({"builder": {}})
-    orch = project.up(ORCHESTRATOR_WATCHER=watcher, **fault_injection(FAULT_MARKER="faultme"))
-    project.drop("builder", "F-faultme.md", {"id": "F-1"})
-    project.drop("builder", "F-plain.md", {"id": "F-2"})
-    for name in ("F-faultme.md", "F-plain.md"):
-        wait_for(lambda n=name: where(project, "builder", n) == ["archive"], what=f"{name} archived")
-    orch.wait_output("rescan: error while handling")
-    project.drop("builder", "F-later.md", {"id": "F-3"})
-    wait_for(lambda: where(project, "builder", "F-later.md") == ["archive"], what="a later memo archived")
-    names = [Path(r["memo"]).name for r in project.records()]
-    assert sorted(names) == ["F-faultme.md", "F-later.md", "F-plain.md"], "each ran exactly once"
-    assert orch.stop() == 0
-    assert len(project.records()) == 3
+def test_an_exception_in_event_handling_does_not_stop_later_memos(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watcher: str
+) -> None:
+    """The real watcher (the loop's inotify reader, or watchdog's thread) over a real inbox, feeding the real loop
+    of a replay, with its classification made to raise for one memo: that costs a rescan, which still runs the
+    memo, and every memo runs exactly once."""
+    monkeypatch.setenv("ORCHESTRATOR_WATCHER", watcher)
+    monkeypatch.setattr(InotifyWatcher, "classify", faulty_inotify_classify(InotifyWatcher.classify, "faultme"))
+    monkeypatch.setattr(watchdog_watcher, "classify", faulty_classify(watchdog_watcher.classify, "faultme"))
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}})
+        live = make_watcher({"builder": r.config.role_dir("builder")}, r.sup.post, r.sup.handle)
+        live.start()
+        try:
+            inbox = r.config.role_dir("builder") / "inbox"
+            for name in ("F-faultme.md", "F-plain.md"):
+                tmp = inbox / f".{name}.tmp"
+                tmp.write_text(f"---\nid: {name[:-3]}\n---\nbody\n", encoding="utf-8")
+                os.utime(tmp, (time.time() - 60, time.time() - 60))  # settled, when a rescan finds it
+                os.rename(tmp, inbox / name)
+
+            async def archived(*names: str) -> None:
+                deadline = time.monotonic() + DEADLINE
+                while True:
+                    for agent in list(r.spawner.agents):
+                        if agent.alive:
+                            agent.exit(0)
+                    await asyncio.sleep(0.01)
+                    if all(where(r, "builder", n) == ["archive"] for n in names):
+                        return
+                    assert time.monotonic() < deadline, f"{names} not archived: {r.console.text}"
+
+            await archived("F-faultme.md", "F-plain.md")
+            assert "rescan: error while handling" in r.console.text
+            tmp = inbox / ".F-later.md.tmp"
+            tmp.write_text("---\nid: F-3\n---\nbody\n", encoding="utf-8")
+            os.rename(tmp, inbox / "F-later.md")
+            await archived("F-later.md")
+            names = [a.spec.memo_paths[0].name for a in r.spawner.agents]
+            assert sorted(names) == ["F-faultme.md", "F-later.md", "F-plain.md"], "each ran exactly once"
+        finally:
+            live.stop()
+        r.close()
+
+    play(tmp_path, scenario)
 
 
 @pytest.mark.parametrize("remove", ["inbox", "role folder"])

@@ -188,6 +188,7 @@ def restart(project: Project, **env: str):
     return orch
 
 
+@pytest.mark.os_level
 def test_an_agent_that_ends_while_the_orchestrator_is_down_is_not_run_again(project):
     project.configure({"builder": {}})
     gate = project.root / "gate"
@@ -209,6 +210,7 @@ def test_an_agent_that_ends_while_the_orchestrator_is_down_is_not_run_again(proj
     assert orch.stop() == 0
 
 
+@pytest.mark.os_level
 def test_a_live_agent_is_adopted_and_its_exit_comes_back(project):
     project.configure({"builder": {}})
     gate = project.root / "gate"
@@ -227,6 +229,7 @@ def test_a_live_agent_is_adopted_and_its_exit_comes_back(project):
     assert orch.stop() == 0
 
 
+@pytest.mark.os_level
 def test_an_adopted_agent_can_be_cancelled_and_times_out_from_its_first_start(project):
     project.configure({"builder": {"timeout": "4s", "grace": "0.5s"}})
     orch = project.up()
@@ -250,6 +253,7 @@ def test_an_adopted_agent_can_be_cancelled_and_times_out_from_its_first_start(pr
     assert orch.stop() == 0
 
 
+@pytest.mark.os_level
 def test_recovery_restart_stops_and_requeues_as_before(project):
     project.configure({"builder": {}}, recovery="restart")
     gate = project.root / "gate"
@@ -266,6 +270,7 @@ def test_recovery_restart_stops_and_requeues_as_before(project):
     assert orch.stop() == 0
 
 
+@pytest.mark.os_level
 def test_stop_force_still_kills_every_agent(project):
     project.configure({"builder": {}})
     orch = project.up()
@@ -278,6 +283,7 @@ def test_stop_force_still_kills_every_agent(project):
     assert project.folder("builder", "inbox") == ["F-1.md"]
 
 
+@pytest.mark.os_level
 def test_a_killed_keeper_leaves_its_run_waiting_for_the_agent(project):
     """Nobody may start a second agent for the memo while the first still works, even without its keeper."""
     project.configure({"builder": {"retry": {"max": 1, "backoff": ["0.1s"]}}})

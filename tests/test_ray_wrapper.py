@@ -237,6 +237,7 @@ def _sdk_payload(root: Path, cli: Path, prompt: str) -> Payload:
     return _payload(root, root / "rec.jsonl", {}, backend="sdk", sdk_spec=spec, cli_path=str(cli))
 
 
+@pytest.mark.os_level
 def test_wrapper_runs_the_sdk_runner_relays_a_tell_and_its_events_and_stops_its_tree(
     tmp_path: Path, fake_cli: Path
 ) -> None:

@@ -114,6 +114,7 @@ def rig(project):
     rig.close()
 
 
+@pytest.mark.os_level
 def test_a_live_agent_is_stopped_with_its_tree_and_its_memo_returned(rig):
     rig.memo("builder", "active", "a.md")
     run_id = rig.run("builder", "running", ["a.md"], attempt=2)
@@ -207,6 +208,7 @@ def test_a_name_clash_in_the_inbox_keeps_both_memos_and_the_right_counts(rig):
     assert "back in the inbox as same.1.md (2 attempt(s) so far)" in out
 
 
+@pytest.mark.os_level
 def test_a_reused_pid_is_never_signalled(rig):
     rig.memo("builder", "active", "r.md")
     run_id = rig.run("builder", "running", ["r.md"])
@@ -218,6 +220,7 @@ def test_a_reused_pid_is_never_signalled(rig):
     assert "no agent was alive" in out
 
 
+@pytest.mark.os_level
 def test_leftover_processes_of_unknown_runs_are_stopped_but_not_other_projects(rig, tmp_path_factory):
     pid, grandchild = rig.agent(4242)  # a run id the database does not know
     other_root = tmp_path_factory.mktemp("other-project")

@@ -13,6 +13,7 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from test_sdk import (
     claude_records,
     db_rows,
@@ -255,6 +256,7 @@ def test_stop_force_still_kills_sdk_runs_under_their_keeper(project: Project, fa
     assert orphan_run_ids(str(project.root)) == set()
 
 
+@pytest.mark.os_level
 def test_an_ended_runners_group_taken_by_another_process_is_never_swept(project: Project) -> None:
     import subprocess
     import sys

@@ -365,6 +365,7 @@ def test_resume_passes_the_session_to_the_cli(tmp_path: Path, fake_cli: Path, st
     assert runner.of("result")[-1]["session_id"] == "sess-1234"
 
 
+@pytest.mark.os_level
 def test_sigterm_ends_the_runner_and_its_cli_promptly(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli), mode="slow")
     runner.wait_event("activity", text="Bash: echo working")

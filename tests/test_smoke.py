@@ -1,8 +1,11 @@
 """The shortest path through the whole tool: one memo runs once and is archived."""
 
+import pytest
+
 from conftest import wait_for
 
 
+@pytest.mark.os_level
 def test_one_memo_runs_once_and_is_archived(project):
     project.configure()
     orch = project.up()

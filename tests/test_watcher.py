@@ -36,7 +36,7 @@ from watchdog.utils.delayed_queue import DelayedQueue
 
 from conftest import wait_for
 from fault_injection import fault_injection
-from fault_injection.sitecustomize import faulty_classify
+from faults import faulty_classify
 from orchestrator.core.events import MemoGone, MemoSeen, RescanNeeded
 from orchestrator.intake.watcher import (
     EVENT_TYPES,

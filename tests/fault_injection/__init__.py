@@ -1,4 +1,4 @@
-"""Test-only fault injection into a real ``orchestrator up``: the faults are in ``sitecustomize.py`` beside this."""
+"""Test-only fault injection into a real ``orchestrator up``: the one fault is in ``sitecustomize.py`` beside this."""
 
 from __future__ import annotations
 
