@@ -25,6 +25,7 @@ from orchestrator.core.values import parse_duration as parse_duration  # the one
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.retention.settings import RetentionSettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
+from orchestrator.web.settings import WebSettings
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
@@ -250,6 +251,7 @@ class TeamFile(_Strict):
     usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    web: WebSettings | None = None  # the dashboard (orchestrator/web); None: off
     defaults: RoleSettings = Field(default_factory=RoleSettings)
     roles: dict[str, RoleSettings] = Field(min_length=1)
 
@@ -272,6 +274,7 @@ class Config(_Strict):
     usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    web: WebSettings | None = None
 
     def role_dir(self, role: str) -> Path:
         return self.root / "memo" / role
@@ -371,4 +374,5 @@ def load_config(root: Path) -> Config:
         recovery=team.recovery,
         executor=team.executor,
         retention=team.retention,
+        web=team.web,
     )

@@ -155,6 +155,7 @@ class Supervisor:
         self.watcher: Any = None
         self.adopter: Any = None  # recovery's adopter; it keeps spent exit records to remove in batches
         self.control: Any = None
+        self.web: Any = None  # the dashboard (orchestrator/web), when `web:` or `up --web` asks for it
         self.recovery: keeper.RecoveryMode | None = None  # what a crash costs, found at start-up (status says it)
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
@@ -257,6 +258,7 @@ class Supervisor:
             self.console.line(self.watcher.patch_problem)
         self.control = ControlServer(socket_path(self.root), self.answer, self.console.error, log=self.console.line)
         await self.control.start()
+        self.web = await _start_web(self) if self.config.web is not None else None
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
             f"root {self.root} (pid {os.getpid()}); {self.recovery.line}"
@@ -276,6 +278,8 @@ class Supervisor:
             self.watcher.stop()
             self.adopter.flush_records()
             await self.control.close()
+            if self.web is not None:
+                await self.web.stop()
             await self.stopper.drain(max(r.grace for r in self.config.roles.values()) + 6)
             for task in [*self.launcher.tasks, *self.requests.tasks, *self.wakes.tasks]:
                 task.cancel()
@@ -391,3 +395,18 @@ class Supervisor:
     def snapshot_light(self) -> dict[str, Any]:
         """Live state without touching the database (redrawn several times a second)."""
         return snapshot.light(self)
+
+
+async def _start_web(supervisor: Supervisor) -> Any:
+    """The dashboard of ``supervisor``: its one adapter, served on this loop (imported only when asked for)."""
+    from orchestrator import console
+    from orchestrator.web import attach, server
+
+    assert supervisor.config.web is not None
+    terminal = supervisor.console.stream  # the token goes to the terminal only, never to the log or `status`
+    return await server.start(
+        attach.attach(supervisor),
+        supervisor.config.web,
+        supervisor.console.line,
+        lambda text: console.say(text, terminal),
+    )
