@@ -76,15 +76,19 @@ class Guard:
         if refusal is not None:
             await errors.error(refusal.status, refusal.code, refusal.message)(scope, receive, send)
             return
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
-        except OrchestratorError as exc:
-            await errors.from_exception(exc)(scope, receive, send)
+            await self.app(scope, receive, sending)
         except Exception as exc:  # noqa: BLE001 - one JSON error, never a traceback; the bug is loud in the log
             self.say(f"internal error in the dashboard at {path}: {exc}\n{traceback.format_exc()}")
-            await errors.error(500, "internal", "internal error; see .orchestrator/orchestrator.log")(
-                scope, receive, send
-            )
+            if not started:
+                await INTERNAL(scope, receive, send)
 
 
 def _session_secret(state_dir: Path) -> str:
@@ -157,7 +161,7 @@ class WebServer:
                 *pages.Pages(self.att).routes(),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ],
-            exception_handlers={404: _not_found, 405: _not_allowed},
+            exception_handlers={404: _not_found, 405: _not_allowed, OrchestratorError: _refused, Exception: _internal},
         )
         app.state.door = door
         config = uvicorn.Config(
@@ -228,6 +232,18 @@ async def _session(request: Request) -> Response:
     response = Json({"ok": True})
     response.set_cookie(COOKIE, door.session, httponly=True, samesite="strict", path="/")
     return response
+
+
+INTERNAL = errors.error(500, "internal", "internal error; see .orchestrator/orchestrator.log")
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OrchestratorError)
+    return errors.from_exception(exc)
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    return INTERNAL
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
