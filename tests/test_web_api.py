@@ -59,7 +59,9 @@ def test_every_request_needs_the_token_the_host_and_for_actions_the_origin(proje
     # the token is traded for an HttpOnly, SameSite=Strict cookie, which then opens the API
     traded = dash.post("/api/v1/session")
     cookie = traded.headers["set-cookie"]
-    assert traded.status_code == 200 and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert (
+        traded.status_code == 200 and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    )
     with httpx.Client(base_url=dash.url, cookies=traded.cookies) as browser:
         assert browser.get("/api/v1/state").status_code == 200
         assert browser.get("/").status_code == 200
@@ -151,7 +153,15 @@ def test_state_is_what_status_json_prints_and_a_new_run_is_seen_at_once(project:
     metrics = dash.get("/metrics").text
     assert 'orchestrator_runs{role="builder",state="running"} 1.0' in metrics
     assert 'orchestrator_attempts_total{role="builder"} 1.0' in metrics
-    for page in ("/", f"/runs/{view['run']['run_id']}", "/history", "/schedule", "/journal", "/memory?q=x", "/trace/B-1"):
+    for page in (
+        "/",
+        f"/runs/{view['run']['run_id']}",
+        "/history",
+        "/schedule",
+        "/journal",
+        "/memory?q=x",
+        "/trace/B-1",
+    ):
         answer = dash.get(page)
         assert answer.status_code == 200 and "<html" in answer.text, page
     assert dash.post("/api/v1/cancel", {"role": "builder"}).status_code == 200
