@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-smoke schema clean
+.PHONY: demo test test-browser lint bench bench-smoke schema clean
 
 # the editable install compiles the keeper (setup.py), so a change to keeper.c installs again
 $(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
@@ -20,6 +20,11 @@ demo: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the dashboard in a real browser: Playwright drives Debian's chromium (its own download is not used)
+test-browser: $(STAMP)
+	.ci/needs chromium
+	$(BIN)/python -m pytest -m browser tests/test_web_browser.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

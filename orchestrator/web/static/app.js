@@ -12,17 +12,19 @@
   }
 
   // a URL with #token=... is traded for the session cookie, then the fragment is dropped from the address bar
-  var m = /[#&]token=([^&]+)/.exec(location.hash);
-  if (m) {
+  function takeToken() {
+    var m = /[#&]token=([^&]+)/.exec(location.hash);
+    if (!m) return false;
     fetch("/api/v1/session", { method: "POST", headers: { Authorization: "Bearer " + decodeURIComponent(m[1]) } })
       .then(function (r) {
         history.replaceState(null, "", location.pathname + location.search);
         if (r.ok) location.reload();
         else say("the token in this URL is not this start's: run `orchestrator web`", "down");
       });
-    return;
+    return true;
   }
-  if (page === "login") return;
+  window.addEventListener("hashchange", takeToken);
+  if (takeToken() || page === "login") return;
 
   function post(url, body) {
     return fetch(url, {
