@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,sdk,ray]'
+	$(BIN)/pip install --quiet -e '.[test,sdk,ray,otel]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -309,3 +309,15 @@ def test_port_in_use_takes_a_free_one_and_says_so(project: Project) -> None:
     finally:
         holder.close()
     assert os.environ  # the environment is untouched
+
+
+def test_init_writes_the_dashboard_on_and_up_serves_it(project: Project) -> None:
+    from conftest import STAND_IN
+
+    made = project.cli("init", str(project.root))
+    assert made.returncode == 0, made.stderr
+    assert "web: {port: 8765, host: 127.0.0.1}" in (project.root / "roles.yaml").read_text()
+    board = start(project, "--plain", ORCHESTRATOR_SPAWN_CMD=f"{sys.executable} {STAND_IN}")
+    assert board.get("/api/v1/state").json()["running"] is True  # on 8765, or a free port when that one is taken
+    board.close()
+    assert board.orch.stop() == 0

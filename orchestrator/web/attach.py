@@ -153,7 +153,15 @@ class Attachment:
         path = self.config.role_dir(role) / FAILED / name
         return path if path.is_file() else None
 
+    def recorded(self, run_id: int) -> dict[str, Any] | None:
+        """The run's row as the database has it now (tokens, session id)."""
+        return self._sup.store.run(run_id)
+
     # ------------------------------------------------------------ (c) changes
+    def agent_env(self, hook: Callable[[int], dict[str, str]]) -> None:
+        """More environment for each attempt's agent, asked by run id once the attempt is on record."""
+        self._sup.launcher.env_hooks.append(lambda run: hook(run.run_id))
+
     def watch(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with ``{"type": "run", "run": view}`` at every run state change; returns the undo."""
         self._listeners.append(listener)
