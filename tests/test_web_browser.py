@@ -68,7 +68,7 @@ def started(project: Project, memo: str) -> dict[str, Any]:
     return wait_for(lambda: next((r for r in project.records() if r.get("memo", "").endswith(memo)), None), what=memo)
 
 
-def test_without_the_token_the_page_says_how_to_get_in(project: Project, page: Any) -> None:
+def test_without_the_token_the_page_says_how_to_get_in(project: Project, browser: Any, page: Any) -> None:
     project.configure({"builder": {}})
     board = start(project)
     page.goto(board.url)
@@ -76,6 +76,24 @@ def test_without_the_token_the_page_says_how_to_get_in(project: Project, page: A
     open_dashboard(page, board)
     assert "#token" not in page.url, "the token stayed in the address bar"
     assert page.inner_text("h2").startswith("Running")
+    # an API call without the token is 401 (a fresh context has no cookie); a foreign Host is 403
+    bare = browser.new_context()
+    assert bare.request.get(board.url + "api/v1/state").status == 401
+    assert bare.request.get(board.url + "api/v1/state", headers={"Host": "evil.example"}).status == 403
+    bare.close()
+    # a page of another origin cannot act, even in the browser that holds the session cookie
+    project.drop("builder", "B-0.md", {"id": "B-0", "agent": {"sleep": LONG}})
+    wait_for(lambda: (r := board.run_of("B-0.md")) and r["state"] == "running", what="B-0 running")
+    other = page.context.new_page()
+    other.goto("about:blank")
+    other.evaluate(
+        """url => fetch(url, {method: "POST", credentials: "include", headers: {"Content-Type": "text/plain"},
+                               body: JSON.stringify({role: "builder"})}).catch(() => null)""",
+        board.url + "api/v1/cancel",
+    )
+    time.sleep(0.5)
+    assert board.run_of("B-0.md")["state"] == "running", "a cross-origin POST cancelled work"
+    assert board.post("/api/v1/cancel", {"role": "builder"}).status_code == 200
     board.close()
     assert board.orch.stop() == 0
 
