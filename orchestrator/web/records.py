@@ -6,12 +6,13 @@ does; each call opens its own read-only connection (a worker thread's, never the
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from orchestrator.core.view import RunView
-from orchestrator.store import RUN_TIME, Store, _row
+from orchestrator.store import RUN_TIME, Store
 
 PAGE = 100
 CHART_DAYS = 30
@@ -31,11 +32,20 @@ def page(state_db: Path, role: str | None, before: int | None, limit: int = PAGE
             query += " AND role = ?"
             args.append(role)
         rows = store.db.execute(query + " ORDER BY run_id DESC LIMIT ?", [*args, limit + 1]).fetchall()
-        views = [RunView.from_row(_row(r)).to_history_json() | {"reason": r["reason"]} for r in rows[:limit]]
+        views = [RunView.from_row(_decoded(r)).to_history_json() | {"reason": r["reason"]} for r in rows[:limit]]
     finally:
         store.close()
     more = len(rows) > limit
     return {"runs": views, "next_before": views[-1]["run_id"] if more and views else None}
+
+
+def _decoded(row: Any) -> dict[str, Any]:
+    """A ``runs`` row with its JSON lists read (as ``Store.run`` gives one)."""
+    out = dict(row)
+    for key in ("memos", "memo_ids"):
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(out[key])
+    return out
 
 
 def spend(state_db: Path, days: int = CHART_DAYS, now: datetime | None = None) -> dict[str, Any]:
