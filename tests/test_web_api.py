@@ -327,3 +327,10 @@ def test_init_writes_the_dashboard_on_and_up_serves_it(project: Project) -> None
     assert board.get("/api/v1/state").json()["running"] is True  # on 8765, or a free port when that one is taken
     board.close()
     assert board.orch.stop() == 0
+
+
+def test_an_address_not_of_this_machine_is_one_line_at_start(project: Project) -> None:
+    project.configure({"builder": {}}, web={"port": 0, "host": "192.0.2.1", "allow_remote": True})
+    orch = project.up(wait_ready=False)
+    assert orch.wait() == 2
+    assert "web: cannot listen on 192.0.2.1:0" in orch.output and "Traceback" not in orch.output, orch.output

@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.web import errors, metrics, pages
 from orchestrator.web.api import API, Json
 from orchestrator.web.attach import Attachment
@@ -119,13 +119,19 @@ def bind(settings: WebSettings, say: Callable[[str], None]) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((settings.host, settings.port))
+        try:
+            sock.bind((settings.host, settings.port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or settings.port == 0:
+                raise
+            say(f"warning: web: port {settings.port} is in use; the dashboard takes a free port instead")
+            sock.bind((settings.host, 0))
     except OSError as exc:
-        if exc.errno != errno.EADDRINUSE or settings.port == 0:
-            sock.close()
-            raise
-        say(f"warning: web: port {settings.port} is in use; the dashboard takes a free port instead")
-        sock.bind((settings.host, 0))
+        sock.close()
+        raise ConfigError(
+            f"web: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}; "
+            "name an address of this machine in `web: {host: ...}`, or remove `web:`"
+        ) from None
     sock.listen(128)
     sock.setblocking(False)
     return sock
