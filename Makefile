@@ -7,13 +7,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench bench-smoke schema clean
+.PHONY: demo test test-all test-browser lint bench bench-smoke schema clean
 
 # the editable install compiles the keeper (setup.py), so a change to keeper.c installs again
 $(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,sdk,ray]'
+	$(BIN)/pip install --quiet -e '.[test,sdk,ray,otel]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,6 +25,11 @@ test: lint
 
 test-all: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the dashboard in a real browser: Playwright drives Debian's chromium (its own download is not used); test-all runs these too
+test-browser: $(STAMP)
+	.ci/needs chromium
+	$(BIN)/python -m pytest -m browser tests/test_web_browser.py $(PYTEST_ARGS)
 
 # every static check; each new one (an import contract, ...) is one more line here
 lint: $(STAMP)

@@ -9,7 +9,7 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
   --smoke          a few memos per scenario and a short idle window; checks that everything
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
-                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper)
+                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
@@ -60,6 +60,7 @@ from bench import (
     sdk_crashes,
     startup,
     throughput,
+    web_scenario,
 )
 from bench.common import FULL, SMOKE, Context, Outcome, Row, cleanup
 from bench.harness import (
@@ -90,6 +91,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "ray": ray_scenario.ray,
     "sdk-keeper": sdk_crashes.sdk_keeper,
     "history": history_scenario.history,
+    "web": web_scenario.web,
 }
 
 

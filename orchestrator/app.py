@@ -21,6 +21,7 @@ from orchestrator.prompts import load_template
 def preflight(config: Config) -> None:
     """Every check that must pass before any memo is touched; raises ``ConfigError`` naming what is wrong."""
     check_recovery(config)
+    check_web(config)
     check_context(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)
@@ -61,6 +62,32 @@ def check_sizes(config: Config, role: Role) -> None:
             f"{config.path}: roles.{role.name}.env: expected the role's command and environment with this one to "
             f"fit in {room} bytes (what Linux passes to a program, less the orchestrator's own variables), got "
             f"{total}; put long values in files and pass their paths"
+        )
+
+
+def with_web(config: Config, address: str) -> Config:
+    """``up --web [HOST:]PORT`` in force over the file's ``web:``."""
+    from orchestrator.web.settings import parse_address
+
+    try:
+        return config.model_copy(update={"web": parse_address(address, config.web)})
+    except ValueError as exc:
+        text = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
+        raise ConfigError(f"orchestrator up --web {address}: {text.removeprefix('Value error, ')}") from None
+
+
+def check_web(config: Config) -> None:
+    """Fail closed: a dashboard asked for (``web:``) needs its server's packages; without them ``up`` says so
+    at once rather than run without the dashboard it promised."""
+    if config.web is None:
+        return
+    import importlib.util
+
+    missing = [name for name in ("starlette", "uvicorn", "prometheus_client") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"{config.path}: web: the dashboard needs {', '.join(missing)}, not installed here; "
+            "`pip install orchestrator` again (they are its dependencies), or remove `web:` to run without it"
         )
 
 
@@ -105,11 +132,16 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
         os.close(lock)  # the lock goes with its descriptor
 
 
-def run_up(root: Path, *, until_idle: bool = False, plain: bool = False, host: Host | None = None) -> int:
-    """``host``: what the start checks read of the machine (``ops.doctor.Host``; tests give their own)."""
+def run_up(
+    root: Path, *, until_idle: bool = False, plain: bool = False, host: Host | None = None, web: str | None = None
+) -> int:
+    """``host``: what the start checks read of the machine (``ops.doctor.Host``; tests give their own);
+    ``web``: ``up --web [HOST:]PORT``, over the file's ``web:``."""
     from orchestrator.compose import build_supervisor
 
     config = load_config(root)
+    if web is not None:
+        config = with_web(config, web)
     preflight(config)
     warnings = start_checks(config, host)
     with root_lock(config):

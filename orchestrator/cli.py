@@ -25,6 +25,7 @@ from orchestrator.memory import command as memory_command
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "up": running.cmd_up,
+    "web": running.cmd_web,
     "status": running.cmd_status,
     "cancel": running.cmd_cancel,
     "stop": running.cmd_stop,

@@ -35,6 +35,7 @@ from orchestrator.core.units import (
 from orchestrator.memory.settings import MemorySettings
 from orchestrator.retention.settings import RetentionSettings
 from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
+from orchestrator.web.settings import WebSettings
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
@@ -195,6 +196,7 @@ class Team(Strict):
     usage_limits: UsageLimits = Field(default_factory=UsageLimits)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    web: WebSettings | None = None  # the dashboard (orchestrator/web); None: off
 
 
 class TeamFile(Team):

@@ -36,6 +36,10 @@ def build() -> argparse.ArgumentParser:
     up = sub.add_parser("up", parents=[common], help="watch the inboxes and run agents (foreground)")
     up.add_argument("--until-idle", action="store_true", help="exit 0 once nothing is queued or running")
     up.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
+    up.add_argument("--web", metavar="[HOST:]PORT", help="serve the dashboard there (port 0: any free port)")
+
+    web = sub.add_parser("web", parents=[common], help="the running dashboard's URL (with its token)")
+    web.add_argument("--open", action="store_true", help="open it in a browser")
 
     status = sub.add_parser("status", parents=[common], help="what runs, what waits, what ended")
     status.add_argument("--json", action="store_true")

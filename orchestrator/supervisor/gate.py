@@ -82,7 +82,13 @@ class Gate:
         """The request to carry out, its ``who`` naming an agent caller; ``RefusedError`` when it may not."""
         if not isinstance(request, StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest):
             return request  # reads, and the ledger's nudge, are open to every caller
-        caller = self.identify(pid)
+        return self.admit_caller(request, self.identify(pid))
+
+    def admit_caller(self, request: Request, caller: Caller) -> Request:
+        """``admit`` for a caller already identified (the dashboard's: a person holding the token, unless the
+        kernel traced its connection to an agent)."""
+        if not isinstance(request, StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest):
+            return request
         if not caller.agent:
             return request
         command, own = self._what(request, caller)

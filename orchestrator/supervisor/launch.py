@@ -79,6 +79,8 @@ class Launcher:
         # run through); each starting attempt is told to ``on_start``
         self.gates: list[Callable[[], list[str]]] = []
         self.on_start: list[Callable[[Run], None]] = []
+        # more variables for an attempt's agent, asked once its start is on record (TRACEPARENT, web/otel.py)
+        self.env_hooks: list[Callable[[Run], dict[str, str]]] = []
 
     # ------------------------------------------------------------ what next
     def schedule(self, blocked: list[str]) -> None:
@@ -232,6 +234,9 @@ class Launcher:
             self.console.error(f"preparing run {run.run_id} failed:\n{traceback.format_exc()}")
             self.post(AgentStartFailed(run.run_id, run.attempt, f"could not prepare the prompt: {exc}"))
             return
+        env = agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq, memos_file)
+        for more_env in self.env_hooks:
+            env.update(more_env(run))
         spec = LaunchSpec(
             run_id=run.run_id,
             attempt=run.attempt,
@@ -240,7 +245,7 @@ class Launcher:
             prompt=prompt,
             memo_paths=memo_paths,
             log_path=run.log_path or Path(os.devnull),
-            env=agent_environment(role, self.config.root, run.run_id, run.attempt, memo_paths, run.seq, memos_file),
+            env=env,
             extra={"resume": run.resumed_from},
         )
         self.console.line(

@@ -78,6 +78,8 @@ class Lifecycle:
         self.listeners: list[Callable[[RunFinished], None]] = [on_finished]
         # called inside ``finish`` before the memos move (a journal entry must exist before the memo is archived)
         self.before_finish: list[Callable[[Run, RunState, str | None], None]] = []
+        # told of every state change after it is recorded (the dashboard's events); read-only listeners
+        self.on_transition: list[Callable[[Run, RunState, RunState], None]] = []
         self.runs: dict[int, Run] = {}
         self.retry_ready: dict[str, deque[Run]] = {name: deque() for name in config.roles}
 
@@ -176,6 +178,8 @@ class Lifecycle:
         run.state = new
         self.store.update_run(run.run_id, state=new.value, **fields)
         self.console.event(run, old, new)
+        for hook in self.on_transition:
+            self._call(hook, run, old, new)
 
     # ------------------------------------------------------------ attempts
     def begin_attempt(self, run: Run) -> None:

@@ -1,0 +1,191 @@
+"""The dashboard's one contact with the supervisor: what it reads, what it asks, what it is told.
+
+(a) ``state``: exactly what ``status --json`` prints (the supervisor's snapshot, plus the held counts the
+command adds); (b) actions: the same typed control requests the CLI sends (``control.protocol``), admitted by
+the same gate and posted as the same events to the same loop, the caller a person holding the token unless the
+kernel traced the connection to an agent's process (``web.peers``); (c) ``watch``: every run state change, for
+the ``events`` stream and the metrics. The dashboard runs on the loop's own thread, so every call here happens
+between two events, as a control request's does. When the Extension port lands this file becomes the
+dashboard's extension; nothing else in ``orchestrator/web`` knows the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.control import protocol
+from orchestrator.control.authority import PERSON, Caller
+from orchestrator.core.errors import MemoFinishedError, UnknownMemoError
+from orchestrator.core.run import Run
+from orchestrator.core.states import RunState
+from orchestrator.core.view import RunView
+from orchestrator.intake.catalog import held_counts
+from orchestrator.intake.memo import FAILED, INBOX, free_name
+from orchestrator.intake.notices import reason_path
+
+if TYPE_CHECKING:
+    from orchestrator.config import Config
+    from orchestrator.supervisor.loop import Supervisor
+
+Listener = Callable[[dict[str, Any]], None]
+
+
+class Attachment:
+    """A running supervisor as the dashboard sees it: read-only views, the gate's requests, run changes."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._sup = supervisor
+        self.config: Config = supervisor.config
+        self.root: Path = supervisor.root
+        self.clock = supervisor.clock
+        self.started_at = supervisor.started_at
+        self._listeners: list[Listener] = []
+        supervisor.lc.on_transition.append(self._changed)
+        supervisor.lc.listeners.append(lambda event: self._finished(event.run, event.state, event.reason))
+
+    # ------------------------------------------------------------ (a) reads
+    def state(self) -> dict[str, Any]:
+        """``status --json``: the supervisor's snapshot and the held memos per role."""
+        return {**self._sup.snapshot(), "held": held_counts(self.root)}
+
+    def light(self) -> dict[str, Any]:
+        """The live part of ``state`` without the database (for the metrics and the events' change checks)."""
+        return self._sup.snapshot_light()
+
+    def spent_today(self) -> dict[str, Any]:
+        """Spend since local midnight, the team's and each role's, beside the budgets of ``roles.yaml``."""
+        start = self.clock.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        since = start.isoformat(timespec="milliseconds")
+        store = self._sup.store
+        roles = {
+            name: {"spent_usd": round(store.spent_since(since, name), 6), "per_day_usd": role.budget.per_day_usd}
+            for name, role in self.config.roles.items()
+        }
+        team = {"spent_usd": round(store.spent_since(since), 6), "per_day_usd": self.config.budget.per_day_usd}
+        return {"since": since, "team": team, "roles": roles}
+
+    def quiet(self) -> dict[int, float]:
+        """Seconds since each running run's agent last wrote output (the overview's colours); unknown left out."""
+        now = self.clock.now().timestamp()
+        out = {}
+        for run in self._sup.lc.runs.values():
+            seen = run.agent.last_output() if run.agent is not None and run.state is RunState.RUNNING else None
+            if seen is not None:
+                out[run.run_id] = round(max(0.0, now - seen), 1)
+        return out
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        """A run's view (live, else as recorded), its attempts and, when it was cancelled, the receipt."""
+        live = self._sup.lc.runs.get(run_id)
+        store = self._sup.store
+        row = store.run(run_id)
+        if live is not None:
+            view = RunView.from_run(live, self.clock.monotonic()).to_json()
+        elif row is not None:
+            view = RunView.from_row(row).to_json()
+        else:
+            return None
+        receipt = store.cancellation_of(view["memo_id"] or view["memo"] or "") if view["state"] == "cancelled" else None
+        failed = None
+        if view["state"] in ("failed", "timed_out") and view.get("memo"):
+            failed = self._failed_memo(view["role"], view["memo"])
+        return {
+            "run": view,
+            "attempts": store.attempts(run_id),
+            "receipt": receipt,
+            "retryable": failed is not None,
+            "session_id": (row or {}).get("session_id"),
+        }
+
+    # ------------------------------------------------------------ (b) actions
+    def caller(self, pid: int | None) -> Caller:
+        """Who holds the connection: an agent when the kernel traces ``pid`` to one, else the token's person."""
+        return PERSON if pid is None else self._sup.gate.identify(pid)
+
+    async def ask(self, request: protocol.Request, caller: Caller) -> dict[str, Any]:
+        """A control request, through the gate and the loop exactly as ``Supervisor.answer`` posts the CLI's."""
+        request = self._sup.gate.admit_caller(request, caller)
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._sup.post(protocol.to_event(request, reply))
+        return dict(await reply)
+
+    def require(self, caller: Caller, command: str, own: bool = False) -> None:
+        """The gate's check for a command that acts on files itself (``send``, ``release``, a retry)."""
+        self._sup.gate.require(caller, command, own)
+
+    def retry(self, run_id: int, who: str) -> dict[str, Any]:
+        """A failed run's memo back into its inbox with its attempts reset: a person's decision, logged."""
+        row = self._sup.store.run(run_id)
+        if row is None:
+            raise UnknownMemoError(f"no run {run_id} on record")
+        view = RunView.from_row(row)
+        if view.state not in ("failed", "timed_out") or not view.memos:
+            raise MemoFinishedError(f"run {run_id} is {view.state}; only a failed run's memo can be retried")
+        moved = []
+        for name in view.memos:
+            source = self._failed_memo(view.role, name)
+            if source is None:
+                continue
+            inbox = self.config.role_dir(view.role) / INBOX
+            target = free_name(inbox, name)
+            self._sup.store.forget_memo_attempts(view.role, [name, target.name])
+            os.rename(source, target)
+            with contextlib.suppress(OSError):
+                reason_path(source).unlink()
+            moved.append(target.name)
+        if not moved:
+            raise UnknownMemoError(f"run {run_id}'s memo is no longer in memo/{view.role}/failed/")
+        when = datetime.now().astimezone().isoformat(timespec="seconds")
+        self._sup.console.line(
+            f"retry of run {run_id} ({', '.join(moved)}) by {who} at {when}: back to memo/{view.role}/inbox/, "
+            "its attempts reset",
+            role=view.role,
+        )
+        return {"run_id": run_id, "role": view.role, "memos": moved, "moved_to": f"memo/{view.role}/inbox/"}
+
+    def _failed_memo(self, role: str, name: str) -> Path | None:
+        path = self.config.role_dir(role) / FAILED / name
+        return path if path.is_file() else None
+
+    def recorded(self, run_id: int) -> dict[str, Any] | None:
+        """The run's row as the database has it now (tokens, session id)."""
+        return self._sup.store.run(run_id)
+
+    # ------------------------------------------------------------ (c) changes
+    def agent_env(self, hook: Callable[[int], dict[str, str]]) -> None:
+        """More environment for each attempt's agent, asked by run id once the attempt is on record."""
+        self._sup.launcher.env_hooks.append(lambda run: hook(run.run_id))
+
+    def watch(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` with ``{"type": "run", "run": view}`` at every run state change; returns the undo."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _changed(self, run: Run, old: RunState, new: RunState) -> None:
+        if self._listeners and not new.finished:
+            self._emit(run, new, None, old)
+
+    def _finished(self, run: Run, state: RunState, reason: str | None) -> None:
+        if self._listeners:
+            self._emit(run, state, reason, None)
+
+    def _emit(self, run: Run, state: RunState, reason: str | None, old: RunState | None) -> None:
+        now = self.clock.monotonic()
+        extra: dict[str, Any] = {"state": state.value, "reason": reason}
+        if state.finished and run.started_at:
+            extra["elapsed"] = round(run.elapsed(now), 3)
+        view = RunView.from_run(run, now, **extra)
+        event = {"type": "run", "run": view.to_json(), "previous": old.value if old else None}
+        for listener in list(self._listeners):
+            listener(event)
+
+
+def attach(supervisor: Supervisor) -> Attachment:
+    """The dashboard's view of ``supervisor``; the composition root calls this once, in ``serve``."""
+    return Attachment(supervisor)

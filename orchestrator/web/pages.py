@@ -1,0 +1,411 @@
+"""The dashboard's pages, rendered on the server from the same data as the API; no build step, no CDN.
+
+Each page is plain HTML with ``static/app.js`` (the project's own, small) for the live parts: the overview's
+``#live`` part is re-fetched from ``/fragments/overview`` when the ``events`` stream says something changed, the
+run page follows its log and drives its buttons, and every page says when the orchestrator went away and when
+it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from orchestrator.web import records
+from orchestrator.web.attach import Attachment
+
+PAGES = ("/", "/runs", "/history", "/schedule", "/journal", "/handoff", "/memory", "/trace", "/fragments")
+GREEN_UNTIL = 120.0  # seconds of silence a running agent stays green; yellow until YELLOW_UNTIL, then red
+YELLOW_UNTIL = 300.0
+FINISHED = ("succeeded", "failed", "cancelled", "timed_out", "returned")
+
+
+def is_page(path: str) -> bool:
+    """Whether ``path`` is a page for people (a missing token shows how to get in) rather than the API."""
+    return path == "/" or any(path == p or path.startswith(p + "/") for p in PAGES[1:])
+
+
+def e(value: Any) -> str:
+    return escape("" if value is None else str(value))
+
+
+def money(value: Any) -> str:
+    return "-" if value in (None, "") else f"${float(value):.4f}"
+
+
+def seconds(value: Any) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    return f"{value:.0f}s" if value < 120 else f"{value / 60:.0f}m" if value < 7200 else f"{value / 3600:.1f}h"
+
+
+def colour(quiet: float | None, state: str) -> str:
+    """A running run's colour by its silence: green, yellow, red ("stuck")."""
+    if state != "running" or quiet is None:
+        return "state-" + state
+    return "fresh" if quiet < GREEN_UNTIL else "quiet" if quiet < YELLOW_UNTIL else "stuck"
+
+
+def layout(title: str, body: str, *, page: str = "") -> HTMLResponse:
+    nav = " ".join(
+        f'<a href="{href}"{" class=here" if href == page else ""}>{name}</a>'
+        for href, name in (
+            ("/", "Overview"),
+            ("/history", "History"),
+            ("/schedule", "Schedule"),
+            ("/journal", "Journal"),
+            ("/memory", "Memory"),
+        )
+    )
+    return HTMLResponse(
+        f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{e(title)} · orchestrator</title><link rel="stylesheet" href="/static/style.css"></head>
+<body data-page="{e(page)}"><header><strong>orchestrator</strong> <nav>{nav}</nav>
+<span id="conn" class="conn" role="status"></span></header>
+<main>{body}</main><script src="/static/app.js"></script></body></html>""",
+        headers={"Cache-Control": "no-store", "Content-Security-Policy": CSP, "X-Frame-Options": "DENY"},
+    )
+
+
+CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
+
+
+def login(message: str) -> HTMLResponse:
+    """The page without a token: how to get in (the script takes a ``#token=`` from the URL and comes back)."""
+    page = layout(
+        "sign in",
+        f"""<section id="login"><h1>This dashboard needs its token</h1>
+<p>{e(message)}.</p><p>Run <code>orchestrator web</code> in the project folder: it prints the URL with the token
+(<code>http://127.0.0.1:PORT/#token=...</code>); <code>orchestrator web --open</code> opens it. The token is
+also in <code>.orchestrator/web.json</code> and changes at every start.</p></section>""",
+        page="login",
+    )
+    page.status_code = 401
+    return page
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], cls: str = "") -> str:
+    if not rows:
+        return '<p class="empty">none</p>'
+    head = "".join(f"<th>{e(title)}</th>" for _, title in columns)
+    body = "".join("<tr>" + "".join(f"<td>{row.get(key, '')}</td>" for key, _ in columns) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def bars(data: dict[str, dict[str, Any]], label: str) -> str:
+    """A bar chart (inline SVG) of ``cost_usd`` per key."""
+    if not data:
+        return '<p class="empty">no runs</p>'
+    top = max((v["cost_usd"] for v in data.values()), default=0) or 1
+    width, row = 560, 18
+    parts = []
+    for i, (key, value) in enumerate(data.items()):
+        w = max(1, int(360 * value["cost_usd"] / top))
+        y = i * row
+        parts.append(
+            f'<text x="0" y="{y + 13}">{e(key)}</text><rect x="120" y="{y + 3}" width="{w}" height="12"></rect>'
+            f'<text x="{126 + w}" y="{y + 13}">{money(value["cost_usd"])} · {value["runs"]} runs</text>'
+        )
+    return (
+        f'<svg class="chart" role="img" aria-label="{e(label)}" width="{width}" height="{row * len(data) + 4}">'
+        + "".join(parts)
+        + "</svg>"
+    )
+
+
+class Pages:
+    """The routes of the pages, bound to one attachment."""
+
+    def __init__(self, attachment: Attachment) -> None:
+        self.att = attachment
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.overview),
+            Route("/fragments/overview", self.overview_fragment),
+            Route("/runs/{run_id:int}", self.run),
+            Route("/history", self.history),
+            Route("/schedule", self.schedule),
+            Route("/journal", self.journal),
+            Route("/handoff/{role}", self.handoff),
+            Route("/memory", self.memory),
+            Route("/trace/{memo}", self.trace),
+        ]
+
+    # ------------------------------------------------------------ overview
+    async def overview(self, request: Request) -> Response:
+        return layout("overview", f'<div id="live">{self.live()}</div>', page="/")
+
+    async def overview_fragment(self, request: Request) -> Response:
+        return HTMLResponse(self.live(), headers={"Cache-Control": "no-store"})
+
+    def live(self) -> str:
+        snap = self.att.state()
+        quiet = self.att.quiet()
+        runs = []
+        for run in snap["runs"]:
+            q = quiet.get(run["run_id"])
+            runs.append(
+                {
+                    "run_id": f'<a href="/runs/{run["run_id"]}">{run["run_id"]}</a>',
+                    "role": e(run["role"]),
+                    "memo": f'<a href="/trace/{quote(str(run.get("memo_id") or run.get("memo") or ""), safe="")}">'
+                    f"{e(run.get('memo_id') or run.get('memo'))}</a>",
+                    "subject": e(run.get("subject")),
+                    "state": f'<span class="badge {colour(q, run["state"])}" data-run="{run["run_id"]}">'
+                    f"{e(run['state'])}</span>",
+                    "attempt": e(run.get("attempt")),
+                    "elapsed": seconds(run.get("elapsed")),
+                    "quiet": seconds(q),
+                    "activity": e(run.get("activity")),
+                    "cost": money(run.get("cost_usd")),
+                }
+            )
+        queues = [
+            {"role": e(role), "queued": e(count), "memos": e(", ".join(snap["queued_memos"].get(role, [])))}
+            for role, count in snap["queued"].items()
+        ]
+        holds = [
+            {"role": e(role), "why": e("; ".join(f"{k}: {v}" for k, v in sources.items()))}
+            for role, sources in snap["holds"].items()
+        ] + [{"role": e(role), "why": e(f"budget: {why}")} for role, why in snap["budget_blocks"].items()]
+        held = [
+            {"role": e(role), "held": f"{count} memo(s) in memo/{e(role)}/held/ (<code>orchestrator release</code>)"}
+            for role, count in snap.get("held", {}).items()
+        ]
+        paused = [
+            {
+                "account": e(acct),
+                "until": e(p.get("until")),
+                "why": e(p.get("reason")),
+                "roles": e(", ".join(p.get("roles", []))),
+            }
+            for acct, p in snap["paused"].items()
+        ]
+        spend = self.att.spent_today()
+        budget_rows = [
+            {
+                "who": "team",
+                "spent": money(spend["team"]["spent_usd"]),
+                "budget": money(spend["team"]["per_day_usd"]),
+            }
+        ] + [
+            {"who": e(role), "spent": money(v["spent_usd"]), "budget": money(v["per_day_usd"])}
+            for role, v in spend["roles"].items()
+            if v["spent_usd"] or v["per_day_usd"]
+        ]
+        ends = [
+            {
+                "run_id": f'<a href="/runs/{r["run_id"]}">{r["run_id"]}</a>',
+                "role": e(r["role"]),
+                "memo": e(r.get("memo_id") or r.get("memo")),
+                "state": f'<span class="badge state-{e(r["state"])}">{e(r["state"])}</span>',
+                "ended": e(r.get("ended_at")),
+                "reason": e(r.get("reason")) if r["state"] != "succeeded" else "",
+                "cost": money(r.get("cost_usd")),
+            }
+            for r in snap["recent"][:10]
+        ]
+        ending = f'<p class="warn">ending: {e(snap["ending"])}</p>' if snap.get("ending") else ""
+        return f"""{ending}<section><h2>Running <small>{len(runs)} of max {snap["limits"]["max_concurrent"]}</small></h2>
+{table(runs, [("run_id", "run"), ("role", "role"), ("memo", "memo"), ("subject", "subject"), ("state", "state"), ("attempt", "attempt"), ("elapsed", "elapsed"), ("quiet", "silent"), ("activity", "activity"), ("cost", "cost")], "runs")}</section>
+<section class="cols"><div><h2>Queues</h2>{table(queues, [("role", "role"), ("queued", "queued"), ("memos", "next memos")])}</div>
+<div><h2>Spend today</h2>{table(budget_rows, [("who", ""), ("spent", "spent"), ("budget", "budget per day")])}</div></section>
+<section class="cols"><div><h2>Holds</h2>{table(holds + held, [("role", "role"), ("why", "why"), ("held", "held")])}</div>
+<div><h2>Paused accounts</h2>{table(paused, [("account", "account"), ("until", "until"), ("why", "why"), ("roles", "roles")])}</div></section>
+<section><h2>Last ends</h2>{table(ends, [("run_id", "run"), ("role", "role"), ("memo", "memo"), ("state", "state"), ("ended", "ended"), ("reason", "reason"), ("cost", "cost")], "ends")}</section>"""
+
+    # ------------------------------------------------------------ one run
+    async def run(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        found = self.att.run(run_id)
+        if found is None:
+            page = layout(f"run {run_id}", f"<h1>No run {run_id} on record</h1>")
+            page.status_code = 404
+            return page
+        view = found["run"]
+        live = view["state"] not in FINISHED
+        sdk = view.get("backend") == "sdk"
+        label = view.get("memo_id") or view.get("memo") or ""
+        buttons = ""
+        if live:
+            buttons += '<button data-action="cancel" class="danger">Cancel</button>'
+            if sdk:
+                buttons += '<button data-action="interrupt">Interrupt</button>'
+                buttons += '<form id="tell"><input name="text" placeholder="tell the agent…" required><button>Tell</button></form>'
+        if found["retryable"]:
+            buttons += '<button data-action="retry">Retry</button>'
+        attempts = [
+            {k: e(a.get(k)) for k in ("attempt", "started_at", "ended_at", "exit_code", "outcome", "reason")}
+            for a in found["attempts"]
+        ]
+        facts = "".join(
+            f"<dt>{e(k)}</dt><dd>{e(view.get(k))}</dd>"
+            for k in (
+                "role",
+                "memo",
+                "subject",
+                "state",
+                "attempt",
+                "started_at",
+                "ended_at",
+                "exit_code",
+                "backend",
+                "activity",
+            )
+        )
+        reason = f'<p class="reason">{e(view.get("reason"))}</p>' if view.get("reason") else ""
+        receipt = found.get("receipt")
+        body = f"""<h1>Run {run_id} <span class="badge state-{e(view["state"])}" id="run-state">{e(view["state"])}</span></h1>
+{reason}<p><a href="/trace/{quote(str(label), safe="")}">conversation of {e(label)}</a> · cost {money(view.get("cost_usd"))}</p>
+<div id="actions" data-run="{run_id}" data-live="{int(live)}">{buttons}</div><p id="action-status" role="status"></p>
+<pre id="receipt"{"" if receipt else " hidden"}>{e(json.dumps(receipt, indent=2, default=str)) if receipt else ""}</pre>
+<dl class="facts">{facts}</dl><h2>Attempts</h2>{table(attempts, [(k, k) for k in ("attempt", "started_at", "ended_at", "exit_code", "outcome", "reason")])}
+<h2>Log <small id="log-state"></small></h2><pre id="log" data-run="{run_id}" data-follow="{int(live)}"></pre>"""
+        return layout(f"run {run_id}", body, page="/runs")
+
+    # ------------------------------------------------------------ history
+    async def history(self, request: Request) -> Response:
+        q = request.query_params
+        role = q.get("role") or None
+        before = int(q["before"]) if q.get("before", "").isdigit() else None
+        db = self.att.config.state_dir / "state.db"
+        got, spend = await asyncio.gather(
+            asyncio.to_thread(records.page, db, role, before), asyncio.to_thread(records.spend, db)
+        )
+        rows = [
+            {
+                "run_id": f'<a href="/runs/{r["run_id"]}">{r["run_id"]}</a>',
+                "role": e(r["role"]),
+                "memo": e(r.get("memo_id") or r.get("memo")),
+                "state": f'<span class="badge state-{e(r["state"])}">{e(r["state"])}</span>',
+                "started": e(r.get("started_at")),
+                "cost": money(r.get("cost_usd")),
+                "tokens": e(f"{r.get('input_tokens') or 0}/{r.get('output_tokens') or 0}"),
+                "reason": e(r.get("reason")) if r["state"] != "succeeded" else "",
+            }
+            for r in got["runs"]
+        ]
+        nxt = got["next_before"]
+        more = (
+            f'<a href="/history?before={nxt}{"&role=" + quote(role) if role else ""}" rel="next">older runs →</a>'
+            if nxt
+            else ""
+        )
+        body = f"""<h1>History{f" of {e(role)}" if role else ""}</h1>
+<section class="cols"><div><h2>Cost per day</h2>{bars(spend["by_day"], "cost per day")}</div>
+<div><h2>Cost per role</h2>{bars(spend["by_role"], "cost per role")}</div></section>
+<section><h2>Runs</h2>{table(rows, [("run_id", "run"), ("role", "role"), ("memo", "memo"), ("state", "state"), ("started", "started"), ("cost", "cost"), ("tokens", "tokens in/out"), ("reason", "reason")], "history")}<p>{more}</p></section>"""
+        return layout("history", body, page="/history")
+
+    # ------------------------------------------------------------ schedule, journal, handoff
+    async def schedule(self, request: Request) -> Response:
+        from orchestrator.schedule import view
+
+        report = await asyncio.to_thread(view.schedule, self.att.config)
+        parts = []
+        for role, info in report["roles"].items():
+            tasks = [
+                {k: e(t.get(k)) for k in ("name", "rule", "next_due", "due_now", "last_done", "last_seq")}
+                for t in info["tasks"]
+            ]
+            parts.append(
+                f"<section><h2>{e(role)}</h2><p>every {e(info['every'])} · next tick {e(info['next_tick'])} · "
+                f"last {e(info['last'])} {e(info['last_reason'])} at {e(info['last_at'])} · skips "
+                f"{e(json.dumps(info.get('skips', {}), default=str))}</p>"
+                f"{table(tasks, [(k, k.replace('_', ' ')) for k in ('name', 'rule', 'next_due', 'due_now', 'last_done', 'last_seq')])}"
+                f'<button data-wake="{e(role)}">Wake now</button></section>'
+            )
+        body = f"<h1>Schedule <small>{e(report['timezone'])}, now {e(report['now'])}</small></h1>" + (
+            "".join(parts) or '<p class="empty">no role has a schedule</p>'
+        )
+        return layout("schedule", body + '<p id="action-status" role="status"></p>', page="/schedule")
+
+    async def journal(self, request: Request) -> Response:
+        from orchestrator.continuity import commands
+
+        role = request.query_params.get("role") or None
+        entries = await asyncio.to_thread(commands.journal_entries, self.att.root, role=role, last=100)
+        links = " ".join(
+            f'<a href="/journal?role={quote(r)}">{e(r)}</a> (<a href="/handoff/{quote(r)}">handoff</a>)'
+            for r in self.att.config.roles
+        )
+        items = "".join(
+            f"<article><h3>{e(x.get('role'))} · run {e(x.get('seq'))} · {e(x.get('date'))}</h3>"
+            f"<pre>{e(x.get('text') or json.dumps(x, indent=2, default=str))}</pre></article>"
+            for x in reversed(entries)
+        )
+        body = f"<h1>Journal{f' of {e(role)}' if role else ''}</h1><p>{links}</p>" + (
+            items or '<p class="empty">no entries</p>'
+        )
+        return layout("journal", body, page="/journal")
+
+    async def handoff(self, request: Request) -> Response:
+        from orchestrator.continuity import commands
+
+        role = request.path_params["role"]
+        current = await asyncio.to_thread(commands.handoff_current, self.att.root, role)
+        versions = await asyncio.to_thread(commands.handoff_history, self.att.root, role)
+        rows = [{k: e(v.get(k)) for k in ("seq", "bytes", "kept_at")} for v in versions]
+        body = (
+            f"<h1>Handoff of {e(role)}</h1><pre>{e(current.get('text'))}</pre>"
+            f"<h2>Versions</h2>{table(rows, [('seq', 'run'), ('bytes', 'bytes'), ('kept_at', 'kept')])}"
+        )
+        return layout(f"handoff {role}", body, page="/journal")
+
+    # ------------------------------------------------------------ memory, trace
+    async def memory(self, request: Request) -> Response:
+        from orchestrator.web.api import _memory_search
+
+        query = request.query_params.get("q", "").strip()
+        found = await asyncio.to_thread(_memory_search, self.att, query, None, 50) if query else []
+        rows = [{k: e(x.get(k)) for k in ("id", "role", "layer", "category", "importance", "text")} for x in found]
+        body = (
+            f'<h1>Memory</h1><form method="get"><input name="q" value="{e(query)}" placeholder="words to find">'
+            f"<button>Search</button></form>"
+            + (
+                table(rows, [(k, k) for k in ("id", "role", "layer", "category", "importance", "text")])
+                if query
+                else ""
+            )
+        )
+        return layout("memory", body, page="/memory")
+
+    async def trace(self, request: Request) -> Response:
+        from orchestrator.tools import trace
+
+        memo = request.path_params["memo"]
+        report = await asyncio.to_thread(trace.trace, self.att.root, memo)
+        body = f"<h1>Conversation of {e(memo)}</h1>{_tree(report.get('roots', []))}"
+        return layout(f"trace {memo}", body, page="/trace")
+
+
+def _tree(node: Any) -> str:
+    """A trace report's tree as nested lists; each memo linked to its own conversation and its runs' pages."""
+    if isinstance(node, list):
+        return "<ul>" + "".join(f"<li>{_tree(n)}</li>" for n in node) + "</ul>"
+    if not isinstance(node, dict):
+        return e(node)
+    label = node.get("id") or node.get("name") or ""
+    runs = " ".join(
+        f'<a href="/runs/{r["run_id"]}">run {r["run_id"]} {e(r.get("state"))}</a>'
+        for r in node.get("runs", [])
+        if isinstance(r, dict) and "run_id" in r
+    )
+    head = (
+        f'<a href="/trace/{quote(str(label), safe="")}">{e(label)}</a> {e(node.get("role"))} '
+        f"{e(node.get('subject'))} <small>{e(node.get('folder') or node.get('state'))}</small> {runs}"
+        if label
+        else ""
+    )
+    kids = node.get("replies") or node.get("children") or []
+    return head + (_tree(kids) if kids else "")

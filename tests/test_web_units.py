@@ -1,0 +1,112 @@
+"""The dashboard's pure parts: the door's rules, the address parsing, the reason classes, the events' batches,
+and the /proc/net/tcp address format (checked against a real connection of this process)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+
+from orchestrator.web import peers
+from orchestrator.web.hub import Hub, _new_count
+from orchestrator.web.metrics import reason_class
+from orchestrator.web.security import COOKIE, Door
+from orchestrator.web.settings import WebSettings, parse_address
+
+DOOR = Door.for_server(WebSettings(port=0), 8765, "tok")
+DOOR = Door(DOOR.token, DOOR.hosts, DOOR.origins, session="sess")
+
+
+def check(method: str = "GET", cookies: dict[str, str] | None = None, **headers: str) -> str | None:
+    given = {
+        "host": "127.0.0.1:8765",
+        "authorization": "Bearer tok",
+        **{k.replace("_", "-"): v for k, v in headers.items()},
+    }
+    given = {k: v for k, v in given.items() if v}
+    refusal = DOOR.check(method, given, cookies or {})
+    return refusal.code if refusal else None
+
+
+def test_the_door() -> None:
+    assert check() is None
+    assert check(host="localhost:8765") is None and check(host="[::1]:8765") is None
+    assert check(host="evil.example:8765") == "forbidden_host" and check(host="127.0.0.1:9999") == "forbidden_host"
+    assert check(host="evil.example:8765", authorization="") == "forbidden_host"  # the Host before the token
+    assert check(authorization="") == "unauthorized" and check(authorization="Bearer nope") == "unauthorized"
+    assert check(authorization="", cookies={COOKIE: "sess"}) is None
+    assert check(authorization="", cookies={COOKIE: "tok"}) == "unauthorized"  # the cookie is the session's
+    assert check("POST", origin="http://127.0.0.1:8765") is None
+    assert check("POST", origin="http://localhost:8765") is None
+    assert check("POST", origin="http://evil.example") == "forbidden_origin"
+    assert check("POST", sec_fetch_site="cross-site") == "forbidden_origin"
+    assert check("GET", origin="http://evil.example") is None  # a read may come from anywhere with the token
+    assert Door(DOOR.token, DOOR.hosts, DOOR.origins, read_only=True).action_refusal() is not None
+
+
+def test_settings_and_address() -> None:
+    assert parse_address("0").port == 0 and parse_address("127.0.0.1:9000").host == "127.0.0.1"
+    assert parse_address("[::1]:9000").host == "::1"
+    with pytest.raises(ValueError, match="allow_remote"):
+        parse_address("0.0.0.0:9000")
+    assert parse_address("0.0.0.0:1", WebSettings(allow_remote=True, read_only=True)).read_only is True
+    with pytest.raises(ValueError, match=r"\[HOST:\]PORT"):
+        parse_address("localhost")
+
+
+def test_reason_classes_are_few_and_short() -> None:
+    assert reason_class("exit code 3 after 2 attempts") == "exit_code"
+    assert reason_class("timed out after 30m") == "timed_out_after"
+    assert reason_class(None) == "unknown" and reason_class("3 things") == "other"
+
+
+def test_events_go_in_batches_and_a_page_that_lags_is_dropped() -> None:
+    async def scenario() -> None:
+        hub = Hub()
+        stream = hub.stream()
+        assert (await anext(stream)).startswith(b"retry:")
+        reading = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0)
+        hub.publish({"type": "run", "n": 1})
+        hub.publish({"type": "run", "n": 2})
+        chunk = await asyncio.wait_for(reading, 2)
+        assert chunk.count(b"event: run") == 2  # one write for both
+        queue = next(iter(hub.queues))
+        for _ in range(queue.maxsize):
+            queue.put_nowait(b"x")
+        hub.publish({"type": "run"})
+        await asyncio.sleep(0.2)
+        assert hub.dropped == 1 and not hub.queues
+        hub.close()
+        await stream.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_new_notices_are_counted_across_a_sliding_window() -> None:
+    assert _new_count([], ["a"]) == 0
+    assert _new_count(["a", "b"], ["a", "b", "c", "d"]) == 2
+    assert _new_count(["a", "b"], ["b", "c"]) == 1
+    assert _new_count(["x"], ["a", "b"]) == 2
+
+
+def test_the_process_at_the_other_end_of_a_loopback_connection_is_found() -> None:
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            server = socket.socket(family, socket.SOCK_STREAM)
+            server.bind((host, 0))
+        except OSError:
+            continue  # no IPv6 loopback here
+        server.listen()
+        client = socket.create_connection(server.getsockname()[:2])
+        accepted, _ = server.accept()
+        try:
+            # peers skips its own process (the orchestrator never asks about itself), so ask the inode only
+            inode = peers.socket_inode(client.getsockname()[:2], server.getsockname()[:2])
+            assert inode == os.fstat(client.fileno()).st_ino
+        finally:
+            for s in (client, accepted, server):
+                s.close()
+    assert peers.peer_pid(("10.0.0.1", 5), ("10.0.0.2", 6)) is None  # not loopback: not looked up
