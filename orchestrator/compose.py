@@ -7,6 +7,7 @@ journal is written before a run's node is recorded, prompt sections fill in this
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from orchestrator.agents.spawner import Spawner
@@ -21,8 +22,17 @@ from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.extension import ExtensionFactory
 from orchestrator.supervisor.loop import Supervisor
 from orchestrator.supervisor.nodes import NodeRecords
+from orchestrator.web.attach import Attachment
 
 FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass)
+
+
+def features(config: Config) -> Sequence[ExtensionFactory]:
+    """The features of ``config``: every team's, and the dashboard with the spans per run when asked for
+    (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+    if config.web is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return (*FEATURES, Attachment)
+    return FEATURES
 
 
 def build_supervisor(
@@ -34,4 +44,4 @@ def build_supervisor(
     spawner: Spawner | None = None,
 ) -> Supervisor:
     """The supervisor of ``config`` with every feature plugged in."""
-    return Supervisor(config, console, until_idle=until_idle, clock=clock, spawner=spawner, extensions=FEATURES)
+    return Supervisor(config, console, until_idle=until_idle, clock=clock, spawner=spawner, extensions=features(config))

@@ -21,6 +21,8 @@ from typing import Any
 
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
+from orchestrator.control.authority import Caller
+from orchestrator.control.protocol import Request
 from orchestrator.core.clock import Clock
 from orchestrator.core.events import RunFinished
 from orchestrator.core.run import MemoRef, Run
@@ -49,6 +51,11 @@ class Host:
     paused: Callable[[str], str | None]  # why the role's account is paused by a usage limit, or None
     over_budget: Callable[[str], str | None]  # why the role is over its budget, or None
     offer_memo: Callable[[str, Path], None]  # a memo the extension wrote into a role's inbox: queue it now
+    started_at: str  # when this orchestrator started (ISO 8601)
+    snapshot: Callable[[bool], dict[str, Any]]  # ``status --json``'s object (``True``: with the database's part)
+    identify: Callable[[int], Caller]  # who a process is, as the gate sees it (an agent, or a person)
+    admit: Callable[[Request, Caller], Request]  # the gate's check of a control request; ``RefusedError`` if not
+    require: Callable[[Caller, str, bool], None]  # the gate's check of a command acting on files itself
 
 
 class Extension:
@@ -62,6 +69,10 @@ class Extension:
     - ``check_memo``: before a memo is claimed; a reason holds the memo back (into ``held/``);
     - ``check_holds``: before each scheduling pass; it holds or releases roles through ``host.holds``;
     - ``before_finish``: a run is about to end (its memo not yet moved); ``on_finished``: it has ended;
+    - ``on_transition``: a run changed state (recorded already); it only watches;
+    - ``agent_env``: variables it adds to an attempt's agent environment (asked once the attempt is on record);
+    - ``open`` / ``close`` (awaited): what it serves beside the loop, opened once the control channel listens and
+      closed at shutdown (the dashboard's server);
     - ``start`` / ``stop``: the loop is serving (recovery done, the first scan made) / it is ending;
     - ``snapshot``: the top-level keys it adds to ``status`` (``full``: the database may be read, else the live
       view asks, several times a second).
@@ -86,6 +97,18 @@ class Extension:
         return None
 
     def on_finished(self, event: RunFinished) -> None:
+        return None
+
+    def on_transition(self, run: Run, old: RunState, new: RunState) -> None:
+        return None
+
+    def agent_env(self, run: Run) -> dict[str, str]:
+        return {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
         return None
 
     def start(self) -> None:

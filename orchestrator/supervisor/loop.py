@@ -183,8 +183,6 @@ class Supervisor:
         self.watcher: Any = None
         self.adopter: Any = None  # recovery's adopter; it keeps spent exit records to remove in batches
         self.control: Any = None
-        self.web: Any = None  # the dashboard (orchestrator/web), when `web:` or `up --web` asks for it
-        self.tracing: Any = None  # OpenTelemetry spans per run (orchestrator/web/otel.py), when a collector is named
         self.recovery: keeper.RecoveryMode | None = None  # what a crash costs, found at start-up (status says it)
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
@@ -203,6 +201,11 @@ class Supervisor:
             paused=self._paused,
             over_budget=self._over_budget,
             offer_memo=lambda role, path: self.intake.seen(ev.MemoSeen(role, path, complete=True)),
+            started_at=self.started_at,
+            snapshot=lambda full: self.view(full).to_json(),
+            identify=lambda pid: self.gate.identify(pid),
+            admit=lambda request, caller: self.gate.admit_caller(request, caller),
+            require=lambda caller, command, own: self.gate.require(caller, command, own),
         )
         self.extensions: list[Extension] = []
         for make in extensions:
@@ -242,6 +245,10 @@ class Supervisor:
             self.lc.before_finish.append(extension.before_finish)
         if overrides(extension, "on_finished"):
             self.lc.listeners.append(extension.on_finished)
+        if overrides(extension, "on_transition"):
+            self.lc.on_transition.append(extension.on_transition)
+        if overrides(extension, "agent_env"):
+            self.launcher.env_hooks.append(extension.agent_env)
         self.extensions.append(extension)
 
     def extension(self, kind: type[_E]) -> _E:
@@ -370,7 +377,8 @@ class Supervisor:
             self.console.line(self.watcher.patch_problem)
         self.control = ControlServer(socket_path(self.root), self.answer, self.console.error, log=self.console.line)
         await self.control.start()
-        self.web, self.tracing = await _start_observers(self)
+        for extension in self.extensions:
+            await extension.open()
         self.console.line(
             f"orchestrator up: {len(self.config.roles)} roles, max_concurrent {self.config.max_concurrent}, "
             f"root {self.root} (pid {os.getpid()}); {self.recovery.line}"
@@ -391,10 +399,8 @@ class Supervisor:
             self.watcher.stop()
             self.adopter.flush_records()
             await self.control.close()
-            if self.web is not None:
-                await self.web.stop()
-            if self.tracing is not None:
-                self.tracing.shutdown()
+            for extension in reversed(self.extensions):
+                await extension.close()
             await self.agent_stops.drain(max(r.grace for r in self.config.roles.values()) + 6)
             for task in [*self.launcher.tasks, *self.requests.tasks]:
                 task.cancel()
@@ -517,21 +523,3 @@ class Supervisor:
     def snapshot_light(self) -> dict[str, Any]:
         """Live state without touching the database (redrawn several times a second)."""
         return self.view().to_json()
-
-
-async def _start_observers(supervisor: Supervisor) -> tuple[Any, Any]:
-    """The dashboard (``web:``) and the spans per run (``OTEL_EXPORTER_OTLP_ENDPOINT``), through their one
-    adapter; the web packages are imported only when one of them is asked for."""
-    if supervisor.config.web is None and not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return None, None
-    from orchestrator import console
-    from orchestrator.web import attach, otel, server
-
-    adapter = attach.attach(supervisor)
-    web = None
-    if supervisor.config.web is not None:
-        terminal = supervisor.console.stream  # the token goes to the terminal only, never to the log or `status`
-        web = await server.start(
-            adapter, supervisor.config.web, supervisor.console.line, lambda text: console.say(text, terminal)
-        )
-    return web, otel.start(adapter, supervisor.console.line)

@@ -1,12 +1,12 @@
-"""The dashboard's one contact with the supervisor: what it reads, what it asks, what it is told.
+"""The dashboard and the spans per run as one extension of ``up``: what they read, what they ask, what they hear.
 
-(a) ``state``: exactly what ``status --json`` prints (the supervisor's snapshot, plus the held counts the
-command adds); (b) actions: the same typed control requests the CLI sends (``control.protocol``), admitted by
-the same gate and posted as the same events to the same loop, the caller a person holding the token unless the
-kernel traced the connection to an agent's process (``web.peers``); (c) ``watch``: every run state change, for
-the ``events`` stream and the metrics. The dashboard runs on the loop's own thread, so every call here happens
-between two events, as a control request's does. When the Extension port lands this file becomes the
-dashboard's extension; nothing else in ``orchestrator/web`` knows the supervisor.
+(a) ``state``: exactly what ``status --json`` prints (the host's snapshot, plus the held counts the command
+adds); (b) actions: the same typed control requests the CLI sends (``control.protocol``), admitted by the same
+gate and posted as the same events to the same loop, the caller a person holding the token unless the kernel
+traced the connection to an agent's process (``web.peers``); (c) every run state change, for the ``events``
+stream, the metrics and the spans. It is plugged in through the one port (``supervisor.extension``) like every
+feature; nothing else in ``orchestrator/web`` knows of the loop. The server's packages are imported when the
+extension opens, so a team without a dashboard or a collector never loads them.
 """
 
 from __future__ import annotations
@@ -15,54 +15,86 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.console import say
 from orchestrator.control import protocol
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.core.errors import MemoFinishedError, UnknownMemoError
+from orchestrator.core.events import RunFinished
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.core.view import RunView
 from orchestrator.intake.catalog import held_counts
 from orchestrator.intake.memo import FAILED, INBOX, free_name
 from orchestrator.intake.notices import reason_path
+from orchestrator.supervisor.extension import Extension, Host
 
 if TYPE_CHECKING:
     from orchestrator.config import Config
-    from orchestrator.supervisor.loop import Supervisor
 
 Listener = Callable[[dict[str, Any]], None]
 
 
-class Attachment:
-    """A running supervisor as the dashboard sees it: read-only views, the gate's requests, run changes."""
+class Attachment(Extension):
+    """The running orchestrator as the dashboard sees it, through its ``Host``: read-only views, the gate's
+    requests, run changes."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self._sup = supervisor
-        self.config: Config = supervisor.config
-        self.root: Path = supervisor.root
-        self.clock = supervisor.clock
-        self.started_at = supervisor.started_at
+    def __init__(self, host: Host) -> None:
+        self._host = host
+        self.config: Config = host.config
+        self.root: Path = host.config.root
+        self.clock = host.clock
+        self.started_at = host.started_at
         self._listeners: list[Listener] = []
-        supervisor.lc.on_transition.append(self._changed)
-        supervisor.lc.listeners.append(lambda event: self._finished(event.run, event.state, event.reason))
+        self._env_hooks: list[Callable[[int], dict[str, str]]] = []
+        self.server: Any = None  # the dashboard's server, while it serves
+        self.tracing: Any = None  # the spans per run, while a collector is named
+
+    # ------------------------------------------------------------ the port's hooks
+    async def open(self) -> None:
+        """Serve the dashboard (``web:``) and start the spans (``OTEL_EXPORTER_OTLP_ENDPOINT``), as asked."""
+        from orchestrator.web import otel, server
+
+        console = self._host.console
+        if self.config.web is not None:
+            terminal = console.stream  # the token goes to the terminal only, never to the log or `status`
+            self.server = await server.start(self, self.config.web, console.line, lambda text: say(text, terminal))
+        self.tracing = otel.start(self, console.line)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+        if self.tracing is not None:
+            self.tracing.shutdown()
+
+    def on_transition(self, run: Run, old: RunState, new: RunState) -> None:
+        self._changed(run, old, new)
+
+    def on_finished(self, event: RunFinished) -> None:
+        self._finished(event.run, event.state, event.reason)
+
+    def agent_env(self, run: Run) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for hook in self._env_hooks:
+            env.update(hook(run.run_id))
+        return env
 
     # ------------------------------------------------------------ (a) reads
     def state(self) -> dict[str, Any]:
         """``status --json``: the supervisor's snapshot and the held memos per role."""
-        return {**self._sup.snapshot(), "held": held_counts(self.root)}
+        return {**self._host.snapshot(True), "held": held_counts(self.root)}
 
     def light(self) -> dict[str, Any]:
         """The live part of ``state`` without the database (for the metrics and the events' change checks)."""
-        return self._sup.snapshot_light()
+        return self._host.snapshot(False)
 
     def spent_today(self) -> dict[str, Any]:
         """Spend since local midnight, the team's and each role's, beside the budgets of ``roles.yaml``."""
         start = self.clock.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
         since = start.isoformat(timespec="milliseconds")
-        store = self._sup.store
+        store = self._host.store
         roles = {
             name: {"spent_usd": round(store.spent_since(since, name), 6), "per_day_usd": role.budget.per_day_usd}
             for name, role in self.config.roles.items()
@@ -74,7 +106,7 @@ class Attachment:
         """Seconds since each running run's agent last wrote output (the overview's colours); unknown left out."""
         now = self.clock.now().timestamp()
         out = {}
-        for run in self._sup.lc.runs.values():
+        for run in self._host.runs().values():
             seen = run.agent.last_output() if run.agent is not None and run.state is RunState.RUNNING else None
             if seen is not None:
                 out[run.run_id] = round(max(0.0, now - seen), 1)
@@ -82,8 +114,8 @@ class Attachment:
 
     def run(self, run_id: int) -> dict[str, Any] | None:
         """A run's view (live, else as recorded), its attempts and, when it was cancelled, the receipt."""
-        live = self._sup.lc.runs.get(run_id)
-        store = self._sup.store
+        live = self._host.runs().get(run_id)
+        store = self._host.store
         row = store.run(run_id)
         if live is not None:
             view = RunView.from_run(live, self.clock.monotonic()).to_json()
@@ -106,22 +138,22 @@ class Attachment:
     # ------------------------------------------------------------ (b) actions
     def caller(self, pid: int | None) -> Caller:
         """Who holds the connection: an agent when the kernel traces ``pid`` to one, else the token's person."""
-        return PERSON if pid is None else self._sup.gate.identify(pid)
+        return PERSON if pid is None else self._host.identify(pid)
 
     async def ask(self, request: protocol.Request, caller: Caller) -> dict[str, Any]:
         """A control request, through the gate and the loop exactly as ``Supervisor.answer`` posts the CLI's."""
-        request = self._sup.gate.admit_caller(request, caller)
+        request = self._host.admit(request, caller)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._sup.post(protocol.to_event(request, reply))
+        self._host.post(protocol.to_event(request, reply))
         return dict(await reply)
 
     def require(self, caller: Caller, command: str, own: bool = False) -> None:
         """The gate's check for a command that acts on files itself (``send``, ``release``, a retry)."""
-        self._sup.gate.require(caller, command, own)
+        self._host.require(caller, command, own)
 
     def retry(self, run_id: int, who: str) -> dict[str, Any]:
         """A failed run's memo back into its inbox with its attempts reset: a person's decision, logged."""
-        row = self._sup.store.run(run_id)
+        row = self._host.store.run(run_id)
         if row is None:
             raise UnknownMemoError(f"no run {run_id} on record")
         view = RunView.from_row(row)
@@ -134,15 +166,15 @@ class Attachment:
                 continue
             inbox = self.config.role_dir(view.role) / INBOX
             target = free_name(inbox, name)
-            self._sup.store.forget_memo_attempts(view.role, [name, target.name])
+            self._host.store.forget_memo_attempts(view.role, [name, target.name])
             os.rename(source, target)
             with contextlib.suppress(OSError):
                 reason_path(source).unlink()
             moved.append(target.name)
         if not moved:
             raise UnknownMemoError(f"run {run_id}'s memo is no longer in memo/{view.role}/failed/")
-        when = datetime.now().astimezone().isoformat(timespec="seconds")
-        self._sup.console.line(
+        when = self.clock.now().astimezone().isoformat(timespec="seconds")
+        self._host.console.line(
             f"retry of run {run_id} ({', '.join(moved)}) by {who} at {when}: back to memo/{view.role}/inbox/, "
             "its attempts reset",
             role=view.role,
@@ -155,12 +187,12 @@ class Attachment:
 
     def recorded(self, run_id: int) -> dict[str, Any] | None:
         """The run's row as the database has it now (tokens, session id)."""
-        return self._sup.store.run(run_id)
+        return self._host.store.run(run_id)
 
     # ------------------------------------------------------------ (c) changes
-    def agent_env(self, hook: Callable[[int], dict[str, str]]) -> None:
+    def add_agent_env(self, hook: Callable[[int], dict[str, str]]) -> None:
         """More environment for each attempt's agent, asked by run id once the attempt is on record."""
-        self._sup.launcher.env_hooks.append(lambda run: hook(run.run_id))
+        self._env_hooks.append(hook)
 
     def watch(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with ``{"type": "run", "run": view}`` at every run state change; returns the undo."""
@@ -184,8 +216,3 @@ class Attachment:
         event = {"type": "run", "run": view.to_json(), "previous": old.value if old else None}
         for listener in list(self._listeners):
             listener(event)
-
-
-def attach(supervisor: Supervisor) -> Attachment:
-    """The dashboard's view of ``supervisor``; the composition root calls this once, in ``serve``."""
-    return Attachment(supervisor)

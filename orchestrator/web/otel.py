@@ -47,7 +47,7 @@ class Tracing:
         self.runs: dict[int, Any] = {}
         self.attempts: dict[int, Any] = {}
         attachment.watch(self.changed)
-        attachment.agent_env(self.env_of)
+        attachment.add_agent_env(self.env_of)
 
     def changed(self, event: dict[str, Any]) -> None:
         from opentelemetry import trace
