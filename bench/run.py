@@ -9,7 +9,7 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
   --smoke          a few memos per scenario and a short idle window; checks that everything
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
-                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper)
+                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, client)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 

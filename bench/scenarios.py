@@ -958,6 +958,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "ray": lambda ctx: __import__("ray_scenario").ray(ctx),
     "sdk-keeper": lambda ctx: __import__("sdk_crashes").sdk_keeper(ctx),
     "history": lambda ctx: __import__("history_scenario").history(ctx),
+    "client": lambda ctx: __import__("client_scenario").client(ctx),
 }
 
 
