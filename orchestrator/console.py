@@ -22,7 +22,6 @@ import os
 import sys
 import time
 from collections import deque
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -58,7 +57,7 @@ def stamp() -> str:
     now = time.time()
     second = int(now)
     if second != _stamped[0]:
-        _stamped = (second, datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S"))
+        _stamped = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
     return _stamped[1]
 
 
