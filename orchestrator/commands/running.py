@@ -18,14 +18,14 @@ from typing import Any
 from orchestrator import console
 from orchestrator.commands.common import project_root, show, who
 from orchestrator.control import client as control
-from orchestrator.control import status
+from orchestrator.control.status import collect as collect_status
 from orchestrator.core.durations import parse_duration
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``orchestrator status``: what runs, what waits, what ended."""
-    snap = status.collect(project_root(args))
+    snap = collect_status(project_root(args))
     return show(args.json, snap, console.print_status)
 
 
