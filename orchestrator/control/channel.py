@@ -81,13 +81,19 @@ class ControlServer:
         os.chmod(folder, 0o700)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # we hold the root's lock, so a socket left here is stale
+        # bound under a name of its own and renamed into place once it listens: a client that finds the socket
+        # is never refused by one bound but not yet listening (and told that no orchestrator runs)
+        binding = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            binding.unlink()
         old_umask = os.umask(0o177)
         try:
-            with short_path(self.path) as where:
+            with short_path(binding) as where:
                 self.server = await asyncio.start_unix_server(self._client, path=where, limit=MAX_LINE)
         finally:
             os.umask(old_umask)
-        os.chmod(self.path, 0o600)
+        os.chmod(binding, 0o600)
+        os.replace(binding, self.path)
 
     async def close(self) -> None:
         """Stop listening, let answers being sent go out, drop idle clients, remove the socket."""
