@@ -9,7 +9,7 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
   --smoke          a few memos per scenario and a short idle window; checks that everything
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
-                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web)
+                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
@@ -47,6 +47,7 @@ from collections.abc import Callable
 from bench import (
     budget_fuse,
     cancel,
+    client_scenario,
     continuity_scenario,
     crashes,
     drain,
@@ -92,6 +93,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "sdk-keeper": sdk_crashes.sdk_keeper,
     "history": history_scenario.history,
     "web": web_scenario.web,
+    "client": client_scenario.client,
 }
 
 

@@ -1,63 +1,59 @@
-"""The command line: parse arguments, call one core function, turn errors into an exit status once."""
+"""The command line: parse arguments, call one core function, turn errors into an exit status once.
+
+Two layers start here. A client command (``status``, ``cancel``, ``stop``, ``interrupt``, ``tell``, ``wake``,
+``send``, ``release``) is parsed by its own sub-parser (``commands.arguments``) and run from modules that
+import the standard library only: it asks the running orchestrator, or acts on files, and its start-up is
+Python's own. Every other command loads the full CLI (``commands.dispatch``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import (
-    completion,
-    configuration,
-    memos,
-    parser,
-    project,
-    records,
-    running,
-    schedule,
-    service,
-    upkeep,
-)
-from orchestrator.commands.doctor import cmd_doctor
+from orchestrator.commands import arguments, memos, running
+from orchestrator.commands.completion import ASKING
 from orchestrator.core.errors import OrchestratorError
-from orchestrator.memory import command as memory_command
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "up": running.cmd_up,
-    "web": running.cmd_web,
+CLIENT: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": running.cmd_status,
     "cancel": running.cmd_cancel,
     "stop": running.cmd_stop,
     "interrupt": running.cmd_interrupt,
     "tell": running.cmd_tell,
-    "history": records.cmd_history,
-    "journal": records.cmd_journal,
-    "handoff": records.cmd_handoff,
+    "wake": running.cmd_wake,
     "send": memos.cmd_send,
-    "trace": memos.cmd_trace,
-    "logs": memos.cmd_logs,
     "release": memos.cmd_release,
-    "gc": upkeep.cmd_gc,
-    "init": project.cmd_init,
-    "demo": project.cmd_demo,
-    "schedule": schedule.cmd_schedule,
-    "wake": schedule.cmd_wake,
-    "task": schedule.cmd_task,
-    "memory": memory_command.run,
-    "service": service.cmd_service,
-    "config": configuration.cmd_config,
-    "completion": completion.cmd_completion,
-    "doctor": cmd_doctor,
 }
+
+
+def client_command(argv: Sequence[str]) -> str | None:
+    """The client command ``argv`` names (after an optional ``--root R``), or None: another command, an option
+    only the full parser knows (``--help``, ``--version``), or a shell asking for completions."""
+    if ASKING in os.environ:
+        return None
+    words = list(argv)
+    if words[:1] == ["--root"]:
+        words = words[2:]
+    elif words[:1] and words[0].startswith("--root="):
+        words = words[1:]
+    return words[0] if words and words[0] in CLIENT else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchestrator`` command; every error becomes one line and an exit status."""
     try:
-        completion.answer_if_asked(parser.build)  # a TAB in the shell: answers and exits
-        args = memory_command.parse_alone(argv) or parser.build().parse_args(argv)  # an agent's memory call starts fast
-        return COMMANDS[args.command](args)
+        words = sys.argv[1:] if argv is None else argv
+        command = client_command(words)
+        if command is not None:
+            return CLIENT[command](arguments.client_parser(command).parse_args(words))
+        # every other command needs the whole CLI; importing it here keeps it off the client commands' path
+        from orchestrator.commands import dispatch
+
+        return dispatch.run(argv)
     except OrchestratorError as exc:
         console.fail(str(exc))
         return exc.exit_code

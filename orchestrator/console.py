@@ -9,8 +9,9 @@ otherwise it prints plain lines such as
 Every line of ``up`` also goes to ``.orchestrator/orchestrator.log``, which rotates
 at ``LOG_MAX_BYTES`` keeping ``LOG_BACKUPS`` older files.
 
-rich, pydantic and asyncio are imported only where a table or a view is drawn: ``cancel``,
-``stop`` and ``tell`` start in a few milliseconds without them.
+This module imports only the standard library at its top: the client commands (``status``, ``cancel``,
+``stop``, ...) print through it, ``status``'s tables drawn by ``tables``; rich is imported where ``up``'s live
+view or ``history``'s tables are drawn.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import os
 import sys
 import time
 from collections import deque
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from orchestrator import tables
 from orchestrator.core.text import printable as _printable
 from orchestrator.core.turn import at_turn_end
+from orchestrator.memory.status_lines import lines as memory_lines
 
 if TYPE_CHECKING:
     import asyncio
@@ -44,7 +46,7 @@ RECENT_EVENTS = 12
 REFRESH = 0.25
 LOG_MAX_BYTES = 10 * 1024 * 1024
 LOG_BACKUPS = 5
-NOT_A_TTY_WIDTH = 160  # tables piped into a file or a test keep their columns whole
+NOT_A_TTY_WIDTH = tables.NOT_A_TTY_WIDTH
 
 
 _stamped: tuple[int, str] = (-1, "")
@@ -56,7 +58,7 @@ def stamp() -> str:
     now = time.time()
     second = int(now)
     if second != _stamped[0]:
-        _stamped = (second, datetime.fromtimestamp(second).strftime("%Y-%m-%d %H:%M:%S"))
+        _stamped = (second, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second)))
     return _stamped[1]
 
 
@@ -92,10 +94,13 @@ def _rich(stream: TextIO | None = None) -> RichConsole:
 
 
 def print_status(snap: dict[str, Any], stream: TextIO | None = None) -> None:
-    """``orchestrator status`` for people: the orchestrator, its current runs, queues, pauses and recent runs."""
-    console = _rich(stream)
-    for part in status_view(snap):
-        console.print(part)
+    """``orchestrator status`` for people: the orchestrator, its current runs, queues, pauses and recent runs.
+
+    Drawn by ``tables`` as rich would draw it (the same text): status is a client command and starts without rich.
+    """
+    out = stream or sys.stdout
+    for line in tables.render(status_view(snap), tables.width_of(out, is_tty(out))):
+        say(line, out)
 
 
 def print_history(report: dict[str, Any], stream: TextIO | None = None) -> None:
@@ -156,13 +161,19 @@ def _money(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def status_view(snap: dict[str, Any]) -> list[Any]:
-    """The parts of ``print_status``, in order (strings and rich tables)."""
-    from rich.table import Table
+def _run_json(run: Any) -> dict[str, Any]:
+    """A run of a snapshot as its JSON (``RunView.to_json``), whether it came as JSON or as a view."""
+    return run if isinstance(run, dict) else run.to_json()
 
-    from orchestrator.core.view import RunView
 
-    parts: list[Any] = []
+def _label(run: dict[str, Any]) -> str:
+    """How people name a run's memo: its front-matter id, else its file name (``RunView.label``)."""
+    return str(run.get("memo_id") or run.get("memo") or "")
+
+
+def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
+    """The parts of ``print_status``, in order (lines and tables)."""
+    parts: list[str | tables.Table] = []
     if snap["running"]:
         parts.append(
             f"orchestrator running for {snap['root']} (pid {snap['pid']})"
@@ -176,24 +187,26 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
             + (" (runs below are as last recorded)" if snap["runs"] else "")
         )
     if snap.get("runs"):
-        table = Table(title="current runs", title_justify="left")
+        table = tables.Table(title="current runs")
         for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "cost $", "subject / activity"):
             table.add_column(col)
         nodes = snap.get("nodes") or {}  # executor: ray, where each agent runs
-        for run in map(RunView.of, snap["runs"]):
-            when = f"{run.elapsed:.0f}s" if run.elapsed is not None else (run.next_attempt_at or "")
-            about = run.subject or ""
-            if run.activity:
-                about = f"{about} | {run.activity}"
+        for run in map(_run_json, snap["runs"]):
+            elapsed = run.get("elapsed")
+            when = f"{elapsed:.0f}s" if elapsed is not None else (run.get("next_attempt_at") or "")
+            about = run.get("subject") or ""
+            if run.get("activity"):
+                about = f"{about} | {run['activity']}"
+            run_id = str(run["run_id"])
             table.add_row(
-                str(run.run_id),
-                run.role,
-                run.label,
-                run.state,
-                str(run.attempt or ""),
-                str(run.pid or "") + (f" on {nodes[str(run.run_id)]}" if str(run.run_id) in nodes else ""),
+                run_id,
+                run["role"],
+                _label(run),
+                run["state"],
+                str(run.get("attempt") or ""),
+                str(run.get("pid") or "") + (f" on {nodes[run_id]}" if run_id in nodes else ""),
                 when,
-                _money(run.cost_usd),
+                _money(run.get("cost_usd")),
                 about,
             )
         parts.append(table)
@@ -221,27 +234,27 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
     if snap.get("held"):
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
-    from orchestrator.memory.status import lines as memory_lines
-
     parts += memory_lines(snap.get("memory"))
     if snap.get("recent"):
-        table = Table(title="recent", title_justify="left")
+        table = tables.Table(title="recent")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):
             table.add_column(col)
-        for run in map(RunView.of, snap["recent"]):
+        for run in map(_run_json, snap["recent"]):
             tokens = ""
-            if run.input_tokens is not None or run.output_tokens is not None:
-                tokens = f"{run.input_tokens or 0}/{run.output_tokens or 0}"
+            tokens_in, tokens_out = run.get("input_tokens"), run.get("output_tokens")
+            if tokens_in is not None or tokens_out is not None:
+                tokens = f"{tokens_in or 0}/{tokens_out or 0}"
+            pruned = run.get("log_pruned_at")
             table.add_row(
-                str(run.run_id),
-                run.role,
-                run.label,
-                run.state,
-                "" if run.exit_code is None else str(run.exit_code),
-                (run.ended_at or "")[:19],
-                _money(run.cost_usd),
+                str(run["run_id"]),
+                run["role"],
+                _label(run),
+                run["state"],
+                "" if run.get("exit_code") is None else str(run["exit_code"]),
+                (run.get("ended_at") or "")[:19],
+                _money(run.get("cost_usd")),
                 tokens,
-                (run.reason or "") + (f" (log pruned {run.log_pruned_at[:10]})" if run.log_pruned_at else ""),
+                (run.get("reason") or "") + (f" (log pruned {pruned[:10]})" if pruned else ""),
             )
         parts.append(table)
     return parts

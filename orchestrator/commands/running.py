@@ -1,5 +1,10 @@
-"""The running orchestrator: ``up`` starts it; ``status``, ``cancel``, ``stop``, ``interrupt`` and ``tell``
-ask it through the control channel."""
+"""The client commands that ask the running orchestrator: ``status``, ``cancel``, ``stop``, ``interrupt``,
+``tell`` and ``wake``.
+
+Each sends one request through ``control.client`` and prints its answer through ``console``; this module and
+everything it imports is standard library (``tests/test_client_imports.py`` holds it to that), so a command
+costs Python's start-up and a round trip, not the orchestrator's imports.
+"""
 
 from __future__ import annotations
 
@@ -12,39 +17,20 @@ from typing import Any
 
 from orchestrator import console
 from orchestrator.commands.common import project_root, show, who
+from orchestrator.control import client as control
+from orchestrator.control.status import collect as collect_status
+from orchestrator.core.durations import parse_duration
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    """``orchestrator up``: run the orchestrator in the foreground until it is stopped (or idle, with ``--until-idle``)."""
-    from orchestrator.app import run_up
-
-    return run_up(project_root(args), until_idle=args.until_idle, plain=args.plain, web=args.web)
-
-
-def cmd_web(args: argparse.Namespace) -> int:
-    """``orchestrator web``: the running dashboard's URL with its token; ``--open`` opens it in a browser."""
-    from orchestrator.web import locate
-
-    url = locate.url(project_root(args))
-    if args.open:
-        locate.open_in_browser(url)
-    console.say(url)
-    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``orchestrator status``: what runs, what waits, what ended."""
-    from orchestrator.control import status
-
-    snap = status.collect(project_root(args))
+    snap = collect_status(project_root(args))
     return show(args.json, snap, console.print_status)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``orchestrator cancel``: stop a memo's work, or a role's, at any stage."""
-    from orchestrator.control import channel as control
-
     if not args.memo and not args.role:
         raise UsageError("orchestrator cancel: name a memo (id, file name or path) or use --role ROLE")
     if args.memo and args.role:
@@ -93,8 +79,6 @@ def _describe_cancel(item: dict[str, Any]) -> str:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """``orchestrator stop``: end the orchestrator; ``--force`` kills the agents and returns their memos."""
-    from orchestrator.control import channel as control
-
     root = project_root(args)
     limit = _stop_timeout(args.timeout) if args.timeout is not None else None
     before = control.call(root, "status")
@@ -123,8 +107,6 @@ def default_stop_timeout(status: dict[str, Any]) -> float:
 
 
 def _stop_timeout(text: str) -> float:
-    from orchestrator.config import parse_duration  # pydantic comes with it: only for a stop that names --timeout
-
     try:
         return parse_duration(text)
     except ValueError as exc:
@@ -133,8 +115,6 @@ def _stop_timeout(text: str) -> float:
 
 def _wait_for_exit(root: Path, last: dict[str, Any], timeout: float, force: bool) -> None:
     """Return once the orchestrator of ``root`` no longer answers; raise, naming what still runs, after ``timeout``."""
-    from orchestrator.control import channel as control
-
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -171,8 +151,6 @@ def still_running(status: dict[str, Any], waited: float, force: bool = False) ->
 
 def cmd_interrupt(args: argparse.Namespace) -> int:
     """``orchestrator interrupt``: end an SDK agent's current turn."""
-    from orchestrator.control import channel as control
-
     result = control.call(
         project_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep, reason=args.reason, who=who()
     )
@@ -187,8 +165,6 @@ def cmd_interrupt(args: argparse.Namespace) -> int:
 
 def cmd_tell(args: argparse.Namespace) -> int:
     """``orchestrator tell``: send a follow-up message into an SDK agent's session."""
-    from orchestrator.control import channel as control
-
     text = args.text if args.text is not None else sys.stdin.read()
     if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
         raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
@@ -197,4 +173,14 @@ def cmd_tell(args: argparse.Namespace) -> int:
         console.print_json(result)
     else:
         console.say(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')})")
+    return 0
+
+
+def cmd_wake(args: argparse.Namespace) -> int:
+    """``orchestrator wake``: write a wake of a role now, by the same picking rules."""
+    result = control.call(project_root(args), "wake", timeout=120, role=args.role, task=args.task, who=who())
+    if args.json:
+        console.print_json(result)
+    else:
+        console.say(f"wrote {result['memo']} for {result['role']}: tasks {', '.join(result['tasks']) or '(none)'}")
     return 0

@@ -1,12 +1,12 @@
-"""The schedule: ``schedule`` (per role: next tick, tasks, last wake), ``wake`` now, and the one-off
-ledger (``task add|list|drop``)."""
+"""The schedule: ``schedule`` (per role: next tick, tasks, last wake) and the one-off ledger (``task add|list|drop``);
+``wake`` asks the running orchestrator (``running``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, show, who
+from orchestrator.commands.common import project_root, show
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -16,18 +16,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
     report = view.schedule(load_config(project_root(args)))
     return show(args.json, report, console.print_schedule)
-
-
-def cmd_wake(args: argparse.Namespace) -> int:
-    """``orchestrator wake``: write a wake of a role now, by the same picking rules."""
-    from orchestrator.control import channel as control
-
-    result = control.call(project_root(args), "wake", timeout=120, role=args.role, task=args.task, who=who())
-    if args.json:
-        console.print_json(result)
-    else:
-        console.say(f"wrote {result['memo']} for {result['role']}: tasks {', '.join(result['tasks']) or '(none)'}")
-    return 0
 
 
 def cmd_task(args: argparse.Namespace) -> int:

@@ -12,57 +12,37 @@ malformed request (too long, too deeply nested, not JSON, a field of the wrong
 type) gets an error answer and never stops the loop; a silent client is dropped
 after ``IDLE_TIMEOUT`` and never blocks another client.
 
-The client (``call``) stays light: it sends plain JSON and checks the answer's
-shape by hand, so a CLI command does not pay for importing pydantic.
+The client side is ``control.client`` (standard library only); this module is the
+server, imported by the supervisor, never by a client command.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import socket
 import struct
-import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError, OrchestratorError, control_code
+from orchestrator.control.client import (  # noqa: F401 - call and socket_path: one import for the supervisor
+    SOCKET_NAME,
+    call,
+    short_path,
+    socket_path,
+)
+from orchestrator.control.protocol import Answer, Request, parse_request
+from orchestrator.core.errors import OrchestratorError, control_code
 
-if TYPE_CHECKING:
-    import asyncio  # imported where the server runs: the CLI client never needs it (about 30 ms)
-
-    from orchestrator.control.protocol import Answer, Request
-
-SOCKET_NAME = "control.sock"
 IDLE_TIMEOUT = 30.0
 CLOSE_GRACE = 5.0  # how long closing waits for answers still being sent
 MAX_LINE = 4 * 1024 * 1024
-UNIX_PATH_MAX = 100
-CONNECT_PATIENCE = 2.0  # how long the client retries while the socket's backlog is full
-CONNECT_RETRY = 0.05
 INTERNAL_ERROR = "internal error; see .orchestrator/orchestrator.log"
-
-
-def socket_path(root: Path) -> Path:
-    """Where the orchestrator of ``root`` listens."""
-    return root / ".orchestrator" / SOCKET_NAME
-
-
-@contextlib.contextmanager
-def _short(path: Path):  # type: ignore[no-untyped-def]
-    """A path short enough for AF_UNIX (108 bytes): long ones go through /proc/self/fd of their folder."""
-    if len(os.fsencode(str(path))) < UNIX_PATH_MAX:
-        yield str(path)
-        return
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
 
 
 class ControlServer:
@@ -96,27 +76,27 @@ class ControlServer:
 
     async def start(self) -> None:
         """Listen on ``path``: a folder of mode 0700, a socket of mode 0600."""
-        import asyncio
-
-        import orchestrator.control.protocol  # noqa: F401 - pydantic is loaded now, not on the first request
-
         folder = self.path.parent
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # we hold the root's lock, so a socket left here is stale
+        # bound under a name of its own and renamed into place once it listens: a client that finds the socket
+        # is never refused by one bound but not yet listening (and told that no orchestrator runs)
+        binding = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            binding.unlink()
         old_umask = os.umask(0o177)
         try:
-            with _short(self.path) as where:
+            with short_path(binding) as where:
                 self.server = await asyncio.start_unix_server(self._client, path=where, limit=MAX_LINE)
         finally:
             os.umask(old_umask)
-        os.chmod(self.path, 0o600)
+        os.chmod(binding, 0o600)
+        os.replace(binding, self.path)
 
     async def close(self) -> None:
         """Stop listening, let answers being sent go out, drop idle clients, remove the socket."""
-        import asyncio
-
         if self.server is not None:
             self.server.close()
         # a request already answered (say the cancel that ended the last run, and so the orchestrator) still gets its
@@ -135,10 +115,6 @@ class ControlServer:
             self.path.unlink()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        import asyncio
-
-        from orchestrator.control.protocol import Answer
-
         task = asyncio.current_task()
         if task is not None:
             self.clients.add(task)
@@ -182,8 +158,6 @@ class ControlServer:
 
     async def _answer(self, line: bytes, peer: Peer) -> Answer:
         """The answer to one request line; never raises (but for the connection's own cancellation)."""
-        from orchestrator.control.protocol import Answer, parse_request
-
         op = "?"
         try:
             request = parse_request(line)
@@ -248,81 +222,3 @@ def peer_refusal(sock: socket.socket | None, peer_uid: Callable[[socket.socket |
     if uid not in (os.getuid(), 0):
         return f"uid {uid} is not the socket's owner (uid {os.getuid()})"
     return None
-
-
-def _connect(root: Path, patience: float) -> socket.socket:
-    """A socket connected to the orchestrator of ``root``, retrying up to ``patience`` seconds while its backlog
-    is full (it is stopped, or swamped by connections it has not accepted yet)."""
-    path = socket_path(root)
-    deadline = time.monotonic() + patience
-    while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # never a blocking connect: on a full backlog it would wait for as long as the orchestrator does not accept
-        sock.setblocking(False)
-        try:
-            with _short(path) as where:
-                sock.connect(where)
-            return sock
-        except BlockingIOError:
-            sock.close()
-            if time.monotonic() >= deadline:
-                raise ControlError(
-                    f"the orchestrator of {root} does not answer: its control socket has accepted no connection "
-                    f"for {patience:g}s (is the process stopped or overloaded?)"
-                ) from None
-            time.sleep(CONNECT_RETRY)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
-            sock.close()
-            raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
-        except PermissionError:
-            sock.close()
-            raise NotRunningError(
-                f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)"
-            ) from None
-        except BaseException:
-            sock.close()
-            raise
-
-
-def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:
-    """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal.
-
-    ``timeout`` bounds the wait for the answer (``None``: as long as the request takes, as a cancel may); a
-    socket whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
-    """
-    patience = CONNECT_PATIENCE if timeout is None else min(CONNECT_PATIENCE, timeout)
-    sock = _connect(root, patience)
-    sock.settimeout(timeout)
-    try:
-        try:
-            sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # it refused us and closed before reading; its one-line answer is still there to read
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ControlError(f"the orchestrator of {root} closed the connection without an answer")
-            data += chunk
-    except TimeoutError:
-        raise ControlError(f"the orchestrator of {root} did not answer within {timeout:g}s") from None
-    except ConnectionError as exc:
-        raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
-    finally:
-        sock.close()
-    return _result(root, data)
-
-
-def _result(root: Path, data: bytes) -> dict[str, Any]:
-    """The result of an answer line, or its refusal raised as the error class its code names."""
-    try:
-        answer = json.loads(data)
-    except (ValueError, RecursionError):
-        answer = None
-    if isinstance(answer, dict) and answer.get("ok") is True and isinstance(answer.get("result") or {}, dict):
-        return dict(answer.get("result") or {})
-    if isinstance(answer, dict) and answer.get("ok") is False:
-        code, error = answer.get("code"), answer.get("error")
-        cls = CONTROL_ERRORS.get(code, ControlError) if isinstance(code, str) else ControlError
-        raise cls(str(error) if error else "refused")
-    raise ControlError(f"the orchestrator of {root} sent an answer that is not one: {data[:80]!r}")

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from orchestrator.control import authority, callers
-from orchestrator.control import channel as control
+from orchestrator.control import client as control
 from orchestrator.control.authority import Caller
 from orchestrator.core.errors import NotRunningError, RefusedError
 

@@ -26,32 +26,18 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
+from orchestrator.core.durations import (  # noqa: F401 - the durations are part of the units
+    DURATION_EXPECTED,
+    UNITS,
+    parse_duration,
+)
+
 
 class Strict(BaseModel):
     """A settings or wire model: an unknown key is an error (a typo never passes silently), and a value once
     validated never changes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-DURATION_EXPECTED = "a duration such as 5s, 500ms, 30m or a number of seconds"
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from a number or a string with a unit (``500ms``, ``5s``, ``30m``, ``1h``)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected {DURATION_EXPECTED}, got {str(value).lower()}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"expected a duration that is not negative, got {value!r}")
-        return float(value)
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            return float(match.group(1)) * UNITS[match.group(2) or "s"]
-    raise ValueError(f"expected {DURATION_EXPECTED}, got {value!r}")
 
 
 @dataclass(frozen=True)

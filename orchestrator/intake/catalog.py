@@ -9,13 +9,12 @@ file is read (``memo.read_head``), and never a FIFO or device.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.intake.memo import FOLDERS, HELD, MemoHeader, is_memo_name, parse_front_matter, read_head
-
-ALL_FOLDERS = (*FOLDERS, HELD)
+from orchestrator.intake.memo import MemoHeader, parse_front_matter, read_head
+from orchestrator.intake.names import ALL_FOLDERS, held_counts, memo_files, roles_on_disk  # noqa: F401 - used by callers
 
 
 @dataclass(frozen=True)
@@ -39,28 +38,6 @@ class Entry:
         return f"{self.role}/{self.folder}/{self.name}"
 
 
-def roles_on_disk(root: Path) -> list[str]:
-    """Every folder under ``memo/``, by name."""
-    try:
-        return sorted(e.name for e in os.scandir(root / "memo") if e.is_dir(follow_symlinks=False))
-    except FileNotFoundError:
-        return []
-
-
-def memo_files(
-    root: Path, roles: Iterable[str] | None = None, folders: Iterable[str] = ALL_FOLDERS
-) -> Iterator[tuple[str, str, Path]]:
-    """(role, folder, path) of every memo file, without reading any."""
-    for role in roles if roles is not None else roles_on_disk(root):
-        for folder in folders:
-            try:
-                names = sorted(e.name for e in os.scandir(root / "memo" / role / folder) if is_memo_name(e.name))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for name in names:
-                yield role, folder, root / "memo" / role / folder / name
-
-
 def scan(root: Path, roles: Iterable[str] | None = None, folders: Iterable[str] = ALL_FOLDERS) -> list[Entry]:
     """Every memo with its front matter, role by role and folder by folder."""
     return [
@@ -79,11 +56,3 @@ def matches(entry: Entry, query: str) -> bool:
 def id_in_names(root: Path, memo_id: str) -> bool:
     """Whether a memo file named in the corpus style (``<id>-<slug>.md`` or ``<id>.md``) carries this id."""
     return any(path.name.startswith(memo_id + "-") or path.name == memo_id + ".md" for _, _, path in memo_files(root))
-
-
-def held_counts(root: Path) -> dict[str, int]:
-    """How many memos wait in each role's ``held/`` (roles with none are left out), for ``status``."""
-    counts: dict[str, int] = {}
-    for role, _, _ in memo_files(root, folders=(HELD,)):
-        counts[role] = counts.get(role, 0) + 1
-    return counts

@@ -19,11 +19,18 @@ from typing import Any
 
 import yaml
 
-INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
-HELD = "held"  # memos a check held back from running (released by a person)
-FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
-FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
-_IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
+from orchestrator.intake.names import (  # noqa: F401 - the names of memo files are part of what memo offers
+    ACTIVE,
+    ARCHIVE,
+    CANCELLED,
+    FAILED,
+    FINISHED_FOLDERS,
+    FOLDERS,
+    HELD,
+    INBOX,
+    is_memo_name,
+)
+
 NAME_MAX = 255  # bytes in one file name on Linux file systems
 # front matter beyond these is not read (a warning): a few aliases expanding into millions of items is a YAML bomb
 FRONT_MATTER_MAX_CHARS = 64 * 1024
@@ -31,13 +38,6 @@ FRONT_MATTER_MAX_DEPTH = 32
 FRONT_MATTER_MAX_ALIASES = 100
 FRONT_MATTER_MAX_EXPANDED = 1024 * 1024  # nodes plus characters of scalars, with every alias expanded
 _BIG_SCALAR = 100  # an integer written with more characters than this stays text (str() refuses > 4300 digits)
-
-
-def is_memo_name(name: str) -> bool:
-    """A memo ends in ``.md`` and is no hidden file (``.*``, Emacs' ``.#*`` too) or editor temporary."""
-    return (
-        name.endswith(".md") and not name.startswith(".") and not name.endswith(_IGNORED_SUFFIXES) and "/" not in name
-    )
 
 
 def is_utf8(text: str) -> bool:

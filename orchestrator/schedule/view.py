@@ -162,7 +162,7 @@ def drop_task(config: Config, task_id: str) -> None:
 
 def _nudge(root: Path) -> None:
     """Tell a running orchestrator the ledger changed; with none running there is no one to tell."""
-    from orchestrator.control import channel as control
+    from orchestrator.control import client as control
 
     with contextlib.suppress(NotRunningError, OrchestratorError):
         control.call(root, "schedule_changed", timeout=5)

@@ -1,0 +1,124 @@
+"""The client of the control channel: one request to the orchestrator of a root, its answer or its refusal.
+
+Standard library only, and nothing of the orchestrator above ``core.errors``: the
+client commands (``status``, ``cancel``, ``stop``, ...) start from this module, so
+their start-up is Python's own plus a few milliseconds. A request is the JSON
+object the server's ``protocol`` validates (``{"op": "cancel", "memo": ...}``); an
+answer is ``{"ok": true, "result": {...}}`` or ``{"ok": false, "code": ..., "error":
+...}``, its shape checked here by hand and a refusal raised as the error class its
+code names (``errors.CONTROL_ERRORS``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError
+
+SOCKET_NAME = "control.sock"
+UNIX_PATH_MAX = 100
+CONNECT_PATIENCE = 2.0  # how long the client retries while the socket's backlog is full
+CONNECT_RETRY = 0.05
+
+
+def socket_path(root: Path) -> Path:
+    """Where the orchestrator of ``root`` listens."""
+    return root / ".orchestrator" / SOCKET_NAME
+
+
+@contextlib.contextmanager
+def short_path(path: Path) -> Iterator[str]:
+    """A path short enough for AF_UNIX (108 bytes): long ones go through /proc/self/fd of their folder."""
+    if len(os.fsencode(str(path))) < UNIX_PATH_MAX:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def _connect(root: Path, patience: float) -> socket.socket:
+    """A socket connected to the orchestrator of ``root``, retrying up to ``patience`` seconds while its backlog
+    is full (it is stopped, or swamped by connections it has not accepted yet)."""
+    path = socket_path(root)
+    deadline = time.monotonic() + patience
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # never a blocking connect: on a full backlog it would wait for as long as the orchestrator does not accept
+        sock.setblocking(False)
+        try:
+            with short_path(path) as where:
+                sock.connect(where)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise ControlError(
+                    f"the orchestrator of {root} does not answer: its control socket has accepted no connection "
+                    f"for {patience:g}s (is the process stopped or overloaded?)"
+                ) from None
+            time.sleep(CONNECT_RETRY)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            sock.close()
+            raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
+        except PermissionError:
+            sock.close()
+            raise NotRunningError(
+                f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)"
+            ) from None
+        except BaseException:
+            sock.close()
+            raise
+
+
+def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:
+    """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal.
+
+    ``timeout`` bounds the wait for the answer (``None``: as long as the request takes, as a cancel may); a
+    socket whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
+    """
+    patience = CONNECT_PATIENCE if timeout is None else min(CONNECT_PATIENCE, timeout)
+    sock = _connect(root, patience)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it refused us and closed before reading; its one-line answer is still there to read
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ControlError(f"the orchestrator of {root} closed the connection without an answer")
+            data += chunk
+    except TimeoutError:
+        raise ControlError(f"the orchestrator of {root} did not answer within {timeout:g}s") from None
+    except ConnectionError as exc:
+        raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
+    finally:
+        sock.close()
+    return _result(root, data)
+
+
+def _result(root: Path, data: bytes) -> dict[str, Any]:
+    """The result of an answer line, or its refusal raised as the error class its code names."""
+    try:
+        answer = json.loads(data)
+    except (ValueError, RecursionError):
+        answer = None
+    if isinstance(answer, dict) and answer.get("ok") is True and isinstance(answer.get("result") or {}, dict):
+        return dict(answer.get("result") or {})
+    if isinstance(answer, dict) and answer.get("ok") is False:
+        code, error = answer.get("code"), answer.get("error")
+        cls = CONTROL_ERRORS.get(code, ControlError) if isinstance(code, str) else ControlError
+        raise cls(str(error) if error else "refused")
+    raise ControlError(f"the orchestrator of {root} sent an answer that is not one: {data[:80]!r}")

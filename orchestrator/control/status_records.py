@@ -1,0 +1,36 @@
+"""``orchestrator status`` without a running orchestrator: the runs the database has as live and the recent ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.core.states import UNFINISHED
+from orchestrator.core.view import RunView
+from orchestrator.intake.names import held_counts
+from orchestrator.memory import status as memory_status
+from orchestrator.store import Store
+
+RECENT_RUNS = 20
+
+
+def recorded(root: Path) -> dict[str, Any]:
+    """The status of ``root`` as last recorded, in the shape of a live one (``running`` false, no pid)."""
+    db = root / ".orchestrator" / "state.db"
+    snap: dict[str, Any] = {
+        "running": False,
+        "pid": None,
+        "root": str(root),
+        "runs": [],
+        "recent": [],
+        "held": held_counts(root),
+    }
+    if db.exists():
+        store = Store(db, readonly=True)
+        try:
+            snap["runs"] = [RunView.from_row(r).to_json() for r in store.runs_in_states(s.value for s in UNFINISHED)]
+            snap["recent"] = [RunView.from_row(r).to_json() for r in store.recent_runs(RECENT_RUNS)]
+        finally:
+            store.close()
+    snap["memory"] = memory_status.offline(root)
+    return snap

@@ -1,0 +1,29 @@
+"""Durations as people write them (``500ms``, ``5s``, ``30m``, ``1h``, ``2d``), parsed with the standard library.
+
+Apart from the pydantic types of ``units`` (which takes them from here) so that a client command (``stop --timeout 5m``) reads a
+duration without loading pydantic.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+DURATION_EXPECTED = "a duration such as 5s, 500ms, 30m or a number of seconds"
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string with a unit (``500ms``, ``5s``, ``30m``, ``1h``)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected {DURATION_EXPECTED}, got {str(value).lower()}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"expected a duration that is not negative, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match.group(1)) * UNITS[match.group(2) or "s"]
+    raise ValueError(f"expected {DURATION_EXPECTED}, got {value!r}")

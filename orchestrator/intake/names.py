@@ -1,0 +1,55 @@
+"""Which files under ``memo/`` are memos, and where they lie: names and folders only, no file is read.
+
+Kept apart from ``memo`` (front matter, YAML) so that ``orchestrator status``, a
+client command, can count held memos with the standard library alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
+HELD = "held"  # memos a check held back from running (released by a person)
+FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
+FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
+ALL_FOLDERS = (*FOLDERS, HELD)
+_IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
+
+
+def is_memo_name(name: str) -> bool:
+    """A memo ends in ``.md`` and is no hidden file (``.*``, Emacs' ``.#*`` too) or editor temporary."""
+    return (
+        name.endswith(".md") and not name.startswith(".") and not name.endswith(_IGNORED_SUFFIXES) and "/" not in name
+    )
+
+
+def roles_on_disk(root: Path) -> list[str]:
+    """Every folder under ``memo/``, by name."""
+    try:
+        return sorted(e.name for e in os.scandir(root / "memo") if e.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return []
+
+
+def memo_files(
+    root: Path, roles: Iterable[str] | None = None, folders: Iterable[str] = ALL_FOLDERS
+) -> Iterator[tuple[str, str, Path]]:
+    """(role, folder, path) of every memo file, without reading any."""
+    for role in roles if roles is not None else roles_on_disk(root):
+        for folder in folders:
+            try:
+                names = sorted(e.name for e in os.scandir(root / "memo" / role / folder) if is_memo_name(e.name))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in names:
+                yield role, folder, root / "memo" / role / folder / name
+
+
+def held_counts(root: Path) -> dict[str, int]:
+    """How many memos wait in each role's ``held/`` (roles with none are left out), for ``status``."""
+    counts: dict[str, int] = {}
+    for role, _, _ in memo_files(root, folders=(HELD,)):
+        counts[role] = counts.get(role, 0) + 1
+    return counts

@@ -1,0 +1,102 @@
+"""The client commands start lean: what `status`, `cancel`, `stop`, `tell`, `interrupt` and `wake` import.
+
+Each runs as a fresh ``python -X importtime -m orchestrator`` against a real orchestrator with a sleeping
+stand-in agent; the modules it imported are read from the importtime lines. A module added to their path
+that brings pydantic, rich, YAML, asyncio, SQLite or psutil, or any orchestrator module not listed here, fails
+this test: the start-up of these commands comes from the layering, and this is its guard.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import Project, wait_for
+
+HEAVY = {"pydantic", "pydantic_core", "rich", "yaml", "watchdog", "psutil", "asyncio", "sqlite3", "argcomplete"}
+#: every orchestrator module a client command may import
+CLIENT_MODULES = {
+    "orchestrator",
+    "orchestrator.cli",
+    "orchestrator.commands",
+    "orchestrator.commands.arguments",
+    "orchestrator.commands.common",
+    "orchestrator.commands.completion",
+    "orchestrator.commands.memos",
+    "orchestrator.commands.running",
+    "orchestrator.console",
+    "orchestrator.control",
+    "orchestrator.control.client",
+    "orchestrator.control.status",
+    "orchestrator.core",
+    "orchestrator.core.durations",
+    "orchestrator.core.errors",
+    "orchestrator.core.text",
+    "orchestrator.core.turn",
+    "orchestrator.intake",
+    "orchestrator.intake.names",
+    "orchestrator.memory",
+    "orchestrator.memory.status_lines",
+    "orchestrator.tables",
+}
+
+
+def run_client(project: Project, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The command's result (its own stderr lines only) and every module it imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "orchestrator", *args, "--root", str(project.root)],
+        capture_output=True,
+        text=True,
+        env=project.env(),
+        timeout=60,
+    )
+    rows = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    modules = {row.split("|")[-1].strip() for row in rows[1:]}  # the first row is the header
+    stderr = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("import time:"))
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, stderr), modules
+
+
+def assert_lean(modules: set[str], what: str) -> None:
+    assert "orchestrator.cli" in modules, f"{what}: no importtime lines read"
+    heavy = {m for m in modules if m.split(".")[0] in HEAVY}
+    assert not heavy, f"{what} imported {sorted(heavy)}"
+    extra = {m for m in modules if m.split(".")[0] == "orchestrator"} - CLIENT_MODULES
+    assert not extra, f"{what} imported orchestrator modules outside the client's layer: {sorted(extra)}"
+
+
+def test_the_client_commands_import_only_the_standard_library(project: Project) -> None:
+    project.configure()
+    orch = project.up()
+    project.drop("builder", "long.md", {"id": "L-1", "subject": "sleeps", "agent": {"sleep": 300}})
+    wait_for(lambda: any(Path(r["memo"] or "").name == "long.md" for r in project.records()), what="L-1 to start")
+
+    status, modules = run_client(project, "status")
+    assert status.returncode == 0 and "orchestrator running for" in status.stdout, status.stderr
+    assert "L-1" in status.stdout and "current runs" in status.stdout
+    assert_lean(modules, "status")
+    as_json, modules = run_client(project, "status", "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["runs"][0]["memo_id"] == "L-1"
+    assert_lean(modules, "status --json")
+
+    for args in (("tell", "L-1", "more"), ("interrupt", "L-1"), ("wake", "nosuchrole")):
+        refused, modules = run_client(project, *args)
+        assert refused.returncode != 0 and refused.stderr.startswith("orchestrator: "), refused
+        assert_lean(modules, args[0])
+
+    cancel, modules = run_client(project, "cancel", "L-1")
+    assert cancel.returncode == 0 and cancel.stdout.startswith("cancelled L-1 (builder, was running)"), cancel
+    assert_lean(modules, "cancel")
+
+    stop, modules = run_client(project, "stop", "--timeout", "60s")
+    assert stop.returncode == 0 and "is ending" in stop.stdout, stop
+    assert_lean(modules, "stop --timeout")
+    assert orch.proc.wait(60) == 0
+
+
+def test_a_client_command_without_an_orchestrator_stays_lean(project: Project) -> None:
+    project.configure()
+    cancel, modules = run_client(project, "cancel", "X-1")
+    assert cancel.returncode == 4 and "no orchestrator is running" in cancel.stderr
+    assert_lean(modules, "cancel")
