@@ -174,7 +174,10 @@ async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | N
     say(f"SIGTERM to process group {target.pgid} and {len(seen)} process(es) {report.pids}")
     _signal_all(target, seen, signal.SIGTERM)
     deadline = started + grace
+    pause = POLL / 8  # most agents are gone a moment after SIGTERM: look again soon, then every POLL
     while True:
+        await asyncio.sleep(pause)
+        pause = min(POLL, pause * 2)
         reap_orphans()
         alive = find_tree(target)
         for pid, proc in alive.items():
@@ -198,7 +201,6 @@ async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | N
                     break
                 await asyncio.sleep(POLL)
             break
-        await asyncio.sleep(POLL)
     reap_orphans()
     report.pids = sorted(seen)
     report.seconds = time.monotonic() - started
