@@ -221,8 +221,6 @@ def status_view(snap: dict[str, Any]) -> list[Any]:
     if snap.get("held"):
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
-    from orchestrator.memory.status import lines as memory_lines
-
     parts += memory_lines(snap.get("memory"))
     if snap.get("recent"):
         table = Table(title="recent", title_justify="left")
@@ -528,6 +526,23 @@ def render_view(snap: dict[str, Any]) -> Group:
     parts.append(Text("last events:", style="bold"))
     parts += [Text(line) for line in snap.get("events", [])]
     return Group(*parts)
+
+
+def memory_lines(memory: dict[str, Any] | None) -> list[str]:
+    """Status's lines of the memory part of a snapshot (``memory.status``'s JSON), none when nothing waits.
+
+    Drawn here from the JSON, as wakes and pauses are, so the printer needs no feature below it.
+    """
+    if not memory:
+        return []
+    if "unavailable" in memory:
+        return [f"memory: unavailable: {memory['unavailable']}"]
+    out = []
+    for key, count in (memory.get("waiting_for_summary") or {}).items():
+        layer, period = key.split(" ", 1)
+        summary = "weekly" if layer == "daily" else "monthly"  # the layer whose summary a waiting entry needs
+        out.append(f"memory: {count} {layer} entries past retention wait for a {summary} summary of {period}")
+    return out
 
 
 def pause_lines(snap: dict[str, Any]) -> list[str]:

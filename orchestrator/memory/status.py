@@ -16,14 +16,9 @@ from orchestrator.memory.db import MemoryDB
 from orchestrator.memory.db.schema import db_path
 
 if TYPE_CHECKING:
-    from orchestrator.memory.settings import MemorySettings
+    from orchestrator.config.memory import MemorySettings
 
 WAIT = 0.5  # status never waits long for a writer's lock
-
-
-def summary_of(layer: str) -> str:
-    """The layer whose summary a waiting entry of ``layer`` needs."""
-    return "weekly" if layer == "daily" else "monthly"
 
 
 def memory_status(state_dir: Path, settings: MemorySettings, now: datetime) -> dict[str, Any] | None:
@@ -56,16 +51,3 @@ def offline(root: Path) -> dict[str, Any] | None:
     except ConfigError:
         return None
     return memory_status(config.state_dir, config.memory, datetime.now().astimezone())
-
-
-def lines(memory: dict[str, Any] | None) -> list[str]:
-    """The text status's lines about memory (none when nothing waits)."""
-    if not memory:
-        return []
-    if "unavailable" in memory:
-        return [f"memory: unavailable: {memory['unavailable']}"]
-    out = []
-    for key, count in (memory.get("waiting_for_summary") or {}).items():
-        layer, period = key.split(" ", 1)
-        out.append(f"memory: {count} {layer} entries past retention wait for a {summary_of(layer)} summary of {period}")
-    return out

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.schedule import zone
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import ControlError, UsageError
 from orchestrator.core.events import RunFinished, ScheduleChanged, WakeRequested
@@ -42,7 +43,6 @@ from orchestrator.schedule.holds import WakeHolds
 from orchestrator.schedule.jobs import Job, Jobs
 from orchestrator.schedule.preflight import PreflightGate, preflight_probes
 from orchestrator.schedule.probes import Probe, ProbeResult
-from orchestrator.schedule.settings import zone
 from orchestrator.schedule.writer import MemoWriter, wake_text
 from orchestrator.supervisor.extension import Extension, Handler, Host
 

@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
-from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
-from orchestrator.agents.sdk.settings import SdkSettings
-from orchestrator.config_errors import describe_validation_error
-from orchestrator.control.authority import check_may
+from orchestrator.config.errors import describe_validation_error
+from orchestrator.config.grants import check_may
+from orchestrator.config.memory import MemorySettings
+from orchestrator.config.ray import ExecutorSettings, RoleResources
+from orchestrator.config.retention import RetentionSettings
+from orchestrator.config.schedule import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
+from orchestrator.config.sdk import SdkSettings
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.units import (
     OFF,
@@ -32,9 +35,6 @@ from orchestrator.core.units import (
     parse_rate,
     partial,
 )
-from orchestrator.memory.settings import MemorySettings
-from orchestrator.retention.settings import RetentionSettings
-from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
