@@ -11,7 +11,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
@@ -24,6 +24,7 @@ from orchestrator.config.retention import RetentionSettings
 from orchestrator.config.schedule import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
 from orchestrator.config.sdk import SdkSettings
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.run import Run
 from orchestrator.core.units import (
     OFF,
     RATE_EXPECTED,
@@ -161,6 +162,9 @@ class Role(SdkSettings):
         """How many runs of this role may be running at once."""
         return 1 if self.batch else (self.max_concurrent or 1_000_000)
 
+
+# a run of the supervisor and its features: its role a whole ``Role`` (core knows only ``RoleLike``)
+RoleRun: TypeAlias = Run[Role]
 
 _MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from orchestrator.config import RoleRun
 from orchestrator.config.memory import parse_monthly_at, parse_weekly_at
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import MemoryUnavailableError
-from orchestrator.core.run import Run
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB
@@ -98,7 +98,7 @@ class MemoryCurator(Extension):
     def handlers(self) -> Mapping[type, Handler]:
         return {MemoryDue: self.due}
 
-    def sections(self, run: Run) -> dict[str, str]:
+    def sections(self, run: RoleRun) -> dict[str, str]:
         return self.section(run)
 
     def start(self) -> None:
