@@ -36,6 +36,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # what the benchmark starts besides the orchestrator: a C compiler for its no-op agent, inotifywait for a baseline
 bench: $(STAMP)

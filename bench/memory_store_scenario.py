@@ -52,17 +52,18 @@ def _words() -> list[str]:
 
 def fill(path: Path, n: int, seed: int = 13) -> None:
     """``n`` entries straight into the store's tables (one transaction), as ``MemoryDB.add`` writes them."""
+    from orchestrator.config.memory import TEAM
     from orchestrator.memory import grams, rules
     from orchestrator.memory.db import MemoryDB
 
     rng = random.Random(seed)
     words = _words()
-    core = dict.fromkeys([*ROLES, rules.TEAM], 0)
+    core = dict.fromkeys([*ROLES, TEAM], 0)
     db = MemoryDB(path)
     try:
         with db._write("bench fill") as conn:
             for _ in range(n):
-                role = rng.choice([*ROLES, rules.TEAM])
+                role = rng.choice([*ROLES, TEAM])
                 layer = rng.choices(["daily", "weekly", "monthly", "core"], [80, 15, 4, 1])[0]
                 if layer == "core" and core[role] >= 100:
                     layer = "daily"
@@ -104,11 +105,11 @@ def _timed(call: Any, repeats: int) -> tuple[list[float], list[float]]:
 
 
 def memory_store(ctx):  # type: ignore[no-untyped-def]
+    from orchestrator.config.memory import MemorySettings
     from orchestrator.memory.db import MemoryDB
     from orchestrator.memory.db.schema import db_path
     from orchestrator.memory.section import render_for
     from orchestrator.memory.service import Caller, Memory
-    from orchestrator.memory.settings import MemorySettings
 
     smoke = ctx.sizes == SMOKE
     n = SMOKE_ENTRIES if smoke else ENTRIES

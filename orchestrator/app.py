@@ -67,7 +67,7 @@ def check_sizes(config: Config, role: Role) -> None:
 
 def with_web(config: Config, address: str) -> Config:
     """``up --web [HOST:]PORT`` in force over the file's ``web:``."""
-    from orchestrator.web.settings import parse_address
+    from orchestrator.config.web import parse_address
 
     try:
         return config.model_copy(update={"web": parse_address(address, config.web)})

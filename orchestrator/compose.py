@@ -22,7 +22,6 @@ from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.extension import ExtensionFactory
 from orchestrator.supervisor.loop import Supervisor
 from orchestrator.supervisor.nodes import NodeRecords
-from orchestrator.web.attach import Attachment
 
 FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass)
 
@@ -31,7 +30,11 @@ def features(config: Config) -> Sequence[ExtensionFactory]:
     """The features of ``config``: every team's, and the dashboard with the spans per run when asked for
     (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
     if config.web is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return (*FEATURES, Attachment)
+        # the server's packages (starlette, uvicorn, prometheus-client) load only for a team that asks for them;
+        # `up` has checked they are installed (app.check_web) before it gets here
+        from orchestrator.web.extension import Dashboard
+
+        return (*FEATURES, Dashboard)
     return FEATURES
 
 

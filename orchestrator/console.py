@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from orchestrator import tables
 from orchestrator.core.text import printable as _printable
 from orchestrator.core.turn import at_turn_end
-from orchestrator.memory.status_lines import lines as memory_lines
 
 if TYPE_CHECKING:
     import asyncio
@@ -541,6 +540,23 @@ def render_view(snap: dict[str, Any]) -> Group:
     parts.append(Text("last events:", style="bold"))
     parts += [Text(line) for line in snap.get("events", [])]
     return Group(*parts)
+
+
+def memory_lines(memory: dict[str, Any] | None) -> list[str]:
+    """Status's lines of the memory part of a snapshot (``memory.status``'s JSON), none when nothing waits.
+
+    Drawn here from the JSON, as wakes and pauses are, so the printer needs no feature below it.
+    """
+    if not memory:
+        return []
+    if "unavailable" in memory:
+        return [f"memory: unavailable: {memory['unavailable']}"]
+    out = []
+    for key, count in (memory.get("waiting_for_summary") or {}).items():
+        layer, period = key.split(" ", 1)
+        summary = "weekly" if layer == "daily" else "monthly"  # the layer whose summary a waiting entry needs
+        out.append(f"memory: {count} {layer} entries past retention wait for a {summary} summary of {period}")
+    return out
 
 
 def pause_lines(snap: dict[str, Any]) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import Project, wait_for
+from orchestrator.config import grants
 from orchestrator.control import authority, callers
 from orchestrator.control.authority import PERSON, Caller, Level
 from orchestrator.control.callers import LiveRun, UnknownCallerError
@@ -212,11 +213,11 @@ def test_the_default_grants_and_what_may_changes() -> None:
 
 
 def test_may_names_known_grants_once() -> None:
-    assert authority.check_may(["stop", "-send"]) == ["stop", "-send"]
+    assert grants.check_may(["stop", "-send"]) == ["stop", "-send"]
     with pytest.raises(ValueError, match="unknown grant 'sotp'; known: send, memory"):
-        authority.check_may(["sotp"])
+        grants.check_may(["sotp"])
     with pytest.raises(ValueError, match="named twice"):
-        authority.check_may(["stop", "-stop"])
+        grants.check_may(["stop", "-stop"])
 
 
 def test_may_in_roles_yaml_is_checked_at_load(project: Project) -> None:

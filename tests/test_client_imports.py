@@ -38,7 +38,6 @@ CLIENT_MODULES = {
     "orchestrator.intake",
     "orchestrator.intake.names",
     "orchestrator.memory",
-    "orchestrator.memory.status_lines",
     "orchestrator.tables",
 }
 

@@ -1,5 +1,5 @@
 """Unit tests of the pure parts: memo names, front matter, moves (memo.py), prompt templates (prompts.py),
-and roles.yaml parsing (config.py). No orchestrator process is started here."""
+and roles.yaml parsing (config). No orchestrator process is started here."""
 
 from __future__ import annotations
 

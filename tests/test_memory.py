@@ -17,6 +17,7 @@ from test_replay import play
 
 from conftest import Project, wait_for
 from orchestrator.config import load_config
+from orchestrator.config.memory import parse_monthly_at, parse_weekly_at
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import MemoryRefusedError
 from orchestrator.memory import rules
@@ -86,20 +87,20 @@ def test_periods_must_fit_their_layer() -> None:
 
 
 def test_due_moments_in_the_week_and_the_month() -> None:
-    sunday = rules.parse_weekly_at("sun 23:00")
+    sunday = parse_weekly_at("sun 23:00")
     at = datetime(2026, 12, 6, 23, 30).astimezone()
     moment, week = rules.last_weekly_due(sunday, at)
     assert (moment.day, moment.hour, week) == (6, 23, "2026-W49")
     moment, week = rules.last_weekly_due(sunday, datetime(2026, 12, 6, 22, 0).astimezone())
     assert (moment.day, week) == (29, "2026-W48")
     assert rules.next_weekly_due(sunday, at).day == 13
-    first = rules.parse_monthly_at("1 00:30")
+    first = parse_monthly_at("1 00:30")
     moment, month = rules.last_monthly_due(first, datetime(2027, 1, 1, 1, 0).astimezone())
     assert (moment.month, month) == (1, "2026-12")
     assert rules.next_monthly_due(first, datetime(2026, 12, 15).astimezone()).month == 1
     for bad in ("sunday", "xyz 10:00", "sun 25:00"):
         with pytest.raises(ValueError):
-            rules.parse_weekly_at(bad)
+            parse_weekly_at(bad)
 
 
 def test_over_budget_the_oldest_least_important_go_first_and_a_line_says_so() -> None:

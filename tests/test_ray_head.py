@@ -17,12 +17,12 @@ import pytest
 
 from conftest import Project
 from orchestrator.agents.ray.agent import RayAttempt
-from orchestrator.agents.ray.settings import ExecutorSettings
 from orchestrator.agents.ray.spawner import LOST_EXIT, RaySpawner
 from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import load_config
+from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
 

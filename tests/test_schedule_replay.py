@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
+from orchestrator.config import when
 from orchestrator.schedule import records, rules
 from orchestrator.schedule.probes import Probe, ProbeResult
 from replay import Replay
@@ -186,7 +187,7 @@ def test_a_clock_that_jumps_neither_fires_twice_nor_misses(tmp_path: Path) -> No
 
 def test_dst_gap_and_repeat_fire_once() -> None:
     tz = ZoneInfo("America/New_York")
-    gap = rules.Rule("daily", at=rules.parse_time_of_day("02:30"))
+    gap = when.Rule("daily", at=when.parse_time_of_day("02:30"))
     # 2026-03-08: 02:00 -> 03:00 (02:30 does not exist); the task is due once, at 03:30 EDT
     anchor = datetime(2026, 3, 7, 12, 0, tzinfo=tz)
     first = rules.due_at(gap, datetime(2026, 3, 7, 2, 31, tzinfo=tz).astimezone(UTC), anchor, tz)
@@ -194,7 +195,7 @@ def test_dst_gap_and_repeat_fire_once() -> None:
     after = rules.due_at(gap, first + timedelta(minutes=1), anchor, tz)
     assert after is not None and after.astimezone(tz).date().isoformat() == "2026-03-09"
     # 2026-11-01: 01:00-02:00 happens twice; 01:30 counts at its first pass only
-    repeat = rules.Rule("daily", at=rules.parse_time_of_day("01:30"))
+    repeat = when.Rule("daily", at=when.parse_time_of_day("01:30"))
     due = rules.due_at(repeat, datetime(2026, 10, 31, 2, 0, tzinfo=tz).astimezone(UTC), anchor, tz)
     assert due is not None and due.astimezone(tz).isoformat() == "2026-11-01T01:30:00-04:00"
     second_pass = datetime(2026, 11, 1, 6, 31, tzinfo=UTC)  # 01:31 EST, the repeat
@@ -304,13 +305,13 @@ def test_a_wall_clock_that_goes_back_does_not_stall_the_heartbeat(tmp_path: Path
 
 
 def test_the_default_zone_is_the_machines_with_its_dst_rules(monkeypatch: Any) -> None:
-    from orchestrator.schedule.settings import zone
+    from orchestrator.config.schedule import zone
 
     monkeypatch.setenv("TZ", "America/New_York")
     tz = zone(None)
     winter, summer = datetime(2026, 1, 15, 12, tzinfo=tz), datetime(2026, 7, 15, 12, tzinfo=tz)
     assert winter.utcoffset() == timedelta(hours=-5) and summer.utcoffset() == timedelta(hours=-4)
-    daily = rules.Rule("daily", at=rules.parse_time_of_day("21:00"))
+    daily = when.Rule("daily", at=when.parse_time_of_day("21:00"))
     before = datetime(2026, 3, 7, 22, 0, tzinfo=tz).astimezone(UTC)  # the evening before the spring change
     after = rules.due_at(daily, before, before, tz)
     assert after is not None and after.astimezone(tz).strftime("%Y-%m-%d %H:%M") == "2026-03-08 21:00"

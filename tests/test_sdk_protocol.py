@@ -27,9 +27,9 @@ from orchestrator.agents.sdk.protocol import (
     parse_event,
     parse_spec,
 )
-from orchestrator.agents.sdk.settings import SdkSettings, SystemPromptPreset
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Role
+from orchestrator.config.sdk import SdkSettings, SystemPromptPreset
 
 EVENTS = [  # each event as a model, and as the runner's docstring documents it on the wire
     (SessionEvent(session_id="s-1"), {"event": "session", "session_id": "s-1"}),

@@ -9,11 +9,11 @@ import socket
 
 import pytest
 
+from orchestrator.config.web import WebSettings, parse_address
 from orchestrator.web import peers
 from orchestrator.web.hub import Hub, _new_count
 from orchestrator.web.metrics import reason_class
 from orchestrator.web.security import COOKIE, Door
-from orchestrator.web.settings import WebSettings, parse_address
 
 DOOR = Door.for_server(WebSettings(port=0), 8765, "tok")
 DOOR = Door(DOOR.token, DOOR.hosts, DOOR.origins, session="sess")

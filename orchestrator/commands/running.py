@@ -25,7 +25,12 @@ from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageEr
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``orchestrator status``: what runs, what waits, what ended."""
-    snap = collect_status(project_root(args))
+    root = project_root(args)
+    snap = collect_status(root)
+    if not snap["running"]:  # what the memory database says, read only when no orchestrator answered
+        from orchestrator.memory import status as memory_status
+
+        snap["memory"] = memory_status.offline(root)
     return show(args.json, snap, console.print_status)
 
 

@@ -19,11 +19,10 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Role
+from orchestrator.config import Role, RoleRun
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
 from orchestrator.continuity.context import ContextProblem, context_paths, read_context
-from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
 from orchestrator.intake.memo import header_tasks, parse_front_matter
@@ -122,7 +121,7 @@ class Continuity(Extension):
         return None
 
     # ------------------------------------------------------------ the prompt
-    def sections(self, run: Run) -> dict[str, str]:
+    def sections(self, run: RoleRun) -> dict[str, str]:
         """``$context``, ``$handoff`` and ``$journal`` for the run (expired handoff items are dropped first)."""
         role = run.role
         notes: list[str] = []
@@ -139,11 +138,11 @@ class Continuity(Extension):
         self.pending_notes[run.run_id] = notes
         return values
 
-    def notes(self, run: Run) -> list[str]:
+    def notes(self, run: RoleRun) -> list[str]:
         """Notes for the very top of the prompt (computed while the sections were filled)."""
         return self.pending_notes.pop(run.run_id, [])
 
-    def _handoff_section(self, run: Run, notes: list[str]) -> str:
+    def _handoff_section(self, run: RoleRun, notes: list[str]) -> str:
         role = run.role.name
         handoff = ho.read_handoff(self.config, role)
         rel = f"memo/{role}/{ho.HANDOFF}"
@@ -209,7 +208,7 @@ class Continuity(Extension):
         self.recent[role.name] = (after, (cached[1] + added)[-role.journal_in_prompt :])
 
     # ------------------------------------------------------------ the end of a run
-    def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
         """Journal entry first, then the handoff (death note or its removal), then the version snapshot."""
         if run.seq is None:  # a memo rejected before any agent: no run of the role to record
             return
@@ -224,7 +223,7 @@ class Continuity(Extension):
             self.seen_note.pop(run.run_id, None)
             self.pending_notes.pop(run.run_id, None)
 
-    def _cap_warning(self, run: Run, handoff: ho.Handoff) -> str | None:
+    def _cap_warning(self, run: RoleRun, handoff: ho.Handoff) -> str | None:
         if not handoff.usable:
             return None
         size, cap = len(handoff.text.encode("utf-8")), run.role.handoff_max_bytes
@@ -234,7 +233,7 @@ class Continuity(Extension):
         self.console.line(f"warning: {warning} (run {run.run_id})", role=run.role.name)
         return warning
 
-    def _journal(self, run: Run, state: RunState, reason: str | None, warning: str | None) -> None:
+    def _journal(self, run: RoleRun, state: RunState, reason: str | None, warning: str | None) -> None:
         role = run.role.name
         folder = self.config.role_dir(role) / jn.JOURNAL
         started = run.started_at  # a first attempt's own start; a later one's run started with its first
@@ -264,7 +263,7 @@ class Continuity(Extension):
         self.problems.pop(role, None)
 
     def entry_text(
-        self, run: Run, state: RunState, reason: str | None, warning: str | None, started: str | None, now: datetime
+        self, run: RoleRun, state: RunState, reason: str | None, warning: str | None, started: str | None, now: datetime
     ) -> str:
         """The Markdown of the run's journal entry, its marker line first."""
         start, end = _hhmm(started), _hhmm(now)
@@ -296,7 +295,7 @@ class Continuity(Extension):
         lines += ["", "Closing words:", "", jn.quote(closing) if closing.strip() else "> (none)", "", ""]
         return "\n".join(lines)
 
-    def _tasks(self, run: Run) -> list[str]:
+    def _tasks(self, run: RoleRun) -> list[str]:
         out: list[str] = []
         for memo in run.memos:
             if memo.tasks is not None:  # read at the claim
@@ -309,17 +308,17 @@ class Continuity(Extension):
             out += header_tasks(parse_front_matter(text).extra)
         return out
 
-    def _transcript(self, run: Run) -> list[dict[str, Any]]:
+    def _transcript(self, run: RoleRun) -> list[dict[str, Any]]:
         return jn.transcript_lines(self.config.state_dir / "runs" / str(run.run_id) / "transcript.jsonl")
 
-    def _closing_words(self, run: Run) -> str:
+    def _closing_words(self, run: RoleRun) -> str:
         """The SDK result text, or for command roles the last lines of the agent's output (its log)."""
         if run.role.backend == "sdk":
             text = jn.sdk_result_text(self._transcript(run))
             return jn.capped((text or "").splitlines())
         return jn.capped(notices.log_tail(run.log_path, jn.CLOSING_LINES))
 
-    def _handoff_after(self, run: Run, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
+    def _handoff_after(self, run: RoleRun, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
         role = run.role.name
         text = handoff.text
         if state in DIED:
@@ -337,7 +336,7 @@ class Continuity(Extension):
         except OSError as exc:
             self.console.line(f"handoff: cannot update memo/{role}/{ho.HANDOFF}: {exc}", role=role)
 
-    def death_note(self, run: Run, state: RunState, reason: str | None) -> str:
+    def death_note(self, run: RoleRun, state: RunState, reason: str | None) -> str:
         """The orchestrator's section after a run died: what it was doing, on what, for how long, where its log is."""
         now = self.clock.now().astimezone()
         ran = run.last_ran if run.last_ran is not None else None
@@ -391,7 +390,7 @@ class Continuity(Extension):
                 break
         return tool, said
 
-    def _tell_over_cap(self, run: Run, text: str) -> None:
+    def _tell_over_cap(self, run: RoleRun, text: str) -> None:
         """With ``notify`` set, that role is told once that the handoff is over its cap (again once it was under)."""
         role = run.role.name
         flag = ho.versions_dir(self.config, role) / "told-over-cap"

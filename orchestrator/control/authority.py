@@ -20,39 +20,18 @@ may do everything. An agent gets, by default::
 work), ``may: [-send]`` lowers it to ``none``. Some commands need ``any`` whatever
 they touch: ``cancel --role``, ``cancel --all``, ``handoff --restore``, ``task
 drop``. Reads (``status``, ``history``, ``journal``, ``trace``, ``schedule``,
-``task list``) are open to every caller. Pure: no I/O, and light enough for
-``config`` to validate ``may:`` with ``check_may``.
+``task list``) are open to every caller. Pure: no I/O. The grant names and
+``check_may`` live in ``config.grants``, below ``config``, which validates ``may:`` with them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
-from orchestrator.memory.rules import TEAM
-
-
-class Level(IntEnum):
-    """How far a grant reaches."""
-
-    NONE = 0
-    OWN = 1  # the caller's own role's work
-    ANY = 2  # every role's work
-
-
-DEFAULTS: dict[str, Level] = {
-    "send": Level.ANY,
-    "memory": Level.OWN,
-    "cancel": Level.OWN,
-    "wake": Level.OWN,
-    "task": Level.OWN,
-    "handoff": Level.OWN,
-    "stop": Level.NONE,
-    "release": Level.NONE,
-}
-GRANTS = tuple(DEFAULTS)
+from orchestrator.config.grants import DEFAULTS, Level
+from orchestrator.config.memory import TEAM
 
 # every command a caller is checked for: the grant it needs, and whether the grant's ``own`` level is enough
 COMMANDS: dict[str, tuple[str, bool]] = {
@@ -81,21 +60,6 @@ _NOT_OWN = {
     "task": "another role",
     "handoff": "another role",
 }
-
-
-def check_may(items: list[str]) -> list[str]:
-    """``may:`` of a role: grant names, each raising it (``stop``) or lowering it (``-send``), once each."""
-    seen: dict[str, str] = {}
-    for item in items:
-        name = item.removeprefix("-")
-        if name not in DEFAULTS:
-            raise ValueError(
-                f"unknown grant {item!r}; known: {', '.join(GRANTS)} (each may be written -NAME to take it away)"
-            )
-        if name in seen:
-            raise ValueError(f"{name!r} is named twice ({seen[name]!r} and {item!r}); name each grant once")
-        seen[name] = item
-    return items
 
 
 def grants(may: Iterable[str], *, memory_keeper: bool = False) -> dict[str, Level]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.core.run import Run
+from orchestrator.config import RoleRun
 from orchestrator.intake.memo import INBOX, MemoHeader, is_memo_name, parse_front_matter, read_head
 from orchestrator.store import Store
 
@@ -24,7 +24,7 @@ class Candidate:
     name: str
     path: Path
     memo_id: str | None
-    run: Run | None = None
+    run: RoleRun | None = None
 
     def describe(self) -> str:
         state = self.run.state.value if self.run else "queued"
@@ -52,7 +52,7 @@ def inbox_files(role_dir: Path) -> list[Path]:
         return []
 
 
-def find(runs: Iterable[Run], roles: Iterable[str], role_dir: Callable[[str], Path], query: str) -> list[Candidate]:
+def find(runs: Iterable[RoleRun], roles: Iterable[str], role_dir: Callable[[str], Path], query: str) -> list[Candidate]:
     """Every live or waiting memo the query names, runs first (a batch run once)."""
     qpath = Path(query) if ("/" in query or query.endswith(".md")) and os.path.isabs(query) else None
     found: list[Candidate] = []
@@ -70,7 +70,7 @@ def find(runs: Iterable[Run], roles: Iterable[str], role_dir: Callable[[str], Pa
     return found
 
 
-def role_candidates(runs: Iterable[Run], role: str, role_dir: Path) -> list[Candidate]:
+def role_candidates(runs: Iterable[RoleRun], role: str, role_dir: Path) -> list[Candidate]:
     """All of one role's live and waiting work."""
     out = [
         Candidate(role, run.memos[0].name, run.memos[0].path, run.memos[0].memo_id, run)

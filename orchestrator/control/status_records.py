@@ -1,4 +1,5 @@
-"""``orchestrator status`` without a running orchestrator: the runs the database has as live and the recent ones."""
+"""``orchestrator status`` without a running orchestrator: the runs the database has as live and the recent ones
+(the memory part is the command's to add: memory is a layer above this one)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 from orchestrator.core.states import UNFINISHED
 from orchestrator.core.view import RunView
 from orchestrator.intake.names import held_counts
-from orchestrator.memory import status as memory_status
 from orchestrator.store import Store
 
 RECENT_RUNS = 20
@@ -32,5 +32,4 @@ def recorded(root: Path) -> dict[str, Any]:
             snap["recent"] = [RunView.from_row(r).to_json() for r in store.recent_runs(RECENT_RUNS)]
         finally:
             store.close()
-    snap["memory"] = memory_status.offline(root)
     return snap

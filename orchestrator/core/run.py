@@ -6,13 +6,15 @@ state only by its ``transition``, which checks it against ``states.ALLOWED``; ev
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.states import RunState
+
+if TYPE_CHECKING:
+    import asyncio  # its handles are only annotations here; config, which names Run, need not load it
 
 
 class RoleLike(Protocol):

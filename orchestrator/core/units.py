@@ -3,7 +3,7 @@ turns off.
 
 It imports nothing of the project, so ``config``, the feature settings it is built from (``schedule``, ``memory``,
 ``retention``, ``agents/ray``, ``agents/sdk``) and the wire models can all stand on it without a circle.
-``config_errors`` recognises the markers below (``DURATION``, ``OFF``, ``Expect``) to say in its one-line errors
+``config.errors`` recognises the markers below (``DURATION``, ``OFF``, ``Expect``) to say in its one-line errors
 what a key expects.
 """
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.intake.memo import INBOX, NAME_MAX, fit_name, new_memo_id, render_memo, slug, write_atomically
 
 if TYPE_CHECKING:
-    from orchestrator.config import Config
-    from orchestrator.core.run import MemoRef, Run
+    from orchestrator.config import Config, RoleRun
+    from orchestrator.core.run import MemoRef
     from orchestrator.core.states import RunState
     from orchestrator.store import Store
 
@@ -88,7 +88,7 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> list[str]:
     return data.splitlines()[-lines:]
 
 
-def failure_reason_text(run: Run, state: RunState, reason: str, attempts: Iterable[dict[str, Any]]) -> str:
+def failure_reason_text(run: RoleRun, state: RunState, reason: str, attempts: Iterable[dict[str, Any]]) -> str:
     """The reason file: what happened on each attempt and the end of the agent's log (``fit_reason`` cuts it)."""
     out = [
         f"{state.value}: {cut_line(reason)}",
@@ -143,7 +143,7 @@ def _about_run(notify: str, first: MemoRef, subject: str, tag: str) -> dict[str,
     }
 
 
-def _memo_lines(run: Run, moved: list[Path], root: Path) -> list[str]:
+def _memo_lines(run: RoleRun, moved: list[Path], root: Path) -> list[str]:
     """One line per memo, the first ``NAMES_SHOWN`` of them, then one saying how many more and where they are."""
     lines = []
     for memo, path in zip(run.memos[:NAMES_SHOWN], moved, strict=False):
@@ -158,7 +158,7 @@ def _memo_lines(run: Run, moved: list[Path], root: Path) -> list[str]:
 def write_cancel_notice(
     config: Config,
     notify: str,
-    run: Run,
+    run: RoleRun,
     moved: list[Path],
     *,
     who: str,
@@ -199,7 +199,7 @@ def write_cancel_notice(
 def write_failure_notice(
     config: Config,
     notify: str,
-    run: Run,
+    run: RoleRun,
     state: RunState,
     reason: str,
     moved: list[Path],
@@ -227,7 +227,7 @@ def write_failure_notice(
 
 
 def write_warning_notice(
-    config: Config, notify: str, run: Run, warning: str, moved: list[Path], now: datetime | None = None
+    config: Config, notify: str, run: RoleRun, warning: str, moved: list[Path], now: datetime | None = None
 ) -> Path:
     """Tell the coordinator that work was archived as done with a warning (tool calls refused, ``on_denied: warn``)."""
     first = run.memos[0]

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from orchestrator.config import RoleRun
+from orchestrator.config.memory import parse_monthly_at, parse_weekly_at
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import MemoryUnavailableError
-from orchestrator.core.run import Run
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB
@@ -90,14 +91,14 @@ class MemoryCurator(Extension):
         self.section = MemorySection(config, host.clock, host.console.line)
         self.path = db_path(config.state_dir)
         self.timer: Timer | None = None
-        self.weekly = rules.parse_weekly_at(self.settings.weekly_at)
-        self.monthly = rules.parse_monthly_at(self.settings.monthly_at)
+        self.weekly = parse_weekly_at(self.settings.weekly_at)
+        self.monthly = parse_monthly_at(self.settings.monthly_at)
         self.written: list[str] = []  # memo names written by this curator, for tests and the log
 
     def handlers(self) -> Mapping[type, Handler]:
         return {MemoryDue: self.due}
 
-    def sections(self, run: Run) -> dict[str, str]:
+    def sections(self, run: RoleRun) -> dict[str, str]:
         return self.section(run)
 
     def start(self) -> None:

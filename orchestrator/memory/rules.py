@@ -12,17 +12,16 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from orchestrator.config.memory import MonthlyAt, WeeklyAt
+
 LAYERS = ("daily", "weekly", "monthly", "core")
 CATEGORIES = ("value", "belief", "insight", "relationship", "event", "learning", "other")
 SOURCES = ("agent", "supervisor", "owner")
-TEAM = "team"
 SUPERVISOR_BONUS = 2
-WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 _DAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
-_CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
 
 
 def effective_importance(importance: int, source: str) -> int:
@@ -153,45 +152,6 @@ def _fit(groups: Sequence[Group], max_lines: int, max_bytes: int) -> tuple[list[
 
 
 # ---------------------------------------------------------------- due moments
-@dataclass(frozen=True)
-class WeeklyAt:
-    weekday: int  # 0 = Monday
-    hour: int
-    minute: int
-
-
-@dataclass(frozen=True)
-class MonthlyAt:
-    day: int
-    hour: int
-    minute: int
-
-
-def _clock(text: str, what: str) -> tuple[int, int]:
-    match = _CLOCK.match(text)
-    if not match:
-        raise ValueError(f"expected {what} with a time such as 23:00, got {text!r}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def parse_weekly_at(text: str) -> WeeklyAt:
-    """``sun 23:00`` -> weekday and time."""
-    parts = str(text).lower().split()
-    if len(parts) != 2 or parts[0][:3] not in WEEKDAYS:
-        raise ValueError(f"expected a weekday and a time such as 'sun 23:00', got {text!r}")
-    hour, minute = _clock(parts[1], "a weekday")
-    return WeeklyAt(WEEKDAYS.index(parts[0][:3]), hour, minute)
-
-
-def parse_monthly_at(text: str) -> MonthlyAt:
-    """``1 00:30`` -> day of the month (1-28) and time."""
-    parts = str(text).split()
-    if len(parts) != 2 or not parts[0].isdigit() or not 1 <= int(parts[0]) <= 28:
-        raise ValueError(f"expected a day of the month (1-28) and a time such as '1 00:30', got {text!r}")
-    hour, minute = _clock(parts[1], "a day of the month")
-    return MonthlyAt(int(parts[0]), hour, minute)
-
-
 def last_weekly_due(spec: WeeklyAt, now: datetime) -> tuple[datetime, str]:
     """The latest weekly due moment at or before ``now`` and the ISO week it compacts.
 

@@ -11,6 +11,7 @@ from datetime import date
 from typing import Any
 
 from orchestrator.config import Config
+from orchestrator.config.memory import TEAM
 from orchestrator.core.clock import Clock
 from orchestrator.core.errors import MemoryUnavailableError
 from orchestrator.memory import rules
@@ -23,7 +24,7 @@ LOOP_WAIT = 0.5  # inside the supervisor's loop a locked database is waited for 
 
 def render_for(db: MemoryDB, role: str, today: date, lines: int, size: int) -> str:
     """The text of ``$memory`` for ``role``: its and team's entries, within the budget."""
-    loaded = db.prompt_groups([role, rules.TEAM], today, most=lines)
+    loaded = db.prompt_groups([role, TEAM], today, most=lines)
     groups = [rules.Group(title, entries, unread) for title, entries, unread in loaded]
     return rules.render_memory(groups, lines, size) or NO_MEMORY
 

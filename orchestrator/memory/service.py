@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.memory import TEAM
 from orchestrator.core.errors import MemoryRefusedError, SecretRefusedError, UsageError
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB
 
 if TYPE_CHECKING:
-    from orchestrator.memory.settings import MemorySettings
+    from orchestrator.config.memory import MemorySettings
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,11 @@ class Memory:
 
     # ------------------------------------------------------------ scope
     def _check_role(self, role: str, verb: str) -> None:
-        if role != rules.TEAM and role not in self.roles:
-            raise UsageError(f"memory {verb}: unknown role {role!r}; known: {', '.join([*self.roles, rules.TEAM])}")
+        if role != TEAM and role not in self.roles:
+            raise UsageError(f"memory {verb}: unknown role {role!r}; known: {', '.join([*self.roles, TEAM])}")
 
     def _may_name(self, role: str, verb: str) -> None:
-        if not self.caller.in_agent or role in (self.caller.role, rules.TEAM):
+        if not self.caller.in_agent or role in (self.caller.role, TEAM):
             return
         if self.settings.curator and self.caller.role == self.settings.curator:
             return
@@ -80,7 +81,7 @@ class Memory:
             self._may_name(role, verb)
             return [role]
         if self.caller.in_agent:
-            return [r for r in (self.caller.role, rules.TEAM) if r]
+            return [r for r in (self.caller.role, TEAM) if r]
         return None
 
     def _entry(self, entry_id: int, verb: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from orchestrator.memory.db import MemoryDB
 from orchestrator.memory.db.schema import db_path
 
 if TYPE_CHECKING:
-    from orchestrator.memory.settings import MemorySettings
+    from orchestrator.config.memory import MemorySettings
 
 WAIT = 0.5  # status never waits long for a writer's lock
 

@@ -1,6 +1,6 @@
 """What a retention pass removes, read from the records and the folders; it changes nothing.
 
-The rules (``settings``) against one moment ``now``:
+The rules (``config.retention``) against one moment ``now``:
 
 - ``logs``, ``transcripts``: the log file (``.orchestrator/logs/<run>-<role>.log``) and the run folder
   (``.orchestrator/runs/<run>/``: an SDK run's transcript, events and result files) of every finished run
@@ -26,13 +26,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.retention import MEMO_FOLDERS, RetentionSettings
 from orchestrator.core.clock import iso
 from orchestrator.core.states import FINISHED, UNFINISHED
 from orchestrator.core.text import printable
 from orchestrator.intake import catalog
 from orchestrator.intake.memo import parse_front_matter, read_head
 from orchestrator.intake.notices import reason_path
-from orchestrator.retention.settings import MEMO_FOLDERS, RetentionSettings
 from orchestrator.schedule import records
 from orchestrator.store import RUN_END
 from orchestrator.supervisor import breaker

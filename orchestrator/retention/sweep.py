@@ -19,12 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.retention import RetentionSettings
 from orchestrator.core.clock import iso
 from orchestrator.core.text import printable
 from orchestrator.intake import memo_index
 from orchestrator.intake.notices import reason_path
 from orchestrator.retention.plan import KINDS, Item, Plan, plan
-from orchestrator.retention.settings import RetentionSettings
 from orchestrator.store import Store
 
 CHUNK = 500  # rows a transaction; files between two checks of ``stop``

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config import when
+from orchestrator.config.schedule import TaskSettings
 from orchestrator.schedule import records, rules
-from orchestrator.schedule.settings import TaskSettings
 
 if TYPE_CHECKING:
     from orchestrator.schedule.context import ScheduleContext
@@ -22,7 +23,7 @@ class Job:
 
     role: str
     name: str
-    rule: rules.Rule
+    rule: when.Rule
     text: str
     subject: str
     tags: tuple[str, ...] = ()

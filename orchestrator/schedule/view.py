@@ -12,16 +12,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config
+from orchestrator.config import Config, when
+from orchestrator.config.schedule import zone
 from orchestrator.core.clock import iso
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
 from orchestrator.core.units import parse_duration
 from orchestrator.intake.memo import new_memo_id
 from orchestrator.schedule import records, rules
-from orchestrator.schedule.settings import zone
 from orchestrator.store import Store
 
-LEDGER_PRIORITY = rules.DEFAULT_PRIORITY["once"]  # a one-off task ranks as a `once` task unless told otherwise
+LEDGER_PRIORITY = when.DEFAULT_PRIORITY["once"]  # a one-off task ranks as a `once` task unless told otherwise
 
 
 def _store(config: Config, readonly: bool) -> Store | None:
@@ -112,7 +112,7 @@ def parse_due(text: str | None, now: datetime, config: Config) -> datetime:
     try:
         if text.startswith("+"):
             return now + timedelta(seconds=parse_duration(text[1:]))
-        return rules.parse_moment(text, zone(config.timezone))
+        return when.parse_moment(text, zone(config.timezone))
     except ValueError as exc:
         raise UsageError(f"orchestrator task add: --due {text!r}: {exc} (or +DURATION such as +2h)") from None
 

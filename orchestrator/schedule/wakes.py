@@ -30,10 +30,11 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config import RoleRun
+from orchestrator.config.schedule import zone
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import ControlError, UsageError
 from orchestrator.core.events import RunFinished, ScheduleChanged, WakeRequested
-from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.schedule import records, rules
 from orchestrator.schedule.context import ScheduleContext
@@ -42,7 +43,6 @@ from orchestrator.schedule.holds import WakeHolds
 from orchestrator.schedule.jobs import Job, Jobs
 from orchestrator.schedule.preflight import PreflightGate, preflight_probes
 from orchestrator.schedule.probes import Probe, ProbeResult
-from orchestrator.schedule.settings import zone
 from orchestrator.schedule.writer import MemoWriter, wake_text
 from orchestrator.supervisor.extension import Extension, Handler, Host
 
@@ -367,7 +367,7 @@ class Wakes(Extension):
     # ------------------------------------------------------------------ the end of a wake
     def on_finished(self, event: RunFinished) -> None:
         """Done means the run succeeded: its wake's tasks are marked done then, and only then."""
-        run: Run = event.run
+        run: RoleRun = event.run
         changed = False
         for memo in run.memos:
             wake = records.wake(self.db, memo.memo_id) if memo.memo_id in self.wake_ids else None
@@ -395,7 +395,7 @@ class Wakes(Extension):
             self.arm()
 
     # ------------------------------------------------------------------ prompts
-    def sections(self, run: Run) -> dict[str, str]:
+    def sections(self, run: RoleRun) -> dict[str, str]:
         """``$tasks`` and ``$signals`` of a wake (empty for other memos) and ``$time`` in the team's zone."""
         out = {"time": self.clock.now().astimezone(self.tz).strftime("%H:%M")}
         for memo in run.memos:

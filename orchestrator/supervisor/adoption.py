@@ -30,11 +30,11 @@ from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.agents.command import adopt_command, recorded_command
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spec import LaunchSpec
-from orchestrator.config import Config, Role
+from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
 from orchestrator.core.events import Event, RunExited, RunFinished, StallCheck, StopDone, TimeoutFired
-from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
 from orchestrator.supervisor.extension import Extension
@@ -167,7 +167,7 @@ class Adopter(Extension):
         self._remover.submit(_remove_all, spent)
 
     # ------------------------------------------------------------ helpers
-    def _recorded(self, run: Run, row: dict[str, Any]) -> Agent:
+    def _recorded(self, run: RoleRun, row: dict[str, Any]) -> Agent:
         """The handle of an attempt that ended while the orchestrator was down; an ``sdk`` one has its figures and
         failure reason from its files, and its group to sweep unless another process took that pid."""
         if run.role.backend != "sdk":
@@ -177,7 +177,7 @@ class Adopter(Extension):
         pid = row["pid"] if row.get("pid") and self._group_is_the_runs(row) else None
         return recorded_sdk(self._spec(run), pid)
 
-    def _spec(self, run: Run) -> LaunchSpec:
+    def _spec(self, run: RoleRun) -> LaunchSpec:
         return LaunchSpec(
             run_id=run.run_id,
             attempt=run.attempt,

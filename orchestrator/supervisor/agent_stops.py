@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.agents.spawner import Spawner
+from orchestrator.config import RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.events import Event, StopDone
-from orchestrator.core.run import Run
 
 
 class AgentStops:
@@ -34,7 +34,7 @@ class AgentStops:
         self.tasks: dict[tuple[int, int], asyncio.Task[Any]] = {}
         self.sweeps: set[asyncio.Task[Any]] = set()
 
-    def stop(self, run: Run, grace: float, interrupt_first: bool = False) -> None:
+    def stop(self, run: RoleRun, grace: float, interrupt_first: bool = False) -> None:
         """Start the stop task for the run's current attempt, once."""
         key = (run.run_id, run.attempt)
         if key in self.tasks:
@@ -66,7 +66,7 @@ class AgentStops:
         self.sweeps.add(task)
         task.add_done_callback(self.sweeps.discard)
 
-    def sweep(self, run: Run) -> None:
+    def sweep(self, run: RoleRun) -> None:
         """Stop what an exited attempt left in its process group."""
         agent = run.agent
         if agent is None or not self.spawner.left_behind(agent):

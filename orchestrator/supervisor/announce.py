@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.config import Config
+from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.clock import Clock, iso
 from orchestrator.core.events import RunFinished
-from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.core.view import CancelView, RunView
 from orchestrator.intake import notices
@@ -141,7 +140,7 @@ class Announcer:
             reason=reason,
         ).to_json()
 
-    def _ran(self, run: Run, previous: RunState) -> float | None:
+    def _ran(self, run: RoleRun, previous: RunState) -> float | None:
         """How long the agent had run: the current attempt, or the last one for a run waiting for its retry."""
         if previous.live and run.started_mono is not None:
             return run.elapsed(self.clock.monotonic())

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from orchestrator.config import Config
+from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
-from orchestrator.core.run import Run
 from orchestrator.store import Store
 
 TEAM = "*"
@@ -60,7 +59,7 @@ class Budgets:
         self.console = console
         self.current: dict[str, str] = {}
 
-    def refresh(self, now: datetime, runs: Iterable[Run]) -> None:
+    def refresh(self, now: datetime, runs: Iterable[RoleRun]) -> None:
         """Recompute which daily budgets are spent (SDK-reported costs, finished and running)."""
         caps = {name: r.budget.per_day_usd for name, r in self.config.roles.items() if r.budget.per_day_usd}
         team_cap = self.config.budget.per_day_usd
@@ -84,7 +83,7 @@ class Budgets:
         return blocked_roles(self.current, list(self.config.roles))
 
 
-def _running_costs(runs: Iterable[Run]) -> dict[str, float]:
+def _running_costs(runs: Iterable[RoleRun]) -> dict[str, float]:
     """What each role's live sessions spent beyond what is already on record for their runs."""
     out: dict[str, float] = {}
     for run in runs:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config, Role
+from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.control.authority import Caller
 from orchestrator.control.protocol import Request
 from orchestrator.core.clock import Clock
 from orchestrator.core.events import RunFinished
-from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
 from orchestrator.supervisor.holds import Holds
@@ -43,7 +43,7 @@ class Host:
     holds: Holds
     store: Store  # the shared connection: an extension queries its own tables (and reads the runs) through it
     post: Callable[[Any], None]  # hand an event to the loop; it reaches the handler the extension declared
-    runs: Callable[[], Mapping[int, Run]]  # the live runs, read-only
+    runs: Callable[[], Mapping[int, RoleRun]]  # the live runs, read-only
     queues: Callable[[], Mapping[str, Collection[Path]]]  # per role, the memos queued in its inbox, read-only
     ending: Callable[[], bool]  # the orchestrator is ending: nothing new should start
     retry_waiting: Callable[[str], bool]  # a run of the role waits for its retry, due now
@@ -81,10 +81,10 @@ class Extension:
     def handlers(self) -> Mapping[type, Handler]:
         return {}
 
-    def sections(self, run: Run) -> dict[str, str]:
+    def sections(self, run: RoleRun) -> dict[str, str]:
         return {}
 
-    def notes(self, run: Run) -> list[str]:
+    def notes(self, run: RoleRun) -> list[str]:
         return []
 
     def check_memo(self, role: Role, ref: MemoRef, text: str) -> str | None:
@@ -93,16 +93,16 @@ class Extension:
     def check_holds(self) -> None:
         return None
 
-    def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
         return None
 
     def on_finished(self, event: RunFinished) -> None:
         return None
 
-    def on_transition(self, run: Run, old: RunState, new: RunState) -> None:
+    def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
         return None
 
-    def agent_env(self, run: Run) -> dict[str, str]:
+    def agent_env(self, run: RoleRun) -> dict[str, str]:
         return {}
 
     async def open(self) -> None:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from orchestrator.config import Config
+from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
 from orchestrator.control import authority, callers, lookup
 from orchestrator.control.authority import Caller
@@ -35,7 +35,6 @@ from orchestrator.control.protocol import (
 )
 from orchestrator.core.clock import Clock
 from orchestrator.core.errors import RefusedError
-from orchestrator.core.run import Run
 from orchestrator.intake import outbox
 from orchestrator.store import Store
 from orchestrator.supervisor.breaker import links_of, normal_sender
@@ -52,7 +51,7 @@ class Gate:
         store: Store,
         console: Console,
         clock: Clock,
-        runs: Callable[[], Iterable[Run]],
+        runs: Callable[[], Iterable[RoleRun]],
         find: Callable[[str], list[Candidate]],
     ) -> None:
         self.config = config
@@ -67,9 +66,11 @@ class Gate:
     def identify(self, pid: int) -> Caller:
         """The caller that process ``pid`` is; a pid that cannot be read is refused (and logged)."""
         live = [
-            LiveRun(run.run_id, run.role.name, run.pid)
+            LiveRun(run.run_id, run.role.name, agent.pid)
             for run in self.runs()
-            if run.pid is not None and not getattr(run.agent, "node", None)  # an agent elsewhere has no pid here
+            if (agent := run.agent) is not None
+            and agent.pid is not None
+            and agent.node is None  # elsewhere: no pid here
         ]
         try:
             return callers.identify(pid, live, self.config.root, os.getpid())

@@ -20,12 +20,12 @@ from typing import Any
 from orchestrator.agents import memo_list
 from orchestrator.agents.spawner import OnExit, Spawner
 from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
-from orchestrator.config import Config, Role
+from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
 from orchestrator.core.clock import Clock
 from orchestrator.core.events import AgentStarted, AgentStartFailed, Event, RunExited
-from orchestrator.core.run import MemoRef, Run
+from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import (
@@ -71,16 +71,16 @@ class Launcher:
         self.post = post
         self.tasks: set[asyncio.Task[Any]] = set()
         # extension points: prompt sections fill placeholders; memo checks may hold a memo back (held/)
-        self.sections: list[Callable[[Run], dict[str, str]]] = []
+        self.sections: list[Callable[[RoleRun], dict[str, str]]] = []
         self.memo_checks: list[Callable[[Role, MemoRef, str], str | None]] = []
         # notes put at the very top of a prompt (called after the sections), such as a handoff over its cap
-        self.notes: list[Callable[[Run], list[str]]] = []
+        self.notes: list[Callable[[RoleRun], list[str]]] = []
         # gates: more roles that start nothing now, asked again after each start (a usage-limit probe lets one
         # run through); each starting attempt is told to ``on_start``
         self.gates: list[Callable[[], list[str]]] = []
-        self.on_start: list[Callable[[Run], None]] = []
+        self.on_start: list[Callable[[RoleRun], None]] = []
         # more variables for an attempt's agent, asked once its start is on record (TRACEPARENT, web/otel.py)
-        self.env_hooks: list[Callable[[Run], dict[str, str]]] = []
+        self.env_hooks: list[Callable[[RoleRun], dict[str, str]]] = []
 
     # ------------------------------------------------------------ what next
     def schedule(self, blocked: list[str]) -> None:
@@ -215,7 +215,7 @@ class Launcher:
         self.lc.finish(run, RunState.FAILED, reason=reason, reason_text=reason + "\n")
 
     # ------------------------------------------------------------ attempts
-    def start_attempt(self, run: Run, first_text: str | None = None) -> None:
+    def start_attempt(self, run: RoleRun, first_text: str | None = None) -> None:
         """Take a slot, put the attempt on record, render the prompt and spawn the agent in a task."""
         role = run.role
         for hook in self.on_start:
@@ -284,7 +284,7 @@ class Launcher:
 
         return exited
 
-    def _render(self, run: Run, text: str, memos_file: Path | None = None) -> str:
+    def _render(self, run: RoleRun, text: str, memos_file: Path | None = None) -> str:
         sections: dict[str, str] = {}
         for section in self.sections:
             sections.update(section(run))

@@ -31,12 +31,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config, Role
+from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, KillReport
 from orchestrator.core.clock import Clock, iso
 from orchestrator.core.events import RetryDue, RunFinished
-from orchestrator.core.run import CancelOrder, MemoRef, Run
+from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState, check_transition
 from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
@@ -77,17 +77,17 @@ class Lifecycle:
         self.slots = slots
         self.listeners: list[Callable[[RunFinished], None]] = [on_finished]
         # called inside ``finish`` before the memos move (a journal entry must exist before the memo is archived)
-        self.before_finish: list[Callable[[Run, RunState, str | None], None]] = []
+        self.before_finish: list[Callable[[RoleRun, RunState, str | None], None]] = []
         # told of every state change after it is recorded (the dashboard's events); read-only listeners
-        self.on_transition: list[Callable[[Run, RunState, RunState], None]] = []
-        self.runs: dict[int, Run] = {}
-        self.retry_ready: dict[str, deque[Run]] = {name: deque() for name in config.roles}
+        self.on_transition: list[Callable[[RoleRun, RunState, RunState], None]] = []
+        self.runs: dict[int, RoleRun] = {}
+        self.retry_ready: dict[str, deque[RoleRun]] = {name: deque() for name in config.roles}
 
     def now(self) -> str:
         return iso(self.clock.now())
 
     # ------------------------------------------------------------ beginnings
-    def open(self, role: Role, memos: list[MemoRef], *, arrival: int, attempt: int, numbered: bool = False) -> Run:
+    def open(self, role: Role, memos: list[MemoRef], *, arrival: int, attempt: int, numbered: bool = False) -> RoleRun:
         """A new run in QUEUED, on record and in the table; ``numbered`` runs get the role's next run number."""
         run_id, seq = self.store.insert_run_numbered(
             numbered,
@@ -100,20 +100,20 @@ class Lifecycle:
             attempt=attempt,
             created_at=self.now(),
         )
-        run = Run(run_id=run_id, role=role, memos=memos, arrival=arrival, attempt=attempt, seq=seq)
+        run = RoleRun(run_id=run_id, role=role, memos=memos, arrival=arrival, attempt=attempt, seq=seq)
         run.log_path = self.config.state_dir / "logs" / f"{run_id}-{role.name}.log"
         self.runs[run_id] = run
         return run
 
     def rebuild(
         self, row: dict[str, Any], role: Role, memos: list[MemoRef], state: RunState, *, live: bool = False
-    ) -> Run:
+    ) -> RoleRun:
         """A run as its record says (recovery), in ``state``, not yet in the table.
 
         ``live``: its attempt goes on (adopted), so it keeps its start time and, for an ``sdk`` run, what its
         earlier attempts spent, so this attempt's figures add to them.
         """
-        run = Run(
+        run = RoleRun(
             run_id=row["run_id"],
             role=role,
             memos=memos,
@@ -131,7 +131,12 @@ class Lifecycle:
         return run
 
     def adopt(
-        self, run: Run, agent: AgentHandle | None = None, *, pid: int | None = None, create_time: float | None = None
+        self,
+        run: RoleRun,
+        agent: AgentHandle | None = None,
+        *,
+        pid: int | None = None,
+        create_time: float | None = None,
     ) -> None:
         """Put a rebuilt run into the table, so it can be finished like any other.
 
@@ -159,7 +164,7 @@ class Lifecycle:
             self.store.forget_memo_attempts(role, [old])
 
     # ------------------------------------------------------------ transitions
-    def transition(self, run: Run, new: RunState, *, order: CancelOrder | None = None, **fields: Any) -> None:
+    def transition(self, run: RoleRun, new: RunState, *, order: CancelOrder | None = None, **fields: Any) -> None:
         """Every state change passes here: checked against the table, slots kept, recorded, logged.
 
         ``order``: who asked to stop the run, given with the move into CANCELLING or INTERRUPTING; a run
@@ -182,7 +187,7 @@ class Lifecycle:
             self._call(hook, run, old, new)
 
     # ------------------------------------------------------------ attempts
-    def begin_attempt(self, run: Run) -> None:
+    def begin_attempt(self, run: RoleRun) -> None:
         """The run's next attempt (its first, or a retry that is due) begins: STARTING, on record."""
         role = run.role
         if run.state is RunState.RETRY_WAIT:
@@ -204,21 +209,21 @@ class Lifecycle:
             create_time=None,
         )
 
-    def attach(self, run: Run, agent: AgentHandle) -> None:
+    def attach(self, run: RoleRun, agent: AgentHandle) -> None:
         """The attempt's agent is started: the run holds its handle."""
         run.agent = agent
 
-    def arm(self, run: Run, name: str, delay: float, event: object) -> None:
+    def arm(self, run: RoleRun, name: str, delay: float, event: object) -> None:
         """The run's timer ``name`` (``timeout``, ``stall``): ``event`` is posted to the loop after ``delay``."""
         run.cancel_timers(name)
         run.timers[name] = self.clock.call_later(delay, self.post, event)
 
-    def exited(self, run: Run, code: int) -> None:
+    def exited(self, run: RoleRun, code: int) -> None:
         """The attempt's agent exited with ``code``: its timeout and stall checks are over."""
         run.exit_codes.append(code)
         run.cancel_timers("timeout", "stall")
 
-    def time_out(self, run: Run, stalled: str | None = None) -> None:
+    def time_out(self, run: RoleRun, stalled: str | None = None) -> None:
         """The attempt passed its timeout, or wrote nothing for its stall timeout (``stalled`` says so):
         TIMING_OUT, for the kill ladder to stop it."""
         if stalled is None:
@@ -228,15 +233,15 @@ class Lifecycle:
         run.cancel_timers("timeout")
         self.transition(run, RunState.TIMING_OUT, reason=stalled)
 
-    def stopped(self, run: Run, report: KillReport) -> None:
+    def stopped(self, run: RoleRun, report: KillReport) -> None:
         """The attempt's tree was stopped: how, for the cancel's record and receipt."""
         run.stop_report = report
 
-    def wait_for_end(self, run: Run, reply: asyncio.Future[Any]) -> None:
+    def wait_for_end(self, run: RoleRun, reply: asyncio.Future[Any]) -> None:
         """``reply`` is answered with the run's receipt when it ends."""
         run.waiters.append(reply)
 
-    def record_figures(self, run: Run, agent: AgentHandle, session: str | None) -> bool:
+    def record_figures(self, run: RoleRun, agent: AgentHandle, session: str | None) -> bool:
         """Figures an SDK agent reported (cost, tokens, session), stored with the run, summed over its attempts
         (``figures``); True when some were stored."""
         if session:
@@ -248,7 +253,7 @@ class Lifecycle:
         self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
         return True
 
-    def end_attempt(self, run: Run, outcome: str, reason: str | None, exit_code: int | None) -> None:
+    def end_attempt(self, run: RoleRun, outcome: str, reason: str | None, exit_code: int | None) -> None:
         """An attempt ended: its row completed (how, why, exit code)."""
         run.last_ran = run.elapsed(self.clock.monotonic())
         self.store.record_attempt(
@@ -262,20 +267,20 @@ class Lifecycle:
             log_path=str(run.log_path),
         )
 
-    def wait_for_retry(self, run: Run, delay: float, reason: str) -> None:
+    def wait_for_retry(self, run: RoleRun, delay: float, reason: str) -> None:
         """RETRY_WAIT for ``delay`` seconds (no slot held), then ``RetryDue`` is posted."""
         run.next_attempt_at = iso(self.clock.now() + timedelta(seconds=delay))
         self.transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
         self.arm(run, "retry", delay, RetryDue(run.run_id))
 
-    def retry_due(self, run: Run) -> None:
+    def retry_due(self, run: RoleRun) -> None:
         run.timers.pop("retry", None)
         self.retry_ready[run.role.name].append(run)
 
     # ------------------------------------------------------------ the one end
     def finish(
         self,
-        run: Run,
+        run: RoleRun,
         state: RunState,
         *,
         reason: str | None,
@@ -330,7 +335,7 @@ class Lifecycle:
             name = getattr(hook, "__qualname__", repr(hook))
             self.console.error(f"internal error in {name} while ending a run:\n{traceback.format_exc()}")
 
-    def drop(self, run: Run) -> None:
+    def drop(self, run: RoleRun) -> None:
         """Last resort after ``finish`` itself failed: the run leaves the table and gives back its slot."""
         if run.state.live:
             self.slots.release(run.role.name)
@@ -340,7 +345,7 @@ class Lifecycle:
             ready.remove(run)
         run.cancel_timers()
 
-    def _move_memos(self, run: Run, folder: str, reason_text: str | None) -> list[tuple[str, str]]:
+    def _move_memos(self, run: RoleRun, folder: str, reason_text: str | None) -> list[tuple[str, str]]:
         """Move every memo of the run into ``folder``; a memo that cannot go there goes to failed/ instead.
 
         Returns (old name, new name) of each memo moved.
@@ -367,7 +372,7 @@ class Lifecycle:
             renamed.append((old, memo.name))
         return renamed
 
-    def _move_to_failed(self, run: Run, memo: MemoRef, folder: str, exc: OSError) -> Path:
+    def _move_to_failed(self, run: RoleRun, memo: MemoRef, folder: str, exc: OSError) -> Path:
         why = f"it could not be moved to {folder}/: {exc.strerror or exc}"
         self.console.error(f"internal error: run {run.run_id}: {memo.name}: {why}")
         if folder == FAILED:
@@ -383,7 +388,7 @@ class Lifecycle:
             return memo.path
 
     def _settle_attempts(
-        self, run: Run, previous: RunState, state: RunState, renamed: list[tuple[str, str]], used: int | None = None
+        self, run: RoleRun, previous: RunState, state: RunState, renamed: list[tuple[str, str]], used: int | None = None
     ) -> None:
         """The one rule: a returned memo keeps the attempts it used; every other end forgets them."""
         role = run.role.name

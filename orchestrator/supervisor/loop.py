@@ -31,14 +31,13 @@ from typing import Any, TypeVar
 
 from orchestrator.agents import keeper, procs
 from orchestrator.agents.spawner import Spawner, choose_spawner
-from orchestrator.config import Config
+from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
 from orchestrator.control import protocol
 from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import ControlError, OrchestratorError
-from orchestrator.core.run import Run
 from orchestrator.core.snapshot import Snapshot
 from orchestrator.core.states import Ending, RunState
 from orchestrator.intake.memo import FOLDERS
@@ -268,7 +267,7 @@ class Supervisor:
         return self.budgets.current.get(role) or self.budgets.current.get("*", "")
 
     @property
-    def runs(self) -> dict[int, Run]:
+    def runs(self) -> dict[int, RoleRun]:
         return self.lc.runs
 
     # ------------------------------------------------------------------ events
@@ -325,7 +324,7 @@ class Supervisor:
         if run is not None:
             self.fail_internal(run, f"internal error: {type(exc).__name__}: {exc}")
 
-    def fail_internal(self, run: Run, reason: str) -> None:
+    def fail_internal(self, run: RoleRun, reason: str) -> None:
         """End a run that a bug left in an unknown condition: its agent stopped, its memo to failed/."""
         if run.agent is not None and run.state.live:
             self.agent_stops.orphan(run.agent, run.run_id)

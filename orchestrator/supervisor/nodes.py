@@ -5,7 +5,7 @@ Only agents that run elsewhere (``executor: ray``) have a ``node``; local runs r
 
 from __future__ import annotations
 
-from orchestrator.core.run import Run
+from orchestrator.config import RoleRun
 from orchestrator.core.states import RunState
 from orchestrator.supervisor.extension import Extension, Host
 
@@ -16,7 +16,7 @@ class NodeRecords(Extension):
     def __init__(self, host: Host) -> None:
         self.store = host.store
 
-    def before_finish(self, run: Run, state: RunState, reason: str | None) -> None:
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
         node = run.agent.node if run.agent is not None else None
         if node:
             self.store.update_run(run.run_id, node=node)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from orchestrator.agents.claude_cli import stall_seconds
+from orchestrator.config import RoleRun
 from orchestrator.console import Console
 from orchestrator.core.events import (
     AgentStarted,
@@ -20,7 +21,6 @@ from orchestrator.core.events import (
     StopDone,
     TimeoutFired,
 )
-from orchestrator.core.run import Run
 from orchestrator.core.states import STOP_ENDS, Ending, RunState
 from orchestrator.store import Store
 from orchestrator.supervisor import rules
@@ -68,7 +68,7 @@ class Outcomes:
         self.crashes = rules.CrashCounter(lifecycle.config.roles)
         self.pauses: Pauses | None = None  # usage limits: set by the supervisor
 
-    def _current(self, run_id: int, attempt: int | None = None) -> Run | None:
+    def _current(self, run_id: int, attempt: int | None = None) -> RoleRun | None:
         run = self.lc.runs.get(run_id)
         if run is None or (attempt is not None and run.attempt != attempt):
             return None
@@ -156,7 +156,7 @@ class Outcomes:
         else:
             self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code)
 
-    def attempt_failed(self, run: Run, reason: str, exit_code: int | None, retry: bool = True) -> None:
+    def attempt_failed(self, run: RoleRun, reason: str, exit_code: int | None, retry: bool = True) -> None:
         """One attempt failed: retry after the backoff, give up into failed/, or return the memo (ending)."""
         role = run.role
         self.lc.end_attempt(run, "failed", reason, exit_code)
@@ -183,7 +183,7 @@ class Outcomes:
             if role.stop_on_failure:
                 self.begin_ending(Ending.GRACEFUL, f"role {role.name} has stop_on_failure and {run.label} failed", 1)
 
-    def _retry(self, run: Run, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
+    def _retry(self, run: RoleRun, delay: float, reason: str, prefix: str = "", suffix: str = "") -> None:
         retry_number = run.attempt
         self.lc.wait_for_retry(run, delay, reason)
         self.console.line(
@@ -205,7 +205,7 @@ class Outcomes:
         self.lc.time_out(run)
         self.agent_stops.stop(run, run.role.grace)
 
-    def _check_stall_in(self, run: Run, delay: float | None, since: float) -> None:
+    def _check_stall_in(self, run: RoleRun, delay: float | None, since: float) -> None:
         if delay is not None:
             self.lc.arm(run, "stall", delay, StallCheck(run.run_id, run.attempt, since))
 
@@ -240,7 +240,7 @@ class Outcomes:
         if run.state.being_stopped:
             self._end_stopped(run, run.exit_codes[-1] if run.exit_codes else None, began=True)
 
-    def _end_stopped(self, run: Run, code: int | None, *, began: bool) -> None:
+    def _end_stopped(self, run: RoleRun, code: int | None, *, began: bool) -> None:
         """End a run whose agent was being stopped as ``STOP_ENDS`` says for its state; ``began``: its agent
         had started (an attempt to complete on record)."""
         end = STOP_ENDS[run.state].stopped
@@ -256,7 +256,7 @@ class Outcomes:
         else:
             self._timed_out_for_good(run, code)
 
-    def _timed_out_for_good(self, run: Run, code: int | None) -> None:
+    def _timed_out_for_good(self, run: RoleRun, code: int | None) -> None:
         role = run.role
         reason = f"timed out after {role.timeout:g}s (attempt {run.attempt})"
         self.lc.end_attempt(run, "timed_out", reason, code)

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from orchestrator.config import Config
+from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import UsageLimit
 from orchestrator.core.clock import Clock, Timer, iso
 from orchestrator.core.events import Event, RunFinished
-from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
 from orchestrator.intake.queue import Intake
@@ -90,7 +89,7 @@ class Pauses:
         """The pause of the account ``role`` runs on, if it is paused."""
         return self.current.get(self.config.roles[role].account)
 
-    def starting(self, run: Run) -> None:
+    def starting(self, run: RoleRun) -> None:
         """A run is starting: when its account's probe was due, this run is the probe."""
         pause = self.current.get(run.role.account)
         if pause is not None and pause.probe_open and pause.probe_run is None:
@@ -98,7 +97,7 @@ class Pauses:
             self.console.line(f"account {pause.account}: run {run.run_id} probes the usage limit", role=run.role.name)
 
     # ------------------------------------------------------------ what an attempt's end says
-    def limited(self, run: Run, limit: UsageLimit, exit_code: int | None) -> None:
+    def limited(self, run: RoleRun, limit: UsageLimit, exit_code: int | None) -> None:
         """The run met its account's usage limit: memos back to the inbox, attempts unchanged; the account paused."""
         role = run.role
         pause = self.current.get(role.account)
@@ -121,7 +120,7 @@ class Pauses:
         )
         self._pause(role.account, limit, was_probe)
 
-    def ran(self, run: Run) -> None:
+    def ran(self, run: RoleRun) -> None:
         """The run's attempt ended without a usage limit: when it was its account's probe, the pause is over."""
         pause = self.current.get(run.role.account)
         if pause is not None and pause.probe_run == run.run_id:

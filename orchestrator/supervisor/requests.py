@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.config import RoleRun
 from orchestrator.console import Console
 from orchestrator.control import lookup
 from orchestrator.control.lookup import Candidate
@@ -27,7 +28,7 @@ from orchestrator.core.errors import (
     UsageError,
 )
 from orchestrator.core.events import CancelRequested, Event, InterruptRefused, InterruptRequested, TellRequested
-from orchestrator.core.run import CancelOrder, MemoRef, Run
+from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.intake.queue import Intake
 from orchestrator.store import Store
@@ -171,7 +172,7 @@ class Requests:
         return reply
 
     # ------------------------------------------------------------ interrupt and tell
-    def _running(self, query: str, what: str) -> tuple[Run, Candidate]:
+    def _running(self, query: str, what: str) -> tuple[RoleRun, Candidate]:
         candidates = [c for c in self.find(query) if c.run is not None] if query else []
         if not candidates:
             finished = lookup.finished_message(self.store, query) if query else None
@@ -260,7 +261,7 @@ def _kill_fields(receipt: dict[str, Any]) -> dict[str, Any]:
     return {k: receipt[k] for k in keys if k in receipt}
 
 
-def _unsupported(run: Run, what: str) -> str:
+def _unsupported(run: RoleRun, what: str) -> str:
     if what == "interrupt":
         return (
             f"role {run.role.name} uses the command backend, which cannot interrupt a turn; "

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.config import RoleRun
 from orchestrator.console import Console
 from orchestrator.core.clock import Clock, Timer
 from orchestrator.core.events import Event
-from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
 from orchestrator.intake.notices import name_list
 from orchestrator.intake.queue import Intake
@@ -62,7 +62,7 @@ class StartFaults:
         """Seconds a role waits after ``failures`` internal start failures in a row."""
         return min(FIRST_WAIT * 2 ** (failures - 1), LONGEST_WAIT)
 
-    def failed(self, run: Run, reason: str) -> None:
+    def failed(self, run: RoleRun, reason: str) -> None:
         """The run's agent could not start by our doing: memos back to the inbox, the role held for a while."""
         role = run.role.name
         failures = self.in_a_row[role] = self.in_a_row.get(role, 0) + 1

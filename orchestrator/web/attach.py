@@ -5,8 +5,7 @@ adds); (b) actions: the same typed control requests the CLI sends (``control.pro
 gate and posted as the same events to the same loop, the caller a person holding the token unless the kernel
 traced the connection to an agent's process (``web.peers``); (c) every run state change, for the ``events``
 stream, the metrics and the spans. It is plugged in through the one port (``supervisor.extension``) like every
-feature; nothing else in ``orchestrator/web`` knows of the loop. The server's packages are imported when the
-extension opens, so a team without a dashboard or a collector never loads them.
+feature (``web.extension`` adds what it serves); nothing else in ``orchestrator/web`` knows of the loop.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.console import say
 from orchestrator.control import protocol
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.core.errors import MemoFinishedError, UnknownMemoError
@@ -49,26 +47,8 @@ class Attachment(Extension):
         self.started_at = host.started_at
         self._listeners: list[Listener] = []
         self._env_hooks: list[Callable[[int], dict[str, str]]] = []
-        self.server: Any = None  # the dashboard's server, while it serves
-        self.tracing: Any = None  # the spans per run, while a collector is named
 
     # ------------------------------------------------------------ the port's hooks
-    async def open(self) -> None:
-        """Serve the dashboard (``web:``) and start the spans (``OTEL_EXPORTER_OTLP_ENDPOINT``), as asked."""
-        from orchestrator.web import otel, server
-
-        console = self._host.console
-        if self.config.web is not None:
-            terminal = console.stream  # the token goes to the terminal only, never to the log or `status`
-            self.server = await server.start(self, self.config.web, console.line, lambda text: say(text, terminal))
-        self.tracing = otel.start(self, console.line)
-
-    async def close(self) -> None:
-        if self.server is not None:
-            await self.server.stop()
-        if self.tracing is not None:
-            self.tracing.shutdown()
-
     def on_transition(self, run: Run, old: RunState, new: RunState) -> None:
         self._changed(run, old, new)
 

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.web.settings import WebSettings, is_loopback
+from orchestrator.config.web import WebSettings, is_loopback
 
 COOKIE = "orchestrator_token"
 TOKEN_BYTES = 32

@@ -34,13 +34,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from orchestrator.config.web import WebSettings, is_loopback
 from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.web import errors, metrics, pages
 from orchestrator.web.api import API, Json
 from orchestrator.web.attach import Attachment
 from orchestrator.web.hub import Hub
 from orchestrator.web.security import COOKIE, Door, new_token
-from orchestrator.web.settings import WebSettings, is_loopback
 
 STATIC = Path(__file__).parent / "static"
 WEB_JSON = "web.json"

@@ -1,6 +1,6 @@
 """Running agents on a Ray cluster: the same spawner boundary as local processes, one Ray task per attempt.
 
-``settings`` (the ``executor:`` and ``resources:`` keys) imports nothing heavy;
+Its keys (``executor:``, ``resources:``) are ``config.ray``, which imports nothing heavy;
 ``wire`` is the typed messages between a wrapper and the head; ``wrapper`` is
 what runs on a worker (``sdk_worker`` its part for an sdk runner); ``spawner`` is
 the head's side and the only module that imports Ray (``agent`` the transport of

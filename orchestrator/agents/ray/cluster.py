@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 from orchestrator.agents.ray import INSTALL_HINT, ray_installed
-from orchestrator.agents.ray.settings import ExecutorSettings
+from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.errors import ConfigError, ExecutorError
 
 PROBE_WAIT = 5.0  # how long the start-up check waits for the cluster's port to answer

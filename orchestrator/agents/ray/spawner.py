@@ -38,7 +38,6 @@ from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_firs
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
 from orchestrator.agents.ray.cluster import connect
-from orchestrator.agents.ray.settings import ExecutorSettings
 from orchestrator.agents.ray.wire import (
     AnyMessage,
     ControlAnswer,
@@ -55,6 +54,7 @@ from orchestrator.agents.sdk.backend import runner_spec
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import ProtocolError, explain, parse_event
 from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder, transcript_path
+from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.clock import Clock, SystemClock
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
-from orchestrator.agents.sdk.settings import SystemPromptPreset
 from orchestrator.agents.sdk.transcript import Output
+from orchestrator.config.sdk import SystemPromptPreset
 
 
 def system_prompt(value: str | SystemPromptPreset) -> Any:

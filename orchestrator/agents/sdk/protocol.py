@@ -10,7 +10,7 @@ stdin, first line, the spec (``RunnerSpec``)::
      "options": {"model", "system_prompt", "permission_mode", "allowed_tools", "disallowed_tools",
                  "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"}}
 
-The options are a role's ``SdkSettings`` (``agents/sdk/settings.py``) plus ``cwd`` and ``env``.
+The options are a role's ``SdkSettings`` (``config/sdk.py``) plus ``cwd`` and ``env``.
 ``system_prompt`` is a plain string (used as is) or ``{"preset": "claude_code", "append": ...}``;
 absent means the ``claude_code`` preset. The CLI is also given ``--max-budget-usd`` of the
 smaller of ``max_budget_usd`` and ``per_run_usd``, so it can stop a turn that overspends.
@@ -71,7 +71,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from orchestrator.agents.sdk.settings import SdkSettings
+from orchestrator.config.sdk import SdkSettings
 from orchestrator.core.units import Strict
 
 EXIT_OK = 0

@@ -16,14 +16,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
+from orchestrator.config import when
 from orchestrator.core.units import Duration, Strict
-from orchestrator.schedule import rules
 
 RULE_KEYS = ("daily", "weekly", "every", "once")
 
 
 def _first(value: Any) -> Any:
-    if value not in (rules.FIRST_NOW, rules.FIRST_NEXT):
+    if value not in (when.FIRST_NOW, when.FIRST_NEXT):
         shown = str(value).lower() if isinstance(value, bool) or value is None else repr(value)
         raise ValueError(f"expected now or next (when a task never done is first due), got {shown}")
     return value
@@ -87,8 +87,8 @@ class WakeSettings(Strict):
     @field_validator("quiet_hours")
     @classmethod
     def _windows(cls, value: str | list[str] | None) -> str | list[str] | None:
-        windows = [rules.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
-        overlap = rules.window_overlap(windows)
+        windows = [when.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
+        overlap = when.window_overlap(windows)
         if overlap is not None:
             assert isinstance(value, list)
             raise ValueError(f"the windows {value[overlap[0]]!r} and {value[overlap[1]]!r} overlap; merge them")
@@ -98,7 +98,7 @@ class WakeSettings(Strict):
     def windows(self) -> list[tuple[time, time]]:
         """The quiet-hours windows, parsed."""
         value = self.quiet_hours
-        return [rules.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
+        return [when.parse_window(w) for w in ([value] if isinstance(value, str) else value or [])]
 
 
 class TaskSettings(Strict):
@@ -117,21 +117,21 @@ class TaskSettings(Strict):
     @classmethod
     def _daily(cls, value: str | None) -> str | None:
         if value is not None:
-            rules.parse_time_of_day(value)
+            when.parse_time_of_day(value)
         return value
 
     @field_validator("weekly")
     @classmethod
     def _weekly(cls, value: str | None) -> str | None:
         if value is not None:
-            rules.parse_weekly(value)
+            when.parse_weekly(value)
         return value
 
     @field_validator("once")
     @classmethod
     def _once(cls, value: str | None) -> str | None:
         if value is not None:
-            rules.parse_moment(value, UTC)
+            when.parse_moment(value, UTC)
         return value
 
     @model_validator(mode="after")
@@ -151,18 +151,18 @@ class TaskSettings(Strict):
             raise ValueError("applies to daily, weekly and every tasks only; a once task is due at its own time")
         return value
 
-    def rule(self, tz: tzinfo, wake: WakeSettings | None = None) -> rules.Rule:
+    def rule(self, tz: tzinfo, wake: WakeSettings | None = None) -> when.Rule:
         """The parsed rule, its times in ``tz``; its ``first`` is the task's, else the role's ``wake.first``."""
-        first = self.first or (wake.first if wake is not None else rules.FIRST_NOW)
+        first = self.first or (wake.first if wake is not None else when.FIRST_NOW)
         if self.daily is not None:
-            return rules.Rule("daily", at=rules.parse_time_of_day(self.daily), first=first)
+            return when.Rule("daily", at=when.parse_time_of_day(self.daily), first=first)
         if self.weekly is not None:
-            weekday, at = rules.parse_weekly(self.weekly)
-            return rules.Rule("weekly", at=at, weekday=weekday, first=first)
+            weekday, at = when.parse_weekly(self.weekly)
+            return when.Rule("weekly", at=at, weekday=weekday, first=first)
         if self.every is not None:
-            return rules.Rule("every", period=self.every, first=first)
+            return when.Rule("every", period=self.every, first=first)
         assert self.once is not None
-        return rules.Rule("once", when=rules.parse_moment(self.once, tz))
+        return when.Rule("once", when=when.parse_moment(self.once, tz))
 
     @property
     def kind(self) -> str:
@@ -171,7 +171,7 @@ class TaskSettings(Strict):
     @property
     def rank(self) -> int:
         """Its priority: ``priority`` when given, else the default of its kind."""
-        return self.priority if self.priority is not None else rules.DEFAULT_PRIORITY[self.kind]
+        return self.priority if self.priority is not None else when.DEFAULT_PRIORITY[self.kind]
 
 
 class SignalSettings(Strict):

@@ -11,16 +11,21 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
-from orchestrator.agents.ray.settings import ExecutorSettings, RoleResources
-from orchestrator.agents.sdk.settings import SdkSettings
-from orchestrator.config_errors import describe_validation_error
-from orchestrator.control.authority import check_may
+from orchestrator.config.errors import describe_validation_error
+from orchestrator.config.grants import check_may
+from orchestrator.config.memory import MemorySettings
+from orchestrator.config.ray import ExecutorSettings, RoleResources
+from orchestrator.config.retention import RetentionSettings
+from orchestrator.config.schedule import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
+from orchestrator.config.sdk import SdkSettings
+from orchestrator.config.web import WebSettings
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.run import Run
 from orchestrator.core.units import (
     OFF,
     RATE_EXPECTED,
@@ -32,10 +37,6 @@ from orchestrator.core.units import (
     parse_rate,
     partial,
 )
-from orchestrator.memory.settings import MemorySettings
-from orchestrator.retention.settings import RetentionSettings
-from orchestrator.schedule.settings import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
-from orchestrator.web.settings import WebSettings
 
 CONFIG_NAME = "roles.yaml"
 SPAWN_CMD_ENV = "ORCHESTRATOR_SPAWN_CMD"
@@ -162,6 +163,9 @@ class Role(SdkSettings):
         """How many runs of this role may be running at once."""
         return 1 if self.batch else (self.max_concurrent or 1_000_000)
 
+
+# a run of the supervisor and its features: its role a whole ``Role`` (core knows only ``RoleLike``)
+RoleRun: TypeAlias = Run[Role]
 
 _MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
 
