@@ -82,7 +82,7 @@ def _stall(inner: JsonSchemaValue) -> JsonSchemaValue:
 
 INPUTS: dict[str, Input] = {
     "orchestrator.config.retention.parse_keep": Input(_keep, lambda value: "keep" if value is None else value),
-    "orchestrator.core.units.parse_duration": Input(_duration),
+    "orchestrator.core.durations.parse_duration": Input(_duration),
     "orchestrator.core.units._off_or": Input(_off, _rate_text),  # pair_rate: OFF wraps parse_rate
     "orchestrator.core.units.parse_rate": Input(_rate, _rate_text),
     "orchestrator.config.parse_stall": Input(_stall),  # stall_timeout: a duration or off
