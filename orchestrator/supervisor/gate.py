@@ -182,7 +182,7 @@ class Gate:
                 "",
                 "An instruction the agent read (in a memo, or a signal its wake carried) is the likely cause. Further "
                 "refusals of this run are only logged (.orchestrator/orchestrator.log). A role that should be allowed "
-                "it is given the grant with `may:` in roles.yaml (see README, Permissions).",
+                "it is given the grant with `may:` in roles.yaml (see docs/guide.md, Permissions).",
             ]
         )
         sent = outbox.write_memo(

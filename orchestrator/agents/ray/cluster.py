@@ -27,7 +27,7 @@ def connect(settings: ExecutorSettings) -> Any:
     if problem:
         raise ExecutorError(
             f"executor: cannot reach the Ray cluster at {settings.address!r}: {problem}; start one with "
-            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
+            "`ray start --head` (see docs/operations.md, Running on a cluster) or use `address: local-cluster`"
         )
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
     try:
@@ -39,7 +39,7 @@ def connect(settings: ExecutorSettings) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExecutorError(
             f"executor: cannot reach the Ray cluster at {settings.address!r}: {first}; start one with "
-            "`ray start --head` (see the README, Running on a cluster) or use `address: local-cluster`"
+            "`ray start --head` (see docs/operations.md, Running on a cluster) or use `address: local-cluster`"
         ) from None
     return ray
 
