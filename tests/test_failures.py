@@ -176,7 +176,7 @@ def test_retries_run_out_memo_to_failed_with_reason_and_notice(tmp_path: Path) -
         text = (r.config.role_dir("pm") / "inbox" / notice).read_text(encoding="utf-8")
         assert "subject: 'Failed: hopeless'" in text.replace('"', "'")
         assert "B-2.md" in text and "exit code 1" in text
-        r.sup.handle(MemoSeen("pm", r.config.role_dir("pm") / "inbox" / notice, complete=True))  # as the watcher
+        r.sup.post(MemoSeen("pm", r.config.role_dir("pm") / "inbox" / notice, complete=True))  # as the watcher
         await r.settle()
         assert r.agent(notice).spec.role.name == "pm", "the notice is handed to pm"
 
@@ -600,7 +600,7 @@ def test_an_exception_in_event_handling_does_not_stop_later_memos(
 
     async def scenario(root: Path) -> None:
         r = Replay(root, {"builder": {}})
-        live = make_watcher({"builder": r.config.role_dir("builder")}, r.sup.post, r.sup.handle)
+        live = make_watcher({"builder": r.config.role_dir("builder")}, r.sup.post)
         live.start()
         try:
             inbox = r.config.role_dir("builder") / "inbox"
