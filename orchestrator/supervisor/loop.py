@@ -232,22 +232,19 @@ class Supervisor:
             if kind in self.handlers:
                 raise ValueError(f"{type(extension).__name__}: the event {kind.__name__} already has a handler")
             self.handlers[kind] = handler
-        if overrides(extension, "sections"):
-            self.launcher.sections.append(extension.sections)
-        if overrides(extension, "notes"):
-            self.launcher.notes.append(extension.notes)
-        if overrides(extension, "check_memo"):
-            self.launcher.memo_checks.append(extension.check_memo)
-        if overrides(extension, "check_holds"):
-            self.holds.checks.append(extension.check_holds)
-        if overrides(extension, "before_finish"):
-            self.lc.before_finish.append(extension.before_finish)
-        if overrides(extension, "on_finished"):
-            self.lc.listeners.append(extension.on_finished)
-        if overrides(extension, "on_transition"):
-            self.lc.on_transition.append(extension.on_transition)
-        if overrides(extension, "agent_env"):
-            self.launcher.env_hooks.append(extension.agent_env)
+        wired: dict[str, list[Any]] = {  # each hook -> the one list of the core that calls it
+            "sections": self.launcher.sections,
+            "notes": self.launcher.notes,
+            "check_memo": self.launcher.memo_checks,
+            "check_holds": self.holds.checks,
+            "before_finish": self.lc.before_finish,
+            "on_finished": self.lc.listeners,
+            "on_transition": self.lc.on_transition,
+            "agent_env": self.launcher.env_hooks,
+        }
+        for hook, calls in wired.items():
+            if overrides(extension, hook):
+                calls.append(getattr(extension, hook))
         self.extensions.append(extension)
 
     def extension(self, kind: type[_E]) -> _E:
