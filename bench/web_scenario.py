@@ -23,6 +23,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from bench import history_scenario
 from bench.common import Context, Outcome, Row
 from bench.harness import Orchestrator, Project, Stats, drop_atomically, memo_name, memo_text, wait_for
 
@@ -206,8 +207,7 @@ def state_with_live_runs(ctx: Context, out: Outcome) -> None:
 
 
 def pages_with_history(ctx: Context, out: Outcome) -> None:
-    import history_scenario
-
+    """The pages with 100,000 runs of history on record (paged), p50 of each."""
     count = HISTORY_RUNS if ctx.sizes.latency_memos >= 100 else 1_000
     project = ctx.project("web-history")
     project.configure({role: {} for role in history_scenario.ROLES}, web={"port": 0})
