@@ -50,6 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = client_command(words)
         if command is not None:
             return CLIENT[command](arguments.client_parser(command).parse_args(words))
+        if list(words[:1]) == ["memory"] and ASKING not in os.environ:
+            # an agent's memory call starts without the rest of the CLI: memory's own parser, memory's own code
+            from orchestrator.memory import command as memory_command
+
+            memory_args = memory_command.parse_alone(words)
+            if memory_args is not None:
+                return memory_command.run(memory_args)
         # every other command needs the whole CLI; importing it here keeps it off the client commands' path
         from orchestrator.commands import dispatch
 

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from conftest import Project, wait_for
-from orchestrator.config import grants
 from orchestrator.control import authority, callers
 from orchestrator.control.authority import PERSON, Caller, Level
 from orchestrator.control.callers import LiveRun, UnknownCallerError
+from orchestrator.core import grants
 
 REFUSED = 13
 UNSET_MARKS = {name: None for name in ("ORCHESTRATOR_RUN_ID", "ORCHESTRATOR_ROLE", "ORCHESTRATOR_ATTEMPT")}

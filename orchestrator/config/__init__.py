@@ -17,7 +17,6 @@ import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
 from orchestrator.config.errors import describe_validation_error
-from orchestrator.config.grants import check_may
 from orchestrator.config.memory import MemorySettings
 from orchestrator.config.ray import ExecutorSettings, RoleResources
 from orchestrator.config.retention import RetentionSettings
@@ -25,6 +24,7 @@ from orchestrator.config.schedule import SignalSettings, TaskSettings, WakeSetti
 from orchestrator.config.sdk import SdkSettings
 from orchestrator.config.web import WebSettings
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.grants import check_may
 from orchestrator.core.run import Run
 from orchestrator.core.units import (
     OFF,

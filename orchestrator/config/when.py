@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, tzinfo
 
-WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+from orchestrator.core.calendar import WEEKDAYS
+
 _LONG_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 

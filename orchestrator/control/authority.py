@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.config.grants import DEFAULTS, Level
-from orchestrator.config.memory import TEAM
+from orchestrator.core.calendar import TEAM
+from orchestrator.core.grants import DEFAULTS, Level
 
 # every command a caller is checked for: the grant it needs, and whether the grant's ``own`` level is enough
 COMMANDS: dict[str, tuple[str, bool]] = {

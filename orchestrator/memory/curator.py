@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrator.config import RoleRun
-from orchestrator.config.memory import parse_monthly_at, parse_weekly_at
+from orchestrator.core.calendar import parse_monthly_at, parse_weekly_at
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.errors import MemoryUnavailableError
 from orchestrator.intake.memo import FOLDERS

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from orchestrator.config.memory import MonthlyAt, WeeklyAt
+from orchestrator.core.calendar import MonthlyAt, WeeklyAt
 
 LAYERS = ("daily", "weekly", "monthly", "core")
 CATEGORIES = ("value", "belief", "insight", "relationship", "event", "learning", "other")

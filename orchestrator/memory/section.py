@@ -11,7 +11,7 @@ from datetime import date
 from typing import Any
 
 from orchestrator.config import Config
-from orchestrator.config.memory import TEAM
+from orchestrator.core.calendar import TEAM
 from orchestrator.core.clock import Clock
 from orchestrator.core.errors import MemoryUnavailableError
 from orchestrator.memory import rules

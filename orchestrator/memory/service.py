@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config.memory import TEAM
+from orchestrator.core.calendar import TEAM
 from orchestrator.core.errors import MemoryRefusedError, SecretRefusedError, UsageError
 from orchestrator.memory import rules
 from orchestrator.memory.db import MemoryDB

@@ -126,7 +126,9 @@ def roles_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of ``roles.yaml``."""
     generated = TeamFile.model_json_schema(schema_generator=_RolesSchema)
     generated["title"] = "orchestrator roles.yaml"
-    generated["description"] = "The team: which roles exist and how their agents run (docs/configuration.md has every key)."
+    generated["description"] = (
+        "The team: which roles exist and how their agents run (docs/configuration.md has every key)."
+    )
     generated["properties"]["roles"]["propertyNames"] = {"pattern": ROLE_NAME.pattern}
     return {"$schema": DIALECT, **generated}
 
