@@ -473,7 +473,11 @@ def test_status_while_running_after_and_without_orchestrator(project: Project) -
     gate = project.root / "gate"
     orch = up(project)
     project.drop("builder", "s.md", gate_front(gate, id="S-1", subject="status check"))
-    snap = wait_for(lambda: (s := project.status())["runs"] and s["runs"][0]["pid"] and s, what="a running agent")
+    # the stand-in writes its start record a moment after the orchestrator has its pid: wait for both
+    snap = wait_for(
+        lambda: (s := project.status())["runs"] and s["runs"][0]["pid"] and project.records() and s,
+        what="a running agent and its start record",
+    )
     assert snap["running"] is True and snap["pid"] == orch.proc.pid
     assert snap["root"] == str(project.root.resolve())
     (run,) = snap["runs"]
