@@ -230,5 +230,14 @@ def test_a_signal_command_is_not_taken_by_the_orphan_reaper(tmp_path: Path):
         procs.reap_orphans()
         return await task
 
-    result = asyncio.run(main())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        previous = asyncio.get_child_watcher() if sys.version_info < (3, 12) else None
+    try:
+        result = asyncio.run(main())
+    finally:  # the watcher is process-wide and bound to this loop, which is closed now: later tests need their own
+        if previous is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                asyncio.set_child_watcher(previous)
     assert result.ok, result.problem
