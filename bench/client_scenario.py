@@ -10,7 +10,6 @@ issue 24: both p50 <= 60 ms, reported also as a ratio to that floor.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 
 from bench.cancel import cancel_series
@@ -23,6 +22,7 @@ from bench.harness import (
     drop_atomically,
     memo_text,
     orchestrator_command,
+    orchestrator_python,
     wait_for,
 )
 
@@ -33,10 +33,10 @@ BUSY = 3  # agents at work while `status` is asked: its tables have rows to draw
 
 def _python_floor(ctx: Context, count: int) -> list[float]:
     """Wall times of ``python -I -c pass`` (ms), the interpreter the CLI runs on."""
-    walls = []
+    walls, python = [], orchestrator_python()
     for _ in range(count):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
+        subprocess.run([python, "-I", "-c", "pass"], check=True)
         walls.append((time.perf_counter() - t0) * 1000)
     return walls
 

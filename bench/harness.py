@@ -254,6 +254,28 @@ def orchestrator_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator"]
 
 
+def orchestrator_python() -> str:
+    """The interpreter the measured orchestrator runs on: the ``python`` beside its console script (``make bench``
+    installs the wheel into a venv of its own), else this one."""
+    first = Path(orchestrator_command()[0])
+    beside = first.parent / "python"
+    return str(beside) if first.name == "orchestrator" and beside.exists() else sys.executable
+
+
+def installed_from() -> str:
+    """Where the measured orchestrator's package is loaded from, as a person reads it in RESULTS.md."""
+    done = subprocess.run(
+        [orchestrator_python(), "-c", "import orchestrator; print(orchestrator.__file__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",  # as the console script imports it: not from the folder it was started in
+    )
+    where = done.stdout.strip() or "?"
+    editable = "/site-packages/" not in where
+    return f"{' '.join(orchestrator_command())} ({'this checkout, editable' if editable else 'installed'}: {where})"
+
+
 def precompile() -> None:
     """Write the orchestrator's bytecode once, so no timed start pays for compiling it."""
     import orchestrator

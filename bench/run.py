@@ -71,6 +71,7 @@ from bench.harness import (
     agent_is_static,
     build_agent,
     inotifywait_path,
+    installed_from,
     precompile,
 )
 
@@ -262,6 +263,7 @@ def _machine(scratch: Path, agent: Path) -> dict[str, str]:
         "machine": f"{cpu}, {os.cpu_count()} CPU(s), {mem} RAM",
         "system": f"{distro}, Linux {platform.release()}, scratch folder on {fs or '?'}",
         "python": f"{platform.python_implementation()} {platform.python_version()}; {', '.join(versions)}",
+        "orchestrator": installed_from(),
         "agent": f"bench/agent.c, {'statically' if agent_is_static(agent) else 'dynamically'} linked, "
         f"{cc.splitlines()[0] if cc else 'cc'}",
         "inotifywait": inotify_version or "not installed (latency baseline not measured: its targets not met)",
