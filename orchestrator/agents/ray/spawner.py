@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from orchestrator.agents import memo_list
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
+from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
 from orchestrator.agents.ray.cluster import connect
@@ -51,7 +52,7 @@ from orchestrator.agents.ray.wire import (
     TranscriptLines,
     parse,
 )
-from orchestrator.agents.sdk.backend import runner_spec
+from orchestrator.agents.sdk.backend import runner_spec, session_header
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import ProtocolError, explain, parse_event
 from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder, transcript_path
@@ -169,15 +170,15 @@ class RaySpawner(HandleStops):
             raise
         except self.ray.exceptions.RayError as exc:
             self._revoke(attempt)
-            raise SpawnError(f"the Ray task failed before the agent started: {_first_line(exc)}") from None
+            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
         if isinstance(first, StartFailed):
             self._revoke(attempt)
-            attempt.placed(first.node)
+            attempt.node = first.node
             raise SpawnError(first.reason)
         if not isinstance(first, Started):
             self._revoke(attempt)
             raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
-        attempt.started(first.pid, first.node)
+        attempt.pid, attempt.node = first.pid, first.node
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
             while len(self.session_nodes) > SESSION_NODES:
@@ -199,13 +200,9 @@ class RaySpawner(HandleStops):
 
     @staticmethod
     def _header(spec: LaunchSpec) -> str:
-        head = f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): "
-        if spec.role.backend != "sdk":
-            return head + " ".join(spec.role.command[:8]) + "\n"
-        resume = spec.extra.get("resume")
-        return (
-            head + "sdk session" + (f" resuming {resume}" if resume else "") + f", transcript {transcript_path(spec)}\n"
-        )
+        if spec.role.backend == "sdk":
+            return session_header(spec, " (ray)") + "\n"
+        return f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): " + " ".join(spec.role.command[:8]) + "\n"
 
     async def _within(self, future: asyncio.Future[Any], seconds: float) -> bool:
         """Whether ``future`` is done within ``seconds`` on the supervisor's clock."""
@@ -406,11 +403,6 @@ def _pending(coro: Any) -> asyncio.Future[Any]:
     return task
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _lost_reason(exc: BaseException, node: str | None) -> str:
     """A Ray error as a failed attempt's reason."""
     name = type(exc).__name__
@@ -420,4 +412,4 @@ def _lost_reason(exc: BaseException, node: str | None) -> str:
         return f"the Ray worker on {node} died (its agent is killed by the next wrapper on that node)"
     if "Cancelled" in name:
         return f"the Ray task on {node} was cancelled"
-    return f"Ray lost the task on {node}: {name}: {_first_line(exc)}"
+    return f"Ray lost the task on {node}: {name}: {first_line(exc)}"

@@ -103,6 +103,14 @@ def runner_environment(env: dict[str, str]) -> dict[str, str]:
     return child
 
 
+def session_header(spec: LaunchSpec, where: str = "") -> str:
+    """The run log's line before an sdk attempt's output (``where`` it runs, when not here), without its end."""
+    resume = spec.extra.get("resume")
+    resuming = f" resuming {resume}" if resume else ""
+    head = f"\n=== run {spec.run_id} attempt {spec.attempt}{where}: sdk session{resuming}"
+    return f"{head}, transcript {transcript_path(spec)}"
+
+
 class SocketChannel:
     """The local runner's Unix socket (``channel``): its events in, controls out; its files once it has ended."""
 
@@ -208,17 +216,13 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
             first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript, transport)) + "\n").encode("utf-8")
         except ValidationError as exc:
             raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
-        resume = spec.extra.get("resume")
-        header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (
-            f" resuming {resume}" if resume else ""
-        )
         launch = Launch(
             spec,
             sys.executable,
             [sys.executable, "-m", RUNNER_MODULE],
             runner_environment(spec.env),
             cwd,
-            header + f", transcript {transcript}, socket {files.socket}\n",
+            session_header(spec) + f", socket {files.socket}\n",
             first_line,  # the spec, then end of file: stdin carries nothing more
             (listener.fileno(),),
         )
