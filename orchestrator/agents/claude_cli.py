@@ -56,11 +56,7 @@ def streams_json(role: Role) -> bool:
     with ``--output-format stream-json``)."""
     if role.backend == "sdk":
         return True
-    argv = role.command
-    if not is_claude_command(argv):
-        return False
-    pairs = zip(argv, argv[1:], strict=False)
-    return "--output-format=stream-json" in argv or any(a == "--output-format" and b == "stream-json" for a, b in pairs)
+    return is_claude_command(role.command) and _sets(role.command, "--output-format", "stream-json")
 
 
 def stall_seconds(role: Role) -> float | None:
@@ -71,6 +67,11 @@ def stall_seconds(role: Role) -> float | None:
     if role.stall_timeout is not None:
         return role.stall_timeout or None
     return STALL_DEFAULT if streams_json(role) else None
+
+
+def _sets(argv: list[str], flag: str, value: str) -> bool:
+    """Whether ``argv`` gives ``flag`` the ``value``, as ``flag=value`` or as two arguments."""
+    return f"{flag}={value}" in argv or any(a == flag and b == value for a, b in zip(argv, argv[1:], strict=False))
 
 
 def _given(argv: list[str], flag: str) -> bool:
@@ -144,9 +145,7 @@ def _asks_bypass(role: Role) -> bool:
     if role.backend == "sdk":
         return role.permission_mode == "bypassPermissions"
     argv = role.command
-    if "--dangerously-skip-permissions" in argv or "--permission-mode=bypassPermissions" in argv:
-        return True
-    return any(a == "--permission-mode" and b == "bypassPermissions" for a, b in zip(argv, argv[1:], strict=False))
+    return "--dangerously-skip-permissions" in argv or _sets(argv, "--permission-mode", "bypassPermissions")
 
 
 def check_role(config: Config, role: Role) -> None:
