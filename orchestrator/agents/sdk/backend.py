@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import resolve_cli_path, retry_environment
+from orchestrator.agents.claude_cli import resolve_cli_path
 from orchestrator.agents.handle import TASK_WAIT, Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.sdk import channel
@@ -45,7 +45,7 @@ from orchestrator.agents.sdk.protocol import (
     parse_event,
 )
 from orchestrator.agents.spawn import Launch, start_process
-from orchestrator.agents.spec import LaunchSpec, SpawnError, role_folder, transcript_path
+from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 
