@@ -206,17 +206,10 @@ class RaySpawner(HandleStops):
 
     async def _within(self, future: asyncio.Future[Any], seconds: float) -> bool:
         """Whether ``future`` is done within ``seconds`` on the supervisor's clock."""
-        late: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def due() -> None:
-            if not late.done():
-                late.set_result(None)
-
-        timer = self.clock.call_later(seconds, due)
+        late = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
             await asyncio.wait({future, late}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            timer.cancel()
             late.cancel()
         return future.done()
 
