@@ -125,13 +125,9 @@ class RaySpawner(HandleStops):
         )
 
     def _options(self, spec: LaunchSpec) -> dict[str, Any]:
+        """The task's resources for this attempt (streaming and ``max_retries=0`` are the task's own)."""
         res = spec.role.resources
-        options: dict[str, Any] = {
-            "num_cpus": res.cpu,
-            "num_gpus": res.gpu,
-            "num_returns": "streaming",
-            "max_retries": 0,
-        }
+        options: dict[str, Any] = {"num_cpus": res.cpu, "num_gpus": res.gpu}
         if res.custom:
             options["resources"] = dict(res.custom)
         if res.node_labels:
