@@ -113,9 +113,7 @@ def test_the_fuse_estimates_a_streaming_call_and_learns_prices_from_results() ->
 
 
 class UuidClient:
-    """The SDK client as the session sees it: it has a transport, so messages go as dicts with a uuid."""
-
-    _transport = object()
+    """The SDK client as the session sees it: messages go as dicts with a uuid."""
 
     def __init__(self, options: Any) -> None:
         self.sent: list[dict[str, Any]] = []

@@ -488,8 +488,9 @@ class ScriptedClient:
     async def connect(self) -> None:
         pass
 
-    async def query(self, text: str) -> None:
-        self.prompts.append(text)
+    async def query(self, prompt: Any) -> None:
+        async for message in prompt:
+            self.prompts.append(message["message"]["content"])
 
     async def interrupt(self) -> None:
         self.interrupts += 1

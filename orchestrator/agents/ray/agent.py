@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.handle import Agent, Ending
+from orchestrator.agents.ray import first_line
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import End, Interrupt, Tell
 from orchestrator.agents.spec import LaunchSpec
@@ -44,8 +45,9 @@ class RayAttempt:
         self.spec = spec
         self.lease = lease
         self.gen = gen
-        self._pid: int | None = None
-        self._node: str | None = None
+        self.pid: int | None = None  # on a remote node: its ``create_time`` is None
+        self.create_time: float | None = None
+        self.node: str | None = None  # where it runs, or the node that refused its start
         self.report: KillReport | None = None  # set when the wrapper reports having stopped the tree
         self.finished = False  # the attempt has ended, as the head sees it
         self.lost: str | None = None  # why the head gave the attempt up, when it did (no report of the tree's end)
@@ -57,25 +59,6 @@ class RayAttempt:
         self.follow: SdkFollow | None = None  # an sdk attempt's session
         self.board: BoardCarrier | None = None  # and its mailbox on the stop board
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
-
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    @property
-    def create_time(self) -> float | None:
-        return None
-
-    @property
-    def node(self) -> str | None:
-        return self._node
-
-    def started(self, pid: int, node: str) -> None:
-        self._pid, self._node = pid, node
-
-    def placed(self, node: str | None) -> None:
-        """The node that refused the start."""
-        self._node = node
 
     def finish(self, code: int, reason: str | None) -> None:
         """The attempt's one end, for its ``Agent`` (the spawner's ``_end`` calls it once)."""
@@ -121,9 +104,8 @@ class BoardCarrier:
                 f"have reached run {self.attempt.spec.run_id}'s session"
             ) from None
         except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the stop board, in one line for a person
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ControlError(
-                f"cannot leave the {what} for run {self.attempt.spec.run_id}'s wrapper: {first}"
+                f"cannot leave the {what} for run {self.attempt.spec.run_id}'s wrapper: {first_line(exc)}"
             ) from None
         finally:
             self._answers.pop(ident, None)

@@ -12,7 +12,6 @@ in the attempt's mailbox, and ``finish`` once the runner's tree is dead.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
 import subprocess
@@ -139,12 +138,3 @@ class SdkSession:
             except (BrokenPipeError, ConnectionResetError, OSError, ValueError):
                 return False
         return True
-
-    def close(self) -> None:
-        """Close the pipes to the runner (after its tree is dead)."""
-        if self.proc is None:
-            return
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()

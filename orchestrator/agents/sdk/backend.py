@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import resolve_cli_path, retry_environment
+from orchestrator.agents.claude_cli import resolve_cli_path
 from orchestrator.agents.handle import TASK_WAIT, Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.sdk import channel
@@ -45,7 +45,7 @@ from orchestrator.agents.sdk.protocol import (
     parse_event,
 )
 from orchestrator.agents.spawn import Launch, start_process
-from orchestrator.agents.spec import LaunchSpec, SpawnError, role_folder, transcript_path
+from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 
@@ -101,6 +101,14 @@ def runner_environment(env: dict[str, str]) -> dict[str, str]:
     child["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
     child[RUNNER_PATH_ENV] = json.dumps(env.get("PYTHONPATH"))
     return child
+
+
+def session_header(spec: LaunchSpec, where: str = "") -> str:
+    """The run log's line before an sdk attempt's output (``where`` it runs, when not here), without its end."""
+    resume = spec.extra.get("resume")
+    resuming = f" resuming {resume}" if resume else ""
+    head = f"\n=== run {spec.run_id} attempt {spec.attempt}{where}: sdk session{resuming}"
+    return f"{head}, transcript {transcript_path(spec)}"
 
 
 class SocketChannel:
@@ -208,17 +216,13 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
             first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript, transport)) + "\n").encode("utf-8")
         except ValidationError as exc:
             raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
-        resume = spec.extra.get("resume")
-        header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (
-            f" resuming {resume}" if resume else ""
-        )
         launch = Launch(
             spec,
             sys.executable,
             [sys.executable, "-m", RUNNER_MODULE],
             runner_environment(spec.env),
             cwd,
-            header + f", transcript {transcript}, socket {files.socket}\n",
+            session_header(spec) + f", socket {files.socket}\n",
             first_line,  # the spec, then end of file: stdin carries nothing more
             (listener.fileno(),),
         )

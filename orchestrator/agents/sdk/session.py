@@ -493,10 +493,7 @@ class Session:
             yield {**message, "uuid": message_id}
 
         try:
-            if hasattr(self.client, "_transport"):  # the SDK's client: the dict form carries the uuid
-                await self.client.query(one())
-            else:  # a stand-in client that takes text only
-                await self.client.query(text)
+            await self.client.query(one())  # the dict form: it carries the uuid
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
             await self._settle_stderr()
             self.fail(describe_exception(exc, self.out.stderr_tail, self.options))

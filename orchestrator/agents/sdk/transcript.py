@@ -67,9 +67,9 @@ class Output:
             self.note(f"cannot write the transcript any more: {exc}")
             self.transcript = None
 
-    def close(self, code: int | None = None) -> None:
-        """Close the transcript (and with the exit ``code``, settle the socket channel); safe to call twice."""
-        if code is not None and self.settle is not None:
+    def close(self, code: int) -> None:
+        """Settle the socket channel with the exit ``code`` and close the transcript; safe to call twice."""
+        if self.settle is not None:
             self.settle(code)
         if self.transcript is not None:
             with contextlib.suppress(OSError):
