@@ -69,7 +69,8 @@ def check_role(role: Role, root: Path | None = None) -> None:
 def runner_spec(
     spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: Path, transport: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The first line the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys)."""
+    """The spec the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys, which
+    a Ray worker fills in)."""
     role = spec.role
     options = SpecOptions.of(
         role,
@@ -195,23 +196,12 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     transcript = transcript_path(spec)
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
     try:
-        listener = channel.listen(files)
+        listener, client, transport = channel.open_channel(files)
     except OSError as exc:
         raise SpawnError(
             f"cannot make the sdk runner's socket {files.socket}: {exc.strerror or exc}", internal=True
         ) from None
-    client: socket.socket | None = None
     try:
-        client = channel.connect(files)  # queued until the runner accepts: no event can be missed
-        if client is None:
-            raise SpawnError(f"cannot connect to the sdk runner's socket {files.socket}", internal=True)
-        transport = {
-            "channel": "socket",
-            "listen_fd": listener.fileno(),
-            "socket_path": str(files.socket),
-            "events_path": str(files.events),
-            "result_path": str(files.result),
-        }
         try:
             first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript, transport)) + "\n").encode("utf-8")
         except ValidationError as exc:
@@ -228,8 +218,7 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
         )
         process, writing = await start_process(launch, keeper)
     except BaseException:
-        if client is not None:
-            client.close()
+        client.close()
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now

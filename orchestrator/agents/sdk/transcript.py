@@ -1,4 +1,4 @@
-"""The runner's only writer: events to stdout (or the socket channel), notes and the CLI's stderr to stderr, and the transcript file.
+"""The runner's only writer: events to the socket channel, notes and the CLI's stderr to stderr, and the transcript file.
 
 Every SDK message goes to the transcript as a JSON line (``type`` is ``user``,
 ``assistant``, ``system``, ``result``, ...), as do the prompts and controls the
@@ -14,24 +14,25 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from orchestrator.agents.sdk.protocol import AnyEvent
+
+if TYPE_CHECKING:
+    from orchestrator.agents.sdk.broadcast import Broadcast
 
 STDERR_TAIL_LINES = 20
 
 
 class Output:
-    """Events to stdout, notes and CLI stderr to stderr, and the transcript file."""
+    """Events to the socket channel, notes and CLI stderr to stderr, and the transcript file."""
 
     def __init__(self) -> None:
         self.transcript: IO[str] | None = None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.stderr_lines = 0
-        self.publish: Callable[[AnyEvent], None] | None = None  # the socket channel's, instead of stdout
-        self.settle: Callable[[int], None] | None = None  # the socket channel's end: its result file
+        self.channel: Broadcast | None = None  # the socket channel, once the spec has named it
 
     def open_transcript(self, path: str) -> None:
         """Append to the transcript at ``path`` from now on (a resumed run adds to its file)."""
@@ -40,11 +41,11 @@ class Output:
         self.transcript = open(target, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
 
     def event(self, event: AnyEvent) -> None:
-        """One event for the orchestrator: a line on stdout, or to the socket channel when there is one."""
-        if self.publish is not None:
-            self.publish(event)
+        """One event for the orchestrator, on the socket channel; before it is open (a bad spec), in the log."""
+        if self.channel is not None:
+            self.channel.publish(event)
         else:
-            _write_all(1, event.line())
+            self.note(event.line().rstrip("\n"))
 
     def note(self, text: str) -> None:
         """A line for the run's log, from the runner itself."""
@@ -69,8 +70,8 @@ class Output:
 
     def close(self, code: int) -> None:
         """Settle the socket channel with the exit ``code`` and close the transcript; safe to call twice."""
-        if self.settle is not None:
-            self.settle(code)
+        if self.channel is not None:
+            self.channel.settle(code)
         if self.transcript is not None:
             with contextlib.suppress(OSError):
                 self.transcript.close()
