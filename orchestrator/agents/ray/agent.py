@@ -2,7 +2,7 @@
 
 ``RayAttempt`` holds what the head knows of one attempt's Ray task (its lease,
 its stream, the wrapper's last word) and ends once, when the spawner's pump says
-so (``finish``); stopping it is the spawner's work (``RaySpawner.stop_attempt``:
+so (``end``); stopping it is the spawner's work (``RaySpawner.stop_attempt``:
 the stop board, then ``ray.cancel``), handed to it as ``stopper``.
 
 A ``backend: sdk`` attempt also has its session's ``SdkFollow``, which applies
@@ -30,6 +30,8 @@ from orchestrator.agents.sdk.protocol import End, Interrupt, Tell
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.errors import ControlError
+
+LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
 
 #: stops an attempt's tree: ``stopper(attempt, agent, grace, log, interrupt_first)``
 Stopper = Callable[["RayAttempt", Agent, float, Log, bool], Awaitable[KillReport]]
@@ -60,10 +62,16 @@ class RayAttempt:
         self.board: BoardCarrier | None = None  # and its mailbox on the stop board
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
-    def finish(self, code: int, reason: str | None) -> None:
-        """The attempt's one end, for its ``Agent`` (the spawner's ``_end`` calls it once)."""
-        if not self._ending.done():
-            self._ending.set_result(Ending(code, reason))
+    def end(self, code: int | None, reason: str | None) -> bool:
+        """The attempt's one end, for its ``Agent`` (``code`` None: the wrapper was lost; ``reason``: its failure's);
+        False when it had ended already."""
+        if self.finished:
+            return False
+        self.finished = True
+        if reason is not None and (code is None or self.report is None):
+            self.lost = reason
+        self._ending.set_result(Ending(code if code is not None else LOST_EXIT, reason))
+        return True
 
     async def ended(self) -> Ending:
         return await asyncio.shield(self._ending)
@@ -90,7 +98,7 @@ class BoardCarrier:
         self._answers: dict[str, tuple[str, asyncio.Future[str | None]]] = {}
 
     async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
-        if follow.closing or self.attempt.finished:
+        if self.attempt.finished:
             raise ControlError(follow.ended_line(what))
         ident = uuid.uuid4().hex
         answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()

@@ -53,7 +53,7 @@ from orchestrator.agents.ray.wire import (
 )
 from orchestrator.agents.sdk.backend import runner_spec, session_header
 from orchestrator.agents.sdk.follow import SdkFollow
-from orchestrator.agents.sdk.protocol import ProtocolError, explain, parse_event
+from orchestrator.agents.sdk.protocol import explain
 from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder, transcript_path
 from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.agent import KillReport, Log
@@ -62,7 +62,6 @@ from orchestrator.core.clock import Clock, SystemClock
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
 KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
-LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 
 
@@ -273,14 +272,12 @@ class RaySpawner(HandleStops):
                     continue
                 if isinstance(message, Output):
                     os.write(log_fd, message.data.encode("utf-8"))
-                elif isinstance(message, SdkEvent):
-                    _apply_event(attempt, message.line)
-                elif isinstance(message, TranscriptLines):
-                    if attempt.follow is not None:
-                        append_transcript(attempt.follow.transcript, message.data)
-                elif isinstance(message, ControlAnswer):
-                    if attempt.board is not None:
-                        attempt.board.answered(message.id, message.refused)
+                elif isinstance(message, SdkEvent) and attempt.follow is not None:
+                    attempt.follow.apply_line(message.line)  # the figures, as locally
+                elif isinstance(message, TranscriptLines) and attempt.follow is not None:
+                    append_transcript(attempt.follow.transcript, message.data)
+                elif isinstance(message, ControlAnswer) and attempt.board is not None:
+                    attempt.board.answered(message.id, message.refused)
                 elif isinstance(message, Ended):
                     if message.stopped:
                         attempt.report = KillReport(
@@ -305,14 +302,9 @@ class RaySpawner(HandleStops):
             self._end(attempt, None, f"the wrapper on {attempt.node} ended without reporting the agent's exit")
 
     def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
-        """The attempt's one end: the lease is given up and its agent told (``reason``: its failure's), once."""
-        if attempt.finished:
-            return
-        attempt.finished = True
-        self._revoke(attempt)
-        if reason is not None and (code is None or attempt.report is None):
-            attempt.lost = reason
-        attempt.finish(code if code is not None else LOST_EXIT, reason)
+        """The attempt's one end: its agent told (``reason``: its failure's) and the lease given up, once."""
+        if attempt.end(code, reason):
+            self._revoke(attempt)
 
     def _ask_stop(self, attempt: RayAttempt, grace: float) -> Any:
         try:
@@ -363,17 +355,6 @@ class RaySpawner(HandleStops):
         )
         pids = [attempt.pid] if attempt.pid else []
         return KillReport(pids=pids, survivors=list(pids))
-
-
-def _apply_event(attempt: RayAttempt, line: str) -> None:
-    """One runner event from the worker: the figures, as locally."""
-    if attempt.follow is None:
-        return
-    try:
-        event = parse_event(line)
-    except ProtocolError:  # not a runner event: skipped, as locally
-        return
-    attempt.follow.apply(event)
 
 
 def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:

@@ -37,12 +37,10 @@ from orchestrator.agents.sdk.protocol import (
     RUNNER_PATH_ENV,
     End,
     Interrupt,
-    ProtocolError,
     RunnerSpec,
     SpecOptions,
     Tell,
     explain,
-    parse_event,
 )
 from orchestrator.agents.spawn import Launch, start_process
 from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
@@ -135,7 +133,7 @@ class SocketChannel:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), CONNECT_WAIT)
         out = self._controls_out
-        if follow.closing or self.exited or out is None or out.is_closing():
+        if self.exited or out is None or out.is_closing():
             raise ControlError(follow.ended_line(what))
         try:
             async with self._write_lock:
@@ -174,11 +172,7 @@ class SocketChannel:
                     continue
                 if not line:
                     return
-                try:
-                    event = parse_event(line)
-                except ProtocolError:  # not a runner event: skipped, like a line over the limit
-                    continue
-                follow.apply(event)
+                follow.apply_line(line)
         except (ConnectionError, OSError):
             pass  # the runner went away: its exit status and its files tell the rest
 
