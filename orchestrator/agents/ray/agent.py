@@ -8,8 +8,8 @@ the stop board, then ``ray.cancel``), handed to it as ``stopper``.
 A ``backend: sdk`` attempt also has its session's ``SdkFollow``, which applies
 the runner's events the wrapper streams back (``wire.SdkEvent``) exactly as
 locally, and its mailbox on the head's stop board (``BoardCarrier``), which
-carries its interrupts, tells and ends: the wrapper writes them to the runner's
-stdin at its next poll and answers (``wire.ControlAnswer``), so a refusal (the
+carries its interrupts, tells and ends: the wrapper, a client of the runner's
+socket like the orchestrator locally, writes them there at its next poll and answers (``wire.ControlAnswer``), so a refusal (the
 session had ended) comes back as a ``ControlError`` with one line, as locally.
 The transcript lines the runner writes on the worker are appended to the run's
 transcript on the head (``append_transcript``).

@@ -83,7 +83,7 @@ def sweep_orphans(root: str) -> list[int]:
 def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> Iterator[AnyMessage]:
     """The wrapper's life as a stream of messages: started (or start failed), output and beats, then ended.
 
-    For ``backend: sdk`` the agent is the sdk runner (``sdk_worker``): its stdout and stderr are the output, its events,
+    For ``backend: sdk`` the agent is the sdk runner (``sdk_worker``): what it prints is the output; its events,
     transcript lines and the answers to the controls ``inbox`` brings travel as messages of their own.
     """
     lease = payload.lease
