@@ -102,8 +102,8 @@ async def run_session(output: Output) -> int:
     text = await asyncio.get_running_loop().run_in_executor(None, _read_spec)  # a signal still ends us meanwhile
     try:
         spec = parse_spec(text)
-        output.channel = Broadcast(spec, events)
-        await output.channel.start()
+        channel = output.channel = Broadcast(spec, events)
+        await channel.start()
         options = build_options(spec, output)  # imports the SDK; a bad option fails here, before the CLI starts
         if spec.transcript:
             output.open_transcript(spec.transcript)
