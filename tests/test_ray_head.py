@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from conftest import Project
-from orchestrator.agents.ray.agent import RayAttempt
-from orchestrator.agents.ray.spawner import LOST_EXIT, RaySpawner
+from orchestrator.agents.ray.agent import LOST_EXIT, RayAttempt
+from orchestrator.agents.ray.spawner import RaySpawner
 from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.spec import LaunchSpec, SpawnError

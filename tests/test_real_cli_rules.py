@@ -17,7 +17,7 @@ from orchestrator.agents.claude_errors import classify, last_meaningful_line
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.protocol import RunnerSpec
 from orchestrator.agents.sdk.reasons import usd
-from orchestrator.agents.sdk.session import SdkMessage, Session, StdinLine
+from orchestrator.agents.sdk.session import ControlLine, SdkMessage, Session
 from orchestrator.agents.sdk.transcript import Output
 
 
@@ -113,9 +113,7 @@ def test_the_fuse_estimates_a_streaming_call_and_learns_prices_from_results() ->
 
 
 class UuidClient:
-    """The SDK client as the session sees it: it has a transport, so messages go as dicts with a uuid."""
-
-    _transport = object()
+    """The SDK client as the session sees it: messages go as dicts with a uuid."""
 
     def __init__(self, options: Any) -> None:
         self.sent: list[dict[str, Any]] = []
@@ -194,7 +192,7 @@ def test_a_tell_during_a_tool_is_written_into_the_running_turn(monkeypatch: pyte
         run = asyncio.ensure_future(session.run())
         await settle(lambda: session.client is not None and session.client.sent)
         events.put_nowait(tool_use())
-        events.put_nowait(StdinLine('{"op": "tell", "text": "also this"}'))
+        events.put_nowait(ControlLine('{"op": "tell", "text": "also this"}'))
         await settle(lambda: len(session.client.sent) == 2)  # written while the tool runs, not after the turn
         assert [e for e in out.events if e["event"] == "tells"] == [{"event": "tells", "pending": 1}]
         both = [m["uuid"] for m in session.client.sent]
@@ -220,7 +218,7 @@ def test_a_result_that_leaves_a_tell_unanswered_waits_for_its_turn(monkeypatch: 
         run = asyncio.ensure_future(session.run())
         await settle(lambda: session.client is not None and session.client.sent)
         events.put_nowait(tool_use())
-        events.put_nowait(StdinLine('{"op": "tell", "text": "late"}'))
+        events.put_nowait(ControlLine('{"op": "tell", "text": "late"}'))
         await settle(lambda: len(session.client.sent) == 2)
         prompt, tell = (m["uuid"] for m in session.client.sent)
         events.put_nowait(result(uuids=[prompt]))  # told too late for the turn's last call

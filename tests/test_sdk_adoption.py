@@ -191,6 +191,7 @@ def test_a_runner_whose_orchestrator_never_comes_back_is_stopped_by_its_keeper(
     # timeout 6s + grace 0.5s + the keeper's margin of 1s, counted from the start
     wait_for(lambda: not pid_alive(live["pid"]) and not pid_alive(cli_pid), timeout=30, what="the keeper to stop it")
     record = run_folder(project, live["run_id"]) / "1.exit"
+    wait_for(record.exists, what="the keeper's record")  # written once it has reaped the agent, a zombie till then
     assert "timeout" in record.read_text(encoding="ascii")
     second = project.up()
     second.wait_output("stopped by its keeper at its timeout")

@@ -1,4 +1,4 @@
-"""The runner's socket channel (``channel: socket``) against the fake CLI, with no orchestrator: a test is the client.
+"""The runner's socket channel against the fake CLI, with no orchestrator: a test is the client.
 
 The test makes the listening socket the way ``start_sdk`` does (``channel.listen``),
 the runner inherits it, and the test connects, goes away and connects again, as
@@ -60,7 +60,6 @@ def start_runner(tmp_path: Path, fake_cli: Path, files: channel.RunFiles, prompt
         "prompt": prompt,
         "options": {"cli_path": str(fake_cli), "cwd": str(tmp_path)},
         "transcript": str(files.folder / "transcript.jsonl"),
-        "channel": "socket",
         "listen_fd": listener.fileno(),
         "socket_path": str(files.socket),
         "events_path": str(files.events),
@@ -82,7 +81,7 @@ def start_runner(tmp_path: Path, fake_cli: Path, files: channel.RunFiles, prompt
         log.close()
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(spec) + "\n").encode())
-    proc.stdin.close()  # over the socket, the end of stdin means nothing
+    proc.stdin.close()  # the spec, then end of file: the rest travels over the socket
     return proc
 
 
@@ -98,7 +97,7 @@ def test_a_reconnecting_client_gets_the_latest_events_then_live_ones_and_control
         one = Client(files)
         session = one.until("session")["session_id"]
         one.until("activity", text="Bash: echo working")
-        one.send({"op": "interrupt", "keep": True})  # the session then waits for a tell: stdin's end must not end it
+        one.send({"op": "interrupt", "keep": True})  # the session then waits for a tell
         one.until("result", subtype="error_during_execution")
         one.close()  # the orchestrator went away: the runner carries on
 

@@ -157,7 +157,7 @@ def test_the_spec_round_trips_and_null_means_absent() -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("not json", "the first line on stdin is not JSON: "),
+        ("not json", "the spec on stdin is not JSON: "),
         ('{"prompt": 5}', "prompt: Input should be a valid string"),
         ("{}", "prompt: Field required"),
         ('"hello"', "the spec: Input should be a valid dictionary"),

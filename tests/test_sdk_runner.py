@@ -9,6 +9,7 @@ would start the real CLI it bundles.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import queue
@@ -27,11 +28,11 @@ import pytest
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
 from orchestrator.agents.handle import Agent
-from orchestrator.agents.sdk import backend, protocol
+from orchestrator.agents.sdk import backend, channel, protocol
 from orchestrator.agents.sdk.backend import check_role, start_sdk
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
-from orchestrator.agents.sdk.session import Phase, SdkMessage, Session, StdinClosed, StdinLine
+from orchestrator.agents.sdk.session import ControlLine, Phase, SdkMessage, Session
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
 from orchestrator.agents.spec import LaunchSpec, agent_environment
@@ -41,36 +42,44 @@ from orchestrator.core.errors import ConfigError, ControlError
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE = 30.0
+ATTEMPTS = itertools.count(1)
 
 
 class Runner:
-    """A ``python -m orchestrator.agents.sdk.runner`` process with its events collected as they arrive."""
+    """A ``python -m orchestrator.agents.sdk.runner`` process, with its socket's events collected as they arrive."""
 
     def __init__(self, tmp_path: Path, spec: dict[str, Any], env: dict[str, str]) -> None:
         self.record = tmp_path / "record.jsonl"
         child_env = {**os.environ, "PYTHONPATH": str(REPO), "FAKE_CLAUDE_RECORD": str(self.record), **env}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.agents.sdk.runner"],
-            cwd=tmp_path,
-            env=child_env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        files = channel.run_files(tmp_path, 1, next(ATTEMPTS))  # each runner of a test on a socket of its own
+        listener, self.sock, keys = channel.open_channel(files)
+        spec = {**spec, **keys}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.agents.sdk.runner"],
+                cwd=tmp_path,
+                env=child_env,
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(listener.fileno(),),
+            )
+        finally:
+            listener.close()
         self.events: list[dict[str, Any]] = []
         self._lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.stderr = ""
         self.readers = [
-            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_events, daemon=True),
             threading.Thread(target=self._read_stderr, daemon=True),
         ]
         for reader in self.readers:
             reader.start()
-        self.send(spec)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(spec) + "\n").encode())
+        self.proc.stdin.close()
 
-    def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+    def _read_events(self) -> None:
+        for line in self.sock.makefile("rb"):
             self._lines.put(json.loads(line))
 
     def _read_stderr(self) -> None:
@@ -79,13 +88,7 @@ class Runner:
             self.stderr += line.decode("utf-8", "replace")
 
     def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        self.proc.stdin.flush()
-
-    def close_stdin(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        self.sock.sendall((json.dumps(message) + "\n").encode())
 
     def _drain(self) -> list[dict[str, Any]]:
         while True:
@@ -111,7 +114,7 @@ class Runner:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise AssertionError(f"the runner did not exit; events {self._drain()}; stderr {self.stderr}") from None
-        for reader in self.readers:  # the pipes reach end of file once the runner and the CLI are gone
+        for reader in self.readers:  # the socket and stderr reach end of file once the runner and the CLI are gone
             reader.join(DEADLINE)
         self._drain()
         return code
@@ -122,9 +125,9 @@ class Runner:
             self.proc.wait(DEADLINE)
         for reader in self.readers:
             reader.join(DEADLINE)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        self.sock.close()
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self._drain() if e["event"] == kind]
@@ -184,7 +187,6 @@ def test_normal_run_reports_cost_result_and_writes_the_transcript(tmp_path: Path
     }
     spec = make_spec(tmp_path, fake_cli, options=options)
     runner = start(spec, cost="0.25")
-    runner.close_stdin()
     finished(runner, 0)
 
     session = runner.of("session")[0]["session_id"]
@@ -232,7 +234,6 @@ def test_normal_run_reports_cost_result_and_writes_the_transcript(tmp_path: Path
 
 def test_a_plain_system_prompt_is_used_as_is(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli, options={"system_prompt": "You are terse."}))
-    runner.close_stdin()
     finished(runner, 0)
     argv = runner.recorded("argv")[0]
     assert argv[argv.index("--system-prompt") + 1] == "You are terse."
@@ -267,7 +268,6 @@ def test_interrupt_with_keep_waits_for_a_tell_in_the_same_session(tmp_path: Path
 def test_tell_is_a_second_turn_in_the_same_session(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli, prompt="first"), cost="0.1")
     runner.send({"op": "tell", "text": "and a follow-up"})
-    runner.close_stdin()
     finished(runner, 0)
     results = runner.of("result")
     assert len(results) == 2
@@ -290,7 +290,6 @@ def test_end_finishes_after_the_turn_without_the_queued_tells(tmp_path: Path, fa
 
 def test_a_cli_crash_fails_with_its_last_stderr_lines(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli), mode="crash")
-    runner.close_stdin()
     finished(runner, 1)
     reason = runner.of("failure")[-1]["reason"]
     assert "exited with status 2" in reason
@@ -312,7 +311,6 @@ def test_clear_failures_have_one_line_reasons(
     tmp_path: Path, fake_cli: Path, start: Start, mode: str, expected: str
 ) -> None:
     runner = start(make_spec(tmp_path, fake_cli), mode=mode)
-    runner.close_stdin()
     finished(runner, 1)
     failures = runner.of("failure")
     assert len(failures) == 1, failures
@@ -327,7 +325,6 @@ def test_a_usage_limit_is_a_failure_that_names_the_limit_and_its_reset(
     tmp_path: Path, fake_cli: Path, start: Start, mode: str, kind: str, resets_at: float | None
 ) -> None:
     runner = start(make_spec(tmp_path, fake_cli), mode=mode)
-    runner.close_stdin()
     finished(runner, 1)
     failure = runner.of("failure")[-1]
     assert failure["reason"].startswith("rate limited by the Anthropic API"), failure
@@ -337,7 +334,6 @@ def test_a_usage_limit_is_a_failure_that_names_the_limit_and_its_reset(
 
 def test_a_missing_cli_is_a_clear_failure(tmp_path: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, tmp_path / "no-such-claude"))
-    runner.close_stdin()
     finished(runner, 1)
     reason = runner.of("failure")[-1]["reason"]
     assert reason.startswith("the Claude Code CLI was not found at ") and "no-such-claude" in reason
@@ -346,7 +342,6 @@ def test_a_missing_cli_is_a_clear_failure(tmp_path: Path, start: Start) -> None:
 def test_per_run_budget_stops_the_run(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli, per_run_usd=0.1), cost="0.25")
     runner.send({"op": "tell", "text": "never answered: the budget is spent"})
-    runner.close_stdin()
     finished(runner, 4)
     assert runner.of("failure") == [
         {"event": "failure", "reason": "per-run budget of $0.10 exceeded ($0.25 spent)", "budget": True}
@@ -358,7 +353,6 @@ def test_per_run_budget_stops_the_run(tmp_path: Path, fake_cli: Path, start: Sta
 
 def test_resume_passes_the_session_to_the_cli(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli, resume="sess-1234"))
-    runner.close_stdin()
     finished(runner, 0)
     assert "--resume=sess-1234" in runner.recorded("argv")[0]
     assert runner.of("session")[0]["session_id"] == "sess-1234"
@@ -385,8 +379,8 @@ def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     try:
-        # its stdin thread starts after the signal handlers are in place
-        wait_for(lambda: psutil.Process(proc.pid).num_threads() >= 2, what="the runner's stdin thread")
+        # the thread that reads the spec starts after the signal handlers are in place
+        wait_for(lambda: psutil.Process(proc.pid).num_threads() >= 2, what="the runner's spec reader")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(DEADLINE) == protocol.EXIT_SIGNALLED
     finally:
@@ -399,11 +393,12 @@ def test_sigterm_before_the_spec_ends_the_runner(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec_line", "expected"),
     [
-        ("not json", "bad spec: the first line on stdin is not JSON"),
+        ("not json", "bad spec: the spec on stdin is not JSON"),
         ('{"prompt": "x", "options": {"colour": "blue"}}', "bad spec: unknown option(s) colour"),
+        ('{"prompt": "x"}', "bad spec: the spec names no socket channel"),
     ],
 )
-def test_a_bad_spec_is_a_failure_event(tmp_path: Path, spec_line: str, expected: str) -> None:
+def test_a_bad_spec_is_a_failure_in_the_log(tmp_path: Path, spec_line: str, expected: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator.agents.sdk.runner"],
         input=spec_line.encode() + b"\n",
@@ -412,8 +407,9 @@ def test_a_bad_spec_is_a_failure_event(tmp_path: Path, spec_line: str, expected:
         timeout=DEADLINE,
         cwd=tmp_path,
     )
-    assert proc.returncode == 1
-    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 1 and proc.stdout == b""  # no channel yet: the failure goes to the log
+    lines = proc.stderr.decode().splitlines()
+    events = [json.loads(line.removeprefix("sdk_runner: ")) for line in lines if line.startswith("sdk_runner: {")]
     assert len(events) == 1 and events[0]["event"] == "failure" and events[0]["reason"].startswith(expected)
 
 
@@ -488,8 +484,9 @@ class ScriptedClient:
     async def connect(self) -> None:
         pass
 
-    async def query(self, text: str) -> None:
-        self.prompts.append(text)
+    async def query(self, prompt: Any) -> None:
+        async for message in prompt:
+            self.prompts.append(message["message"]["content"])
 
     async def interrupt(self) -> None:
         self.interrupts += 1
@@ -517,8 +514,8 @@ class Collected(Output):
         self.notes.append(text)
 
 
-def control(**message: Any) -> StdinLine:
-    return StdinLine(json.dumps(message))
+def control(**message: Any) -> ControlLine:
+    return ControlLine(json.dumps(message))
 
 
 def turn_result(subtype: str = "success", cost: float = 0.01) -> SdkMessage:
@@ -539,12 +536,12 @@ def turn_result(subtype: str = "success", cost: float = 0.01) -> SdkMessage:
 
 INTERRUPTED = turn_result("error_during_execution")
 KEEP, CANCEL = control(op="interrupt", keep=True), control(op="interrupt", keep=False)
-EOF, END = StdinClosed(), control(op="end")
+END = control(op="end")
 TELL_A, TELL_B = control(op="tell", text="a"), control(op="tell", text="b")
 
 SCRIPTS = {  # the events after the first prompt, in order -> exit status, prompts sent, interrupts sent
     "one turn": ([turn_result()], 0, ["p"], 0),
-    "a tell, then EOF: both turns": ([TELL_A, EOF, turn_result(), turn_result()], 0, ["p", "a"], 0),
+    "a tell: both turns": ([TELL_A, turn_result(), turn_result()], 0, ["p", "a"], 0),
     "end drops the queued tell": ([TELL_A, END, turn_result()], 0, ["p"], 0),
     "a tell after end is refused": ([END, TELL_A, turn_result()], 0, ["p"], 0),
     "an error result fails": ([turn_result("error_during_execution")], 1, ["p"], 0),
@@ -553,11 +550,9 @@ SCRIPTS = {  # the events after the first prompt, in order -> exit status, promp
     "a tell queued while pausing": ([KEEP, TELL_A, INTERRUPTED, turn_result()], 0, ["p", "a"], 1),
     "keep, then cancel: cancel wins": ([KEEP, CANCEL, INTERRUPTED, TELL_A], 3, ["p"], 1),
     "cancel, then keep: still cancelled": ([CANCEL, KEEP, INTERRUPTED, TELL_A], 3, ["p"], 1),
-    "keep, then EOF": ([KEEP, EOF, INTERRUPTED], 3, ["p"], 1),
-    "keep, a queued tell, EOF: the tell": ([TELL_A, KEEP, EOF, INTERRUPTED, turn_result()], 0, ["p", "a"], 1),
+    "keep, a queued tell: the tell": ([TELL_A, KEEP, INTERRUPTED, turn_result()], 0, ["p", "a"], 1),
     "keep, then end": ([KEEP, END, INTERRUPTED, TELL_A], 3, ["p"], 1),
     "end, then keep": ([END, KEEP, INTERRUPTED, TELL_A], 3, ["p"], 1),
-    "waiting, then EOF": ([KEEP, INTERRUPTED, EOF], 3, ["p"], 1),
     "waiting, then end": ([KEEP, INTERRUPTED, END], 3, ["p"], 1),
     "waiting, then cancel": ([KEEP, INTERRUPTED, KEEP, CANCEL], 3, ["p"], 1),
     "a second interrupt after a tell": (
@@ -601,10 +596,10 @@ def test_a_bad_control_line_is_noted_with_its_field(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(claude_agent_sdk, "ClaudeSDKClient", ScriptedClient)
     out = Collected()
     script = [
-        StdinLine('{"op": "tell"}'),
-        StdinLine('{"op": "pause"}'),
+        ControlLine('{"op": "tell"}'),
+        ControlLine('{"op": "pause"}'),
         control(op="interrupt", keep="maybe"),
-        StdinLine("not json"),
+        ControlLine("not json"),
         turn_result(),
     ]
 

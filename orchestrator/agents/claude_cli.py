@@ -1,8 +1,9 @@
 """The Claude Code CLI as an agent program, for both backends: its retries, start-up checks and failure reasons.
 
-- ``retry_environment(role)``: ``CLAUDE_CODE_MAX_RETRIES`` from the role's ``api_retries`` (default 2), so
-  the CLI's own retries of an overloaded or failing API stay short and the role's ``retry`` is the policy
-  that counts. A role's ``env`` may still set the variable itself.
+- ``spec.retry_environment(role)`` (there, since every agent's environment is made there):
+  ``CLAUDE_CODE_MAX_RETRIES`` from the role's ``api_retries`` (default 2), so the CLI's own retries of an
+  overloaded or failing API stay short and the role's ``retry`` is the policy that counts. A role's ``env``
+  may still set the variable itself.
 - ``cap_arguments(role, per_run_usd)``: a Claude command role's ``max_turns`` and budget as the CLI's own
   ``--max-turns`` and ``--max-budget-usd``, so the CLI stops itself at the cap (the live fuse stays the outer
   guard); ``stall_seconds(role)``: how long a run may say nothing before it is stopped as stalled.
@@ -27,12 +28,11 @@ from typing import Any
 
 from orchestrator.agents import claude_stream
 from orchestrator.agents.claude_errors import Problem, classify, last_meaningful_line, one_line
-from orchestrator.agents.spec import resolve_command, role_folder
+from orchestrator.agents.spec import is_claude_command, resolve_command, role_folder
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import UsageLimit
 from orchestrator.core.errors import ConfigError
 
-MAX_RETRIES_ENV = "CLAUDE_CODE_MAX_RETRIES"
 STALL_DEFAULT = 600.0  # sdk and stream-json Claude roles: they write an event at every step
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
@@ -41,26 +41,12 @@ STREAM_MAX_BYTES = 64 * 1024 * 1024  # an attempt's stream read at its end: its 
 _checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many roles asks once
 
 
-def is_claude_command(command: list[str]) -> bool:
-    """Whether a ``command`` role runs the Claude Code CLI (its program is named ``claude``)."""
-    return bool(command) and Path(command[0]).name == "claude"
-
-
-def retry_environment(role: Role) -> dict[str, str]:
-    """The CLI's own API retry count for the role's agents."""
-    return {MAX_RETRIES_ENV: str(role.api_retries)}
-
-
 def streams_json(role: Role) -> bool:
     """Whether the role's agent writes Claude's stream-json events (an ``sdk`` role, or a ``claude`` command
     with ``--output-format stream-json``)."""
     if role.backend == "sdk":
         return True
-    argv = role.command
-    if not is_claude_command(argv):
-        return False
-    pairs = zip(argv, argv[1:], strict=False)
-    return "--output-format=stream-json" in argv or any(a == "--output-format" and b == "stream-json" for a, b in pairs)
+    return is_claude_command(role.command) and _sets(role.command, "--output-format", "stream-json")
 
 
 def stall_seconds(role: Role) -> float | None:
@@ -71,6 +57,11 @@ def stall_seconds(role: Role) -> float | None:
     if role.stall_timeout is not None:
         return role.stall_timeout or None
     return STALL_DEFAULT if streams_json(role) else None
+
+
+def _sets(argv: list[str], flag: str, value: str) -> bool:
+    """Whether ``argv`` gives ``flag`` the ``value``, as ``flag=value`` or as two arguments."""
+    return f"{flag}={value}" in argv or any(a == flag and b == value for a, b in zip(argv, argv[1:], strict=False))
 
 
 def _given(argv: list[str], flag: str) -> bool:
@@ -144,9 +135,7 @@ def _asks_bypass(role: Role) -> bool:
     if role.backend == "sdk":
         return role.permission_mode == "bypassPermissions"
     argv = role.command
-    if "--dangerously-skip-permissions" in argv or "--permission-mode=bypassPermissions" in argv:
-        return True
-    return any(a == "--permission-mode" and b == "bypassPermissions" for a, b in zip(argv, argv[1:], strict=False))
+    return "--dangerously-skip-permissions" in argv or _sets(argv, "--permission-mode", "bypassPermissions")
 
 
 def check_role(config: Config, role: Role) -> None:

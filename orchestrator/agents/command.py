@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import ClaudeOutput, cap_arguments, is_claude_command, streams_json
+from orchestrator.agents.claude_cli import ClaudeOutput, cap_arguments, streams_json
 from orchestrator.agents.handle import Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.spawn import Launch, start_process
@@ -20,6 +20,7 @@ from orchestrator.agents.spec import (
     ARG_MAX_SINGLE,
     LaunchSpec,
     SpawnError,
+    is_claude_command,
     resolve_command,
     role_folder,
     transcript_path,

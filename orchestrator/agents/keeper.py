@@ -204,10 +204,9 @@ class Status:
 _STATUS_FIELDS = {"P": "agent", "E": "exec_errno", "L": "log_errno", "C": "cwd_errno"}
 
 
-async def read_status(fd: int, into: bytearray | None = None) -> Status:
-    """Read a start's status pipe to its end (every writer has closed it); what is read gathers in ``into``,
+async def read_status(fd: int, data: bytearray) -> Status:
+    """Read a start's status pipe to its end (every writer has closed it); what is read gathers in ``data``,
     so a caller cancelled meanwhile still has it."""
-    data = bytearray() if into is None else into
     os.set_blocking(fd, False)
     while True:
         try:

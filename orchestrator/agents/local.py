@@ -76,7 +76,9 @@ class LocalProcess:
         self.spec = spec
         self.ref = ref
         self.end = end
-        self._pid = pid
+        self.pid = pid
+        self.create_time = ref.create_time if ref is not None else None
+        self.node: str | None = None
 
     @classmethod
     def adopted(cls, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> LocalProcess:
@@ -91,25 +93,13 @@ class LocalProcess:
         what its keeper recorded."""
         return cls(spec, pid, None, KeeperRecord(record_path(spec), None, None))
 
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    @property
-    def create_time(self) -> float | None:
-        return self.ref.create_time if self.ref is not None else None
-
-    @property
-    def node(self) -> str | None:
-        return None
-
     async def ended(self) -> Ending:
         return Ending(await self.end.status())
 
     async def stop(self, agent: Agent, grace: float, log: Log, interrupt_first: bool) -> KillReport:
         """The agent's whole tree, stopped (an SDK agent's turn first, when asked): what was ended."""
         started = time.monotonic()
-        target = procs.Target(self.ref, self._pid, self.spec.run_id, str(self.spec.root))
+        target = procs.Target(self.ref, self.pid, self.spec.run_id, str(self.spec.root))
         # what lives now is what this stop ends, whichever step ends it: an interrupted SDK session exits by
         # itself (its CLI and the tool processes in their own sessions with it), before the ladder looks
         before = procs.find_tree(target)
@@ -124,8 +114,8 @@ class LocalProcess:
         return report
 
     def left_behind(self) -> bool:
-        return procs.group_has_members(self._pid)
+        return procs.group_has_members(self.pid)
 
     async def sweep(self, grace: float) -> KillReport:
-        target = procs.Target(None, self._pid, self.spec.run_id, str(self.spec.root), attempt=self.spec.attempt)
+        target = procs.Target(None, self.pid, self.spec.run_id, str(self.spec.root), attempt=self.spec.attempt)
         return await procs.stop_tree(target, grace)

@@ -115,6 +115,16 @@ def role_folder(root: Path, cwd: str) -> Path:
 _role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
 
 
+def is_claude_command(command: list[str]) -> bool:
+    """Whether a ``command`` role runs the Claude Code CLI (its program is named ``claude``)."""
+    return bool(command) and Path(command[0]).name == "claude"
+
+
+def retry_environment(role: Role) -> dict[str, str]:
+    """The Claude CLI's own API retry count for the role's agents (``claude_cli`` says why)."""
+    return {"CLAUDE_CODE_MAX_RETRIES": str(role.api_retries)}
+
+
 def _role_environment(role: Role) -> dict[str, str]:
     """Ours and the role's ``env``, made once per role (callers copy it): our environment does not change while
     we run, and reading ``os.environ`` decodes every variable again, about 0.1 ms a start."""
@@ -122,8 +132,8 @@ def _role_environment(role: Role) -> dict[str, str]:
     if cached is not None and cached[0] is role:
         return cached[1]
     env = dict(os.environ)
-    if role.backend == "sdk" or Path(role.command[0]).name == "claude":  # the CLI's own settings: claude_cli
-        env["CLAUDE_CODE_MAX_RETRIES"] = str(role.api_retries)
+    if role.backend == "sdk" or is_claude_command(role.command):
+        env.update(retry_environment(role))
         if not role.background_tasks:  # -p kills background tasks at the end of the turn, their work lost
             env["CLAUDE_CODE_DISABLE_BACKGROUND_TASKS"] = "1"
     env.update(role.env)

@@ -2,14 +2,14 @@
 
 ``RayAttempt`` holds what the head knows of one attempt's Ray task (its lease,
 its stream, the wrapper's last word) and ends once, when the spawner's pump says
-so (``finish``); stopping it is the spawner's work (``RaySpawner.stop_attempt``:
+so (``end``); stopping it is the spawner's work (``RaySpawner.stop_attempt``:
 the stop board, then ``ray.cancel``), handed to it as ``stopper``.
 
 A ``backend: sdk`` attempt also has its session's ``SdkFollow``, which applies
 the runner's events the wrapper streams back (``wire.SdkEvent``) exactly as
 locally, and its mailbox on the head's stop board (``BoardCarrier``), which
-carries its interrupts, tells and ends: the wrapper writes them to the runner's
-stdin at its next poll and answers (``wire.ControlAnswer``), so a refusal (the
+carries its interrupts, tells and ends: the wrapper, a client of the runner's
+socket like the orchestrator locally, writes them there at its next poll and answers (``wire.ControlAnswer``), so a refusal (the
 session had ended) comes back as a ``ControlError`` with one line, as locally.
 The transcript lines the runner writes on the worker are appended to the run's
 transcript on the head (``append_transcript``).
@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.handle import Agent, Ending
+from orchestrator.agents.ray import first_line
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import End, Interrupt, Tell
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.errors import ControlError
+
+LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
 
 #: stops an attempt's tree: ``stopper(attempt, agent, grace, log, interrupt_first)``
 Stopper = Callable[["RayAttempt", Agent, float, Log, bool], Awaitable[KillReport]]
@@ -44,8 +47,9 @@ class RayAttempt:
         self.spec = spec
         self.lease = lease
         self.gen = gen
-        self._pid: int | None = None
-        self._node: str | None = None
+        self.pid: int | None = None  # on a remote node: its ``create_time`` is None
+        self.create_time: float | None = None
+        self.node: str | None = None  # where it runs, or the node that refused its start
         self.report: KillReport | None = None  # set when the wrapper reports having stopped the tree
         self.finished = False  # the attempt has ended, as the head sees it
         self.lost: str | None = None  # why the head gave the attempt up, when it did (no report of the tree's end)
@@ -58,29 +62,16 @@ class RayAttempt:
         self.board: BoardCarrier | None = None  # and its mailbox on the stop board
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    @property
-    def create_time(self) -> float | None:
-        return None
-
-    @property
-    def node(self) -> str | None:
-        return self._node
-
-    def started(self, pid: int, node: str) -> None:
-        self._pid, self._node = pid, node
-
-    def placed(self, node: str | None) -> None:
-        """The node that refused the start."""
-        self._node = node
-
-    def finish(self, code: int, reason: str | None) -> None:
-        """The attempt's one end, for its ``Agent`` (the spawner's ``_end`` calls it once)."""
-        if not self._ending.done():
-            self._ending.set_result(Ending(code, reason))
+    def end(self, code: int | None, reason: str | None) -> bool:
+        """The attempt's one end, for its ``Agent`` (``code`` None: the wrapper was lost; ``reason``: its failure's);
+        False when it had ended already."""
+        if self.finished:
+            return False
+        self.finished = True
+        if reason is not None and (code is None or self.report is None):
+            self.lost = reason
+        self._ending.set_result(Ending(code if code is not None else LOST_EXIT, reason))
+        return True
 
     async def ended(self) -> Ending:
         return await asyncio.shield(self._ending)
@@ -107,7 +98,7 @@ class BoardCarrier:
         self._answers: dict[str, tuple[str, asyncio.Future[str | None]]] = {}
 
     async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
-        if follow.closing or self.attempt.finished:
+        if self.attempt.finished:
             raise ControlError(follow.ended_line(what))
         ident = uuid.uuid4().hex
         answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -121,9 +112,8 @@ class BoardCarrier:
                 f"have reached run {self.attempt.spec.run_id}'s session"
             ) from None
         except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the stop board, in one line for a person
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ControlError(
-                f"cannot leave the {what} for run {self.attempt.spec.run_id}'s wrapper: {first}"
+                f"cannot leave the {what} for run {self.attempt.spec.run_id}'s wrapper: {first_line(exc)}"
             ) from None
         finally:
             self._answers.pop(ident, None)

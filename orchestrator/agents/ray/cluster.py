@@ -7,7 +7,7 @@ import os
 import socket
 from typing import Any
 
-from orchestrator.agents.ray import INSTALL_HINT, ray_installed
+from orchestrator.agents.ray import INSTALL_HINT, first_line, ray_installed
 from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.errors import ConfigError, ExecutorError
 
@@ -25,10 +25,7 @@ def connect(settings: ExecutorSettings) -> Any:
         return ray
     problem = _probe(settings.address)
     if problem:
-        raise ExecutorError(
-            f"executor: cannot reach the Ray cluster at {settings.address!r}: {problem}; start one with "
-            "`ray start --head` (see docs/operations.md, Running on a cluster) or use `address: local-cluster`"
-        )
+        raise _unreachable(settings, problem)
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": True}
     try:
         if settings.address == "local-cluster":
@@ -36,12 +33,15 @@ def connect(settings: ExecutorSettings) -> Any:
         else:
             ray.init(address=settings.address, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, RuntimeError, ValueError)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExecutorError(
-            f"executor: cannot reach the Ray cluster at {settings.address!r}: {first}; start one with "
-            "`ray start --head` (see docs/operations.md, Running on a cluster) or use `address: local-cluster`"
-        ) from None
+        raise _unreachable(settings, first_line(exc)) from None
     return ray
+
+
+def _unreachable(settings: ExecutorSettings, problem: str) -> ExecutorError:
+    return ExecutorError(
+        f"executor: cannot reach the Ray cluster at {settings.address!r}: {problem}; start one with "
+        "`ray start --head` (see docs/operations.md, Running on a cluster) or use `address: local-cluster`"
+    )
 
 
 def _probe(address: str, timeout: float = PROBE_WAIT) -> str | None:

@@ -1,10 +1,11 @@
 """A ``backend: sdk`` attempt under the wrapper on a Ray worker: the sdk runner, its events, transcript and controls.
 
 The runner is started as locally (``python -m orchestrator.agents.sdk.runner``
-in its own session, the spec as the first stdin line, events as JSON lines on
-its stdout, control lines on its stdin), by this worker's Python. The spec is
-the one the head built, with what only the worker knows filled in: the working
-folder, the transcript (in the attempt's private folder) and ``cli_path``,
+in its own session, the spec on its stdin, its events and controls over the
+Unix socket it inherits, ``sdk.channel``), by this worker's Python, and this
+worker is the socket's one client. The spec is the one the head built, with
+what only the worker knows filled in: the working folder, the transcript and
+the socket's files (in the attempt's private folder) and ``cli_path``,
 resolved here. The wrapper (``wrapper``) calls ``tick`` at every poll to relay
 what the runner said since, ``deliver`` with the control messages the head left
 in the attempt's mailbox, and ``finish`` once the runner's tree is dead.
@@ -12,9 +13,9 @@ in the attempt's mailbox, and ``finish`` once the runner's tree is dead.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from typing import Any
 
 from orchestrator.agents.claude_cli import resolve_cli_path
 from orchestrator.agents.ray.wire import ControlAnswer, Payload, SdkEvent, TranscriptLines
+from orchestrator.agents.sdk import channel
 from orchestrator.agents.sdk.backend import RUNNER_MODULE, runner_environment
 from orchestrator.agents.sdk.protocol import DoneEvent, ProtocolError, parse_event
 
@@ -41,12 +43,15 @@ class SdkSession:
         self.answers: list[ControlAnswer] = []
         self.closing = False  # the runner said ``done``: controls are refused from now on
         self.proc: subprocess.Popen[bytes] | None = None
+        self.files = channel.RunFiles(folder, payload.attempt)
+        self._socket: socket.socket | None = None  # our connection to the runner's socket
         self._offset = 0
-        self._stdin = threading.Lock()
+        self._send = threading.Lock()
         self._reader: threading.Thread | None = None
 
-    def start(self, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
-        """Start the runner with the role's environment in ``cwd``; ``ValueError`` when ``cli_path`` is not here."""
+    def start(self, env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[bytes], bytes]:
+        """Start the runner with the role's environment in ``cwd``, connected to its socket; and the spec for its
+        stdin. ``ValueError`` when ``cli_path`` is not here, ``OSError`` when it cannot start."""
         payload = self.payload
         assert payload.sdk_spec is not None
         cli_path = None
@@ -57,26 +62,32 @@ class SdkSession:
         spec = dict(payload.sdk_spec)
         spec["options"] = {**(spec.get("options") or {}), "cwd": str(cwd), "cli_path": cli_path}
         spec["transcript"] = str(self.transcript)
-        first_line = (json.dumps(spec) + "\n").encode("utf-8")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", RUNNER_MODULE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=runner_environment(env),
-            start_new_session=True,
-        )
-        self.proc = proc
-        threading.Thread(target=self._write, args=(first_line,), daemon=True).start()
-        self._reader = threading.Thread(target=self._read_events, daemon=True)
+        listener, client, transport = channel.open_channel(self.files)
+        spec.update(transport)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", RUNNER_MODULE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=runner_environment(env),
+                start_new_session=True,
+                pass_fds=(listener.fileno(),),
+            )
+        except BaseException:
+            client.close()
+            raise
+        finally:
+            listener.close()  # the runner holds it now
+        self.proc, self._socket = proc, client
+        self._reader = threading.Thread(target=self._read_events, args=(client,), daemon=True)
         self._reader.start()
-        return proc
+        return proc, (json.dumps(spec) + "\n").encode("utf-8")
 
     # ------------------------------------------------------------ runner -> head
-    def _read_events(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
+    def _read_events(self, client: socket.socket) -> None:
+        for raw in client.makefile("rb"):
             try:
                 event = parse_event(raw)
             except ProtocolError:  # not a runner event: skipped, as the local backend does
@@ -102,6 +113,8 @@ class SdkSession:
         """Once the runner has exited: every event and transcript line it left, before the wrapper's ``Ended``."""
         if self._reader is not None:
             self._reader.join(timeout=2)
+        if self._socket is not None:
+            self._socket.close()
         yield from self.tick()
         yield from self._transcript(final=True)
 
@@ -128,23 +141,13 @@ class SdkSession:
                 refused = f"run {self.payload.run_id}'s agent session has already ended; nothing to {what}"
             self.answers.append(ControlAnswer(lease=self.payload.lease, id=ident, refused=refused))
 
-    def _write(self, line: str | bytes) -> bool:
-        """One line to the runner's stdin; False when its stdin is closed (the runner has gone)."""
-        assert self.proc is not None and self.proc.stdin is not None
-        data = line.encode("utf-8") if isinstance(line, str) else line
-        with self._stdin:
+    def _write(self, line: str) -> bool:
+        """One line to the runner's socket; False when it is closed (the runner has gone)."""
+        if self._socket is None:
+            return False
+        with self._send:
             try:
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
-            except (BrokenPipeError, ConnectionResetError, OSError, ValueError):
+                self._socket.sendall(line.encode("utf-8"))
+            except OSError:
                 return False
         return True
-
-    def close(self) -> None:
-        """Close the pipes to the runner (after its tree is dead)."""
-        if self.proc is None:
-            return
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 
 from orchestrator.agents import memo_list
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
+from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import StopBoard, wrapper_task
 from orchestrator.agents.ray.cluster import connect
@@ -50,9 +51,9 @@ from orchestrator.agents.ray.wire import (
     TranscriptLines,
     parse,
 )
-from orchestrator.agents.sdk.backend import runner_spec
+from orchestrator.agents.sdk.backend import runner_spec, session_header
 from orchestrator.agents.sdk.follow import SdkFollow
-from orchestrator.agents.sdk.protocol import ProtocolError, explain, parse_event
+from orchestrator.agents.sdk.protocol import explain
 from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder, transcript_path
 from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.agent import KillReport, Log
@@ -61,7 +62,6 @@ from orchestrator.core.clock import Clock, SystemClock
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
 KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
-LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was lost
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 
 
@@ -124,13 +124,9 @@ class RaySpawner(HandleStops):
         )
 
     def _options(self, spec: LaunchSpec) -> dict[str, Any]:
+        """The task's resources for this attempt (streaming and ``max_retries=0`` are the task's own)."""
         res = spec.role.resources
-        options: dict[str, Any] = {
-            "num_cpus": res.cpu,
-            "num_gpus": res.gpu,
-            "num_returns": "streaming",
-            "max_retries": 0,
-        }
+        options: dict[str, Any] = {"num_cpus": res.cpu, "num_gpus": res.gpu}
         if res.custom:
             options["resources"] = dict(res.custom)
         if res.node_labels:
@@ -169,15 +165,15 @@ class RaySpawner(HandleStops):
             raise
         except self.ray.exceptions.RayError as exc:
             self._revoke(attempt)
-            raise SpawnError(f"the Ray task failed before the agent started: {_first_line(exc)}") from None
+            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
         if isinstance(first, StartFailed):
             self._revoke(attempt)
-            attempt.placed(first.node)
+            attempt.node = first.node
             raise SpawnError(first.reason)
         if not isinstance(first, Started):
             self._revoke(attempt)
             raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
-        attempt.started(first.pid, first.node)
+        attempt.pid, attempt.node = first.pid, first.node
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
             while len(self.session_nodes) > SESSION_NODES:
@@ -199,27 +195,16 @@ class RaySpawner(HandleStops):
 
     @staticmethod
     def _header(spec: LaunchSpec) -> str:
-        head = f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): "
-        if spec.role.backend != "sdk":
-            return head + " ".join(spec.role.command[:8]) + "\n"
-        resume = spec.extra.get("resume")
-        return (
-            head + "sdk session" + (f" resuming {resume}" if resume else "") + f", transcript {transcript_path(spec)}\n"
-        )
+        if spec.role.backend == "sdk":
+            return session_header(spec, " (ray)") + "\n"
+        return f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): " + " ".join(spec.role.command[:8]) + "\n"
 
     async def _within(self, future: asyncio.Future[Any], seconds: float) -> bool:
         """Whether ``future`` is done within ``seconds`` on the supervisor's clock."""
-        late: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def due() -> None:
-            if not late.done():
-                late.set_result(None)
-
-        timer = self.clock.call_later(seconds, due)
+        late = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
             await asyncio.wait({future, late}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            timer.cancel()
             late.cancel()
         return future.done()
 
@@ -287,14 +272,12 @@ class RaySpawner(HandleStops):
                     continue
                 if isinstance(message, Output):
                     os.write(log_fd, message.data.encode("utf-8"))
-                elif isinstance(message, SdkEvent):
-                    _apply_event(attempt, message.line)
-                elif isinstance(message, TranscriptLines):
-                    if attempt.follow is not None:
-                        append_transcript(attempt.follow.transcript, message.data)
-                elif isinstance(message, ControlAnswer):
-                    if attempt.board is not None:
-                        attempt.board.answered(message.id, message.refused)
+                elif isinstance(message, SdkEvent) and attempt.follow is not None:
+                    attempt.follow.apply_line(message.line)  # the figures, as locally
+                elif isinstance(message, TranscriptLines) and attempt.follow is not None:
+                    append_transcript(attempt.follow.transcript, message.data)
+                elif isinstance(message, ControlAnswer) and attempt.board is not None:
+                    attempt.board.answered(message.id, message.refused)
                 elif isinstance(message, Ended):
                     if message.stopped:
                         attempt.report = KillReport(
@@ -319,14 +302,9 @@ class RaySpawner(HandleStops):
             self._end(attempt, None, f"the wrapper on {attempt.node} ended without reporting the agent's exit")
 
     def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
-        """The attempt's one end: the lease is given up and its agent told (``reason``: its failure's), once."""
-        if attempt.finished:
-            return
-        attempt.finished = True
-        self._revoke(attempt)
-        if reason is not None and (code is None or attempt.report is None):
-            attempt.lost = reason
-        attempt.finish(code if code is not None else LOST_EXIT, reason)
+        """The attempt's one end: its agent told (``reason``: its failure's) and the lease given up, once."""
+        if attempt.end(code, reason):
+            self._revoke(attempt)
 
     def _ask_stop(self, attempt: RayAttempt, grace: float) -> Any:
         try:
@@ -379,17 +357,6 @@ class RaySpawner(HandleStops):
         return KillReport(pids=pids, survivors=list(pids))
 
 
-def _apply_event(attempt: RayAttempt, line: str) -> None:
-    """One runner event from the worker: the figures, as locally."""
-    if attempt.follow is None:
-        return
-    try:
-        event = parse_event(line)
-    except ProtocolError:  # not a runner event: skipped, as locally
-        return
-    attempt.follow.apply(event)
-
-
 def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
     """The runner's spec as the head knows it; the wrapper fills in ``cwd``, ``transcript`` and ``cli_path``."""
     try:
@@ -406,11 +373,6 @@ def _pending(coro: Any) -> asyncio.Future[Any]:
     return task
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _lost_reason(exc: BaseException, node: str | None) -> str:
     """A Ray error as a failed attempt's reason."""
     name = type(exc).__name__
@@ -420,4 +382,4 @@ def _lost_reason(exc: BaseException, node: str | None) -> str:
         return f"the Ray worker on {node} died (its agent is killed by the next wrapper on that node)"
     if "Cancelled" in name:
         return f"the Ray task on {node} was cancelled"
-    return f"Ray lost the task on {node}: {name}: {_first_line(exc)}"
+    return f"Ray lost the task on {node}: {name}: {first_line(exc)}"

@@ -83,7 +83,7 @@ def sweep_orphans(root: str) -> list[int]:
 def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> Iterator[AnyMessage]:
     """The wrapper's life as a stream of messages: started (or start failed), output and beats, then ended.
 
-    For ``backend: sdk`` the agent is the sdk runner (``sdk_worker``): its stderr is the output, its events,
+    For ``backend: sdk`` the agent is the sdk runner (``sdk_worker``): what it prints is the output; its events,
     transcript lines and the answers to the controls ``inbox`` brings travel as messages of their own.
     """
     lease = payload.lease
@@ -99,18 +99,18 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
         session = SdkSession(payload, folder, out)
     try:
         try:
-            proc = _start(payload, folder) if session is None else session.start(*_environment(payload, folder))
+            proc, feed = _start(payload, folder) if session is None else session.start(*_environment(payload, folder))
         except (OSError, ValueError) as exc:
             what = "the sdk runner" if session is not None else repr(payload.argv[0])
             yield StartFailed(lease=lease, reason=f"cannot start {what} on {node}: {exc}", node=node)
             return
         procs.spare(proc.pid)  # our direct child: Popen reaps it, the kill ladder's reaper must leave it
-        # the prompt is fed and the output read from the start, whenever the consumer asks for the next message
-        stream = proc.stdout if session is None else proc.stderr
-        reader = threading.Thread(target=_read_stream, args=(stream, out), daemon=True)
+        # stdin (the prompt, or the sdk runner's spec) is fed and the output read from the start, whenever the
+        # consumer asks for the next message
+        reader = threading.Thread(target=_read_stream, args=(proc.stdout, out), daemon=True)
         reader.start()
-        if payload.prompt_via == "stdin" and session is None:
-            threading.Thread(target=_feed, args=(proc, payload.prompt.encode("utf-8")), daemon=True).start()
+        if feed is not None:
+            threading.Thread(target=_feed, args=(proc, feed), daemon=True).start()
         ref = procs.ProcRef.of(proc.pid)
         target = procs.Target(ref, proc.pid, payload.run_id, payload.root, attempt=payload.attempt)
         yield Started(
@@ -130,21 +130,24 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _start(payload: Payload, folder: Path) -> subprocess.Popen[bytes]:
+def _start(payload: Payload, folder: Path) -> tuple[subprocess.Popen[bytes], bytes | None]:
+    """The agent, and what to write to its stdin (None: nothing, its stdin is ``/dev/null``)."""
     env, cwd = _environment(payload, folder)
     argv = list(payload.argv) + ([payload.prompt] if payload.prompt_via == "arg" else [])
     executable = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else str(cwd / argv[0])
     if executable is None:
         raise ValueError("not found on PATH")
-    return subprocess.Popen(
+    feed = payload.prompt.encode("utf-8") if payload.prompt_via == "stdin" else None
+    proc = subprocess.Popen(
         [executable, *argv[1:]],
-        stdin=subprocess.PIPE if payload.prompt_via == "stdin" else subprocess.DEVNULL,
+        stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=cwd,
         env=env,
         start_new_session=True,
     )
+    return proc, feed
 
 
 def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import resolve_cli_path, retry_environment
+from orchestrator.agents.claude_cli import resolve_cli_path
 from orchestrator.agents.handle import TASK_WAIT, Agent, OnExit
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.sdk import channel
@@ -37,15 +37,13 @@ from orchestrator.agents.sdk.protocol import (
     RUNNER_PATH_ENV,
     End,
     Interrupt,
-    ProtocolError,
     RunnerSpec,
     SpecOptions,
     Tell,
     explain,
-    parse_event,
 )
 from orchestrator.agents.spawn import Launch, start_process
-from orchestrator.agents.spec import LaunchSpec, SpawnError, role_folder, transcript_path
+from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
 from orchestrator.config import Role
 from orchestrator.core.errors import ConfigError, ControlError
 
@@ -69,7 +67,8 @@ def check_role(role: Role, root: Path | None = None) -> None:
 def runner_spec(
     spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: Path, transport: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The first line the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys)."""
+    """The spec the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys, which
+    a Ray worker fills in)."""
     role = spec.role
     options = SpecOptions.of(
         role,
@@ -103,6 +102,14 @@ def runner_environment(env: dict[str, str]) -> dict[str, str]:
     return child
 
 
+def session_header(spec: LaunchSpec, where: str = "") -> str:
+    """The run log's line before an sdk attempt's output (``where`` it runs, when not here), without its end."""
+    resume = spec.extra.get("resume")
+    resuming = f" resuming {resume}" if resume else ""
+    head = f"\n=== run {spec.run_id} attempt {spec.attempt}{where}: sdk session{resuming}"
+    return f"{head}, transcript {transcript_path(spec)}"
+
+
 class SocketChannel:
     """The local runner's Unix socket (``channel``): its events in, controls out; its files once it has ended."""
 
@@ -126,7 +133,7 @@ class SocketChannel:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), CONNECT_WAIT)
         out = self._controls_out
-        if follow.closing or self.exited or out is None or out.is_closing():
+        if self.exited or out is None or out.is_closing():
             raise ControlError(follow.ended_line(what))
         try:
             async with self._write_lock:
@@ -165,11 +172,7 @@ class SocketChannel:
                     continue
                 if not line:
                     return
-                try:
-                    event = parse_event(line)
-                except ProtocolError:  # not a runner event: skipped, like a line over the limit
-                    continue
-                follow.apply(event)
+                follow.apply_line(line)
         except (ConnectionError, OSError):
             pass  # the runner went away: its exit status and its files tell the rest
 
@@ -187,45 +190,29 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     transcript = transcript_path(spec)
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
     try:
-        listener = channel.listen(files)
+        listener, client, transport = channel.open_channel(files)
     except OSError as exc:
         raise SpawnError(
             f"cannot make the sdk runner's socket {files.socket}: {exc.strerror or exc}", internal=True
         ) from None
-    client: socket.socket | None = None
     try:
-        client = channel.connect(files)  # queued until the runner accepts: no event can be missed
-        if client is None:
-            raise SpawnError(f"cannot connect to the sdk runner's socket {files.socket}", internal=True)
-        transport = {
-            "channel": "socket",
-            "listen_fd": listener.fileno(),
-            "socket_path": str(files.socket),
-            "events_path": str(files.events),
-            "result_path": str(files.result),
-        }
         try:
             first_line = (json.dumps(runner_spec(spec, cli_path, cwd, transcript, transport)) + "\n").encode("utf-8")
         except ValidationError as exc:
             raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
-        resume = spec.extra.get("resume")
-        header = f"\n=== run {spec.run_id} attempt {spec.attempt}: sdk session" + (
-            f" resuming {resume}" if resume else ""
-        )
         launch = Launch(
             spec,
             sys.executable,
             [sys.executable, "-m", RUNNER_MODULE],
             runner_environment(spec.env),
             cwd,
-            header + f", transcript {transcript}, socket {files.socket}\n",
+            session_header(spec) + f", socket {files.socket}\n",
             first_line,  # the spec, then end of file: stdin carries nothing more
             (listener.fileno(),),
         )
         process, writing = await start_process(launch, keeper)
     except BaseException:
-        if client is not None:
-            client.close()
+        client.close()
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now

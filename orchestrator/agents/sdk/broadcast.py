@@ -1,12 +1,12 @@
 """The runner's socket channel: its events to every connected orchestrator and to disk, controls back into the loop.
 
-Used when the spec says ``channel: socket`` (the runner runs under a keeper and
-may outlive the orchestrator that started it). The orchestrator made the
-listening socket and the runner inherited it, so a client can connect before
-the runner is even up. Each new connection first gets the latest event of each
+The runner's only channel: whoever started it (the orchestrator, with or without
+a keeper, or the wrapper on a Ray worker) made the listening socket and the
+runner inherited it, so a client can connect before the runner is even up; the
+runner may outlive an orchestrator that started it. Each new connection first gets the latest event of each
 kind (what a restarted orchestrator needs to restore its figures), then every
 event as it happens; its lines are control messages, posted to the session's
-queue like stdin lines. A connection that goes away is dropped, nothing more:
+queue. A connection that goes away is dropped, nothing more:
 the session goes on, and an orchestrator may come back.
 
 Every event is appended to the event log as well, and at exit the result file
@@ -22,7 +22,7 @@ import os
 import socket
 
 from orchestrator.agents.sdk.protocol import AnyEvent, RunnerResult, RunnerSpec
-from orchestrator.agents.sdk.session import Event, StdinLine
+from orchestrator.agents.sdk.session import ControlLine, Event
 
 CONTROL_LINE_LIMIT = 4 * 1024 * 1024  # a tell can be long; this only bounds a broken client
 
@@ -31,7 +31,8 @@ class Broadcast:
     """The event log, the latest events, and the connected orchestrators."""
 
     def __init__(self, spec: RunnerSpec, events: asyncio.Queue[Event]) -> None:
-        assert spec.listen_fd is not None and spec.events_path is not None and spec.result_path is not None
+        if spec.listen_fd is None or spec.events_path is None or spec.result_path is None:
+            raise ValueError("the spec names no socket channel (listen_fd, events_path and result_path)")
         self.spec = spec
         self.events = events
         self.latest: dict[str, tuple[int, AnyEvent]] = {}  # kind -> (its number, the event)
@@ -110,7 +111,7 @@ class Broadcast:
                 if not line:
                     break
                 if line.strip():
-                    self.events.put_nowait(StdinLine(line.decode("utf-8", "replace")))
+                    self.events.put_nowait(ControlLine(line.decode("utf-8", "replace")))
         finally:
             self.clients.discard(writer)
             with contextlib.suppress(Exception):

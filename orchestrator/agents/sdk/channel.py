@@ -21,6 +21,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents.sdk.protocol import AnyEvent, ProtocolError, parse_event, parse_result
 
@@ -94,6 +95,24 @@ def connect(files: RunFiles) -> socket.socket | None:
             return None
         raise
     return client
+
+
+def open_channel(files: RunFiles) -> tuple[socket.socket, socket.socket, dict[str, Any]]:
+    """A runner's channel before it starts: the listening socket for it to inherit, a blocking connection to it
+    (queued until the runner accepts, so no event is missed), and the spec's keys that name it to the runner.
+
+    Raises ``OSError``; the caller closes the listener once the runner is started."""
+    listener = listen(files)
+    try:
+        client = connect(files)
+        if client is None:
+            raise OSError(errno.ECONNREFUSED, "nobody listens on it")
+    except OSError:
+        listener.close()
+        raise
+    client.setblocking(True)
+    keys = {"listen_fd": listener.fileno(), "socket_path": str(files.socket), "events_path": str(files.events)}
+    return listener, client, {**keys, "result_path": str(files.result)}
 
 
 def recorded_events(files: RunFiles) -> list[AnyEvent]:

@@ -28,11 +28,13 @@ from orchestrator.agents.sdk.protocol import (
     End,
     FailureEvent,
     Interrupt,
+    ProtocolError,
     ResultEvent,
     SessionEvent,
     Tell,
     TellsEvent,
     WarningEvent,
+    parse_event,
 )
 from orchestrator.core.agent import UsageLimit
 from orchestrator.core.errors import ControlError
@@ -42,8 +44,8 @@ class Carrier(Protocol):
     """What carries a session's controls to its runner (and, at its end, what the runner left)."""
 
     async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
-        """Deliver one control; ``ControlError`` (one line) when it cannot reach the session (or it is
-        ``follow.closing``: it takes no more turns)."""
+        """Deliver one control (the session is not ``follow.closing``); ``ControlError`` (one line) when it cannot
+        reach the session."""
         ...
 
     async def settle(self, follow: SdkFollow) -> None:
@@ -79,9 +81,14 @@ class SdkFollow:
         """The refusal of a control that came after the session's end."""
         return f"run {self.run_id}'s agent session has already ended; nothing to {what}"
 
+    async def _send(self, message: Interrupt | Tell | End, what: str) -> None:
+        if self.closing:  # the runner said ``done``: whatever carries it, the session takes no more turns
+            raise ControlError(self.ended_line(what))
+        await self.carrier.send(self, message, what)
+
     async def interrupt(self, keep: bool = False) -> None:
         """Stop the current turn; with ``keep`` the session then waits for a ``tell`` instead of ending."""
-        await self.carrier.send(self, Interrupt(keep=keep), "interrupt")
+        await self._send(Interrupt(keep=keep), "interrupt")
         self.interrupted = True
 
     async def tell(self, text: str) -> None:
@@ -90,12 +97,12 @@ class SdkFollow:
             message = Tell(text=text)
         except ValidationError:  # the control layer refuses blank text first; this only keeps a traceback out
             raise ControlError("nothing to tell: the text is empty") from None
-        await self.carrier.send(self, message, "tell")
+        await self._send(message, "tell")
         self.interrupted = False
 
     async def end(self) -> None:
         """Finish once the current turn ends, answering no queued tell."""
-        await self.carrier.send(self, End(), "end")
+        await self._send(End(), "end")
 
     async def settle(self) -> None:
         await self.carrier.settle(self)
@@ -121,6 +128,14 @@ class SdkFollow:
                 self.apply(event)
         finally:
             self.on_update = view
+
+    def apply_line(self, line: str | bytes) -> None:
+        """One line the runner sent: applied, unless it is no runner event (skipped, like a line over the limit)."""
+        try:
+            event = parse_event(line)
+        except ProtocolError:
+            return
+        self.apply(event)
 
     def apply(self, event: AnyEvent) -> None:
         """Update the figures from one runner event, then tell ``on_update``."""

@@ -1,14 +1,15 @@
 """The wire protocol between the orchestrator (``backend``) and the sdk runner process, as pydantic models.
 
 Both sides import this module and nothing else of the other: the orchestrator
-never loads the session or the SDK. Over pipes, one JSON object per line.
+never loads the session or the SDK. One JSON object per line.
 
-stdin, first line, the spec (``RunnerSpec``)::
+stdin, the spec (``RunnerSpec``), then end of file::
 
     {"prompt": str, "transcript": path, "resume": session id or null, "per_run_usd": float or null,
      "price_per_mtok": [input, output] or null,
      "options": {"model", "system_prompt", "permission_mode", "allowed_tools", "disallowed_tools",
-                 "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"}}
+                 "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"},
+     "listen_fd": int, "socket_path": path, "events_path": path, "result_path": path}
 
 The options are a role's ``SdkSettings`` (``config/sdk.py``) plus ``cwd`` and ``env``.
 ``system_prompt`` is a plain string (used as is) or ``{"preset": "claude_code", "append": ...}``;
@@ -16,21 +17,31 @@ absent means the ``claude_code`` preset. The CLI is also given ``--max-budget-us
 smaller of ``max_budget_usd`` and ``per_run_usd``, so it can stop a turn that overspends.
 In the spec, ``null`` means the same as an absent key.
 
-stdin, later lines, control messages (``Control``, by ``op``)::
+The rest travels over the listening Unix socket the runner inherited as
+``listen_fd`` (at ``socket_path``, owner only), whoever started it: the
+orchestrator with or without a keeper, or the wrapper on a Ray worker. The
+runner may outlive the orchestrator that started it; every connection gets the
+latest event of each kind so far, in order, then every new event, and a
+connection that closes means nothing (an orchestrator may reconnect). Every
+event is also appended to ``events_path``, and at exit ``result_path`` is
+written atomically with a ``RunnerResult`` (the exit status and the latest
+events), so an orchestrator that was down meanwhile reads what it missed from
+disk.
+
+a connection, lines to the runner, control messages (``Control``, by ``op``)::
 
     {"op": "interrupt", "keep": false}  interrupt the current turn; keep=false ends the session (exit 3),
-                                         keep=true keeps it open until a ``tell`` (or ``end`` / EOF: exit 3)
+                                         keep=true keeps it open until a ``tell`` (or ``end``: exit 3)
     {"op": "tell", "text": "..."}       a follow-up user message in the same session: written to the CLI
                                          while a tool runs (Claude Code takes it into the turn's next model
                                          call and answers it within the turn), else sent as a turn of its
                                          own when the current one ends (as after an interrupt with keep)
     {"op": "end"}                        finish when the current turn ends; queued tells are dropped
-    end of file                          no more control messages
 
 Without a queued tell, the runner finishes when a turn ends, except after an
 interrupt with ``keep``, where it waits for a ``tell``.
 
-stdout, events (``RunnerEvent``, by ``event``)::
+a connection, lines from the runner, events (``RunnerEvent``, by ``event``)::
 
     {"event": "session", "session_id": str}       the CLI started (or resumed) this session
     {"event": "activity", "text": "Bash: ls"}     the last tool use, or the first line of the last text
@@ -47,20 +58,10 @@ stdout, events (``RunnerEvent``, by ``event``)::
 Exit status: 0 the last turn succeeded, 1 failure, 3 interrupted, 4 per-run budget
 exceeded, 143 ended by SIGTERM or SIGINT (the CLI is sent SIGTERM first).
 
-The spec's ``channel`` says how the rest travels. ``pipes`` (the default) is
-the above. With ``socket`` (a runner under a keeper, which may outlive the
-orchestrator), the spec still comes on stdin, but the runner then serves on the
-listening Unix socket it inherited as ``listen_fd`` (at ``socket_path``, owner
-only): every connection gets the latest event of each kind so far, in order,
-then every new event; control lines come back over it, and end of file on stdin
-or a connection means nothing (an orchestrator may reconnect). Every event is
-also appended to ``events_path``, and at exit ``result_path`` is written
-atomically with a ``RunnerResult`` (the exit status and the latest events), so
-an orchestrator that was down meanwhile reads what it missed from disk.
-
 A line that does not fit its model raises ``ProtocolError``, whose text names
-the field: the runner refuses a bad spec with a ``failure`` event and notes a bad
-control line in the log; the orchestrator skips a bad event line.
+the field: the runner refuses a bad spec with a line in its log and exit status 1
+(before the spec it has no channel), and notes a bad control line in the log; the
+orchestrator skips a bad event line.
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ class ProtocolError(ValueError):
 
 
 class _Message(Strict):
-    """One JSON object on a pipe: unknown keys are errors, and a message never changes once made."""
+    """One JSON object on a line: unknown keys are errors, and a message never changes once made."""
 
     def wire(self) -> dict[str, Any]:
-        """The JSON object as it goes on the pipe."""
+        """The JSON object as it goes on the wire."""
         return self.model_dump(mode="json")
 
     def line(self) -> str:
@@ -132,7 +133,10 @@ SPEC_OPTIONS = frozenset(SpecOptions.model_fields)
 
 
 class RunnerSpec(_SpecPart):
-    """The runner's first stdin line: what to ask, where to write the transcript, and the session's limits."""
+    """The runner's stdin: what to ask, where to write the transcript, the session's limits, and its channel.
+
+    The channel's keys are filled in by whoever starts the runner (the head of a Ray run leaves them to the
+    worker); the runner refuses a spec without them."""
 
     prompt: str
     transcript: str | None = None
@@ -141,19 +145,10 @@ class RunnerSpec(_SpecPart):
     price_per_mtok: tuple[float, float] | None = None
     on_denied: Literal["fail", "warn"] = "fail"  # a result listing tool calls the permissions refused
     options: SpecOptions = Field(default_factory=SpecOptions)
-    channel: Literal["pipes", "socket"] = "pipes"
-    listen_fd: int | None = None  # socket: the inherited listening socket
-    socket_path: str | None = None  # socket: where it is bound (removed at exit)
-    events_path: str | None = None  # socket: the event log, appended to
-    result_path: str | None = None  # socket: the ``RunnerResult``, written at exit
-
-    @model_validator(mode="after")
-    def _socket_needs_its_files(self) -> RunnerSpec:
-        if self.channel == "socket":
-            missing = [k for k in ("listen_fd", "events_path", "result_path") if getattr(self, k) is None]
-            if missing:
-                raise ValueError(f"channel socket needs {', '.join(missing)}")
-        return self
+    listen_fd: int | None = None  # the inherited listening socket
+    socket_path: str | None = None  # where it is bound (removed at exit)
+    events_path: str | None = None  # the event log, appended to
+    result_path: str | None = None  # the ``RunnerResult``, written at exit
 
 
 def parse_spec(line: str) -> RunnerSpec:
@@ -161,7 +156,7 @@ def parse_spec(line: str) -> RunnerSpec:
     try:
         raw = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ProtocolError(f"the first line on stdin is not JSON: {exc}") from None
+        raise ProtocolError(f"the spec on stdin is not JSON: {exc}") from None
     try:
         return RunnerSpec.model_validate(raw)
     except ValidationError as exc:

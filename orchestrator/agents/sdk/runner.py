@@ -1,16 +1,18 @@
 """``python -m orchestrator.agents.sdk.runner``: one Claude session through claude-agent-sdk, in a process of its own.
 
-The orchestrator starts this module in a new session, so the kill ladder reaches
-the Claude Code CLI that the SDK starts below it, and talks to it over pipes, one
-JSON object per line (the messages are in ``protocol``). Keeping the SDK out of
-the orchestrator's own loop means a hung or crashing SDK can only take one run down.
+The orchestrator (or the wrapper on a Ray worker) starts this module in a new
+session, so the kill ladder reaches the Claude Code CLI that the SDK starts below
+it, writes the spec to its stdin and talks to it over the Unix socket the spec
+names, one JSON object per line (the messages are in ``protocol``). Keeping the
+SDK out of the orchestrator's own loop means a hung or crashing SDK can only take
+one run down.
 
-This module is only the process entry: it reads the spec, hands the session to
-``session.Session``, and turns SIGTERM, SIGINT or a bug into an exit status.
-Beside it: ``protocol`` (the wire messages and exit codes), ``session`` (the
-loop), ``options`` (the spec as SDK options), ``messages`` (reading SDK
-messages), ``transcript`` (the only writer), ``totals`` and ``reasons``
-(failure wording).
+This module is only the process entry: it reads the spec, opens the socket
+channel (``broadcast``), hands the session to ``session.Session``, and turns
+SIGTERM, SIGINT or a bug into an exit status. Beside it: ``protocol`` (the wire
+messages and exit codes), ``session`` (the loop), ``options`` (the spec as SDK
+options), ``messages`` (reading SDK messages), ``transcript`` (the only writer),
+``totals`` and ``reasons`` (failure wording).
 """
 
 from __future__ import annotations
@@ -31,10 +33,9 @@ from orchestrator.agents.sdk.protocol import (
     EXIT_SIGNALLED,
     RUNNER_PATH_ENV,
     FailureEvent,
-    RunnerSpec,
     parse_spec,
 )
-from orchestrator.agents.sdk.session import Event, Session, StdinLine, start_stdin_reader
+from orchestrator.agents.sdk.session import Event, Session
 from orchestrator.agents.sdk.transcript import Output
 
 
@@ -87,26 +88,22 @@ async def serve(output: Output) -> int:
     os._exit(EXIT_SIGNALLED)  # at once: a clean SDK shutdown can take many seconds
 
 
-async def open_channel(spec: RunnerSpec, events: asyncio.Queue[Event], output: Output) -> None:
-    """``channel: socket``: events go to the socket, the event log and the result file from now on."""
-    channel = Broadcast(spec, events)
-    output.publish = channel.publish
-    output.settle = channel.settle
-    await channel.start()
+def _read_spec() -> str:
+    """All of stdin: the spec, then end of file."""
+    chunks = []
+    while chunk := os.read(0, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 async def run_session(output: Output) -> int:
-    """The spec from stdin's first line, then the session it describes."""
+    """The spec from stdin, the socket channel it names, then the session it describes."""
     events: asyncio.Queue[Event] = asyncio.Queue()
-    start_stdin_reader(asyncio.get_running_loop(), events)
-    first = await events.get()
-    if not isinstance(first, StdinLine):
-        output.event(FailureEvent(reason="no spec on stdin: the runner expects one JSON line first"))
-        return EXIT_FAILED
+    text = await asyncio.get_running_loop().run_in_executor(None, _read_spec)  # a signal still ends us meanwhile
     try:
-        spec = parse_spec(first.text)
-        if spec.channel == "socket":
-            await open_channel(spec, events, output)
+        spec = parse_spec(text)
+        channel = output.channel = Broadcast(spec, events)
+        await channel.start()
         options = build_options(spec, output)  # imports the SDK; a bad option fails here, before the CLI starts
         if spec.transcript:
             output.open_transcript(spec.transcript)

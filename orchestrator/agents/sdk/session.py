@@ -1,7 +1,7 @@
 """The session loop: the one owner of a Claude session, fed by the SDK's messages and the orchestrator's controls.
 
-Two sources post to one queue (the SDK's message stream and a stdin reader
-thread); ``Session`` alone takes from it, talks to the SDK client and decides
+Two sources post to one queue (the SDK's message stream and the socket
+channel's connections, ``broadcast``); ``Session`` alone takes from it, talks to the SDK client and decides
 the exit status. Where the session is lives in one ``Phase``, changed only by
 ``Session._enter``; the table ``_NEXT`` lists every allowed change.
 """
@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import os
-import threading
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -64,15 +62,10 @@ TELL_QUIET_SECONDS = 0.1  # how long the CLI must have been quiet during a tool 
 
 
 @dataclasses.dataclass(frozen=True)
-class StdinLine:
-    """A line from the orchestrator: the spec, then control messages."""
+class ControlLine:
+    """A line from a connected orchestrator: a control message."""
 
     text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class StdinClosed:
-    """The orchestrator closed our stdin: no more control messages."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,42 +87,7 @@ class SdkEnded:
     """The SDK's message stream ended: the CLI closed its stdout."""
 
 
-Event = StdinLine | StdinClosed | SdkMessage | SdkFailed | SdkEnded
-
-
-def start_stdin_reader(loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Event]) -> None:
-    """Post each stdin line, then ``StdinClosed``, from a daemon thread.
-
-    A thread with ``os.read`` works whatever stdin is (pipe, file, terminal) and
-    holds no lock of ``sys.stdin``'s, so it cannot block the interpreter's exit.
-    """
-
-    def post(event: Event) -> bool:
-        try:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-            return True
-        except RuntimeError:  # the loop is closed: the runner is exiting
-            return False
-
-    def pump() -> None:
-        pending = b""
-        while True:
-            try:
-                chunk = os.read(0, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                if pending.strip():
-                    post(StdinLine(pending.decode("utf-8", "replace")))
-                post(StdinClosed())
-                return
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if line.strip() and not post(StdinLine(line.decode("utf-8", "replace"))):
-                    return
-
-    threading.Thread(target=pump, name="stdin", daemon=True).start()
+Event = ControlLine | SdkMessage | SdkFailed | SdkEnded
 
 
 # ---------------------------------------------------------------- where the session is
@@ -153,7 +111,7 @@ class Phase(enum.Enum):
     """An interrupt was sent and nothing follows: the session finishes (exit 3) when the turn ends, or at the
     deadline."""
     WAITING = "waiting"
-    """Interrupted with ``keep``: the session is open until a ``tell``, ``end`` or EOF."""
+    """Interrupted with ``keep``: the session is open until a ``tell``, ``end`` or an interrupt without ``keep``."""
     DONE = "done"
     """The exit status is decided and ``done`` was sent; the loop stops."""
 
@@ -266,11 +224,8 @@ class Session:
         match event:
             case SdkMessage(message):
                 await self._on_message(message)
-            case StdinLine(text):
+            case ControlLine(text):
                 await self._on_control(text)
-            case StdinClosed():
-                if self.spec.channel == "pipes":  # over the socket, stdin only brought the spec
-                    self._on_stdin_closed()
             case SdkFailed(error):
                 await self._settle_stderr()
                 self.fail(describe_exception(error, self.out.stderr_tail, self.options))
@@ -317,13 +272,6 @@ class Session:
         elif self.phase is Phase.TURN:
             self._enter(Phase.ENDING)
         elif self.phase is Phase.PAUSING:
-            self._enter(Phase.INTERRUPTING)
-
-    def _on_stdin_closed(self) -> None:
-        """No tell can come any more: a session that would wait for one ends instead."""
-        if self.phase is Phase.WAITING:
-            self.finish(EXIT_INTERRUPTED)
-        elif self.phase is Phase.PAUSING and not self.pending:
             self._enter(Phase.INTERRUPTING)
 
     async def _interrupt(self, keep: bool) -> None:
@@ -448,7 +396,7 @@ class Session:
             pass  # the CLI answers the messages it has queued in a turn of their own
         elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
             await self._send_turn(self.pending.popleft(), tell=True)
-        elif self.phase is Phase.PAUSING:  # EOF or ``end`` would have made it INTERRUPTING
+        elif self.phase is Phase.PAUSING:  # ``end`` would have made it INTERRUPTING
             self._enter(Phase.WAITING)
         elif self.totals.cost_usd == 0 and self.totals.input_tokens == 0 and self.totals.output_tokens == 0:
             self.fail(NO_MODEL_CALL)  # exit 0 with nothing done is no success (the same rule as stream-json runs)
@@ -493,10 +441,7 @@ class Session:
             yield {**message, "uuid": message_id}
 
         try:
-            if hasattr(self.client, "_transport"):  # the SDK's client: the dict form carries the uuid
-                await self.client.query(one())
-            else:  # a stand-in client that takes text only
-                await self.client.query(text)
+            await self.client.query(one())  # the dict form: it carries the uuid
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
             await self._settle_stderr()
             self.fail(describe_exception(exc, self.out.stderr_tail, self.options))

@@ -1,4 +1,4 @@
-"""The runner's only writer: events to stdout (or the socket channel), notes and the CLI's stderr to stderr, and the transcript file.
+"""The runner's only writer: events to the socket channel, notes and the CLI's stderr to stderr, and the transcript file.
 
 Every SDK message goes to the transcript as a JSON line (``type`` is ``user``,
 ``assistant``, ``system``, ``result``, ...), as do the prompts and controls the
@@ -14,24 +14,30 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from orchestrator.agents.sdk.protocol import AnyEvent
 
 STDERR_TAIL_LINES = 20
 
 
+class Channel(Protocol):
+    """Where events go (``broadcast.Broadcast``, which imports the session and so this module)."""
+
+    def publish(self, event: AnyEvent) -> None: ...
+
+    def settle(self, code: int) -> None: ...
+
+
 class Output:
-    """Events to stdout, notes and CLI stderr to stderr, and the transcript file."""
+    """Events to the socket channel, notes and CLI stderr to stderr, and the transcript file."""
 
     def __init__(self) -> None:
         self.transcript: IO[str] | None = None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.stderr_lines = 0
-        self.publish: Callable[[AnyEvent], None] | None = None  # the socket channel's, instead of stdout
-        self.settle: Callable[[int], None] | None = None  # the socket channel's end: its result file
+        self.channel: Channel | None = None  # the socket channel, once the spec has named it
 
     def open_transcript(self, path: str) -> None:
         """Append to the transcript at ``path`` from now on (a resumed run adds to its file)."""
@@ -40,11 +46,11 @@ class Output:
         self.transcript = open(target, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
 
     def event(self, event: AnyEvent) -> None:
-        """One event for the orchestrator: a line on stdout, or to the socket channel when there is one."""
-        if self.publish is not None:
-            self.publish(event)
+        """One event for the orchestrator, on the socket channel; before it is open (a bad spec), in the log."""
+        if self.channel is not None:
+            self.channel.publish(event)
         else:
-            _write_all(1, event.line())
+            self.note(event.line().rstrip("\n"))
 
     def note(self, text: str) -> None:
         """A line for the run's log, from the runner itself."""
@@ -67,10 +73,10 @@ class Output:
             self.note(f"cannot write the transcript any more: {exc}")
             self.transcript = None
 
-    def close(self, code: int | None = None) -> None:
-        """Close the transcript (and with the exit ``code``, settle the socket channel); safe to call twice."""
-        if code is not None and self.settle is not None:
-            self.settle(code)
+    def close(self, code: int) -> None:
+        """Settle the socket channel with the exit ``code`` and close the transcript; safe to call twice."""
+        if self.channel is not None:
+            self.channel.settle(code)
         if self.transcript is not None:
             with contextlib.suppress(OSError):
                 self.transcript.close()
