@@ -49,7 +49,7 @@ bench: $(STAMP)
 	  || { tail -20 build/bench/wheel.log; echo "make bench: building the wheel failed (build/bench/wheel.log)"; exit 1; }
 	$(PYTHON) -m venv --clear $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet "$$(ls build/bench/dist/*.whl)[sdk,ray,otel]"
-	BENCH_ORCHESTRATOR=$(BENCH_VENV)/bin/orchestrator $(BIN)/python bench/run.py
+	BENCH_ORCHESTRATOR=$(abspath $(BENCH_VENV))/bin/orchestrator $(BIN)/python bench/run.py
 
 bench-smoke: $(STAMP)
 	.ci/needs cc inotifywait

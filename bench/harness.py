@@ -249,7 +249,10 @@ def orchestrator_command() -> list[str]:
     if override:
         import shlex
 
-        return shlex.split(override)
+        command = shlex.split(override)
+        if "/" in command[0]:  # a path relative to here, where the scenarios' commands run elsewhere
+            command[0] = str(Path(command[0]).absolute())
+        return command
     script = Path(sys.executable).parent / "orchestrator"
     return [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator"]
 
