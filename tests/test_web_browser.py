@@ -170,6 +170,31 @@ def test_tell_from_the_run_page_reaches_an_sdk_run(project: Project, page: Any, 
     assert board.orch.stop() == 0
 
 
+def test_interrupt_from_the_run_page_ends_the_turn_and_the_page_shows_the_run_cancelled(
+    project: Project, page: Any, fake_cli: Path
+) -> None:
+    record = project.root / "claude.jsonl"
+    project.configure(
+        {"writer": {"backend": "sdk", "cli_path": str(fake_cli), "env": {"FAKE_CLAUDE_RECORD": str(record)}}}
+    )
+    board = start(project)
+    project.drop("writer", "W-2.md", {"id": "W-2"}, body="[slow] a long turn")
+    run = wait_for(lambda: (r := board.run_of("W-2.md")) and r["state"] == "running" and r, what="W-2 running")
+    open_dashboard(page, board, f"/runs/{run['run_id']}")
+    page.click("button[data-action=interrupt]")
+    page.locator("#action-status", has_text="interrupt done").wait_for()
+    page.locator("#run-state", has_text="cancelled").wait_for()
+
+    def controls() -> list[dict[str, Any]]:
+        lines = record.read_text().splitlines() if record.exists() else []
+        return [entry for entry in map(json.loads, filter(str.strip, lines)) if entry.get("control") == "interrupt"]
+
+    assert any(c.get("in_turn") for c in controls()), "the interrupt did not reach the CLI in its turn"
+    wait_for(lambda: project.folder("writer", "cancelled") == ["W-2.md"], what="W-2 in cancelled/")
+    board.close()
+    assert board.orch.stop() == 0
+
+
 def test_a_page_survives_the_orchestrator_restarting(project: Project, page: Any) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
