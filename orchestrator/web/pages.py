@@ -54,6 +54,16 @@ def colour(quiet: float | None, state: str) -> str:
     return "fresh" if quiet < GREEN_UNTIL else "quiet" if quiet < YELLOW_UNTIL else "stuck"
 
 
+def run_cells(r: dict[str, Any]) -> dict[str, str]:
+    """The cells every table of ended runs starts with: the run's link, its role, its memo and its state."""
+    return {
+        "run_id": f'<a href="/runs/{r["run_id"]}">{r["run_id"]}</a>',
+        "role": e(r["role"]),
+        "memo": e(r.get("memo_id") or r.get("memo")),
+        "state": f'<span class="badge state-{e(r["state"])}">{e(r["state"])}</span>',
+    }
+
+
 def layout(title: str, body: str, *, page: str = "") -> HTMLResponse:
     nav = " ".join(
         f'<a href="{href}"{" class=here" if href == page else ""}>{name}</a>'
@@ -205,10 +215,7 @@ class Pages:
         ]
         ends = [
             {
-                "run_id": f'<a href="/runs/{r["run_id"]}">{r["run_id"]}</a>',
-                "role": e(r["role"]),
-                "memo": e(r.get("memo_id") or r.get("memo")),
-                "state": f'<span class="badge state-{e(r["state"])}">{e(r["state"])}</span>',
+                **run_cells(r),
                 "ended": e(r.get("ended_at")),
                 "reason": e(r.get("reason")) if r["state"] != "succeeded" else "",
                 "cost": money(r.get("cost_usd")),
@@ -284,10 +291,7 @@ class Pages:
         )
         rows = [
             {
-                "run_id": f'<a href="/runs/{r["run_id"]}">{r["run_id"]}</a>',
-                "role": e(r["role"]),
-                "memo": e(r.get("memo_id") or r.get("memo")),
-                "state": f'<span class="badge state-{e(r["state"])}">{e(r["state"])}</span>',
+                **run_cells(r),
                 "started": e(r.get("started_at")),
                 "cost": money(r.get("cost_usd")),
                 "tokens": e(f"{r.get('input_tokens') or 0}/{r.get('output_tokens') or 0}"),
