@@ -14,12 +14,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.core.states import FINISHED  # the states a run ends in (strings compare equal to them)
 from orchestrator.web.attach import Attachment
 
 SEMCONV = "1.37.0"  # the semantic-conventions release these attribute names follow (GenAI: development status)
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV}"
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
-FINISHED = ("succeeded", "failed", "cancelled", "timed_out", "returned")
 
 
 def wanted() -> bool:

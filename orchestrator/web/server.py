@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.config.web import WebSettings, is_loopback
 from orchestrator.core.errors import ConfigError, OrchestratorError
-from orchestrator.web import errors, metrics, pages
+from orchestrator.web import errors, html, metrics, pages
 from orchestrator.web.api import API, Json
 from orchestrator.web.attach import Attachment
 from orchestrator.web.hub import Hub
@@ -72,7 +72,7 @@ class Guard:
         public = path.startswith("/static/")
         refusal = self.door.check(request.method, request.headers, request.cookies, needs_token=not public)
         if refusal is not None and refusal.status == 401 and pages.is_page(path):
-            await pages.login(refusal.message)(scope, receive, send)
+            await html.login(refusal.message)(scope, receive, send)
             return
         if refusal is not None:
             await errors.error(refusal.status, refusal.code, refusal.message)(scope, receive, send)
