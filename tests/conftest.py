@@ -235,6 +235,15 @@ def fake_cli(tmp_path: Path) -> Path:
     return wrapper
 
 
+def claude_records(project: Project, record: str = "claude") -> list[dict[str, Any]]:
+    """What the fake CLI(s) received, in order: one ``argv`` entry per start, then prompts and controls (the file
+    ``FAKE_CLAUDE_RECORD`` names, ``<record>.jsonl`` in the project's root)."""
+    path = project.root / f"{record}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 # ------------------------------------------------------------------ the project as users install it (slow tier)
 REPO = HERE.parent
 

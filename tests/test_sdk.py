@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Orchestrator, Project, pid_alive, wait_for
+from conftest import Orchestrator, Project, claude_records, pid_alive, wait_for
 from orchestrator.supervisor.recovery import orphan_run_ids
 
 QUICK_RETRY = {"max": 1, "backoff": ["0.1s"]}
@@ -29,14 +29,6 @@ def sdk_role(project: Project, cli: Path, record: str = "claude", **settings: An
     fake_env = {f"FAKE_CLAUDE_{k.upper()}": str(v) for k, v in settings.pop("fake", {}).items()}
     env = {"FAKE_CLAUDE_RECORD": str(project.root / f"{record}.jsonl"), **fake_env}
     return {"backend": "sdk", "cli_path": str(cli), "env": env, **settings}
-
-
-def claude_records(project: Project, record: str = "claude") -> list[dict[str, Any]]:
-    """What the fake CLI(s) received, in order: one ``argv`` entry per start, then prompts and controls."""
-    path = project.root / f"{record}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def recorded(project: Project, key: str, record: str = "claude") -> list[Any]:

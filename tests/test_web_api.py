@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import Project, pid_alive, wait_for
+from conftest import Project, claude_records, pid_alive, wait_for
 from orchestrator.core.view import CANCEL_KEYS, STATUS_KEYS
 from web_harness import Dashboard, start
 
@@ -254,13 +254,10 @@ def test_tell_reaches_an_sdk_run(project: Project, fake_cli: Path) -> None:
     assert told.status_code == 200, told.text
     gate.parent.mkdir(parents=True, exist_ok=True)
     gate.touch()
-    record = project.root / "claude.jsonl"
-
-    def prompts() -> list[str]:
-        lines = record.read_text().splitlines() if record.exists() else []
-        return [json.loads(line).get("prompt") for line in lines if line.strip()]
-
-    wait_for(lambda: "a follow-up from the page" in prompts(), what="the tell to reach the CLI")
+    wait_for(
+        lambda: "a follow-up from the page" in [e.get("prompt") for e in claude_records(project)],
+        what="the tell to reach the CLI",
+    )
     board.close()
     assert board.orch.stop() == 0
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, Project, pid_alive, wait_for
+from conftest import REPO, Project, claude_records, pid_alive, wait_for
 from web_harness import Dashboard, start
 
 pytestmark = pytest.mark.browser
@@ -160,12 +160,10 @@ def test_tell_from_the_run_page_reaches_an_sdk_run(project: Project, page: Any, 
     page.locator("#action-status", has_text="told").wait_for()
     gate.parent.mkdir(parents=True, exist_ok=True)
     gate.touch()
-
-    def prompts() -> list[str]:
-        lines = record.read_text().splitlines() if record.exists() else []
-        return [json.loads(line).get("prompt") for line in lines if line.strip()]
-
-    wait_for(lambda: "hello from the browser" in prompts(), what="the tell to reach the CLI")
+    wait_for(
+        lambda: "hello from the browser" in [e.get("prompt") for e in claude_records(project)],
+        what="the tell to reach the CLI",
+    )
     board.close()
     assert board.orch.stop() == 0
 
@@ -184,12 +182,8 @@ def test_interrupt_from_the_run_page_ends_the_turn_and_the_page_shows_the_run_ca
     page.click("button[data-action=interrupt]")
     page.locator("#action-status", has_text="interrupt done").wait_for()
     page.locator("#run-state", has_text="cancelled").wait_for()
-
-    def controls() -> list[dict[str, Any]]:
-        lines = record.read_text().splitlines() if record.exists() else []
-        return [entry for entry in map(json.loads, filter(str.strip, lines)) if entry.get("control") == "interrupt"]
-
-    assert any(c.get("in_turn") for c in controls()), "the interrupt did not reach the CLI in its turn"
+    interrupts = [e for e in claude_records(project) if e.get("control") == "interrupt"]
+    assert any(c.get("in_turn") for c in interrupts), "the interrupt did not reach the CLI in its turn"
     wait_for(lambda: project.folder("writer", "cancelled") == ["W-2.md"], what="W-2 in cancelled/")
     board.close()
     assert board.orch.stop() == 0
