@@ -107,12 +107,17 @@ def _environ_marks(target: Target) -> tuple[bytes, ...] | None:
     return tuple(mark.encode() for mark in marks)
 
 
-def _carries_run(pid: int, marks: tuple[bytes, ...]) -> bool:
+def raw_environ(pid: int) -> bytes | None:
+    """/proc/<pid>/environ as it is (``NAME=value`` items, each ended by a NUL), or None when it cannot be read."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
-            env = b"\0" + handle.read()
+            return handle.read()
     except OSError:
-        return False
+        return None
+
+
+def _carries_run(pid: int, marks: tuple[bytes, ...]) -> bool:
+    env = b"\0" + (raw_environ(pid) or b"")  # marks is never empty: an unreadable environ carries none
     return all(b"\0" + mark in env for mark in marks)
 
 

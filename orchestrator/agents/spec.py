@@ -89,13 +89,10 @@ def agent_environment(
             "ORCHESTRATOR_SEQ": str(seq or ""),
         }
     )
-    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # ours, when we run inside an agent
+    for key in memo_list.MEMO_KEYS:  # ours, when we run inside an agent
         env.pop(key, None)
-    if role.batch:
-        file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
-        env.update(memo_list.list_environment(memo_paths, file))
-    else:
-        env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
+    file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
+    env.update(memo_list.memo_environment(role.batch, memo_paths, file))
     return env
 
 

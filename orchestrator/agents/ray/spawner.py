@@ -99,7 +99,7 @@ class RaySpawner(HandleStops):
             raise SpawnError("no memo to send to the worker")
         # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
         env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-        for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # the wrapper's copies' paths
+        for key in memo_list.MEMO_KEYS:  # the wrapper's copies' paths
             env.pop(key, None)
         sdk: dict[str, Any] = {}
         if role.backend == "sdk":

@@ -42,10 +42,8 @@ Inbox = Callable[[], list[dict[str, Any]]]
 
 
 def _environ(pid: int) -> dict[str, str] | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
+    raw = procs.raw_environ(pid)
+    if raw is None:
         return None
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
@@ -158,15 +156,13 @@ def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
     env = dict(os.environ)
-    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):
+    for key in memo_list.MEMO_KEYS:
         env.pop(key, None)
     env.update(payload.env)
+    listed = folder / memo_list.FILE_NAME
     if payload.batch:  # the list of the copies, as on the head: a file, and the variable while it is short
-        listed = folder / memo_list.FILE_NAME
         memo_list.write_list(listed, paths)
-        env.update(memo_list.list_environment(paths, listed))
-    else:
-        env["ORCHESTRATOR_MEMO"] = paths[0]
+    env.update(memo_list.memo_environment(payload.batch, paths, listed))
     env[LEASE_ENV] = payload.lease
     me = procs.ProcRef.of(os.getpid())
     env[WRAPPER_ENV] = f"{os.getpid()}:{me.create_time if me else 0.0}"
