@@ -49,14 +49,9 @@ class Ending:
 class Transport(Protocol):
     """Where an agent runs: its pid, how its end is awaited, how its tree is stopped."""
 
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def create_time(self) -> float | None: ...
-
-    @property
-    def node(self) -> str | None: ...
+    pid: int | None
+    create_time: float | None
+    node: str | None
 
     async def ended(self) -> Ending:
         """Return once the agent has ended."""

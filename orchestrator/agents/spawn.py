@@ -85,8 +85,7 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
     except OSError as exc:
         os.close(read_fd)
         if exc.errno == errno.E2BIG:  # the agent's argv and environment, which the keeper is given to pass on
-            text = exc.strerror or str(exc)
-            raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
+            raise _cannot_start(launch, exc) from None
         # the keeper is the orchestrator's own: whatever stops it starting is not the role's doing
         raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}", internal=True) from None
     finally:
@@ -109,8 +108,8 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
     if status.cwd_errno is not None:
         raise _no_folder(launch, status.cwd_errno)
     if status.exec_errno is not None:
-        text = os.strerror(status.exec_errno)
-        raise cannot_start(launch.argv[0], launch.executable, status.exec_errno, text, launch.argv, launch.env)
+        failed = status.exec_errno
+        raise cannot_start(launch.executable, launch.argv, launch.env, failed, os.strerror(failed))
     raise SpawnError(f"the keeper could not start {launch.argv[0]!r} (exit status {code})", internal=True)
 
 
@@ -133,11 +132,14 @@ def _direct(launch: Launch) -> PosixChild:
     except OSError as exc:
         if exc.filename is not None and os.fsdecode(exc.filename) == str(launch.cwd):
             raise _no_folder(launch, exc.errno or 0) from None
-        text = exc.strerror or str(exc)
-        raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
+        raise _cannot_start(launch, exc) from None
     finally:
         os.close(log_fd)
     return child
+
+
+def _cannot_start(launch: Launch, exc: OSError) -> SpawnError:
+    return cannot_start(launch.executable, launch.argv, launch.env, exc.errno, exc.strerror or str(exc))
 
 
 def _no_folder(launch: Launch, code: int) -> SpawnError:

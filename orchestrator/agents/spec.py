@@ -158,21 +158,15 @@ def open_log(path: Path, header: str) -> int:
     return fd
 
 
-def cannot_start(
-    program: str,
-    executable: str,
-    code: int | None,
-    text: str,
-    argv: list[str] | None = None,
-    env: dict[str, str] | None = None,
-) -> SpawnError:
-    """The one-line error for an exec that failed with errno ``code`` (``argv`` and ``env``: what it was given)."""
+def cannot_start(executable: str, argv: list[str], env: dict[str, str], code: int | None, text: str) -> SpawnError:
+    """The one-line error for an exec of ``argv`` (``executable`` its program resolved) with ``env`` that failed
+    with errno ``code``."""
     hint = ""
     if code == errno.ENOENT and os.path.isfile(executable):
         hint = " (the file exists: is the interpreter on its #! line missing?)"
     elif code == errno.E2BIG:
-        hint = too_long_hint(argv or [], env or {})
-    return SpawnError.of_errno(f"cannot start {program!r}: {text}{hint}", code)
+        hint = too_long_hint(argv, env)
+    return SpawnError.of_errno(f"cannot start {argv[0]!r}: {text}{hint}", code)
 
 
 def too_long_hint(argv: list[str], env: dict[str, str]) -> str:

@@ -148,31 +148,11 @@ class RaySpawner(HandleStops):
         agent = Agent(spec, attempt, follower=self._follow(attempt))
         self.leases.add(lease)
         os.close(open_log(spec.log_path, self._header(spec)))
-        attempt.next = _pending(self._next(gen))
         try:
-            if not await self._within(attempt.next, self.settings.start_timeout):
-                raise SpawnError(
-                    f"no Ray node could take it within {self.settings.start_timeout:g}s "
-                    f"(it asks for {self._options(spec)})"
-                )
-            first = attempt.next.result()
-        except StopAsyncIteration:
-            self._revoke(attempt)
-            raise SpawnError("the Ray task ended before the agent started") from None
+            first = await self._started(attempt)
         except SpawnError:
             self._revoke(attempt)
-            self._cancel(gen)
             raise
-        except self.ray.exceptions.RayError as exc:
-            self._revoke(attempt)
-            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
-        if isinstance(first, StartFailed):
-            self._revoke(attempt)
-            attempt.node = first.node
-            raise SpawnError(first.reason)
-        if not isinstance(first, Started):
-            self._revoke(attempt)
-            raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
         attempt.pid, attempt.node = first.pid, first.node
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
@@ -183,6 +163,28 @@ class RaySpawner(HandleStops):
         agent.watch(on_exit)
         attempt.pump = asyncio.ensure_future(self._pump(attempt))
         return agent
+
+    async def _started(self, attempt: RayAttempt) -> Started:
+        """The wrapper's first message, which says the agent started; else ``SpawnError`` with why not."""
+        attempt.next = _pending(self._next(attempt.gen))
+        if not await self._within(attempt.next, self.settings.start_timeout):
+            self._cancel(attempt.gen)
+            raise SpawnError(
+                f"no Ray node could take it within {self.settings.start_timeout:g}s "
+                f"(it asks for {self._options(attempt.spec)})"
+            )
+        try:
+            first = attempt.next.result()
+        except StopAsyncIteration:
+            raise SpawnError("the Ray task ended before the agent started") from None
+        except self.ray.exceptions.RayError as exc:
+            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
+        if isinstance(first, StartFailed):
+            attempt.node = first.node
+            raise SpawnError(first.reason)
+        if not isinstance(first, Started):
+            raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
+        return first
 
     def _follow(self, attempt: RayAttempt) -> SdkFollow | None:
         """An sdk attempt's session follower, its controls carried by the stop board."""
