@@ -17,15 +17,13 @@ import asyncio
 import contextlib
 import errno
 import os
-import select
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents import keeper, procs
-from orchestrator.agents.local import EndReader, KeeperRecord, LocalProcess, WaitStatus, record_path
+from orchestrator.agents.local import EndReader, KeeperRecord, LocalProcess, record_path
 from orchestrator.agents.posix_child import PosixChild, spawn, start_direct
 from orchestrator.agents.spec import LaunchSpec, SpawnError, cannot_start, open_log
 
@@ -60,7 +58,7 @@ async def start_process(launch: Launch, binary: Path | None) -> tuple[LocalProce
     else:
         child, pid = await _kept(launch, binary)
     ref = procs.ProcRef.of(pid)  # the agent, not its keeper: what a stop must reach (None: it has ended already)
-    end: EndReader = WaitStatus(child) if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
+    end: EndReader = child if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
     writing = child.send(launch.stdin) if launch.stdin is not None else None
     return LocalProcess(launch.spec, pid, ref, end), writing
 
@@ -152,19 +150,9 @@ def _kill_when_said(fd: int, said: bytes) -> None:
 
     def finish() -> None:
         data = bytearray(said)
-        deadline = time.monotonic() + KILL_WAIT
-        poller = select.poll()  # not select(): a descriptor above 1023 is fine here
-        poller.register(fd, select.POLLIN)
-        try:
-            os.set_blocking(fd, False)
-            while (left := deadline - time.monotonic()) > 0:
-                if not poller.poll(left * 1000):
-                    break
-                chunk = os.read(fd, 256)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError:
+        try:  # a loop of this thread's own: what is read gathers in ``data``, whether it ends or times out
+            asyncio.run(asyncio.wait_for(keeper.read_status(fd, data), KILL_WAIT))
+        except (OSError, TimeoutError):
             pass
         finally:
             os.close(fd)
