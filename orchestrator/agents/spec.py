@@ -38,11 +38,6 @@ class SpawnError(Exception):
         super().__init__(message)
         self.internal = internal
 
-    @classmethod
-    def of_errno(cls, message: str, code: int | None) -> SpawnError:
-        """An exec or spawn that failed with errno ``code``: internal when ``code`` is in ``NOT_THE_ROLES``."""
-        return cls(message, internal=code in NOT_THE_ROLES)
-
 
 @dataclass
 class LaunchSpec:
@@ -166,7 +161,7 @@ def cannot_start(executable: str, argv: list[str], env: dict[str, str], code: in
         hint = " (the file exists: is the interpreter on its #! line missing?)"
     elif code == errno.E2BIG:
         hint = too_long_hint(argv, env)
-    return SpawnError.of_errno(f"cannot start {argv[0]!r}: {text}{hint}", code)
+    return SpawnError(f"cannot start {argv[0]!r}: {text}{hint}", internal=code in NOT_THE_ROLES)
 
 
 def too_long_hint(argv: list[str], env: dict[str, str]) -> str:
