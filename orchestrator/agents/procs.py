@@ -24,6 +24,7 @@ import psutil
 from orchestrator.core.agent import KillReport  # what the ladder returns, defined beside the agent handle
 
 POLL = 0.01
+KILL_WAIT = 5.0  # after SIGKILL, how long the ladder waits for the tree to be gone
 
 
 @dataclass(frozen=True)
@@ -178,34 +179,30 @@ async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | N
     report.pids = sorted(seen)
     say(f"SIGTERM to process group {target.pgid} and {len(seen)} process(es) {report.pids}")
     _signal_all(target, seen, signal.SIGTERM)
-    deadline = started + grace
+    deadline = started + grace  # of the grace period, then (escalated) of SIGKILL's own bound
     pause = POLL / 8  # most agents are gone a moment after SIGTERM: look again soon, then every POLL
     while True:
         await asyncio.sleep(pause)
         pause = min(POLL, pause * 2)
         reap_orphans()
         alive = find_tree(target)
-        for pid, proc in alive.items():
-            if pid not in seen:
-                seen[pid] = proc
-                _signal_all(target, {pid: proc}, signal.SIGTERM)
         if not alive:
             break
+        if report.escalated:
+            if time.monotonic() >= deadline:
+                report.survivors = sorted(alive)
+                break
+            _signal_all(target, alive, signal.SIGKILL)
+            continue
+        new = {pid: proc for pid, proc in alive.items() if pid not in seen}
+        if new:  # started since the last look: its share of SIGTERM
+            seen.update(new)
+            _signal_all(target, new, signal.SIGTERM)
         if time.monotonic() >= deadline:
             report.escalated = True
             say(f"grace of {grace:g}s over; SIGKILL to {sorted(alive)}")
             _signal_all(target, alive, signal.SIGKILL)
-            kill_deadline = time.monotonic() + 5.0
-            while True:
-                reap_orphans()
-                alive = find_tree(target)
-                if alive:
-                    _signal_all(target, alive, signal.SIGKILL)
-                if not alive or time.monotonic() >= kill_deadline:
-                    report.survivors = sorted(alive)
-                    break
-                await asyncio.sleep(POLL)
-            break
+            deadline = time.monotonic() + KILL_WAIT
     reap_orphans()
     report.pids = sorted(seen)
     report.seconds = time.monotonic() - started

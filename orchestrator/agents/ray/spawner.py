@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.agents import memo_list
+from orchestrator.agents import memo_list, procs
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
 from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
@@ -61,7 +61,6 @@ from orchestrator.core.clock import Clock, SystemClock
 
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
-KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 
 
@@ -335,7 +334,7 @@ class RaySpawner(HandleStops):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(sent, BOARD_WAIT)
             log(f"asked the wrapper on {attempt.node} to stop the agent's tree (SIGTERM, {grace:g}s grace, SIGKILL)")
-            bound = grace + KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
+            bound = grace + procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
             await asyncio.wait({attempt.pump}, timeout=bound)
         if attempt.report is not None:
             log(
@@ -345,7 +344,7 @@ class RaySpawner(HandleStops):
             return attempt.report
         if attempt.finished and attempt.lost is None:
             return KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
-        why = attempt.lost or f"no report within {grace + KILL_WAIT:g}s"
+        why = attempt.lost or f"no report within {grace + procs.KILL_WAIT:g}s"
         log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); ray.cancel(force=True)")
         self._cancel(attempt.gen)
         if attempt.pump is not None:
