@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import memo_list, procs
+from orchestrator.agents.posix_child import popen_session
 from orchestrator.agents.ray.wire import AnyMessage, Beat, Ended, Output, Payload, Started, StartFailed
 
 WRAPPER_ENV = "ORCHESTRATOR_WRAPPER"  # "<pid>:<create time>" of the wrapper that started the agent
@@ -136,16 +137,8 @@ def _start(payload: Payload, folder: Path) -> tuple[subprocess.Popen[bytes], byt
     if executable is None:
         raise ValueError("not found on PATH")
     feed = payload.prompt.encode("utf-8") if payload.prompt_via == "stdin" else None
-    proc = subprocess.Popen(
-        [executable, *argv[1:]],
-        stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
-    return proc, feed
+    stdin = subprocess.PIPE if feed is not None else subprocess.DEVNULL
+    return popen_session([executable, *argv[1:]], env, cwd, stdin, subprocess.PIPE), feed
 
 
 def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
