@@ -129,11 +129,8 @@ def find_tree(target: Target) -> dict[int, psutil.Process]:
     root = target.root.process() if target.root else None
     if root is not None:
         found[root.pid] = root
-        try:
-            for child in root.children(recursive=True):
-                found[child.pid] = child
-        except psutil.Error:
-            pass
+        with contextlib.suppress(psutil.Error):
+            found.update((child.pid, child) for child in root.children(recursive=True))
     marks = _environ_marks(target)
     for pid in all_pids():
         if pid == me or pid in found:
@@ -143,10 +140,8 @@ def find_tree(target: Target) -> dict[int, psutil.Process]:
             continue
         in_group = target.pgid is not None and info[0] == target.pgid
         if in_group or (marks is not None and _carries_run(pid, marks)):
-            try:
+            with contextlib.suppress(psutil.Error):
                 found[pid] = psutil.Process(pid)
-            except psutil.Error:
-                pass
     return {pid: proc for pid, proc in found.items() if _alive(proc)}
 
 
@@ -159,15 +154,11 @@ def _alive(proc: psutil.Process) -> bool:
 
 def _signal_all(target: Target, procs: dict[int, psutil.Process], sig: int) -> None:
     if target.pgid is not None and target.pgid > 1:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(target.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for proc in procs.values():
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)  # psutil checks the create time before signalling
-        except psutil.Error:
-            pass
 
 
 async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | None = None) -> KillReport:
@@ -289,8 +280,6 @@ def reap_orphans() -> None:
     for child in children:
         if child.pid in _spared:
             continue
-        try:
+        with contextlib.suppress(psutil.Error, OSError):  # ChildProcessError is an OSError
             if child.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(child.pid, os.WNOHANG)
-        except (psutil.Error, ChildProcessError, OSError):
-            pass
