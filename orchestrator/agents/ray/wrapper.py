@@ -173,33 +173,23 @@ def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
 
 
 def _read_stream(stream: Any, out: queue.Queue[bytes | None]) -> None:
-    assert stream is not None
-    fd = stream.fileno()
-    while True:
-        try:
-            chunk = os.read(fd, CHUNK)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            out.put(None)
-            return
-        out.put(chunk)
+    """Each piece the agent prints, then None once its output has ended (or cannot be read)."""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(stream.fileno(), CHUNK):
+            out.put(chunk)
+    out.put(None)
 
 
 def _drain(out: queue.Queue[bytes | None], wait: float) -> tuple[bytes, bool]:
     """What the agent printed so far (waiting at most ``wait`` for the first piece), and whether its output ended."""
-    data, closed = b"", False
-    try:
+    data = b""
+    with contextlib.suppress(queue.Empty):
         item = out.get(timeout=wait) if wait > 0 else out.get_nowait()
-        while True:
-            if item is None:
-                closed = True
-                break
+        while item is not None:
             data += item
             item = out.get_nowait()
-    except queue.Empty:
-        pass
-    return data, closed
+        return data, True
+    return data, False
 
 
 def _watch(
@@ -217,7 +207,6 @@ def _watch(
     last_said = last_heard = time.monotonic()
     closed = False
     grace: float | None = None  # set: a stop was asked for (``why``), else the agent exited by itself
-    why = "asked"
     while True:
         data, ended_output = _drain(out, 0.0 if closed else payload.poll)
         closed = closed or ended_output
@@ -234,6 +223,7 @@ def _watch(
         code = proc.poll()
         if code is not None:
             break
+        why = "asked"
         try:
             grace = ask()
             last_heard = now
@@ -242,8 +232,6 @@ def _watch(
         except Exception:  # noqa: BLE001 - whatever the transport raised, the head did not answer
             grace = 0.0 if now - last_heard >= payload.lost_after else None
             why = "lost the head"
-        else:
-            why = "asked"
         if grace is not None:
             report = asyncio.run(procs.stop_tree(target, grace))
             code = proc.wait()
