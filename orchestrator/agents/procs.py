@@ -48,11 +48,8 @@ class ProcRef:
         """The live process, or None when it is gone, a zombie, or another process under the same pid."""
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 0.05:
-                return None
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return proc
+            same = abs(proc.create_time() - self.create_time) <= 0.05
+            return proc if same and proc.status() != psutil.STATUS_ZOMBIE else None
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             return None
 

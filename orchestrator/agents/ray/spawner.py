@@ -238,11 +238,8 @@ class RaySpawner(HandleStops):
             if quiet < lost_after:
                 attempt.watchdog = self.clock.call_later(lost_after - quiet, check)
                 return
-            self._end(
-                attempt,
-                None,
-                f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)",
-            )
+            why = f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)"
+            self._end(attempt, None, why)
             self._ask_stop(attempt, 0.0)
 
         attempt.watchdog = self.clock.call_later(lost_after, check)
@@ -280,21 +277,12 @@ class RaySpawner(HandleStops):
                 elif isinstance(message, ControlAnswer) and attempt.board is not None:
                     attempt.board.answered(message.id, message.refused)
                 elif isinstance(message, Ended):
-                    if message.stopped:
-                        attempt.report = KillReport(
-                            pids=message.pids,
-                            seconds=message.seconds,
-                            escalated=message.escalated,
-                            survivors=message.survivors,
-                        )
+                    if message.stopped:  # the ladder's report, field for field
+                        attempt.report = KillReport(message.pids, message.seconds, message.escalated, message.survivors)
                     else:
                         attempt.exit_pids = list(message.pids)
-                    reason = (
-                        f"the wrapper on {attempt.node} could not reach the head"
-                        if message.why == "lost the head"
-                        else None
-                    )
-                    self._end(attempt, message.code, reason)
+                    lost = f"the wrapper on {attempt.node} could not reach the head"
+                    self._end(attempt, message.code, lost if message.why == "lost the head" else None)
         finally:
             os.close(log_fd)
             if attempt.watchdog is not None:

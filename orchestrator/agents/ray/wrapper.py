@@ -50,7 +50,10 @@ def _environ(pid: int) -> dict[str, str] | None:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
-def _wrapper_alive(mark: str) -> bool:
+def _wrapper_alive(mark: str | None) -> bool:
+    """Whether the wrapper named by an agent's ``WRAPPER_ENV`` mark lives (True: no mark, not a wrapper's agent)."""
+    if mark is None:
+        return True
     pid, _, created = mark.partition(":")
     try:
         ref = procs.ProcRef(int(pid), float(created))
@@ -64,9 +67,7 @@ def sweep_orphans(root: str) -> list[int]:
     targets: dict[tuple[str, str], procs.Target] = {}
     for pid in procs.all_pids():
         env = _environ(pid)
-        if not env or env.get("ORCHESTRATOR_ROOT") != root or WRAPPER_ENV not in env:
-            continue
-        if _wrapper_alive(env[WRAPPER_ENV]):
+        if not env or env.get("ORCHESTRATOR_ROOT") != root or _wrapper_alive(env.get(WRAPPER_ENV)):
             continue
         key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
         stat = procs._proc_stat(pid)
