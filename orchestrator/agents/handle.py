@@ -160,9 +160,7 @@ class Agent:
 
     @property
     def session_id(self) -> str | None:
-        if self.follower is None:
-            return self.reader.result.get("session_id") if self.reader is not None else None
-        return self.follower.session_id or self.follower.result.get("session_id")
+        return (self.follower.session_id if self.follower is not None else None) or self.result.get("session_id")
 
     @property
     def closing(self) -> bool:

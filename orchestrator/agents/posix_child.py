@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import subprocess
@@ -29,14 +30,12 @@ from pathlib import Path
 from orchestrator.agents import procs
 
 POLL = 0.05  # seconds between looks for a process's end where there is no pidfd
-_devnull: int | None = None
 
 
+@functools.cache
 def null_fd() -> int:
-    global _devnull
-    if _devnull is None:
-        _devnull = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-    return _devnull
+    """``/dev/null``, opened once for every spawn's stdin, stdout and stderr."""
+    return _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
 
 
 def _above_stdio(fd: int) -> int:

@@ -9,6 +9,7 @@ run's log file; the prompt goes to stdin (or is the last argument).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -91,20 +92,11 @@ def agent_environment(
     return env
 
 
-_folders: dict[tuple[Path, str], Path] = {}
-
-
+@functools.cache
 def role_folder(root: Path, cwd: str) -> Path:
     """The role's folder (``cwd`` under ``root``), symlinks resolved: once per folder, not at every start
     (resolving walks every component of the path with a system call)."""
-    key = (root, cwd)
-    folder = _folders.get(key)
-    if folder is None:
-        folder = _folders[key] = (root / cwd).resolve()
-    return folder
-
-
-_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
+    return (root / cwd).resolve()
 
 
 def is_claude_command(command: list[str]) -> bool:
@@ -115,6 +107,9 @@ def is_claude_command(command: list[str]) -> bool:
 def retry_environment(role: Role) -> dict[str, str]:
     """The Claude CLI's own API retry count for the role's agents (``claude_cli`` says why)."""
     return {"CLAUDE_CODE_MAX_RETRIES": str(role.api_retries)}
+
+
+_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
 
 
 def _role_environment(role: Role) -> dict[str, str]:
