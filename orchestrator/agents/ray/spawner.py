@@ -165,15 +165,15 @@ class RaySpawner(HandleStops):
 
     async def _started(self, attempt: RayAttempt) -> Started:
         """The wrapper's first message, which says the agent started; else ``SpawnError`` with why not."""
-        attempt.next = _pending(self._next(attempt.gen))
-        if not await self._within(attempt.next, self.settings.start_timeout):
+        first_word = _pending(self._next(attempt.gen))
+        if not await self._within(first_word, self.settings.start_timeout):
             self._cancel(attempt.gen)
             raise SpawnError(
                 f"no Ray node could take it within {self.settings.start_timeout:g}s "
                 f"(it asks for {self._options(attempt.spec)})"
             )
         try:
-            first = attempt.next.result()
+            first = first_word.result()
         except StopAsyncIteration:
             raise SpawnError("the Ray task ended before the agent started") from None
         except self.ray.exceptions.RayError as exc:
@@ -252,10 +252,10 @@ class RaySpawner(HandleStops):
         log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             while True:
-                attempt.next = _pending(self._next(attempt.gen))
-                await asyncio.wait({attempt.next})
+                word = _pending(self._next(attempt.gen))
+                await asyncio.wait({word})
                 try:
-                    message = attempt.next.result()
+                    message = word.result()
                 except StopAsyncIteration:
                     break
                 except self.ray.exceptions.RayError as exc:
