@@ -52,11 +52,7 @@ async def start_process(launch: Launch, binary: Path | None) -> tuple[LocalProce
     """Start the agent of ``launch`` under the keeper ``binary`` (None: by itself); raises ``SpawnError``.
 
     Returns the agent's transport and the write of its stdin when that is still under way."""
-    if binary is None:
-        child = _direct(launch)
-        pid = child.pid
-    else:
-        child, pid = await _kept(launch, binary)
+    child, pid = _direct(launch) if binary is None else await _kept(launch, binary)
     ref = procs.ProcRef.of(pid)  # the agent, not its keeper: what a stop must reach (None: it has ended already)
     end: EndReader = child if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
     writing = child.send(launch.stdin) if launch.stdin is not None else None
@@ -111,8 +107,8 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
     raise SpawnError(f"the keeper could not start {launch.argv[0]!r} (exit status {code})", internal=True)
 
 
-def _direct(launch: Launch) -> PosixChild:
-    """The agent started by itself (no keeper): its log opened here, its folder entered by the spawn."""
+def _direct(launch: Launch) -> tuple[PosixChild, int]:
+    """The agent started by itself (no keeper), and its pid: its log opened here, its folder entered by the spawn."""
     spec = launch.spec
     try:
         log_fd = open_log(spec.log_path, launch.header)
@@ -133,7 +129,7 @@ def _direct(launch: Launch) -> PosixChild:
         raise _cannot_start(launch, exc) from None
     finally:
         os.close(log_fd)
-    return child
+    return child, child.pid
 
 
 def _cannot_start(launch: Launch, exc: OSError) -> SpawnError:

@@ -66,8 +66,7 @@ class SdkSession:
         listener, client, transport = channel.open_channel(self.files)
         spec.update(transport)
         try:
-            argv = [sys.executable, "-m", RUNNER_MODULE]
-            pipe = subprocess.PIPE
+            argv, pipe = [sys.executable, "-m", RUNNER_MODULE], subprocess.PIPE
             proc = popen_session(argv, runner_environment(env), cwd, pipe, pipe, (listener.fileno(),))
         except BaseException:
             client.close()
