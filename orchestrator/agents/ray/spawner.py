@@ -249,7 +249,7 @@ class RaySpawner(HandleStops):
         spec = attempt.spec
         attempt.heard = self.clock.monotonic()
         self._watchdog(attempt)
-        log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log_fd = open_log(spec.log_path, "")
         try:
             while True:
                 word = _pending(self._next(attempt.gen))
