@@ -49,14 +49,9 @@ class Ending:
 class Transport(Protocol):
     """Where an agent runs: its pid, how its end is awaited, how its tree is stopped."""
 
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def create_time(self) -> float | None: ...
-
-    @property
-    def node(self) -> str | None: ...
+    pid: int | None
+    create_time: float | None
+    node: str | None
 
     async def ended(self) -> Ending:
         """Return once the agent has ended."""
@@ -165,9 +160,7 @@ class Agent:
 
     @property
     def session_id(self) -> str | None:
-        if self.follower is None:
-            return self.reader.result.get("session_id") if self.reader is not None else None
-        return self.follower.session_id or self.follower.result.get("session_id")
+        return (self.follower.session_id if self.follower is not None else None) or self.result.get("session_id")
 
     @property
     def closing(self) -> bool:
@@ -176,20 +169,19 @@ class Agent:
 
     # ------------------------------------------------------------ requests
     async def interrupt(self, keep: bool = False) -> None:
-        if self.follower is None:
-            raise UnsupportedError(
-                f"role {self.spec.role.name} uses the command backend, which cannot interrupt a turn; "
-                "use `orchestrator cancel` to stop it, or set `backend: sdk`"
-            )
-        await self.follower.interrupt(keep)
+        instead = "use `orchestrator cancel` to stop it, or set `backend: sdk`"
+        await self._session("interrupt a turn", instead).interrupt(keep)
 
     async def tell(self, text: str) -> None:
+        await self._session("take follow-up messages", "set `backend: sdk` for that").tell(text)
+
+    def _session(self, cannot: str, instead: str) -> Follower:
+        """The agent's session, for a request only a session takes; a command agent refuses it in one line."""
         if self.follower is None:
             raise UnsupportedError(
-                f"role {self.spec.role.name} uses the command backend, which cannot take follow-up messages; "
-                "set `backend: sdk` for that"
+                f"role {self.spec.role.name} uses the command backend, which cannot {cannot}; {instead}"
             )
-        await self.follower.tell(text)
+        return self.follower
 
     async def stop(self, grace: float, log: Log, interrupt_first: bool) -> KillReport:
         return await self.transport.stop(self, grace, log, interrupt_first)

@@ -124,10 +124,9 @@ static int record(const char *path, int status, int timed_out) {
     char tmp[4096], line[64];
     int len;
     make_parents(path);
-    if (WIFEXITED(status))
-        len = snprintf(line, sizeof line, "exit %d%s\n", WEXITSTATUS(status), timed_out ? " timeout" : "");
-    else
-        len = snprintf(line, sizeof line, "signal %d%s\n", WTERMSIG(status), timed_out ? " timeout" : "");
+    int exited = WIFEXITED(status);
+    len = snprintf(line, sizeof line, "%s %d%s\n", exited ? "exit" : "signal",
+                   exited ? WEXITSTATUS(status) : WTERMSIG(status), timed_out ? " timeout" : "");
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -177,22 +176,16 @@ int main(int argc, char **argv) {
         keep[keep_count++] = status_fd;
     close_others(keep, keep_count);
 
-    size_t count = 0;
-    while (environ[count])
-        count++;
-    char **env = calloc(count + 1, sizeof *env);
-    if (env == NULL)
-        return 125;
-    for (size_t i = 0; i < count; i++)
-        env[i] = strncmp(environ[i], "KEEPER_", 7) == 0 ? environ[i] + 7 : environ[i];
+    /* the pointers are moved, not the strings: /proc/<keeper>/environ still shows KEEPER_X, never X */
+    for (char **item = environ; *item != NULL; item++)
+        if (strncmp(*item, "KEEPER_", 7) == 0)
+            *item += 7;
 
     sigset_t watched, previous;
     sigemptyset(&watched);
-    sigaddset(&watched, SIGCHLD);
-    sigaddset(&watched, SIGTERM);
-    sigaddset(&watched, SIGINT);
-    sigaddset(&watched, SIGHUP);
-    sigaddset(&watched, SIGQUIT);
+    const int blocked[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof blocked / sizeof *blocked; i++)
+        sigaddset(&watched, blocked[i]);
     sigprocmask(SIG_BLOCK, &watched, &previous);
     if (status_fd >= 0)
         fcntl(status_fd, F_SETFD, FD_CLOEXEC);
@@ -239,7 +232,7 @@ int main(int argc, char **argv) {
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 #endif
     pid_t agent;
-    int failed = posix_spawn(&agent, command[0], NULL, &attr, command, env);
+    int failed = posix_spawn(&agent, command[0], NULL, &attr, command, environ);
     posix_spawnattr_destroy(&attr);
     if (failed != 0) {
         say(status_fd, 'E', failed);

@@ -4,8 +4,8 @@ stopped by the kill ladder (``procs``).
 The end reader is the one strategy in which a kept agent and an agent without a keeper differ.
 ``KeeperRecord`` (every agent when the keeper binary is there): the keeper's exit record, read once the
 keeper has ended, whether the keeper is our child (started now) or not (found alive at a restart); a pidfd
-wakes us. ``WaitStatus`` (no keeper binary, which only ``recovery: restart`` allows): the agent is our child
-and its end is its wait status, which dies with us.
+wakes us. With no keeper binary (which only ``recovery: restart`` allows) the agent is our child, a
+``PosixChild``, and its end is its wait status, which dies with us.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def record_path(spec: LaunchSpec) -> Path:
 class EndReader(Protocol):
     """Waits for an agent's end and says its exit status (negative: the signal that ended it)."""
 
-    async def status(self) -> int: ...
+    async def wait(self) -> int: ...
 
 
 class KeeperRecord:
@@ -45,7 +45,7 @@ class KeeperRecord:
         self.keeper = keeper
         self.agent = agent
 
-    async def status(self) -> int:
+    async def wait(self) -> int:
         fallback = UNKNOWN_EXIT
         if isinstance(self.keeper, PosixChild):
             fallback = await self.keeper.wait()
@@ -57,16 +57,6 @@ class KeeperRecord:
             await process_ended(self.agent)
             found = keeper.read_exit(self.record)
         return found.returncode if found is not None else fallback
-
-
-class WaitStatus:
-    """The end of an agent started without a keeper: its wait status, as our child."""
-
-    def __init__(self, child: PosixChild) -> None:
-        self.child = child
-
-    async def status(self) -> int:
-        return await self.child.wait()
 
 
 class LocalProcess:
@@ -94,7 +84,7 @@ class LocalProcess:
         return cls(spec, pid, None, KeeperRecord(record_path(spec), None, None))
 
     async def ended(self) -> Ending:
-        return Ending(await self.end.status())
+        return Ending(await self.end.wait())
 
     async def stop(self, agent: Agent, grace: float, log: Log, interrupt_first: bool) -> KillReport:
         """The agent's whole tree, stopped (an SDK agent's turn first, when asked): what was ended."""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 FILE_ENV = "ORCHESTRATOR_MEMOS_FILE"
 LIST_ENV = "ORCHESTRATOR_MEMOS"
+MEMO_ENV = "ORCHESTRATOR_MEMO"  # a one-memo run's memo
+MEMO_KEYS = (MEMO_ENV, LIST_ENV, FILE_ENV)  # every variable that names a run's memos
 FILE_NAME = "memos.txt"  # in .orchestrator/runs/<run_id>/
 LIST_MAX = 64 * 1024  # bytes: a longer list is only in the file
 
@@ -51,6 +53,11 @@ def list_environment(paths: Sequence[Path | str], file: Path | str) -> dict[str,
     if fits(text):
         env[LIST_ENV] = text
     return env
+
+
+def memo_environment(batch: bool, paths: Sequence[Path | str], file: Path | str) -> dict[str, str]:
+    """The variables that name a run's memos: a batch's list (``list_environment``), else its one memo."""
+    return list_environment(paths, file) if batch else {MEMO_ENV: str(paths[0])}
 
 
 def prompt_list(paths: Sequence[Path | str], file: Path | str | None) -> str:

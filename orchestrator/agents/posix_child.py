@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import signal
 import subprocess
@@ -29,14 +30,12 @@ from pathlib import Path
 from orchestrator.agents import procs
 
 POLL = 0.05  # seconds between looks for a process's end where there is no pidfd
-_devnull: int | None = None
 
 
+@functools.cache
 def null_fd() -> int:
-    global _devnull
-    if _devnull is None:
-        _devnull = _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
-    return _devnull
+    """``/dev/null``, opened once for every spawn's stdin, stdout and stderr."""
+    return _above_stdio(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
 
 
 def _above_stdio(fd: int) -> int:
@@ -216,18 +215,26 @@ def start_direct(
     when that could not be entered). ``subprocess`` enters the folder, which ``posix_spawn`` cannot; its
     status is collected by ``Popen.poll``, so the ``Popen`` never reaps a pid that is no longer its own."""
     with _stdin_pipe(stdin_pipe) as (read_end, write_end):
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=read_end if read_end is not None else subprocess.DEVNULL,
-            stdout=output,
-            stderr=output,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            pass_fds=tuple(keep_fds),
-            restore_signals=True,
-        )
+        proc = popen_session(argv, env, cwd, read_end if read_end is not None else subprocess.DEVNULL, output, keep_fds)
     return PosixChild(proc.pid, write_end, proc.poll)
+
+
+def popen_session(
+    argv: Sequence[str], env: dict[str, str], cwd: Path, stdin: int, output: int, pass_fds: Sequence[int] = ()
+) -> subprocess.Popen[bytes]:
+    """``argv`` started in ``cwd`` and a session of its own, its stdout and stderr both ``output`` (a descriptor,
+    or ``subprocess.PIPE``), inheriting ``pass_fds``: how every agent is started without a keeper, here or by the
+    Ray wrapper on a worker. Raises ``OSError``."""
+    return subprocess.Popen(
+        list(argv),
+        stdin=stdin,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        pass_fds=tuple(pass_fds),
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ import psutil
 from orchestrator.core.agent import KillReport  # what the ladder returns, defined beside the agent handle
 
 POLL = 0.01
+KILL_WAIT = 5.0  # after SIGKILL, how long the ladder waits for the tree to be gone
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,8 @@ class ProcRef:
         """The live process, or None when it is gone, a zombie, or another process under the same pid."""
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 0.05:
-                return None
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return proc
+            same = abs(proc.create_time() - self.create_time) <= 0.05
+            return proc if same and proc.status() != psutil.STATUS_ZOMBIE else None
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             return None
 
@@ -107,12 +105,17 @@ def _environ_marks(target: Target) -> tuple[bytes, ...] | None:
     return tuple(mark.encode() for mark in marks)
 
 
-def _carries_run(pid: int, marks: tuple[bytes, ...]) -> bool:
+def raw_environ(pid: int) -> bytes | None:
+    """/proc/<pid>/environ as it is (``NAME=value`` items, each ended by a NUL), or None when it cannot be read."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
-            env = b"\0" + handle.read()
+            return handle.read()
     except OSError:
-        return False
+        return None
+
+
+def _carries_run(pid: int, marks: tuple[bytes, ...]) -> bool:
+    env = b"\0" + (raw_environ(pid) or b"")  # marks is never empty: an unreadable environ carries none
     return all(b"\0" + mark in env for mark in marks)
 
 
@@ -123,11 +126,8 @@ def find_tree(target: Target) -> dict[int, psutil.Process]:
     root = target.root.process() if target.root else None
     if root is not None:
         found[root.pid] = root
-        try:
-            for child in root.children(recursive=True):
-                found[child.pid] = child
-        except psutil.Error:
-            pass
+        with contextlib.suppress(psutil.Error):
+            found.update((child.pid, child) for child in root.children(recursive=True))
     marks = _environ_marks(target)
     for pid in all_pids():
         if pid == me or pid in found:
@@ -137,10 +137,8 @@ def find_tree(target: Target) -> dict[int, psutil.Process]:
             continue
         in_group = target.pgid is not None and info[0] == target.pgid
         if in_group or (marks is not None and _carries_run(pid, marks)):
-            try:
+            with contextlib.suppress(psutil.Error):
                 found[pid] = psutil.Process(pid)
-            except psutil.Error:
-                pass
     return {pid: proc for pid, proc in found.items() if _alive(proc)}
 
 
@@ -153,15 +151,11 @@ def _alive(proc: psutil.Process) -> bool:
 
 def _signal_all(target: Target, procs: dict[int, psutil.Process], sig: int) -> None:
     if target.pgid is not None and target.pgid > 1:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(target.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for proc in procs.values():
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.send_signal(sig)  # psutil checks the create time before signalling
-        except psutil.Error:
-            pass
 
 
 async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | None = None) -> KillReport:
@@ -173,34 +167,30 @@ async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | N
     report.pids = sorted(seen)
     say(f"SIGTERM to process group {target.pgid} and {len(seen)} process(es) {report.pids}")
     _signal_all(target, seen, signal.SIGTERM)
-    deadline = started + grace
+    deadline = started + grace  # of the grace period, then (escalated) of SIGKILL's own bound
     pause = POLL / 8  # most agents are gone a moment after SIGTERM: look again soon, then every POLL
     while True:
         await asyncio.sleep(pause)
         pause = min(POLL, pause * 2)
         reap_orphans()
         alive = find_tree(target)
-        for pid, proc in alive.items():
-            if pid not in seen:
-                seen[pid] = proc
-                _signal_all(target, {pid: proc}, signal.SIGTERM)
         if not alive:
             break
+        if report.escalated:
+            if time.monotonic() >= deadline:
+                report.survivors = sorted(alive)
+                break
+            _signal_all(target, alive, signal.SIGKILL)
+            continue
+        new = {pid: proc for pid, proc in alive.items() if pid not in seen}
+        if new:  # started since the last look: its share of SIGTERM
+            seen.update(new)
+            _signal_all(target, new, signal.SIGTERM)
         if time.monotonic() >= deadline:
             report.escalated = True
             say(f"grace of {grace:g}s over; SIGKILL to {sorted(alive)}")
             _signal_all(target, alive, signal.SIGKILL)
-            kill_deadline = time.monotonic() + 5.0
-            while True:
-                reap_orphans()
-                alive = find_tree(target)
-                if alive:
-                    _signal_all(target, alive, signal.SIGKILL)
-                if not alive or time.monotonic() >= kill_deadline:
-                    report.survivors = sorted(alive)
-                    break
-                await asyncio.sleep(POLL)
-            break
+            deadline = time.monotonic() + KILL_WAIT
     reap_orphans()
     report.pids = sorted(seen)
     report.seconds = time.monotonic() - started
@@ -287,8 +277,6 @@ def reap_orphans() -> None:
     for child in children:
         if child.pid in _spared:
             continue
-        try:
+        with contextlib.suppress(psutil.Error, OSError):  # ChildProcessError is an OSError
             if child.status() == psutil.STATUS_ZOMBIE:
                 os.waitpid(child.pid, os.WNOHANG)
-        except (psutil.Error, ChildProcessError, OSError):
-            pass

@@ -17,15 +17,13 @@ import asyncio
 import contextlib
 import errno
 import os
-import select
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents import keeper, procs
-from orchestrator.agents.local import EndReader, KeeperRecord, LocalProcess, WaitStatus, record_path
+from orchestrator.agents.local import EndReader, KeeperRecord, LocalProcess, record_path
 from orchestrator.agents.posix_child import PosixChild, spawn, start_direct
 from orchestrator.agents.spec import LaunchSpec, SpawnError, cannot_start, open_log
 
@@ -54,13 +52,9 @@ async def start_process(launch: Launch, binary: Path | None) -> tuple[LocalProce
     """Start the agent of ``launch`` under the keeper ``binary`` (None: by itself); raises ``SpawnError``.
 
     Returns the agent's transport and the write of its stdin when that is still under way."""
-    if binary is None:
-        child = _direct(launch)
-        pid = child.pid
-    else:
-        child, pid = await _kept(launch, binary)
+    child, pid = _direct(launch) if binary is None else await _kept(launch, binary)
     ref = procs.ProcRef.of(pid)  # the agent, not its keeper: what a stop must reach (None: it has ended already)
-    end: EndReader = WaitStatus(child) if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
+    end: EndReader = child if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
     writing = child.send(launch.stdin) if launch.stdin is not None else None
     return LocalProcess(launch.spec, pid, ref, end), writing
 
@@ -85,8 +79,7 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
     except OSError as exc:
         os.close(read_fd)
         if exc.errno == errno.E2BIG:  # the agent's argv and environment, which the keeper is given to pass on
-            text = exc.strerror or str(exc)
-            raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
+            raise _cannot_start(launch, exc) from None
         # the keeper is the orchestrator's own: whatever stops it starting is not the role's doing
         raise SpawnError(f"cannot start the keeper {binary}: {exc.strerror or exc}", internal=True) from None
     finally:
@@ -109,13 +102,13 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
     if status.cwd_errno is not None:
         raise _no_folder(launch, status.cwd_errno)
     if status.exec_errno is not None:
-        text = os.strerror(status.exec_errno)
-        raise cannot_start(launch.argv[0], launch.executable, status.exec_errno, text, launch.argv, launch.env)
+        failed = status.exec_errno
+        raise cannot_start(launch.executable, launch.argv, launch.env, failed, os.strerror(failed))
     raise SpawnError(f"the keeper could not start {launch.argv[0]!r} (exit status {code})", internal=True)
 
 
-def _direct(launch: Launch) -> PosixChild:
-    """The agent started by itself (no keeper): its log opened here, its folder entered by the spawn."""
+def _direct(launch: Launch) -> tuple[PosixChild, int]:
+    """The agent started by itself (no keeper), and its pid: its log opened here, its folder entered by the spawn."""
     spec = launch.spec
     try:
         log_fd = open_log(spec.log_path, launch.header)
@@ -133,11 +126,14 @@ def _direct(launch: Launch) -> PosixChild:
     except OSError as exc:
         if exc.filename is not None and os.fsdecode(exc.filename) == str(launch.cwd):
             raise _no_folder(launch, exc.errno or 0) from None
-        text = exc.strerror or str(exc)
-        raise cannot_start(launch.argv[0], launch.executable, exc.errno, text, launch.argv, launch.env) from None
+        raise _cannot_start(launch, exc) from None
     finally:
         os.close(log_fd)
-    return child
+    return child, child.pid
+
+
+def _cannot_start(launch: Launch, exc: OSError) -> SpawnError:
+    return cannot_start(launch.executable, launch.argv, launch.env, exc.errno, exc.strerror or str(exc))
 
 
 def _no_folder(launch: Launch, code: int) -> SpawnError:
@@ -150,19 +146,9 @@ def _kill_when_said(fd: int, said: bytes) -> None:
 
     def finish() -> None:
         data = bytearray(said)
-        deadline = time.monotonic() + KILL_WAIT
-        poller = select.poll()  # not select(): a descriptor above 1023 is fine here
-        poller.register(fd, select.POLLIN)
-        try:
-            os.set_blocking(fd, False)
-            while (left := deadline - time.monotonic()) > 0:
-                if not poller.poll(left * 1000):
-                    break
-                chunk = os.read(fd, 256)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError:
+        try:  # a loop of this thread's own: what is read gathers in ``data``, whether it ends or times out
+            asyncio.run(asyncio.wait_for(keeper.read_status(fd, data), KILL_WAIT))
+        except (OSError, TimeoutError):
             pass
         finally:
             os.close(fd)

@@ -9,6 +9,7 @@ run's log file; the prompt goes to stdin (or is the last argument).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -37,11 +38,6 @@ class SpawnError(Exception):
     def __init__(self, message: str, *, internal: bool = False) -> None:
         super().__init__(message)
         self.internal = internal
-
-    @classmethod
-    def of_errno(cls, message: str, code: int | None) -> SpawnError:
-        """An exec or spawn that failed with errno ``code``: internal when ``code`` is in ``NOT_THE_ROLES``."""
-        return cls(message, internal=code in NOT_THE_ROLES)
 
 
 @dataclass
@@ -89,30 +85,18 @@ def agent_environment(
             "ORCHESTRATOR_SEQ": str(seq or ""),
         }
     )
-    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # ours, when we run inside an agent
+    for key in memo_list.MEMO_KEYS:  # ours, when we run inside an agent
         env.pop(key, None)
-    if role.batch:
-        file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
-        env.update(memo_list.list_environment(memo_paths, file))
-    else:
-        env["ORCHESTRATOR_MEMO"] = str(memo_paths[0])
+    file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
+    env.update(memo_list.memo_environment(role.batch, memo_paths, file))
     return env
 
 
-_folders: dict[tuple[Path, str], Path] = {}
-
-
+@functools.cache
 def role_folder(root: Path, cwd: str) -> Path:
     """The role's folder (``cwd`` under ``root``), symlinks resolved: once per folder, not at every start
     (resolving walks every component of the path with a system call)."""
-    key = (root, cwd)
-    folder = _folders.get(key)
-    if folder is None:
-        folder = _folders[key] = (root / cwd).resolve()
-    return folder
-
-
-_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
+    return (root / cwd).resolve()
 
 
 def is_claude_command(command: list[str]) -> bool:
@@ -123,6 +107,9 @@ def is_claude_command(command: list[str]) -> bool:
 def retry_environment(role: Role) -> dict[str, str]:
     """The Claude CLI's own API retry count for the role's agents (``claude_cli`` says why)."""
     return {"CLAUDE_CODE_MAX_RETRIES": str(role.api_retries)}
+
+
+_role_envs: dict[int, tuple[Role, dict[str, str]]] = {}
 
 
 def _role_environment(role: Role) -> dict[str, str]:
@@ -161,21 +148,15 @@ def open_log(path: Path, header: str) -> int:
     return fd
 
 
-def cannot_start(
-    program: str,
-    executable: str,
-    code: int | None,
-    text: str,
-    argv: list[str] | None = None,
-    env: dict[str, str] | None = None,
-) -> SpawnError:
-    """The one-line error for an exec that failed with errno ``code`` (``argv`` and ``env``: what it was given)."""
+def cannot_start(executable: str, argv: list[str], env: dict[str, str], code: int | None, text: str) -> SpawnError:
+    """The one-line error for an exec of ``argv`` (``executable`` its program resolved) with ``env`` that failed
+    with errno ``code``."""
     hint = ""
     if code == errno.ENOENT and os.path.isfile(executable):
         hint = " (the file exists: is the interpreter on its #! line missing?)"
     elif code == errno.E2BIG:
-        hint = too_long_hint(argv or [], env or {})
-    return SpawnError.of_errno(f"cannot start {program!r}: {text}{hint}", code)
+        hint = too_long_hint(argv, env)
+    return SpawnError(f"cannot start {argv[0]!r}: {text}{hint}", internal=code in NOT_THE_ROLES)
 
 
 def too_long_hint(argv: list[str], env: dict[str, str]) -> str:

@@ -56,7 +56,6 @@ class RayAttempt:
         self.exit_pids: list[int] = []  # what the wrapper swept after the agent exited by itself
         self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
         self.watchdog: Any = None  # the lost_after timer
-        self.next: asyncio.Future[Any] | None = None
         self.pump: asyncio.Future[None] | None = None  # reads the wrapper's stream to its end
         self.follow: SdkFollow | None = None  # an sdk attempt's session
         self.board: BoardCarrier | None = None  # and its mailbox on the stop board

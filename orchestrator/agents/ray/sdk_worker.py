@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.claude_cli import resolve_cli_path
+from orchestrator.agents.posix_child import popen_session
 from orchestrator.agents.ray.wire import ControlAnswer, Payload, SdkEvent, TranscriptLines
 from orchestrator.agents.sdk import channel
 from orchestrator.agents.sdk.backend import RUNNER_MODULE, runner_environment
@@ -65,16 +66,8 @@ class SdkSession:
         listener, client, transport = channel.open_channel(self.files)
         spec.update(transport)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", RUNNER_MODULE],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=runner_environment(env),
-                start_new_session=True,
-                pass_fds=(listener.fileno(),),
-            )
+            argv, pipe = [sys.executable, "-m", RUNNER_MODULE], subprocess.PIPE
+            proc = popen_session(argv, runner_environment(env), cwd, pipe, pipe, (listener.fileno(),))
         except BaseException:
             client.close()
             raise

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.agents import memo_list
+from orchestrator.agents import memo_list, procs
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
 from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
@@ -61,7 +61,6 @@ from orchestrator.core.clock import Clock, SystemClock
 
 BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
 CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
-KILL_WAIT = 5.0  # the kill ladder's own bound after SIGKILL (procs.stop_tree)
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 
 
@@ -99,7 +98,7 @@ class RaySpawner(HandleStops):
             raise SpawnError("no memo to send to the worker")
         # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
         env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-        for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):  # the wrapper's copies' paths
+        for key in memo_list.MEMO_KEYS:  # the wrapper's copies' paths
             env.pop(key, None)
         sdk: dict[str, Any] = {}
         if role.backend == "sdk":
@@ -148,31 +147,11 @@ class RaySpawner(HandleStops):
         agent = Agent(spec, attempt, follower=self._follow(attempt))
         self.leases.add(lease)
         os.close(open_log(spec.log_path, self._header(spec)))
-        attempt.next = _pending(self._next(gen))
         try:
-            if not await self._within(attempt.next, self.settings.start_timeout):
-                raise SpawnError(
-                    f"no Ray node could take it within {self.settings.start_timeout:g}s "
-                    f"(it asks for {self._options(spec)})"
-                )
-            first = attempt.next.result()
-        except StopAsyncIteration:
-            self._revoke(attempt)
-            raise SpawnError("the Ray task ended before the agent started") from None
+            first = await self._started(attempt)
         except SpawnError:
             self._revoke(attempt)
-            self._cancel(gen)
             raise
-        except self.ray.exceptions.RayError as exc:
-            self._revoke(attempt)
-            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
-        if isinstance(first, StartFailed):
-            self._revoke(attempt)
-            attempt.node = first.node
-            raise SpawnError(first.reason)
-        if not isinstance(first, Started):
-            self._revoke(attempt)
-            raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
         attempt.pid, attempt.node = first.pid, first.node
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
@@ -183,6 +162,28 @@ class RaySpawner(HandleStops):
         agent.watch(on_exit)
         attempt.pump = asyncio.ensure_future(self._pump(attempt))
         return agent
+
+    async def _started(self, attempt: RayAttempt) -> Started:
+        """The wrapper's first message, which says the agent started; else ``SpawnError`` with why not."""
+        first_word = _pending(self._next(attempt.gen))
+        if not await self._within(first_word, self.settings.start_timeout):
+            self._cancel(attempt.gen)
+            raise SpawnError(
+                f"no Ray node could take it within {self.settings.start_timeout:g}s "
+                f"(it asks for {self._options(attempt.spec)})"
+            )
+        try:
+            first = first_word.result()
+        except StopAsyncIteration:
+            raise SpawnError("the Ray task ended before the agent started") from None
+        except self.ray.exceptions.RayError as exc:
+            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
+        if isinstance(first, StartFailed):
+            attempt.node = first.node
+            raise SpawnError(first.reason)
+        if not isinstance(first, Started):
+            raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
+        return first
 
     def _follow(self, attempt: RayAttempt) -> SdkFollow | None:
         """An sdk attempt's session follower, its controls carried by the stop board."""
@@ -237,11 +238,8 @@ class RaySpawner(HandleStops):
             if quiet < lost_after:
                 attempt.watchdog = self.clock.call_later(lost_after - quiet, check)
                 return
-            self._end(
-                attempt,
-                None,
-                f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)",
-            )
+            why = f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)"
+            self._end(attempt, None, why)
             self._ask_stop(attempt, 0.0)
 
         attempt.watchdog = self.clock.call_later(lost_after, check)
@@ -251,13 +249,13 @@ class RaySpawner(HandleStops):
         spec = attempt.spec
         attempt.heard = self.clock.monotonic()
         self._watchdog(attempt)
-        log_fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log_fd = open_log(spec.log_path, "")
         try:
             while True:
-                attempt.next = _pending(self._next(attempt.gen))
-                await asyncio.wait({attempt.next})
+                word = _pending(self._next(attempt.gen))
+                await asyncio.wait({word})
                 try:
-                    message = attempt.next.result()
+                    message = word.result()
                 except StopAsyncIteration:
                     break
                 except self.ray.exceptions.RayError as exc:
@@ -279,21 +277,12 @@ class RaySpawner(HandleStops):
                 elif isinstance(message, ControlAnswer) and attempt.board is not None:
                     attempt.board.answered(message.id, message.refused)
                 elif isinstance(message, Ended):
-                    if message.stopped:
-                        attempt.report = KillReport(
-                            pids=message.pids,
-                            seconds=message.seconds,
-                            escalated=message.escalated,
-                            survivors=message.survivors,
-                        )
+                    if message.stopped:  # the ladder's report, field for field
+                        attempt.report = KillReport(message.pids, message.seconds, message.escalated, message.survivors)
                     else:
                         attempt.exit_pids = list(message.pids)
-                    reason = (
-                        f"the wrapper on {attempt.node} could not reach the head"
-                        if message.why == "lost the head"
-                        else None
-                    )
-                    self._end(attempt, message.code, reason)
+                    lost = f"the wrapper on {attempt.node} could not reach the head"
+                    self._end(attempt, message.code, lost if message.why == "lost the head" else None)
         finally:
             os.close(log_fd)
             if attempt.watchdog is not None:
@@ -333,7 +322,7 @@ class RaySpawner(HandleStops):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(sent, BOARD_WAIT)
             log(f"asked the wrapper on {attempt.node} to stop the agent's tree (SIGTERM, {grace:g}s grace, SIGKILL)")
-            bound = grace + KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
+            bound = grace + procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
             await asyncio.wait({attempt.pump}, timeout=bound)
         if attempt.report is not None:
             log(
@@ -343,7 +332,7 @@ class RaySpawner(HandleStops):
             return attempt.report
         if attempt.finished and attempt.lost is None:
             return KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
-        why = attempt.lost or f"no report within {grace + KILL_WAIT:g}s"
+        why = attempt.lost or f"no report within {grace + procs.KILL_WAIT:g}s"
         log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); ray.cancel(force=True)")
         self._cancel(attempt.gen)
         if attempt.pump is not None:

@@ -105,8 +105,7 @@ class ControlAnswer(_Message):
 
 
 AnyMessage = Started | StartFailed | Output | Beat | Ended | SdkEvent | TranscriptLines | ControlAnswer
-Message = Annotated[AnyMessage, Field(discriminator="type")]
-MESSAGE: TypeAdapter[AnyMessage] = TypeAdapter(Message)
+MESSAGE: TypeAdapter[AnyMessage] = TypeAdapter(Annotated[AnyMessage, Field(discriminator="type")])
 
 
 def parse(data: Any) -> AnyMessage:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import memo_list, procs
+from orchestrator.agents.posix_child import popen_session
 from orchestrator.agents.ray.wire import AnyMessage, Beat, Ended, Output, Payload, Started, StartFailed
 
 WRAPPER_ENV = "ORCHESTRATOR_WRAPPER"  # "<pid>:<create time>" of the wrapper that started the agent
@@ -42,16 +43,17 @@ Inbox = Callable[[], list[dict[str, Any]]]
 
 
 def _environ(pid: int) -> dict[str, str] | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
+    raw = procs.raw_environ(pid)
+    if raw is None:
         return None
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
-def _wrapper_alive(mark: str) -> bool:
+def _wrapper_alive(mark: str | None) -> bool:
+    """Whether the wrapper named by an agent's ``WRAPPER_ENV`` mark lives (True: no mark, not a wrapper's agent)."""
+    if mark is None:
+        return True
     pid, _, created = mark.partition(":")
     try:
         ref = procs.ProcRef(int(pid), float(created))
@@ -65,9 +67,7 @@ def sweep_orphans(root: str) -> list[int]:
     targets: dict[tuple[str, str], procs.Target] = {}
     for pid in procs.all_pids():
         env = _environ(pid)
-        if not env or env.get("ORCHESTRATOR_ROOT") != root or WRAPPER_ENV not in env:
-            continue
-        if _wrapper_alive(env[WRAPPER_ENV]):
+        if not env or env.get("ORCHESTRATOR_ROOT") != root or _wrapper_alive(env.get(WRAPPER_ENV)):
             continue
         key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
         stat = procs._proc_stat(pid)
@@ -138,16 +138,8 @@ def _start(payload: Payload, folder: Path) -> tuple[subprocess.Popen[bytes], byt
     if executable is None:
         raise ValueError("not found on PATH")
     feed = payload.prompt.encode("utf-8") if payload.prompt_via == "stdin" else None
-    proc = subprocess.Popen(
-        [executable, *argv[1:]],
-        stdin=subprocess.PIPE if feed is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
-    return proc, feed
+    stdin = subprocess.PIPE if feed is not None else subprocess.DEVNULL
+    return popen_session([executable, *argv[1:]], env, cwd, stdin, subprocess.PIPE), feed
 
 
 def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
@@ -158,15 +150,13 @@ def _environment(payload: Payload, folder: Path) -> tuple[dict[str, str], Path]:
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
     env = dict(os.environ)
-    for key in ("ORCHESTRATOR_MEMO", memo_list.LIST_ENV, memo_list.FILE_ENV):
+    for key in memo_list.MEMO_KEYS:
         env.pop(key, None)
     env.update(payload.env)
+    listed = folder / memo_list.FILE_NAME
     if payload.batch:  # the list of the copies, as on the head: a file, and the variable while it is short
-        listed = folder / memo_list.FILE_NAME
         memo_list.write_list(listed, paths)
-        env.update(memo_list.list_environment(paths, listed))
-    else:
-        env["ORCHESTRATOR_MEMO"] = paths[0]
+    env.update(memo_list.memo_environment(payload.batch, paths, listed))
     env[LEASE_ENV] = payload.lease
     me = procs.ProcRef.of(os.getpid())
     env[WRAPPER_ENV] = f"{os.getpid()}:{me.create_time if me else 0.0}"
@@ -184,33 +174,23 @@ def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
 
 
 def _read_stream(stream: Any, out: queue.Queue[bytes | None]) -> None:
-    assert stream is not None
-    fd = stream.fileno()
-    while True:
-        try:
-            chunk = os.read(fd, CHUNK)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            out.put(None)
-            return
-        out.put(chunk)
+    """Each piece the agent prints, then None once its output has ended (or cannot be read)."""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(stream.fileno(), CHUNK):
+            out.put(chunk)
+    out.put(None)
 
 
 def _drain(out: queue.Queue[bytes | None], wait: float) -> tuple[bytes, bool]:
     """What the agent printed so far (waiting at most ``wait`` for the first piece), and whether its output ended."""
-    data, closed = b"", False
-    try:
+    data = b""
+    with contextlib.suppress(queue.Empty):
         item = out.get(timeout=wait) if wait > 0 else out.get_nowait()
-        while True:
-            if item is None:
-                closed = True
-                break
+        while item is not None:
             data += item
             item = out.get_nowait()
-    except queue.Empty:
-        pass
-    return data, closed
+        return data, True
+    return data, False
 
 
 def _watch(
@@ -228,7 +208,6 @@ def _watch(
     last_said = last_heard = time.monotonic()
     closed = False
     grace: float | None = None  # set: a stop was asked for (``why``), else the agent exited by itself
-    why = "asked"
     while True:
         data, ended_output = _drain(out, 0.0 if closed else payload.poll)
         closed = closed or ended_output
@@ -245,6 +224,7 @@ def _watch(
         code = proc.poll()
         if code is not None:
             break
+        why = "asked"
         try:
             grace = ask()
             last_heard = now
@@ -253,8 +233,6 @@ def _watch(
         except Exception:  # noqa: BLE001 - whatever the transport raised, the head did not answer
             grace = 0.0 if now - last_heard >= payload.lost_after else None
             why = "lost the head"
-        else:
-            why = "asked"
         if grace is not None:
             report = asyncio.run(procs.stop_tree(target, grace))
             code = proc.wait()
