@@ -35,11 +35,9 @@ from orchestrator.agents.sdk.channel import RunFiles
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import (
     RUNNER_PATH_ENV,
-    End,
-    Interrupt,
+    AnyControl,
     RunnerSpec,
     SpecOptions,
-    Tell,
     explain,
 )
 from orchestrator.agents.spawn import Launch, start_process
@@ -129,7 +127,7 @@ class SocketChannel:
             return
         self._reading = asyncio.ensure_future(self._read(sock, follow))
 
-    async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
+    async def send(self, follow: SdkFollow, message: AnyControl, what: str) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), CONNECT_WAIT)
         out = self._controls_out
