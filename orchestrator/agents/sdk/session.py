@@ -275,19 +275,16 @@ class Session:
             self._enter(Phase.INTERRUPTING)
 
     async def _interrupt(self, keep: bool) -> None:
-        if self.phase is Phase.WAITING:
-            if not keep:
-                self.finish(EXIT_INTERRUPTED)
-            return
-        if self.phase is Phase.PAUSING and not keep:  # keep=false wins: a cancel is not undone by interrupt --keep
-            self.pending.clear()
-            self._enter(Phase.INTERRUPTING)
-            return
-        if self.phase not in (Phase.TURN, Phase.ENDING):  # PAUSING, INTERRUPTING: the interrupt is already sent
-            return
+        """Interrupt the turn; without ``keep``, drop the queued tells too. In PAUSING and INTERRUPTING the
+        interrupt is already sent: only keep=false changes anything, since a cancel is not undone by --keep."""
         if not keep:
             self.pending.clear()
-        await self._send_interrupt(keep)
+        if self.phase in (Phase.TURN, Phase.ENDING):
+            await self._send_interrupt(keep)
+        elif not keep and self.phase is Phase.WAITING:
+            self.finish(EXIT_INTERRUPTED)
+        elif not keep and self.phase is Phase.PAUSING:
+            self._enter(Phase.INTERRUPTING)
 
     async def _send_interrupt(self, keep: bool) -> None:
         self._enter(Phase.PAUSING if keep and self.phase is Phase.TURN else Phase.INTERRUPTING)
@@ -370,19 +367,12 @@ class Session:
             )
         )
         error_kind, self.error_kind = self.error_kind, None
-        if self.fuse_blown is not None:
-            self.fail(
-                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded: the turn was interrupted at about "
-                f"{usd(self.fuse_blown)} spent (Claude Code reported {usd(self.totals.cost_usd)})",
-                code=EXIT_BUDGET,
-                budget=True,
-            )
-        elif self._over_budget(result):
-            self.fail(
-                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
-                code=EXIT_BUDGET,
-                budget=True,
-            )
+        if self.fuse_blown is not None or self._over_budget(result):
+            reported = usd(self.totals.cost_usd)
+            how = f" ({reported} spent)"
+            if self.fuse_blown is not None:
+                how = f": the turn was interrupted at about {usd(self.fuse_blown)} spent (Claude Code reported {reported})"
+            self.fail(f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded{how}", code=EXIT_BUDGET)
         elif self.phase is Phase.INTERRUPTING:
             self.finish(EXIT_INTERRUPTED)
         elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
@@ -413,14 +403,13 @@ class Session:
         return True
 
     def _over_budget(self, result: Any) -> bool:
-        per_run = self.spec.per_run_usd
+        """Spent past the per-run budget, or stopped by the CLI's --max-budget-usd where that is the per-run
+        budget (the role's own cap is not tighter)."""
+        per_run, cap = self.spec.per_run_usd, self.options.max_budget_usd
         if per_run is None:
             return False
-        if self.totals.cost_usd > per_run:
-            return True
-        cap = self.options.max_budget_usd
-        per_run_binds = cap is None or cap >= per_run
-        return result.subtype == "error_max_budget_usd" and per_run_binds
+        stopped = result.subtype == "error_max_budget_usd" and (cap is None or cap >= per_run)
+        return self.totals.cost_usd > per_run or stopped
 
     async def _send_turn(self, text: str, tell: bool = False) -> None:
         self._enter(Phase.TURN)
@@ -482,7 +471,6 @@ class Session:
         self,
         reason: str | Problem,
         code: int = EXIT_FAILED,
-        budget: bool = False,
         limit: tuple[str, float | None] | None = None,
         permanent: bool = False,
     ) -> None:
@@ -491,13 +479,12 @@ class Session:
         ``limit``: (kind, resets_at) when the account's usage or rate limit caused it (never permanent)."""
         if self.phase is Phase.DONE:
             return
-        if isinstance(reason, Problem):
-            permanent = permanent or reason.permanent
+        problem = reason if isinstance(reason, Problem) else Problem(reason, permanent)
         kind, resets_at = limit or (None, None)
         failure = FailureEvent(
-            reason=one_line(reason.reason if isinstance(reason, Problem) else reason, 600),
-            budget=budget,
-            permanent=permanent and limit is None,
+            reason=one_line(problem.reason, 600),
+            budget=code == EXIT_BUDGET,
+            permanent=(permanent or problem.permanent) and limit is None,
             limit_kind=kind,
             resets_at=resets_at,
         )
