@@ -39,6 +39,7 @@ from orchestrator.agents.sdk.protocol import (
     RunnerSpec,
     SpecOptions,
     explain,
+    read_lines,
 )
 from orchestrator.agents.spawn import Launch, start_process
 from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
@@ -114,7 +115,6 @@ class SocketChannel:
     def __init__(self, files: RunFiles, ended: bool = False) -> None:
         self.files = files
         self.exited = ended  # the runner has ended: controls are refused
-        self._events_in: asyncio.StreamReader | None = None
         self._controls_out: asyncio.StreamWriter | None = None
         self._connected = asyncio.Event()  # the socket is open (or could not be): controls may be tried
         self._write_lock = asyncio.Lock()
@@ -160,19 +160,10 @@ class SocketChannel:
             sock.close()
             self._connected.set()
             return
-        self._events_in, self._controls_out = reader, writer
+        self._controls_out = writer
         self._connected.set()
-        try:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError:  # a line over the limit: skip it, keep the rest
-                    continue
-                if not line:
-                    return
-                follow.apply_line(line)
-        except (ConnectionError, OSError):
-            pass  # the runner went away: its exit status and its files tell the rest
+        async for line in read_lines(reader):  # until the runner goes away: its exit status and files tell the rest
+            follow.apply_line(line)
 
 
 async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:

@@ -21,7 +21,7 @@ import contextlib
 import os
 import socket
 
-from orchestrator.agents.sdk.protocol import AnyEvent, RunnerResult, RunnerSpec
+from orchestrator.agents.sdk.protocol import AnyEvent, RunnerResult, RunnerSpec, read_lines
 from orchestrator.agents.sdk.session import ControlLine, Event
 
 CONTROL_LINE_LIMIT = 4 * 1024 * 1024  # a tell can be long; this only bounds a broken client
@@ -101,15 +101,7 @@ class Broadcast:
             self._send(writer, event.line().encode("utf-8"))
         self.clients.add(writer)
         try:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError:  # a line over the limit: skipped
-                    continue
-                except (ConnectionError, OSError):
-                    break
-                if not line:
-                    break
+            async for line in read_lines(reader):
                 if line.strip():
                     self.events.put_nowait(ControlLine(line.decode("utf-8", "replace")))
         finally:

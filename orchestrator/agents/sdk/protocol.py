@@ -66,8 +66,10 @@ orchestrator skips a bad event line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
@@ -310,6 +312,20 @@ def parse_result(text: str | bytes) -> RunnerResult:
 def parse_event(line: str | bytes) -> AnyEvent:
     """One event line from the runner; raises ``ProtocolError`` naming the bad field."""
     return _parse(_EVENT, line, "the event line", tagged=True)
+
+
+async def read_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A connection's lines, either way, until it closes or breaks; a line over the reader's limit is skipped."""
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError:
+            continue
+        except (ConnectionError, OSError):
+            return
+        if not line:
+            return
+        yield line
 
 
 # ---------------------------------------------------------------- errors

@@ -130,7 +130,6 @@ def main() -> None:
         import traceback
 
         traceback.print_exc()
-        code = EXIT_FAILED
     finally:
         output.close(code)
     sys.exit(code)

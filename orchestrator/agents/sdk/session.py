@@ -126,7 +126,6 @@ _NEXT: dict[Phase, frozenset[Phase]] = {
     Phase.DONE: frozenset(),
 }
 _INTERRUPTED = frozenset({Phase.PAUSING, Phase.INTERRUPTING})  # an interrupt is in flight: the deadline applies
-_TAKES_TELLS = frozenset({Phase.TURN, Phase.PAUSING})  # a tell is written now (TURN) or after the turn (PAUSING)
 
 
 class Session:
@@ -255,7 +254,7 @@ class Session:
     async def _tell(self, text: str) -> None:
         if self.phase is Phase.WAITING:
             await self._send_turn(text, tell=True)
-        elif self.phase in _TAKES_TELLS:
+        elif self.phase in (Phase.TURN, Phase.PAUSING):
             # TURN: written once a tool runs (``_next_event``), dropped by an ``end`` before; PAUSING: held for the
             # turn's end, since an interrupt may drop what the CLI has queued
             self.pending.append(text)
