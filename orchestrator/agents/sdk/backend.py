@@ -205,10 +205,7 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now
-    carrier = SocketChannel(files)
-    follow = SdkFollow(spec.run_id, transcript, spec.log_path, carrier)
-    carrier.follow(client, follow)
-    agent = Agent(spec, process, follower=follow, outputs=(transcript, files.events))
+    agent = Agent(spec, process, follower=_followed(spec, files, client), outputs=(transcript, files.events))
     agent.keep(writing)
     agent.watch(on_exit)
     return agent
@@ -225,17 +222,18 @@ def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> A
         sock = channel.connect(files)
     except OSError:
         sock = None
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=_taken_back(spec, files, sock))
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=_followed(spec, files, sock))
 
 
 def recorded_sdk(spec: LaunchSpec, pid: int | None) -> Agent:
     """An attempt whose runner ended while the orchestrator was down, with the figures its files hold."""
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    return Agent(spec, LocalProcess.recorded(spec, pid), follower=_taken_back(spec, files, None, ended=True))
+    return Agent(spec, LocalProcess.recorded(spec, pid), follower=_followed(spec, files, None, ended=True))
 
 
-def _taken_back(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:
-    """The session of a runner taken back after a restart: followed on ``sock``, else from what its files hold."""
+def _followed(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:
+    """A runner's session, followed on ``sock``; without one (a runner taken back after a restart whose socket is
+    gone), from what its files hold."""
     carrier = SocketChannel(files, ended)
     follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
     if sock is None:
