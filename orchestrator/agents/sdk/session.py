@@ -319,9 +319,7 @@ class Session:
         elif isinstance(message, ResultMessage):
             await self._on_result(message)
         elif type(message).__name__ == "RateLimitEvent":  # SDK 0.2; "allowed" and warnings change nothing
-            hit = rejected_limit(getattr(message, "rate_limit_info", None))
-            if hit is not None:
-                self.limit_hit = hit
+            self.limit_hit = rejected_limit(getattr(message, "rate_limit_info", None)) or self.limit_hit
 
     def _show(self, activity: str | None) -> None:
         if activity and activity != self.activity:
