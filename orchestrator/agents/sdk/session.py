@@ -163,8 +163,7 @@ class Session:
         try:
             await self.client.connect()
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
-            await self._settle_stderr()
-            self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+            self.fail(describe_exception(exc, await self._stderr_tail(), self.options))
             return self.code or EXIT_FAILED
         pump = asyncio.ensure_future(self._pump())
         try:
@@ -226,11 +225,9 @@ class Session:
             case ControlLine(text):
                 await self._on_control(text)
             case SdkFailed(error):
-                await self._settle_stderr()
-                self.fail(describe_exception(error, self.out.stderr_tail, self.options))
+                self.fail(describe_exception(error, await self._stderr_tail(), self.options))
             case SdkEnded():
-                await self._settle_stderr()
-                tail = stderr_summary(self.out.stderr_tail)
+                tail = stderr_summary(await self._stderr_tail())
                 when = "while it waited for a tell" if self.phase is Phase.WAITING else "before the turn finished"
                 self.fail(f"Claude Code ended the session {when}" + (f": {tail}" if tail else ""))
 
@@ -429,8 +426,7 @@ class Session:
         try:
             await self.client.query(one())  # the dict form: it carries the uuid
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
-            await self._settle_stderr()
-            self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+            self.fail(describe_exception(exc, await self._stderr_tail(), self.options))
 
     def _answered(self, result: Any) -> None:
         """Take the messages a result answered off ``outstanding``: those it names, else the oldest one.
@@ -489,11 +485,13 @@ class Session:
         self.out.note(failure.reason)
         self.finish(code)
 
-    async def _settle_stderr(self, limit: float = 1.0) -> None:
-        """Give the SDK's stderr reader a moment to pass on the CLI's last lines before they explain a failure."""
+    async def _stderr_tail(self, limit: float = 1.0) -> deque[str]:
+        """The CLI's last stderr lines, to explain a failure, once the SDK's stderr reader has had a moment to pass
+        them on."""
         loop = asyncio.get_running_loop()
         end = loop.time() + limit
         seen = -1
         while seen != self.out.stderr_lines and loop.time() < end:
             seen = self.out.stderr_lines
             await asyncio.sleep(0.05)
+        return self.out.stderr_tail
