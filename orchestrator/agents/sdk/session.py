@@ -375,7 +375,7 @@ class Session:
             self.fail(describe_error_result(fields, error_kind, self.options), limit=limit)
         elif self.phase is not Phase.PAUSING and result.permission_denials and not self._denials_warned(result):
             text = denied_text(result.permission_denials)
-            self.fail(f"{text}; {DENIED_FIX}", permanent=True)
+            self.fail(Problem(f"{text}; {DENIED_FIX}", permanent=True))
         elif self.outstanding and self.phase is Phase.TURN:
             pass  # the CLI answers the messages it has queued in a turn of their own
         elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
@@ -461,23 +461,19 @@ class Session:
             self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
 
     def fail(
-        self,
-        reason: str | Problem,
-        code: int = EXIT_FAILED,
-        limit: tuple[str, float | None] | None = None,
-        permanent: bool = False,
+        self, reason: str | Problem, code: int = EXIT_FAILED, limit: tuple[str, float | None] | None = None
     ) -> None:
         """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done.
 
         ``limit``: (kind, resets_at) when the account's usage or rate limit caused it (never permanent)."""
         if self.phase is Phase.DONE:
             return
-        problem = reason if isinstance(reason, Problem) else Problem(reason, permanent)
+        problem = reason if isinstance(reason, Problem) else Problem(reason)
         kind, resets_at = limit or (None, None)
         failure = FailureEvent(
             reason=one_line(problem.reason, 600),
             budget=code == EXIT_BUDGET,
-            permanent=(permanent or problem.permanent) and limit is None,
+            permanent=problem.permanent and limit is None,
             limit_kind=kind,
             resets_at=resets_at,
         )
