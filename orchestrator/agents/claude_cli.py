@@ -44,9 +44,9 @@ _checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many
 def streams_json(role: Role) -> bool:
     """Whether the role's agent writes Claude's stream-json events (an ``sdk`` role, or a ``claude`` command
     with ``--output-format stream-json``)."""
-    if role.backend == "sdk":
-        return True
-    return is_claude_command(role.command) and _sets(role.command, "--output-format", "stream-json")
+    return role.backend == "sdk" or (
+        is_claude_command(role.command) and _sets(role.command, "--output-format", "stream-json")
+    )
 
 
 def stall_seconds(role: Role) -> float | None:

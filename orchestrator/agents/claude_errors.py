@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _NOT_LOGGED_IN = re.compile(r"not logged in|/login|invalid api key|authenticat|unauthori[sz]ed", re.I)
 # what Claude Code 2.1 says when the API answers 401 to the key it was given
@@ -104,6 +105,20 @@ def limit_kind(text: str) -> str:
     if re.search(r"usage limit", text, re.I):
         return "usage_limit"
     return "rate_limit"
+
+
+def hit_limit(window: Any, resets_at: Any) -> tuple[str, float | None]:
+    """A rejected ``rate_limit_event``'s window and reset, as our limit kind and epoch seconds (None: not said)."""
+    window = str(window or "")
+    resets = float(resets_at) if isinstance(resets_at, int | float) else None
+    return LIMIT_WINDOWS.get(window, window or "rate_limit"), resets
+
+
+def rate_limited(result: dict[str, Any], error_kind: str | None) -> bool:
+    """Whether an error result is the account's rate limit: HTTP 429, a ``rate_limit_error``, or the assistant
+    message's ``error: rate_limit``."""
+    status, kind = result.get("api_error_status"), result.get("api_error_type")
+    return status == 429 or kind == "rate_limit_error" or error_kind == "rate_limit"
 
 
 _NOISE = re.compile(r"^\s*(=== run \d+ attempt \d+|sdk_runner:)")

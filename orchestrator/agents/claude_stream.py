@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.agents.claude_errors import LIMIT_WINDOWS, Problem, classify, one_line
+from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, rate_limited
 from orchestrator.core.agent import UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
@@ -106,21 +106,27 @@ def usage_limit(stream: Stream) -> UsageLimit | None:
     """A usage or rate limit the stream reports: a rejected ``rate_limit_event``, or an error result or
     assistant message of a 429 / ``rate_limit_error``."""
     if stream.rate_limit is not None:
-        info = stream.rate_limit
-        kind = LIMIT_WINDOWS.get(str(info.get("rateLimitType")), str(info.get("rateLimitType") or "rate_limit"))
-        resets = info.get("resetsAt")
-        return UsageLimit(
-            kind, float(resets) if isinstance(resets, (int, float)) else None, f"usage limit reached ({kind})"
-        )
+        kind, resets = hit_limit(stream.rate_limit.get("rateLimitType"), stream.rate_limit.get("resetsAt"))
+        return UsageLimit(kind, resets, f"usage limit reached ({kind})")
     result = stream.result or {}
-    status = result.get("api_error_status")
-    if status == 429 or result.get("api_error_type") == "rate_limit_error" or stream.assistant_error == "rate_limit":
+    if rate_limited(result, stream.assistant_error):
         return UsageLimit("rate_limit", None, one_line(str(result.get("result") or "rate limited (429)"), 200))
     return None
 
 
-def denial_lines(denials: list[Any]) -> list[str]:
-    """Each denied tool call as one line: the tool, then its input cut to a line."""
+def error_problem(result: dict[str, Any], error_kind: str | None) -> Problem:
+    """Why a result with ``is_error`` failed (``error_kind``: its assistant message's ``error``): a known problem,
+    else Claude Code's own words, its ``errors`` or else its ``result``."""
+    errors = [e for e in result.get("errors") or [] if isinstance(e, str) and e.strip()]
+    text = "; ".join(errors) or str(result.get("result") or "").strip()
+    status = result.get("api_error_status")
+    known = classify(text, error_kind, status if isinstance(status, int) else None)
+    said = one_line(text or "no details", 200)
+    return known or Problem(f"Claude Code reported an error ({result.get('subtype') or 'no subtype'}): {said}")
+
+
+def denied_text(denials: list[Any]) -> str:
+    """The refused tool calls of a result, in one line: how many, then each tool and its input cut to a line."""
     lines = []
     for denial in denials[:DENIALS_SHOWN]:
         if not isinstance(denial, dict):
@@ -131,15 +137,8 @@ def denial_lines(denials: list[Any]) -> list[str]:
         lines.append(one_line(f"{denial.get('tool_name') or '?'}: {text}", 160))
     if len(denials) > DENIALS_SHOWN:
         lines.append(f"and {len(denials) - DENIALS_SHOWN} more")
-    return lines
-
-
-def denied_text(denials: list[Any]) -> str:
-    """The refused tool calls of a result, in one line: how many, then each tool and its input."""
     count = len(denials)
-    return f"{count} tool call{'s' if count != 1 else ''} refused by the permissions: " + "; ".join(
-        denial_lines(denials)
-    )
+    return f"{count} tool call{'s' if count != 1 else ''} refused by the permissions: " + "; ".join(lines)
 
 
 DENIED_FIX = "allow the tool for the role (allowed_tools, permission_mode) or set on_denied: warn"
@@ -162,11 +161,7 @@ def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
     limit = usage_limit(stream)
     result = stream.result
     if result is not None and result.get("is_error"):
-        said = one_line(str(result.get("result") or result.get("errors") or result.get("subtype") or ""), 200)
-        status = result.get("api_error_status")
-        problem = classify(said, stream.assistant_error, status if isinstance(status, int) else None)
-        if problem is None:
-            problem = Problem(f"Claude Code reported an error ({result.get('subtype')}: {said})")
+        problem = error_problem(result, stream.assistant_error)
         return Judgement(True, problem.reason, problem.permanent, usage_limit=limit)
     if limit is not None:
         return Judgement(True, limit.detail, usage_limit=limit)

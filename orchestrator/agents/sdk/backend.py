@@ -35,12 +35,11 @@ from orchestrator.agents.sdk.channel import RunFiles
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import (
     RUNNER_PATH_ENV,
-    End,
-    Interrupt,
+    AnyControl,
     RunnerSpec,
     SpecOptions,
-    Tell,
     explain,
+    read_lines,
 )
 from orchestrator.agents.spawn import Launch, start_process
 from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
@@ -116,7 +115,6 @@ class SocketChannel:
     def __init__(self, files: RunFiles, ended: bool = False) -> None:
         self.files = files
         self.exited = ended  # the runner has ended: controls are refused
-        self._events_in: asyncio.StreamReader | None = None
         self._controls_out: asyncio.StreamWriter | None = None
         self._connected = asyncio.Event()  # the socket is open (or could not be): controls may be tried
         self._write_lock = asyncio.Lock()
@@ -129,7 +127,7 @@ class SocketChannel:
             return
         self._reading = asyncio.ensure_future(self._read(sock, follow))
 
-    async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
+    async def send(self, follow: SdkFollow, message: AnyControl, what: str) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._connected.wait(), CONNECT_WAIT)
         out = self._controls_out
@@ -162,19 +160,10 @@ class SocketChannel:
             sock.close()
             self._connected.set()
             return
-        self._events_in, self._controls_out = reader, writer
+        self._controls_out = writer
         self._connected.set()
-        try:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError:  # a line over the limit: skip it, keep the rest
-                    continue
-                if not line:
-                    return
-                follow.apply_line(line)
-        except (ConnectionError, OSError):
-            pass  # the runner went away: its exit status and its files tell the rest
+        async for line in read_lines(reader):  # until the runner goes away: its exit status and files tell the rest
+            follow.apply_line(line)
 
 
 async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
@@ -216,10 +205,7 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now
-    carrier = SocketChannel(files)
-    follow = SdkFollow(spec.run_id, transcript, spec.log_path, carrier)
-    carrier.follow(client, follow)
-    agent = Agent(spec, process, follower=follow, outputs=(transcript, files.events))
+    agent = Agent(spec, process, follower=_followed(spec, files, client), outputs=(transcript, files.events))
     agent.keep(writing)
     agent.watch(on_exit)
     return agent
@@ -236,17 +222,18 @@ def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> A
         sock = channel.connect(files)
     except OSError:
         sock = None
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=_taken_back(spec, files, sock))
+    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=_followed(spec, files, sock))
 
 
 def recorded_sdk(spec: LaunchSpec, pid: int | None) -> Agent:
     """An attempt whose runner ended while the orchestrator was down, with the figures its files hold."""
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    return Agent(spec, LocalProcess.recorded(spec, pid), follower=_taken_back(spec, files, None, ended=True))
+    return Agent(spec, LocalProcess.recorded(spec, pid), follower=_followed(spec, files, None, ended=True))
 
 
-def _taken_back(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:
-    """The session of a runner taken back after a restart: followed on ``sock``, else from what its files hold."""
+def _followed(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:
+    """A runner's session, followed on ``sock``; without one (a runner taken back after a restart whose socket is
+    gone), from what its files hold."""
     carrier = SocketChannel(files, ended)
     follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
     if sock is None:

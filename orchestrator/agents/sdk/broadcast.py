@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
 
-from orchestrator.agents.sdk.protocol import AnyEvent, RunnerResult, RunnerSpec
-from orchestrator.agents.sdk.session import ControlLine, Event
+from orchestrator.agents.sdk.protocol import AnyEvent, RunnerResult, RunnerSpec, read_lines
 
 CONTROL_LINE_LIMIT = 4 * 1024 * 1024  # a tell can be long; this only bounds a broken client
 
@@ -30,11 +30,12 @@ CONTROL_LINE_LIMIT = 4 * 1024 * 1024  # a tell can be long; this only bounds a b
 class Broadcast:
     """The event log, the latest events, and the connected orchestrators."""
 
-    def __init__(self, spec: RunnerSpec, events: asyncio.Queue[Event]) -> None:
+    def __init__(self, spec: RunnerSpec, on_control: Callable[[str], None]) -> None:
+        """``on_control`` is given each line a connected orchestrator sends (it posts it to the session's queue)."""
         if spec.listen_fd is None or spec.events_path is None or spec.result_path is None:
             raise ValueError("the spec names no socket channel (listen_fd, events_path and result_path)")
         self.spec = spec
-        self.events = events
+        self.on_control = on_control
         self.latest: dict[str, tuple[int, AnyEvent]] = {}  # kind -> (its number, the event)
         self.count = 0
         self.clients: set[asyncio.StreamWriter] = set()
@@ -101,17 +102,9 @@ class Broadcast:
             self._send(writer, event.line().encode("utf-8"))
         self.clients.add(writer)
         try:
-            while True:
-                try:
-                    line = await reader.readline()
-                except ValueError:  # a line over the limit: skipped
-                    continue
-                except (ConnectionError, OSError):
-                    break
-                if not line:
-                    break
+            async for line in read_lines(reader):
                 if line.strip():
-                    self.events.put_nowait(ControlLine(line.decode("utf-8", "replace")))
+                    self.on_control(line.decode("utf-8", "replace"))
         finally:
             self.clients.discard(writer)
             with contextlib.suppress(Exception):

@@ -22,6 +22,7 @@ from orchestrator.agents.sdk.protocol import (
     EXIT_INTERRUPTED,
     EXIT_SIGNALLED,
     ActivityEvent,
+    AnyControl,
     AnyEvent,
     CostEvent,
     DoneEvent,
@@ -43,7 +44,7 @@ from orchestrator.core.errors import ControlError
 class Carrier(Protocol):
     """What carries a session's controls to its runner (and, at its end, what the runner left)."""
 
-    async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
+    async def send(self, follow: SdkFollow, message: AnyControl, what: str) -> None:
         """Deliver one control (the session is not ``follow.closing``); ``ControlError`` (one line) when it cannot
         reach the session."""
         ...
@@ -81,7 +82,7 @@ class SdkFollow:
         """The refusal of a control that came after the session's end."""
         return f"run {self.run_id}'s agent session has already ended; nothing to {what}"
 
-    async def _send(self, message: Interrupt | Tell | End, what: str) -> None:
+    async def _send(self, message: AnyControl, what: str) -> None:
         if self.closing:  # the runner said ``done``: whatever carries it, the session takes no more turns
             raise ControlError(self.ended_line(what))
         await self.carrier.send(self, message, what)

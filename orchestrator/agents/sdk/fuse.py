@@ -86,28 +86,23 @@ class Fuse:
             key = str(message.get("id") or len(self.calls))
             usage = message.get("usage") or {}
             call = self.calls.setdefault(key, _Call(model=str(message.get("model") or "")))
-            call.input_tokens = (
-                float(usage.get("input_tokens") or 0)
-                + CACHE_WRITE * float(usage.get("cache_creation_input_tokens") or 0)
-                + CACHE_READ * float(usage.get("cache_read_input_tokens") or 0)
-            )
+            call.input_tokens = _input(usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
             call.output_tokens = float(usage.get("output_tokens") or 0)
             self._current = key
             return
-        current = self.calls.get(self._current)
-        if current is None:
+        streamed = self.calls.get(self._current)
+        if streamed is None:
             return
-        call = current
         if kind == "content_block_delta":
             delta = event.get("delta") or {}
             for field in ("text", "thinking", "partial_json"):
                 value = delta.get(field)
                 if isinstance(value, str):
-                    call.chars += len(value)
+                    streamed.chars += len(value)
         elif kind == "message_delta":
             usage = event.get("usage") or {}
             if usage.get("output_tokens") is not None:
-                call.output_tokens = max(call.output_tokens, float(usage["output_tokens"]))
+                streamed.output_tokens = max(streamed.output_tokens, float(usage["output_tokens"]))
 
     def estimate(self) -> float:
         """The session's cost so far: its last reported total plus the calls streamed since."""
@@ -126,12 +121,17 @@ class Fuse:
             if not isinstance(usage, dict):
                 continue
             cost = float(usage.get("costUSD") or 0)
-            weighted = (
-                float(usage.get("inputTokens") or 0)
-                + CACHE_WRITE * float(usage.get("cacheCreationInputTokens") or 0)
-                + CACHE_READ * float(usage.get("cacheReadInputTokens") or 0)
-                + OUTPUT_TO_INPUT * float(usage.get("outputTokens") or 0)
-            )
+            weighted = _input(usage, "inputTokens", "cacheCreationInputTokens", "cacheReadInputTokens")
+            weighted += OUTPUT_TO_INPUT * float(usage.get("outputTokens") or 0)
             if cost > 0 and weighted > 0:
                 per_in = cost / weighted * 1_000_000
                 self.learned[model] = (per_in, per_in * OUTPUT_TO_INPUT)
+
+
+def _input(usage: dict[str, Any], plain: str, written: str, read: str) -> float:
+    """A usage's input tokens, with cache writes and reads weighted by their share of the input price."""
+    return (
+        float(usage.get(plain) or 0)
+        + CACHE_WRITE * float(usage.get(written) or 0)
+        + CACHE_READ * float(usage.get(read) or 0)
+    )

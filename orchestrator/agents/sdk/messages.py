@@ -27,9 +27,8 @@ _MESSAGE_TYPES = {
 
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
-        if type(value).__name__ in _BLOCK_TYPES:
-            out["type"] = _BLOCK_TYPES[type(value).__name__]
+        name = type(value).__name__
+        out: dict[str, Any] = {"type": _BLOCK_TYPES[name]} if name in _BLOCK_TYPES else {}
         for item in dataclasses.fields(value):
             out.setdefault(item.name, _jsonable(getattr(value, item.name)))
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
+from orchestrator.agents.sdk.protocol import RunnerSpec
 from orchestrator.agents.sdk.transcript import Output
 from orchestrator.config.sdk import SystemPromptPreset
 
@@ -20,12 +20,6 @@ def system_prompt(value: str | SystemPromptPreset) -> Any:
     if value.append:
         prompt["append"] = value.append
     return prompt
-
-
-def cli_budget(options: SpecOptions, per_run_usd: float | None) -> float | None:
-    """The CLI's own ``--max-budget-usd``: the tighter of the role's cap and the per-run budget."""
-    caps = [v for v in (options.max_budget_usd, per_run_usd) if v is not None]
-    return min(caps) if caps else None
 
 
 def build_options(spec: RunnerSpec, output: Output) -> Any:
@@ -45,12 +39,11 @@ def build_options(spec: RunnerSpec, output: Output) -> Any:
         value = getattr(options, key)
         if value is not None:
             kwargs[key] = value
-    budget = cli_budget(options, spec.per_run_usd)
-    if budget is not None:
-        kwargs["max_budget_usd"] = budget
+    caps = [v for v in (options.max_budget_usd, spec.per_run_usd) if v is not None]
+    if caps:
+        kwargs["max_budget_usd"] = min(caps)  # the CLI's own --max-budget-usd: the tighter cap
     if spec.per_run_usd is not None:
         kwargs["include_partial_messages"] = True  # the live fuse reads each model call's stream
-
     if spec.resume:
         kwargs["resume"] = spec.resume
     return ClaudeAgentOptions(**kwargs)

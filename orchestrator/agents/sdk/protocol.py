@@ -66,9 +66,11 @@ orchestrator skips a bad event line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
-from typing import Annotated, Any, Literal
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
@@ -82,6 +84,7 @@ EXIT_BUDGET = 4
 EXIT_SIGNALLED = 128 + signal.SIGTERM
 
 RUNNER_PATH_ENV = "ORCHESTRATOR_RUNNER_PYTHONPATH"  # the agent's own PYTHONPATH (JSON, null if unset), to restore
+T = TypeVar("T")
 
 
 class ProtocolError(ValueError):
@@ -198,16 +201,14 @@ class End(_Message):
     op: Literal["end"] = "end"
 
 
-Control = Annotated[Interrupt | Tell | End, Field(discriminator="op")]
-_CONTROL: TypeAdapter[Interrupt | Tell | End] = TypeAdapter(Control)
+AnyControl = Interrupt | Tell | End
+Control = Annotated[AnyControl, Field(discriminator="op")]
+_CONTROL: TypeAdapter[AnyControl] = TypeAdapter(Control)
 
 
-def parse_control(line: str | bytes) -> Interrupt | Tell | End:
+def parse_control(line: str | bytes) -> AnyControl:
     """One control line; raises ``ProtocolError`` naming the bad field."""
-    try:
-        return _CONTROL.validate_json(line)
-    except ValidationError as exc:
-        raise ProtocolError(explain(exc, "the control line", tagged=True)) from None
+    return _parse(_CONTROL, line, "the control line", tagged=True)
 
 
 # ---------------------------------------------------------------- events, runner -> orchestrator
@@ -271,11 +272,7 @@ class FailureEvent(_Message):
 
     def wire(self) -> dict[str, Any]:
         """``budget``, ``permanent`` and the limit are on the wire only when set."""
-        fields = super().wire()
-        for flag in ("budget", "permanent", "limit_kind", "resets_at"):
-            if not fields[flag]:
-                del fields[flag]
-        return fields
+        return {"event": self.event, **self.model_dump(mode="json", exclude_defaults=True)}
 
 
 class WarningEvent(_Message):
@@ -292,11 +289,8 @@ class DoneEvent(_Message):
     code: int
 
 
-RunnerEvent = Annotated[
-    SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | WarningEvent | DoneEvent,
-    Field(discriminator="event"),
-]
 AnyEvent = SessionEvent | ActivityEvent | CostEvent | ResultEvent | TellsEvent | FailureEvent | WarningEvent | DoneEvent
+RunnerEvent = Annotated[AnyEvent, Field(discriminator="event")]
 _EVENT: TypeAdapter[AnyEvent] = TypeAdapter(RunnerEvent)
 
 
@@ -307,23 +301,42 @@ class RunnerResult(_Message):
     events: list[RunnerEvent] = Field(default_factory=list)
 
 
+_RESULT = TypeAdapter(RunnerResult)
+
+
 def parse_result(text: str | bytes) -> RunnerResult:
     """A result file's text; raises ``ProtocolError`` naming the bad field."""
-    try:
-        return RunnerResult.model_validate_json(text)
-    except ValidationError as exc:
-        raise ProtocolError(explain(exc, "the result")) from None
+    return _parse(_RESULT, text, "the result")
 
 
 def parse_event(line: str | bytes) -> AnyEvent:
     """One event line from the runner; raises ``ProtocolError`` naming the bad field."""
-    try:
-        return _EVENT.validate_json(line)
-    except ValidationError as exc:
-        raise ProtocolError(explain(exc, "the event line", tagged=True)) from None
+    return _parse(_EVENT, line, "the event line", tagged=True)
+
+
+async def read_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A connection's lines, either way, until it closes or breaks; a line over the reader's limit is skipped."""
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError:
+            continue
+        except (ConnectionError, OSError):
+            return
+        if not line:
+            return
+        yield line
 
 
 # ---------------------------------------------------------------- errors
+
+
+def _parse(adapter: TypeAdapter[T], text: str | bytes, what: str, tagged: bool = False) -> T:
+    """``text`` as the adapter's type; the one place a ``ValidationError`` becomes a ``ProtocolError``."""
+    try:
+        return adapter.validate_json(text)
+    except ValidationError as exc:
+        raise ProtocolError(explain(exc, what, tagged)) from None
 
 
 def explain(error: ValidationError, what: str, tagged: bool = False) -> str:

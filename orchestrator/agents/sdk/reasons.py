@@ -9,7 +9,8 @@ import math
 from collections import deque
 from typing import Any
 
-from orchestrator.agents.claude_errors import LIMIT_WINDOWS, Problem, classify, limit_kind, one_line
+from orchestrator.agents.claude_errors import Problem, classify, hit_limit, limit_kind, one_line, rate_limited
+from orchestrator.agents.claude_stream import error_problem
 from orchestrator.agents.sdk.protocol import SpecOptions
 
 
@@ -27,29 +28,21 @@ def usd(amount: float) -> str:
 
 
 def describe_error_result(fields: dict[str, Any], error_kind: str | None, options: SpecOptions) -> Problem:
-    """Why a result with ``is_error`` failed, from its raw fields."""
-    errors = [e for e in fields.get("errors") or [] if isinstance(e, str) and e.strip()]
-    text = "; ".join(errors) or str(fields.get("result") or "").strip()
-    subtype = str(fields.get("subtype") or "")
+    """Why a result with ``is_error`` failed, from its raw fields: the role's own caps by name, else as a
+    ``command`` role's stream says it."""
+    subtype = fields.get("subtype")
     if subtype == "error_max_turns":
         return Problem(f"stopped after the role's max_turns ({options.max_turns}) turns")
     if subtype == "error_max_budget_usd":
         return Problem(f"stopped at the role's max_budget_usd ({usd(options.max_budget_usd or 0)})")
-    status = fields.get("api_error_status")
-    known = classify(text, error_kind, status if isinstance(status, int) else None)
-    subtype = subtype or "no subtype"
-    return known or Problem(f"Claude Code reported an error ({subtype}): {one_line(text or 'no details', 200)}")
+    return error_problem(fields, error_kind)
 
 
 def rejected_limit(info: Any) -> tuple[str, float | None] | None:
     """(kind, resets_at) of a ``rate_limit_event``'s info that says the limit was hit (``status: rejected``)."""
     if getattr(info, "status", None) != "rejected":
         return None
-    window = str(getattr(info, "rate_limit_type", None) or "")
-    resets_at = getattr(info, "resets_at", None)
-    return LIMIT_WINDOWS.get(window, window or "rate_limit"), float(resets_at) if isinstance(
-        resets_at, int | float
-    ) else None
+    return hit_limit(getattr(info, "rate_limit_type", None), getattr(info, "resets_at", None))
 
 
 def result_limit(
@@ -61,11 +54,7 @@ def result_limit(
     status 429, its ``rate_limit_error``, or the assistant message's ``error: rate_limit``."""
     if rejected is not None:
         return rejected
-    if (
-        fields.get("api_error_status") == 429
-        or fields.get("api_error_type") == "rate_limit_error"
-        or error_kind == "rate_limit"
-    ):
+    if rate_limited(fields, error_kind):
         text = " ".join(str(e) for e in fields.get("errors") or []) or str(fields.get("result") or "")
         return limit_kind(text), None
     return None

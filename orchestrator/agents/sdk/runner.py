@@ -35,7 +35,7 @@ from orchestrator.agents.sdk.protocol import (
     FailureEvent,
     parse_spec,
 )
-from orchestrator.agents.sdk.session import Event, Session
+from orchestrator.agents.sdk.session import ControlLine, Event, Session
 from orchestrator.agents.sdk.transcript import Output
 
 
@@ -102,7 +102,7 @@ async def run_session(output: Output) -> int:
     text = await asyncio.get_running_loop().run_in_executor(None, _read_spec)  # a signal still ends us meanwhile
     try:
         spec = parse_spec(text)
-        channel = output.channel = Broadcast(spec, events)
+        channel = output.channel = Broadcast(spec, lambda line: events.put_nowait(ControlLine(line)))
         await channel.start()
         options = build_options(spec, output)  # imports the SDK; a bad option fails here, before the CLI starts
         if spec.transcript:
@@ -130,7 +130,6 @@ def main() -> None:
         import traceback
 
         traceback.print_exc()
-        code = EXIT_FAILED
     finally:
         output.close(code)
     sys.exit(code)

@@ -126,7 +126,6 @@ _NEXT: dict[Phase, frozenset[Phase]] = {
     Phase.DONE: frozenset(),
 }
 _INTERRUPTED = frozenset({Phase.PAUSING, Phase.INTERRUPTING})  # an interrupt is in flight: the deadline applies
-_TAKES_TELLS = frozenset({Phase.TURN, Phase.PAUSING})  # a tell is written now (TURN) or after the turn (PAUSING)
 
 
 class Session:
@@ -164,8 +163,7 @@ class Session:
         try:
             await self.client.connect()
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
-            await self._settle_stderr()
-            self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+            self.fail(describe_exception(exc, await self._stderr_tail(), self.options))
             return self.code or EXIT_FAILED
         pump = asyncio.ensure_future(self._pump())
         try:
@@ -227,11 +225,9 @@ class Session:
             case ControlLine(text):
                 await self._on_control(text)
             case SdkFailed(error):
-                await self._settle_stderr()
-                self.fail(describe_exception(error, self.out.stderr_tail, self.options))
+                self.fail(describe_exception(error, await self._stderr_tail(), self.options))
             case SdkEnded():
-                await self._settle_stderr()
-                tail = stderr_summary(self.out.stderr_tail)
+                tail = stderr_summary(await self._stderr_tail())
                 when = "while it waited for a tell" if self.phase is Phase.WAITING else "before the turn finished"
                 self.fail(f"Claude Code ended the session {when}" + (f": {tail}" if tail else ""))
 
@@ -255,7 +251,7 @@ class Session:
     async def _tell(self, text: str) -> None:
         if self.phase is Phase.WAITING:
             await self._send_turn(text, tell=True)
-        elif self.phase in _TAKES_TELLS:
+        elif self.phase in (Phase.TURN, Phase.PAUSING):
             # TURN: written once a tool runs (``_next_event``), dropped by an ``end`` before; PAUSING: held for the
             # turn's end, since an interrupt may drop what the CLI has queued
             self.pending.append(text)
@@ -275,19 +271,16 @@ class Session:
             self._enter(Phase.INTERRUPTING)
 
     async def _interrupt(self, keep: bool) -> None:
-        if self.phase is Phase.WAITING:
-            if not keep:
-                self.finish(EXIT_INTERRUPTED)
-            return
-        if self.phase is Phase.PAUSING and not keep:  # keep=false wins: a cancel is not undone by interrupt --keep
-            self.pending.clear()
-            self._enter(Phase.INTERRUPTING)
-            return
-        if self.phase not in (Phase.TURN, Phase.ENDING):  # PAUSING, INTERRUPTING: the interrupt is already sent
-            return
+        """Interrupt the turn; without ``keep``, drop the queued tells too. In PAUSING and INTERRUPTING the
+        interrupt is already sent: only keep=false changes anything, since a cancel is not undone by --keep."""
         if not keep:
             self.pending.clear()
-        await self._send_interrupt(keep)
+        if self.phase in (Phase.TURN, Phase.ENDING):
+            await self._send_interrupt(keep)
+        elif not keep and self.phase is Phase.WAITING:
+            self.finish(EXIT_INTERRUPTED)
+        elif not keep and self.phase is Phase.PAUSING:
+            self._enter(Phase.INTERRUPTING)
 
     async def _send_interrupt(self, keep: bool) -> None:
         self._enter(Phase.PAUSING if keep and self.phase is Phase.TURN else Phase.INTERRUPTING)
@@ -323,9 +316,7 @@ class Session:
         elif isinstance(message, ResultMessage):
             await self._on_result(message)
         elif type(message).__name__ == "RateLimitEvent":  # SDK 0.2; "allowed" and warnings change nothing
-            hit = rejected_limit(getattr(message, "rate_limit_info", None))
-            if hit is not None:
-                self.limit_hit = hit
+            self.limit_hit = rejected_limit(getattr(message, "rate_limit_info", None)) or self.limit_hit
 
     def _show(self, activity: str | None) -> None:
         if activity and activity != self.activity:
@@ -370,19 +361,12 @@ class Session:
             )
         )
         error_kind, self.error_kind = self.error_kind, None
-        if self.fuse_blown is not None:
-            self.fail(
-                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded: the turn was interrupted at about "
-                f"{usd(self.fuse_blown)} spent (Claude Code reported {usd(self.totals.cost_usd)})",
-                code=EXIT_BUDGET,
-                budget=True,
-            )
-        elif self._over_budget(result):
-            self.fail(
-                f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded ({usd(self.totals.cost_usd)} spent)",
-                code=EXIT_BUDGET,
-                budget=True,
-            )
+        if self.fuse_blown is not None or self._over_budget(result):
+            reported = usd(self.totals.cost_usd)
+            how = f" ({reported} spent)"
+            if self.fuse_blown is not None:
+                how = f": the turn was interrupted at about {usd(self.fuse_blown)} spent (Claude Code reported {reported})"
+            self.fail(f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded{how}", code=EXIT_BUDGET)
         elif self.phase is Phase.INTERRUPTING:
             self.finish(EXIT_INTERRUPTED)
         elif self.phase is not Phase.PAUSING and result.is_error:  # an interrupted turn always ends in an error
@@ -391,7 +375,7 @@ class Session:
             self.fail(describe_error_result(fields, error_kind, self.options), limit=limit)
         elif self.phase is not Phase.PAUSING and result.permission_denials and not self._denials_warned(result):
             text = denied_text(result.permission_denials)
-            self.fail(f"{text}; {DENIED_FIX}", permanent=True)
+            self.fail(Problem(f"{text}; {DENIED_FIX}", permanent=True))
         elif self.outstanding and self.phase is Phase.TURN:
             pass  # the CLI answers the messages it has queued in a turn of their own
         elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
@@ -413,14 +397,13 @@ class Session:
         return True
 
     def _over_budget(self, result: Any) -> bool:
-        per_run = self.spec.per_run_usd
+        """Spent past the per-run budget, or stopped by the CLI's --max-budget-usd where that is the per-run
+        budget (the role's own cap is not tighter)."""
+        per_run, cap = self.spec.per_run_usd, self.options.max_budget_usd
         if per_run is None:
             return False
-        if self.totals.cost_usd > per_run:
-            return True
-        cap = self.options.max_budget_usd
-        per_run_binds = cap is None or cap >= per_run
-        return result.subtype == "error_max_budget_usd" and per_run_binds
+        stopped = result.subtype == "error_max_budget_usd" and (cap is None or cap >= per_run)
+        return self.totals.cost_usd > per_run or stopped
 
     async def _send_turn(self, text: str, tell: bool = False) -> None:
         self._enter(Phase.TURN)
@@ -443,8 +426,7 @@ class Session:
         try:
             await self.client.query(one())  # the dict form: it carries the uuid
         except Exception as exc:  # noqa: BLE001 - whatever the SDK raises becomes a failure reason
-            await self._settle_stderr()
-            self.fail(describe_exception(exc, self.out.stderr_tail, self.options))
+            self.fail(describe_exception(exc, await self._stderr_tail(), self.options))
 
     def _answered(self, result: Any) -> None:
         """Take the messages a result answered off ``outstanding``: those it names, else the oldest one.
@@ -479,25 +461,19 @@ class Session:
             self.out.event(DoneEvent(code=code))  # so a tell from now on is refused, not silently dropped
 
     def fail(
-        self,
-        reason: str | Problem,
-        code: int = EXIT_FAILED,
-        budget: bool = False,
-        limit: tuple[str, float | None] | None = None,
-        permanent: bool = False,
+        self, reason: str | Problem, code: int = EXIT_FAILED, limit: tuple[str, float | None] | None = None
     ) -> None:
         """A ``failure`` event with the reason on one line, then ``finish``; nothing once the session is done.
 
         ``limit``: (kind, resets_at) when the account's usage or rate limit caused it (never permanent)."""
         if self.phase is Phase.DONE:
             return
-        if isinstance(reason, Problem):
-            permanent = permanent or reason.permanent
+        problem = reason if isinstance(reason, Problem) else Problem(reason)
         kind, resets_at = limit or (None, None)
         failure = FailureEvent(
-            reason=one_line(reason.reason if isinstance(reason, Problem) else reason, 600),
-            budget=budget,
-            permanent=permanent and limit is None,
+            reason=one_line(problem.reason, 600),
+            budget=code == EXIT_BUDGET,
+            permanent=problem.permanent and limit is None,
             limit_kind=kind,
             resets_at=resets_at,
         )
@@ -505,11 +481,13 @@ class Session:
         self.out.note(failure.reason)
         self.finish(code)
 
-    async def _settle_stderr(self, limit: float = 1.0) -> None:
-        """Give the SDK's stderr reader a moment to pass on the CLI's last lines before they explain a failure."""
+    async def _stderr_tail(self, limit: float = 1.0) -> deque[str]:
+        """The CLI's last stderr lines, to explain a failure, once the SDK's stderr reader has had a moment to pass
+        them on."""
         loop = asyncio.get_running_loop()
         end = loop.time() + limit
         seen = -1
         while seen != self.out.stderr_lines and loop.time() < end:
             seen = self.out.stderr_lines
             await asyncio.sleep(0.05)
+        return self.out.stderr_tail

@@ -15,19 +15,12 @@ import os
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
+from orchestrator.agents.sdk.broadcast import Broadcast
 from orchestrator.agents.sdk.protocol import AnyEvent
 
 STDERR_TAIL_LINES = 20
-
-
-class Channel(Protocol):
-    """Where events go (``broadcast.Broadcast``, which imports the session and so this module)."""
-
-    def publish(self, event: AnyEvent) -> None: ...
-
-    def settle(self, code: int) -> None: ...
 
 
 class Output:
@@ -37,7 +30,7 @@ class Output:
         self.transcript: IO[str] | None = None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.stderr_lines = 0
-        self.channel: Channel | None = None  # the socket channel, once the spec has named it
+        self.channel: Broadcast | None = None  # the socket channel, once the spec has named it
 
     def open_transcript(self, path: str) -> None:
         """Append to the transcript at ``path`` from now on (a resumed run adds to its file)."""
