@@ -95,7 +95,9 @@ class LocalProcess:
         before = procs.find_tree(target)
         if interrupt_first and agent.backend == "sdk":
             await end_turn_first(agent, grace, log)
-        report = await procs.stop_tree(target, grace, log)
+            report = await procs.stop_tree(target, grace, log)  # looked up again: the turn's end took its time
+        else:
+            report = await procs.stop_tree(target, grace, log, found=before)
         await agent.wait_done(EXIT_WAIT)
         survivors = await procs.wait_gone(before, EXIT_WAIT)
         report.pids = sorted(set(report.pids) | set(before))

@@ -158,12 +158,21 @@ def _signal_all(target: Target, procs: dict[int, psutil.Process], sig: int) -> N
             proc.send_signal(sig)  # psutil checks the create time before signalling
 
 
-async def stop_tree(target: Target, grace: float, log: Callable[[str], None] | None = None) -> KillReport:
-    """The kill ladder. Returns when every process of the run is dead, or SIGKILL could not end it."""
+async def stop_tree(
+    target: Target,
+    grace: float,
+    log: Callable[[str], None] | None = None,
+    found: dict[int, psutil.Process] | None = None,
+) -> KillReport:
+    """The kill ladder. Returns when every process of the run is dead, or SIGKILL could not end it.
+
+    ``found``: the tree as the caller looked it up a moment ago (each look reads every process's /proc entry,
+    which on a busy host is milliseconds of the cancel a person waits for); what started since, a later look
+    finds and signals."""
     say = log or (lambda _line: None)
     started = time.monotonic()
     report = KillReport()
-    seen: dict[int, psutil.Process] = find_tree(target)
+    seen: dict[int, psutil.Process] = dict(found) if found is not None else find_tree(target)
     report.pids = sorted(seen)
     say(f"SIGTERM to process group {target.pgid} and {len(seen)} process(es) {report.pids}")
     _signal_all(target, seen, signal.SIGTERM)

@@ -81,7 +81,8 @@ async def recover(
         grace = role.grace if role else DEFAULT_GRACE
         ref = procs.ProcRef(row["pid"], row["create_time"]) if row.get("pid") and row.get("create_time") else None
         target = procs.Target(ref, row["pid"] if ref and ref.process() else None, row["run_id"], root)
-        report = await procs.stop_tree(target, grace) if procs.find_tree(target) else procs.KillReport()
+        found = procs.find_tree(target)
+        report = await procs.stop_tree(target, grace, found=found) if found else procs.KillReport()
         handled.add(row["run_id"])
         _finish_row(config, store, console, lifecycle, row, role, report)
     for run_id in orphan_run_ids(root) - handled:

@@ -244,7 +244,8 @@ def _watch(
         # what the agent left in its group or under its run id after it exited (only this attempt's): killed
         # before the output is read to its end, since a leftover may hold the pipe open
         left = procs.Target(None, target.pgid, target.run_id, target.project_root, attempt=target.attempt)
-        report = asyncio.run(procs.stop_tree(left, payload.poll)) if procs.find_tree(left) else procs.KillReport()
+        found = procs.find_tree(left)
+        report = asyncio.run(procs.stop_tree(left, payload.poll, found=found)) if found else procs.KillReport()
     reader.join(timeout=2)
     rest, _ = _drain(out, 0.0)
     if rest:
