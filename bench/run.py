@@ -295,7 +295,7 @@ def _results(machine: dict[str, str], sizes, args, outcomes: list[Outcome], fail
         "## How to run",
         "",
         "```sh",
-        "make bench          # every scenario, about three minutes; rewrites bench/RESULTS.md",
+        "make bench          # every scenario, about ten minutes and a minute to install the wheel; rewrites bench/RESULTS.md",
         "make bench-smoke    # a few memos per scenario, to check that it runs (part of the tests)",
         ".venv/bin/python bench/run.py --only latency,cancel --keep   # some scenarios, keep the scratch folder",
         "```",
