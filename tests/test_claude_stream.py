@@ -28,6 +28,15 @@ def test_an_error_result_fails_the_run_whatever_the_exit_status() -> None:
     )
 
 
+def test_an_error_result_is_known_by_its_result_when_its_errors_say_something_else() -> None:
+    said = result(is_error=True, subtype="error_during_execution", errors=["tool failed"], result="Not logged in")
+    verdict = judge(read_stream(text(INIT, CALL, said)), 1, "fail")
+    assert verdict.failed and verdict.permanent
+    assert verdict.reason is not None and verdict.reason.startswith("Claude Code is not logged in (Not logged in)")
+    plain = judge(read_stream(text(INIT, CALL, {**said, "result": "something else"})), 1, "fail")
+    assert not plain.permanent and plain.reason == "Claude Code reported an error (error_during_execution): tool failed"
+
+
 def test_a_run_that_made_no_model_call_fails() -> None:
     verdict = judge(read_stream(text(INIT, result(num_turns=0))), 0, "fail")
     assert verdict.failed and verdict.reason == NO_MODEL_CALL

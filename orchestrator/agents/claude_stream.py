@@ -118,11 +118,14 @@ def error_problem(result: dict[str, Any], error_kind: str | None) -> Problem:
     """Why a result with ``is_error`` failed (``error_kind``: its assistant message's ``error``): a known problem,
     else Claude Code's own words, its ``errors`` or else its ``result``."""
     errors = [e for e in result.get("errors") or [] if isinstance(e, str) and e.strip()]
-    text = "; ".join(errors) or str(result.get("result") or "").strip()
+    said = str(result.get("result") or "").strip()
+    text = "; ".join(errors) or said
     status = result.get("api_error_status")
-    known = classify(text, error_kind, status if isinstance(status, int) else None)
-    said = one_line(text or "no details", 200)
-    return known or Problem(f"Claude Code reported an error ({result.get('subtype') or 'no subtype'}): {said}")
+    code = status if isinstance(status, int) else None
+    # a problem named only in the ``result`` (such as "Not logged in") is known even when ``errors`` says more
+    known = classify(text, error_kind, code) or (classify(said, error_kind, code) if said != text else None)
+    shown = one_line(text or "no details", 200)
+    return known or Problem(f"Claude Code reported an error ({result.get('subtype') or 'no subtype'}): {shown}")
 
 
 def denied_text(denials: list[Any]) -> str:
