@@ -65,7 +65,7 @@ class Target:
     attempt: int | None = None  # set: only processes of that attempt of the run
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
+def stat_fields(pid: int) -> list[bytes] | None:
     """The fields of /proc/<pid>/stat after its command name (state first), or None when it is gone (or not Linux)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -77,7 +77,7 @@ def _stat_fields(pid: int) -> list[bytes] | None:
 
 def _proc_stat(pid: int) -> tuple[int, str, int] | None:
     """(pgrp, state, ppid) from /proc/<pid>/stat, or None when it is gone."""
-    rest = _stat_fields(pid)
+    rest = stat_fields(pid)
     return None if rest is None else (int(rest[2]), rest[0].decode(), int(rest[1]))
 
 
@@ -87,7 +87,7 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def _created(pid: int) -> float | None:
     """psutil's create time of ``pid`` (the boot time plus its start in clock ticks) from /proc/<pid>/stat, or
     None where there is no such file: the caller asks psutil then."""
-    rest = _stat_fields(pid)
+    rest = stat_fields(pid)
     # the boot time is read again each time, as psutil does: it moves when the clock is set
     return None if rest is None else int(rest[19]) / _TICKS + psutil.boot_time()
 

@@ -283,20 +283,15 @@ def _keeper_marks(marks: tuple[bytes, ...]) -> tuple[bytes, ...]:
 
 
 def _carries(pid: int, marks: tuple[bytes, ...]) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            env = b"\0" + handle.read()
-    except OSError:
-        return False
+    env = b"\0" + (procs.raw_environ(pid) or b"")  # marks is never empty: an unreadable environ carries none
     return all(mark in env for mark in marks)
 
 
 def _ppid(pid: int) -> int:
+    fields = procs.stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-        return int(data[data.rfind(b")") + 2 :].split()[1])
-    except (OSError, ValueError, IndexError):
+        return int(fields[1]) if fields is not None else 0
+    except (IndexError, ValueError):
         return 0
 
 
