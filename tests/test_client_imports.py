@@ -99,3 +99,15 @@ def test_a_client_command_without_an_orchestrator_stays_lean(project: Project) -
     cancel, modules = run_client(project, "cancel", "X-1")
     assert cancel.returncode == 4 and "no orchestrator is running" in cancel.stderr
     assert_lean(modules, "cancel")
+
+
+def test_the_caller_check_of_agent_side_commands_stays_off_psutil_and_asyncio() -> None:
+    """``send``, ``memory``, ``handoff`` and ``task`` ask ``control.permission`` before they act, as agents, many
+    times a run: it reads ``/proc`` itself. Reading it through ``agents.procs`` once added psutil and asyncio
+    (``agents.keeper`` -> ``posix_child``), about 30 ms, to each of those commands."""
+    probe = (
+        "import sys, orchestrator.control.permission; "
+        "print(sorted(m for m in ('psutil', 'asyncio', 'orchestrator.agents') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"

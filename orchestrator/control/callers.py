@@ -24,13 +24,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.agents import keeper, procs
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.core.errors import RefusedError
 from orchestrator.core.states import LIVE
 
 MAX_DEPTH = 256  # ancestors followed; a chain is rarely deeper than ten
 MAX_REREADS = 8  # a chain read again after a process in it ended meanwhile
+KEEPER_NAME = b"orchestrator-keeper"
 ROOT_MARK = b"KEEPER_ORCHESTRATOR_ROOT="
 
 
@@ -47,21 +47,43 @@ class LiveRun:
     pid: int
 
 
+# /proc is read here, not through agents.procs: the agent-side commands ask this module before they act, and
+# agents.procs brings psutil (agents.keeper asyncio), about 30 ms of each such command's start-up
 def _stat(pid: int) -> tuple[int, int, int] | None:
     """(ppid, process group, session) of ``pid``; None when it is gone or unreadable."""
-    fields = procs.stat_fields(pid)
     try:
-        return (int(fields[1]), int(fields[2]), int(fields[3])) if fields is not None else None
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    try:
+        fields = data.rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[2]), int(fields[3])
     except (IndexError, ValueError):
         return None
+
+
+def _is_keeper(pid: int) -> bool:
+    """Whether ``pid`` runs the keeper binary: only then does the agent's parent stand for its run."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            first = handle.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(first) == KEEPER_NAME
 
 
 def _keeper_root(pid: int) -> str | None:
     """The project root a keeper ``pid`` keeps an agent of (its ``KEEPER_ORCHESTRATOR_ROOT``, which the
     orchestrator set when it started it); None when ``pid`` is no keeper."""
-    if not keeper.is_keeper(pid):
+    if not _is_keeper(pid):
         return None
-    for item in (procs.raw_environ(pid) or b"").split(b"\0"):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return ""
+    for item in environ.split(b"\0"):
         if item.startswith(ROOT_MARK):
             return os.fsdecode(item[len(ROOT_MARK) :])
     return ""
@@ -74,7 +96,7 @@ def identify(pid: int, runs: Iterable[LiveRun], root: Path, orchestrator: int | 
     keepers: dict[int, LiveRun] = {}
     for run in by_pid.values():
         stat = _stat(run.pid)
-        if stat is not None and stat[0] > 1 and stat[0] != orchestrator and keeper.is_keeper(stat[0]):
+        if stat is not None and stat[0] > 1 and stat[0] != orchestrator and _is_keeper(stat[0]):
             keepers[stat[0]] = run
     if pid <= 0:  # the peer is in another pid namespace: the kernel could not name it
         raise UnknownCallerError("refused: cannot tell who is asking (the caller's pid is not visible here)")
