@@ -1,15 +1,7 @@
 """The ``sdk`` backend inside the orchestrator: start a run's runner process and follow its events.
 
-The Claude session itself lives in ``orchestrator.agents.sdk.runner``, a child process
-started in its own session like every agent (``spawn.start_process``: under its
-keeper), so the kill ladder reaches the CLI below it and a misbehaving SDK cannot
-stall the supervisor's loop. This module writes the runner's spec and gives the
-run's ``Agent`` an ``SdkFollow`` whose carrier is the runner's Unix socket
-(``SocketChannel``; an event log and a result file beside it, ``channel``), so the
-runner outlives an orchestrator that dies: at the restart ``adopt_sdk`` reconnects
-to a live runner and ``recorded_sdk`` reads what an ended one left. The messages
-both ways are the models in ``protocol``, the only module of the runner's side
-that this one imports.
+The session runs in a runner process under its keeper, so the kill ladder reaches the CLI below it and a misbehaving
+SDK cannot stall the supervisor's loop; the runner and its socket outlive an orchestrator that dies.
 """
 
 from __future__ import annotations
@@ -91,9 +83,8 @@ def runner_spec(
 def runner_environment(env: dict[str, str]) -> dict[str, str]:
     """The agent's environment, plus what lets ``python -m orchestrator.agents.sdk.runner`` import this package.
 
-    The runner starts in the role's folder, where the package may not be
-    importable (a checkout that is not installed); it puts the agent's own
-    ``PYTHONPATH`` back before the CLI starts, so the agent's tools never see ours.
+    The runner starts in the role's folder, where a checkout that is not installed cannot be imported; it puts the
+    agent's own ``PYTHONPATH`` back before the CLI starts, so the agent's tools never see ours.
     """
     child = dict(env)
     child["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
@@ -141,8 +132,8 @@ class SocketChannel:
             raise ControlError(follow.ended_line(what)) from None
 
     async def settle(self, follow: SdkFollow) -> None:
-        """What the socket did not bring (the orchestrator was down, or the runner died before it could say) is
-        read from the run's files."""
+        """Refuse controls from now on, and read from the run's files what the socket did not bring (the
+        orchestrator was down, or the runner died before it could say)."""
         self.exited = True
         if self._reading is not None:  # the socket's end of file follows the runner's exit
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -153,7 +144,6 @@ class SocketChannel:
             self._controls_out.close()
 
     async def _read(self, sock: socket.socket, follow: SdkFollow) -> None:
-        """Open the connection to the runner's socket, then apply its events until it closes."""
         try:
             reader, writer = await asyncio.open_unix_connection(sock=sock, limit=EVENT_LINE_LIMIT)
         except OSError:
@@ -232,8 +222,6 @@ def recorded_sdk(spec: LaunchSpec, pid: int | None) -> Agent:
 
 
 def _followed(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:
-    """A runner's session, followed on ``sock``; without one (a runner taken back after a restart whose socket is
-    gone), from what its files hold."""
     carrier = SocketChannel(files, ended)
     follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, carrier)
     if sock is None:

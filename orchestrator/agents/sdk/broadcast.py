@@ -1,17 +1,6 @@
 """The runner's socket channel: its events to every connected orchestrator and to disk, controls back into the loop.
 
-The runner's only channel: whoever started it (the orchestrator, with or without
-a keeper, or the wrapper on a Ray worker) made the listening socket and the
-runner inherited it, so a client can connect before the runner is even up; the
-runner may outlive an orchestrator that started it. Each new connection first gets the latest event of each
-kind (what a restarted orchestrator needs to restore its figures), then every
-event as it happens; its lines are control messages, posted to the session's
-queue. A connection that goes away is dropped, nothing more:
-the session goes on, and an orchestrator may come back.
-
-Every event is appended to the event log as well, and at exit the result file
-is written atomically (temp file, then rename), so what happened while nobody
-was connected is on disk.
+A connection that goes away is only dropped: the session goes on, and an orchestrator may come back.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The orchestrator's end of an SDK run's socket channel: where its files are, the socket, and what is on disk.
 
-Per attempt, under ``.orchestrator/runs/<run_id>/`` (a folder only its owner
-may enter, mode 0700): ``<attempt>.sock`` (the runner's Unix socket, mode
-0600), ``<attempt>.events.jsonl`` (every event the runner sent) and
-``<attempt>.result.json`` (its exit status and latest events, written when it
-exits), beside the keeper's ``<attempt>.exit``.
-
-A socket's path may hold only 107 bytes and a project root can be longer, so
-every bind and connect goes through ``/proc/self/fd/<the folder's fd>/<name>``,
-which is short whatever the root (the orchestrator has threads: a ``chdir``
-would move them all).
+A socket's path holds at most 107 bytes and a project root can be longer, so every bind and connect goes through the
+short ``/proc/self/fd/<the folder's fd>/<name>`` (a ``chdir`` would move all the orchestrator's threads).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Following an sdk runner's session: the figures it reported so far, and its controls, whatever carries them.
 
-``SdkFollow`` is the ``handle.Follower`` an ``sdk`` agent is given, locally and
-on Ray alike: it applies each ``protocol`` event, so budgets, cost accounting,
-``status`` and the live view read the same figures either way, and it sends
-interrupts, tells and ends through its ``Carrier``: the runner's socket here
-(``backend.SocketChannel``), the stop board's mailbox on Ray
-(``ray.agent.BoardCarrier``).
+``SdkFollow`` is the same locally and on Ray, so budgets, cost accounting, ``status`` and the live view read the same
+figures either way; only its ``Carrier`` differs.
 """
 
 from __future__ import annotations
@@ -42,7 +38,8 @@ from orchestrator.core.errors import ControlError
 
 
 class Carrier(Protocol):
-    """What carries a session's controls to its runner (and, at its end, what the runner left)."""
+    """What carries a session's controls to its runner (and, at its end, what the runner left): the runner's socket
+    locally, the stop board's mailbox on Ray."""
 
     async def send(self, follow: SdkFollow, message: AnyControl, what: str) -> None:
         """Deliver one control (the session is not ``follow.closing``); ``ControlError`` (one line) when it cannot
@@ -109,7 +106,8 @@ class SdkFollow:
         await self.carrier.settle(self)
 
     def unexplained(self, code: int) -> str | None:
-        """A failure the runner did not explain points at the run's log."""
+        """The reason for an exit ``code`` the runner did not explain, pointing at the run's log; None when the code
+        is no failure (0, an interrupt, a signal)."""
         if code > 0 and code not in (EXIT_INTERRUPTED, EXIT_SIGNALLED):
             return f"the sdk runner exited with status {code} without saying why; see {self.log_path}"
         return None

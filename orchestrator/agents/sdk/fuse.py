@@ -1,20 +1,8 @@
 """The live budget fuse: a running estimate of a session's cost while a turn streams, before its result says.
 
-Claude Code reports cost only in a turn's ``result``; one long answer can spend
-many times a per-run cap before that. With partial messages on, the runner sees
-each model call's stream: ``message_start`` carries the input tokens (and the
-first output token), each ``content_block_delta`` carries text, thinking or tool
-input, ``message_delta`` the call's output tokens so far. The estimate is the
-session's last reported total plus, for each call since, its input tokens and
-the larger of the output tokens reported and the streamed characters / 3 (a
-token is about 3.5-4 characters of English; counting 3 errs towards stopping
-early). Calls are priced per model: learned from the session's own results
-(``modelUsage[m].costUSD`` over its tokens, output counted at the usual 5x the
-input price), else ``PRICES`` (dollars per million tokens), else the role's
-``price_per_mtok``, which overrides both. What the fuse cannot bound: tokens
-spent between the estimate passing the cap and the CLI aborting the call (a
-fraction of a second of streaming), and spending the CLI does not stream
-(a subagent's calls are streamed too; a tool's own API use is not).
+Claude Code reports cost only in a turn's result, and one long answer can spend many times a per-run cap before that.
+The fuse cannot bound what is spent between the estimate passing the cap and the CLI aborting the call, nor API use
+the CLI does not stream (a tool's own; a subagent's calls are streamed).
 """
 
 from __future__ import annotations
@@ -22,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-CHARS_PER_TOKEN = 3.0
+CHARS_PER_TOKEN = 3.0  # English runs about 3.5-4 characters a token; 3 errs towards stopping early
 OUTPUT_TO_INPUT = 5.0  # Anthropic's output price is five times the input price for every current model
 CACHE_WRITE = 1.25  # cache writes cost 1.25x input, reads 0.1x
 CACHE_READ = 0.1

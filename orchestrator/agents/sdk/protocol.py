@@ -1,67 +1,10 @@
-"""The wire protocol between the orchestrator (``backend``) and the sdk runner process, as pydantic models.
+"""The wire protocol between the orchestrator (``backend``) and the sdk runner, as pydantic models.
 
-Both sides import this module and nothing else of the other: the orchestrator
-never loads the session or the SDK. One JSON object per line.
-
-stdin, the spec (``RunnerSpec``), then end of file::
-
-    {"prompt": str, "transcript": path, "resume": session id or null, "per_run_usd": float or null,
-     "price_per_mtok": [input, output] or null,
-     "options": {"model", "system_prompt", "permission_mode", "allowed_tools", "disallowed_tools",
-                 "max_turns", "max_budget_usd", "setting_sources", "cli_path", "add_dirs", "cwd", "env"},
-     "listen_fd": int, "socket_path": path, "events_path": path, "result_path": path}
-
-The options are a role's ``SdkSettings`` (``config/sdk.py``) plus ``cwd`` and ``env``.
-``system_prompt`` is a plain string (used as is) or ``{"preset": "claude_code", "append": ...}``;
-absent means the ``claude_code`` preset. The CLI is also given ``--max-budget-usd`` of the
-smaller of ``max_budget_usd`` and ``per_run_usd``, so it can stop a turn that overspends.
-In the spec, ``null`` means the same as an absent key.
-
-The rest travels over the listening Unix socket the runner inherited as
-``listen_fd`` (at ``socket_path``, owner only), whoever started it: the
-orchestrator with or without a keeper, or the wrapper on a Ray worker. The
-runner may outlive the orchestrator that started it; every connection gets the
-latest event of each kind so far, in order, then every new event, and a
-connection that closes means nothing (an orchestrator may reconnect). Every
-event is also appended to ``events_path``, and at exit ``result_path`` is
-written atomically with a ``RunnerResult`` (the exit status and the latest
-events), so an orchestrator that was down meanwhile reads what it missed from
-disk.
-
-a connection, lines to the runner, control messages (``Control``, by ``op``)::
-
-    {"op": "interrupt", "keep": false}  interrupt the current turn; keep=false ends the session (exit 3),
-                                         keep=true keeps it open until a ``tell`` (or ``end``: exit 3)
-    {"op": "tell", "text": "..."}       a follow-up user message in the same session: written to the CLI
-                                         while a tool runs (Claude Code takes it into the turn's next model
-                                         call and answers it within the turn), else sent as a turn of its
-                                         own when the current one ends (as after an interrupt with keep)
-    {"op": "end"}                        finish when the current turn ends; queued tells are dropped
-
-Without a queued tell, the runner finishes when a turn ends, except after an
-interrupt with ``keep``, where it waits for a ``tell``.
-
-a connection, lines from the runner, events (``RunnerEvent``, by ``event``)::
-
-    {"event": "session", "session_id": str}       the CLI started (or resumed) this session
-    {"event": "activity", "text": "Bash: ls"}     the last tool use, or the first line of the last text
-    {"event": "cost", "usd": float}                the running total, at every result; with a per-run budget
-                                                   also the fuse's estimate while a turn streams
-    {"event": "result", "cost_usd", "input_tokens", "output_tokens", "num_turns",
-                        "session_id", "is_error", "subtype"}     totals so far, after every result
-    {"event": "tells", "pending": int}             tells written that the model has not answered yet
-    {"event": "failure", "reason": "one line"}     a clear failure; ``"budget": true`` for the per-run budget,
-                                                   ``"permanent": true`` when no retry can help (not logged in, ...)
-    {"event": "done", "code": int}                 the session takes no more turns: it is closing (which can take
-                                                   seconds while the CLI saves it) and will exit with ``code``
-
-Exit status: 0 the last turn succeeded, 1 failure, 3 interrupted, 4 per-run budget
-exceeded, 143 ended by SIGTERM or SIGINT (the CLI is sent SIGTERM first).
-
-A line that does not fit its model raises ``ProtocolError``, whose text names
-the field: the runner refuses a bad spec with a line in its log and exit status 1
-(before the spec it has no channel), and notes a bad control line in the log; the
-orchestrator skips a bad event line.
+Both sides import this module and nothing else of the other. One JSON object per line: the spec on stdin, then end
+of file; controls and events over the Unix socket the runner inherits, where every new connection first gets the
+latest event of each kind. The runner appends every event to ``events_path`` and writes a ``RunnerResult`` to
+``result_path`` at exit. Exit statuses are the ``EXIT_*`` constants. A line that does not fit its model raises
+``ProtocolError``.
 """
 
 from __future__ import annotations
@@ -81,7 +24,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 3
 EXIT_BUDGET = 4
-EXIT_SIGNALLED = 128 + signal.SIGTERM
+EXIT_SIGNALLED = 128 + signal.SIGTERM  # SIGTERM or SIGINT; the CLI is sent SIGTERM first
 
 RUNNER_PATH_ENV = "ORCHESTRATOR_RUNNER_PYTHONPATH"  # the agent's own PYTHONPATH (JSON, null if unset), to restore
 T = TypeVar("T")
@@ -95,11 +38,10 @@ class _Message(Strict):
     """One JSON object on a line: unknown keys are errors, and a message never changes once made."""
 
     def wire(self) -> dict[str, Any]:
-        """The JSON object as it goes on the wire."""
         return self.model_dump(mode="json")
 
     def line(self) -> str:
-        """The message as one line of JSON, newline included."""
+        """One line of JSON, newline included."""
         return json.dumps(self.wire()) + "\n"
 
 
@@ -175,14 +117,18 @@ def parse_spec(line: str) -> RunnerSpec:
 
 
 class Interrupt(_Message):
-    """Stop the current turn; ``keep`` keeps the session open for a ``tell``."""
+    """Stop the current turn. Without ``keep`` the session ends (exit 3); with it the session waits for a ``tell``,
+    and an ``end`` then ends it (exit 3)."""
 
     op: Literal["interrupt"] = "interrupt"
     keep: bool = False
 
 
 class Tell(_Message):
-    """A follow-up user message, its own turn in the same session."""
+    """A follow-up user message in the same session: written to the CLI while a tool runs, so Claude Code answers
+    it within the turn, else sent as a turn of its own when the current one ends.
+
+    With no tell queued the runner finishes when a turn ends, except after an interrupt with ``keep``."""
 
     op: Literal["tell"] = "tell"
     text: str
@@ -196,7 +142,7 @@ class Tell(_Message):
 
 
 class End(_Message):
-    """Finish when the current turn ends, dropping queued tells."""
+    """Finish when the current turn ends; queued tells are dropped."""
 
     op: Literal["end"] = "end"
 
@@ -229,7 +175,8 @@ class ActivityEvent(_Message):
 
 
 class CostEvent(_Message):
-    """The session's running cost, at every result."""
+    """The session's running cost, at every result; with a per-run budget also the fuse's estimate while a turn
+    streams."""
 
     event: Literal["cost"] = "cost"
     usd: float
@@ -261,7 +208,7 @@ class TellsEvent(_Message):
 
 class FailureEvent(_Message):
     """A clear failure in one line; ``budget`` when the per-run budget was exceeded, ``permanent`` when no retry
-    can help."""
+    can help (not logged in, key rejected, ...)."""
 
     event: Literal["failure"] = "failure"
     reason: str
@@ -283,7 +230,8 @@ class WarningEvent(_Message):
 
 
 class DoneEvent(_Message):
-    """The session takes no more turns; the runner will exit with ``code`` once the CLI has closed."""
+    """The session takes no more turns; the runner exits with ``code`` once the CLI has closed, which can take
+    seconds while it saves the session."""
 
     event: Literal["done"] = "done"
     code: int
@@ -295,7 +243,8 @@ _EVENT: TypeAdapter[AnyEvent] = TypeAdapter(RunnerEvent)
 
 
 class RunnerResult(_Message):
-    """What the runner leaves at ``result_path`` when it exits: its status and the latest event of each kind."""
+    """What the runner writes atomically at ``result_path`` when it exits: its status and the latest event of each
+    kind, so an orchestrator that was down reads what it missed."""
 
     code: int
     events: list[RunnerEvent] = Field(default_factory=list)
@@ -332,7 +281,7 @@ async def read_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
 
 
 def _parse(adapter: TypeAdapter[T], text: str | bytes, what: str, tagged: bool = False) -> T:
-    """``text`` as the adapter's type; the one place a ``ValidationError`` becomes a ``ProtocolError``."""
+    """The one place a ``ValidationError`` becomes a ``ProtocolError``."""
     try:
         return adapter.validate_json(text)
     except ValidationError as exc:
@@ -342,8 +291,8 @@ def _parse(adapter: TypeAdapter[T], text: str | bytes, what: str, tagged: bool =
 def explain(error: ValidationError, what: str, tagged: bool = False) -> str:
     """One line naming each bad field and why, e.g. ``text: Field required``.
 
-    In a ``tagged`` union pydantic puts the tag first in each location; it is
-    dropped, and a missing or unknown tag is reported under the tag's own field.
+    In a ``tagged`` union pydantic puts the tag first in each location; it is dropped, and a missing or unknown tag
+    is reported under the tag's own field.
     """
     parts = []
     for item in error.errors(include_url=False):

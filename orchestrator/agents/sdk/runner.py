@@ -1,18 +1,8 @@
 """``python -m orchestrator.agents.sdk.runner``: one Claude session through claude-agent-sdk, in a process of its own.
 
-The orchestrator (or the wrapper on a Ray worker) starts this module in a new
-session, so the kill ladder reaches the Claude Code CLI that the SDK starts below
-it, writes the spec to its stdin and talks to it over the Unix socket the spec
-names, one JSON object per line (the messages are in ``protocol``). Keeping the
-SDK out of the orchestrator's own loop means a hung or crashing SDK can only take
-one run down.
-
-This module is only the process entry: it reads the spec, opens the socket
-channel (``broadcast``), hands the session to ``session.Session``, and turns
-SIGTERM, SIGINT or a bug into an exit status. Beside it: ``protocol`` (the wire
-messages and exit codes), ``session`` (the loop), ``options`` (the spec as SDK
-options), ``messages`` (reading SDK messages), ``transcript`` (the only writer),
-``totals`` and ``reasons`` (failure wording).
+It reads the spec, opens the socket channel, runs the ``Session`` and turns SIGTERM, SIGINT or a bug into an exit
+status. Its own process in its own session, so the kill ladder reaches the CLI below it and a hung or crashing SDK
+takes down one run only.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The session loop: the one owner of a Claude session, fed by the SDK's messages and the orchestrator's controls.
 
-Two sources post to one queue (the SDK's message stream and the socket
-channel's connections, ``broadcast``); ``Session`` alone takes from it, talks to the SDK client and decides
-the exit status. Where the session is lives in one ``Phase``, changed only by
-``Session._enter``; the table ``_NEXT`` lists every allowed change.
+Both sources post to one queue that only ``Session`` takes from. Where the session is lives in one ``Phase``, changed
+only by ``Session._enter`` along the table ``_NEXT``.
 """
 
 from __future__ import annotations

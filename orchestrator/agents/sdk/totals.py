@@ -1,11 +1,9 @@
 """Cost, tokens and turns over a session's results.
 
-Totals follow what Claude Code 2.1 documents for streaming-input sessions:
-``total_cost_usd`` and ``modelUsage`` on a result are running totals (the latest
-is taken, never summed); ``num_turns`` counts one prompt's model turns (summed).
-Tokens come from ``modelUsage`` (every model call, subagents included); input
-tokens count cache reads and writes too. A resumed session continues from the
-total its transcript saved, so after ``resume`` the cost includes earlier attempts.
+In Claude Code 2.1's streaming-input sessions a result's ``total_cost_usd`` and ``modelUsage`` are running totals, so
+the latest is taken; ``num_turns`` counts one prompt's turns, so it is summed. Tokens come from ``modelUsage``, which
+counts every model call, subagents included. After ``resume`` the cost includes the earlier attempts: the session
+goes on from the total its transcript saved.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The runner's only writer: events to the socket channel, notes and the CLI's stderr to stderr, and the transcript file.
+"""The runner's only writer: events to the socket channel, notes and the CLI's stderr to stderr, and the transcript.
 
-Every SDK message goes to the transcript as a JSON line (``type`` is ``user``,
-``assistant``, ``system``, ``result``, ...), as do the prompts and controls the
-runner sent (``type`` ``prompt`` and ``control``). The CLI's stderr is copied to
-ours line by line (the orchestrator sends ours to the run's log); its last lines
-explain a crash, because the SDK's ``ProcessError`` only holds a placeholder.
+The CLI's stderr is copied line by line and its tail kept, because the SDK's ``ProcessError`` holds only a
+placeholder.
 """
 
 from __future__ import annotations
@@ -82,5 +79,5 @@ def _write_all(fd: int, text: str) -> None:
     try:
         while data:
             data = data[os.write(fd, data) :]
-    except (BrokenPipeError, OSError):
+    except OSError:
         pass
