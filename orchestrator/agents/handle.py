@@ -1,21 +1,7 @@
-"""The one agent handle: what the supervisor holds of an attempt's agent, and the strategies it is given.
+"""The one agent handle (``core.agent.AgentHandle``) for every backend and executor.
 
-``Agent`` implements ``core.agent.AgentHandle`` for every backend and executor.
-What differs between agents is handed to it, never subclassed:
-
-- a ``Transport``: where the agent runs, how its end is awaited and how its tree
-  is stopped (``local.LocalProcess``: a process here, its end read by an
-  ``local.EndReader``; ``ray.agent.RayAttempt``: a Ray task);
-- a ``Follower`` for an ``sdk`` agent (``sdk.follow.SdkFollow``): the figures its
-  session reports, and its interrupts and tells;
-- a ``Reader`` for a ``command`` agent running the Claude CLI
-  (``claude_cli.ClaudeOutput``): why it failed, in the CLI's own words, and for
-  stream-json output its figures and its own judgement of the end (an error
-  result, refused tool calls, no model call), whatever the exit status.
-
-``watch`` waits for the end once and calls ``on_exit`` with the attempt's one
-``AttemptVerdict``. ``HandleStops`` is what the real spawners answer when the
-supervisor asks them to stop an agent: whatever the handle's transport does.
+What differs between agents is handed to it as strategies (a ``Transport``, a ``Follower``, a ``Reader``), never
+subclassed.
 """
 
 from __future__ import annotations
@@ -53,9 +39,7 @@ class Transport(Protocol):
     create_time: float | None
     node: str | None
 
-    async def ended(self) -> Ending:
-        """Return once the agent has ended."""
-        ...
+    async def ended(self) -> Ending: ...
 
     async def stop(self, agent: Agent, grace: float, log: Log, interrupt_first: bool) -> KillReport: ...
 
@@ -94,12 +78,13 @@ class Follower(Protocol):
 
 
 class Reader(Protocol):
-    """A ``command`` agent's output, read at its end: its figures, and a judgement of how it went."""
+    """A ``command`` agent's output, read at its end: its figures, and its own judgement of how it went (an error
+    result, refused tool calls, no model call), whatever the exit status."""
 
     result: dict[str, Any]
 
     def judge(self, code: int) -> Judgement:
-        """Read the attempt's output (once) and judge its end with exit ``code``."""
+        """Read the output (once) and judge the end with exit ``code``."""
         ...
 
 
@@ -176,7 +161,7 @@ class Agent:
         await self._session("take follow-up messages", "set `backend: sdk` for that").tell(text)
 
     def _session(self, cannot: str, instead: str) -> Follower:
-        """The agent's session, for a request only a session takes; a command agent refuses it in one line."""
+        """Raises ``UnsupportedError`` (one line) for a command agent, which has no session."""
         if self.follower is None:
             raise UnsupportedError(
                 f"role {self.spec.role.name} uses the command backend, which cannot {cannot}; {instead}"
@@ -211,8 +196,7 @@ class Agent:
         """Wait for the agent's end (in a task); then ``on_exit(agent, verdict)``, once."""
 
         async def waiter() -> None:
-            # whatever goes wrong here, the end is told: a waiter that died silently would keep the run
-            # holding its slot, its memo in active/, until its timeout
+            # whatever goes wrong, the end is told: a silent waiter would hold the run's slot until its timeout
             try:
                 ending = await self.transport.ended()
                 code, reason = ending.code, ending.reason

@@ -3,35 +3,25 @@
  *   orchestrator-keeper EXIT_PATH KILL_AFTER GRACE STATUS_FD [--log LOG_PATH HEADER] [--cwd DIR] [--fd N]...
  *                       PROGRAM [ARG...]
  *
- * With --log, the keeper opens LOG_PATH for appending (making its folder if needed), writes
- * HEADER and gives it to the agent as stdout and stderr: creating the run's log is a metadata
- * write that can take a millisecond on a busy disk, and here it is off the orchestrator's loop.
- * A log that cannot be opened is "L<errno>\n" on STATUS_FD and exit 126.
+ * --log: LOG_PATH is opened for appending (its folder made if needed), HEADER written to it, and it becomes the
+ * agent's stdout and stderr; done here, that metadata write is off the orchestrator's loop. --cwd: the agent starts
+ * in DIR, which posix_spawn (how the orchestrator starts the keeper) cannot enter. EXIT_PATH and LOG_PATH are absolute.
+ * Every descriptor above 2 but STATUS_FD and each --fd N (which the agent inherits) is closed: what the
+ * orchestrator's own parent left inheritable must not reach the agent or stay open in a keeper that outlives it.
  *
- * With --cwd, the keeper enters DIR (after opening the log) and the agent starts there: the
- * orchestrator starts the keeper with posix_spawn, which cannot change its folder. A folder it
- * cannot enter is "C<errno>\n" on STATUS_FD and exit 126. EXIT_PATH and LOG_PATH are absolute.
+ * STATUS_FD says "P<pid>\n" once the agent is exec'd, or an errno before the keeper exits: "L<errno>\n" and 126
+ * (the log), "C<errno>\n" and 126 (DIR), "E<errno>\n" and 127 (the exec). Its end of file means all is said.
  *
- * Every descriptor above 2 is closed at the start except STATUS_FD and each --fd N, which the
- * agent inherits: posix_spawn passes on whatever the orchestrator's own parent left inheritable,
- * and none of it may reach the agent or stay open in a keeper that outlives the orchestrator.
+ * The agent leads a new session (its pid is its group, as without a keeper), with every KEEPER_X=v of the
+ * environment as X=v: the orchestrator hands the ORCHESTRATOR_* variables over that way, so the keeper carries no
+ * run id and no kill ladder mistakes it for part of the agent.
  *
- * The agent is spawned as the leader of a new session (so its pid is its process group and
- * its session, as without a keeper) with this environment, where every KEEPER_X=v
- * becomes X=v: the orchestrator hands the ORCHESTRATOR_* variables over that way, so the
- * keeper itself carries no run id and no kill ladder mistakes it for part of the agent.
- *
- * STATUS_FD tells the orchestrator "P<pid>\n" once the agent is exec'd, or "E<errno>\n" when
- * its exec failed (the keeper then exits 127); its end of file means the keeper has said it.
- *
- * When the agent ends, "exit N\n" or "signal N\n" (with " timeout" appended when the keeper
- * itself stopped it) goes to EXIT_PATH.tmp, then is renamed to EXIT_PATH, then the keeper exits.
- * An orchestrator that died meanwhile reads it at its restart. Past KILL_AFTER seconds (0:
- * never) the keeper stops the agent's group itself: SIGTERM, GRACE seconds, SIGKILL, so an
+ * The agent's end ("exit N\n" or "signal N\n", " timeout" appended when the keeper stopped it) goes to
+ * EXIT_PATH.tmp, renamed to EXIT_PATH, for an orchestrator that died meanwhile to read at its restart. Past
+ * KILL_AFTER seconds (0: never) the keeper stops the agent's group itself (SIGTERM, GRACE seconds, SIGKILL), so an
  * agent whose orchestrator never comes back does not run unbounded.
  *
- * SIGTERM, SIGINT, SIGHUP and SIGQUIT are blocked and ignored, SIGPIPE too: the keeper ends
- * when its agent ends, and only SIGKILL ends it sooner.
+ * SIGTERM, SIGINT, SIGHUP, SIGQUIT and SIGPIPE are blocked or ignored: only the agent's end or SIGKILL ends it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -146,7 +136,7 @@ int main(int argc, char **argv) {
     int keep[17], keep_count = 0;
     int at = 5;
     while (at < argc) {
-        if (strcmp(argv[at], "--log") == 0 && at + 2 < argc) { /* the run's log is opened here, off the loop */
+        if (strcmp(argv[at], "--log") == 0 && at + 2 < argc) {
             log_path = argv[at + 1];
             header = argv[at + 2];
             at += 3;
@@ -192,7 +182,7 @@ int main(int argc, char **argv) {
 
     /* a write to the status pipe of an orchestrator that just died must not kill the keeper */
     signal(SIGPIPE, SIG_IGN);
-    if (log_path != NULL) { /* the agent's output goes to the run's log, after this attempt's header */
+    if (log_path != NULL) {
         int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         if (log < 0 && errno == ENOENT) {
             make_parents(log_path);

@@ -1,23 +1,8 @@
-"""The per-attempt keeper: a small C program between the orchestrator and each agent process it starts.
+"""The per-attempt keeper (``keeper.c``, compiled by ``setup.py``, never here): finding it, its argv, its records.
 
-(Not the memory role named by ``memory.keeper``, which writes the team's memory summaries: this keeper is a
-process, one per attempt, and knows nothing of memos.)
-
-It forks the agent into a session of its own, waits for it and writes its exit
-status to ``.orchestrator/runs/<run_id>/<attempt>.exit`` before it exits, so the
-status outlives an orchestrator that was killed meanwhile; past the role's
-timeout (plus grace and a margin, so a live orchestrator always acts first) it
-stops the agent itself. The binary is compiled from ``keeper.c`` when the package
-is built (``setup.py``: a wheel, ``pip install``, an editable install); ``find``
-only looks for it and tries it once, and never compiles anything. Without it,
-``up`` refuses ``recovery: adopt`` (``app.preflight``): its promise, nothing run
-twice after a crash, rests on the exit records.
-
-A C program, not ``/bin/sh`` or a forked Python: measured on the 2-core VM (see
-bench/RESULTS.md), the keeper adds well under a millisecond to a start, where a
-shell wrapper cannot tell an exit status from a signal nor keep its stdin off the
-agent's prompt pipe, and a fork of the orchestrator copies a 40 MB process with
-threads.
+A C program: it adds well under a millisecond to a start (bench/RESULTS.md), where a shell wrapper cannot tell an exit
+status from a signal nor keep its stdin off the agent's prompt pipe, and a fork of the orchestrator copies a 40 MB
+process with threads. See docs/operations.md, The keeper.
 """
 
 from __future__ import annotations
@@ -32,7 +17,7 @@ from pathlib import Path
 from orchestrator.agents.posix_child import fd_ready
 
 BINARY = Path(__file__).with_name("orchestrator-keeper")
-MARGIN = 1.0  # seconds past timeout + grace before the keeper acts on its own
+MARGIN = 1.0  # seconds past timeout + grace before the keeper acts on its own: a live orchestrator acts first
 MARKS = ("ORCHESTRATOR_RUN_ID", "ORCHESTRATOR_ROOT", "ORCHESTRATOR_ATTEMPT")
 SELF_CHECK_TIMEOUT = 5.0
 SWITCH = "ORCHESTRATOR_KEEPER"  # "off": no keeper, as if it were missing (the benchmark's comparison)
@@ -190,10 +175,8 @@ def keeper_env(env: dict[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Status:
-    """What a start's status pipe said, each an errno or a pid (None: not said).
-
-    ``agent``: the agent's pid, once exec'd; ``exec_errno``: the agent's exec failed; ``log_errno``: the run's
-    log could not be opened; ``cwd_errno``: the agent's folder could not be entered."""
+    """What a start's status pipe said (None: not said): the agent's pid once it is exec'd, or the errno of its exec,
+    of opening the run's log, or of entering its folder."""
 
     agent: int | None = None
     exec_errno: int | None = None

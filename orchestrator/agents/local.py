@@ -1,11 +1,8 @@
-"""An agent process on this machine, as an ``Agent``'s transport: its end read by an ``EndReader``, its tree
+"""An agent process on this machine as an ``Agent``'s transport: its end read by an ``EndReader``, its tree
 stopped by the kill ladder (``procs``).
 
-The end reader is the one strategy in which a kept agent and an agent without a keeper differ.
-``KeeperRecord`` (every agent when the keeper binary is there): the keeper's exit record, read once the
-keeper has ended, whether the keeper is our child (started now) or not (found alive at a restart); a pidfd
-wakes us. With no keeper binary (which only ``recovery: restart`` allows) the agent is our child, a
-``PosixChild``, and its end is its wait status, which dies with us.
+Under a keeper the end is the keeper's exit record, which outlives us; without one (only ``recovery: restart``
+allows that) it is our child's wait status, which dies with us.
 """
 
 from __future__ import annotations
@@ -72,8 +69,7 @@ class LocalProcess:
 
     @classmethod
     def adopted(cls, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> LocalProcess:
-        """A live agent of an orchestrator that died: its end is its keeper's record, once that keeper has
-        ended (its own end, when no keeper is left)."""
+        """A live agent of an orchestrator that died (``keeper_pid``: its keeper, None when none is left)."""
         keeper_ref = procs.ProcRef.of(keeper_pid) if keeper_pid is not None else None
         return cls(spec, ref.pid, ref, KeeperRecord(record_path(spec), keeper_ref, ref))
 
@@ -90,8 +86,8 @@ class LocalProcess:
         """The agent's whole tree, stopped (an SDK agent's turn first, when asked): what was ended."""
         started = time.monotonic()
         target = procs.Target(self.ref, self.pid, self.spec.run_id, str(self.spec.root))
-        # what lives now is what this stop ends, whichever step ends it: an interrupted SDK session exits by
-        # itself (its CLI and the tool processes in their own sessions with it), before the ladder looks
+        # looked up first: an interrupted SDK session exits by itself (its CLI, and the tool processes in their
+        # own sessions with it) before the ladder looks, and the report must still name them
         before = procs.find_tree(target)
         if interrupt_first and agent.backend == "sdk":
             await end_turn_first(agent, grace, log)

@@ -1,18 +1,8 @@
 """Child processes started and watched without asyncio's subprocess layer: a keeper, or an agent without one.
 
-asyncio's ``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start
-more than the spawn itself: a ``Popen`` object, a transport and a protocol per
-pipe, a child-watcher entry and three turns of the loop before it returns. A
-keeper needs none of that: its stdin is one pipe written once, its stdout and
-stderr are ``/dev/null``, its status comes on a pipe of its own, and it enters
-the agent's folder itself (``--cwd``). So it is started with ``spawn``
-(``os.posix_spawn``, on the loop's thread: glibc's is a ``vfork`` that returns
-once the child has exec'd). Without a keeper binary (``recovery: restart``) the
-agent itself is started with ``start_direct``, a ``subprocess.Popen``, which can
-enter the role's folder. Either child's end is a pidfd in the loop's selector;
-where there is none (Linux before 5.3, a seccomp filter) the loop looks for it
-every ``POLL`` seconds. ``process_ended`` waits the same way for a process that
-is not our child (a keeper found alive at a restart).
+``create_subprocess_exec`` costs the loop's thread about 0.2 ms a start more than the spawn, for pipes, a transport and
+a child watcher that a keeper does not need. A child's end is a pidfd in the loop's selector, or a look every ``POLL``
+seconds where there is no pidfd (Linux before 5.3, a seccomp filter).
 """
 
 from __future__ import annotations
@@ -146,7 +136,7 @@ class PosixChild:
 
     def _watch(self) -> None:
         pidfd = _pidfd(self.pid)
-        if pidfd is None:  # no pidfd here: looked for now and then
+        if pidfd is None:
             self._loop.call_later(POLL, self._reap, POLL)
             return
 
@@ -178,10 +168,10 @@ class PosixChild:
 def spawn(argv: Sequence[str], env: dict[str, str], *, stdin_pipe: bool, keep_fds: Sequence[int] = ()) -> PosixChild:
     """Start ``argv[0]`` (a full path) in a session of its own, in our folder, with ``env``; raises ``OSError``.
 
-    Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``;
-    it inherits ``keep_fds`` under the same numbers, and none of ours else: Python opens every descriptor
-    close-on-exec (what our own parent left inheritable, the keeper closes). It returns once the child has
-    exec'd, with the child spared from ``procs.reap_orphans`` (both on this thread: no reaper runs between)."""
+    Its stdin is a pipe (``PosixChild.send``) or ``/dev/null``, its stdout and stderr ``/dev/null``; it inherits
+    ``keep_fds`` and none of ours else (Python opens every descriptor close-on-exec; what our parent left inheritable,
+    the keeper closes). Returns once the child has exec'd (glibc's ``posix_spawn`` is a vfork), the child spared from
+    ``procs.reap_orphans`` on this same thread, so no reaper runs between."""
     null = null_fd()
     with _stdin_pipe(stdin_pipe, above_stdio=True) as (read_end, write_end):
         actions = [
@@ -210,10 +200,9 @@ def start_direct(
     stdin_pipe: bool,
     keep_fds: Sequence[int] = (),
 ) -> PosixChild:
-    """Start ``argv`` (``argv[0]`` a full path) in ``cwd`` and a session of its own, its stdout and stderr
-    ``output``, its stdin a pipe or ``/dev/null``; raises ``OSError`` (its ``filename`` names the folder
-    when that could not be entered). ``subprocess`` enters the folder, which ``posix_spawn`` cannot; its
-    status is collected by ``Popen.poll``, so the ``Popen`` never reaps a pid that is no longer its own."""
+    """Start ``argv`` (``argv[0]`` a full path) in a session of its own and in ``cwd``, which ``posix_spawn`` cannot
+    enter; raises ``OSError`` (its ``filename`` names the folder when that could not be entered). The status is
+    collected by ``Popen.poll``, so the ``Popen`` never reaps a pid that is no longer its own."""
     with _stdin_pipe(stdin_pipe) as (read_end, write_end):
         proc = popen_session(argv, env, cwd, read_end if read_end is not None else subprocess.DEVNULL, output, keep_fds)
     return PosixChild(proc.pid, write_end, proc.poll)
@@ -222,9 +211,8 @@ def start_direct(
 def popen_session(
     argv: Sequence[str], env: dict[str, str], cwd: Path, stdin: int, output: int, pass_fds: Sequence[int] = ()
 ) -> subprocess.Popen[bytes]:
-    """``argv`` started in ``cwd`` and a session of its own, its stdout and stderr both ``output`` (a descriptor,
-    or ``subprocess.PIPE``), inheriting ``pass_fds``: how every agent is started without a keeper, here or by the
-    Ray wrapper on a worker. Raises ``OSError``."""
+    """``argv`` started in ``cwd`` and a session of its own, its stdout and stderr both ``output`` (a descriptor, or
+    ``subprocess.PIPE``): every agent without a keeper, here or on a Ray worker. Raises ``OSError``."""
     return subprocess.Popen(
         list(argv),
         stdin=stdin,

@@ -1,11 +1,8 @@
-"""Finding and stopping an agent's whole process tree: the kill ladder.
+"""Finding and stopping an agent's whole process tree: the kill ladder (SIGTERM, the grace period, SIGKILL, reap).
 
-SIGTERM to the agent's process group and to every descendant outside it,
-wait the grace period, SIGKILL whatever is left, reap. A pid is trusted only
-together with its create time. Descendants are found three ways, because each
-alone misses some: the psutil tree walk from the agent, the agent's process
-group (catches a grandchild whose parent already exited), and the run id in a
-process's environment (catches one that left the group with ``setsid``).
+A pid is trusted only with its create time. Descendants are found three ways, as each alone misses some: the tree
+walk from the agent, its process group (a grandchild whose parent exited) and the run id in a process's environment
+(one that left the group with ``setsid``).
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from orchestrator.core.agent import KillReport  # what the ladder returns, defined beside the agent handle
+from orchestrator.core.agent import KillReport
 
 POLL = 0.01
 KILL_WAIT = 5.0  # after SIGKILL, how long the ladder waits for the tree to be gone
@@ -85,8 +82,7 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _created(pid: int) -> float | None:
-    """psutil's create time of ``pid`` (the boot time plus its start in clock ticks) from /proc/<pid>/stat, or
-    None where there is no such file: the caller asks psutil then."""
+    """psutil's create time of ``pid``, from /proc/<pid>/stat; None where there is no such file (ask psutil)."""
     rest = stat_fields(pid)
     # the boot time is read again each time, as psutil does: it moves when the clock is set
     return None if rest is None else int(rest[19]) / _TICKS + psutil.boot_time()
@@ -166,9 +162,8 @@ async def stop_tree(
 ) -> KillReport:
     """The kill ladder. Returns when every process of the run is dead, or SIGKILL could not end it.
 
-    ``found``: the tree as the caller looked it up a moment ago (each look reads every process's /proc entry,
-    which on a busy host is milliseconds of the cancel a person waits for); what started since, a later look
-    finds and signals."""
+    ``found``: the tree as the caller looked it up a moment ago, to spare a look (milliseconds of a cancel on a busy
+    host); a later look finds and signals what started since."""
     say = log or (lambda _line: None)
     started = time.monotonic()
     report = KillReport()
@@ -257,10 +252,8 @@ def unspare(pid: int) -> None:
 def spawning() -> Iterator[None]:
     """Around starting a child until its pid is spared: meanwhile ``reap_orphans`` reaps nothing.
 
-    A child may exit before its start returns (the signal and preflight probes of ``schedule/probes.py`` start
-    theirs with ``create_subprocess_exec``); reaped here as an orphan, its exit status would be lost and
-    asyncio would report exit code 255.
-    """
+    A child may exit before its start returns; reaped as an orphan, its exit status would be lost (asyncio reports
+    255 then)."""
     global _spawning
     _spawning += 1
     try:

@@ -1,15 +1,4 @@
-"""The one way an agent process is started, for every local backend: under its keeper, or (no keeper) by itself.
-
-``start_process`` takes a ``Launch`` (the agent's argv, environment, folder, log
-header, what its stdin gets and the descriptors it inherits) and returns once
-the agent is exec'd (or raises ``SpawnError`` with one line) with its
-``LocalProcess``, whose ``EndReader`` will say its exit status. With the keeper binary, the keeper
-is started with ``posix_spawn`` and the agent's argv after its own arguments;
-the keeper opens the run's log, enters the folder, starts the agent and says its
-pid on a status pipe, and its exit record is the agent's end. Without one (only
-``recovery: restart`` allows that), the agent itself is started, in a session of
-its own as under a keeper, and its end is its wait status.
-"""
+"""The one way an agent process is started, for every local backend: under its keeper, or (no keeper) by itself."""
 
 from __future__ import annotations
 
@@ -49,9 +38,9 @@ class Launch:
 
 
 async def start_process(launch: Launch, binary: Path | None) -> tuple[LocalProcess, asyncio.Future[None] | None]:
-    """Start the agent of ``launch`` under the keeper ``binary`` (None: by itself); raises ``SpawnError``.
+    """Start the agent of ``launch`` under the keeper ``binary`` (None: by itself); raises ``SpawnError`` (one line).
 
-    Returns the agent's transport and the write of its stdin when that is still under way."""
+    Returns once the agent is exec'd: its transport, and the write of its stdin when that is still under way."""
     child, pid = _direct(launch) if binary is None else await _kept(launch, binary)
     ref = procs.ProcRef.of(pid)  # the agent, not its keeper: what a stop must reach (None: it has ended already)
     end: EndReader = child if binary is None else KeeperRecord(record_path(launch.spec), child, ref)
@@ -108,7 +97,6 @@ async def _kept(launch: Launch, binary: Path) -> tuple[PosixChild, int]:
 
 
 def _direct(launch: Launch) -> tuple[PosixChild, int]:
-    """The agent started by itself (no keeper), and its pid: its log opened here, its folder entered by the spawn."""
     spec = launch.spec
     try:
         log_fd = open_log(spec.log_path, launch.header)
@@ -146,7 +134,7 @@ def _kill_when_said(fd: int, said: bytes) -> None:
 
     def finish() -> None:
         data = bytearray(said)
-        try:  # a loop of this thread's own: what is read gathers in ``data``, whether it ends or times out
+        try:  # what is read gathers in ``data``, whether the read ends or times out
             asyncio.run(asyncio.wait_for(keeper.read_status(fd, data), KILL_WAIT))
         except (OSError, TimeoutError):
             pass

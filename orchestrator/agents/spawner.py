@@ -1,10 +1,6 @@
 """The boundary between the supervisor and agent processes: start one, stop one, sweep what it left.
 
-``ProcessSpawner`` is the real one here (the ``command`` and ``sdk`` backends,
-each agent under its keeper); ``ray.spawner.RaySpawner`` runs agents on a Ray
-cluster; the replay tests pass a stand-in with the same four methods, so the
-supervisor's rules run with no process and no real time. The real ones stop an
-agent the way its handle (``core.agent.AgentHandle``) knows (``handle.HandleStops``).
+A protocol, so the replay tests can pass a stand-in and run the supervisor's rules with no process and no real time.
 """
 
 from __future__ import annotations
@@ -56,8 +52,8 @@ def choose_spawner(config: Config, say: Log, clock: Clock | None = None) -> Spaw
 
 
 class ProcessSpawner(HandleStops):
-    """Real agent processes under this project root, each under the ``keeper`` binary (None: there is none,
-    which only ``recovery: restart`` accepts: each agent is then started by itself, and a crash costs a rerun)."""
+    """Real agent processes under this project root, each under the ``keeper`` binary (None: each by itself,
+    which only ``recovery: restart`` accepts)."""
 
     def __init__(self, root: Path, keeper: Path | None) -> None:
         self.root = root
