@@ -1,20 +1,7 @@
-"""The Claude Code CLI as an agent program, for both backends: its retries, start-up checks and failure reasons.
+"""The Claude Code CLI as an agent program, for both backends: its caps, start-up checks and failure reasons.
 
-- ``spec.retry_environment(role)`` (there, since every agent's environment is made there):
-  ``CLAUDE_CODE_MAX_RETRIES`` from the role's ``api_retries`` (default 2), so the CLI's own retries of an
-  overloaded or failing API stay short and the role's ``retry`` is the policy that counts. A role's ``env``
-  may still set the variable itself.
-- ``cap_arguments(role, per_run_usd)``: a Claude command role's ``max_turns`` and budget as the CLI's own
-  ``--max-turns`` and ``--max-budget-usd``, so the CLI stops itself at the cap (the live fuse stays the outer
-  guard); ``stall_seconds(role)``: how long a run may say nothing before it is stopped as stalled.
-- ``check_role(config, role)``: at start-up, for ``sdk`` roles and ``command`` roles whose program is the
-  Claude CLI (named ``claude``): the CLI is found and answers ``--version`` like Claude Code, and
-  ``bypassPermissions`` is not asked for as root without ``IS_SANDBOX`` (the CLI refuses it every time).
-- ``ClaudeOutput``: the reader a ``command`` agent running the Claude CLI is given (``handle.Reader``). With
-  stream-json it reads the attempt's events from the log at its end, copies them to the run's transcript, and
-  judges the end with ``claude_stream.judge`` (an error result, refused tool calls, no model call fail the run
-  whatever the exit status); a failure exit is otherwise explained by the CLI's last meaningful output line
-  (it writes its errors to stdout), knowing the failures no retry can help.
+The CLI writes its errors to stdout, so a failure its stream-json events do not explain is explained by its last
+meaningful line of output.
 """
 
 from __future__ import annotations
@@ -37,7 +24,7 @@ STALL_DEFAULT = 600.0  # sdk and stream-json Claude roles: they write an event a
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
 LOG_TAIL_BYTES = 64 * 1024
-STREAM_MAX_BYTES = 64 * 1024 * 1024  # an attempt's stream read at its end: its start is what is dropped beyond
+STREAM_MAX_BYTES = 64 * 1024 * 1024  # the most of an attempt's stream read at its end; beyond it, its start is dropped
 _checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many roles asks once
 
 
@@ -69,8 +56,9 @@ def _given(argv: list[str], flag: str) -> bool:
 
 
 def cap_arguments(role: Role, per_run_usd: float | None) -> list[str]:
-    """The role's caps as Claude CLI arguments (``--max-turns``, ``--max-budget-usd``: the tighter of
-    ``max_budget_usd`` and the per-run budget), leaving out any the role's command already gives."""
+    """The role's caps as Claude CLI arguments, so the CLI stops itself at them (the live fuse stays the outer guard):
+    ``--max-turns``, and ``--max-budget-usd`` the tighter of ``max_budget_usd`` and the per-run budget. An argument
+    the role's command already gives is left out."""
     if not is_claude_command(role.command):
         return []
     extra: list[str] = []
@@ -169,10 +157,9 @@ def check_role(config: Config, role: Role) -> None:
 
 
 class ClaudeOutput:
-    """A Claude CLI agent's output in the run's log from ``offset`` on (where this attempt's output starts), read
-    at its end. With stream-json (``transcript``: the run's ``transcript.jsonl``, where its events are copied)
-    its events give its figures and judge its end; a failure they do not explain is explained by the CLI's last
-    meaningful line (it writes its errors to stdout)."""
+    """A Claude CLI agent's output in the run's log from ``offset`` (where this attempt's output starts), read at
+    its end. With stream-json (``transcript`` set: where its events are copied) its events give its figures and
+    judge its end."""
 
     def __init__(self, log_path: Path, offset: int, transcript: Path | None, on_denied: str) -> None:
         self.log_path = log_path

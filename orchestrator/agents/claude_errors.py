@@ -1,12 +1,7 @@
 """What the Claude Code CLI's error output means: one line for a person, and whether a retry can help.
 
-Claude Code 2.1 writes most of its failures to standard output (and into the
-``result`` of a stream-json session), not to stderr: ``Not logged in · Please run
-/login``, ``Invalid API key · Fix external API key``, ``API Error: 529
-Overloaded...``, ``API Error: Request rejected (429) ...``; it refuses
-``--dangerously-skip-permissions`` (``bypassPermissions``) as root on stderr.
-Both backends read the text through ``classify``; this module imports nothing
-of the orchestrator, so the sdk runner uses it too.
+Claude Code 2.1 writes most of its failures to stdout and into a stream-json ``result``, not to stderr. This module
+imports nothing of the orchestrator, so the sdk runner uses it too.
 """
 
 from __future__ import annotations
@@ -97,7 +92,8 @@ def classify(text: str, error_kind: str | None = None, status: int | None = None
 
 
 def limit_kind(text: str) -> str:
-    """Which limit a rate-limit message names: ``five_hour``, ``weekly``, or plain ``rate_limit``."""
+    """Which limit a rate-limit message names: ``five_hour``, ``weekly``, ``usage_limit`` (a plan's, window not
+    said), or plain ``rate_limit``."""
     if re.search(r"5-hour|five.hour|session limit", text, re.I):
         return "five_hour"
     if re.search(r"weekly|7.day|seven.day|opus limit", text, re.I):

@@ -1,15 +1,7 @@
 """Claude Code's stream-json output, read once at the end of a run: its figures and what its result says.
 
-A ``command`` role running ``claude -p --output-format stream-json --verbose``
-writes one JSON event a line into the run's log: ``system``/``init``, one
-``assistant`` message per model call, ``user`` tool results, maybe a
-``rate_limit_event``, and one ``result`` (``is_error``, ``subtype``,
-``total_cost_usd``, ``usage``, ``num_turns``, ``session_id``,
-``permission_denials``, ``api_error_status``). A tool call the permissions
-refuse still ends ``subtype: success`` with exit 0, the refusal only in
-``permission_denials``; so the exit status alone cannot say whether the run did
-its work. ``judge`` decides that; this module imports nothing of the
-orchestrator above ``core`` and the error wording of ``claude_errors``.
+A tool call the permissions refuse still ends ``subtype: success`` with exit 0, the refusal only in
+``permission_denials``: the exit status alone cannot say whether the run did its work, so ``judge`` decides.
 """
 
 from __future__ import annotations

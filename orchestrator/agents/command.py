@@ -1,9 +1,7 @@
 """The ``command`` backend: a role's program started for one attempt, adopted at a restart, or found ended.
 
-The prompt goes to the agent's stdin (or is its last argument, ``prompt_via:
-arg``), its output to the run's log; a Claude CLI agent is given a
-``claude_cli.ClaudeOutput`` reading its own part of that log, so its failure reason is what it said and, when it
-writes stream-json, its figures are recorded and its result decides its end.
+A Claude CLI agent is given a ``claude_cli.ClaudeOutput`` that reads its own part of the run's log, since the CLI
+writes its errors and its stream-json events there.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ from orchestrator.agents.spec import (
 
 
 async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
-    """Start a ``command`` role's agent (under the ``keeper`` binary when there is one); ``on_exit`` is called
-    with its verdict when it ends."""
+    """Start a ``command`` role's agent, under the ``keeper`` binary when there is one; ``on_exit`` is called with
+    its verdict when it ends."""
     role = spec.role
     cwd = role_folder(spec.root, role.cwd)
     argv = [*role.command, *cap_arguments(role, spec.extra.get("per_run_usd", role.budget.per_run_usd))]

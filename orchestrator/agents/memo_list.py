@@ -1,11 +1,8 @@
 """How a batch run's memos are named to its agent: a file with one path a line, and the short forms beside it.
 
-A list of thousands of paths in one environment variable or argument does not start at all (Linux
-caps one string at 128 KiB, all of them together at a few MiB: ``Argument list too long``), so the
-whole list is always a file, ``ORCHESTRATOR_MEMOS_FILE``, written before the agent starts. The list
-is also in ``ORCHESTRATOR_MEMOS`` and in the prompt's ``$memo_paths`` while it fits in
-``LIST_MAX``; a longer one is not in the environment at all, and the prompt shows its first paths
-and where the whole list is. Imports nothing of ours: the Ray wrapper uses it on its worker.
+Linux caps one argument or variable at 128 KiB and all of them at a few MiB, so the whole list is always a file and
+is in the environment and the prompt only while it fits in ``LIST_MAX``. Imports nothing of ours: the Ray wrapper
+uses it on its worker.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ FILE_ENV = "ORCHESTRATOR_MEMOS_FILE"
 LIST_ENV = "ORCHESTRATOR_MEMOS"
 MEMO_ENV = "ORCHESTRATOR_MEMO"  # a one-memo run's memo
 MEMO_KEYS = (MEMO_ENV, LIST_ENV, FILE_ENV)  # every variable that names a run's memos
-FILE_NAME = "memos.txt"  # in .orchestrator/runs/<run_id>/
+FILE_NAME = "memos.txt"
 LIST_MAX = 64 * 1024  # bytes: a longer list is only in the file
 
 
@@ -61,7 +58,7 @@ def memo_environment(batch: bool, paths: Sequence[Path | str], file: Path | str)
 
 
 def prompt_list(paths: Sequence[Path | str], file: Path | str | None) -> str:
-    """``$memo_paths``: every path, one a line, or as many as fit in ``LIST_MAX`` and a line saying where the rest are."""
+    """``$memo_paths``: every path, one a line, or those that fit in ``LIST_MAX`` and where the whole list is."""
     text = joined(paths)
     if file is None or fits(text):
         return text

@@ -1,9 +1,7 @@
 """What every backend needs to start one attempt: its ``LaunchSpec``, its environment, its program and its log.
 
-Every agent starts from an argv list (never a shell) in a new session, so its
-process group is its own: a Ctrl-C in the orchestrator's terminal does not
-reach it, and the kill ladder can signal the whole group. Output goes to the
-run's log file; the prompt goes to stdin (or is the last argument).
+An agent starts from an argv list, never a shell, in a new session, so a Ctrl-C in the orchestrator's terminal does
+not reach it and the kill ladder can signal its whole group.
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from orchestrator.config import Role
 ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
 
 
-# errors of a start that are not the role's doing: arguments and environment too long for the system, or no
-# descriptors, memory, processes or disk left, or a read-only file system. The run's memos go back to the inbox (an internal error), not to failed/.
+# a start's errors that are the machine's, not the role's: arguments and environment too long, no descriptors,
+# memory, processes or disk left, a read-only file system
 NOT_THE_ROLES = frozenset(
     {errno.E2BIG, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN, errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 )
@@ -71,10 +69,8 @@ def agent_environment(
     seq: int | None = None,
     memos_file: Path | None = None,
 ) -> dict[str, str]:
-    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables.
-
-    A batch role's list of memos is named by ``ORCHESTRATOR_MEMOS_FILE`` (``memos_file``, written by the caller)
-    and is in ``ORCHESTRATOR_MEMOS`` only while it fits in ``memo_list.LIST_MAX``."""
+    """The agent's environment: ours, the role's ``env``, then the ORCHESTRATOR_* variables. A batch's list file
+    (``memos_file``, else the run's ``memos.txt``) is named here; the caller writes it."""
     env = dict(_role_environment(role))
     env.update(
         {
@@ -105,7 +101,8 @@ def is_claude_command(command: list[str]) -> bool:
 
 
 def retry_environment(role: Role) -> dict[str, str]:
-    """The Claude CLI's own API retry count for the role's agents (``claude_cli`` says why)."""
+    """The Claude CLI's own API retries, ``api_retries``: kept short, so the role's ``retry`` is the policy that
+    counts (a role's ``env`` may still set the variable)."""
     return {"CLAUDE_CODE_MAX_RETRIES": str(role.api_retries)}
 
 

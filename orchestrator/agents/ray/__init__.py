@@ -1,10 +1,6 @@
 """Running agents on a Ray cluster: the same spawner boundary as local processes, one Ray task per attempt.
 
-Its keys (``executor:``, ``resources:``) are ``config.ray``, which imports nothing heavy;
-``wire`` is the typed messages between a wrapper and the head; ``wrapper`` is
-what runs on a worker (``sdk_worker`` its part for an sdk runner); ``spawner`` is
-the head's side and the only module that imports Ray (``agent`` the transport of
-its agents, and an sdk role's mailbox). A configuration that does not ask for Ray never imports it.
+Ray itself is imported only when ``executor: {kind: ray}`` asks for it, never for a local configuration.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""An agent running under a wrapper on a Ray worker: the transport of its ``Agent`` handle (``handle.Transport``).
+"""An attempt on a Ray worker as the head sees it: the transport of its ``Agent``, and an sdk attempt's controls.
 
-``RayAttempt`` holds what the head knows of one attempt's Ray task (its lease,
-its stream, the wrapper's last word) and ends once, when the spawner's pump says
-so (``end``); stopping it is the spawner's work (``RaySpawner.stop_attempt``:
-the stop board, then ``ray.cancel``), handed to it as ``stopper``.
-
-A ``backend: sdk`` attempt also has its session's ``SdkFollow``, which applies
-the runner's events the wrapper streams back (``wire.SdkEvent``) exactly as
-locally, and its mailbox on the head's stop board (``BoardCarrier``), which
-carries its interrupts, tells and ends: the wrapper, a client of the runner's
-socket like the orchestrator locally, writes them there at its next poll and answers (``wire.ControlAnswer``), so a refusal (the
-session had ended) comes back as a ``ControlError`` with one line, as locally.
-The transcript lines the runner writes on the worker are appended to the run's
-transcript on the head (``append_transcript``).
+Only Ray connects the head to a wrapper, so an sdk session's controls wait in a mailbox on the stop board, which the
+wrapper polls, and its answers come back on the task's stream.
 """
 
 from __future__ import annotations
@@ -47,23 +36,23 @@ class RayAttempt:
         self.spec = spec
         self.lease = lease
         self.gen = gen
-        self.pid: int | None = None  # on a remote node: its ``create_time`` is None
+        self.pid: int | None = None
         self.create_time: float | None = None
         self.node: str | None = None  # where it runs, or the node that refused its start
         self.report: KillReport | None = None  # set when the wrapper reports having stopped the tree
-        self.finished = False  # the attempt has ended, as the head sees it
-        self.lost: str | None = None  # why the head gave the attempt up, when it did (no report of the tree's end)
+        self.finished = False
+        self.lost: str | None = None  # why the head gave the attempt up without a report of the tree's end
         self.exit_pids: list[int] = []  # what the wrapper swept after the agent exited by itself
         self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
         self.watchdog: Any = None  # the lost_after timer
         self.pump: asyncio.Future[None] | None = None  # reads the wrapper's stream to its end
         self.follow: SdkFollow | None = None  # an sdk attempt's session
-        self.board: BoardCarrier | None = None  # and its mailbox on the stop board
+        self.board: BoardCarrier | None = None  # an sdk attempt's mailbox on the stop board
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
     def end(self, code: int | None, reason: str | None) -> bool:
-        """The attempt's one end, for its ``Agent`` (``code`` None: the wrapper was lost; ``reason``: its failure's);
-        False when it had ended already."""
+        """End the attempt once (``code`` None: the wrapper was lost; ``reason``: why it failed); False when it had
+        ended already."""
         if self.finished:
             return False
         self.finished = True
@@ -120,7 +109,7 @@ class BoardCarrier:
             raise ControlError(refused)
 
     def answered(self, ident: str, refused: str | None) -> None:
-        """The wrapper's answer to one control message."""
+        """Hand the wrapper's answer to the control that waits for it."""
         pending = self._answers.get(ident)
         if pending is not None and not pending[1].done():
             pending[1].set_result(refused)

@@ -1,9 +1,4 @@
-"""What the head puts into the cluster: the stop board actor and the Ray task's body that runs the wrapper.
-
-``StopBoard`` is a small actor the wrappers poll: stop requests by lease, and each sdk
-attempt's mailbox of control messages, handed out once with the stop request in the same
-poll. ``wrapper_task`` runs on a worker: the wrapper's messages as dicts.
-"""
+"""What the head puts into the cluster: the stop board actor and the Ray task's body that runs the wrapper."""
 
 from __future__ import annotations
 
@@ -14,8 +9,8 @@ from orchestrator.agents.ray.wire import Payload
 
 
 class StopBoard:
-    """A small actor on the head: stop requests by lease, which the wrappers poll, and each sdk attempt's mailbox
-    of control messages, handed out (once) with the stop request in the same poll."""
+    """An actor on the head that the wrappers poll: stop requests by lease, and each sdk attempt's mailbox of
+    control messages, handed out once, with the stop request, in the same poll."""
 
     def __init__(self) -> None:
         self.asked: dict[str, float] = {}

@@ -1,14 +1,7 @@
 """A ``backend: sdk`` attempt under the wrapper on a Ray worker: the sdk runner, its events, transcript and controls.
 
-The runner is started as locally (``python -m orchestrator.agents.sdk.runner``
-in its own session, the spec on its stdin, its events and controls over the
-Unix socket it inherits, ``sdk.channel``), by this worker's Python, and this
-worker is the socket's one client. The spec is the one the head built, with
-what only the worker knows filled in: the working folder, the transcript and
-the socket's files (in the attempt's private folder) and ``cli_path``,
-resolved here. The wrapper (``wrapper``) calls ``tick`` at every poll to relay
-what the runner said since, ``deliver`` with the control messages the head left
-in the attempt's mailbox, and ``finish`` once the runner's tree is dead.
+The runner starts as it does locally, by this worker's Python, and the wrapper is its socket's one client. The spec is
+the head's, with what only the worker knows filled in: the working folder, the transcript, the socket and ``cli_path``.
 """
 
 from __future__ import annotations
@@ -45,14 +38,14 @@ class SdkSession:
         self.closing = False  # the runner said ``done``: controls are refused from now on
         self.proc: subprocess.Popen[bytes] | None = None
         self.files = channel.RunFiles(folder, payload.attempt)
-        self._socket: socket.socket | None = None  # our connection to the runner's socket
+        self._socket: socket.socket | None = None
         self._offset = 0
         self._send = threading.Lock()
         self._reader: threading.Thread | None = None
 
     def start(self, env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[bytes], bytes]:
-        """Start the runner with the role's environment in ``cwd``, connected to its socket; and the spec for its
-        stdin. ``ValueError`` when ``cli_path`` is not here, ``OSError`` when it cannot start."""
+        """Start the runner in ``cwd``, connected to its socket; return it and the spec for its stdin. Raises
+        ``ValueError`` when ``cli_path`` is not on this node, ``OSError`` when the runner cannot start."""
         payload = self.payload
         assert payload.sdk_spec is not None
         cli_path = None
@@ -103,7 +96,7 @@ class SdkSession:
         yield from answers
 
     def finish(self) -> Iterator[SdkEvent | TranscriptLines | ControlAnswer]:
-        """Once the runner has exited: every event and transcript line it left, before the wrapper's ``Ended``."""
+        """Every event and transcript line the runner left; call it once the runner's tree is dead, before ``Ended``."""
         if self._reader is not None:
             self._reader.join(timeout=2)
         if self._socket is not None:

@@ -1,24 +1,7 @@
-"""The head's side of the Ray executor: each attempt is one Ray task running the wrapper; the only module importing Ray.
+"""The head's side of the Ray executor: each attempt is one Ray task running the wrapper.
 
-``RaySpawner`` implements the spawner boundary (``orchestrator.agents.spawner``):
-``start`` submits the task (``num_cpus``/``num_gpus``/custom resources and node
-labels from the role, ``max_retries=0``: retries are ours) and returns once the
-wrapper reports the agent started, with an ``Agent`` whose transport is the
-attempt (``agent.RayAttempt``); a pump task appends the streamed output to
-the run's log and ends the attempt once, when the wrapper reports the tree
-dead, when Ray reports the task lost (a dead worker or node), or when the
-wrapper has been silent for ``lost_after``. ``stop_attempt`` posts a stop request to a
-small actor the wrappers poll and waits for the wrapper's report; if the
-wrapper or its node is gone it falls back to ``ray.cancel(force=True)`` and a
-bounded wait, and says so. Every attempt holds a lease token: a message whose
-lease the head no longer holds is logged and ignored.
-
-A ``backend: sdk`` attempt runs the sdk runner under the same wrapper
-(``sdk_worker``); its events and transcript come back on the same stream and
-its controls go through the stop board, which is also each attempt's mailbox
-(``agent.BoardCarrier``). The rules on time (``start_timeout``,
-``lost_after``) read the supervisor's clock; the bounds on waiting for Ray
-itself (``BOARD_WAIT``, ``CANCEL_WAIT``) are real time.
+The rules on time (``start_timeout``, ``lost_after``) read the supervisor's clock; the bounds on waiting for Ray
+itself (``BOARD_WAIT``, ``CANCEL_WAIT``) are real time. See docs/operations.md, Running on a cluster.
 """
 
 from __future__ import annotations
@@ -83,7 +66,7 @@ class RaySpawner(HandleStops):
             .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True))
             .remote()
         )
-        self.task = self.ray.remote(num_returns="streaming", max_retries=0)(wrapper_task)
+        self.task = self.ray.remote(num_returns="streaming", max_retries=0)(wrapper_task)  # retries are the role's
 
     # ------------------------------------------------------------ start
     def _payload(self, spec: LaunchSpec, lease: str) -> Payload:
@@ -98,7 +81,7 @@ class RaySpawner(HandleStops):
             raise SpawnError("no memo to send to the worker")
         # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
         env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-        for key in memo_list.MEMO_KEYS:  # the wrapper's copies' paths
+        for key in memo_list.MEMO_KEYS:  # the wrapper names its own copies
             env.pop(key, None)
         sdk: dict[str, Any] = {}
         if role.backend == "sdk":
@@ -123,7 +106,7 @@ class RaySpawner(HandleStops):
         )
 
     def _options(self, spec: LaunchSpec) -> dict[str, Any]:
-        """The task's resources for this attempt (streaming and ``max_retries=0`` are the task's own)."""
+        """The task's resources and placement for this attempt."""
         res = spec.role.resources
         options: dict[str, Any] = {"num_cpus": res.cpu, "num_gpus": res.gpu}
         if res.custom:
@@ -245,7 +228,8 @@ class RaySpawner(HandleStops):
         attempt.watchdog = self.clock.call_later(lost_after, check)
 
     async def _pump(self, attempt: RayAttempt) -> None:
-        """Read the wrapper's stream to its end; the attempt ends once, by the first of: its report, Ray's error, silence."""
+        """Read the wrapper's stream to its end; the attempt ends once, at the first of its report, Ray's error or
+        ``lost_after`` of silence."""
         spec = attempt.spec
         attempt.heard = self.clock.monotonic()
         self._watchdog(attempt)
@@ -277,7 +261,7 @@ class RaySpawner(HandleStops):
                 elif isinstance(message, ControlAnswer) and attempt.board is not None:
                     attempt.board.answered(message.id, message.refused)
                 elif isinstance(message, Ended):
-                    if message.stopped:  # the ladder's report, field for field
+                    if message.stopped:
                         attempt.report = KillReport(message.pids, message.seconds, message.escalated, message.survivors)
                     else:
                         attempt.exit_pids = list(message.pids)
@@ -291,7 +275,7 @@ class RaySpawner(HandleStops):
             self._end(attempt, None, f"the wrapper on {attempt.node} ended without reporting the agent's exit")
 
     def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
-        """The attempt's one end: its agent told (``reason``: its failure's) and the lease given up, once."""
+        """End the attempt and give its lease up, once (``reason``: why it failed)."""
         if attempt.end(code, reason):
             self._revoke(attempt)
 
@@ -355,8 +339,8 @@ def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
 
 
 def _pending(coro: Any) -> asyncio.Future[Any]:
-    """A task for the stream's next message whose error is always retrieved, even when nobody waits for it any more
-    (a start given up, a cancelled task): asyncio would otherwise print it with a traceback at exit."""
+    """A task whose error is always retrieved, even when nobody waits for it any more (a start given up): asyncio
+    would otherwise print it with a traceback at exit."""
     task = asyncio.ensure_future(coro)
     task.add_done_callback(lambda done: done.cancelled() or done.exception())
     return task

@@ -1,8 +1,7 @@
 """What travels between the head and a wrapper on a worker: the task's payload and the messages it streams back.
 
-Every message carries the attempt's lease token; the head acts only on messages
-whose lease it still holds, so a result that arrives after the head gave the
-attempt up (a partition, a lost worker) is logged and ignored, never acted on twice.
+Every message carries the attempt's lease, so a result that arrives after the head gave the attempt up (a partition,
+a lost worker) is ignored, never acted on twice.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ class Payload(_Wire):
     beat: float
     lost_after: float
     backend: Literal["command", "sdk"] = "command"
-    #: ``backend: sdk``: the runner's spec as the head built it (``sdk.backend.runner_spec``); the wrapper sets its
-    #: ``cwd``, ``transcript`` and ``cli_path`` (the role's own, here below, resolved on the worker)
+    #: ``backend: sdk``: the runner's spec as the head built it; the wrapper sets its ``cwd``, ``transcript`` and
+    #: ``cli_path`` (``cli_path`` below, resolved on the worker)
     sdk_spec: dict[str, Any] | None = None
     cli_path: str | None = None
 

@@ -1,15 +1,7 @@
 """What runs on a Ray worker for one attempt: start the agent, stream its output, stop its whole tree when asked.
 
-The agent starts in its own session and process group, with the run id, the
-attempt, the lease and this wrapper's pid in its environment. The wrapper polls
-for a stop request every ``poll`` seconds and, when asked (or when it cannot
-reach the head for ``lost_after``), stops the tree with the same kill ladder as
-the local executor (``orchestrator.agents.procs``: group, tree walk, and the
-``setsid`` escapees found by environment), then reports the pids and the
-seconds to dead. Before starting, it kills agents whose wrapper died (a worker
-killed mid-run leaves its agent orphaned on the node). Nothing here imports Ray:
-``ask`` is the stop-request probe the Ray task passes in. A ``backend: sdk``
-attempt's agent is the sdk runner, driven by ``sdk_worker``.
+Nothing here imports Ray: the task passes in ``ask``. Before it starts an agent it kills those whose wrapper died,
+since a worker killed mid-run leaves its agent orphaned on the node.
 """
 
 from __future__ import annotations
@@ -105,8 +97,7 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
             yield StartFailed(lease=lease, reason=f"cannot start {what} on {node}: {exc}", node=node)
             return
         procs.spare(proc.pid)  # our direct child: Popen reaps it, the kill ladder's reaper must leave it
-        # stdin (the prompt, or the sdk runner's spec) is fed and the output read from the start, whenever the
-        # consumer asks for the next message
+        # threads feed stdin and read the output, so the pipes move while this generator waits for its consumer
         reader = threading.Thread(target=_read_stream, args=(proc.stdout, out), daemon=True)
         reader.start()
         if feed is not None:
