@@ -148,6 +148,32 @@ def test_an_agent_that_escapes_its_session_and_unsets_its_marks_is_still_refused
     assert one_refusal(other).startswith("orchestrator: refused: `orchestrator memory list` of another role's memory")
 
 
+def test_the_curator_s_agent_reads_and_writes_every_role_s_memory(project: Project) -> None:
+    """``memory.curator`` widens memory to every role: through the CLI's read path too, which reads roles.yaml
+    without validating it (it named the curator by the role's old name and failed with an AttributeError)."""
+    project.configure({"builder": {}, "keeper": {}}, memory={"curator": "keeper"})
+    assert project.cli("memory", "add", "the builder's plan", "--role", "builder").returncode == 0
+    orch = project.up()
+    search, listed, add = agent_runs(
+        project,
+        "keeper",
+        "K-1.md",
+        [
+            ["memory", "search", "plan", "--role", "builder", "--json"],
+            ["memory", "list", "--role", "builder", "--json"],
+            ["memory", "add", "summarised for the builder", "--role", "builder"],
+        ],
+    )
+    for result in (search, listed, add):
+        assert result["code"] == 0 and "Traceback" not in result["stderr"], result
+    assert [e["text"] for e in json.loads(search["stdout"])] == ["the builder's plan"]
+    assert "the builder's plan" in listed["stdout"]
+    texts = [e["text"] for e in json.loads(project.cli("memory", "list", "--role", "builder", "--json").stdout)]
+    assert sorted(texts) == ["summarised for the builder", "the builder's plan"]
+    assert project.cli("stop").returncode == 0
+    orch.wait()
+
+
 def test_a_role_may_be_given_stop_and_be_kept_from_send(project: Project) -> None:
     project.configure({"boss": {"may": ["stop", "-send"]}})
     orch = project.up()
@@ -204,7 +230,7 @@ def test_the_default_grants_and_what_may_changes() -> None:
     assert why("stop --force", held=widened) is None and why("cancel --role", own=False, held=widened) is None
     assert "may not use `orchestrator send`" in (why("send", held=widened) or "")
     assert why("memory search", held=widened) is not None
-    keeper = authority.grants([], memory_keeper=True)
+    keeper = authority.grants([], curator=True)
     assert why("memory forget", own=False, held=keeper) is None and why("cancel", own=False, held=keeper) is not None
     nobody = Caller(agent=True)
     assert why("cancel", caller=nobody) is not None and why("send", caller=nobody) is None

@@ -62,10 +62,10 @@ _NOT_OWN = {
 }
 
 
-def grants(may: Iterable[str], *, memory_keeper: bool = False) -> dict[str, Level]:
-    """A role's grants: the defaults, then ``may:`` (the memory keeper reaches every role's memory)."""
+def grants(may: Iterable[str], *, curator: bool = False) -> dict[str, Level]:
+    """A role's grants: the defaults, then ``may:`` (the `memory.curator` role reaches every role's memory)."""
     out = dict(DEFAULTS)
-    if memory_keeper:
+    if curator:
         out["memory"] = Level.ANY
     for item in may:
         if item.startswith("-"):

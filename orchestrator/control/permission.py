@@ -43,7 +43,7 @@ def _checked_here(root: Path, command: str, role: str | None) -> Caller:
 
     config = load_config(root)
     settings = config.roles.get(caller.role) if caller.role else None
-    held = authority.grants(settings.may if settings else (), memory_keeper=caller.role == config.memory.curator)
+    held = authority.grants(settings.may if settings else (), curator=caller.role == config.memory.curator)
     why = authority.refusal(caller, held, command, authority.touches_own(caller, command, role))
     if why is not None:
         raise RefusedError(why)

@@ -3,5 +3,5 @@
 ``rules`` (pure: layers, importance, periods, the prompt budget, due moments),
 ``secrets`` (what is never stored), ``db`` (the store), ``service`` (the CLI's
 operations with their checks and access scope), ``section`` (``$memory`` in the
-prompt) and ``keeper`` (retention and the compaction memos, on the supervisor's clock).
+prompt) and ``curator`` (retention and the compaction memos, on the supervisor's clock).
 """

@@ -113,7 +113,7 @@ class _Light:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._roles: list[str] | None = None
-        self._keeper: str | None = None
+        self._curator: str | None = None
         self.path = root / "roles.yaml"
         if not self.path.exists():
             raise ConfigError(f"{self.path}: not found; run memory commands inside a project (or set --root)")
@@ -125,7 +125,7 @@ class _Light:
             try:
                 raw = yaml.safe_load(self.path.read_text(encoding="utf-8"))
                 roles = [str(r) for r in raw["roles"]]
-                keeper = (raw.get("memory") or {}).get("curator")
+                curator = (raw.get("memory") or {}).get("curator")
             except FileNotFoundError:
                 raise ConfigError(
                     f"{self.path}: not found; run memory commands inside a project (or set --root)"
@@ -134,14 +134,14 @@ class _Light:
                 from orchestrator.config import load_config
 
                 config = load_config(self.root)
-                roles, keeper = list(config.roles), config.memory.curator
-            self._roles, self._keeper = roles, keeper if isinstance(keeper, str) else None
+                roles, curator = list(config.roles), config.memory.curator
+            self._roles, self._curator = roles, curator if isinstance(curator, str) else None
         return self._roles
 
     @property
-    def keeper(self) -> str | None:
+    def curator(self) -> str | None:
         self._load()
-        return self._keeper
+        return self._curator
 
 
 class _LazyRoles(Sequence[str]):
@@ -169,7 +169,7 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _light(root: Path) -> tuple[Sequence[str], Any]:
-    """Role names and keeper for reads: looked up in roles.yaml only if a check needs them."""
+    """Role names and the curator for reads: looked up in roles.yaml only if a check needs them."""
     light = _Light(root)
     return _LazyRoles(light), light
 

@@ -1,13 +1,13 @@
 """Memory as an extension of ``orchestrator up``: ``$memory`` for each run, daily retention, compaction memos.
 
-The curator (the orchestrator's side of memory; the ``memory.keeper`` role is the agent that writes the
-summaries) keeps one small timer on the host's clock, which posts ``MemoryDue``; the loop calls
+This extension (the orchestrator's side of memory; the role named by ``memory.curator`` is the agent that writes
+the summaries) keeps one small timer on the host's clock, which posts ``MemoryDue``; the loop calls
 ``check``, which (in the team's zone) retires summarised entries once a day and,
 once ``memory.weekly_at`` / ``memory.monthly_at`` has passed, writes one
-compaction memo per period into the keeper's inbox. Each period is recorded in
+compaction memo per period into the curator's inbox. Each period is recorded in
 the ``compactions`` table and the memo's name is fixed, so a restart never
 writes it twice. The memo is an ordinary memo (retried, cancellable); if the
-keeper never answers, the entries wait and nothing is deleted.
+curator never answers, the entries wait and nothing is deleted.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class MemoryDue:
     reason: str = "timer"
 
 
-def compaction_memo(kind: str, period: str, keeper: str, entries: list[dict[str, Any]]) -> str:
+def compaction_memo(kind: str, period: str, curator: str, entries: list[dict[str, Any]]) -> str:
     """The text of a compaction memo: the entries per role and the exact command that answers for each."""
     layer = "weekly" if kind == "weekly" else "monthly"
     if kind == "weekly":
@@ -54,7 +54,7 @@ def compaction_memo(kind: str, period: str, keeper: str, entries: list[dict[str,
         f"id: memory-{kind}-{period}",
         f"subject: {layer} memory compaction {period}",
         "from: orchestrator",
-        f"to: {keeper}",
+        f"to: {curator}",
         "---",
         f"Summarise each role's {source_layer} memories of {span} into one {layer} entry of {lines} lines",
         "(what happened, what was learnt, what matters next), then store it with the command given for",
@@ -164,8 +164,8 @@ class MemoryCurator(Extension):
             )
 
     def _compact(self, db: MemoryDB, kind: str, moment: datetime, period: str) -> None:
-        keeper = self.settings.curator
-        if keeper is None or db.compaction_written(kind, period):
+        curator = self.settings.curator
+        if curator is None or db.compaction_written(kind, period):
             return
         if kind == "weekly":
             monday, _ = rules.week_days(period)
@@ -175,10 +175,10 @@ class MemoryCurator(Extension):
             weeks = db.weekly_periods_of(period)
             entries = db.unsummarised("weekly", "monthly", weeks) if weeks else []
         name = f"memory-{kind}-{period}.md"
-        if entries and not self._already_there(keeper, name):
-            self._write(keeper, name, compaction_memo(kind, period, keeper, entries))
+        if entries and not self._already_there(curator, name):
+            self._write(curator, name, compaction_memo(kind, period, curator, entries))
             self.written.append(name)
-            self.log(f"memory: {kind} compaction memo for {period} ({len(entries)} entries) sent to {keeper}")
+            self.log(f"memory: {kind} compaction memo for {period} ({len(entries)} entries) sent to {curator}")
         db.record_compaction(kind, period, iso(self.now()), name if entries else None)
 
     def _already_there(self, role: str, name: str) -> bool:

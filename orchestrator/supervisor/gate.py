@@ -105,7 +105,7 @@ class Gate:
     def require(self, caller: Caller, command: str, own: bool) -> None:
         """Refuse (loudly, once per run to the notify role) what ``caller`` may not do."""
         role = self.config.roles.get(caller.role) if caller.role else None
-        held = authority.grants(role.may if role else (), memory_keeper=caller.role == self.config.memory.curator)
+        held = authority.grants(role.may if role else (), curator=caller.role == self.config.memory.curator)
         why = authority.refusal(caller, held, command, own)
         if why is None:
             return
