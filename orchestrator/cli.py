@@ -18,6 +18,7 @@ from orchestrator.commands import arguments, memos, running
 from orchestrator.commands.completion import ASKING
 from orchestrator.core.errors import OrchestratorError
 
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: what no error of ours is
 CLIENT: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": running.cmd_status,
     "cancel": running.cmd_cancel,
@@ -69,6 +70,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line that names it, never a traceback
+        console.fail(f"internal error: {internal_line(exc)}; this is a bug in the orchestrator, please report it")
+        return INTERNAL_ERROR
+
+
+def internal_line(exc: BaseException) -> str:
+    """An unexpected exception in one line: its type, its text and where it was raised (``file:line``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}" if tb is not None else ""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}{': ' + text[0] if text else ''}{where}"
 
 
 if __name__ == "__main__":
