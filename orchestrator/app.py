@@ -28,11 +28,7 @@ def preflight(config: Config) -> None:
         cwd = role_folder(config.root, role.cwd)
         if not cwd.is_dir():
             raise ConfigError(f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist")
-        if role.backend == "sdk":
-            from orchestrator.agents.sdk.backend import check_role
-
-            check_role(role, config.root)
-        elif resolve_command(role.command, cwd) is None:
+        if role.backend != "sdk" and resolve_command(role.command, cwd) is None:
             where = "is not an executable file" if os.sep in role.command[0] else "not found on PATH"
             raise ConfigError(
                 f"{config.path}: roles.{role.name}.command: {role.command[0]!r} {where}; install it, "

@@ -27,16 +27,17 @@ import pytest
 
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
+from orchestrator.agents.claude_cli import check_role
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.sdk import backend, channel, protocol
-from orchestrator.agents.sdk.backend import check_role, start_sdk
+from orchestrator.agents.sdk.backend import start_sdk
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
 from orchestrator.agents.sdk.session import ControlLine, Phase, SdkMessage, Session
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
 from orchestrator.agents.spec import LaunchSpec, agent_environment
-from orchestrator.config import Role
+from orchestrator.config import Config, Role
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.errors import ConfigError, ControlError
 
@@ -756,17 +757,22 @@ def test_start_sdk_skips_lines_that_are_no_event(
 
 
 def test_check_role(tmp_path: Path, fake_cli: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    check_role(make_role(tmp_path, fake_cli))
-    check_role(make_role(tmp_path, Path("bin/fake-claude")), root=tmp_path)
-    with pytest.raises(ConfigError, match=r"^role writer: cli_path '.*nope' is not an executable file$"):
-        check_role(make_role(tmp_path, tmp_path / "nope"))
+    """An sdk role's start-up check, the one ``up`` and ``doctor`` run: the SDK installed, the CLI found."""
+
+    def check(role: Role) -> None:
+        check_role(Config(root=tmp_path, path=tmp_path / "roles.yaml", roles={role.name: role}), role)
+
+    check(make_role(tmp_path, fake_cli))
+    check(make_role(tmp_path, Path("bin/fake-claude")))  # relative to the project root
+    with pytest.raises(ConfigError, match=r"roles.yaml: roles.writer.cli_path: '.*nope' is not an executable file$"):
+        check(make_role(tmp_path, tmp_path / "nope"))
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "claude_agent_sdk" else real(name))
     with pytest.raises(ConfigError) as info:
-        check_role(make_role(tmp_path, fake_cli))
+        check(make_role(tmp_path, fake_cli))
     assert str(info.value) == (
-        "role writer uses backend: sdk but claude-agent-sdk is not installed; "
+        f"{tmp_path / 'roles.yaml'}: roles.writer.backend: sdk needs claude-agent-sdk, which is not installed; "
         "install it with pip install 'orchestrator[sdk]'"
     )

@@ -6,6 +6,7 @@ meaningful line of output.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -131,7 +132,14 @@ def check_role(config: Config, role: Role) -> None:
     form. Roles that do not run the Claude CLI are left alone."""
     if role.backend == "sdk":
         key = f"roles.{role.name}.cli_path"
+        if importlib.util.find_spec("claude_agent_sdk") is None:
+            raise ConfigError(
+                f"{config.path}: roles.{role.name}.backend: sdk needs claude-agent-sdk, which is not installed; "
+                "install it with pip install 'orchestrator[sdk]'"
+            )
         path = sdk_cli_path(role, config.root)
+        if path is None and role.cli_path:
+            raise ConfigError(f"{config.path}: {key}: {role.cli_path!r} is not an executable file")
         if path is None:
             raise ConfigError(
                 f"{config.path}: {key}: no Claude Code CLI found (none bundled with claude-agent-sdk, none on PATH); "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import socket
@@ -35,24 +34,12 @@ from orchestrator.agents.sdk.protocol import (
 )
 from orchestrator.agents.spawn import Launch, start_process
 from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
-from orchestrator.config import Role
-from orchestrator.core.errors import ConfigError, ControlError
+from orchestrator.core.errors import ControlError
 
 RUNNER_MODULE = "orchestrator.agents.sdk.runner"
 CONNECT_WAIT = 5.0  # how long a control waits for the socket of a runner just started or adopted
 EVENT_LINE_LIMIT = 4 * 1024 * 1024  # one event line; the runner keeps them small, this only bounds a broken one
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
-
-
-def check_role(role: Role, root: Path | None = None) -> None:
-    """Start-up check for a ``backend: sdk`` role; raises ``ConfigError`` with one line."""
-    if importlib.util.find_spec("claude_agent_sdk") is None:
-        raise ConfigError(
-            f"role {role.name} uses backend: sdk but claude-agent-sdk is not installed; "
-            "install it with pip install 'orchestrator[sdk]'"
-        )
-    if role.cli_path and resolve_cli_path(role.cli_path, root or Path.cwd()) is None:
-        raise ConfigError(f"role {role.name}: cli_path {role.cli_path!r} is not an executable file")
 
 
 def runner_spec(

@@ -98,9 +98,6 @@ def check_command(checkup: Checkup, role: Role) -> tuple[Finding, str | None]:
     key = f"{config.path}: roles.{role.name}.{'cli_path' if role.backend == 'sdk' else 'command'}"
     try:
         if role.backend == "sdk":
-            from orchestrator.agents.sdk.backend import check_role as check_sdk_role
-
-            check_sdk_role(role, config.root)
             cli = claude_cli.sdk_cli_path(role, config.root)
             resolved = {cli: ["cli_path" if role.cli_path else "the sdk's own choice"]} if cli else {}
         else:
