@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from orchestrator.agents.claude_stream import NO_MODEL_CALL, judge, read_stream
+from orchestrator.agents.sdk.reasons import result_limit
 
 INIT = {"type": "system", "subtype": "init", "session_id": "s-1"}
 CALL = {"type": "assistant", "message": {"content": [{"type": "text", "text": "done"}]}, "session_id": "s-1"}
@@ -50,6 +51,18 @@ def test_a_rate_limit_is_read_as_a_usage_limit() -> None:
     assert (verdict.usage_limit.kind, verdict.usage_limit.resets_at) == ("five_hour", 1_800_000_000.0)
     bare = judge(read_stream(text(INIT, CALL, result(is_error=True, api_error_status=429, result="x"))), 1, "fail")
     assert bare.usage_limit is not None and bare.usage_limit.kind == "rate_limit" and bare.usage_limit.resets_at is None
+
+
+def test_a_429_names_the_same_limit_in_a_stream_json_run_and_an_sdk_session() -> None:
+    """Both backends read a 429 result's words the same way: a weekly limit is "weekly" in the pause line, not
+    the plain "rate_limit" the stream-json reading used to say whatever the CLI said."""
+    words = "Claude AI usage limit reached: your weekly limit will reset on Monday"
+    fields = {"is_error": True, "api_error_status": 429, "result": words}
+    stream = judge(read_stream(text(INIT, CALL, result(**fields))), 1, "fail")
+    assert stream.usage_limit is not None and stream.usage_limit.kind == "weekly"
+    assert result_limit({"errors": None, **fields}, None, None) == ("weekly", None)
+    plain = {"is_error": True, "api_error_status": 429, "result": "x"}
+    assert result_limit(plain, None, None) == ("rate_limit", None)
 
 
 def test_denials_are_listed_a_line_each_cut() -> None:

@@ -9,7 +9,7 @@ import math
 from collections import deque
 from typing import Any
 
-from orchestrator.agents.claude_errors import Problem, classify, hit_limit, limit_kind, one_line, rate_limited
+from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, rate_limit_kind
 from orchestrator.agents.claude_stream import error_problem
 from orchestrator.agents.sdk.protocol import SpecOptions
 
@@ -54,10 +54,8 @@ def result_limit(
     status 429, its ``rate_limit_error``, or the assistant message's ``error: rate_limit``."""
     if rejected is not None:
         return rejected
-    if rate_limited(fields, error_kind):
-        text = " ".join(str(e) for e in fields.get("errors") or []) or str(fields.get("result") or "")
-        return limit_kind(text), None
-    return None
+    kind = rate_limit_kind(fields, error_kind)
+    return None if kind is None else (kind, None)
 
 
 def stderr_summary(lines: deque[str], count: int = 3) -> str:
