@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,31 @@ def test_a_stream_json_claude_agent_taken_back_after_a_restart_is_judged_by_its_
     verdict = recorded_command(spec).conclude(0)
     assert verdict.agent_failed and verdict.permanent_failure
     assert verdict.failure_reason is not None and "Bash: orchestrator stop --force" in verdict.failure_reason
+
+
+def test_a_start_called_off_before_the_keeper_says_the_pid_leaves_no_agent(tmp_path):
+    """The start is cancelled while it waits for the keeper's status pipe (a stop of ``up`` at that moment): the
+    agent the keeper goes on to start is killed once its pid is said, by a thread that outlives the loop. The
+    agent would sleep a minute; its keeper's record says SIGKILL within the deadline."""
+    built = keeper.locate()
+    assert built is not None, keeper.find().problem
+    spec = spec_for(tmp_path, [sys.executable, "-c", "import time; time.sleep(60)"])
+
+    async def main() -> None:
+        start = asyncio.ensure_future(ProcessSpawner(tmp_path, built).start(spec, lambda _a, _v: None))
+        while not start.done() and not list((tmp_path / ".orchestrator" / "logs").glob("*.log")):
+            await asyncio.sleep(0)  # the keeper is started: it has opened the run's log
+        assert not start.done(), "the start was over before it could be called off"
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+
+    asyncio.run(main())
+    record = keeper.exit_path(tmp_path / ".orchestrator", spec.run_id, spec.attempt)
+    deadline = time.monotonic() + DEADLINE
+    while keeper.read_exit(record) is None:
+        assert time.monotonic() < deadline, "the agent of a called-off start is still running"
+        time.sleep(0.02)
+    assert keeper.read_exit(record) == keeper.ExitRecord(-signal.SIGKILL, timed_out=False)
+    target = procs.Target(None, None, spec.run_id, str(tmp_path), attempt=spec.attempt)
+    assert procs.find_tree(target) == {}, "nothing of the run is left"
