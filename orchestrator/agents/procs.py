@@ -72,7 +72,7 @@ def stat_fields(pid: int) -> list[bytes] | None:
     return data[data.rfind(b")") + 2 :].split()
 
 
-def _proc_stat(pid: int) -> tuple[int, str, int] | None:
+def proc_stat(pid: int) -> tuple[int, str, int] | None:
     """(pgrp, state, ppid) from /proc/<pid>/stat, or None when it is gone."""
     rest = stat_fields(pid)
     return None if rest is None else (int(rest[2]), rest[0].decode(), int(rest[1]))
@@ -128,7 +128,7 @@ def find_tree(target: Target) -> dict[int, psutil.Process]:
     for pid in all_pids():
         if pid == me or pid in found:
             continue
-        info = _proc_stat(pid)
+        info = proc_stat(pid)
         if info is None or info[1] == "Z":
             continue
         in_group = target.pgid is not None and info[0] == target.pgid

@@ -62,7 +62,7 @@ def sweep_orphans(root: str) -> list[int]:
         if not env or env.get("ORCHESTRATOR_ROOT") != root or _wrapper_alive(env.get(WRAPPER_ENV)):
             continue
         key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
-        stat = procs._proc_stat(pid)
+        stat = procs.proc_stat(pid)
         if stat is None or not key[0].isdigit() or not key[1].isdigit():
             continue
         targets.setdefault(key, procs.Target(None, stat[0], int(key[0]), root, attempt=int(key[1])))
