@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
@@ -19,6 +21,7 @@ from orchestrator.commands.completion import ASKING
 from orchestrator.core.errors import OrchestratorError
 
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: what no error of ours is
+PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 CLIENT: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": running.cmd_status,
     "cancel": running.cmd_cancel,
@@ -70,19 +73,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except OSError as exc:  # the machine's answer we did not expect (a full disk, a permission): its own words
+        where = f"{exc.filename}: " if exc.filename else ""
+        console.fail(f"{where}{exc.strerror or exc} (at {_where(exc)}{_kept(exc)})")
+        return 1
     except Exception as exc:  # noqa: BLE001 - a bug of ours: one line that names it, never a traceback
-        console.fail(f"internal error: {internal_line(exc)}; this is a bug in the orchestrator, please report it")
+        console.fail(f"internal error: {internal_line(exc)}; this is a bug, please report it{_kept(exc)}")
         return INTERNAL_ERROR
 
 
 def internal_line(exc: BaseException) -> str:
-    """An unexpected exception in one line: its type, its text and where it was raised (``file:line``)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}" if tb is not None else ""
+    """An unexpected exception in one line: its type, its text and where it was raised."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}{': ' + text[0] if text else ''}{where}"
+    return f"{type(exc).__name__}{': ' + text[0] if text else ''} at {_where(exc)}"
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame that is not a library's (Python's own or another installed package),
+    where a bug is looked for."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    libraries = tuple({os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f.filename.startswith(PACKAGE) or not f.filename.startswith(libraries)] or frames
+    return f"{os.path.basename(ours[-1].filename)}:{ours[-1].lineno}" if ours else "?"
+
+
+def _kept(exc: BaseException) -> str:
+    """The whole traceback, written to a file of its own (owner only) for the report: "; the traceback is in F"."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="orchestrator-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("".join(traceback.format_exception(exc)))
+    except OSError:
+        return ""
+    return f"; the traceback is in {path}"
 
 
 if __name__ == "__main__":

@@ -149,8 +149,8 @@ def test_an_agent_that_escapes_its_session_and_unsets_its_marks_is_still_refused
 
 
 def test_the_curator_s_agent_reads_and_writes_every_role_s_memory(project: Project) -> None:
-    """``memory.curator`` widens memory to every role: through the CLI's read path too, which reads roles.yaml
-    without validating it (it named the curator by the role's old name and failed with an AttributeError)."""
+    """``memory.curator`` widens memory to every role, through the CLI's light read path too (it reads roles.yaml
+    without validating it), and an agent's command never ends in a traceback."""
     project.configure({"builder": {}, "keeper": {}}, memory={"curator": "keeper"})
     assert project.cli("memory", "add", "the builder's plan", "--role", "builder").returncode == 0
     orch = project.up()

@@ -54,8 +54,8 @@ def test_a_rate_limit_is_read_as_a_usage_limit() -> None:
 
 
 def test_a_429_names_the_same_limit_in_a_stream_json_run_and_an_sdk_session() -> None:
-    """Both backends read a 429 result's words the same way: a weekly limit is "weekly" in the pause line, not
-    the plain "rate_limit" the stream-json reading used to say whatever the CLI said."""
+    """Both backends read a 429 result's words the same way: a weekly limit is "weekly" in the pause line; a 429
+    whose words name no limit is a plain "rate_limit"."""
     words = "Claude AI usage limit reached: your weekly limit will reset on Monday"
     fields = {"is_error": True, "api_error_status": 429, "result": words}
     stream = judge(read_stream(text(INIT, CALL, result(**fields))), 1, "fail")

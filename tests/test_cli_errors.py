@@ -1,35 +1,71 @@
-"""A bug of ours reaches a person as one line and exit status 70, never as a traceback."""
+"""A bug of ours reaches a person as one line and exit status 70, never as a traceback; the traceback is kept in a
+file the line names."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+from pathlib import Path
 
 import pytest
 
 from orchestrator import cli
+from orchestrator.core.errors import UsageError
 from orchestrator.memory import command as memory_command
 
 
-def test_an_unexpected_exception_is_one_line_naming_it_and_exit_70(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    """Run ``memory list`` with its ``run`` replaced by ``broken``: (exit status, the one line, the kept file)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(cli.tempfile, "tempdir", None)  # TMPDIR is read again
+
+    def call(broken):
+        monkeypatch.setattr(memory_command, "run", broken)
+        code = cli.main(["memory", "list"])
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        kept = re.search(r"the traceback is in ([^\s)]+)", err)
+        return code, err.strip(), Path(kept.group(1)) if kept else None
+
+    return call
+
+
+def test_an_unexpected_exception_is_one_line_naming_it_and_exit_70(one_line, tmp_path: Path) -> None:
     def broken(args: argparse.Namespace) -> int:
         return {}["curator"]  # a KeyError, as a bug would raise it
 
-    monkeypatch.setattr(memory_command, "run", broken)
-    code = cli.main(["memory", "list"])
-    err = capsys.readouterr().err
+    code, line, kept = one_line(broken)
     assert code == cli.INTERNAL_ERROR == 70
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("orchestrator: internal error: KeyError: 'curator' at test_cli_errors.py:"), err
-    assert err.rstrip().endswith("this is a bug in the orchestrator, please report it"), err
+    assert line.startswith("orchestrator: internal error: KeyError: 'curator' at test_cli_errors.py:"), line
+    assert "this is a bug, please report it" in line
+    assert kept is not None and kept.parent == tmp_path and "KeyError" in kept.read_text()
+    assert "Traceback (most recent call last)" in kept.read_text() and kept.stat().st_mode & 0o077 == 0
 
 
-def test_an_orchestrator_error_keeps_its_own_status(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.core.errors import UsageError
+def test_the_place_named_is_in_our_own_code_when_a_library_raised(one_line) -> None:
+    def broken(args: argparse.Namespace) -> int:
+        return int(json.loads("{"))
 
+    code, line, _kept = one_line(broken)
+    assert code == 70 and "JSONDecodeError" in line and " at test_cli_errors.py:" in line, line
+
+
+def test_an_os_error_says_the_file_and_the_system_s_words_with_status_1(one_line, tmp_path: Path) -> None:
+    def broken(args: argparse.Namespace) -> int:
+        (tmp_path / "missing" / "x").read_text()
+        return 0
+
+    code, line, kept = one_line(broken)
+    assert code == 1
+    assert line.startswith(f"orchestrator: {tmp_path / 'missing' / 'x'}: No such file or directory (at "), line
+    assert kept is not None and "FileNotFoundError" in kept.read_text()
+
+
+def test_an_orchestrator_error_keeps_its_own_status(one_line) -> None:
     def refused(args: argparse.Namespace) -> int:
         raise UsageError("memory list: no")
 
-    monkeypatch.setattr(memory_command, "run", refused)
-    assert cli.main(["memory", "list"]) == 2
+    code, line, kept = one_line(refused)
+    assert (code, line, kept) == (2, "orchestrator: memory list: no", None)

@@ -122,7 +122,7 @@ def test_the_unit_keeps_paths_with_spaces_and_specials_whole(tmp_path: Path) -> 
     assert _systemd_split(keys["Environment"]) == [f"PATH={program.parent}:/opt/with space/bin:/usr/bin"]
     assert keys["KillMode"] == "process"
     assert keys["Restart"] == "on-failure"
-    assert keys["RestartPreventExitStatus"] == "1 2 3 5"
+    assert keys["RestartPreventExitStatus"] == "1 2 3 5 70"
     assert keys["TimeoutStopSec"] == f"{7200 + 20 + 30}s"  # the longest timeout + its grace + the margin
     assert keys["WantedBy"] == "default.target"
     # nothing was written, nothing was run

@@ -37,7 +37,7 @@ LIMIT_WINDOWS = {
 class Problem:
     """A known failure: the one-line reason, and ``permanent`` when no retry can help.
 
-    ``limit_kind``: the account's usage or rate limit (``five_hour``, ``weekly``, ``rate_limit``) caused it, so
+    ``limit_kind``: the account's usage or rate limit (``five_hour``, ``weekly``, ``usage_limit``, ``rate_limit``) caused it, so
     the account should wait rather than the memo fail; ``resets_at``: when it resets (epoch seconds), if said."""
 
     reason: str

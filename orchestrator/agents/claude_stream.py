@@ -2,6 +2,8 @@
 
 A tool call the permissions refuse still ends ``subtype: success`` with exit 0, the refusal only in
 ``permission_denials``: the exit status alone cannot say whether the run did its work, so ``judge`` decides.
+Imports nothing of the orchestrator but ``core`` and ``claude_errors``: the sdk runner (``sdk.reasons``,
+``sdk.totals``) uses it too.
 """
 
 from __future__ import annotations

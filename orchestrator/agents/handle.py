@@ -161,7 +161,7 @@ class Agent:
         await self._session("take follow-up messages", "set `backend: sdk` for that").tell(text)
 
     def _session(self, cannot: str, instead: str) -> Follower:
-        """Raises ``UnsupportedError`` (one line) for a command agent, which has no session."""
+        """The agent's session; raises ``UnsupportedError`` (one line) for a command agent, which has no session."""
         if self.follower is None:
             raise UnsupportedError(
                 f"role {self.spec.role.name} uses the command backend, which cannot {cannot}; {instead}"

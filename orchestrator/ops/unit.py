@@ -8,9 +8,10 @@ Its settings, and why:
   ``orchestrator`` too.
 - ``KillMode=process``: a stop or a restart signals ``up`` alone; agents and their keepers live on and the next
   start adopts them (systemd's default, ``control-group``, would kill every agent at each restart).
-- ``Restart=on-failure`` with ``RestartPreventExitStatus=1 2 3 5``: started again when it died (a signal, an
+- ``Restart=on-failure`` with ``RestartPreventExitStatus=1 2 3 5 70``: started again when it died (a signal, an
   unexpected status), never after an ending someone asked for or that a restart cannot mend: 1 a forced
-  stop, 2 a bad configuration, 3 a critical role's crash loop, 5 another orchestrator holds the root.
+  stop, 2 a bad configuration, 3 a critical role's crash loop, 5 another orchestrator holds the root, 70 a bug
+  of ours (it would meet it again at every start).
 - ``TimeoutStopSec``: a stop lets running agents finish, so systemd waits the longest role ``timeout`` +
   ``grace`` + ``STOP_MARGIN`` before it kills ``up`` (its agents live on even then).
 
@@ -34,7 +35,7 @@ from orchestrator.core.errors import ServiceError
 
 STOP_MARGIN = 30.0
 RESTART_SEC = 5
-RESTART_PREVENT = (1, 2, 3, 5)
+RESTART_PREVENT = (1, 2, 3, 5, 70)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NEEDS_QUOTES = re.compile(r"[\s\"'\\;]")
 # systemd refuses to start a program whose path holds these ("Executable name contains special characters");

@@ -214,7 +214,9 @@ class FailureEvent(_Message):
     reason: str
     budget: bool = False
     permanent: bool = False
-    limit_kind: str | None = None  # the account's usage or rate limit caused it: five_hour, weekly, rate_limit
+    limit_kind: str | None = (
+        None  # the account's usage or rate limit caused it: five_hour, weekly, usage_limit, rate_limit
+    )
     resets_at: float | None = None  # when that limit resets (epoch seconds), when the CLI said
 
     def wire(self) -> dict[str, Any]:
