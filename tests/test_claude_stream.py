@@ -63,6 +63,10 @@ def test_a_429_names_the_same_limit_in_a_stream_json_run_and_an_sdk_session() ->
     assert result_limit({"errors": None, **fields}, None, None) == ("weekly", None)
     plain = {"is_error": True, "api_error_status": 429, "result": "x"}
     assert result_limit(plain, None, None) == ("rate_limit", None)
+    said = {"is_error": True, "api_error_status": 429, "result": "Claude AI usage limit reached|1767225600"}
+    stream = judge(read_stream(text(INIT, CALL, result(**said))), 1, "fail")
+    assert stream.usage_limit is not None and stream.usage_limit.resets_at == 1767225600.0  # the reset the CLI said
+    assert result_limit(said, None, None) == ("usage_limit", 1767225600.0)
 
 
 def test_denials_are_listed_a_line_each_cut() -> None:

@@ -110,13 +110,15 @@ def hit_limit(window: Any, resets_at: Any) -> tuple[str, float | None]:
     return LIMIT_WINDOWS.get(window, window or "rate_limit"), resets
 
 
-def rate_limit_kind(result: dict[str, Any], error_kind: str | None) -> str | None:
-    """The limit (``limit_kind``, read from its errors or text) of an error result that is the account's rate limit:
-    HTTP 429, a ``rate_limit_error``, or the assistant message's ``error: rate_limit``; None when it is not one."""
+def result_limit(result: dict[str, Any], error_kind: str | None) -> tuple[str, float | None] | None:
+    """(kind, resets_at) of an error result that is the account's rate limit (HTTP 429, a ``rate_limit_error``, or
+    the assistant message's ``error: rate_limit``), read from its errors or text; None when it is not one."""
     status, kind = result.get("api_error_status"), result.get("api_error_type")
     if status != 429 and kind != "rate_limit_error" and error_kind != "rate_limit":
         return None
-    return limit_kind(" ".join(str(e) for e in result.get("errors") or []) or str(result.get("result") or ""))
+    text = " ".join(str(e) for e in result.get("errors") or []) or str(result.get("result") or "")
+    epoch = _RESET_EPOCH.search(text)
+    return limit_kind(text), float(epoch.group(1)) if epoch else None
 
 
 _NOISE = re.compile(r"^\s*(=== run \d+ attempt \d+|sdk_runner:)")

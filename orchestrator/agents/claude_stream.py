@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, rate_limit_kind
+from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, result_limit
 from orchestrator.core.agent import UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
@@ -103,9 +103,9 @@ def usage_limit(stream: Stream) -> UsageLimit | None:
         kind, resets = hit_limit(stream.rate_limit.get("rateLimitType"), stream.rate_limit.get("resetsAt"))
         return UsageLimit(kind, resets, f"usage limit reached ({kind})")
     result = stream.result or {}
-    limited = rate_limit_kind(result, stream.assistant_error)
+    limited = result_limit(result, stream.assistant_error)
     if limited is not None:
-        return UsageLimit(limited, None, one_line(str(result.get("result") or "rate limited (429)"), 200))
+        return UsageLimit(*limited, one_line(str(result.get("result") or "rate limited (429)"), 200))
     return None
 
 

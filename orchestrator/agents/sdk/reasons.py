@@ -9,7 +9,8 @@ import math
 from collections import deque
 from typing import Any
 
-from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, rate_limit_kind
+from orchestrator.agents import claude_errors
+from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line
 from orchestrator.agents.claude_stream import error_problem
 from orchestrator.agents.sdk.protocol import SpecOptions
 
@@ -54,8 +55,7 @@ def result_limit(
     status 429, its ``rate_limit_error``, or the assistant message's ``error: rate_limit``."""
     if rejected is not None:
         return rejected
-    kind = rate_limit_kind(fields, error_kind)
-    return None if kind is None else (kind, None)
+    return claude_errors.result_limit(fields, error_kind)
 
 
 def stderr_summary(lines: deque[str], count: int = 3) -> str:
