@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from orchestrator.memory import command as memory_command
 def one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path):
     """Run ``memory list`` with its ``run`` replaced by ``broken``: (exit status, the one line, the kept file)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(cli.tempfile, "tempdir", None)  # TMPDIR is read again
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
 
     def call(broken):
         monkeypatch.setattr(memory_command, "run", broken)

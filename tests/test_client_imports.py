@@ -15,7 +15,19 @@ from pathlib import Path
 
 from conftest import Project, wait_for
 
-HEAVY = {"pydantic", "pydantic_core", "rich", "yaml", "watchdog", "psutil", "asyncio", "sqlite3", "argcomplete"}
+HEAVY = {
+    "pydantic",
+    "pydantic_core",
+    "rich",
+    "yaml",
+    "watchdog",
+    "psutil",
+    "asyncio",
+    "sqlite3",
+    "argcomplete",
+    "tempfile",
+    "traceback",
+}  # the last two: about 8 ms
 #: every orchestrator module a client command may import
 CLIENT_MODULES = {
     "orchestrator",
