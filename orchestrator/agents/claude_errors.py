@@ -37,8 +37,9 @@ LIMIT_WINDOWS = {
 class Problem:
     """A known failure: the one-line reason, and ``permanent`` when no retry can help.
 
-    ``limit_kind``: the account's usage or rate limit (``five_hour``, ``weekly``, ``usage_limit``, ``rate_limit``) caused it, so
-    the account should wait rather than the memo fail; ``resets_at``: when it resets (epoch seconds), if said."""
+    ``limit_kind``: the account's usage or rate limit (``five_hour``, ``weekly``, ``usage_limit``, ``rate_limit``)
+    caused it, so the account should wait rather than the memo fail; ``resets_at``: when it resets (epoch seconds),
+    if said."""
 
     reason: str
     permanent: bool = False
@@ -78,11 +79,9 @@ def classify(text: str, error_kind: str | None = None, status: int | None = None
     if status == 529 or error_kind == "overloaded" or _OVERLOADED.search(text):
         return Problem(f"the Anthropic API is overloaded ({detail}); try again later")
     if status == 429 or error_kind == "rate_limit" or _RATE.search(text) or _USAGE.search(text):
-        epoch = _RESET_EPOCH.search(text)
+        kind, resets_at = limit_in(text)
         return Problem(
-            f"rate limited by the Anthropic API ({detail}); try again later",
-            limit_kind=limit_kind(text),
-            resets_at=float(epoch.group(1)) if epoch else None,
+            f"rate limited by the Anthropic API ({detail}); try again later", limit_kind=kind, resets_at=resets_at
         )
     if error_kind == "billing_error":
         return Problem(f"the Anthropic account has a billing problem ({detail})", permanent=True)
@@ -103,6 +102,12 @@ def limit_kind(text: str) -> str:
     return "rate_limit"
 
 
+def limit_in(text: str) -> tuple[str, float | None]:
+    """The limit a rate-limit message names (``limit_kind``) and its reset, when it says one (epoch seconds)."""
+    epoch = _RESET_EPOCH.search(text)
+    return limit_kind(text), float(epoch.group(1)) if epoch else None
+
+
 def hit_limit(window: Any, resets_at: Any) -> tuple[str, float | None]:
     """A rejected ``rate_limit_event``'s window and reset, as our limit kind and epoch seconds (None: not said)."""
     window = str(window or "")
@@ -116,9 +121,7 @@ def result_limit(result: dict[str, Any], error_kind: str | None) -> tuple[str, f
     status, kind = result.get("api_error_status"), result.get("api_error_type")
     if status != 429 and kind != "rate_limit_error" and error_kind != "rate_limit":
         return None
-    text = " ".join(str(e) for e in result.get("errors") or []) or str(result.get("result") or "")
-    epoch = _RESET_EPOCH.search(text)
-    return limit_kind(text), float(epoch.group(1)) if epoch else None
+    return limit_in(" ".join(str(e) for e in result.get("errors") or []) or str(result.get("result") or ""))
 
 
 _NOISE = re.compile(r"^\s*(=== run \d+ attempt \d+|sdk_runner:)")
