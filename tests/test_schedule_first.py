@@ -249,22 +249,6 @@ def test_first_next_waits_for_the_next_occurrence_on_the_task_or_for_the_role(tm
     play(tmp_path, scenario)
 
 
-def test_a_job_follows_the_same_rule_and_may_say_first_next(tmp_path: Path) -> None:
-    async def scenario(root: Path) -> None:
-        r = await start(root, {"mem": {}}, at("2026-12-01T10:00"))
-        r.wakes.register_job("mem", "tidy", {"daily": "00:30"}, "Tidy up.")
-        r.wakes.register_job("mem", "sweep", {"daily": "00:30", "first": "next"}, "Sweep.")
-        await r.advance(60)
-        jobs = [a.spec.memo_paths[0].read_text() for a in r.spawner.agents]
-        assert len(jobs) == 1 and "Tidy up." in jobs[0], "00:30 has passed today: due at once"
-        await finish_all(r)
-        await r.advance(14.5 * 3600 + 60)  # 00:31 the next day: both
-        assert len(r.spawner.agents) == 3
-        r.close()
-
-    play(tmp_path, scenario)
-
-
 @pytest.mark.parametrize(
     ("task", "expected"),
     [

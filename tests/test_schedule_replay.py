@@ -272,23 +272,6 @@ def test_a_failing_signal_holds_the_wake_and_tells_the_notify_role_once(tmp_path
     play(tmp_path, scenario)
 
 
-def test_a_job_writes_its_memo_when_due_and_is_done_only_on_success(tmp_path: Path) -> None:
-    async def scenario(root: Path) -> None:
-        r = await start(root, {"mem": {}}, at("2026-11-29T22:00"))  # a Sunday
-        r.wakes.register_job("mem", "compaction", {"weekly": "sun 23:00"}, "Compact the memory.")
-        await r.advance(3600)
-        jobs = [a for a in r.spawner.agents if a.spec.memo_paths[0].name.startswith("job-")]
-        assert len(jobs) == 1 and "Compact the memory." in jobs[0].spec.memo_paths[0].read_text()
-        assert front(r, jobs[0].spec.memo_paths[0])["tags"] == ["job", "compaction"]
-        jobs[0].exit(0)
-        await r.settle()
-        await r.advance(3 * 86400)
-        assert len([a for a in r.spawner.agents if a.spec.memo_paths[0].name.startswith("job-")]) == 1
-        r.close()
-
-    play(tmp_path, scenario)
-
-
 def test_a_wall_clock_that_goes_back_does_not_stall_the_heartbeat(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = await start(root, {"rin": {"wake": {"every": "30m"}}}, at("2026-11-30T09:00"))

@@ -1,6 +1,6 @@
 """What the schedule's parts share: the host, the settings and the state the wakes keep for all of them.
 
-``Wakes`` makes one and hands it to each helper (what is due, the memo writer, the jobs, the holds, the
+``Wakes`` makes one and hands it to each helper (what is due, the memo writer, the holds, the
 preflight gate) with the other helpers it needs, so none of them holds the whole ``Wakes``.
 """
 

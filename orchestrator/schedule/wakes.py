@@ -16,8 +16,8 @@ From there the wake is an ordinary memo. ``on_finished`` marks its tasks done wh
 the run succeeded, and nothing otherwise.
 
 This module is the wake itself: the timer, the skips, the probes and the end of the run. Beside it: what is due
-(``due``), writing the memos (``writer``), holding a role's wakes while a command fails (``holds``) and timed jobs
-for other features (``jobs``, through ``register_job``).
+(``due``), writing the memos (``writer``), and holding a role's wakes while a command fails
+(``holds``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from orchestrator.schedule import records, rules
 from orchestrator.schedule.context import ScheduleContext
 from orchestrator.schedule.due import DueTasks
 from orchestrator.schedule.holds import WakeHolds
-from orchestrator.schedule.jobs import Job, Jobs
 from orchestrator.schedule.preflight import PreflightGate, preflight_probes
 from orchestrator.schedule.probes import Probe, ProbeResult
 from orchestrator.schedule.writer import MemoWriter, wake_text
@@ -71,7 +70,7 @@ class ProbesDone:
 
 
 class Wakes(Extension):
-    """Heartbeats, due tasks, wake memos and timed jobs of one orchestrator."""
+    """Heartbeats, due tasks and wake memos of one orchestrator."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -93,7 +92,6 @@ class Wakes(Extension):
         self._post: Callable[[Any], None] = host.post  # events of this module's own, through the loop
         self.due = DueTasks(self.context)
         self.writer = MemoWriter(self.context)
-        self.jobs = Jobs(self.context, self.due, self.writer)
         self.holding = WakeHolds(self.context, self.writer, lambda name: name in self.preflight.told)
         # the preflight before every run, not only wakes
         self.preflight = PreflightGate(self.context, self.writer, self.holding)
@@ -134,28 +132,6 @@ class Wakes(Extension):
         for task in list(self.tasks):
             task.cancel()
 
-    # ------------------------------------------------------------------ public API
-    def register_job(
-        self,
-        role: str,
-        name: str,
-        rule: dict[str, Any],
-        text: str,
-        subject: str | None = None,
-        tags: tuple[str, ...] = (),
-    ) -> Job:
-        """Write a memo with ``text`` into ``role``'s inbox whenever ``rule`` (``{"weekly": "sun 23:00"}``,
-        ``{"daily": "00:30"}``, ``{"every": "6h"}``, ``{"once": ISO}``) comes due; done only when its run succeeds.
-        Like a task, a job never done is due in the period it is first registered in; ``"first": "next"`` in
-        ``rule`` makes it wait for its next occurrence.
-
-        The memo has ``id: job-<name>-...``, ``tags: [job, <name>, *tags]``; call before or after ``start``.
-        """
-        job = self.jobs.register(role, name, rule, text, subject, tags)
-        if self.started:
-            self.arm()
-        return job
-
     def start(self) -> None:
         """Begin: heartbeats missed while the orchestrator was down tick once now, never as a backlog."""
         self.started = True
@@ -185,13 +161,12 @@ class Wakes(Extension):
         return out
 
     def scheduled_roles(self) -> list[str]:
-        """The roles with a heartbeat, task rules, open ledger tasks or a timed job."""
+        """The roles with a heartbeat, task rules, or open ledger tasks."""
         ledger_roles = {row["role"] for row in records.ledger(self.db, open_only=True)}
-        job_roles = self.jobs.roles()
         return [
             name
             for name, role in self.config.roles.items()
-            if role.wake is not None or role.tasks or name in ledger_roles or name in job_roles
+            if role.wake is not None or role.tasks or name in ledger_roles
         ]
 
     # ------------------------------------------------------------------ the one timer
@@ -204,7 +179,6 @@ class Wakes(Extension):
             return
         now = self.clock.now()
         moments = [m for m in (self._next_moment(name, now) for name in self.scheduled_roles()) if m is not None]
-        moments += self.jobs.moments(now)
         if not moments:
             return
         delay = max(0.0, min((min(moments) - now).total_seconds(), MAX_SLEEP))
@@ -242,7 +216,6 @@ class Wakes(Extension):
                 moment = self._next_moment(name, now)
                 if moment is not None and moment <= now:
                     self.tick(name, "due")
-        self.jobs.write_due(now)
         self.arm()
 
     # ------------------------------------------------------------------ a wake

@@ -1,4 +1,4 @@
-"""Writing the scheduler's memos into an inbox: wake and job memos, recorded before they are written so their
+"""Writing the scheduler's memos into an inbox: wake memos, recorded before they are written so their
 run can mark their tasks done, and notices to the ``notify`` role; each written whole and queued at once."""
 
 from __future__ import annotations
