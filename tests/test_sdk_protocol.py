@@ -14,7 +14,6 @@ from orchestrator.agents.sdk.protocol import (
     ActivityEvent,
     CostEvent,
     DoneEvent,
-    End,
     FailureEvent,
     Interrupt,
     ProtocolError,
@@ -75,7 +74,6 @@ CONTROLS = [
     (Interrupt(), {"op": "interrupt", "keep": False}),
     (Interrupt(keep=True), {"op": "interrupt", "keep": True}),
     (Tell(text="and then?"), {"op": "tell", "text": "and then?"}),
-    (End(), {"op": "end"}),
 ]
 
 
@@ -121,7 +119,7 @@ def test_a_bad_event_names_its_field(line: str, named: str) -> None:
         ('{"op": "tell", "text": "  "}', "text: Value error, a tell needs text"),
         ('{"op": "tell", "text": 5}', "text: Input should be a valid string"),
         ('{"op": "interrupt", "keep": "maybe"}', "keep: "),
-        ('{"op": "end", "now": true}', "now: Extra inputs are not permitted"),
+        ('{"op": "interrupt", "now": true}', "now: Extra inputs are not permitted"),
         ('{"op": "pause"}', "op: Input tag 'pause'"),
         ('{"text": "hi"}', "op: Unable to extract tag"),
         ("not json", "the control line: Invalid JSON"),

@@ -281,14 +281,6 @@ def test_tell_is_a_second_turn_in_the_same_session(tmp_path: Path, fake_cli: Pat
     assert runner.of("activity")[-1]["text"] == "echo: and a follow-up"
 
 
-def test_end_finishes_after_the_turn_without_the_queued_tells(tmp_path: Path, fake_cli: Path, start: Start) -> None:
-    runner = start(make_spec(tmp_path, fake_cli, prompt="only"))
-    runner.send({"op": "tell", "text": "never sent"})
-    runner.send({"op": "end"})
-    finished(runner, 0)
-    assert runner.recorded("prompt") == ["only"]
-
-
 def test_a_cli_crash_fails_with_its_last_stderr_lines(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli), mode="crash")
     finished(runner, 1)
@@ -537,14 +529,11 @@ def turn_result(subtype: str = "success", cost: float = 0.01) -> SdkMessage:
 
 INTERRUPTED = turn_result("error_during_execution")
 KEEP, CANCEL = control(op="interrupt", keep=True), control(op="interrupt", keep=False)
-END = control(op="end")
 TELL_A, TELL_B = control(op="tell", text="a"), control(op="tell", text="b")
 
 SCRIPTS = {  # the events after the first prompt, in order -> exit status, prompts sent, interrupts sent
     "one turn": ([turn_result()], 0, ["p"], 0),
     "a tell: both turns": ([TELL_A, turn_result(), turn_result()], 0, ["p", "a"], 0),
-    "end drops the queued tell": ([TELL_A, END, turn_result()], 0, ["p"], 0),
-    "a tell after end is refused": ([END, TELL_A, turn_result()], 0, ["p"], 0),
     "an error result fails": ([turn_result("error_during_execution")], 1, ["p"], 0),
     "interrupt ends the session": ([CANCEL, INTERRUPTED], 3, ["p"], 1),
     "interrupt keep, then a tell": ([KEEP, INTERRUPTED, TELL_B, turn_result()], 0, ["p", "b"], 1),
@@ -552,9 +541,6 @@ SCRIPTS = {  # the events after the first prompt, in order -> exit status, promp
     "keep, then cancel: cancel wins": ([KEEP, CANCEL, INTERRUPTED, TELL_A], 3, ["p"], 1),
     "cancel, then keep: still cancelled": ([CANCEL, KEEP, INTERRUPTED, TELL_A], 3, ["p"], 1),
     "keep, a queued tell: the tell": ([TELL_A, KEEP, INTERRUPTED, turn_result()], 0, ["p", "a"], 1),
-    "keep, then end": ([KEEP, END, INTERRUPTED, TELL_A], 3, ["p"], 1),
-    "end, then keep": ([END, KEEP, INTERRUPTED, TELL_A], 3, ["p"], 1),
-    "waiting, then end": ([KEEP, INTERRUPTED, END], 3, ["p"], 1),
     "waiting, then cancel": ([KEEP, INTERRUPTED, KEEP, CANCEL], 3, ["p"], 1),
     "a second interrupt after a tell": (
         [KEEP, INTERRUPTED, TELL_A, KEEP, INTERRUPTED, TELL_B, turn_result()],

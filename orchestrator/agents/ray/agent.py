@@ -15,7 +15,7 @@ from typing import Any
 from orchestrator.agents.handle import Agent, Ending
 from orchestrator.agents.ray import first_line
 from orchestrator.agents.sdk.follow import SdkFollow
-from orchestrator.agents.sdk.protocol import End, Interrupt, Tell
+from orchestrator.agents.sdk.protocol import Interrupt, Tell
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.errors import ControlError
@@ -85,7 +85,7 @@ class BoardCarrier:
         self.answer_wait = answer_wait  # how long a control may take to be answered by the wrapper
         self._answers: dict[str, tuple[str, asyncio.Future[str | None]]] = {}
 
-    async def send(self, follow: SdkFollow, message: Interrupt | Tell | End, what: str) -> None:
+    async def send(self, follow: SdkFollow, message: Interrupt | Tell, what: str) -> None:
         if self.attempt.finished:
             raise ControlError(follow.ended_line(what))
         ident = uuid.uuid4().hex

@@ -22,7 +22,6 @@ from orchestrator.agents.sdk.protocol import (
     AnyEvent,
     CostEvent,
     DoneEvent,
-    End,
     FailureEvent,
     Interrupt,
     ProtocolError,
@@ -97,10 +96,6 @@ class SdkFollow:
             raise ControlError("nothing to tell: the text is empty") from None
         await self._send(message, "tell")
         self.interrupted = False
-
-    async def end(self) -> None:
-        """Finish once the current turn ends, answering no queued tell."""
-        await self._send(End(), "end")
 
     async def settle(self) -> None:
         await self.carrier.settle(self)

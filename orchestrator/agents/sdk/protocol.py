@@ -117,8 +117,8 @@ def parse_spec(line: str) -> RunnerSpec:
 
 
 class Interrupt(_Message):
-    """Stop the current turn. Without ``keep`` the session ends (exit 3); with it the session waits for a ``tell``,
-    and an ``end`` then ends it (exit 3)."""
+    """Stop the current turn. Without ``keep`` the session ends (exit 3); with it the session waits for a ``tell``
+    (an interrupt without ``keep`` then ends it, exit 3)."""
 
     op: Literal["interrupt"] = "interrupt"
     keep: bool = False
@@ -141,13 +141,7 @@ class Tell(_Message):
         return text
 
 
-class End(_Message):
-    """Finish when the current turn ends; queued tells are dropped."""
-
-    op: Literal["end"] = "end"
-
-
-AnyControl = Interrupt | Tell | End
+AnyControl = Interrupt | Tell
 Control = Annotated[AnyControl, Field(discriminator="op")]
 _CONTROL: TypeAdapter[AnyControl] = TypeAdapter(Control)
 

@@ -27,7 +27,6 @@ from orchestrator.agents.sdk.protocol import (
     ActivityEvent,
     CostEvent,
     DoneEvent,
-    End,
     FailureEvent,
     Interrupt,
     ProtocolError,
@@ -100,8 +99,6 @@ class Phase(enum.Enum):
     """A user message was sent and its result has not arrived. A tell is written to the CLI while a tool runs
     (the CLI takes it into the turn's next model call); otherwise it is held and sent as a turn of its own
     when this one ends. The session finishes once every message it wrote has been answered."""
-    ENDING = "ending"
-    """``end`` arrived during a turn: tells are refused and the session finishes with this turn."""
     PAUSING = "pausing"
     """An interrupt with ``keep`` was sent: when the turn ends, the next queued tell is sent, else the session
     waits for one. The turn must end by the deadline."""
@@ -109,15 +106,14 @@ class Phase(enum.Enum):
     """An interrupt was sent and nothing follows: the session finishes (exit 3) when the turn ends, or at the
     deadline."""
     WAITING = "waiting"
-    """Interrupted with ``keep``: the session is open until a ``tell``, ``end`` or an interrupt without ``keep``."""
+    """Interrupted with ``keep``: the session is open until a ``tell`` or an interrupt without ``keep``."""
     DONE = "done"
     """The exit status is decided and ``done`` was sent; the loop stops."""
 
 
 _NEXT: dict[Phase, frozenset[Phase]] = {
     Phase.STARTING: frozenset({Phase.TURN, Phase.DONE}),  # the prompt is sent, or the CLI failed at once
-    Phase.TURN: frozenset({Phase.TURN, Phase.ENDING, Phase.PAUSING, Phase.INTERRUPTING, Phase.DONE}),
-    Phase.ENDING: frozenset({Phase.INTERRUPTING, Phase.DONE}),  # an interrupt after end: exit 3 either way
+    Phase.TURN: frozenset({Phase.TURN, Phase.PAUSING, Phase.INTERRUPTING, Phase.DONE}),
     Phase.PAUSING: frozenset({Phase.TURN, Phase.WAITING, Phase.INTERRUPTING, Phase.DONE}),
     Phase.INTERRUPTING: frozenset({Phase.DONE}),
     Phase.WAITING: frozenset({Phase.TURN, Phase.DONE}),
@@ -243,37 +239,24 @@ class Session:
                 await self._interrupt(keep)
             case Tell(text=text):
                 await self._tell(text)
-            case End():
-                self._end()
 
     async def _tell(self, text: str) -> None:
         if self.phase is Phase.WAITING:
             await self._send_turn(text, tell=True)
         elif self.phase in (Phase.TURN, Phase.PAUSING):
-            # TURN: written once a tool runs (``_next_event``), dropped by an ``end`` before; PAUSING: held for the
+            # TURN: written once a tool runs (``_next_event``); PAUSING: held for the
             # turn's end, since an interrupt may drop what the CLI has queued
             self.pending.append(text)
             self._report_tells()
-        else:  # ENDING, INTERRUPTING
+        else:  # INTERRUPTING
             self.out.note("ignored a tell: the session ends with the current turn")
-
-    def _end(self) -> None:
-        if self.pending:
-            self.out.note(f"end: dropping {len(self.pending)} queued tell(s)")
-            self.pending.clear()
-        if self.phase is Phase.WAITING:
-            self.finish(EXIT_INTERRUPTED)
-        elif self.phase is Phase.TURN:
-            self._enter(Phase.ENDING)
-        elif self.phase is Phase.PAUSING:
-            self._enter(Phase.INTERRUPTING)
 
     async def _interrupt(self, keep: bool) -> None:
         """Interrupt the turn; without ``keep``, drop the queued tells too. In PAUSING and INTERRUPTING the
         interrupt is already sent: only keep=false changes anything, since a cancel is not undone by --keep."""
         if not keep:
             self.pending.clear()
-        if self.phase in (Phase.TURN, Phase.ENDING):
+        if self.phase is Phase.TURN:
             await self._send_interrupt(keep)
         elif not keep and self.phase is Phase.WAITING:
             self.finish(EXIT_INTERRUPTED)
@@ -331,7 +314,7 @@ class Session:
         if estimate - self.shown_cost >= max(cap / 50, 1e-6):
             self.shown_cost = estimate
             self.out.event(CostEvent(usd=round(estimate, 6)))
-        if estimate > cap and self.fuse_blown is None and self.phase in (Phase.TURN, Phase.ENDING, Phase.PAUSING):
+        if estimate > cap and self.fuse_blown is None and self.phase in (Phase.TURN, Phase.PAUSING):
             self.fuse_blown = estimate
             self.out.note(f"budget fuse: about {usd(estimate)} spent, over the per-run budget of {usd(cap)}")
             self.pending.clear()
@@ -376,9 +359,9 @@ class Session:
             self.fail(Problem(f"{text}; {DENIED_FIX}", permanent=True))
         elif self.outstanding and self.phase is Phase.TURN:
             pass  # the CLI answers the messages it has queued in a turn of their own
-        elif self.pending:  # tells held in PAUSING (``end`` empties the queue)
+        elif self.pending:  # tells held in PAUSING
             await self._send_turn(self.pending.popleft(), tell=True)
-        elif self.phase is Phase.PAUSING:  # ``end`` would have made it INTERRUPTING
+        elif self.phase is Phase.PAUSING:
             self._enter(Phase.WAITING)
         elif self.totals.cost_usd == 0 and self.totals.input_tokens == 0 and self.totals.output_tokens == 0:
             self.fail(NO_MODEL_CALL)  # exit 0 with nothing done is no success (the same rule as stream-json runs)
