@@ -7,6 +7,7 @@ HTTP with httpx.
 from __future__ import annotations
 
 import json
+import socket
 import stat
 import sys
 import time
@@ -117,6 +118,71 @@ def test_a_host_beyond_loopback_needs_allow_remote(project: Project) -> None:
     project.configure({"builder": {}})
     bad = project.up("--web", "not-a-port", wait_ready=False)
     assert bad.wait() == 2 and "--web" in bad.output and "Traceback" not in bad.output
+
+
+def test_behind_a_tls_proxy_its_public_name_and_https_origin_are_admitted(project: Project) -> None:
+    public = "https://team.example.org"
+    project.configure({"builder": {}}, web={"port": 0, "allow_remote": True, "public_urls": [public]})
+    board = start(project, "--plain")
+    board.orch.wait_output(f"dashboard: {public}/#token={board.token}")
+    assert "reachable from other machines" in board.orch.output and public in board.orch.output
+    # the proxy passes the public name on as the Host; its Origin is https
+    proxied = {"Host": "team.example.org", "Origin": public}
+    assert board.get("/api/v1/state", headers=proxied).status_code == 200
+    acted = board.post("/api/v1/cancel", {"role": "builder"}, headers=proxied)
+    assert acted.status_code == 200, acted.text
+    # the bound address still opens it (a proxy may pass that on instead)
+    assert (
+        board.post("/api/v1/cancel", {"role": "builder"}, headers={"Origin": board.url.rstrip("/")}).status_code == 200
+    )
+    # a name the dashboard was not given, or the public name over plain http, is still refused
+    foreign = board.get("/api/v1/state", headers={"Host": "evil.example"})
+    assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden_host"
+    assert "public_urls" in foreign.json()["error"]["message"]
+    for origin in ("https://evil.example", "http://team.example.org"):
+        answer = board.post("/api/v1/cancel", {"role": "builder"}, headers={**proxied, "Origin": origin})
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden_origin", origin
+    # the page behind https gets a Secure cookie, which the public name then takes instead of the token
+    traded = board.post("/api/v1/session", headers=proxied)
+    assert traded.status_code == 200 and "secure" in traded.headers["set-cookie"].lower()
+    cookie = {"Cookie": traded.headers["set-cookie"].split(";", 1)[0]}
+    assert httpx.get(board.url + "api/v1/state", headers={**proxied, **cookie}).status_code == 200
+    board.close()
+    assert board.orch.stop() == 0
+
+
+def test_public_urls_need_allow_remote(project: Project) -> None:
+    project.configure({"builder": {}}, web={"port": 0, "public_urls": ["https://team.example.org"]})
+    refused = project.cli("config", "check")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "web: public_urls" in refused.stderr and "allow_remote: true" in refused.stderr
+
+
+def test_a_session_cookie_lasts_its_max_age_and_ends_with_the_start(project: Project) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    project.configure({"builder": {}}, web={"port": port, "session_max_age": "2h"})
+    first = start(project, "--plain")
+    traded = first.post("/api/v1/session")
+    assert traded.status_code == 200 and "max-age=7200" in traded.headers["set-cookie"].lower()
+    assert "secure" not in traded.headers["set-cookie"].lower()  # plain http: a Secure cookie would not come back
+    cookie = {"Cookie": traded.headers["set-cookie"].split(";", 1)[0]}
+    assert httpx.get(first.url + "api/v1/state", headers=cookie).status_code == 200
+    first.close()
+    assert first.orch.stop() == 0
+    again = start(project, "--plain")
+    assert again.url == first.url and again.token != first.token
+    # the same cookie, at the same address, after the restart: the new start's token did not make it
+    stale = httpx.get(again.url + "api/v1/state", headers=cookie)
+    assert stale.status_code == 401 and "session has ended" in stale.json()["error"]["message"]
+    page = httpx.get(again.url, headers=cookie)
+    assert page.status_code == 401 and "orchestrator web" in page.text
+    fresh = again.post("/api/v1/session").headers["set-cookie"].split(";", 1)[0]
+    assert httpx.get(again.url + "api/v1/state", headers={"Cookie": fresh}).status_code == 200
+    assert not (project.root / ".orchestrator" / "web-session").exists(), "no cookie secret outlives a start"
+    again.close()
+    assert again.orch.stop() == 0
 
 
 # ---------------------------------------------------------------- reads
@@ -304,7 +370,7 @@ def test_port_in_use_takes_a_free_one_and_says_so(project: Project) -> None:
     holder.listen()
     port = holder.getsockname()[1]
     try:
-        project.configure({"builder": {}}, web={"port": port})
+        project.configure({"builder": {}}, web={"port": port, "session_max_age": "2h"})
         board = start(project, "--plain")
         assert f":{port}/" not in board.url and "is in use" in board.orch.output
         assert board.get("/api/v1/state").status_code == 200

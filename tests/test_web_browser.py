@@ -189,7 +189,7 @@ def test_interrupt_from_the_run_page_ends_the_turn_and_the_page_shows_the_run_ca
     assert board.orch.stop() == 0
 
 
-def test_a_page_survives_the_orchestrator_restarting(project: Project, page: Any) -> None:
+def test_after_a_restart_a_page_says_its_session_ended_and_the_new_url_opens_it(project: Project, page: Any) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -201,7 +201,9 @@ def test_a_page_survives_the_orchestrator_restarting(project: Project, page: Any
     assert "not answering" in page.inner_text("#conn")
     again = start(project, "--plain")
     assert again.token != board.token, "the token is per start"
-    page.locator("#conn.up", has_text="restarted").wait_for()
+    # the cookie was made from the old start's token: the page says so instead of reconnecting for ever
+    page.locator("#conn.down", has_text="session has ended").wait_for()
+    open_dashboard(page, again)
     project.drop("builder", "B-3.md", {"id": "B-3", "agent": {"sleep": 3}})
     page.locator("#live table.runs").get_by_text("B-3", exact=True).wait_for()
     board.close()

@@ -14,19 +14,23 @@ from orchestrator.web import peers
 from orchestrator.web.hub import Hub, _new_count
 from orchestrator.web.metrics import reason_class
 from orchestrator.web.security import COOKIE, Door
+from orchestrator.web.server import _shown, machine_names
 
 DOOR = Door.for_server(WebSettings(port=0), 8765, "tok")
-DOOR = Door(DOOR.token, DOOR.hosts, DOOR.origins, session="sess")
+NOW = 1_000_000.0
+SESSION = DOOR.session(NOW)
 
 
-def check(method: str = "GET", cookies: dict[str, str] | None = None, **headers: str) -> str | None:
+def check(
+    method: str = "GET", cookies: dict[str, str] | None = None, door: Door = DOOR, now: float = NOW, **headers: str
+) -> str | None:
     given = {
         "host": "127.0.0.1:8765",
         "authorization": "Bearer tok",
         **{k.replace("_", "-"): v for k, v in headers.items()},
     }
     given = {k: v for k, v in given.items() if v}
-    refusal = DOOR.check(method, given, cookies or {})
+    refusal = door.check(method, given, cookies or {}, now=now)
     return refusal.code if refusal else None
 
 
@@ -36,14 +40,66 @@ def test_the_door() -> None:
     assert check(host="evil.example:8765") == "forbidden_host" and check(host="127.0.0.1:9999") == "forbidden_host"
     assert check(host="evil.example:8765", authorization="") == "forbidden_host"  # the Host before the token
     assert check(authorization="") == "unauthorized" and check(authorization="Bearer nope") == "unauthorized"
-    assert check(authorization="", cookies={COOKIE: "sess"}) is None
-    assert check(authorization="", cookies={COOKIE: "tok"}) == "unauthorized"  # the cookie is the session's
     assert check("POST", origin="http://127.0.0.1:8765") is None
     assert check("POST", origin="http://localhost:8765") is None
     assert check("POST", origin="http://evil.example") == "forbidden_origin"
     assert check("POST", sec_fetch_site="cross-site") == "forbidden_origin"
     assert check("GET", origin="http://evil.example") is None  # a read may come from anywhere with the token
     assert Door(DOOR.token, DOOR.hosts, DOOR.origins, read_only=True).action_refusal() is not None
+
+
+def test_the_session_cookie_is_the_starts_token_and_expires() -> None:
+    assert check(authorization="", cookies={COOKIE: SESSION}) is None
+    assert check(authorization="", cookies={COOKIE: "tok"}) == "unauthorized"  # the cookie is not the token
+    # within its max age, and not a second after it
+    assert check(authorization="", cookies={COOKIE: SESSION}, now=NOW + 12 * 3600 - 1) is None
+    assert check(authorization="", cookies={COOKIE: SESSION}, now=NOW + 12 * 3600) == "unauthorized"
+    # a later expiry written into the cookie does not match its MAC
+    forged = f"{int(NOW) + 10**6}.{SESSION.partition('.')[2]}"
+    assert check(authorization="", cookies={COOKIE: forged}) == "unauthorized"
+    # the next start has another token: the same cookie opens nothing there
+    restarted = Door.for_server(WebSettings(port=0), 8765, "tok2")
+    assert check(authorization="", cookies={COOKIE: SESSION}, door=restarted) == "unauthorized"
+    short = Door.for_server(WebSettings(port=0, session_max_age="10m"), 8765, "tok")
+    assert short.max_age == 600 and short.session(NOW).startswith(f"{int(NOW) + 600}.")
+
+
+def test_public_urls_and_a_bind_to_every_address_admit_their_names() -> None:
+    settings = WebSettings(
+        port=0, host="0.0.0.0", allow_remote=True, public_urls=("https://Team.example.org/", "http://myhost:8765")
+    )
+    door = Door.for_server(settings, 9000, "tok", machine={"box"})
+    for host in ("team.example.org", "team.example.org:443", "myhost:8765", "box:9000", "127.0.0.1:9000"):
+        assert check(door=door, host=host) is None, host
+    for host in ("team.example.org:9000", "myhost:9000", "box:8765", "evil.example:9000", "evil.example"):
+        assert check(door=door, host=host) == "forbidden_host", host
+    assert check("POST", door=door, host="team.example.org", origin="https://team.example.org") is None
+    assert check("POST", door=door, host="team.example.org", origin="http://team.example.org") == "forbidden_origin"
+    assert check("POST", door=door, host="box:9000", origin="http://box:9000") is None
+    # the machine's names only for a bind to every address
+    bound = Door.for_server(WebSettings(port=0), 9000, "tok", machine={"box"})
+    assert check(door=bound, host="box:9000") == "forbidden_host"
+
+
+def test_the_url_printed_for_a_bind_to_every_address_is_admitted_and_so_is_the_machines_name() -> None:
+    for wildcard, shown in (("0.0.0.0", "127.0.0.1"), ("::", "[::1]")):
+        door = Door.for_server(WebSettings(host=wildcard, allow_remote=True), 9000, "tok", machine_names())
+        assert _shown(wildcard) == shown
+        assert check(door=door, host=f"{shown}:9000") is None
+        assert check(door=door, host=f"{socket.gethostname().lower()}:9000") is None
+        assert check(door=door, host="evil.example:9000") == "forbidden_host"
+
+
+def test_public_urls_are_origins_and_need_allow_remote() -> None:
+    assert WebSettings(allow_remote=True, public_urls=("HTTPS://X.org:443/", "http://[::1]:80")).public_urls == (
+        "https://x.org",
+        "http://[::1]",
+    )
+    for bad in ("ftp://x.org", "x.org", "https://x.org/dashboard", "https://u:p@x.org", "https://x.org?a=1"):
+        with pytest.raises(ValueError, match="public_urls"):
+            WebSettings(allow_remote=True, public_urls=(bad,))
+    with pytest.raises(ValueError, match="allow_remote"):
+        WebSettings(public_urls=("https://x.org",))
 
 
 def test_settings_and_address() -> None:

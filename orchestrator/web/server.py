@@ -8,7 +8,8 @@ lifespan protocol. Starlette gives the routes, the streaming responses and the t
 same, at the price of a second framework beside the pydantic models the API shares with the control channel.
 
 At start ``.orchestrator/web.json`` gets the URL and the token (mode 0600, removed at the end), and the URL
-is printed with the token in its fragment, which the page trades for a cookie (``security``).
+is printed with the token in its fragment, which the page trades for a cookie made from that token
+(``security``): the next start's token ends every session of this one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import socket
 import time
 import traceback
@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.config.web import WebSettings, is_loopback
+from orchestrator.config.web import WILDCARDS, WebSettings, is_loopback
 from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.web import errors, html, metrics, pages
 from orchestrator.web.api import API, Json
@@ -44,7 +44,7 @@ from orchestrator.web.security import COOKIE, Door, new_token
 
 STATIC = Path(__file__).parent / "static"
 WEB_JSON = "web.json"
-SESSION_FILE = "web-session"  # the cookie's secret: kept across starts, so an open page survives a restart
+OLD_SESSION_FILE = "web-session"  # the cookie's secret that earlier versions kept across starts: removed
 
 
 class _QuietServer(uvicorn.Server):
@@ -58,10 +58,11 @@ class _QuietServer(uvicorn.Server):
 class Guard:
     """ASGI middleware: the door's rules before any route (``security.Door``)."""
 
-    def __init__(self, app: ASGIApp, door: Door, say: Callable[[str], None]) -> None:
+    def __init__(self, app: ASGIApp, door: Door, say: Callable[[str], None], now: Callable[[], float]) -> None:
         self.app = app
         self.door = door
         self.say = say
+        self.now = now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,7 +71,9 @@ class Guard:
         request = Request(scope)
         path = scope["path"]
         public = path.startswith("/static/")
-        refusal = self.door.check(request.method, request.headers, request.cookies, needs_token=not public)
+        refusal = self.door.check(
+            request.method, request.headers, request.cookies, now=self.now(), needs_token=not public
+        )
         if refusal is not None and refusal.status == 401 and pages.is_page(path):
             await html.login(refusal.message)(scope, receive, send)
             return
@@ -96,19 +99,10 @@ class Guard:
                 await INTERNAL(scope, receive, send)
 
 
-def _session_secret(state_dir: Path) -> str:
-    path = state_dir / SESSION_FILE
-    try:
-        text = path.read_text(encoding="ascii").strip()
-        if len(text) >= 32:
-            return text
-    except OSError:
-        pass
-    text = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(text + "\n")
-    return text
+def machine_names() -> set[str]:
+    """This machine's own host name (and its first label), admitted for a bind to every address."""
+    name = socket.gethostname().lower()
+    return {name, name.partition(".")[0]} - {""}
 
 
 def bind(settings: WebSettings, say: Callable[[str], None]) -> socket.socket:
@@ -162,8 +156,10 @@ class WebServer:
     async def start(self) -> str:
         sock = bind(self.settings, self.say)
         host, port = sock.getsockname()[:2]
-        door = Door.for_server(self.settings, port, self.token)
-        door = Door(door.token, door.hosts, door.origins, door.read_only, _session_secret(self.att.config.state_dir))
+        machine = machine_names() if self.settings.host in WILDCARDS else set()
+        door = Door.for_server(self.settings, port, self.token, machine)
+        with contextlib.suppress(OSError):
+            (self.att.config.state_dir / OLD_SESSION_FILE).unlink()
         api = API(self.att, self.hub, (host, port))
         self.metrics = metrics.Metrics(self.att)
         app = Starlette(
@@ -177,8 +173,9 @@ class WebServer:
             exception_handlers={404: _not_found, 405: _not_allowed, OrchestratorError: _refused, Exception: _internal},
         )
         app.state.door = door
+        app.state.now = self._now
         config = uvicorn.Config(
-            Guard(app, door, self.say),
+            Guard(app, door, self.say, self._now),
             lifespan="off",
             log_level="warning",
             access_log=False,
@@ -191,18 +188,30 @@ class WebServer:
             asyncio.ensure_future(self._server.serve(sockets=[sock])),
             asyncio.ensure_future(self.hub.watch_live(self.att.light)),
         ]
-        shown = f"[{host}]" if ":" in host else ("127.0.0.1" if host == "0.0.0.0" else host)
-        self.url = f"http://{shown}:{port}/"
+        self.url = f"http://{_shown(host)}:{port}/"
         self._write_web_json()
-        if not is_loopback(self.settings.host):
+        if not is_loopback(self.settings.host) or self.settings.public_urls:
             self.say(
-                f"warning: web: the dashboard listens on {self.settings.host} (allow_remote): anyone who can reach "
-                "it and holds the token acts as a person; put TLS in front of it"
+                f"warning: web: the dashboard is reachable from other machines (allow_remote) at "
+                f"{', '.join(self._remote_urls(port, machine))}: anyone who can reach it and holds the token acts "
+                "as a person; put TLS in front of it"
             )
         mode = " (read-only)" if self.settings.read_only else ""
         self.say(f"dashboard{mode}: {self.url} (`orchestrator web` prints it with its token)")
         self.show(f"dashboard: {self.url}#token={self.token}")
+        for public in self.settings.public_urls:
+            self.show(f"dashboard: {public}/#token={self.token}")
         return self.url
+
+    def _now(self) -> float:
+        return self.att.clock.now().timestamp()
+
+    def _remote_urls(self, port: int, machine: set[str]) -> list[str]:
+        """The addresses other machines reach: the public URLs, else the bound host or the machine's name."""
+        if self.settings.public_urls:
+            return [f"{url}/" for url in self.settings.public_urls]
+        name = max(sorted(machine), key=len) if machine else self.settings.host  # the full name, when it has dots
+        return [f"http://{_shown(name, wildcard=False)}:{port}/"]
 
     def _changed(self, event: dict[str, Any]) -> None:
         self.metrics.run_changed(event)
@@ -237,13 +246,24 @@ class WebServer:
                 self.say(f"web: the dashboard did not close cleanly: {exc}")
 
 
+def _shown(host: str, wildcard: bool = True) -> str:
+    """``host`` as a URL names it: an IPv6 address in brackets, a bind to every address as loopback."""
+    if wildcard and host in WILDCARDS:
+        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+    return f"[{host}]" if ":" in host else host
+
+
 async def _session(request: Request) -> Response:
-    """The page trades the token (from its URL's fragment, sent as a bearer header) for the session cookie."""
+    """The page trades the token (from its URL's fragment, sent as a bearer header) for the session cookie: a MAC
+    of this start's token that lasts ``session_max_age`` (``Secure`` when the page came over https)."""
     door: Door = request.app.state.door
     if request.headers.get("authorization", "")[:7].lower() != "bearer ":
         return errors.error(400, "usage", "send the token as `Authorization: Bearer TOKEN`")
     response = Json({"ok": True})
-    response.set_cookie(COOKIE, door.session, httponly=True, samesite="strict", path="/")
+    secure = request.headers.get("origin", "").lower().startswith("https://")
+    value = door.session(request.app.state.now())
+    max_age = int(door.max_age)
+    response.set_cookie(COOKIE, value, max_age=max_age, httponly=True, samesite="strict", path="/", secure=secure)
     return response
 
 

@@ -78,6 +78,14 @@
     source.onerror = function () {
       if (!lost) say("the orchestrator is not answering; reconnecting…", "down");
       lost = true;
+      // the browser reconnects by itself while the server is away; an answer other than the stream (a 401 after a
+      // restart: the session was this start's) closes it for good, so ask why
+      if (source.readyState === EventSource.CLOSED) {
+        fetch("/api/v1/state", { credentials: "same-origin" }).then(function (r) {
+          if (r.status !== 401) return setTimeout(connect, 1000);
+          say("this page's session has ended (a restart ends it): open the URL `orchestrator web` prints", "down");
+        }, function () { setTimeout(connect, 1000); });
+      }
     };
   }
   connect();
