@@ -29,7 +29,7 @@ from orchestrator.agents import keeper, memo_list, procs
 from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.agents.command import adopt_command, recorded_command
 from orchestrator.agents.handle import Agent
-from orchestrator.agents.spec import LaunchSpec
+from orchestrator.agents.spec import LaunchSpec, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
@@ -186,7 +186,9 @@ class Adopter(Extension):
             prompt="",
             memo_paths=[m.path for m in run.memos],
             log_path=run.log_path or Path(os.devnull),
+            cwd=role_folder(self.config.root, run.role.cwd),
             env={},
+            resume=run.resumed_from,
         )
 
     async def _live_agent(self, row: dict[str, Any]) -> tuple[procs.ProcRef, int | None] | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from orchestrator.agents import memo_list
 from orchestrator.agents.spawner import OnExit, Spawner
-from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
+from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
@@ -245,8 +245,9 @@ class Launcher:
             prompt=prompt,
             memo_paths=memo_paths,
             log_path=run.log_path or Path(os.devnull),
+            cwd=role_folder(self.config.root, role.cwd),
             env=env,
-            extra={"resume": run.resumed_from},
+            resume=run.resumed_from,
         )
         self.console.line(
             f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name
