@@ -24,7 +24,7 @@ from orchestrator.control import client
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.control.protocol import FeatureRequest, parse_request
 from orchestrator.core.errors import RefusedError, UsageError
-from orchestrator.core.events import FeatureRequested
+from orchestrator.core.events import CancelRequested, FeatureRequested
 from orchestrator.supervisor.extension import Extension, Host
 from orchestrator.supervisor.feature_requests import Command, FeatureRequests, Needs
 from orchestrator.supervisor.recovery import recover
@@ -257,3 +257,32 @@ def test_the_feature_in_a_real_up_moves_parks_fails_and_answers_over_the_socket(
     )
     assert len(answer["parked"]) == 1
     assert project.procs[0].stop() == 0
+
+
+class Slow(Extension):
+    """A ``prepare`` that waits until the test lets it go (a slow workspace)."""
+
+    gate: asyncio.Event
+
+    def __init__(self, host: Host) -> None:
+        Slow.gate = asyncio.Event()
+
+    async def prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
+        await Slow.gate.wait()
+        return spec
+
+
+def test_a_run_cancelled_while_its_start_is_prepared_starts_no_agent(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}}, more=[Slow])
+        await r.drop("builder", "a.md")
+        assert r.state("a") == "starting"
+        reply = await r.request(CancelRequested, memo="a")
+        assert r.state("a") == "cancelling"
+        Slow.gate.set()
+        await until(lambda: reply.done(), "the cancel's receipt")
+        assert r.spawner.agents == [] and r.folder("builder", "cancelled") == ["a.md"]
+        assert reply.result()["state"] == "cancelled"
+        r.close()
+
+    play(tmp_path, scenario)

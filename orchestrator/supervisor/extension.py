@@ -9,8 +9,8 @@ supervisor: it gets a ``Host`` with the clock, the console, the holds, the share
 a way to post events to the loop and read-only views of the queues and the live runs. So no feature reaches
 into the core, and nothing in the core imports a feature.
 
-Every hook runs on the loop's thread, inside the handling of one event, but the awaited ones (``prepare``, ``open``,
-``close``), which run on the loop's thread between events.
+Every hook runs on the loop's thread; all but the awaited ones (``prepare``, ``open``, ``close``) run inside the
+handling of one event.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class Extension:
       folder, ask a program), and must not change the run. At a restart it is shown each run taken back
       (``spec.adopted``: its agent exists, so what it returns is ignored; it may record what it sees);
       a ``SpawnError`` it raises fails the attempt with its words (``internal``: the memos go back to the inbox),
-      any other error is logged as a bug and fails the attempt as a start's would;
+      any other error is logged as a bug and fails the attempt as a start's would; a run cancelled or stopped
+      while it is prepared starts no agent;
     - ``decide_end``: an attempt that ended by itself, before the default rules: ``DEFAULT``, or a
       ``decisions.Fail`` or ``decisions.Park`` that redirects its end (the first one asked that decides wins);
     - ``requests``: the control requests it serves (``feature_requests.Command``: a model, its handler, who may

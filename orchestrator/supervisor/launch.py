@@ -275,16 +275,11 @@ class Launcher:
 
     async def _spawn(self, run: RoleRun, spec: LaunchSpec, memos_file: Path | None = None) -> None:
         self.store.commit_pending()  # the attempt is on record before its agent can exist
-        try:
-            spec = await prepared(self.prepares, run, spec)
-        except SpawnError as exc:
-            why = f"could not prepare the start: {exc}"
-            self.post(AgentStartFailed(spec.run_id, spec.attempt, why, internal=exc.internal))
-            return
-        except Exception as exc:  # noqa: BLE001 - an extension's bug: loud, and the attempt fails like a start's
-            self.console.error(f"preparing the start of run {spec.run_id} failed:\n{traceback.format_exc()}")
-            self.post(AgentStartFailed(spec.run_id, spec.attempt, f"could not prepare the start: {exc}", True))
-            return
+        if self.prepares:
+            ready = await self._prepare(run, spec)
+            if ready is None:
+                return
+            spec = ready
         if memos_file is not None:
             try:  # before the agent exists: ORCHESTRATOR_MEMOS_FILE names it
                 memo_list.write_list(memos_file, spec.memo_paths)
@@ -303,6 +298,25 @@ class Launcher:
         else:
             # handled before the exit watcher can report: it runs only once this task yields
             self.post(AgentStarted(spec.run_id, spec.attempt, agent))
+
+    async def _prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec | None:
+        """The spec the extensions' ``prepare`` made of ``spec``; None when the start is given up (they failed it,
+        or the run was cancelled or stopped meanwhile: no agent is started only to be stopped)."""
+        try:
+            spec = await prepared(self.prepares, run, spec)
+        except SpawnError as exc:
+            why = f"could not prepare the start: {exc}"
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, why, internal=exc.internal))
+            return None
+        except Exception as exc:  # noqa: BLE001 - an extension's bug: loud, and the attempt fails like a start's
+            self.console.error(f"preparing the start of run {spec.run_id} failed:\n{traceback.format_exc()}")
+            why = f"could not prepare the start: {exc}"
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, why, unexpected=True))
+            return None
+        if run.state is not RunState.STARTING:
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, "called off while its start was prepared"))
+            return None
+        return spec
 
     def _exited(self, run_id: int, attempt: int) -> OnExit:
         """What tells the loop that this attempt's agent ended."""
