@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.agents import claude_cli, keeper
@@ -16,6 +17,7 @@ from orchestrator.continuity.context import check_context
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
 from orchestrator.ops.doctor import Host, start_checks
 from orchestrator.prompts import load_template
+from orchestrator.supervisor.extension import ExtensionFactory
 
 
 def preflight(config: Config) -> None:
@@ -129,10 +131,17 @@ def root_lock(config: Config):  # type: ignore[no-untyped-def]
 
 
 def run_up(
-    root: Path, *, until_idle: bool = False, plain: bool = False, host: Host | None = None, web: str | None = None
+    root: Path,
+    *,
+    until_idle: bool = False,
+    plain: bool = False,
+    host: Host | None = None,
+    web: str | None = None,
+    more: Sequence[ExtensionFactory] = (),
 ) -> int:
     """``host``: what the start checks read of the machine (``ops.doctor.Host``; tests give their own);
-    ``web``: ``up --web [HOST:]PORT``, over the file's ``web:``."""
+    ``web``: ``up --web [HOST:]PORT``, over the file's ``web:``; ``more``: features plugged in after the team's
+    (``compose.build_supervisor``; a test's own extension)."""
     from orchestrator.compose import build_supervisor
 
     config = load_config(root)
@@ -144,7 +153,7 @@ def run_up(
         console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
         for finding in warnings:
             console.line(f"warning: {finding.text}")
-        supervisor = build_supervisor(config, console, until_idle=until_idle)
+        supervisor = build_supervisor(config, console, until_idle=until_idle, more=more)
         try:
             code = asyncio.run(supervisor.serve())
         except OSError as exc:  # say the inotify instance limit, or a file system without sockets

@@ -45,6 +45,9 @@ def build_supervisor(
     until_idle: bool = False,
     clock: Clock | None = None,
     spawner: Spawner | None = None,
+    more: Sequence[ExtensionFactory] = (),
 ) -> Supervisor:
-    """The supervisor of ``config`` with every feature plugged in."""
-    return Supervisor(config, console, until_idle=until_idle, clock=clock, spawner=spawner, extensions=features(config))
+    """The supervisor of ``config`` with every feature plugged in; ``more``: features plugged in after them (the
+    seam through which a test composes its own extension, as a new feature would be added to ``FEATURES``)."""
+    every = (*features(config), *more)
+    return Supervisor(config, console, until_idle=until_idle, clock=clock, spawner=spawner, extensions=every)

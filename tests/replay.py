@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from orchestrator.intake.memo import FOLDERS
 from orchestrator.memory.curator import MemoryCurator
 from orchestrator.retention.daily import DailyPass
 from orchestrator.schedule.wakes import Wakes
+from orchestrator.supervisor.extension import ExtensionFactory
 
 
 class FakeAgent:
@@ -154,8 +156,14 @@ class Replay:
     """One project root driven by a script; use inside a running asyncio loop."""
 
     def __init__(
-        self, root: Path, roles: dict[str, dict[str, Any]] | None = None, start: datetime | None = None, **top: Any
+        self,
+        root: Path,
+        roles: dict[str, dict[str, Any]] | None = None,
+        start: datetime | None = None,
+        more: Sequence[ExtensionFactory] = (),
+        **top: Any,
     ) -> None:
+        """``more``: features of the test's own, plugged in after the team's (``compose.build_supervisor``)."""
         self.root = root
         roles = roles if roles is not None else {"builder": {}}
         data: dict[str, Any] = {"max_concurrent": 10, "rescan_interval": "5s", **top}
@@ -174,7 +182,7 @@ class Replay:
         self.clock = ManualClock(start)  # ``start``: the wall clock's first reading (default: a fixed day)
         self.spawner = FakeSpawner()
         self.console = RecordingConsole()
-        self.sup = build_supervisor(self.config, self.console, clock=self.clock, spawner=self.spawner)
+        self.sup = build_supervisor(self.config, self.console, clock=self.clock, spawner=self.spawner, more=more)
         self.sup.loop = asyncio.get_running_loop()
         for role in self.config.roles:
             for folder in FOLDERS:

@@ -83,7 +83,7 @@ def launch_spec(project: Project, role: dict[str, Any] | None = None) -> LaunchS
     memo.write_text("body\n", encoding="utf-8")
     config = load_config(project.root)
     log = project.root / ".orchestrator" / "logs" / "run.log"
-    return LaunchSpec(1, 1, config.roles["builder"], project.root, "the prompt", [memo], log, {})
+    return LaunchSpec(1, 1, config.roles["builder"], project.root, "the prompt", [memo], log, project.root, {})
 
 
 async def settle() -> None:

@@ -192,8 +192,9 @@ def test_runner_spec_is_a_valid_spec(tmp_path: Path) -> None:
         prompt="do it",
         memo_paths=[],
         log_path=tmp_path / "7.log",
+        cwd=tmp_path,
         env={},
-        extra={"resume": "s-9"},
+        resume="s-9",
     )
     wire = runner_spec(launch, "/bin/claude", tmp_path, tmp_path / "t.jsonl")
     spec = parse_spec(json.dumps(wire))

@@ -621,8 +621,9 @@ def launch_spec(tmp_path: Path, role: Role, prompt: str = "hello", **extra: Any)
         prompt=prompt,
         memo_paths=[memo],
         log_path=tmp_path / "logs" / "7.log",
+        cwd=tmp_path,
         env=env,
-        extra=extra,
+        **extra,
     )
 
 

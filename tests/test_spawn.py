@@ -24,7 +24,7 @@ import pytest
 from orchestrator.agents import keeper, procs
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spawner import ProcessSpawner
-from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
+from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment, role_folder
 from orchestrator.config import Role
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
 
@@ -51,6 +51,7 @@ def spec_for(root: Path, command: list[str], **settings: Any) -> LaunchSpec:
         prompt="the prompt",
         memo_paths=[memo],
         log_path=root / ".orchestrator" / "logs" / "3-builder.log",
+        cwd=role_folder(root, role.cwd),
         env=agent_environment(role, root, 3, 1, [memo]),
     )
 

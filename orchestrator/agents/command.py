@@ -20,7 +20,6 @@ from orchestrator.agents.spec import (
     SpawnError,
     is_claude_command,
     resolve_command,
-    role_folder,
     transcript_path,
 )
 
@@ -29,8 +28,8 @@ async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) 
     """Start a ``command`` role's agent, under the ``keeper`` binary when there is one; ``on_exit`` is called with
     its verdict when it ends."""
     role = spec.role
-    cwd = role_folder(spec.root, role.cwd)
-    argv = [*role.command, *cap_arguments(role, spec.extra.get("per_run_usd", role.budget.per_run_usd))]
+    cwd = spec.cwd
+    argv = [*role.command, *cap_arguments(role, role.budget.per_run_usd), *spec.args]
     prompt = spec.prompt.encode("utf-8")
     if role.prompt_via == "arg":
         if len(prompt) >= ARG_MAX_SINGLE:

@@ -10,9 +10,8 @@ import errno
 import functools
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from orchestrator.agents import memo_list
 from orchestrator.config import Role
@@ -38,9 +37,16 @@ class SpawnError(Exception):
         self.internal = internal
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchSpec:
-    """Everything needed to start one attempt of a run."""
+    """Everything needed to start one attempt of a run; every backend reads where and how from here, never from
+    the role, so an extension's ``prepare`` can change it (``dataclasses.replace``) before the start.
+
+    ``cwd``: the folder the agent starts in (the role's ``cwd`` under the root, unless ``prepare`` moved it);
+    ``env``: its whole environment; ``resume``: the session an sdk attempt resumes (``retry_resumes``);
+    ``args``: arguments added after the role's ``command`` (and the caps the orchestrator adds), before a prompt
+    given as an argument (``command`` roles only: an sdk start refuses them); ``adopted``: the agent already runs
+    (taken back at a restart), so what ``prepare`` returns changes nothing."""
 
     run_id: int
     attempt: int
@@ -49,15 +55,17 @@ class LaunchSpec:
     prompt: str
     memo_paths: list[Path]
     log_path: Path
+    cwd: Path
     env: dict[str, str]
-    extra: dict[str, Any] = field(default_factory=dict)
+    resume: str | None = None
+    args: tuple[str, ...] = ()
+    adopted: bool = False
 
 
 def transcript_path(spec: LaunchSpec) -> Path:
-    """The run's transcript (a Claude agent's events, one JSON object a line): ``spec.extra["transcript"]``, or
+    """The run's transcript (a Claude agent's events, one JSON object a line):
     ``.orchestrator/runs/<run_id>/transcript.jsonl``."""
-    default = spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
-    return Path(spec.extra.get("transcript") or default)
+    return spec.root / ".orchestrator" / "runs" / str(spec.run_id) / "transcript.jsonl"
 
 
 def agent_environment(

@@ -121,15 +121,18 @@ def touches_own(caller: Caller, command: str, role: str | None) -> bool:
     return command.startswith("memory ") and role == TEAM
 
 
-def refusal(caller: Caller, held: Mapping[str, Level], command: str, own: bool) -> str | None:
+def refusal(
+    caller: Caller, held: Mapping[str, Level], command: str, own: bool, rule: tuple[str, bool] | None = None
+) -> str | None:
     """Why ``caller`` may not run ``orchestrator COMMAND`` (one line), or None when it may.
 
     ``held``: the caller's role's grants (``grants``); ``own``: whether what the command touches is the
-    caller's own role's (its work, its memory, itself).
+    caller's own role's (its work, its memory, itself); ``rule``: the grant a feature's command needs and whether
+    its ``own`` level is enough (else ``COMMANDS`` says).
     """
     if not caller.agent:
         return None
-    grant, own_enough = COMMANDS[command]
+    grant, own_enough = rule or COMMANDS[command]
     level = held.get(grant, Level.NONE)
     if level is Level.ANY or (level is Level.OWN and own_enough and own and caller.role is not None):
         return None
@@ -141,7 +144,7 @@ def refusal(caller: Caller, held: Mapping[str, Level], command: str, own: bool) 
         )
     what = f"`orchestrator {command}`"
     if level is Level.OWN and own_enough:
-        what += f" of {_NOT_OWN[grant]}"
+        what += f" of {_NOT_OWN.get(grant, 'another role')}"
     return (
         f"refused: {what} is for people, and this is {who}; nothing was changed "
         f"(a role may be allowed it with `may: [{grant}]` in roles.yaml)"

@@ -25,7 +25,7 @@ import os
 import socket
 import struct
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from orchestrator.control.client import (  # noqa: F401 - call and socket_path: 
     short_path,
     socket_path,
 )
-from orchestrator.control.protocol import Answer, Request, parse_request
+from orchestrator.control.protocol import Answer, FeatureRequest, Request, parse_request
 from orchestrator.core.errors import OrchestratorError, control_code
 
 IDLE_TIMEOUT = 30.0
@@ -52,19 +52,22 @@ class ControlServer:
     ``OrchestratorError`` it raises becomes a refusal with its wire code, any
     other exception is logged through ``log_error`` (traceback included) and
     answered as an internal error. ``peer_uid`` reads a connection's uid (None: no credentials to be had); a
-    refused connection gets one line through ``log`` (``log_error`` when not given).
+    refused connection gets one line through ``log`` (``log_error`` when not given); ``more``: the requests features
+    registered, by ``op``.
     """
 
     def __init__(
         self,
         path: Path,
-        handle: Callable[[Request, Peer], Awaitable[dict[str, Any]]],
+        handle: Callable[[Request | FeatureRequest, Peer], Awaitable[dict[str, Any]]],
         log_error: Callable[[str], None],
         *,
         log: Callable[[str], None] | None = None,
         peer_uid: Callable[[socket.socket | None], int | None] | None = None,
+        more: Mapping[str, type[FeatureRequest]] | None = None,
     ) -> None:
         self.path = path
+        self.more = more  # the features' requests, by ``op``
         self.handle = handle
         self.log_error = log_error
         self.log = log or log_error
@@ -160,7 +163,7 @@ class ControlServer:
         """The answer to one request line; never raises (but for the connection's own cancellation)."""
         op = "?"
         try:
-            request = parse_request(line)
+            request = parse_request(line, self.more)
             op = request.op
             return Answer.success(await self.handle(request, peer))
         except OrchestratorError as exc:

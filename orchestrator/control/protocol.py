@@ -13,6 +13,10 @@ field at fault, so the server never dispatches on a raw dict::
     {"op": "schedule_changed"}
     {"op": "authorize", "command": "release", "role": null}
 
+A feature may serve requests of its own: each is a ``FeatureRequest`` subclass with a literal ``op`` of its own,
+registered with the supervisor (``Extension.requests``), which hands the server their models (``more``): they are
+parsed and validated here like the others and reach the loop as one ``FeatureRequested`` event.
+
 Validation is strict (``"force": "yes"`` is not a boolean) and unknown fields
 are refused. No request field holds a list or an object, so nesting deeper than
 ``MAX_DEPTH`` is refused by a byte scan before ``json.loads`` could recurse on it.
@@ -25,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -97,6 +102,26 @@ class ScheduleChangedRequest(_Request):
     """The ledger changed: the schedule looks again at what is due."""
 
     op: Literal["schedule_changed"] = "schedule_changed"
+
+
+class FeatureRequest(_Request):
+    """The base of a request a feature registers: a subclass sets ``op`` to a ``Literal`` of its own name and adds
+    its fields (no lists or objects: see ``MAX_DEPTH``)."""
+
+    op: str
+    who: str = "unknown"
+
+
+def op_of(model: type[FeatureRequest]) -> str:
+    """The one name a feature request's ``op`` is, from its ``Literal``; ``TypeError`` when it has none."""
+    names = get_args(model.model_fields["op"].annotation)
+    if (
+        len(names) != 1
+        or not isinstance(names[0], str)
+        or get_origin(model.model_fields["op"].annotation) is not Literal
+    ):
+        raise TypeError(f"{model.__name__}.op must be a Literal of one name, such as Literal['park']")
+    return names[0]
 
 
 def _known_command(command: str) -> str:
@@ -194,8 +219,9 @@ def too_deep(line: bytes, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
-def parse_request(line: bytes) -> Request:
-    """The validated request on ``line``; ``UsageError`` naming what is wrong (and the field) otherwise."""
+def parse_request(line: bytes, more: Mapping[str, type[FeatureRequest]] | None = None) -> Request | FeatureRequest:
+    """The validated request on ``line`` (``more``: the features' requests, by ``op``); ``UsageError`` naming what is
+    wrong (and the field) otherwise."""
     if too_deep(line):
         raise UsageError(f"malformed request: lists or objects nested deeper than {MAX_DEPTH} levels, or not closed")
     try:
@@ -206,9 +232,12 @@ def parse_request(line: bytes) -> Request:
         raise UsageError('malformed request: expected a JSON object such as {"op": "status"}')
     if "op" not in data:
         raise UsageError('malformed request: field "op": Field required')
-    if not isinstance(data["op"], str) or data["op"] not in OPS:
-        raise UsageError(f"unknown request {data['op']!r}; known: {', '.join(OPS)}")
+    more = more or {}
+    if not isinstance(data["op"], str) or (data["op"] not in OPS and data["op"] not in more):
+        raise UsageError(f"unknown request {data['op']!r}; known: {', '.join([*OPS, *more])}")
     try:
+        if data["op"] in more:
+            return more[data["op"]].model_validate(data)
         return REQUESTS.validate_python(data)
     except ValidationError as exc:
         raise UsageError(f"malformed request: {describe(exc)}") from None
@@ -225,8 +254,10 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def to_event(request: Request, reply: asyncio.Future[Any]) -> events.Request:
+def to_event(request: Request | FeatureRequest, reply: asyncio.Future[Any]) -> events.Request:
     """The loop's typed event for a validated request; the loop answers through ``reply``."""
+    if isinstance(request, FeatureRequest):
+        return events.FeatureRequested(request, reply)
     if isinstance(request, AuthorizeRequest):
         raise TypeError("an authorize request is answered by the gate, never posted to the loop")
     if isinstance(request, StatusRequest):

@@ -177,6 +177,14 @@ class ScheduleChanged:
     reply: asyncio.Future[Any] = field(compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class FeatureRequested:
+    """A request a feature registered (``control.protocol.FeatureRequest``), for the handler it registered."""
+
+    request: Any
+    reply: asyncio.Future[Any] = field(compare=False, repr=False)
+
+
 Request = (
     StatusRequested
     | StopRequested
@@ -185,6 +193,7 @@ Request = (
     | TellRequested
     | WakeRequested
     | ScheduleChanged
+    | FeatureRequested
 )
 Event = (
     MemoSeen

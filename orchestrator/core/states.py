@@ -41,7 +41,8 @@ class RunState(str, Enum):
     TIMED_OUT = "timed_out"
     """Stopped for passing the timeout; memo(s) in failed/ with the reason."""
     RETURNED = "returned"
-    """The orchestrator ended or restarted under it; memo(s) back in inbox/ with the attempt count kept."""
+    """The orchestrator ended or restarted under it; memo(s) back in inbox/ with the attempt count kept (or in held/,
+    parked for a person by a feature's ``decide_end``, until ``orchestrator release``)."""
 
     @property
     def finished(self) -> bool:

@@ -20,6 +20,7 @@ to its socket, which replays its latest events, so ``tell``, ``interrupt``,
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +30,7 @@ from orchestrator.agents import keeper, memo_list, procs
 from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.agents.command import adopt_command, recorded_command
 from orchestrator.agents.handle import Agent
-from orchestrator.agents.spec import LaunchSpec
+from orchestrator.agents.spec import LaunchSpec, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
@@ -38,6 +39,7 @@ from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
 from orchestrator.supervisor.extension import Extension
+from orchestrator.supervisor.launch import Prepare
 from orchestrator.supervisor.lifecycle import Lifecycle
 
 SPENT_BATCH = 64  # spent exit records handed to the remover thread at once
@@ -61,8 +63,11 @@ class Adopter(Extension):
         console: Console,
         lifecycle: Lifecycle,
         post: Callable[[Event], None],
+        prepares: list[Prepare] | None = None,
     ) -> None:
+        """``prepares``: the extensions' ``prepare`` hooks, shown each run taken back (they can only observe it)."""
         self.config = config
+        self.prepares = prepares if prepares is not None else []
         self.store = store
         self.console = console
         self.lc = lifecycle
@@ -102,6 +107,7 @@ class Adopter(Extension):
             )
             ended = self._recorded(run, row)
             self.lc.adopt(run, ended)
+            await self._show(run, ended.spec)
             self.pending.append(RunExited(run_id, attempt, ended.conclude(record.returncode)))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
@@ -114,13 +120,15 @@ class Adopter(Extension):
             def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
                 self.post(RunExited(run_id, attempt, verdict))
 
+            spec = self._spec(run, _folder_of(ref.pid))
             if role.backend == "sdk":
                 from orchestrator.agents.sdk.backend import adopt_sdk  # 15 ms of every start-up otherwise
 
-                agent = adopt_sdk(self._spec(run), ref, keeper_pid)
+                agent = adopt_sdk(spec, ref, keeper_pid)
             else:
-                agent = adopt_command(self._spec(run), ref, keeper_pid)
+                agent = adopt_command(spec, ref, keeper_pid)
             self.lc.adopt(run, agent, pid=ref.pid, create_time=ref.create_time)
+            await self._show(run, spec)
             agent.watch(exited)
             left = role.timeout - run.elapsed(self.clock.monotonic())
             if state is RunState.TIMING_OUT:
@@ -177,7 +185,9 @@ class Adopter(Extension):
         pid = row["pid"] if row.get("pid") and self._group_is_the_runs(row) else None
         return recorded_sdk(self._spec(run), pid)
 
-    def _spec(self, run: RoleRun) -> LaunchSpec:
+    def _spec(self, run: RoleRun, cwd: Path | None = None) -> LaunchSpec:
+        """What is known of a taken-back attempt's start: no prompt or environment; ``cwd``, where its live agent
+        runs (else the role's folder)."""
         return LaunchSpec(
             run_id=run.run_id,
             attempt=run.attempt,
@@ -186,8 +196,20 @@ class Adopter(Extension):
             prompt="",
             memo_paths=[m.path for m in run.memos],
             log_path=run.log_path or Path(os.devnull),
+            cwd=cwd or role_folder(self.config.root, run.role.cwd),
             env={},
+            resume=run.resumed_from,
+            adopted=True,
         )
+
+    async def _show(self, run: RoleRun, spec: LaunchSpec) -> None:
+        """The extensions' ``prepare`` sees the run taken back (``spec.adopted``): its agent exists, so what they
+        return changes nothing, and a hook that fails is logged and adoption goes on."""
+        for prepare in self.prepares:
+            try:
+                await prepare(run, spec)
+            except Exception:  # noqa: BLE001 - observing must not cost the run its adoption
+                self.console.error(f"internal error in {prepare.__qualname__} at adoption:\n{traceback.format_exc()}")
 
     async def _live_agent(self, row: dict[str, Any]) -> tuple[procs.ProcRef, int | None] | None:
         """The run's agent when it still lives: (its reference, its keeper's pid or None)."""
@@ -285,6 +307,14 @@ def _keeper_marks(marks: tuple[bytes, ...]) -> tuple[bytes, ...]:
 def _carries(pid: int, marks: tuple[bytes, ...]) -> bool:
     env = b"\0" + (procs.raw_environ(pid) or b"")  # marks is never empty: an unreadable environ carries none
     return all(mark in env for mark in marks)
+
+
+def _folder_of(pid: int) -> Path | None:
+    """The folder process ``pid`` runs in, or None when it cannot be read."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
 
 
 def _ppid(pid: int) -> int:

@@ -82,6 +82,12 @@ class Budgets:
     def blocked(self) -> list[str]:
         return blocked_roles(self.current, list(self.config.roles))
 
+    def why_over(self, role: str) -> str | None:
+        """Why ``role`` is over its budget (or every role, over the team's), or None."""
+        if role not in self.blocked():
+            return None
+        return self.current.get(role) or self.current.get("*", "")
+
 
 def _running_costs(runs: Iterable[RoleRun]) -> dict[str, float]:
     """What each role's live sessions spent beyond what is already on record for their runs."""

@@ -9,25 +9,30 @@ supervisor: it gets a ``Host`` with the clock, the console, the holds, the share
 a way to post events to the loop and read-only views of the queues and the live runs. So no feature reaches
 into the core, and nothing in the core imports a feature.
 
-Every hook runs on the loop's thread, inside the handling of one event.
+Every hook runs on the loop's thread; all but the awaited ones (``prepare``, ``open``, ``close``) run inside the
+handling of one event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.control.authority import Caller
 from orchestrator.control.protocol import Request
+from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Clock
 from orchestrator.core.events import RunFinished
 from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
+from orchestrator.supervisor.decisions import DEFAULT, EndDecision
+from orchestrator.supervisor.feature_requests import Command
 from orchestrator.supervisor.holds import Holds
 
 Handler = Callable[[Any], None]
@@ -71,6 +76,20 @@ class Extension:
     - ``before_finish``: a run is about to end (its memo not yet moved); ``on_finished``: it has ended;
     - ``on_transition``: a run changed state (recorded already); it only watches;
     - ``agent_env``: variables it adds to an attempt's agent environment (asked once the attempt is on record);
+      a convenience for the common case of ``prepare``, and synchronous, so a feature's variables are read while
+      the event that starts the attempt is handled (the dashboard's ``TRACEPARENT`` of the run's span);
+    - ``prepare`` (awaited): the ``LaunchSpec`` of every start (first attempt, retry, a resumed session), ``agent_env``
+      already in it; it returns the spec to start with (``dataclasses.replace``: another ``cwd``, more ``env``,
+      ``args``). It runs in the attempt's start task, outside an event's handling, so it may wait (make a
+      folder, ask a program), and must not change the run. At a restart it is shown each run taken back
+      (``spec.adopted``: its agent exists, so what it returns is ignored; it may record what it sees);
+      a ``SpawnError`` it raises fails the attempt with its words (``internal``: the memos go back to the inbox),
+      any other error is logged as a bug and fails the attempt as a start's would; a run cancelled or stopped
+      while it is prepared starts no agent;
+    - ``decide_end``: an attempt that ended by itself, before the default rules: ``DEFAULT``, or a
+      ``decisions.Fail`` or ``decisions.Park`` that redirects its end (the first one asked that decides wins);
+    - ``requests``: the control requests it serves (``feature_requests.Command``: a model, its handler, who may
+      send it), parsed, checked and answered with no change to the supervisor;
     - ``open`` / ``close`` (awaited): what it serves beside the loop, opened once the control channel listens and
       closed at shutdown (the dashboard's server);
     - ``start`` / ``stop``: the loop is serving (recovery done, the first scan made) / it is ending;
@@ -104,6 +123,15 @@ class Extension:
 
     def agent_env(self, run: RoleRun) -> dict[str, str]:
         return {}
+
+    async def prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
+        return spec
+
+    def decide_end(self, run: RoleRun, verdict: AttemptVerdict) -> EndDecision:
+        return DEFAULT
+
+    def requests(self) -> Sequence[Command[Any]]:
+        return ()
 
     async def open(self) -> None:
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
@@ -27,6 +27,7 @@ from orchestrator.control.lookup import Candidate
 from orchestrator.control.protocol import (
     AuthorizeRequest,
     CancelRequest,
+    FeatureRequest,
     InterruptRequest,
     Request,
     StopRequest,
@@ -38,7 +39,9 @@ from orchestrator.core.errors import RefusedError
 from orchestrator.intake import outbox
 from orchestrator.store import Store
 from orchestrator.supervisor.breaker import links_of, normal_sender
+from orchestrator.supervisor.feature_requests import FeatureRequests
 
+Checked = TypeVar("Checked", bound=Request | FeatureRequest)
 CHAIN_CAP = 1000  # reply_to links followed up from a memo to find one its caller's role sent
 
 
@@ -55,6 +58,7 @@ class Gate:
         find: Callable[[str], list[Candidate]],
     ) -> None:
         self.config = config
+        self.features = FeatureRequests()  # the requests the extensions serve, each with who may send it
         self.store = store
         self.console = console
         self.clock = clock
@@ -79,22 +83,31 @@ class Gate:
             raise
 
     # ------------------------------------------------------------ requests
-    def admit(self, request: Request, pid: int) -> Request:
+    def admit(self, request: Checked, pid: int) -> Checked:
         """The request to carry out, its ``who`` naming an agent caller; ``RefusedError`` when it may not."""
-        if not isinstance(request, StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest):
+        if not self._checked(request):
             return request  # reads, and the ledger's nudge, are open to every caller
         return self.admit_caller(request, self.identify(pid))
 
-    def admit_caller(self, request: Request, caller: Caller) -> Request:
+    def admit_caller(self, request: Checked, caller: Caller) -> Checked:
         """``admit`` for a caller already identified (the dashboard's: a person holding the token, unless the
         kernel traced its connection to an agent)."""
-        if not isinstance(request, StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest):
+        if not self._checked(request) or not caller.agent:
             return request
-        if not caller.agent:
-            return request
-        command, own = self._what(request, caller)
-        self.require(caller, command, own)
-        return request.model_copy(update={"who": f"{request.who}, {caller.describe()}"})
+        if isinstance(request, FeatureRequest):
+            command, rule, own = self.features.rule(request, caller)
+            self.require(caller, command, own, rule)
+        else:
+            command, own = self._what(request, caller)
+            self.require(caller, command, own)
+        who = f"{getattr(request, 'who', 'unknown')}, {caller.describe()}"
+        return cast(Checked, request.model_copy(update={"who": who}))
+
+    def _checked(self, request: Checked) -> bool:
+        """Whether the caller of ``request`` must be checked (a feature's: as it registered)."""
+        if isinstance(request, FeatureRequest):
+            return self.features.needs(request) is not None
+        return isinstance(request, StopRequest | CancelRequest | InterruptRequest | TellRequest | WakeRequest)
 
     def authorize(self, request: AuthorizeRequest, pid: int) -> dict[str, Any]:
         """A command that acts on files asks whether its caller may; the answer names the caller."""
@@ -102,11 +115,12 @@ class Gate:
         self.require(caller, request.command, authority.touches_own(caller, request.command, request.role))
         return {"caller": caller.to_wire()}
 
-    def require(self, caller: Caller, command: str, own: bool) -> None:
-        """Refuse (loudly, once per run to the notify role) what ``caller`` may not do."""
+    def require(self, caller: Caller, command: str, own: bool, rule: tuple[str, bool] | None = None) -> None:
+        """Refuse (loudly, once per run to the notify role) what ``caller`` may not do (``rule``: a feature's
+        command's grant, see ``authority.refusal``)."""
         role = self.config.roles.get(caller.role) if caller.role else None
         held = authority.grants(role.may if role else (), curator=caller.role == self.config.memory.curator)
-        why = authority.refusal(caller, held, command, own)
+        why = authority.refusal(caller, held, command, own, rule)
         if why is None:
             return
         self.console.line(f"refused {command} from {caller.describe()}", role=caller.role)

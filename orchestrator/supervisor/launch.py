@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import memo_list
 from orchestrator.agents.spawner import OnExit, Spawner
-from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment
+from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
@@ -43,6 +43,21 @@ from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
 from orchestrator.supervisor.lifecycle import Lifecycle, reason_writer
 from orchestrator.supervisor.slots import Waiting, pick
+
+Prepare = Callable[[RoleRun, LaunchSpec], Awaitable[LaunchSpec]]
+
+
+async def prepared(hooks: list[Prepare], run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
+    """``spec`` as every extension's ``prepare`` leaves it, each given what the one before returned; a hook that
+    returns anything but a spec of the same attempt is a bug (``TypeError``)."""
+    for prepare in hooks:
+        given, spec = spec, await prepare(run, spec)
+        if not isinstance(spec, LaunchSpec) or (spec.run_id, spec.attempt) != (given.run_id, given.attempt):
+            name = getattr(prepare, "__qualname__", repr(prepare))
+            raise TypeError(
+                f"{name} returned {spec!r:.80}, not the LaunchSpec of run {given.run_id} attempt {given.attempt}"
+            )
+    return spec
 
 
 class Launcher:
@@ -81,6 +96,8 @@ class Launcher:
         self.on_start: list[Callable[[RoleRun], None]] = []
         # more variables for an attempt's agent, asked once its start is on record (TRACEPARENT, web/otel.py)
         self.env_hooks: list[Callable[[RoleRun], dict[str, str]]] = []
+        # awaited before every start, in order, each given the spec the one before returned (``Extension.prepare``)
+        self.prepares: list[Prepare] = []
 
     # ------------------------------------------------------------ what next
     def schedule(self, blocked: list[str]) -> None:
@@ -245,18 +262,24 @@ class Launcher:
             prompt=prompt,
             memo_paths=memo_paths,
             log_path=run.log_path or Path(os.devnull),
+            cwd=role_folder(self.config.root, role.cwd),
             env=env,
-            extra={"resume": run.resumed_from},
+            resume=run.resumed_from,
         )
         self.console.line(
             f'start {run.label} "{run.subject}" (run {run.run_id}, attempt {run.attempt})', role=role.name
         )
-        task = asyncio.ensure_future(self._spawn(spec, memos_file))
+        task = asyncio.ensure_future(self._spawn(run, spec, memos_file))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _spawn(self, spec: LaunchSpec, memos_file: Path | None = None) -> None:
+    async def _spawn(self, run: RoleRun, spec: LaunchSpec, memos_file: Path | None = None) -> None:
         self.store.commit_pending()  # the attempt is on record before its agent can exist
+        if self.prepares:
+            ready = await self._prepare(run, spec)
+            if ready is None:
+                return
+            spec = ready
         if memos_file is not None:
             try:  # before the agent exists: ORCHESTRATOR_MEMOS_FILE names it
                 memo_list.write_list(memos_file, spec.memo_paths)
@@ -275,6 +298,25 @@ class Launcher:
         else:
             # handled before the exit watcher can report: it runs only once this task yields
             self.post(AgentStarted(spec.run_id, spec.attempt, agent))
+
+    async def _prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec | None:
+        """The spec the extensions' ``prepare`` made of ``spec``; None when the start is given up (they failed it,
+        or the run was cancelled or stopped meanwhile: no agent is started only to be stopped)."""
+        try:
+            spec = await prepared(self.prepares, run, spec)
+        except SpawnError as exc:
+            why = f"could not prepare the start: {exc}"
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, why, internal=exc.internal))
+            return None
+        except Exception as exc:  # noqa: BLE001 - an extension's bug: loud, and the attempt fails like a start's
+            self.console.error(f"preparing the start of run {spec.run_id} failed:\n{traceback.format_exc()}")
+            why = f"could not prepare the start: {exc}"
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, why, unexpected=True))
+            return None
+        if run.state is not RunState.STARTING:
+            self.post(AgentStartFailed(spec.run_id, spec.attempt, "called off while its start was prepared"))
+            return None
+        return spec
 
     def _exited(self, run_id: int, attempt: int) -> OnExit:
         """What tells the loop that this attempt's agent ended."""

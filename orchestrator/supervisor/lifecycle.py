@@ -289,10 +289,12 @@ class Lifecycle:
         announce: bool = True,
         attempts_used: int | None = None,
         order: CancelOrder | None = None,
+        folder: str | None = None,
     ) -> list[Path]:
         """End the run in ``state``: timers, slot, memos, attempt counts, the record, one ``RunFinished``.
 
         ``announce=False`` when the caller says it in its own words (recovery); the record is the same.
+        ``folder``: where the memos go instead of the state's (a parked run: ``held/``, with ``reason_text``).
         ``attempts_used``: what a returned memo keeps, when not every attempt counts (one that never began).
         ``order``: who cancelled a run that ends cancelled without having been stopped (queued, waiting).
         """
@@ -306,8 +308,8 @@ class Lifecycle:
             ready.remove(run)
         for hook in self.before_finish:
             self._call(hook, run, state, reason)
-        folder = FOLDER_OF[state]
-        text = None
+        folder = folder or FOLDER_OF[state]
+        text = reason_text
         if folder == FAILED:
             text = reason_text or notices.failure_reason_text(
                 run, state, reason or state.value, self.store.attempts(run.run_id)

@@ -173,6 +173,7 @@ class Supervisor:
             ev.CancelRequested: self.requests.cancel,
             ev.InterruptRequested: self.requests.interrupt,
             ev.TellRequested: self.requests.tell,
+            ev.FeatureRequested: self.gate.features.handle,
         }
         self.ending: Ending | None = None  # None while the orchestrator is not ending
         self.exit_code = 0
@@ -197,8 +198,8 @@ class Supervisor:
             ending=lambda: self.ending is not None,
             retry_waiting=lambda role: bool(self.lc.retry_ready[role]),
             slot_free=self.lc.slots.free,
-            paused=self._paused,
-            over_budget=self._over_budget,
+            paused=self.pauses.why_paused,
+            over_budget=self.budgets.why_over,
             offer_memo=lambda role, path: self.intake.seen(ev.MemoSeen(role, path, complete=True)),
             started_at=self.started_at,
             snapshot=lambda full: self.view(full).to_json(),
@@ -241,10 +242,13 @@ class Supervisor:
             "on_finished": self.lc.listeners,
             "on_transition": self.lc.on_transition,
             "agent_env": self.launcher.env_hooks,
+            "prepare": self.launcher.prepares,
+            "decide_end": self.outcomes.end_hooks,
         }
         for hook, calls in wired.items():
             if overrides(extension, hook):
                 calls.append(getattr(extension, hook))
+        self.gate.features.add(type(extension).__name__, extension.requests())
         self.extensions.append(extension)
 
     def extension(self, kind: type[_E]) -> _E:
@@ -253,15 +257,6 @@ class Supervisor:
             if isinstance(extension, kind):
                 return extension
         raise LookupError(f"no {kind.__name__} is plugged in")
-
-    def _paused(self, role: str) -> str | None:
-        pause = self.pauses.paused_role(role)
-        return None if pause is None else f"usage limit ({pause.limit.kind}) on account {pause.account}"
-
-    def _over_budget(self, role: str) -> str | None:
-        if role not in self.budgets.blocked():
-            return None
-        return self.budgets.current.get(role) or self.budgets.current.get("*", "")
 
     @property
     def runs(self) -> dict[int, RoleRun]:
@@ -371,7 +366,8 @@ class Supervisor:
         self.watcher.start()
         if self.watcher.patch_problem:
             self.console.line(self.watcher.patch_problem)
-        self.control = ControlServer(socket_path(self.root), self.answer, self.console.error, log=self.console.line)
+        where, more = socket_path(self.root), self.gate.features.models  # and the requests the extensions serve
+        self.control = ControlServer(where, self.answer, self.console.error, log=self.console.line, more=more)
         await self.control.start()
         for extension in self.extensions:
             await extension.open()
@@ -405,7 +401,7 @@ class Supervisor:
 
     def make_adopter(self) -> Adopter:
         """Recovery's adopter, plugged in: each finished run's exit records are spent from then on."""
-        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post)
+        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post, self.launcher.prepares)
         self._plug(adopter)
         return adopter
 
@@ -498,7 +494,7 @@ class Supervisor:
                     self.agent_stops.stop(run, 0.0)
 
     # ------------------------------------------------------------------ status
-    async def answer(self, request: protocol.Request, peer: Peer) -> dict[str, Any]:
+    async def answer(self, request: protocol.Request | protocol.FeatureRequest, peer: Peer) -> dict[str, Any]:
         """A control-channel request, posted to the loop as a typed event once the gate has let its caller through
         (the gate answers ``authorize`` itself); its answer comes back on a future."""
         if isinstance(request, protocol.AuthorizeRequest):

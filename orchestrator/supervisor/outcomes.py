@@ -11,6 +11,7 @@ from collections.abc import Callable
 from orchestrator.agents.claude_cli import stall_seconds
 from orchestrator.config import RoleRun
 from orchestrator.console import Console
+from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.events import (
     AgentStarted,
     AgentStartFailed,
@@ -23,7 +24,7 @@ from orchestrator.core.events import (
 )
 from orchestrator.core.states import STOP_ENDS, Ending, RunState
 from orchestrator.store import Store
-from orchestrator.supervisor import rules
+from orchestrator.supervisor import decisions, rules
 from orchestrator.supervisor.agent_stops import AgentStops
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.pauses import Pauses
@@ -67,6 +68,7 @@ class Outcomes:
         self.figures_changed = figures_changed
         self.crashes = rules.CrashCounter(lifecycle.config.roles)
         self.pauses: Pauses | None = None  # usage limits: set by the supervisor
+        self.end_hooks: list[decisions.DecideEnd] = []  # the extensions' ``decide_end``, asked before the rules
 
     def _current(self, run_id: int, attempt: int | None = None) -> RoleRun | None:
         run = self.lc.runs.get(run_id)
@@ -134,11 +136,23 @@ class Outcomes:
         ran = run.elapsed(self.clock.monotonic())
         if self.pauses is not None and verdict.usage_limit is None:
             self.pauses.ran(run)
-        if run.state is RunState.INTERRUPTING and verdict.interrupted and code != 0:
+        if run.state is RunState.INTERRUPTING and verdict.interrupted and code != 0:  # a person's word: no redirect
             assert run.cancel is not None
             self.lc.end_attempt(run, "cancelled", run.cancel.line, code)
             self.lc.finish(run, RunState.CANCELLED, reason=run.cancel.line, exit_code=code)
-        elif verdict.usage_limit is not None and code != 0 and self.pauses is not None:
+            return
+        decision = decisions.decide(self.end_hooks, run, verdict, self.console)
+        if isinstance(decision, decisions.Park):
+            decisions.park(self.lc, self.console, run, decision, code)
+        elif isinstance(decision, decisions.Fail):
+            self.attempt_failed(run, decision.reason, code, retry=decision.retry)
+        else:
+            self._by_the_rules(run, verdict, ran)
+
+    def _by_the_rules(self, run: RoleRun, verdict: AttemptVerdict, ran: float) -> None:
+        """The default end of an attempt that ended by itself, from its verdict."""
+        code = verdict.returncode
+        if verdict.usage_limit is not None and code != 0 and self.pauses is not None:
             self.pauses.limited(run, verdict.usage_limit, code)  # not an attempt: the account waits for its reset
             return
         elif verdict.budget_exceeded:

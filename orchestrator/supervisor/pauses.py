@@ -89,6 +89,11 @@ class Pauses:
         """The pause of the account ``role`` runs on, if it is paused."""
         return self.current.get(self.config.roles[role].account)
 
+    def why_paused(self, role: str) -> str | None:
+        """Why ``role``'s account is paused by a usage limit, in a few words, or None."""
+        pause = self.paused_role(role)
+        return None if pause is None else f"usage limit ({pause.limit.kind}) on account {pause.account}"
+
     def starting(self, run: RoleRun) -> None:
         """A run is starting: when its account's probe was due, this run is the probe."""
         pause = self.current.get(run.role.account)

@@ -37,7 +37,7 @@ from orchestrator.agents.ray.wire import (
 from orchestrator.agents.sdk.backend import runner_spec, session_header
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.protocol import explain
-from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, role_folder, transcript_path
+from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, transcript_path
 from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.clock import Clock, SystemClock
@@ -92,10 +92,10 @@ class RaySpawner(HandleStops):
             lease=lease,
             role=role.name,
             root=self.root,
-            argv=list(role.command),
+            argv=[*role.command, *spec.args],
             prompt=spec.prompt,
             prompt_via=role.prompt_via,
-            cwd=role.cwd,
+            cwd=_relative_to(spec.cwd, spec.root),
             env=env,
             memos=memos,
             batch=role.batch,
@@ -114,7 +114,7 @@ class RaySpawner(HandleStops):
         if res.node_labels:
             options["label_selector"] = dict(res.node_labels)
         node = self.session_nodes.get(spec.run_id)
-        if spec.extra.get("resume") and node and not res.node_labels:
+        if spec.resume and node and not res.node_labels:
             # the session's files are on the node that ran it: prefer that node (soft: another one if it is gone)
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -333,9 +333,18 @@ class RaySpawner(HandleStops):
 def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
     """The runner's spec as the head knows it; the wrapper fills in ``cwd``, ``transcript`` and ``cli_path``."""
     try:
-        return runner_spec(spec, None, role_folder(spec.root, spec.role.cwd), transcript_path(spec))
+        return runner_spec(spec, None, spec.cwd, transcript_path(spec))
     except ValidationError as exc:
         raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
+
+
+def _relative_to(cwd: Path, root: Path) -> str:
+    """The agent's folder as the worker joins it to the root: relative when it lies under the root (the worker's
+    copy of the project may have another real path), else as it is."""
+    try:
+        return str(cwd.relative_to(root.resolve()))
+    except ValueError:
+        return str(cwd)
 
 
 def _pending(coro: Any) -> asyncio.Future[Any]:

@@ -33,7 +33,7 @@ from orchestrator.agents.sdk.protocol import (
     read_lines,
 )
 from orchestrator.agents.spawn import Launch, start_process
-from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, role_folder, transcript_path
+from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, transcript_path
 from orchestrator.core.errors import ControlError
 
 RUNNER_MODULE = "orchestrator.agents.sdk.runner"
@@ -46,8 +46,12 @@ def runner_spec(
     spec: LaunchSpec, cli_path: str | None, cwd: Path, transcript: Path, transport: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The spec the runner reads: the prompt, the role's SDK options and ``transport`` (the channel's keys, which
-    a Ray worker fills in)."""
+    a Ray worker fills in). Argument additions are refused: the SDK starts the CLI with arguments of its own."""
     role = spec.role
+    if spec.args:
+        raise SpawnError(
+            f"argument additions {list(spec.args)!r} are for `command` roles; role {role.name} has backend: sdk"
+        )
     options = SpecOptions.of(
         role,
         cli_path=cli_path,
@@ -59,8 +63,8 @@ def runner_spec(
         prompt=spec.prompt,
         options=options,
         transcript=str(transcript),
-        resume=spec.extra.get("resume") or None,
-        per_run_usd=spec.extra.get("per_run_usd", role.budget.per_run_usd),
+        resume=spec.resume,
+        per_run_usd=role.budget.per_run_usd,
         price_per_mtok=(role.price_per_mtok.input, role.price_per_mtok.output) if role.price_per_mtok else None,
         on_denied=role.on_denied,
         **(transport or {}),
@@ -81,8 +85,7 @@ def runner_environment(env: dict[str, str]) -> dict[str, str]:
 
 def session_header(spec: LaunchSpec, where: str = "") -> str:
     """The run log's line before an sdk attempt's output (``where`` it runs, when not here), without its end."""
-    resume = spec.extra.get("resume")
-    resuming = f" resuming {resume}" if resume else ""
+    resuming = f" resuming {spec.resume}" if spec.resume else ""
     head = f"\n=== run {spec.run_id} attempt {spec.attempt}{where}: sdk session{resuming}"
     return f"{head}, transcript {transcript_path(spec)}"
 
@@ -147,7 +150,7 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
     """Start a ``backend: sdk`` run's runner (under the ``keeper`` binary when there is one), on a socket made
     here and inherited, so we are connected before it even runs; ``on_exit`` is called with its verdict."""
     role = spec.role
-    cwd = role_folder(spec.root, role.cwd)
+    cwd = spec.cwd
     cli_path = None
     if role.cli_path:
         cli_path = resolve_cli_path(role.cli_path, spec.root)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from orchestrator.agents import claude_cli
 from orchestrator.agents.claude_errors import one_line
-from orchestrator.agents.command import resolve_command, role_folder
+from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import SPAWN_CMD_ENV, Config, Role
 from orchestrator.continuity.context import ContextProblem, read_context
 from orchestrator.core.errors import ConfigError
