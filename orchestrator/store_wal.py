@@ -24,6 +24,7 @@ class WalCheckpointer:
         self.path = path
         self._wake = threading.Event()
         self._stopping = False
+        self.rounds = 0  # checkpoints tried so far: a test waits for one to be over, not only begun
         self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
         self._thread.start()
 
@@ -52,5 +53,6 @@ class WalCheckpointer:
                     return
                 with contextlib.suppress(sqlite3.Error):  # busy or locked: the next poke tries again
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                self.rounds += 1
         finally:
             db.close()
