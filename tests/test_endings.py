@@ -308,6 +308,16 @@ def test_a_cancel_answered_with_another_end_is_printed_as_that_end() -> None:
     assert _describe_cancel(failed) == "X-1.md (builder) ended as failed: internal error: RuntimeError: boom"
 
 
+def test_a_deadline_has_its_own_exit_status_and_http_status() -> None:
+    pytest.importorskip("starlette")
+    from orchestrator.web.errors import from_exception
+
+    error = DeadlineError("cancel: after 14s still waiting for run 1 (builder, X-1, cancelling) to end")
+    assert error.exit_code == 11 and client.CONTROL_ERRORS[error.code] is DeadlineError
+    answer = from_exception(error)
+    assert answer.status_code == 504 and json.loads(answer.body)["error"]["code"] == "deadline"
+
+
 def test_every_wait_of_the_client_has_a_deadline() -> None:
     """No request may wait for ever: ``call`` takes no ``None``, and the long waits end after the server's own."""
     import inspect
