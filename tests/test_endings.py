@@ -343,7 +343,7 @@ def test_every_shutdown_step_runs_when_one_raises(project: Project, step: str) -
     orch = project.up(**fault_injection(FAULT_RAISE_IN=step))
     project.drop("builder", "D-1.md", {"id": "D-1"})
     wait_for(lambda: project.folder("builder", "archive") == ["D-1.md"], what="D-1 archived")
-    orch.stop()
+    assert orch.stop() == 0, f"a step that raised is logged, not a crash:\n{orch.output}"
     qualname = step.split(":")[1]
     lines = [line for line in orch.output.splitlines() if f"injected fault in {qualname}" in line]
     assert len(lines) == 1, f"the failure is logged once on the terminal:\n{orch.output}"
