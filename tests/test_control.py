@@ -303,7 +303,8 @@ def test_stop_force_kills_agents_and_returns_their_memos(project: Project) -> No
 
 
 def test_stop_wait_gives_up_at_its_timeout_naming_what_still_runs(project: Project) -> None:
-    """An agent that outlives the wait: `stop --wait --timeout` exits 1 with one line, and the ending goes on."""
+    """An agent that outlives the wait: `stop --wait --timeout` exits 11 (a wait that ran out) with one line, and
+    the ending goes on."""
     project.configure({"builder": {"timeout": "5m", "grace": "3s"}, "reviewer": {"timeout": "1m", "grace": "1m"}})
     orch = project.up()
     project.drop("builder", "long.md", {"id": "L-1", "agent": {"sleep": LONG}})
@@ -314,7 +315,7 @@ def test_stop_wait_gives_up_at_its_timeout_naming_what_still_runs(project: Proje
     result = project.cli("stop", "--wait", "--timeout", "1s")
 
     assert time.monotonic() - began < 30, "the wait outlasted its timeout"
-    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.returncode == 11, (result.stdout, result.stderr)
     assert "is ending" in result.stdout
     (line,) = result.stderr.splitlines()
     (run,) = project.status()["runs"]
@@ -502,7 +503,7 @@ def test_the_client_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> N
     release = threading.Event()
     server, thread = _one_shot_server(tmp_path, lambda c: (c.recv(100), release.wait(10)))
     try:
-        with pytest.raises(errors.ControlError, match="did not answer within 0.5s"):
+        with pytest.raises(errors.DeadlineError, match="did not answer within 0.5s"):
             control.call(tmp_path, "status", timeout=0.5)
     finally:
         release.set()
@@ -588,7 +589,7 @@ def test_a_stopped_orchestrator_with_a_full_backlog_gets_one_line_not_a_tracebac
         os.kill(pid, signal.SIGCONT)
         for sock in pending:
             sock.close()
-    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert result.returncode == 11, (result.returncode, result.stderr)  # a wait that ran out
     assert result.stderr.count("\n") == 1 and "does not answer" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "BlockingIOError" not in result.stderr, result.stderr
     # once resumed it serves again, and the queued connections that left did it no harm

@@ -20,7 +20,7 @@ from orchestrator.commands.common import project_root, show, who
 from orchestrator.control import client as control
 from orchestrator.control.status import collect as collect_status
 from orchestrator.core.durations import parse_duration
-from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
+from orchestrator.core.errors import DeadlineError, NotRunningError, OrchestratorError, UsageError
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -46,7 +46,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     result = control.call(
         project_root(args),
         "cancel",
-        timeout=None,
+        timeout=control.LONG_WAIT,
         memo=memo,
         role=args.role,
         reason=args.reason,
@@ -65,6 +65,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _describe_cancel(item: dict[str, Any]) -> str:
+    if item.get("state") != "cancelled":  # a bug ended it otherwise meanwhile: say how, not that it was cancelled
+        return f"{item.get('memo')} ({item.get('role')}) ended as {item.get('state')}: {item.get('reason') or '?'}"
     if item.get("note"):
         return f"{item['memo']}: {item['note']}; it is cancelled now"
     memos = item.get("memos") or [item.get("memo")]
@@ -119,7 +121,8 @@ def _stop_timeout(text: str) -> float:
 
 
 def _wait_for_exit(root: Path, last: dict[str, Any], timeout: float, force: bool) -> None:
-    """Return once the orchestrator of ``root`` no longer answers; raise, naming what still runs, after ``timeout``."""
+    """Return once the orchestrator of ``root`` no longer answers; after ``timeout`` raise ``DeadlineError``
+    (exit 11) naming what still runs."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -130,7 +133,7 @@ def _wait_for_exit(root: Path, last: dict[str, Any], timeout: float, force: bool
         except OrchestratorError:
             pass  # busy ending: it is asked again until the deadline
         if time.monotonic() >= deadline:
-            raise OrchestratorError(still_running(last, timeout, force))
+            raise DeadlineError(still_running(last, timeout, force))
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
@@ -157,7 +160,13 @@ def still_running(status: dict[str, Any], waited: float, force: bool = False) ->
 def cmd_interrupt(args: argparse.Namespace) -> int:
     """``orchestrator interrupt``: end an SDK agent's current turn."""
     result = control.call(
-        project_root(args), "interrupt", timeout=None, memo=args.memo, keep=args.keep, reason=args.reason, who=who()
+        project_root(args),
+        "interrupt",
+        timeout=control.LONG_WAIT,
+        memo=args.memo,
+        keep=args.keep,
+        reason=args.reason,
+        who=who(),
     )
     if args.json:
         console.print_json(result)

@@ -114,6 +114,11 @@ class ControlServer:
             await asyncio.wait(list(self.clients), timeout=CLOSE_GRACE)
         for task in list(self.clients):
             task.cancel()  # only a task still stuck after that; it swallows the cancel, see _client
+        self.remove_file()
+
+    def remove_file(self) -> None:
+        """Remove the socket's file (closing does; the shutdown asks again should closing have raised), so that no
+        client is told an orchestrator runs here."""
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 

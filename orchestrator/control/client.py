@@ -6,7 +6,9 @@ their start-up is Python's own plus a few milliseconds. A request is the JSON
 object the server's ``protocol`` validates (``{"op": "cancel", "memo": ...}``); an
 answer is ``{"ok": true, "result": {...}}`` or ``{"ok": false, "code": ..., "error":
 ...}``, its shape checked here by hand and a refusal raised as the error class its
-code names (``errors.CONTROL_ERRORS``).
+code names (``errors.CONTROL_ERRORS``). Every wait has a deadline: past it the client raises ``DeadlineError``
+(exit 11) naming the request it still waited for; the orchestrator answers a ``cancel``, ``interrupt`` or ``tell``
+within ``ANSWER_WITHIN`` itself, saying what it still waits for, so ``LONG_WAIT`` only ends a reply that was lost.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.core.errors import CONTROL_ERRORS, ControlError, NotRunningError
+from orchestrator.core.errors import CONTROL_ERRORS, ControlError, DeadlineError, NotRunningError
 
 SOCKET_NAME = "control.sock"
 UNIX_PATH_MAX = 100
 CONNECT_PATIENCE = 2.0  # how long the client retries while the socket's backlog is full
 CONNECT_RETRY = 0.05
+ANSWER_WITHIN = 60.0  # the orchestrator's own deadline for a cancel, interrupt or tell: then it says what it awaits
+LONG_WAIT = ANSWER_WITHIN + 10.0  # how long the client waits for those: their answer is due before
 
 
 def socket_path(root: Path) -> Path:
@@ -62,7 +66,7 @@ def _connect(root: Path, patience: float) -> socket.socket:
         except BlockingIOError:
             sock.close()
             if time.monotonic() >= deadline:
-                raise ControlError(
+                raise DeadlineError(
                     f"the orchestrator of {root} does not answer: its control socket has accepted no connection "
                     f"for {patience:g}s (is the process stopped or overloaded?)"
                 ) from None
@@ -80,13 +84,13 @@ def _connect(root: Path, patience: float) -> socket.socket:
             raise
 
 
-def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict[str, Any]:
+def call(root: Path, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
     """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal.
 
-    ``timeout`` bounds the wait for the answer (``None``: as long as the request takes, as a cancel may); a
-    socket whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
+    ``timeout`` bounds the wait for the answer (``LONG_WAIT`` for a request that waits for runs to end); a socket
+    whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
     """
-    patience = CONNECT_PATIENCE if timeout is None else min(CONNECT_PATIENCE, timeout)
+    patience = min(CONNECT_PATIENCE, timeout)
     sock = _connect(root, patience)
     sock.settimeout(timeout)
     try:
@@ -101,12 +105,22 @@ def call(root: Path, op: str, timeout: float | None = 30.0, **args: Any) -> dict
                 raise ControlError(f"the orchestrator of {root} closed the connection without an answer")
             data += chunk
     except TimeoutError:
-        raise ControlError(f"the orchestrator of {root} did not answer within {timeout:g}s") from None
+        raise DeadlineError(
+            f"the orchestrator of {root} did not answer within {timeout:g}s: still waiting for its answer to "
+            f"`{_request(op, args)}` (the request may yet take effect: `orchestrator status` shows what runs, "
+            ".orchestrator/orchestrator.log what it did)"
+        ) from None
     except ConnectionError as exc:
         raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
     finally:
         sock.close()
     return _result(root, data)
+
+
+def _request(op: str, args: dict[str, Any]) -> str:
+    """A request as a person would have typed it, for the line of a wait that ran out."""
+    target = args.get("memo") or (f"--role {args['role']}" if args.get("role") else None)
+    return f"{op} {target}" if isinstance(target, str) else op
 
 
 def _result(root: Path, data: bytes) -> dict[str, Any]:

@@ -15,7 +15,8 @@ reaches the terminal for a bad configuration, memo or command line::
     │   ├── UnknownMemoError          exit 6  no memo matches
     │   ├── MemoFinishedError         exit 7  the memo already ended
     │   ├── AmbiguousMemoError        exit 8  several memos match
-    │   └── UnsupportedError          exit 9  the role's backend cannot do it
+    │   ├── UnsupportedError          exit 9  the role's backend cannot do it
+    │   └── DeadlineError             exit 11 a wait ran out; the line says what it still waited for
     ├── CrashLoopError                exit 3  a critical role keeps crashing
     ├── MemoryRefusedError            exit 20 memory: core full, or an entry too large
     ├── SecretRefusedError            exit 21 memory: the text holds a secret; nothing stored
@@ -140,11 +141,26 @@ class UnsupportedError(ControlError):
     code = "unsupported"
 
 
+class DeadlineError(ControlError):
+    """A wait ran out before its answer came (a reply lost, a stop still under way): the line says what it still
+    waited for, which may yet happen."""
+
+    exit_code = 11
+    code = "deadline"
+
+
 # how a refusal travels over the control channel: its ``code`` names the class the client raises again
 CONTROL_ERRORS: dict[str, type[OrchestratorError]] = {
     **{
         cls.code: cls
-        for cls in (ControlError, UnknownMemoError, MemoFinishedError, AmbiguousMemoError, UnsupportedError)
+        for cls in (
+            ControlError,
+            UnknownMemoError,
+            MemoFinishedError,
+            AmbiguousMemoError,
+            UnsupportedError,
+            DeadlineError,
+        )
     },
     "usage": UsageError,
     RefusedError.code: RefusedError,

@@ -41,7 +41,7 @@ from orchestrator.core.states import RunState, check_transition
 from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
 from orchestrator.store import Store
-from orchestrator.supervisor import figures
+from orchestrator.supervisor import figures, replies
 from orchestrator.supervisor.slots import Slots
 
 FOLDER_OF = {
@@ -81,6 +81,7 @@ class Lifecycle:
         # told of every state change after it is recorded (the dashboard's events); read-only listeners
         self.on_transition: list[Callable[[RoleRun, RunState, RunState], None]] = []
         self.runs: dict[int, RoleRun] = {}
+        self.touched: dict[int, RoleRun] = {}  # the runs whose state changed since the loop last cleared it
         self.retry_ready: dict[str, deque[RoleRun]] = {name: deque() for name in config.roles}
 
     def now(self) -> str:
@@ -103,6 +104,7 @@ class Lifecycle:
         run = RoleRun(run_id=run_id, role=role, memos=memos, arrival=arrival, attempt=attempt, seq=seq)
         run.log_path = self.config.state_dir / "logs" / f"{run_id}-{role.name}.log"
         self.runs[run_id] = run
+        self.touched[run_id] = run
         return run
 
     def rebuild(
@@ -181,6 +183,7 @@ class Lifecycle:
         elif new is RunState.RUNNING:
             run.cancel = None
         run.state = new
+        self.touched[run.run_id] = run
         self.store.update_run(run.run_id, state=new.value, **fields)
         self.console.event(run, old, new)
         for hook in self.on_transition:
@@ -326,7 +329,8 @@ class Lifecycle:
         event = RunFinished(run, previous, state, reason, moved, run.cancel, announce)
         for listener in self.listeners:
             self._call(listener, event)
-        run.waiters.clear()  # answered by the listeners (the receipt); nothing else may wait on an ended run
+        replies.settle(run, previous, state, reason)  # what the listeners left unanswered: "ended as ..."
+        run.waiters.clear()  # nothing may wait on an ended run
         return moved
 
     def _call(self, hook: Callable[..., None], *args: Any) -> None:
@@ -338,7 +342,10 @@ class Lifecycle:
             self.console.error(f"internal error in {name} while ending a run:\n{traceback.format_exc()}")
 
     def drop(self, run: RoleRun) -> None:
-        """Last resort after ``finish`` itself failed: the run leaves the table and gives back its slot."""
+        """Last resort after ``finish`` itself failed: the run leaves the table and gives back its slot, and
+        whoever waited for its end is told."""
+        replies.refuse(run)
+        run.waiters.clear()
         if run.state.live:
             self.slots.release(run.role.name)
         self.runs.pop(run.run_id, None)

@@ -8,8 +8,8 @@ handlers themselves for what follows; ``post`` queues them and the loop handles
 one at a time, each in its own transaction, never one inside another. Each is
 dispatched to the module that owns the decision, and every change of a run goes
 through the lifecycle. A broken invariant is never swallowed: it is
-logged with its traceback and the run it concerns ends as failed with reason
-"internal error: ...", its memo in ``failed/``.
+logged with its traceback and every run its event touched ends as failed with
+reason "internal error: ...", its memo in ``failed/`` (``internal``).
 
 Life of a memo: seen in ``inbox/`` -> queued (FIFO) -> claimed by an atomic
 rename into ``active/`` when its agent starts -> ``archive/`` on exit 0, or
@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from orchestrator.control import protocol
 from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
-from orchestrator.core.errors import ControlError, OrchestratorError
 from orchestrator.core.snapshot import Snapshot
 from orchestrator.core.states import Ending, RunState
 from orchestrator.intake.memo import FOLDERS
@@ -51,11 +49,13 @@ from orchestrator.supervisor.budgets import Budgets
 from orchestrator.supervisor.extension import Extension, ExtensionFactory, Host, overrides
 from orchestrator.supervisor.gate import Gate
 from orchestrator.supervisor.holds import Holds
+from orchestrator.supervisor.internal import InternalErrors
 from orchestrator.supervisor.launch import Launcher
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.outcomes import FORCED, Outcomes
 from orchestrator.supervisor.pauses import PauseDue, Pauses
 from orchestrator.supervisor.requests import Requests
+from orchestrator.supervisor.shutdown import run_steps
 from orchestrator.supervisor.slots import Slots
 from orchestrator.supervisor.snapshot import Snapshotter
 from orchestrator.supervisor.start_faults import StartFaults, StartsResume
@@ -65,7 +65,6 @@ FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
 # the states a force ending stops (a run already being stopped keeps its own reason and end, ``STOP_ENDS``)
 FORCE_STOPS = frozenset({RunState.STARTING, RunState.RUNNING, RunState.INTERRUPTING, RunState.TIMING_OUT})
-INTERNAL_ERROR_ANSWER = "internal error; see .orchestrator/orchestrator.log"
 _E = TypeVar("_E", bound=Extension)
 
 
@@ -149,6 +148,7 @@ class Supervisor:
         self.launcher.gates.append(self.pauses.blocked)
         self.launcher.on_start.append(self.pauses.starting)
         self.requests = Requests(self.lc, self.intake, self.agent_stops, self.store, console, self.post)
+        self.errors = InternalErrors(self.lc, self.agent_stops, console)
         self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
         self.handlers: dict[type, Callable[[Any], None]] = {
             ev.MemoSeen: self.intake.seen,
@@ -290,54 +290,15 @@ class Supervisor:
         """Dispatch one event to its owner, then start what may start; nothing here is ever swallowed."""
         # one transaction per event: its records land together (an agent's start: with the next event's)
         with self.store.batch(lazy=isinstance(event, ev.AgentStarted)):
-            try:
-                handler = self.handlers.get(type(event))
-                if handler is None:
-                    raise TypeError(f"no handler for event {event!r}")
-                handler(event)
-            except OrchestratorError as exc:  # a refusal, for the person who asked
-                reply = getattr(event, "reply", None)
-                if reply is None or reply.done():
-                    self.internal_error(event, exc)
-                else:
-                    reply.set_exception(exc)
-            except Exception as exc:  # noqa: BLE001 - a bug: loud, and the run it concerns ends as failed
-                self.internal_error(event, exc)
+            self.errors.handle(event, self.handlers.get(type(event)))
             self._after_event()
-
-    def internal_error(self, event: Any, exc: BaseException) -> None:
-        """A broken invariant: logged with its traceback; the run it concerns ends as failed, its memo kept."""
-        detail = "".join(traceback.format_exception(exc))
-        self.console.error(f"internal error while handling {type(event).__name__}: {exc}\n{detail}")
-        reply = getattr(event, "reply", None)
-        if reply is not None and not reply.done():
-            reply.set_exception(ControlError(INTERNAL_ERROR_ANSWER))
-        run = self.lc.runs.get(getattr(event, "run_id", -1))
-        if run is not None:
-            self.fail_internal(run, f"internal error: {type(exc).__name__}: {exc}")
-
-    def fail_internal(self, run: RoleRun, reason: str) -> None:
-        """End a run that a bug left in an unknown condition: its agent stopped, its memo to failed/."""
-        if run.agent is not None and run.state.live:
-            self.agent_stops.orphan(run.agent, run.run_id)
-        try:
-            self.lc.finish(
-                run, RunState.FAILED, reason=reason, exit_code=run.exit_codes[-1] if run.exit_codes else None
-            )
-        except Exception as again:  # noqa: BLE001 - the last resort: the run must leave the table
-            self.console.error(
-                f"internal error: run {run.run_id} could not be ended ({again}); dropping it\n"
-                + "".join(traceback.format_exception(again))
-            )
-            self.lc.drop(run)
 
     def _after_event(self) -> None:
         """After every event: start what the limits now allow (nothing while ending); end once nothing runs."""
-        try:
-            if not self.ending:
-                self.launcher.schedule(self.budgets.blocked() + self.holds.held_roles())
-        except Exception as exc:  # noqa: BLE001
-            self.internal_error(ev.Tick(), exc)
+        if not self.ending:
+            self.errors.handle(
+                ev.Tick(), lambda _e: self.launcher.schedule(self.budgets.blocked() + self.holds.held_roles())
+            )
         if self.ending and not self.lc.runs:
             self.done.set()
 
@@ -383,20 +344,28 @@ class Supervisor:
         self.console.start_live(self.view)
         try:
             await self.done.wait()
-        finally:
-            ticker.cancel()
-            for extension in reversed(self.extensions):
-                extension.stop()
-            self.console.stop_live()
-            self.watcher.stop()
-            self.adopter.flush_records()
-            await self.control.close()
-            for extension in reversed(self.extensions):
-                await extension.close()
-            await self.agent_stops.drain(max(r.grace for r in self.config.roles.values()) + 6)
-            for task in [*self.launcher.tasks, *self.requests.tasks]:
-                task.cancel()
-            self.store.close()
+        finally:  # every step, even after one raised (``shutdown``)
+            ends = [(f"{type(e).__name__}.stop", e.stop) for e in reversed(self.extensions)]
+            closes = [(f"{type(e).__name__}.close", e.close) for e in reversed(self.extensions)]
+            await run_steps(
+                [
+                    ("the timer", ticker.cancel),
+                    *ends,
+                    ("the live view", self.console.stop_live),
+                    ("the watcher", self.watcher.stop),
+                    ("the spent exit records", self.adopter.flush_records),
+                    ("the control socket", self.control.close),
+                    ("the control socket's file", self.control.remove_file),
+                    *closes,
+                    (
+                        "the sweeps",
+                        lambda: self.agent_stops.drain(max(r.grace for r in self.config.roles.values()) + 6),
+                    ),
+                    ("the tasks", lambda: [t.cancel() for t in [*self.launcher.tasks, *self.requests.tasks]]),
+                    ("the store", self.store.close),
+                ],
+                self.console.error,
+            )
         return self.exit_code
 
     def make_adopter(self) -> Adopter:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.config import RoleRun
 from orchestrator.console import Console
 from orchestrator.control import lookup
+from orchestrator.control.client import ANSWER_WITHIN
 from orchestrator.control.lookup import Candidate
 from orchestrator.core.errors import (
     AmbiguousMemoError,
     ControlError,
+    DeadlineError,
     MemoFinishedError,
     OrchestratorError,
     UnknownMemoError,
@@ -32,10 +34,12 @@ from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.intake.queue import Intake
 from orchestrator.store import Store
+from orchestrator.supervisor import replies
 from orchestrator.supervisor.agent_stops import AgentStops
 from orchestrator.supervisor.lifecycle import Lifecycle
 
 ANSWER_SLACK = 5.0  # an interrupt answers at the latest this long after the role's grace, whatever the agent does
+TELL_WITHIN = 20.0  # a tell's text is taken by then, or the answer says it was not (the client waits 30 s)
 
 
 class Requests:
@@ -79,25 +83,36 @@ class Requests:
             return
         # queued memos first, before the loop runs anything else: a slot freed meanwhile (even by this very cancel's
         # stop) would otherwise let the scheduler claim a memo that was found queued and is about to be cancelled
-        answers: dict[int, asyncio.Future[Any]] = {}
+        answers: dict[int, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
         for cand in targets:
             if cand.run is None:
-                answers[id(cand)] = self._cancel_queued(cand, event)
+                answers[id(cand)] = self._cancel_queued(cand, event), {}
         for cand in targets:
             if cand.run is not None:
                 answers[id(cand)] = self._cancel_run(cand, event)
-        futures = [answers[id(c)] for c in targets]
-        single = len(futures) == 1 and not event.role
+        waits = [answers[id(c)] for c in targets]
+        single = len(waits) == 1 and not event.role
+        stopped = [c.run for c in targets if c.run is not None]
+        seconds = replies.stop_deadline(stopped)
+
+        def still() -> str:
+            left = [run for run in stopped if run.run_id in self.lc.runs]
+            return f"cancel: after {seconds:g}s still waiting for " + _runs_line(left)
 
         async def answer() -> None:
+            everyone = asyncio.gather(*(f for f, _ in waits), return_exceptions=True)  # each one's error retrieved
             try:
-                results = await asyncio.gather(*futures)
+                ends = await replies.within(everyone, seconds, self.lc.clock, still)
+                failed = next((end for end in ends if isinstance(end, BaseException)), None)
+                if failed is not None:  # (a waiter is only ever cancelled by a deadline or the orchestrator's end)
+                    raise failed if isinstance(failed, Exception) else ControlError("cancel: its wait was called off")
             except Exception as exc:  # noqa: BLE001 - one failed cancel fails the answer, with its own error
                 if not event.reply.done():
                     event.reply.set_exception(exc)
                 return
+            results = [{**cast(dict[str, Any], end), **extra} for end, (_, extra) in zip(ends, waits, strict=True)]
             if not event.reply.done():
-                event.reply.set_result(results[0] if single else {"cancelled": list(results), "count": len(results)})
+                event.reply.set_result(results[0] if single else {"cancelled": results, "count": len(results)})
 
         self._keep(answer())
 
@@ -139,37 +154,27 @@ class Requests:
         self.lc.finish(run, RunState.CANCELLED, reason=order.line, order=order)
         return reply
 
-    def _cancel_run(self, cand: Candidate, event: CancelRequested) -> asyncio.Future[Any]:
-        """A run in the table: stopped at whatever stage it is, answered when it has ended."""
+    def _cancel_run(self, cand: Candidate, event: CancelRequested) -> tuple[asyncio.Future[Any], dict[str, Any]]:
+        """A run in the table: stopped at whatever stage it is, answered when it has ended (with what to add to
+        its receipt: a run already being cancelled answers with the first cancel's receipt and a note)."""
         run = cand.run
         assert run is not None
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[Any] = loop.create_future()
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.lc.wait_for_end(run, reply)
         previous = run.state
         if previous is RunState.CANCELLING:
-            first: asyncio.Future[Any] = loop.create_future()
-            self.lc.wait_for_end(run, first)
-            note = {
-                "memo": cand.name,
-                "role": run.role.name,
-                "state": "cancelled",
-                "previous_state": "cancelling",
-                "note": "it was already being cancelled",
-            }
-            first.add_done_callback(lambda done: reply.set_result({**_kill_fields(done.result()), **note}))
-            return reply
+            return reply, {"previous_state": previous.value, "note": "it was already being cancelled"}
         order = CancelOrder(event.who, event.reason, previous)
-        self.lc.wait_for_end(run, reply)
         if previous is RunState.RETRY_WAIT:
             self.lc.finish(run, RunState.CANCELLED, reason=order.line, order=order)
-            return reply
+            return reply, {}
         self.lc.transition(run, RunState.CANCELLING, order=order, reason=order.line)  # on record, should we die mid-way
         self.console.line(
             f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}", role=run.role.name
         )
         if run.agent is not None:  # else it is still starting: its start (or failure) brings the stop
             self.agent_stops.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
-        return reply
+        return reply, {}
 
     # ------------------------------------------------------------ interrupt and tell
     def _running(self, query: str, what: str) -> tuple[RoleRun, Candidate]:
@@ -203,9 +208,22 @@ class Requests:
             self.lc.transition(run, RunState.INTERRUPTING, order=order, reason=order.line)
             self.lc.wait_for_end(run, ended)  # here, in the loop: the task below only awaits it
 
+        seconds = min(ANSWER_WITHIN, run.role.grace + ANSWER_SLACK)  # for both waits below, together
+        until = self.lc.clock.monotonic() + seconds
+
+        def still() -> str:
+            return (
+                f"interrupt: after {seconds:g}s run {run.run_id}'s agent ({run.label}) has still not taken the "
+                f"interrupt; it is {run.state.value} (`orchestrator cancel {cand.name}` stops it)"
+            )
+
         async def send() -> None:
             try:
-                await agent.interrupt(keep=event.keep)
+                await replies.within(agent.interrupt(keep=event.keep), seconds, self.lc.clock, still)
+            except DeadlineError as exc:
+                if not event.reply.done():
+                    event.reply.set_exception(exc)
+                return
             except OrchestratorError as exc:
                 self.post(InterruptRefused(run.run_id, attempt))
                 if not event.reply.done():
@@ -216,7 +234,7 @@ class Requests:
                 if not event.reply.done():
                     event.reply.set_result({**answer, "state": run.state.value})
                 return
-            limit = asyncio.ensure_future(self.lc.clock.sleep(run.role.grace + ANSWER_SLACK))
+            limit = asyncio.ensure_future(self.lc.clock.sleep(until - self.lc.clock.monotonic()))
             await asyncio.wait({ended, limit}, return_when=asyncio.FIRST_COMPLETED)
             limit.cancel()
             state = ended.result()["state"] if ended.done() and not ended.exception() else run.state.value
@@ -239,9 +257,12 @@ class Requests:
         agent = run.agent
         assert agent is not None  # _running checked it
 
+        def still() -> str:
+            return f"tell: after {TELL_WITHIN:g}s run {run.run_id}'s agent ({run.label}) has still not taken the text"
+
         async def send() -> None:
             try:
-                await agent.tell(event.text)
+                await replies.within(agent.tell(event.text), TELL_WITHIN, self.lc.clock, still)
             except OrchestratorError as exc:
                 if not event.reply.done():
                     event.reply.set_exception(exc)
@@ -256,9 +277,13 @@ class Requests:
         self._keep(send())
 
 
-def _kill_fields(receipt: dict[str, Any]) -> dict[str, Any]:
-    keys = ("pids", "seconds", "escalated", "survivors")
-    return {k: receipt[k] for k in keys if k in receipt}
+def _runs_line(runs: list[RoleRun]) -> str:
+    """What a cancel still waits for, in one line: each run, its memo and state, and where to look."""
+    if not runs:
+        return "their ends to be answered (they ended; `orchestrator status` shows how)"
+    named = ", ".join(f"run {r.run_id} ({r.role.name}, {r.label}, {r.state.value})" for r in runs[:5])
+    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+    return f"{named}{more} to end; the stop goes on (`orchestrator status` shows when it ends)"
 
 
 def _unsupported(run: RoleRun, what: str) -> str:

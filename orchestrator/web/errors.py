@@ -17,6 +17,7 @@ STATUS: tuple[tuple[type[errors.OrchestratorError], int, str], ...] = (
     (errors.MemoFinishedError, 409, "finished"),
     (errors.AmbiguousMemoError, 409, "ambiguous"),
     (errors.UnsupportedError, 422, "unsupported"),
+    (errors.DeadlineError, 504, "deadline"),
     (errors.RefusedError, 403, "refused"),
     (errors.UnknownRoleError, 404, "unknown_role"),
     (errors.UsageError, 400, "usage"),
