@@ -39,9 +39,12 @@ CLIENT_MODULES = {
     "orchestrator.commands.memos",
     "orchestrator.commands.running",
     "orchestrator.console",
+    "orchestrator.console.live",  # pause_lines, for status (rich is imported only where the live view draws)
+    "orchestrator.console.log",
     "orchestrator.control",
     "orchestrator.control.client",
     "orchestrator.control.status",
+    "orchestrator.control.status_view",
     "orchestrator.core",
     "orchestrator.core.durations",
     "orchestrator.core.errors",

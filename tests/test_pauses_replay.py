@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.console import pause_lines
+from orchestrator.console.live import pause_lines
 from orchestrator.core.agent import UsageLimit
 from orchestrator.schedule import records
 from replay import Replay

@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console as RichConsole
 from rich.table import Table as RichTable
 
-from orchestrator import console, tables
+from orchestrator import tables
+from orchestrator.control import status_view
 
 WORDS = ["a", "bb", "builder", "B-031", "running", "x" * 40, "y" * 200, "three articles", "", "0.0123"]
 WORDS += ["exit code 3", "Bash | Read", "  spaced  out ", "ü", "日本語テキスト"]
@@ -65,11 +66,11 @@ def test_the_status_view_is_the_text_rich_drew() -> None:
     failed |= {"ended_at": "2026-11-30T09:10:01.000+01:00", "reason": "exit code 3", "log_pruned_at": "2026-12-01"}
     snap = {"running": True, "pid": 99, "root": "/team", "ending": "graceful", "runs": [run], "recent": [failed]}
     snap |= {"queued": {f"role{n}": n for n in range(40)}, "held": {"pm": 2}, "memory": {"unavailable": "locked"}}
-    parts = console.status_view(snap)
+    parts = status_view.status_view(snap)
     assert [type(p) for p in parts].count(tables.Table) == 2
     for width in (60, 160):
         assert "".join(plain_text(p, width) for p in parts) == "".join(rich_text(p, width) for p in parts)
     out = io.StringIO()
-    console.print_status(snap, out)  # not a terminal: 160 wide
+    status_view.print_status(snap, out)  # not a terminal: 160 wide
     assert out.getvalue() == "".join(rich_text(p, 160) for p in parts)
     assert out.getvalue().splitlines()[0] == "orchestrator running for /team (pid 99), ENDING (graceful)"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from orchestrator import console
 from orchestrator.commands.common import project_root, show
 
 
@@ -16,7 +15,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     report = history.collect(
         project_root(args), role=args.role, since=args.since, until=args.until, limit=args.limit, every=args.all
     )
-    return show(args.json, report, console.print_history)
+    from orchestrator.control.history_view import print_history
+
+    return show(args.json, report, print_history)
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
     from orchestrator.continuity import commands
 
     entries = commands.journal_entries(project_root(args), role=args.role, since=args.since, last=args.last)
-    return show(args.json, entries, console.print_journal)
+    return show(args.json, entries, commands.print_journal)
 
 
 def cmd_handoff(args: argparse.Namespace) -> int:
@@ -43,4 +44,4 @@ def cmd_handoff(args: argparse.Namespace) -> int:
         result = commands.handoff_restore(root, args.role, args.restore)
     else:
         result = commands.handoff_current(root, args.role)
-    return show(args.json, result, console.print_handoff)
+    return show(args.json, result, commands.print_handoff)

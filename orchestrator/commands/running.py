@@ -19,6 +19,7 @@ from orchestrator import console
 from orchestrator.commands.common import project_root, show, who
 from orchestrator.control import client as control
 from orchestrator.control.status import collect as collect_status
+from orchestrator.control.status_view import print_status
 from orchestrator.core.durations import parse_duration
 from orchestrator.core.errors import DeadlineError, NotRunningError, OrchestratorError, UsageError
 
@@ -31,7 +32,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         from orchestrator.memory import status as memory_status
 
         snap["memory"] = memory_status.offline(root)
-    return show(args.json, snap, console.print_status)
+    return show(args.json, snap, print_status)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

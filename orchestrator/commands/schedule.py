@@ -15,7 +15,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from orchestrator.schedule import view
 
     report = view.schedule(load_config(project_root(args)))
-    return show(args.json, report, console.print_schedule)
+    return show(args.json, report, view.print_schedule)
 
 
 def cmd_task(args: argparse.Namespace) -> int:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from orchestrator.config import Config, load_config
+from orchestrator.console import printable_block, say
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
 from orchestrator.core.errors import OrchestratorError, UsageError
@@ -104,3 +105,32 @@ def handoff_restore(root: Path, role: str, seq: int) -> dict[str, Any]:
     except OSError as exc:
         raise OrchestratorError(f"cannot write {current.path}: {exc.strerror or exc}") from None
     return {"role": role, "seq": seq, "path": str(current.path), "replaced_kept_at": str(kept) if kept else None}
+
+
+def print_journal(entries: list[dict[str, Any]], stream: TextIO | None = None) -> None:
+    """``orchestrator journal`` for people: each entry's Markdown, under its role and date."""
+    if not entries:
+        say("no journal entries", stream)
+    for entry in entries:
+        say(f"# {entry['role']} {entry['date']}", stream)
+        say(printable_block(entry["text"]) + "\n", stream)
+
+
+def print_handoff(result: dict[str, Any] | list[dict[str, Any]], stream: TextIO | None = None) -> None:
+    """``orchestrator handoff`` for people: the text, a version, the list of versions or what a restore did."""
+    if isinstance(result, list):
+        if not result:
+            say("no versions kept yet", stream)
+        for item in result:
+            say(f"run {item['seq']:>5}  {item['bytes']:>7} bytes  kept {item['saved_at']}", stream)
+    elif "replaced_kept_at" in result:
+        kept = result["replaced_kept_at"]
+        say(
+            f"restored version {result['seq']} into {result['path']}"
+            + (f"; the text it replaced is kept at {kept}" if kept else ""),
+            stream,
+        )
+    else:
+        if "cap" in result:
+            say(f"{result['path']}: {result['bytes']} bytes (cap {result['cap']})", stream)
+        say(printable_block(result["text"]) if result["text"] else "(empty)", stream)

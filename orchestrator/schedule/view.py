@@ -8,12 +8,14 @@ told to look again, so a task due now is picked at its next wake.
 from __future__ import annotations
 
 import contextlib
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from orchestrator.config import Config, when
 from orchestrator.config.schedule import zone
+from orchestrator.console import say
 from orchestrator.core.clock import iso
 from orchestrator.core.errors import NotRunningError, OrchestratorError, UsageError
 from orchestrator.core.units import parse_duration
@@ -166,3 +168,17 @@ def _nudge(root: Path) -> None:
 
     with contextlib.suppress(NotRunningError, OrchestratorError):
         control.call(root, "schedule_changed", timeout=5)
+
+
+def print_schedule(report: dict[str, Any], stream: TextIO | None = None) -> None:
+    """``orchestrator schedule``: per role its tick, its tasks and what its last wake did."""
+    out = stream or sys.stdout
+    say(f"time zone {report['timezone']}, now {report['now']}", out)
+    for role, info in report["roles"].items():
+        tick = f"every {info['every']:g}s, next tick {info['next_tick']}" if info["every"] else "woken by due tasks"
+        skips = ", ".join(f"{k} {v}" for k, v in sorted(info["skips"].items())) or "none"
+        say(f"{role}: {tick}; last: {info['last'] or '-'} {info['last_reason'] or ''}; skips: {skips}", out)
+        for task in info["tasks"]:
+            last = f"last done {task['last_done']} (run {task['last_seq']})" if task["last_done"] else "never done"
+            due = "DUE NOW" if task["due_now"] else f"next due {task['next_due'] or 'never'}"
+            say(f"  {task['name']}: {task['rule']}, priority {task['priority']}; {due}; {last}", out)
