@@ -19,6 +19,7 @@ import pytest
 from orchestrator.intake import memo_index
 from orchestrator.store import Store
 from orchestrator.tools import trace
+from orchestrator.web import records
 from replay import Replay
 
 DAY = 86400.0
@@ -87,6 +88,50 @@ def test_history_shows_the_last_seven_days_and_says_how_to_see_more(month: Path)
     assert quiet["default"] is False and quiet["note"] is None
     bad = cli(month, "history", "--until", "someday")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--until 'someday'" in bad.stderr
+
+
+@pytest.fixture
+def busy(tmp_path: Path) -> Path:
+    """60 runs of today, one a minute, of two roles in turns."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "reviewer": {}}, start=datetime.now().astimezone() - timedelta(hours=2))
+        for i in range(60):
+            await r.drop("builder" if i % 2 else "reviewer", f"B{i:02d}.md")
+            await r.exit(f"B{i:02d}", 0)
+            await r.advance(60)
+        r.close()
+
+    asyncio.run(scenario(tmp_path))
+    return tmp_path
+
+
+def test_history_shows_the_newest_50_with_the_totals_of_the_period_and_pages_with_before(busy: Path) -> None:
+    first = json.loads(cli(busy, "history", "--json").stdout)
+    assert memos_of(first) == [f"B{i:02d}.md" for i in range(10, 60)], "the newest 50, oldest first"
+    assert first["totals"]["runs"] == 60 and first["totals"]["by_role"]["builder"]["runs"] == 30, "of the period"
+    assert first["next_before"] == first["runs"][0]["run_id"]
+    note = first["window"]["note"]
+    assert (
+        note.startswith("50 run(s) shown of the 60 of the last 7 days") and f"--before {first['next_before']}" in note
+    )
+    human = cli(busy, "history")
+    assert human.returncode == 0, human.stderr
+    assert human.stdout.rstrip().splitlines()[-1] == note
+    assert human.stdout.count("succeeded") == 50, "the table shows the page, not the period"
+    rest = json.loads(cli(busy, "history", "--json", "--before", str(first["next_before"])).stdout)
+    assert memos_of(rest) == [f"B{i:02d}.md" for i in range(10)] and rest["next_before"] is None
+    assert rest["totals"] == first["totals"], "the same period, the same totals"
+    assert len(memos_of(json.loads(cli(busy, "history", "--json", "--all").stdout))) == 60
+    assert len(memos_of(json.loads(cli(busy, "history", "--json", "--limit", "55").stdout))) == 55
+    bad = cli(busy, "history", "--before", "0")
+    assert bad.returncode == 2 and "--before 0" in bad.stderr
+
+    db = busy / ".orchestrator" / "state.db"
+    shown = records.page(db, None, None)
+    assert [r["memo"] for r in shown["runs"]] == memos_of(first)[::-1], "the dashboard's page: the same, newest first"
+    assert shown["next_before"] == first["next_before"]
+    assert [r["memo"] for r in records.page(db, None, shown["next_before"])["runs"]] == memos_of(rest)[::-1]
 
 
 def test_every_filter_of_history_and_status_is_served_by_an_index(month: Path) -> None:
