@@ -10,6 +10,7 @@ reads every folder. A new project's index is complete at its first start (there 
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import traceback
@@ -63,6 +64,7 @@ class IndexBuild(Extension):
     def _scan(self) -> None:
         """On the worker thread: the index's keys (its own read-only connection), the folders, the front matter."""
         started = time.monotonic()
+        events: list[object] = []
         try:
             config = self.host.config
             store = Store(config.state_dir / "state.db", readonly=True)
@@ -71,26 +73,39 @@ class IndexBuild(Extension):
             finally:
                 store.close()
             missing = memo_index.missing(config.root, known, self.stopping.is_set)
-            for start in range(0, len(missing.found), CHUNK):
-                self.host.post(IndexFound(missing.found[start : start + CHUNK]))
+            events += [IndexFound(missing.found[at : at + CHUNK]) for at in range(0, len(missing.found), CHUNK)]
             stopped = "stopped: the orchestrator is ending" if self.stopping.is_set() else None
-            self.host.post(IndexScanned(missing.gone, time.monotonic() - started, stopped))
-        except Exception as exc:  # noqa: BLE001 - the index is an aid: trace scans without it, the work goes on
-            self.host.post(IndexScanned([], problem=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            events.append(IndexScanned(missing.gone, time.monotonic() - started, stopped))
+        except (sqlite3.Error, OSError) as exc:
+            events = [IndexScanned([], problem=f"{type(exc).__name__}: {exc}")]
+        except Exception as exc:  # noqa: BLE001 - a bug: loud in the log; trace scans without the index meanwhile
+            events = [
+                IndexScanned([], problem=f"internal error: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            ]
+        for event in events:
+            if self.stopping.is_set():
+                return  # the loop is ending: nothing more for it (the next start completes the index)
+            try:
+                self.host.post(event)
+            except RuntimeError:  # the loop closed meanwhile
+                return
 
     def _found(self, event: IndexFound) -> None:
-        self.added += memo_index.add_found(self.host.store.db, self.host.config.root, event.rows)
+        if not self.stopping.is_set():  # after ``stop`` the store may be closing
+            self.added += memo_index.add_found(self.host.store.db, self.host.config.root, event.rows)
 
     def _scanned(self, event: IndexScanned) -> None:
+        if self.stopping.is_set():
+            return
         if event.problem is not None:
-            self.host.console.line(f"memo index: not completed ({event.problem.splitlines()[0]}); `trace` scans")
+            say = self.host.console.error if event.problem.startswith("internal error") else self.host.console.line
+            say(f"memo index: not completed ({event.problem}); `trace` scans until the next start of `up` completes it")
             return
         db = self.host.store.db
         dropped = memo_index.drop_gone(db, self.host.config.root, event.gone)
-        was_complete = memo_index.is_complete(db)
         memo_index.mark_complete(db, iso(self.host.clock.now()))
         self.done = True
-        if self.added or dropped or not was_complete:
+        if self.added or dropped:
             self.host.console.line(
                 f"memo index: {self.added} memo(s) indexed, {dropped} row(s) of memos no longer there dropped, "
                 f"in {event.seconds:.1f} s; `trace` and `send` read it"
