@@ -41,6 +41,11 @@ class Row:
         return root / "memo" / self.role / self.folder / self.name
 
 
+def _at(root: Path, key: tuple[str, str, str]) -> Path:
+    """Where the memo of a (role, folder, name) key lies."""
+    return root / "memo" / key[0] / key[1] / key[2]
+
+
 def _place(path: Path) -> tuple[str, str, str]:
     """(role, folder, name) of ``memo/<role>/<folder>/<name>``."""
     return path.parent.parent.name, path.parent.name, path.name
@@ -222,14 +227,14 @@ def missing(root: Path, known: set[tuple[str, str, str]], stop: Callable[[], boo
             continue
         header = parse_front_matter(read_head(path))
         found.append((*key, header.id, header.reply_to, mtime))
-    gone = [key for key in known - seen if key[1] != INBOX and not os.path.lexists(Row(*key, None, None, 0).path(root))]
+    gone = [key for key in known - seen if key[1] != INBOX and not os.path.lexists(_at(root, key))]
     return Missing(found, sorted(gone))
 
 
 def add_found(db: sqlite3.Connection, root: Path, found: Iterable[Found]) -> int:
     """On the loop: the rows of ``found`` whose memo still lies there and has no row yet (the loop's own rows,
     written since the scan, are newer). Returns how many were added."""
-    rows = [row for row in found if os.path.isfile(Row(*row).path(root))]
+    rows = [row for row in found if os.path.isfile(_at(root, row[:3]))]
     before = db.total_changes
     db.executemany(
         "INSERT OR IGNORE INTO memo_index (role, folder, name, memo_id, reply_to, moved_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -240,7 +245,7 @@ def add_found(db: sqlite3.Connection, root: Path, found: Iterable[Found]) -> int
 
 def drop_gone(db: sqlite3.Connection, root: Path, gone: Iterable[tuple[str, str, str]]) -> int:
     """On the loop: the rows of ``gone`` whose memo is still not there. Returns how many were dropped."""
-    keys = [key for key in gone if not os.path.lexists(Row(*key, None, None, 0).path(root))]
+    keys = [key for key in gone if not os.path.lexists(_at(root, key))]
     before = db.total_changes
     forget(db, keys)
     return db.total_changes - before
