@@ -250,6 +250,12 @@ def test_trace_finds_a_memo_moved_by_hand_and_gc_reindex_puts_it_in_the_index(
     rebuilt = cli(tmp_path, "gc", "--reindex", "--json")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["reindexed"] == 4 + 50 + 1
+    said = json.loads(rebuilt.stdout)["reindex"]
+    assert (said["added"], said["dropped"]) == (50 + 3, 1), (
+        "the 50 others, R1 where it is now, R3 waiting, R4; R1's old row"
+    )
+    again = cli(tmp_path, "gc", "--reindex")
+    assert "memo index rebuilt: 55 memo(s) on disk indexed, 0 of them not indexed before; 0 row(s)" in again.stdout
     opened = Opened(monkeypatch, tmp_path)
     assert tree(trace.trace(tmp_path, "P")) == [*moved, "R4 builder/archive done"]
     assert len(opened.paths) <= 6, f"nothing looked for outside the index: {len(opened.paths)} memos read"
