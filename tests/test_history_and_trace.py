@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.control import history
 from orchestrator.intake import memo_index
 from orchestrator.store import Store
 from orchestrator.tools import trace
@@ -152,6 +153,11 @@ def test_every_filter_of_history_and_status_is_served_by_an_index(month: Path) -
         assert len(asked) == 1
         plan = " | ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + asked[0]))
         assert "USING INDEX" in plan and "TEMP B-TREE" not in plan, f"{kwargs}: {plan}"
+    for role, since_ in ((None, since), ("builder", since), ("builder", None)):
+        asked.clear()
+        history._sums(store.db, role, since_, None)  # the totals of the period
+        plan = " | ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + asked[0]))
+        assert "SEARCH runs USING INDEX" in plan, f"the totals of {role} from {since_}: {plan}"
     asked.clear()
     store.runs_of_memo("builder", "M05.md")
     plan = " | ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + asked[0]))
