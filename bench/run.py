@@ -9,7 +9,7 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
   --smoke          a few memos per scenario and a short idle window; checks that everything
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
-                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client)
+                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client, year)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
@@ -62,6 +62,7 @@ from bench import (
     startup,
     throughput,
     web_scenario,
+    year_scenario,
 )
 from bench.common import FULL, SMOKE, Context, Outcome, Row, cleanup
 from bench.harness import (
@@ -95,6 +96,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "history": history_scenario.history,
     "web": web_scenario.web,
     "client": client_scenario.client,
+    "year": year_scenario.year,
 }
 
 

@@ -22,8 +22,9 @@ from orchestrator.supervisor.breaker import Breaker
 from orchestrator.supervisor.extension import ExtensionFactory
 from orchestrator.supervisor.loop import Supervisor
 from orchestrator.supervisor.nodes import NodeRecords
+from orchestrator.tools.index_build import IndexBuild
 
-FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass)
+FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass, IndexBuild)
 
 
 def features(config: Config) -> Sequence[ExtensionFactory]:

@@ -26,6 +26,7 @@ SCENARIO_LABELS = (
     "| idle |",
     "| schedule |",
     "| history |",
+    "| year |",
 )
 
 pytestmark = pytest.mark.skipif(

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.control import history
 from orchestrator.intake import memo_index
 from orchestrator.store import Store
 from orchestrator.tools import trace
+from orchestrator.web import records
 from replay import Replay
 
 DAY = 86400.0
@@ -89,6 +91,50 @@ def test_history_shows_the_last_seven_days_and_says_how_to_see_more(month: Path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--until 'someday'" in bad.stderr
 
 
+@pytest.fixture
+def busy(tmp_path: Path) -> Path:
+    """60 runs of today, one a minute, of two roles in turns."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "reviewer": {}}, start=datetime.now().astimezone() - timedelta(hours=2))
+        for i in range(60):
+            await r.drop("builder" if i % 2 else "reviewer", f"B{i:02d}.md")
+            await r.exit(f"B{i:02d}", 0)
+            await r.advance(60)
+        r.close()
+
+    asyncio.run(scenario(tmp_path))
+    return tmp_path
+
+
+def test_history_shows_the_newest_50_with_the_totals_of_the_period_and_pages_with_before(busy: Path) -> None:
+    first = json.loads(cli(busy, "history", "--json").stdout)
+    assert memos_of(first) == [f"B{i:02d}.md" for i in range(10, 60)], "the newest 50, oldest first"
+    assert first["totals"]["runs"] == 60 and first["totals"]["by_role"]["builder"]["runs"] == 30, "of the period"
+    assert first["next_before"] == first["runs"][0]["run_id"]
+    note = first["window"]["note"]
+    assert (
+        note.startswith("50 run(s) shown of the 60 of the last 7 days") and f"--before {first['next_before']}" in note
+    )
+    human = cli(busy, "history")
+    assert human.returncode == 0, human.stderr
+    assert human.stdout.rstrip().splitlines()[-1] == note
+    assert human.stdout.count("succeeded") == 50, "the table shows the page, not the period"
+    rest = json.loads(cli(busy, "history", "--json", "--before", str(first["next_before"])).stdout)
+    assert memos_of(rest) == [f"B{i:02d}.md" for i in range(10)] and rest["next_before"] is None
+    assert rest["totals"] == first["totals"], "the same period, the same totals"
+    assert len(memos_of(json.loads(cli(busy, "history", "--json", "--all").stdout))) == 60
+    assert len(memos_of(json.loads(cli(busy, "history", "--json", "--limit", "55").stdout))) == 55
+    bad = cli(busy, "history", "--before", "0")
+    assert bad.returncode == 2 and "--before 0" in bad.stderr
+
+    db = busy / ".orchestrator" / "state.db"
+    shown = records.page(db, None, None)
+    assert [r["memo"] for r in shown["runs"]] == memos_of(first)[::-1], "the dashboard's page: the same, newest first"
+    assert shown["next_before"] == first["next_before"]
+    assert [r["memo"] for r in records.page(db, None, shown["next_before"])["runs"]] == memos_of(rest)[::-1]
+
+
 def test_every_filter_of_history_and_status_is_served_by_an_index(month: Path) -> None:
     store = Store(month / ".orchestrator" / "state.db", readonly=True)
     asked: list[str] = []
@@ -107,6 +153,11 @@ def test_every_filter_of_history_and_status_is_served_by_an_index(month: Path) -
         assert len(asked) == 1
         plan = " | ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + asked[0]))
         assert "USING INDEX" in plan and "TEMP B-TREE" not in plan, f"{kwargs}: {plan}"
+    for role, since_ in ((None, since), ("builder", since), ("builder", None)):
+        asked.clear()
+        history._sums(store.db, role, since_, None)  # the totals of the period
+        plan = " | ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + asked[0]))
+        assert "SEARCH runs USING INDEX" in plan, f"the totals of {role} from {since_}: {plan}"
     asked.clear()
     store.runs_of_memo("builder", "M05.md")
     plan = " | ".join(row[3] for row in store.db.execute("EXPLAIN QUERY PLAN " + asked[0]))
@@ -205,6 +256,12 @@ def test_trace_finds_a_memo_moved_by_hand_and_gc_reindex_puts_it_in_the_index(
     rebuilt = cli(tmp_path, "gc", "--reindex", "--json")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["reindexed"] == 4 + 50 + 1
+    said = json.loads(rebuilt.stdout)["reindex"]
+    assert (said["added"], said["dropped"]) == (50 + 3, 1), (
+        "the 50 others, R1 where it is now, R3 waiting, R4; R1's old row"
+    )
+    again = cli(tmp_path, "gc", "--reindex")
+    assert "memo index rebuilt: 55 memo(s) on disk indexed, 0 of them not indexed before; 0 row(s)" in again.stdout
     opened = Opened(monkeypatch, tmp_path)
     assert tree(trace.trace(tmp_path, "P")) == [*moved, "R4 builder/archive done"]
     assert len(opened.paths) <= 6, f"nothing looked for outside the index: {len(opened.paths)} memos read"

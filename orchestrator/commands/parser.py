@@ -43,8 +43,13 @@ def build() -> argparse.ArgumentParser:
     history.add_argument("--role")
     history.add_argument("--since", help="a date (YYYY-MM-DD) or ISO time (default: 7 days ago)")
     history.add_argument("--until", help="a date (up to its end) or ISO time")
-    history.add_argument("--limit", type=int, metavar="N", help="only the newest N runs (no 7-day window)")
-    history.add_argument("--all", action="store_true", help="every run on record (no 7-day window)")
+    history.add_argument(
+        "--limit", type=int, metavar="N", help="the newest N runs (default 50 of the last 7 days; no 7-day window)"
+    )
+    history.add_argument("--all", action="store_true", help="every run on record (no 7-day window, no limit)")
+    history.add_argument(
+        "--before", type=int, metavar="RUN_ID", help="the page of runs before this one (`next_before` of --json)"
+    )
     history.add_argument("--json", action="store_true")
 
     journal = sub.add_parser("journal", parents=[common], help="the journal: one entry per ended run")

@@ -13,7 +13,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     from orchestrator.control import history
 
     report = history.collect(
-        project_root(args), role=args.role, since=args.since, until=args.until, limit=args.limit, every=args.all
+        project_root(args),
+        role=args.role,
+        since=args.since,
+        until=args.until,
+        limit=args.limit,
+        every=args.all,
+        before=args.before,
     )
     from orchestrator.control.history_view import print_history
 

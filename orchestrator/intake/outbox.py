@@ -10,7 +10,7 @@ watcher never sees half a memo.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -52,11 +52,12 @@ def _taken(root: Path) -> set[str]:
     return out
 
 
-def free_id(now: datetime, taken: set[str]) -> str:
-    """The millisecond clock in hex, with ``-2``, ``-3``, ... while that id is taken."""
+def free_id(now: datetime, taken: set[str] | Callable[[str], bool]) -> str:
+    """The millisecond clock in hex, with ``-2``, ``-3``, ... while that id is taken (a set, or a question)."""
+    is_taken = taken.__contains__ if isinstance(taken, set) else taken
     base = format(int(now.timestamp() * 1000), "x")
     memo_id, n = base, 1
-    while memo_id in taken:
+    while is_taken(memo_id):
         n += 1
         memo_id = f"{base}-{n}"
     return memo_id
@@ -72,13 +73,15 @@ def write_memo(
     now: datetime,
     reply_to: str | None = None,
     tags: Sequence[str] = (),
+    taken: Callable[[str], bool] | None = None,
 ) -> Sent:
-    """Write one memo into ``memo/<to>/inbox/`` with full front matter; returns its id and path."""
+    """Write one memo into ``memo/<to>/inbox/`` with full front matter; returns its id and path. ``taken``: whether
+    an id is carried already (``send`` asks the memo index); by default every memo file's name is read."""
     memo_dir = root / "memo"
     memo_dir.mkdir(parents=True, exist_ok=True)
     inbox = memo_dir / to / INBOX
     with FileLock(str(memo_dir / LOCK_NAME)):
-        memo_id = free_id(now, _taken(root))
+        memo_id = free_id(now, taken or _taken(root))
         header = {
             "id": memo_id,
             "subject": subject,

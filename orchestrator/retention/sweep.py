@@ -104,7 +104,7 @@ def sweep(root: Path, db: sqlite3.Connection, todo: Plan, stop: threading.Event 
             memo_index.forget(db, gone)
 
 
-def report(todo: Plan, dry_run: bool, reindexed: int | None = None) -> dict[str, Any]:
+def report(todo: Plan, dry_run: bool, reindexed: memo_index.Rebuilt | None = None) -> dict[str, Any]:
     """The pass as ``gc --json`` prints it: per kind the count, bytes and items; what was kept, and why."""
     out: dict[str, Any] = {
         "dry_run": dry_run,
@@ -120,7 +120,12 @@ def report(todo: Plan, dry_run: bool, reindexed: int | None = None) -> dict[str,
         }
     out["records"] = {table: count for table, (_where, _args, count) in todo.records.items()}
     out["kept"] = {"unfinished_runs": todo.unfinished_runs, "memos_in_use": todo.kept_memos}
-    out["reindexed"] = reindexed
+    out["reindexed"] = reindexed.indexed if reindexed else None
+    out["reindex"] = (
+        {"indexed": reindexed.indexed, "added": reindexed.added, "dropped": reindexed.dropped, "line": reindexed.line()}
+        if reindexed
+        else None
+    )
     return out
 
 
@@ -162,8 +167,8 @@ def render(result: dict[str, Any]) -> list[str]:
     rules = result["rules"]
     verb = "would remove" if result["dry_run"] else "removed"
     lines = [f"gc{' (dry run, nothing removed)' if result['dry_run'] else ''} at {result['now']}"]
-    if result.get("reindexed") is not None:
-        lines.append(f"memo index rebuilt: {result['reindexed']} memo(s) on disk")
+    if result.get("reindex"):
+        lines.append(result["reindex"]["line"])
     for kind, rule in (
         ("logs", rules["logs"]),
         ("transcripts", rules["transcripts"]),

@@ -155,6 +155,7 @@ class API:
             until=q.get("until") or None,
             limit=limit,
             every=q.get("all") in ("1", "true"),
+            before=_int_param(request, "before", None, 1, 2**62),
         )
         return Json(report)
 

@@ -1,51 +1,36 @@
 """Reads of the database file for the history page: one page of runs by key, and spend per day and role.
 
-Paged by ``run_id`` (the primary key), so the newest page of 100,000 runs costs what the newest page of 100
-does; each call opens its own read-only connection (a worker thread's, never the loop's).
+Paged as ``orchestrator history`` pages (``--before RUN_ID``, ``control.history.page``): by the indexed time, so the
+newest page of 100,000 runs costs what the newest page of 100 does; each call opens its own read-only
+connection (a worker thread's, never the loop's).
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.control import history
 from orchestrator.core.view import RunView
 from orchestrator.store import RUN_TIME, Store
 
-PAGE = 100
+PAGE = history.DEFAULT_LIMIT
 CHART_DAYS = 30
 
 
 def page(state_db: Path, role: str | None, before: int | None, limit: int = PAGE) -> dict[str, Any]:
-    """The ``limit`` runs before run ``before`` (None: the newest), newest first, and the key of the next page."""
+    """The ``limit`` runs before run ``before`` (None: the newest), newest first, and the key of the next page: the
+    pages of ``orchestrator history --before`` (``control.history.page``)."""
     if not state_db.exists():
         return {"runs": [], "next_before": None}
     store = Store(state_db, readonly=True)
     try:
-        query, args = "SELECT * FROM runs WHERE 1=1", list[Any]()
-        if before is not None:
-            query += " AND run_id < ?"
-            args.append(before)
-        if role:
-            query += " AND role = ?"
-            args.append(role)
-        rows = store.db.execute(query + " ORDER BY run_id DESC LIMIT ?", [*args, limit + 1]).fetchall()
-        views = [RunView.from_row(_decoded(r)).to_history_json() | {"reason": r["reason"]} for r in rows[:limit]]
+        rows, next_before = history.page(store.db, role=role, before=before, limit=limit)
     finally:
         store.close()
-    more = len(rows) > limit
-    return {"runs": views, "next_before": views[-1]["run_id"] if more and views else None}
-
-
-def _decoded(row: Any) -> dict[str, Any]:
-    """A ``runs`` row with its JSON lists read (as ``Store.run`` gives one)."""
-    out = dict(row)
-    for key in ("memos", "memo_ids"):
-        if isinstance(out.get(key), str):
-            out[key] = json.loads(out[key])
-    return out
+    views = [RunView.from_row(row).to_history_json() | {"reason": row["reason"]} for row in reversed(rows)]
+    return {"runs": views, "next_before": next_before}
 
 
 def spend(state_db: Path, days: int = CHART_DAYS, now: datetime | None = None) -> dict[str, Any]:
