@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import psutil
 
@@ -128,14 +129,29 @@ _MISSING = Marks("", "", None)
 _kept_marks: dict[tuple[int, int], Marks | None] = {}  # (pid, start in ticks) -> its marks, once settled
 
 
-@dataclass
-class Entry:
+class Entry(NamedTuple):
     """One process as /proc/<pid>/stat says it: parent, group, state (``Z``: a zombie) and start in clock ticks."""
 
     ppid: int
     pgrp: int
     state: bytes
     start: int
+
+
+def _entry(pid: int) -> Entry | None:
+    """``pid``'s entry, or None when it is gone: at every reading for every process, so with no file object."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    rest = data[data.rfind(b")") + 2 :].split(None, 20)
+    return Entry(int(rest[1]), int(rest[2]), rest[0], int(rest[19])) if len(rest) > 19 else None
 
 
 @dataclass
@@ -203,10 +219,9 @@ def read_table() -> ProcTable:
     table = ProcTable(time.monotonic(), psutil.boot_time())
     settled_before = (_uptime() - SETTLED) * _TICKS
     for pid in all_pids():
-        rest = stat_fields(pid)
-        if pid == me or rest is None:
+        entry = _entry(pid) if pid != me else None
+        if entry is None:
             continue
-        entry = Entry(int(rest[1]), int(rest[2]), rest[0], int(rest[19]))
         table.entries[pid] = entry
         table.children.setdefault(entry.ppid, []).append(pid)
         table.groups.setdefault(entry.pgrp, []).append(pid)
