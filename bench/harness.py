@@ -27,8 +27,8 @@ from tests.harness import UpProcess, kill_marked, write_team
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 INOTIFY_HELP = (
-    "inotifywait not found: the latency baseline (a bare inotify loop) is not measured, so its ratio targets "
-    "are not met. Install inotify-tools (`make bench` does, as root with apt-get; "
+    "inotifywait not found: the bare inotify loop (a latency figure beside the target's watchdog floor) is not "
+    "measured. Install inotify-tools (`make bench` does, as root with apt-get; "
     "Debian/Ubuntu: `sudo apt-get install -y inotify-tools`; Fedora: `sudo dnf install inotify-tools`; "
     "Alpine: `apk add inotify-tools`) and run the benchmark again."
 )

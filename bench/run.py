@@ -9,14 +9,20 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
   --smoke          a few memos per scenario and a short idle window; checks that everything
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
-                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client, year)
+                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client,
+                   year, many-agents)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
-Needs Linux, a C compiler (cc, gcc or clang) and, for the latency baseline,
+Needs Linux, a C compiler (cc, gcc or clang) and, for one latency figure,
 ``inotifywait`` from inotify-tools (``make bench`` installs both when it runs as
-root with apt-get: ``.ci/needs``); without ``inotifywait`` that baseline is not
-measured, its rows say so and their ratio targets count as not met.
+root with apt-get: ``.ci/needs``); without ``inotifywait`` that figure is not
+measured and its rows say so.
+
+The pass/fail targets (issue 34): a memo's start median within 1.5x of a bare watchdog + ``Popen`` floor run the
+same way; the realistic drain within 2 % of its ideal; the client's ``cancel`` and ``status`` medians <= 60 ms;
+the worst memo latency around a big stream-json end <= 100 ms (the big-end scenario); and the many-agents
+scenario's growth from 20 to 300 agents. The ratios to ``inotifywait`` and ``xargs -P 10`` are figures.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from bench import (
     history_scenario,
     idle,
     latency,
+    many_agents,
     memory,
     memory_store_scenario,
     ray_scenario,
@@ -97,6 +104,8 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "web": web_scenario.web,
     "client": client_scenario.client,
     "year": year_scenario.year,
+    "many-agents": many_agents.many_agents,
+    # "big-end": the worst memo latency around a 50 MB stream-json end (its own module, added beside this one)
 }
 
 
@@ -130,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         precompile()
         machine = _machine(scratch, agent)
         if inotifywait_path() is None:
-            say("WARNING: inotifywait not found; the latency baseline is not measured, its targets are not met")
+            say("WARNING: inotifywait not found; the bare inotify loop's latency figure is not measured")
         ctx = Context(agent=agent, scratch=scratch, sizes=sizes, say=say)
         for name in chosen:
             try:
@@ -159,16 +168,20 @@ def main(argv: list[str] | None = None) -> int:
 
     machine["duration"] = f"{time.monotonic() - started:.0f} s"
     machine["load average at the end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    table = _table([row for o in outcomes for row in o.rows])
+    rows = [row for o in outcomes for row in o.rows]
+    table = _table([r for r in rows if r.ok is not None])
+    figures = _table([r for r in rows if r.ok is None])
     print()
     print(table)
+    print()
+    print(figures)
     for outcome in outcomes:
         for note in outcome.notes:
             print(f"note ({outcome.name}): {note}")
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)
     if out_path is not None:
-        out_path.write_text(_results(machine, sizes, args, outcomes, failures, table), encoding="utf-8")
+        out_path.write_text(_results(machine, sizes, args, outcomes, failures, table, figures), encoding="utf-8")
         print(f"\nwritten to {out_path}")
     return 1 if failures else 0
 
@@ -273,7 +286,9 @@ def _machine(scratch: Path, agent: Path) -> dict[str, str]:
     }
 
 
-def _results(machine: dict[str, str], sizes, args, outcomes: list[Outcome], failures: list[str], table: str) -> str:  # type: ignore[no-untyped-def]
+def _results(  # type: ignore[no-untyped-def]
+    machine: dict[str, str], sizes, args, outcomes: list[Outcome], failures: list[str], table: str, figures: str
+) -> str:
     lines = [
         "# Benchmark results",
         "",
@@ -285,7 +300,18 @@ def _results(machine: dict[str, str], sizes, args, outcomes: list[Outcome], fail
     lines += [f"- **{key}**: {value}" for key, value in machine.items()]
     if args.smoke:
         lines += ["", "**Smoke run: a few memos per scenario. These figures only show that the benchmark runs.**"]
-    lines += ["", "## Summary", "", table, ""]
+    lines += [
+        "",
+        "## Targets",
+        "",
+        table,
+        "",
+        "## Figures",
+        "",
+        "Measured beside a baseline, with no pass or fail.",
+        "",
+    ]
+    lines += [figures, ""]
     if failures:
         lines += ["## Scenarios that failed", ""] + [f"- {f}" for f in failures] + [""]
     lines += ["## Details", ""]
@@ -303,9 +329,9 @@ def _results(machine: dict[str, str], sizes, args, outcomes: list[Outcome], fail
         "```",
         "",
         (
-            "The latency baseline needs `inotifywait` (Debian/Ubuntu: `sudo apt-get install -y inotify-tools`; "
-            "`make bench` installs it as root through `.ci/needs`); without it that baseline is not measured, its "
-            "rows say so, their ratio targets count as not met, and everything else still runs. The stand-in agent "
+            "The bare inotify loop of the latency figures needs `inotifywait` (Debian/Ubuntu: `sudo apt-get install -y "
+            "inotify-tools`; `make bench` installs it as root through `.ci/needs`); without it that figure is not "
+            "measured, its rows say so, and everything else still runs. The stand-in agent "
             "is compiled with `cc` (or `$CC`, gcc, clang) at the start of every run."
         ),
         "",

@@ -38,8 +38,8 @@ def throughput(ctx: Context) -> Outcome:
             "s",
             base_walls.p50,
             bname,
-            "ratio <= 2",
-            ratios.p50 <= 2,
+            "",  # a figure: the ratio to xargs swings more between runs than the orchestrator's cost does
+            None,
             2,
             ratios.p50,
         )

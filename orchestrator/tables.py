@@ -106,6 +106,8 @@ def _rstrip_end(line: str, width: int) -> str:
 def wrap(text: str, width: int, *, fold: bool = True, pad: bool = False) -> list[str]:
     """``text`` in lines of at most ``width`` cells: broken at words, a too long word folded (``fold``) or cut
     with ``…``; each line padded to ``width`` when ``pad``."""
+    if text.isascii() and len(text) <= width and "\n" not in text:  # most cells: one line that fits as it is
+        return [text + " " * (width - len(text)) if pad else text]
     out: list[str] = []
     for line in text.split("\n"):
         cuts = [0, *_breaks(line, width, fold), len(line)]
@@ -121,6 +123,8 @@ def wrap(text: str, width: int, *, fold: bool = True, pad: bool = False) -> list
 
 def _measure(text: str) -> tuple[int, int]:
     """The narrowest (its longest word) and widest (its longest line) a cell's text can be drawn."""
+    if text.isascii() and text.isprintable():  # one line of one-cell characters: most cells
+        return max(map(len, text.split()), default=len(text)), len(text)
     lines = text.splitlines()
     widest = max((cell_len(line) for line in lines), default=0)
     words = text.split()

@@ -27,6 +27,7 @@ SCENARIO_LABELS = (
     "| schedule |",
     "| history |",
     "| year |",
+    "| many-agents |",
 )
 
 pytestmark = pytest.mark.skipif(
@@ -68,15 +69,17 @@ def test_every_scenario_runs_and_reports(tmp_path: Path) -> None:
 
 @pytest.mark.full
 @pytest.mark.timeout(120)
-def test_a_missing_inotifywait_skips_only_that_baseline_and_its_targets_are_not_met() -> None:
+def test_a_missing_inotifywait_skips_only_the_bare_loops_figures() -> None:
     done = _bench("--only", "latency", BENCH_INOTIFYWAIT="no-such-inotifywait-here")
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     assert "inotifywait not found" in done.stdout and "apt-get install -y inotify-tools" in done.stdout
-    for figure in ("p50", "p99"):
-        row = next(x for x in done.stdout.splitlines() if x.startswith(f"| latency | rename -> agent start, {figure}"))
-        # the orchestrator's figure is there; the baseline says why it is not, and a ratio target without it is unmet
-        assert "| not measured: inotifywait missing | - |" in row, row
-        assert row.endswith("| **no** |"), row
+    rows = done.stdout.splitlines()
+    bare = next(x for x in rows if x.startswith("| latency | rename -> agent start, p50, against the bare loop"))
+    # a figure: the baseline says why it is not there, and nothing is judged
+    assert "| not measured: inotifywait missing | - | - |  |" in bare, bare
+    target = next(x for x in rows if x.startswith("| latency | rename -> agent start, p50 |"))
+    # the target is judged against the watchdog floor, which needs nothing beyond the orchestrator's own Python
+    assert "(watchdog + Popen floor)" in target and "| ratio <= 1.5 |" in target, target
 
 
 def test_unknown_scenario_is_a_usage_error() -> None:

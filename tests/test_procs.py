@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from conftest import dead, wait_for
-from orchestrator.agents import procs
+from orchestrator.agents import proc_table, procs
 
 # A leader (own session) that starts what its argv asks for, prints the pids as one JSON line, then sleeps.
 LEADER = r"""
@@ -51,6 +51,14 @@ if spec.get("setsid"):
         stdout=subprocess.PIPE, text=True)
     out["setsid"] = int(middle.stdout.readline())
     middle.wait()
+if spec.get("escape_on_term"):  # at SIGTERM: leave a setsid child behind (it keeps the run's marks), then exit
+    def escape(*_):
+        import psutil
+        p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        with open(spec["escape_on_term"], "w") as f:
+            f.write(f"{p.pid} {psutil.Process(p.pid).create_time()}")
+        os._exit(0)
+    signal.signal(signal.SIGTERM, escape)
 if spec.get("zombie"):
     z = subprocess.Popen(["true"])
     out["zombie"] = z.pid  # never waited for: it stays a zombie while the leader lives
@@ -293,3 +301,62 @@ def test_group_has_members(trees: Trees) -> None:
     assert not procs.group_has_members(None)
     run(procs.stop_tree(trees.target(pids), grace=5.0))
     assert not procs.group_has_members(pids["leader"])
+
+
+def test_a_setsid_child_started_during_the_ladder_is_found_once_the_known_tree_is_gone(
+    trees: Trees, tmp_path: Path
+) -> None:
+    """The agent's last act at SIGTERM is a child in a session of its own: the ladder reads /proc once more after
+    the processes it knew are gone, and that reading finds it by the run's marks."""
+    said = tmp_path / "escapee"
+    pids = trees.start(run_id=12, escape_on_term=str(said))
+    report = run(procs.stop_tree(trees.target(pids, run_id=12), grace=5.0))
+
+    pid, created = said.read_text().split()
+    trees.pids[int(pid)] = float(created)  # killed at teardown should the ladder have missed it
+    assert int(pid) in report.pids
+    assert dead(int(pid), float(created)) and dead(pids["leader"], trees.ctime(pids["leader"]))
+    assert report.escalated is False
+
+
+def test_stops_under_way_share_their_readings_of_proc(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopping many trees at once reads /proc a few times in all, not a few times for each of them."""
+    started = [trees.start(run_id=40 + k, child=True) for k in range(8)]
+    readings: list[float] = []
+    real = proc_table.read_table
+
+    def counted() -> proc_table.ProcTable:
+        readings.append(1)
+        return real()
+
+    monkeypatch.setattr(proc_table, "read_table", counted)
+
+    async def stop_all() -> list[procs.KillReport]:
+        targets = [trees.target(pids, run_id=40 + k) for k, pids in enumerate(started)]
+        return list(await asyncio.gather(*(procs.stop_tree(t, grace=5.0) for t in targets)))
+
+    reports = run(stop_all())
+
+    for pids, report in zip(started, reports, strict=True):
+        assert {pids["leader"], pids["child"]} <= set(report.pids)
+        assert dead(pids["leader"], trees.ctime(pids["leader"])) and dead(pids["child"], trees.ctime(pids["child"]))
+    assert 1 <= len(readings) <= 6, f"{len(readings)} readings of /proc for 8 stops (each needs 2 of its own)"
+
+
+def test_a_settled_process_environment_is_read_once(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run marks of a process that has run a moment are kept while it lives; a young one's are read again
+    (it may still be between its fork and its exec, showing its parent's environment)."""
+    leader = trees.start(run_id=51)["leader"]
+    target = procs.Target(None, None, 51, str(trees.root))
+    read: list[int] = []
+    real = proc_table.read_marks
+    monkeypatch.setattr(proc_table, "read_marks", lambda pid: (read.append(pid), real(pid))[1])
+
+    monkeypatch.setattr(proc_table, "SETTLED", 3600.0)  # nothing has run that long: every pass reads it again
+    assert set(procs.find_tree(target)) == {leader} and set(procs.find_tree(target)) == {leader}
+    assert read.count(leader) == 2
+
+    monkeypatch.setattr(proc_table, "SETTLED", 0.0)
+    read.clear()
+    assert set(procs.find_tree(target)) == {leader} and set(procs.find_tree(target)) == {leader}
+    assert read.count(leader) == 1

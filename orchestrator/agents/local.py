@@ -88,7 +88,7 @@ class LocalProcess:
         target = procs.Target(self.ref, self.pid, self.spec.run_id, str(self.spec.root))
         # looked up first: an interrupted SDK session exits by itself (its CLI, and the tool processes in their
         # own sessions with it) before the ladder looks, and the report must still name them
-        before = procs.find_tree(target)
+        before = await procs.look(target)  # off the loop, one reading of /proc shared with other stops
         if interrupt_first and agent.backend == "sdk":
             await end_turn_first(agent, grace, log)
             report = await procs.stop_tree(target, grace, log)  # looked up again: the turn's end took its time

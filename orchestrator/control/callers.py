@@ -93,11 +93,6 @@ def identify(pid: int, runs: Iterable[LiveRun], root: Path, orchestrator: int | 
     """The caller that process ``pid`` is, against the live ``runs`` of the project ``root``; ``orchestrator``:
     the orchestrator's pid, whose descendants are never people."""
     by_pid = {run.pid: run for run in runs if run.pid > 1}
-    keepers: dict[int, LiveRun] = {}
-    for run in by_pid.values():
-        stat = _stat(run.pid)
-        if stat is not None and stat[0] > 1 and stat[0] != orchestrator and _is_keeper(stat[0]):
-            keepers[stat[0]] = run
     if pid <= 0:  # the peer is in another pid namespace: the kernel could not name it
         raise UnknownCallerError("refused: cannot tell who is asking (the caller's pid is not visible here)")
     chain: list[int] = []  # the processes read so far, the caller first
@@ -115,7 +110,9 @@ def identify(pid: int, runs: Iterable[LiveRun], root: Path, orchestrator: int | 
             current = chain.pop()
             continue
         ppid, group, session = stat
-        found = by_pid.get(current) or by_pid.get(group) or by_pid.get(session) or keepers.get(current)
+        found = by_pid.get(current) or by_pid.get(group) or by_pid.get(session)
+        if found is None and current > 1 and current != orchestrator and _is_keeper(current):
+            found = _kept_by(current, by_pid.values())
         if found is not None:
             return Caller(agent=True, run_id=found.run_id, role=found.role)
         if current != pid and (current == orchestrator or _keeper_root(current) == str(root)):
@@ -125,6 +122,16 @@ def identify(pid: int, runs: Iterable[LiveRun], root: Path, orchestrator: int | 
             return PERSON
         current = ppid
     raise UnknownCallerError(f"refused: cannot tell who is asking (process {pid} has more than {MAX_DEPTH} ancestors)")
+
+
+def _kept_by(keeper: int, runs: Iterable[LiveRun]) -> LiveRun | None:
+    """The run whose agent ``keeper`` (a keeper's pid) is the parent of: read only for a keeper met on a caller's
+    chain, so a request costs no read for each of many live runs."""
+    for run in runs:
+        stat = _stat(run.pid)
+        if stat is not None and stat[0] == keeper:
+            return run
+    return None
 
 
 def live_runs_on_record(root: Path) -> list[LiveRun]:
