@@ -30,6 +30,7 @@ from orchestrator.app import run_up
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import AttemptVerdict, Capabilities
 from orchestrator.core.errors import ConfigError
+from orchestrator.ops.doctor import Host, roles
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "backends.md"
@@ -172,10 +173,18 @@ def test_the_backend_of_the_doc_reads_a_usage_limit_and_an_attempt_taken_back(tm
     assert found.succeeded and found.session_id == "thread-8" and found.usage_limit is None
 
 
-def test_the_backend_of_the_doc_is_checked_at_start(tmp_path: Path, toy: ModuleType) -> None:
+def test_the_backend_of_the_doc_is_checked_at_start_and_by_the_doctor(tmp_path: Path, toy: ModuleType) -> None:
     role = toy_role(tmp_path)  # no toy-agent written
     config = Config(root=tmp_path, path=tmp_path / "roles.yaml", roles={role.name: role})
     with pytest.raises(ConfigError) as refused:
         backend_for(role).check(config, role)
     assert str(refused.value).startswith(f"{tmp_path / 'roles.yaml'}: roles.builder.command: ")
     assert "is not an executable file" in str(refused.value)
+    program = toy_program(tmp_path)
+    backend_for(role).check(config, role)
+    found, login = roles.check_command(roles.Checkup(config, Host()), role)
+    assert login is None  # it has no login to check
+    assert (found.status, found.detail) == (
+        "ok",
+        f"{program} -> {program} (this shell); its events and its exit status are the verdict",
+    )
