@@ -1,4 +1,5 @@
-"""Backends as strategies: the registry picks one per role, and a backend built from docs/backends.md runs.
+"""Backends as strategies: the registry picks one per role, the core asks it what it can do, and a backend built
+from docs/backends.md runs.
 
 The toy backend is the ``python`` block of docs/backends.md, imported as it is written; its ``toy-agent`` is a
 small Python script started for real under the real keeper, by the real ``up`` in this process (the registry is
@@ -23,14 +24,17 @@ import yaml
 
 from conftest import LOUD
 from orchestrator.agents import keeper
-from orchestrator.agents.backends import backend_for, capabilities, stall_seconds, unregister
+from orchestrator.agents.backends import backend_for, capabilities, register, stall_seconds, unregister
+from orchestrator.agents.backends.command import CommandBackend
 from orchestrator.agents.spawner import ProcessSpawner
 from orchestrator.agents.spec import LaunchSpec, agent_environment
 from orchestrator.app import run_up
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import AttemptVerdict, Capabilities
 from orchestrator.core.errors import ConfigError
+from orchestrator.core.events import CancelRequested, TellRequested
 from orchestrator.ops.doctor import Host, roles
+from replay import Replay
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "backends.md"
@@ -188,3 +192,32 @@ def test_the_backend_of_the_doc_is_checked_at_start_and_by_the_doctor(tmp_path: 
         "ok",
         f"{program} -> {program} (this shell); its events and its exit status are the verdict",
     )
+
+
+class Talker(CommandBackend):
+    """A ``command`` role's program that takes a tell and an interrupt: what the supervisor asks, not a name."""
+
+    name = "talker"
+
+    def capabilities(self, role: Role) -> Capabilities:
+        return Capabilities(tell=True, interrupt=True)
+
+
+def test_the_supervisor_asks_a_backend_what_it_can_do_not_its_name(tmp_path: Path) -> None:
+    talker = Talker()
+    register(talker, named=False, programs=("talker",))
+
+    async def scenario() -> None:
+        r = Replay(tmp_path, {"builder": {"command": ["talker"]}})  # backend: command, by its name
+        await r.drop("builder", "T-1.md")
+        told = await r.request(TellRequested, memo="T-1", text="and the tests")
+        assert (await asyncio.wait_for(told, DEADLINE))["state"] == "running"
+        assert r.agent("T-1").told == ["and the tests"]
+        await r.request(CancelRequested, memo="T-1")
+        assert r.spawner.stops == [(r.agent("T-1").spec.run_id, 2.0, True)]  # its turn is ended first
+        r.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        unregister(talker)
