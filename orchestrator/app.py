@@ -9,8 +9,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.agents import claude_cli, keeper
-from orchestrator.agents.spec import ARG_MAX_SINGLE, resolve_command, role_folder
+from orchestrator.agents import keeper
+from orchestrator.agents.backends import backend_for
+from orchestrator.agents.spec import ARG_MAX_SINGLE, role_folder
 from orchestrator.config import Config, Role, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
@@ -30,13 +31,7 @@ def preflight(config: Config) -> None:
         cwd = role_folder(config.root, role.cwd)
         if not cwd.is_dir():
             raise ConfigError(f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist")
-        if role.backend != "sdk" and resolve_command(role.command, cwd) is None:
-            where = "is not an executable file" if os.sep in role.command[0] else "not found on PATH"
-            raise ConfigError(
-                f"{config.path}: roles.{role.name}.command: {role.command[0]!r} {where}; install it, "
-                "fix the role's `command`, or set ORCHESTRATOR_SPAWN_CMD for a dry run"
-            )
-        claude_cli.check_role(config, role)
+        backend_for(role).check(config, role)  # its program, and what its kind of agent needs
         check_sizes(config, role)
 
 
@@ -157,10 +152,12 @@ def run_up(
         try:
             code = asyncio.run(supervisor.serve())
         except OSError as exc:  # say the inotify instance limit, or a file system without sockets
+            console.close()
             raise OrchestratorError(
                 f"cannot watch or serve {config.root}: {exc.strerror or exc}"
                 + (f" ({exc.filename})" if getattr(exc, "filename", None) else "")
                 + "; memos already claimed go back to their inbox at the next start"
             ) from None
         console.line(f"orchestrator exits with status {code}")
+        console.close()  # its log file, for a caller that goes on (a test running ``up`` in its own process)
         return code

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import SpawnError
 from orchestrator.compose import build_supervisor
 from orchestrator.config import load_config
@@ -45,6 +46,7 @@ class FakeAgent:
         self.spec = spec
         self.on_exit = on_exit
         self.backend = backend
+        self.capabilities = capabilities(spec.role)
         self.pid = 4_000_000 + spec.run_id * 100 + spec.attempt  # above any real pid: signals reach nobody
         self.create_time: float | None = None
         self.node: str | None = None

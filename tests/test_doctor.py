@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from conftest import Project, wait_for
+from orchestrator.agents.backends import claude as claude_backend
 from orchestrator.app import run_up
 from orchestrator.config import load_config
 from orchestrator.core.clock import ManualClock
@@ -188,8 +189,8 @@ def test_a_claude_that_does_not_answer_auth_status_in_time_is_a_warning(
     stuck = tmp_path / "claude"
     stuck.write_text("#!/bin/sh\nexec sleep 30\n", encoding="utf-8")
     stuck.chmod(0o755)
-    monkeypatch.setattr(roles, "AUTH_SECONDS", 0.3)
-    found = roles.auth_status(str(stuck), dict(os.environ))
+    monkeypatch.setattr(claude_backend, "AUTH_SECONDS", 0.3)
+    found = claude_backend.auth_status(str(stuck), dict(os.environ))
     assert found.status == "warn" and found.detail == f"cannot tell: `{stuck} auth status` did not answer within 0.3s"
 
 
@@ -585,7 +586,7 @@ def test_the_real_cli_logged_out_fails_and_with_an_api_key_in_the_roles_env_is_o
     assert code == 0, out
     assert one(findings, "login", "writer")["status"] == "ok"
     # asked of the real CLI, the same key makes it say it is logged in, by that key
-    found = roles.auth_status(str(cli), {**os.environ, **env, "ANTHROPIC_API_KEY": "test"})
+    found = claude_backend.auth_status(str(cli), {**os.environ, **env, "ANTHROPIC_API_KEY": "test"})
     assert found.status == "ok" and found.detail == "logged in (api_key)"
 
 

@@ -159,9 +159,9 @@ def test_start_sdk_under_the_keeper_talks_over_the_socket(tmp_path: Path, fake_c
     from test_sdk_runner import launch_spec, make_role
 
     from orchestrator.agents import keeper, procs
+    from orchestrator.agents.backends import backend_for
     from orchestrator.agents.handle import Agent
     from orchestrator.agents.local import LocalProcess
-    from orchestrator.agents.sdk.backend import start_sdk
     from orchestrator.core.agent import AttemptVerdict
 
     binary = keeper.locate()
@@ -175,7 +175,7 @@ def test_start_sdk_under_the_keeper_talks_over_the_socket(tmp_path: Path, fake_c
         def on_exit(_agent: Agent, verdict: AttemptVerdict) -> None:
             exited.set_result(verdict.returncode)
 
-        agent = await start_sdk(spec, on_exit, binary)
+        agent = await backend_for(spec.role).start(spec, on_exit, binary)
         assert agent.follower is not None and isinstance(agent.transport, LocalProcess)
         agent.follower.on_update = lambda event: seen.append(event["event"])
         keeper_pid = psutil.Process(agent.pid).ppid()

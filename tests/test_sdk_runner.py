@@ -27,10 +27,10 @@ import pytest
 
 from conftest import pid_alive, wait_for
 from orchestrator.agents import procs
+from orchestrator.agents.backends import backend_for
 from orchestrator.agents.claude_cli import check_role
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.sdk import backend, channel, protocol
-from orchestrator.agents.sdk.backend import start_sdk
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
 from orchestrator.agents.sdk.session import ControlLine, Phase, SdkMessage, Session
@@ -636,7 +636,7 @@ async def started(spec: LaunchSpec) -> tuple[Agent, asyncio.Future[int], list[di
     def on_exit(agent: Agent, verdict: AttemptVerdict) -> None:
         exited.set_result(verdict.returncode)
 
-    agent = await start_sdk(spec, on_exit, None)
+    agent = await backend_for(spec.role).start(spec, on_exit, None)
     assert agent.follower is not None
     agent.follower.on_update = seen.append
     return agent, exited, seen

@@ -26,7 +26,7 @@ from orchestrator.agents.handle import Agent
 from orchestrator.agents.spawner import ProcessSpawner
 from orchestrator.agents.spec import LaunchSpec, SpawnError, agent_environment, role_folder
 from orchestrator.config import Role
-from orchestrator.core.agent import AgentHandle, AttemptVerdict
+from orchestrator.core.agent import AgentHandle, AttemptVerdict, Capabilities
 
 DEADLINE = 20.0
 
@@ -149,7 +149,8 @@ def test_an_end_that_cannot_be_read_is_still_told_as_the_attempts_end(tmp_path):
 
     async def main() -> AttemptVerdict:
         ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
-        agent = Agent(spec_for(tmp_path, [sys.executable, "-c", "pass"]), _BrokenEnd())  # type: ignore[arg-type]
+        spec = spec_for(tmp_path, [sys.executable, "-c", "pass"])
+        agent = Agent(spec, _BrokenEnd(), capabilities=Capabilities())  # type: ignore[arg-type]
         agent.watch(lambda _a, verdict: ended.set_result(verdict))
         return await asyncio.wait_for(ended, DEADLINE)
 
@@ -163,12 +164,12 @@ def test_an_end_that_cannot_be_read_is_still_told_as_the_attempts_end(tmp_path):
 def test_a_claude_cli_agent_that_ended_while_the_orchestrator_was_down_is_explained_too(tmp_path):
     """Taken back from its keeper's record after a restart, its failure still reads from its log: a permanent
     one is not retried as an ordinary failure."""
-    from orchestrator.agents.command import recorded_command
+    from orchestrator.agents.backends import backend_for
 
     spec = spec_for(tmp_path, ["claude", "-p"])
     spec.log_path.parent.mkdir(parents=True)
     spec.log_path.write_text("=== attempt 1\nInvalid API key · Fix external API key\n", encoding="utf-8")
-    verdict = recorded_command(spec).conclude(1)
+    verdict = backend_for(spec.role).recorded(spec, None).conclude(1)
     assert verdict.permanent_failure
     assert verdict.failure_reason is not None and verdict.failure_reason.startswith("the Anthropic API rejected")
 
@@ -178,7 +179,7 @@ def test_a_stream_json_claude_agent_taken_back_after_a_restart_is_judged_by_its_
     (an earlier attempt's lines in the same log count for nothing)."""
     import json
 
-    from orchestrator.agents.command import recorded_command
+    from orchestrator.agents.backends import backend_for
 
     spec = spec_for(tmp_path, ["claude", "-p", "--output-format", "stream-json", "--verbose"])
     spec.log_path.parent.mkdir(parents=True)
@@ -202,7 +203,7 @@ def test_a_stream_json_claude_agent_taken_back_after_a_restart_is_judged_by_its_
         + "\n",
     ]
     spec.log_path.write_text("".join(lines), encoding="utf-8")
-    verdict = recorded_command(spec).conclude(0)
+    verdict = backend_for(spec.role).recorded(spec, None).conclude(0)
     assert verdict.agent_failed and verdict.permanent_failure
     assert verdict.failure_reason is not None and "Bash: orchestrator stop --force" in verdict.failure_reason
 

@@ -271,6 +271,10 @@ def test_bulk_cancel_by_state_and_send_and_wake(project: Project, dash: Dashboar
     wait_for(lambda: len([r for r in dash.state()["runs"] if r["state"] == "running"]) == 2, what="two running")
     some = dash.run_of("B-3.md")
     assert some is not None
+    controls = dash.get(f"/api/v1/runs/{some['run_id']}").json()["controls"]
+    assert controls == {"interrupt": False, "tell": False}  # as its backend says: so the page offers neither
+    page = dash.get(f"/runs/{some['run_id']}").text
+    assert 'data-action="cancel"' in page and 'data-action="interrupt"' not in page and 'id="tell"' not in page
     refused = dash.post(f"/api/v1/runs/{some['run_id']}/interrupt")  # a command role has no turn to end
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "unsupported", refused.text
     answer = dash.post("/api/v1/cancel", {"state": "running", "reason": "bulk"})

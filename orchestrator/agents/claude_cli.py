@@ -21,7 +21,7 @@ from orchestrator.config import Config, Role
 from orchestrator.core.agent import UsageLimit
 from orchestrator.core.errors import ConfigError
 
-STALL_DEFAULT = 600.0  # sdk and stream-json Claude roles: they write an event at every step
+STALL_DEFAULT = 600.0  # the default stall timeout of sdk and stream-json Claude roles: an event at every step
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
 LOG_TAIL_BYTES = 64 * 1024
@@ -35,16 +35,6 @@ def streams_json(role: Role) -> bool:
     return role.backend == "sdk" or (
         is_claude_command(role.command) and _sets(role.command, "--output-format", "stream-json")
     )
-
-
-def stall_seconds(role: Role) -> float | None:
-    """How long an attempt may write nothing before it is stopped as stalled; None: never.
-
-    The default is ``STALL_DEFAULT`` for roles that write an event at every step (sdk, stream-json Claude)
-    and off for other commands, which may rightly be silent until they end (``claude -p`` text output)."""
-    if role.stall_timeout is not None:
-        return role.stall_timeout or None
-    return STALL_DEFAULT if streams_json(role) else None
 
 
 def _sets(argv: list[str], flag: str, value: str) -> bool:

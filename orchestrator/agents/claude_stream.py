@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, result_limit
+from orchestrator.core.agent import Judgement as Judgement  # the core's end reading, named here for its readers
 from orchestrator.core.agent import UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
@@ -140,18 +141,6 @@ def denied_text(denials: list[Any]) -> str:
 
 
 DENIED_FIX = "allow the tool for the role (allowed_tools, permission_mode) or set on_denied: warn"
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """How the stream says the attempt went: ``failed`` whatever its exit status, with one reason; warnings for
-    a person when it succeeded with something to say."""
-
-    failed: bool = False
-    reason: str | None = None
-    permanent: bool = False
-    warnings: tuple[str, ...] = ()
-    usage_limit: UsageLimit | None = None
 
 
 def judge(stream: Stream, code: int, on_denied: str) -> Judgement:

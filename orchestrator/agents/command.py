@@ -1,35 +1,40 @@
-"""The ``command`` backend: a role's program started for one attempt, adopted at a restart, or found ended.
+"""A role's program as a local agent: started for one attempt, adopted at a restart, or found ended.
 
-A Claude CLI agent is given a ``claude_cli.ClaudeOutput`` that reads its own part of the run's log, since the CLI
-writes its errors and its stream-json events there.
+What differs between the backends that run a program here (``command``, ``claude``) is handed in by the backend
+(``agents/backends/``): the arguments it adds and the ``Reader`` of its output (``reading``), which reads its own
+part of the run's log, since a CLI writes its errors and its events there.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchestrator.agents import procs
-from orchestrator.agents.claude_cli import ClaudeOutput, cap_arguments, streams_json
-from orchestrator.agents.handle import Agent, OnExit
+from orchestrator.agents.handle import Agent, OnExit, Reader
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.spawn import Launch, start_process
-from orchestrator.agents.spec import (
-    ARG_MAX_SINGLE,
-    LaunchSpec,
-    SpawnError,
-    is_claude_command,
-    resolve_command,
-    transcript_path,
-)
+from orchestrator.agents.spec import ARG_MAX_SINGLE, LaunchSpec, SpawnError, resolve_command
+from orchestrator.core.agent import Capabilities
+
+Reading = Callable[[LaunchSpec, int], Reader]  # (the spec, where this attempt's output starts in the log) -> reader
 
 
-async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
-    """Start a ``command`` role's agent, under the ``keeper`` binary when there is one; ``on_exit`` is called with
-    its verdict when it ends."""
+async def start_command(
+    spec: LaunchSpec,
+    on_exit: OnExit,
+    keeper: Path | None,
+    *,
+    capabilities: Capabilities,
+    arguments: Sequence[str] = (),
+    reading: Reading | None = None,
+) -> Agent:
+    """Start a role's program (its ``command``, ``arguments``, then the spec's ``args``) under the ``keeper`` binary
+    when there is one; ``on_exit`` is called with its verdict when it ends, read by ``reading``'s reader if any."""
     role = spec.role
     cwd = spec.cwd
-    argv = [*role.command, *cap_arguments(role, role.budget.per_run_usd), *spec.args]
+    argv = [*role.command, *arguments, *spec.args]
     prompt = spec.prompt.encode("utf-8")
     if role.prompt_via == "arg":
         if len(prompt) >= ARG_MAX_SINGLE:
@@ -44,39 +49,43 @@ async def start_command(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) 
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n"
     reader = None
-    if is_claude_command(argv):  # its output starts after what the log holds now and the header
+    if reading is not None:  # its output starts after what the log holds now and the header
         try:
             offset = os.stat(spec.log_path).st_size + len(header.encode())
         except FileNotFoundError:
             offset = len(header.encode())
-        reader = _claude_output(spec, offset)
+        reader = reading(spec, offset)
     stdin = prompt if role.prompt_via == "stdin" else None
     process, writing = await start_process(Launch(spec, executable, argv, spec.env, cwd, header, stdin), keeper)
-    agent = Agent(spec, process, reader=reader)
+    agent = Agent(spec, process, capabilities=capabilities, reader=reader)
     agent.keep(writing)
     agent.watch(on_exit)
     return agent
 
 
-def adopt_command(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
+def adopt_command(
+    spec: LaunchSpec,
+    ref: procs.ProcRef,
+    keeper_pid: int | None,
+    *,
+    capabilities: Capabilities,
+    reading: Reading | None = None,
+) -> Agent:
     """A live agent of an orchestrator that died, watched again once ``watch`` is called."""
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), reader=_taken_back(spec))
+    process = LocalProcess.adopted(spec, ref, keeper_pid)
+    return Agent(spec, process, capabilities=capabilities, reader=_taken_back(spec, reading))
 
 
-def recorded_command(spec: LaunchSpec) -> Agent:
+def recorded_command(spec: LaunchSpec, *, capabilities: Capabilities, reading: Reading | None = None) -> Agent:
     """An attempt whose agent ended while the orchestrator was down: what its keeper's record says."""
-    return Agent(spec, LocalProcess.recorded(spec, None), reader=_taken_back(spec))
+    process = LocalProcess.recorded(spec, None)
+    return Agent(spec, process, capabilities=capabilities, reader=_taken_back(spec, reading))
 
 
-def _claude_output(spec: LaunchSpec, offset: int) -> ClaudeOutput:
-    transcript = transcript_path(spec) if streams_json(spec.role) else None
-    return ClaudeOutput(spec.log_path, offset, transcript, spec.role.on_denied)
-
-
-def _taken_back(spec: LaunchSpec) -> ClaudeOutput | None:
-    """A Claude CLI agent taken back after a restart is read from its own output in the run's log: from the end
-    of the last header line of its attempt on (all of the log when that is not there)."""
-    if not is_claude_command(spec.role.command):
+def _taken_back(spec: LaunchSpec, reading: Reading | None) -> Reader | None:
+    """An agent taken back after a restart is read from its own output in the run's log: from the end of the last
+    header line of its attempt on (all of the log when that is not there)."""
+    if reading is None:
         return None
     header = f"\n=== run {spec.run_id} attempt {spec.attempt}: ".encode()
     try:
@@ -85,4 +94,4 @@ def _taken_back(spec: LaunchSpec) -> ClaudeOutput | None:
         data = b""
     at = data.rfind(header)
     end = data.find(b"\n", at + 1) if at >= 0 else -1
-    return _claude_output(spec, 0 if at < 0 else len(data) if end < 0 else end + 1)
+    return reading(spec, 0 if at < 0 else len(data) if end < 0 else end + 1)

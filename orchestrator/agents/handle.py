@@ -1,7 +1,7 @@
 """The one agent handle (``core.agent.AgentHandle``) for every backend and executor.
 
-What differs between agents is handed to it as strategies (a ``Transport``, a ``Follower``, a ``Reader``), never
-subclassed.
+What differs between agents is handed to it as strategies (a ``Transport``, a ``Follower``, a ``Reader``) and its
+backend's ``Capabilities``, never subclassed.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.agents.claude_stream import Judgement
 from orchestrator.agents.spec import LaunchSpec
-from orchestrator.core.agent import AgentHandle, AttemptVerdict, KillReport, Log, UsageLimit
+from orchestrator.core.agent import AgentHandle, AttemptVerdict, Capabilities, Judgement, KillReport, Log, UsageLimit
 from orchestrator.core.errors import ControlError, UnsupportedError
 
 UNKNOWN_EXIT = -signal.SIGKILL  # no record and no keeper's status: it was most likely killed with its keeper
@@ -78,8 +77,9 @@ class Follower(Protocol):
 
 
 class Reader(Protocol):
-    """A ``command`` agent's output, read at its end: its figures, and its own judgement of how it went (an error
-    result, refused tool calls, no model call), whatever the exit status."""
+    """A ``command`` agent's output, read at its end by its backend: its figures (``result``, the keys of
+    ``AgentHandle.result``), and its own judgement of how it went (an error result, refused tool calls, a usage
+    limit, no model call), whatever the exit status."""
 
     result: dict[str, Any]
 
@@ -92,19 +92,22 @@ OnExit = Callable[["Agent", AttemptVerdict], None]
 
 
 class Agent:
-    """One attempt's agent: its spec, its transport, and the follower or reader its backend gives it."""
+    """One attempt's agent: its spec, its transport, what its backend says it can do, and the follower or reader
+    its backend gives it."""
 
     def __init__(
         self,
         spec: LaunchSpec,
         transport: Transport,
         *,
+        capabilities: Capabilities,
         follower: Follower | None = None,
         reader: Reader | None = None,
         outputs: tuple[Path, ...] = (),
     ) -> None:
         self.spec = spec
         self.transport = transport
+        self.capabilities = capabilities
         self.follower = follower
         self.reader = reader
         self.outputs = (spec.log_path, *outputs)  # files whose writes show it is alive (for the stall check)
@@ -164,7 +167,7 @@ class Agent:
         """The agent's session; raises ``UnsupportedError`` (one line) for a command agent, which has no session."""
         if self.follower is None:
             raise UnsupportedError(
-                f"role {self.spec.role.name} uses the command backend, which cannot {cannot}; {instead}"
+                f"role {self.spec.role.name} uses the {self.backend} backend, which cannot {cannot}; {instead}"
             )
         return self.follower
 

@@ -89,7 +89,7 @@ class LocalProcess:
         # looked up first: an interrupted SDK session exits by itself (its CLI, and the tool processes in their
         # own sessions with it) before the ladder looks, and the report must still name them
         before = await procs.look(target)  # off the loop, one reading of /proc shared with other stops
-        if interrupt_first and agent.backend == "sdk":
+        if interrupt_first and agent.capabilities.interrupt:
             await end_turn_first(agent, grace, log)
             report = await procs.stop_tree(target, grace, log)  # looked up again: the turn's end took its time
         else:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.agents import keeper
-from orchestrator.agents.command import start_command
+from orchestrator.agents.backends import backend_for
 from orchestrator.agents.handle import Agent, HandleStops
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Config
@@ -52,16 +52,12 @@ def choose_spawner(config: Config, say: Log, clock: Clock | None = None) -> Spaw
 
 
 class ProcessSpawner(HandleStops):
-    """Real agent processes under this project root, each under the ``keeper`` binary (None: each by itself,
-    which only ``recovery: restart`` accepts)."""
+    """Real agent processes under this project root, each started by its role's backend under the ``keeper``
+    binary (None: each by itself, which only ``recovery: restart`` accepts)."""
 
     def __init__(self, root: Path, keeper: Path | None) -> None:
         self.root = root
         self.keeper = keeper
 
     async def start(self, spec: LaunchSpec, on_exit: OnExit) -> Agent:
-        if spec.role.backend == "sdk":
-            from orchestrator.agents.sdk.backend import start_sdk  # the sdk's modules, only for an sdk role
-
-            return await start_sdk(spec, on_exit, self.keeper)
-        return await start_command(spec, on_exit, self.keeper)
+        return await backend_for(spec.role).start(spec, on_exit, self.keeper)

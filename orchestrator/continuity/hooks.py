@@ -19,6 +19,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.backends import capabilities
 from orchestrator.config import Role, RoleRun
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
@@ -278,13 +279,13 @@ class Continuity(Extension):
         tasks = self._tasks(run)
         if tasks:
             lines.append("- Tasks: " + "; ".join(tasks))
-        if run.role.backend == "sdk":
+        can = capabilities(run.role)
+        if can.cost or can.tokens:
             row = self.store.run(run.run_id) or {}
             cost = row.get("cost_usd")
-            lines.append(
-                f"- Cost: {f'${cost:.4f}' if cost is not None else 'unknown'}; tokens: "
-                f"{row.get('input_tokens') or 0} in, {row.get('output_tokens') or 0} out"
-            )
+            spent = [f"Cost: {f'${cost:.4f}' if cost is not None else 'unknown'}"] if can.cost else []
+            tokens = f"tokens: {row.get('input_tokens') or 0} in, {row.get('output_tokens') or 0} out"
+            lines.append("- " + "; ".join([*spent, tokens]))
         if reason and state is not RunState.SUCCEEDED:
             lines.append(f"- Reason: {reason}")
         for line in self.expired.get(run.run_id, []):
@@ -312,8 +313,9 @@ class Continuity(Extension):
         return jn.transcript_lines(self.config.state_dir / "runs" / str(run.run_id) / "transcript.jsonl")
 
     def _closing_words(self, run: RoleRun) -> str:
-        """The SDK result text, or for command roles the last lines of the agent's output (its log)."""
-        if run.role.backend == "sdk":
+        """The session's result text from its transcript, or for an agent that keeps none the last lines of its
+        output (its log)."""
+        if capabilities(run.role).transcript:
             text = jn.sdk_result_text(self._transcript(run))
             return jn.capped((text or "").splitlines())
         return jn.capped(notices.log_tail(run.log_path, jn.CLOSING_LINES))
@@ -352,7 +354,7 @@ class Continuity(Extension):
             lines.append(f'- Memo: {memo.label} "{_defang(memo.subject or memo.name)}"')
         if reason:
             lines.append(f"- Why: {_defang(reason)}")
-        if run.role.backend == "sdk":
+        if capabilities(run.role).transcript:
             tool, said = self._last_activity(self._transcript(run))
             lines.append(f"- Last tool use: {_defang(tool) if tool else '(none)'}")
             lines.append(f"- Last text: {_defang(said) if said else '(none)'}")

@@ -6,8 +6,10 @@ its figures), asks it for an interrupt, a tell or a stop, and learns its end
 once, as an ``AttemptVerdict`` in ``RunExited``. The one implementation is
 ``orchestrator.agents.handle.Agent``, whose variations (how its end is read,
 the Claude CLI's failure wording, the SDK session it follows, Ray's transport)
-are strategies it is given; the replay tests pass a fake. Nothing here imports
-anything above ``core``.
+are strategies it is given; the replay tests pass a fake. What a kind of agent
+can do is its ``Capabilities``, which its backend (``orchestrator.agents.backends``)
+declares and the core asks instead of its name. Nothing here imports anything
+above ``core``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,41 @@ class UsageLimit:
     kind: str  # e.g. "five_hour", "weekly", "rate_limit"
     resets_at: float | None  # epoch seconds when known
     detail: str
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one kind of agent can do, as its backend declares it; the core asks these, never the backend's name.
+
+    ``session``: it runs a session with an id, reported with its figures; ``resume``: a retry can carry on that
+    session (``retry_resumes``); ``tell``: it takes a follow-up message; ``interrupt``: its turn can be ended on
+    request; ``cost``: it reports what it cost in dollars; ``tokens``: it reports the tokens it used (dollars or
+    not); ``usage_limits``: it recognises an account's usage limit and its reset; ``transcript``: its session's
+    messages are kept in the run's transcript in the form ``agents/sdk/transcript`` writes (what the journal
+    quotes as closing words)."""
+
+    session: bool = False
+    resume: bool = False
+    tell: bool = False
+    interrupt: bool = False
+    cost: bool = False
+    tokens: bool = False
+    usage_limits: bool = False
+    transcript: bool = False
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """How an agent's own output says its attempt went, read at its end by its backend's reader: ``failed``
+    whatever its exit status, with one ``reason`` (``permanent``: no retry can help); ``usage_limit``: the limit
+    it ran into; ``warnings``: lines for a person when it succeeded with something to say (tool calls refused
+    under ``on_denied: warn``). The default is no judgement: the exit status decides."""
+
+    failed: bool = False
+    reason: str | None = None
+    permanent: bool = False
+    warnings: tuple[str, ...] = ()
+    usage_limit: UsageLimit | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +111,12 @@ class AgentHandle(Protocol):
 
     @property
     def backend(self) -> str:
-        """``command`` or ``sdk``: only an ``sdk`` agent takes an interrupt or a tell."""
+        """Its role's ``backend`` (``command``, ``sdk``), for a person: what it can do is ``capabilities``."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What it can do (take a tell, an interrupt, report a session and its cost), as its backend declares."""
         ...
 
     @property

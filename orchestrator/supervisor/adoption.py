@@ -10,11 +10,12 @@ root and attempt in its environment) is rebuilt with its agent re-attached
 through a pidfd, its slot held and its timeout counted from the original start.
 Anything else is left to recovery's stop-and-requeue.
 
-A ``backend: sdk`` run is taken back the same way: its runner runs under a
-keeper too, so an ended one comes back with the figures its event log and
-result file hold (cost, session, failure reason), and a live one is reconnected
-to its socket, which replays its latest events, so ``tell``, ``interrupt``,
-``cancel`` and ``status`` work on it as before the crash.
+Every backend is taken back the same way, through its own ``adopt`` and
+``recorded`` (``agents/backends``): an ``sdk`` run's runner runs under a keeper
+too, so an ended one comes back with the figures its event log and result file
+hold (cost, session, failure reason), and a live one is reconnected to its
+socket, which replays its latest events, so ``tell``, ``interrupt``, ``cancel``
+and ``status`` work on it as before the crash.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents import keeper, memo_list, procs
-from orchestrator.agents.claude_cli import stall_seconds
-from orchestrator.agents.command import adopt_command, recorded_command
+from orchestrator.agents.backends import backend_for, stall_seconds
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spec import LaunchSpec, role_folder
 from orchestrator.config import Config, Role, RoleRun
@@ -47,7 +47,6 @@ SPENT_WAIT = 1.0  # or after this long, when fewer runs ended
 EXEC_WAIT = 2.0  # how long a keeper found before its agent's exec is waited for
 POLL = 0.005  # between two looks while waiting for it (on the clock: the loop goes on meanwhile)
 ADOPTABLE = (RunState.STARTING, RunState.RUNNING, RunState.TIMING_OUT)
-ADOPTED_BACKENDS = ("command", "sdk")
 
 
 class Adopter(Extension):
@@ -81,12 +80,7 @@ class Adopter(Extension):
     async def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
         state = RunState(row["state"])
-        if (
-            self.config.recovery != "adopt"
-            or role is None
-            or role.backend not in ADOPTED_BACKENDS
-            or state not in ADOPTABLE
-        ):
+        if self.config.recovery != "adopt" or role is None or state not in ADOPTABLE:
             return False
         run_id, attempt = row["run_id"], row["attempt"]
         record = keeper.read_exit(keeper.exit_path(self.config.state_dir, run_id, attempt))
@@ -121,12 +115,7 @@ class Adopter(Extension):
                 self.post(RunExited(run_id, attempt, verdict))
 
             spec = self._spec(run, _folder_of(ref.pid))
-            if role.backend == "sdk":
-                from orchestrator.agents.sdk.backend import adopt_sdk  # 15 ms of every start-up otherwise
-
-                agent = adopt_sdk(spec, ref, keeper_pid)
-            else:
-                agent = adopt_command(spec, ref, keeper_pid)
+            agent = backend_for(role).adopt(spec, ref, keeper_pid)
             self.lc.adopt(run, agent, pid=ref.pid, create_time=ref.create_time)
             await self._show(run, spec)
             agent.watch(exited)
@@ -176,14 +165,11 @@ class Adopter(Extension):
 
     # ------------------------------------------------------------ helpers
     def _recorded(self, run: RoleRun, row: dict[str, Any]) -> Agent:
-        """The handle of an attempt that ended while the orchestrator was down; an ``sdk`` one has its figures and
-        failure reason from its files, and its group to sweep unless another process took that pid."""
-        if run.role.backend != "sdk":
-            return recorded_command(self._spec(run))
-        from orchestrator.agents.sdk.backend import recorded_sdk  # 15 ms of every start-up otherwise
-
+        """The handle of an attempt that ended while the orchestrator was down, as its backend reads it (an ``sdk``
+        one has its figures and failure reason from its files); its group is offered to sweep unless another
+        process took that pid."""
         pid = row["pid"] if row.get("pid") and self._group_is_the_runs(row) else None
-        return recorded_sdk(self._spec(run), pid)
+        return backend_for(run.role).recorded(self._spec(run), pid)
 
     def _spec(self, run: RoleRun, cwd: Path | None = None) -> LaunchSpec:
         """What is known of a taken-back attempt's start: no prompt or environment; ``cwd``, where its live agent

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.backends import capabilities
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, KillReport
@@ -112,8 +113,8 @@ class Lifecycle:
     ) -> RoleRun:
         """A run as its record says (recovery), in ``state``, not yet in the table.
 
-        ``live``: its attempt goes on (adopted), so it keeps its start time and, for an ``sdk`` run, what its
-        earlier attempts spent, so this attempt's figures add to them.
+        ``live``: its attempt goes on (adopted), so it keeps its start time and, when its backend reports a
+        session, what its earlier attempts spent, so this attempt's figures add to them.
         """
         run = RoleRun(
             run_id=row["run_id"],
@@ -128,8 +129,11 @@ class Lifecycle:
         if live:
             run.started_at = row.get("started_at")
             run.started_mono = self.clock.monotonic() - _seconds_since(row.get("started_at"), self.clock.now())
-            if role.backend == "sdk":
-                run.session_id, run.resumed_from, run.sessions = figures.recorded(row, role.retry_resumes)
+            can = capabilities(role)
+            if can.session:
+                run.session_id, run.resumed_from, run.sessions = figures.recorded(
+                    row, role.retry_resumes and can.resume
+                )
         return run
 
     def adopt(
@@ -201,7 +205,8 @@ class Lifecycle:
         run.stalled = None
         run.started_mono = self.clock.monotonic()
         run.started_at = self.now()
-        run.resumed_from = run.session_id if role.backend == "sdk" and role.retry_resumes and run.attempt > 1 else None
+        resumes = role.retry_resumes and run.attempt > 1 and capabilities(role).resume
+        run.resumed_from = run.session_id if resumes else None
         self.transition(
             run,
             RunState.STARTING,

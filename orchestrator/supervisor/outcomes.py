@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.agents.claude_cli import stall_seconds
+from orchestrator.agents.backends import stall_seconds
 from orchestrator.config import RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AttemptVerdict
@@ -103,7 +103,7 @@ class Outcomes:
             self._check_stall_in(run, stall_seconds(run.role), self.clock.now().timestamp())
             self.start_faults.started(run.role.name)
         elif run.state is RunState.CANCELLING:  # cancelled while it was being started: stop it now
-            self.agent_stops.stop(run, run.role.grace, interrupt_first=agent.backend == "sdk")
+            self.agent_stops.stop(run, run.role.grace, interrupt_first=agent.capabilities.interrupt)
         elif run.state is RunState.STOPPING:
             self.agent_stops.stop(run, 0.0)
 

@@ -173,7 +173,7 @@ class Requests:
             f"cancelling {run.label} (run {run.run_id}, was {previous.value}) for {event.who}", role=run.role.name
         )
         if run.agent is not None:  # else it is still starting: its start (or failure) brings the stop
-            self.agent_stops.stop(run, run.role.grace, interrupt_first=run.agent.backend == "sdk")
+            self.agent_stops.stop(run, run.role.grace, interrupt_first=run.agent.capabilities.interrupt)
         return reply, {}
 
     # ------------------------------------------------------------ interrupt and tell
@@ -192,7 +192,8 @@ class Requests:
             raise ControlError(f"memo {candidates[0].name}'s agent is still starting; nothing to {what} yet, try again")
         if run.state is not RunState.RUNNING:
             raise ControlError(f"memo {candidates[0].name} is {run.state.value}, not running; nothing to {what}")
-        if run.agent is None or run.agent.backend != "sdk":  # a running run's agent is started: it is never None
+        agent = run.agent  # a running run's agent is started: it is never None
+        if agent is None or not (agent.capabilities.interrupt if what == "interrupt" else agent.capabilities.tell):
             raise UnsupportedError(_unsupported(run, what))
         return run, candidates[0]
 
@@ -287,9 +288,10 @@ def _runs_line(runs: list[RoleRun]) -> str:
 
 
 def _unsupported(run: RoleRun, what: str) -> str:
+    backend = run.role.backend
     if what == "interrupt":
         return (
-            f"role {run.role.name} uses the command backend, which cannot interrupt a turn; "
+            f"role {run.role.name} uses the {backend} backend, which cannot interrupt a turn; "
             "use `orchestrator cancel` to stop it, or set `backend: sdk`"
         )
-    return f"role {run.role.name} uses the command backend, which cannot take follow-up messages; set `backend: sdk` for that"
+    return f"role {run.role.name} uses the {backend} backend, which cannot take follow-up messages; set `backend: sdk` for that"

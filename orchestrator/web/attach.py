@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.agents.backends import capabilities
 from orchestrator.control import protocol
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.core.errors import MemoFinishedError, UnknownMemoError
@@ -93,7 +94,8 @@ class Attachment(Extension):
         return out
 
     def run(self, run_id: int) -> dict[str, Any] | None:
-        """A run's view (live, else as recorded), its attempts and, when it was cancelled, the receipt."""
+        """A run's view (live, else as recorded), its attempts, the controls its backend takes (``interrupt``,
+        ``tell``) and, when it was cancelled, the receipt."""
         live = self._host.runs().get(run_id)
         store = self._host.store
         row = store.run(run_id)
@@ -107,8 +109,11 @@ class Attachment(Extension):
         failed = None
         if view["state"] in ("failed", "timed_out") and view.get("memo"):
             failed = self._failed_memo(view["role"], view["memo"])
+        role = self.config.roles.get(view["role"])
+        can = capabilities(role) if role is not None else None
         return {
             "run": view,
+            "controls": {"interrupt": bool(can and can.interrupt), "tell": bool(can and can.tell)},
             "attempts": store.attempts(run_id),
             "receipt": receipt,
             "retryable": failed is not None,

@@ -139,13 +139,14 @@ class Pages:
             return page
         view = found["run"]
         live = view["state"] not in FINISHED
-        sdk = view.get("backend") == "sdk"
+        controls = found["controls"]
         label = view.get("memo_id") or view.get("memo") or ""
         buttons = ""
         if live:
             buttons += '<button data-action="cancel" class="danger">Cancel</button>'
-            if sdk:
+            if controls["interrupt"]:
                 buttons += '<button data-action="interrupt">Interrupt</button>'
+            if controls["tell"]:
                 buttons += '<form id="tell"><input name="text" placeholder="tell the agent…" required><button>Tell</button></form>'
         if found["retryable"]:
             buttons += '<button data-action="retry">Retry</button>'

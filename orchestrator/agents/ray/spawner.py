@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import memo_list, procs
+from orchestrator.agents.backends import capabilities
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
 from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
@@ -127,7 +128,7 @@ class RaySpawner(HandleStops):
         payload = self._payload(spec, lease)
         gen = self.task.options(**self._options(spec)).remote(payload.model_dump(), self.board)
         attempt = RayAttempt(self.stop_attempt, spec, lease, gen)
-        agent = Agent(spec, attempt, follower=self._follow(attempt))
+        agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(lease)
         os.close(open_log(spec.log_path, self._header(spec)))
         try:
@@ -294,7 +295,7 @@ class RaySpawner(HandleStops):
         An sdk agent is first asked to end its turn (as locally); if the runner then exits by itself within
         ``grace``, the wrapper's sweep of what it left is the last step."""
         started = time.monotonic()
-        if interrupt_first and agent.backend == "sdk" and not attempt.finished:
+        if interrupt_first and agent.capabilities.interrupt and not attempt.finished:
             await end_turn_first(agent, grace, log)
             if attempt.finished and attempt.lost is None and attempt.report is None:
                 log(f"the session on {attempt.node} ended its turn; the wrapper swept what it left")

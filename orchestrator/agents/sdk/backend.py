@@ -34,6 +34,7 @@ from orchestrator.agents.sdk.protocol import (
 )
 from orchestrator.agents.spawn import Launch, start_process
 from orchestrator.agents.spec import LaunchSpec, SpawnError, retry_environment, transcript_path
+from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ControlError
 
 RUNNER_MODULE = "orchestrator.agents.sdk.runner"
@@ -146,7 +147,7 @@ class SocketChannel:
             follow.apply_line(line)
 
 
-async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
+async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None, *, capabilities: Capabilities) -> Agent:
     """Start a ``backend: sdk`` run's runner (under the ``keeper`` binary when there is one), on a socket made
     here and inherited, so we are connected before it even runs; ``on_exit`` is called with its verdict."""
     role = spec.role
@@ -185,13 +186,14 @@ async def start_sdk(spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> A
         raise
     finally:
         listener.close()  # the runner (and its keeper) hold it now
-    agent = Agent(spec, process, follower=_followed(spec, files, client), outputs=(transcript, files.events))
+    follower = _followed(spec, files, client)
+    agent = Agent(spec, process, capabilities=capabilities, follower=follower, outputs=(transcript, files.events))
     agent.keep(writing)
     agent.watch(on_exit)
     return agent
 
 
-def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
+def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None, *, capabilities: Capabilities) -> Agent:
     """A live runner of an orchestrator that died: reconnected to its socket, which replays its latest events.
 
     Call ``watch`` on it to learn its end. A runner whose socket is gone (it is exiting) gets its figures from
@@ -202,13 +204,15 @@ def adopt_sdk(spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> A
         sock = channel.connect(files)
     except OSError:
         sock = None
-    return Agent(spec, LocalProcess.adopted(spec, ref, keeper_pid), follower=_followed(spec, files, sock))
+    process = LocalProcess.adopted(spec, ref, keeper_pid)
+    return Agent(spec, process, capabilities=capabilities, follower=_followed(spec, files, sock))
 
 
-def recorded_sdk(spec: LaunchSpec, pid: int | None) -> Agent:
+def recorded_sdk(spec: LaunchSpec, pid: int | None, *, capabilities: Capabilities) -> Agent:
     """An attempt whose runner ended while the orchestrator was down, with the figures its files hold."""
     files = channel.run_files(spec.root, spec.run_id, spec.attempt)
-    return Agent(spec, LocalProcess.recorded(spec, pid), follower=_followed(spec, files, None, ended=True))
+    follower = _followed(spec, files, None, ended=True)
+    return Agent(spec, LocalProcess.recorded(spec, pid), capabilities=capabilities, follower=follower)
 
 
 def _followed(spec: LaunchSpec, files: RunFiles, sock: socket.socket | None, ended: bool = False) -> SdkFollow:

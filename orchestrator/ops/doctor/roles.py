@@ -1,16 +1,11 @@
-"""The doctor's checks of each role: its command (found on every PATH that starts it, and Claude Code when it
-should be), its login, its memo folders, its prompt and its context files.
+"""The doctor's checks of each role: its command (found on every PATH that starts it, and its backend's own
+checks: Claude Code's version when it runs Claude Code), its login when its backend checks one, its memo
+folders, its prompt and its context files.
 
 The PATHs are those an agent of this root is started with: this shell's (a manual ``up``), the running
 orchestrator's (read from ``/proc``) and the installed service's (its unit's ``Environment=PATH=``); a
-program missing from any of them fails, naming which.
-
-The login is asked of the CLI itself: ``claude auth status --json`` reads the local credentials (tried with
-2.1.332 under strace: a JSON object with ``loggedIn``, exit 1 when it is false; logged out or with an API key
-it connects nowhere, with a claude.ai login it looks the account up). Non-essential traffic is off for it.
-The ``--json`` also keeps a CLI too old to have ``auth`` from taking the words for a prompt: it refuses the
-unknown option. Whatever else it answers, or silence past ``AUTH_SECONDS``, is a ``warn``: the doctor cannot
-tell.
+program missing from any of them fails, naming which. What to check of the program (its version, its login)
+the role's backend says (``agents/backends``); Claude's login check is ``agents/backends/claude``.
 """
 
 from __future__ import annotations
@@ -18,28 +13,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import stat
-import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.agents import claude_cli
-from orchestrator.agents.claude_errors import one_line
+from orchestrator.agents.backends import Answer, Program, backend_for
 from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import SPAWN_CMD_ENV, Config, Role
 from orchestrator.continuity.context import ContextProblem, read_context
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake.memo import FOLDERS, HELD
 from orchestrator.ops import unit
-from orchestrator.ops.doctor.findings import Finding, fail, from_message, ok, warn
+from orchestrator.ops.doctor.findings import Finding, fail, from_message, ok
 from orchestrator.ops.doctor.host import Host
 from orchestrator.prompts import load_template
 
-AUTH_SECONDS = 10.0
 MEMO_FOLDERS = (*FOLDERS, HELD)
-QUIET_CLI = {"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 PROBE_NAME = ".orchestrator-doctor-{pid}.tmp"  # hidden and .tmp: never taken for a memo
 
 
@@ -51,7 +41,7 @@ class Checkup:
     config: Config
     host: Host
     paths: list[tuple[str, str]] = field(default_factory=list)  # (whose, PATH)
-    logins: dict[tuple[str, ...], Finding] = field(default_factory=dict)
+    logins: dict[tuple[str, ...], Answer] = field(default_factory=dict)
     probed: set[int] = field(default_factory=set)  # devices a write probe passed on
 
 
@@ -74,10 +64,10 @@ def agent_paths(config: Config, host: Host) -> list[tuple[str, str]]:
 
 def check_role(checkup: Checkup, role: Role) -> list[Finding]:
     """Every check of one role, in the order a person fixes them."""
-    command, cli = check_command(checkup, role)
+    command, program = check_command(checkup, role)
     found = [command]
-    if cli is not None:
-        found.append(check_login(checkup, role, cli))
+    if program is not None:
+        found.append(check_login(checkup, role, program))
     found.append(check_folders(checkup.config, role, checkup.probed))
     found.append(check_prompt(checkup.config, role))
     if role.context:
@@ -86,37 +76,39 @@ def check_role(checkup: Checkup, role: Role) -> list[Finding]:
 
 
 # ---------------------------------------------------------------- the command
-def check_command(checkup: Checkup, role: Role) -> tuple[Finding, str | None]:
-    """The role's program on every PATH, and for a Claude role the CLI's ``--version``; with it, the CLI's path
-    when the role runs Claude Code (for the login check)."""
+def check_command(checkup: Checkup, role: Role) -> tuple[Finding, Program | None]:
+    """The role's program on every PATH (or where its backend finds it) and the backend's start-up checks, with
+    the program's version when the backend asks it; with it, the program when its backend checks a login."""
     config = checkup.config
     cwd = role_folder(config.root, role.cwd)
     if not os.path.isdir(cwd):
         detail = f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist"
         return fail("command", detail, "create it or fix the role's `cwd`", role.name), None
-    claude = role.backend == "sdk" or claude_cli.is_claude_command(role.command)
-    key = f"{config.path}: roles.{role.name}.{'cli_path' if role.backend == 'sdk' else 'command'}"
+    backend = backend_for(role)
+    program = backend.program(config, role)
+    key = f"{config.path}: roles.{role.name}.{program.key}"
     try:
-        if role.backend == "sdk":
-            cli = claude_cli.sdk_cli_path(role, config.root)
-            resolved = {cli: ["cli_path" if role.cli_path else "the sdk's own choice"]} if cli else {}
-        else:
+        if program.on_path:
             missing, resolved = _resolve_everywhere(checkup, role, cwd)
             if missing is not None:
                 return missing, None
-        claude_cli.check_role(config, role)  # as `up`: the CLI this shell finds answers --version; no bypass as root
-        versions = {path: claude_cli.check_version(path, key) for path in resolved} if claude else {}
+        else:
+            resolved = {program.path: [program.found_by]} if program.path else {}
+        backend.check(config, role)  # as `up` (for Claude Code: the CLI this shell finds answers --version)
+        version = program.version
+        versions = {path: version(path, key) for path in resolved} if version is not None else {}
     except ConfigError as exc:
-        return from_message("command", str(exc), "fix the role's `command` or `cli_path`", role.name), None
+        return from_message("command", str(exc), f"fix the role's `{program.key}`", role.name), None
     shown = "; ".join(
-        f"{path} ({', '.join(whose)})" + (f": {versions[path]}" if claude else "") for path, whose in resolved.items()
+        f"{path} ({', '.join(whose)})" + (f": {versions[path]}" if path in versions else "")
+        for path, whose in resolved.items()
     )
-    name = "the sdk's CLI" if role.backend == "sdk" else role.command[0]
+    name = program.name
     if os.environ.get(SPAWN_CMD_ENV, "").strip():
         name += f" ({SPAWN_CMD_ENV})"
-    if not claude:
-        return ok("command", f"{name} -> {shown}; not Claude Code: its exit status is the verdict", role.name), None
-    return ok("command", f"{name} -> {shown}", role.name), next(iter(resolved))
+    if program.login is None:
+        return ok("command", f"{name} -> {shown}; {program.verdict}", role.name), None
+    return ok("command", f"{name} -> {shown}", role.name), replace(program, path=next(iter(resolved)))
 
 
 def _resolve_everywhere(checkup: Checkup, role: Role, cwd: Path) -> tuple[Finding | None, dict[str, list[str]]]:
@@ -153,59 +145,14 @@ def _missing_fix(whose: str) -> str:
 
 
 # ---------------------------------------------------------------- the login
-def check_login(checkup: Checkup, role: Role, cli: str) -> Finding:
-    """The Claude CLI of the role has credentials: an API key in its environment, or what ``auth status`` says."""
-    env = {**os.environ, **role.env}
-    if env.get("ANTHROPIC_API_KEY"):
-        return ok("login", "ANTHROPIC_API_KEY is set: the CLI uses it (auth status not asked)", role.name)
-    key = (cli, env.get("HOME", ""), env.get("CLAUDE_CONFIG_DIR", ""), json.dumps(sorted(role.env.items())))
+def check_login(checkup: Checkup, role: Role, program: Program) -> Finding:
+    """What the role's program says of its login, asked once per program and role environment."""
+    assert program.login is not None and program.path is not None  # check_command returns only such a program
+    key = (program.path, json.dumps(sorted(role.env.items())))
     if key not in checkup.logins:
-        checkup.logins[key] = auth_status(cli, env)
+        checkup.logins[key] = program.login(program.path, {**os.environ, **role.env})
     found = checkup.logins[key]
-    return Finding(found.check, found.status, found.detail, found.fix, role.name)
-
-
-def auth_status(cli: str, env: dict[str, str]) -> Finding:
-    """What ``<cli> auth status --json`` says of the login, as a finding (its role filled in by the caller)."""
-    asked = f"`{shlex.quote(cli)} auth status`"
-    login_fix = (
-        f"run `{shlex.quote(cli)} auth login` as the user the orchestrator runs as, or set ANTHROPIC_API_KEY "
-        "in the role's `env` or the orchestrator's environment"
-    )
-    cannot_tell = f"run {asked} yourself (a CLI older than `claude auth` cannot answer it)"
-    try:
-        done = subprocess.run(
-            [cli, "auth", "status", "--json"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=AUTH_SECONDS,
-            stdin=subprocess.DEVNULL,
-            env={**env, **QUIET_CLI},
-        )
-    except subprocess.TimeoutExpired:
-        return warn("login", f"cannot tell: {asked} did not answer within {AUTH_SECONDS:g}s", cannot_tell)
-    except OSError as exc:
-        return warn("login", f"cannot tell: {asked} cannot run ({exc.strerror or exc})", cannot_tell)
-    answer: object = None
-    with contextlib.suppress(ValueError):
-        answer = json.loads(done.stdout)
-    if not isinstance(answer, dict) or not isinstance(answer.get("loggedIn"), bool):
-        said = one_line(done.stdout.strip() or done.stderr.strip() or "nothing", 160)
-        return warn("login", f"cannot tell: {asked} exited {done.returncode} and said {said}", cannot_tell)
-    method = answer.get("authMethod")
-    if answer["loggedIn"]:
-        plan = answer.get("subscriptionType")
-        how = ", ".join(str(part) for part in (method, plan) if part)
-        return ok("login", "logged in" + (f" ({how})" if how else ""))
-    provider = answer.get("apiProvider")
-    if provider not in (None, "firstParty"):
-        return warn(
-            "login",
-            f"the CLI uses {provider}, whose credentials {asked} does not check",
-            "make sure they are in the orchestrator's environment (try one `claude -p` by hand)",
-        )
-    return fail("login", f"not logged in ({asked} says loggedIn: false)", login_fix)
+    return Finding("login", found.status, found.detail, found.fix, role.name)
 
 
 # ---------------------------------------------------------------- the memo folders
