@@ -1,41 +1,54 @@
-"""Claude Code's stream-json output, read once at the end of a run: its figures and what its result says.
+"""Claude Code's stream-json output, read once at the end of a run: its figures, what its result says, and what
+the agent last did and said.
 
 A tool call the permissions refuse still ends ``subtype: success`` with exit 0, the refusal only in
 ``permission_denials``: the exit status alone cannot say whether the run did its work, so ``judge`` decides.
-Imports nothing of the orchestrator but ``core`` and ``claude_errors``: the sdk runner (``sdk.reasons``,
-``sdk.totals``) uses it too.
+The end is read from the output's tail (``read_end``), where the result and the events before it are, never the
+whole of a stream that may be tens of megabytes. Imports nothing of the orchestrator but ``core`` and
+``claude_errors``: the sdk runner (``sdk.reasons``, ``sdk.totals``) uses it too.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, result_limit
-from orchestrator.core.agent import UsageLimit
+from orchestrator.core.agent import LastWords, UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
 DENIALS_SHOWN = 5
+TAIL_BYTES = 1024 * 1024  # the end of a stream read first: its result and the events just before it
+TAIL_MAX_BYTES = 16 * 1024 * 1024  # read back at most this far for a result (a stream killed mid-way has none)
+HEAD_BYTES = 256 * 1024  # the start of a stream whose tail did not reach it, read for its init event
+WORDS_MAX = 200  # a last tool use or line of text, cut to this many characters
+_RESULT_MARK = re.compile(rb'"type"\s*:\s*"result"')
 
 
 @dataclass
 class Stream:
-    """What one attempt's stream said: its events in order, its last result, how many model calls it made."""
+    """What one attempt's stream said: its start, its last result, how many model calls it made, what the agent
+    last did and said. ``truncated``: only its tail was read, so the calls are those of the tail."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)
+    init: dict[str, Any] | None = None  # its ``system`` ``init`` event: session, model, tools
     result: dict[str, Any] | None = None
     model_calls: int = 0
+    truncated: bool = False
+    last_tool: str | None = None
+    last_text: str | None = None
     session_id: str | None = None
     assistant_error: str | None = None
     rate_limit: dict[str, Any] | None = None  # a rejected rate_limit_event's ``rate_limit_info``
     background_live: int = 0  # background agents and workflows still in flight when the last turn ended
 
 
-def read_stream(text: str) -> Stream:
-    """The events of a stream-json output (lines that are not JSON objects are skipped: the orchestrator's own
-    header, stray prints)."""
-    stream = Stream()
+def _events(text: str) -> Any:
+    """The JSON objects of a stream-json output, one a line (others are skipped: the orchestrator's own header,
+    stray prints)."""
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -44,15 +57,24 @@ def read_stream(text: str) -> Stream:
             event = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(event, dict):
-            continue
-        stream.events.append(event)
+        if isinstance(event, dict):
+            yield event
+
+
+def read_stream(text: str) -> Stream:
+    """What a stream-json output says (the CLI's events, or an sdk transcript's lines, whose messages carry their
+    ``content`` at the top)."""
+    stream = Stream()
+    for event in _events(text):
         kind = event.get("type")
         stream.session_id = event.get("session_id") or stream.session_id
         if kind == "assistant":
             stream.model_calls += 1
             if event.get("error"):
                 stream.assistant_error = str(event["error"])
+            _said(stream, event)
+        elif kind == "system" and event.get("subtype") == "init" and stream.init is None:
+            stream.init = event
         elif kind == "result":
             stream.result = event
         elif kind == "system" and event.get("subtype") == "turn_duration":
@@ -64,6 +86,56 @@ def read_stream(text: str) -> Stream:
             if isinstance(info, dict) and info.get("status") == "rejected":
                 stream.rate_limit = info
     return stream
+
+
+def _said(stream: Stream, event: dict[str, Any]) -> None:
+    """An assistant message's tool uses and text: the newest of each is what the agent last did and said."""
+    message = event.get("message")
+    content = message.get("content") if isinstance(message, dict) else event.get("content")
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_use":
+            given = block.get("input")
+            detail = next((v for v in given.values() if isinstance(v, str)), "") if isinstance(given, dict) else ""
+            name = str(block.get("name"))
+            stream.last_tool = f"{name}: {detail}"[:WORDS_MAX] if detail else name
+        elif block.get("type") == "text":
+            lines = [line for line in str(block.get("text") or "").splitlines() if line.strip()]
+            if lines:
+                stream.last_text = lines[-1][:WORDS_MAX]
+
+
+def read_end(path: Path, offset: int = 0) -> Stream:
+    """The end of the stream-json output in ``path`` from byte ``offset``: its tail, read back from the end until it
+    holds a result (at most ``TAIL_MAX_BYTES``), and its init event from its start. Blocking file reads: the loop
+    calls it in a worker thread. ``OSError`` passes through."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        span = TAIL_BYTES
+        while True:
+            start = max(offset, size - span)
+            handle.seek(start)
+            data = handle.read(size - start)
+            if start == offset or span >= TAIL_MAX_BYTES or _RESULT_MARK.search(data):
+                break
+            span *= 4
+        head = b""
+        if start > offset:
+            handle.seek(offset)
+            head = handle.read(min(HEAD_BYTES, start - offset))
+            data = data[data.find(b"\n") + 1 :]  # the window began inside a line: that line is not whole
+    stream = read_stream(data.decode("utf-8", "replace"))
+    if start > offset:
+        stream.truncated = True
+        stream.init = stream.init or read_stream(head.decode("utf-8", "replace")).init
+    return stream
+
+
+def last_words(stream: Stream) -> LastWords:
+    """What the agent last did and said, and its last result's text."""
+    said = (stream.result or {}).get("result")
+    return LastWords(stream.last_tool, stream.last_text, said if isinstance(said, str) else None)
 
 
 def figures(stream: Stream) -> dict[str, Any]:
@@ -152,10 +224,16 @@ class Judgement:
     permanent: bool = False
     warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
+    last_words: LastWords | None = None
 
 
 def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
-    """The attempt's judgement from its stream and exit ``code`` (``on_denied``: ``fail`` or ``warn``)."""
+    """The attempt's judgement from its stream and exit ``code`` (``on_denied``: ``fail`` or ``warn``), with what
+    the agent last did and said."""
+    return replace(_judge(stream, code, on_denied), last_words=last_words(stream))
+
+
+def _judge(stream: Stream, code: int, on_denied: str) -> Judgement:
     limit = usage_limit(stream)
     result = stream.result
     if result is not None and result.get("is_error"):
@@ -165,7 +243,7 @@ def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
         return Judgement(True, limit.detail, usage_limit=limit)
     if code != 0:
         return Judgement()  # not the stream's to explain: the exit status and the log's last line say it
-    if stream.model_calls == 0:
+    if stream.model_calls == 0 and not stream.truncated:  # a stream longer than its tail did more than start
         return Judgement(True, NO_MODEL_CALL)
     warnings = []
     if stream.background_live:

@@ -32,6 +32,16 @@ class UsageLimit:
 
 
 @dataclass(frozen=True)
+class LastWords:
+    """What an agent last did and said, read once at its end for the journal and the note of a run that died:
+    its last tool use (``Tool: argument``), the last line of its last text, and its final result's text."""
+
+    tool: str | None = None
+    text: str | None = None
+    result: str | None = None
+
+
+@dataclass(frozen=True)
 class AttemptVerdict:
     """How one attempt's agent ended, decided once, when it ended.
 
@@ -41,7 +51,8 @@ class AttemptVerdict:
     session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status;
     ``agent_failed``: the agent itself reported a failure (Claude's result), whatever its exit status;
     ``warnings``: lines for a person about an attempt that succeeded (tool calls refused under ``on_denied: warn``);
-    ``usage_limit``: the usage or rate limit it ran into."""
+    ``usage_limit``: the usage or rate limit it ran into; ``last_words``: what it last did and said, when its
+    output can tell (None: only its log's last lines can)."""
 
     returncode: int
     interrupted: bool = False
@@ -52,6 +63,7 @@ class AttemptVerdict:
     agent_failed: bool = False
     warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
+    last_words: LastWords | None = None
 
     @property
     def succeeded(self) -> bool:
