@@ -151,3 +151,11 @@ def test_an_sdk_sessions_last_words_come_from_its_transcripts_tail(tmp_path: Pat
     follow = SdkFollow(1, transcript, tmp_path / "run.log", carrier=None)  # type: ignore[arg-type]
     assert follow.last_words() == LastWords("Read: a.py", "All done.", "Fixed a.py.")
     assert SdkFollow(2, tmp_path / "none.jsonl", tmp_path / "run.log", None).last_words() == LastWords()  # type: ignore[arg-type]
+
+
+def test_the_last_tool_use_is_looked_for_further_back_than_the_first_window(tmp_path: Path) -> None:
+    filler = json.dumps({"type": "user", "message": {"content": "x" * 1000}}) + "\n"
+    log = tmp_path / "run.log"
+    write(log, text(INIT, tool("make test")) + filler * 300 + text(CALL, result(result="Tested.")))
+    words = last_words(read_end(log))
+    assert words == LastWords("Bash: make test", "done", "Tested.")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,15 @@ from orchestrator.core.agent import LastWords, UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
 DENIALS_SHOWN = 5
-TAIL_BYTES = 1024 * 1024  # the end of a stream read first: its result and the events just before it
+FIRST_BYTES = 64 * 1024  # the end of a stream read first: most often its result and the events just before it
+TAIL_BYTES = 1024 * 1024  # read back at most this far for the agent's last tool use and text
 TAIL_MAX_BYTES = 16 * 1024 * 1024  # read back at most this far for a result (a stream killed mid-way has none)
 HEAD_BYTES = 256 * 1024  # the start of a stream whose tail did not reach it, read for its init event
 WORDS_MAX = 200  # a last tool use or line of text, cut to this many characters
 _RESULT_MARK = re.compile(rb'"type"\s*:\s*"result"')
+# events nothing here reads, told by their first characters: tool results (most of a stream's bytes) and partial
+# messages are not parsed at all
+_UNREAD = re.compile(r'"type"\s*:\s*"(?:user|stream_event)"')
 
 
 @dataclass
@@ -38,104 +42,149 @@ class Stream:
     result: dict[str, Any] | None = None
     model_calls: int = 0
     truncated: bool = False
-    last_tool: str | None = None
-    last_text: str | None = None
+    replies: list[dict[str, Any]] = field(default_factory=list)  # its assistant messages, for what it last said
     session_id: str | None = None
     assistant_error: str | None = None
     rate_limit: dict[str, Any] | None = None  # a rejected rate_limit_event's ``rate_limit_info``
     background_live: int = 0  # background agents and workflows still in flight when the last turn ended
 
 
-def _events(text: str) -> Any:
-    """The JSON objects of a stream-json output, one a line (others are skipped: the orchestrator's own header,
-    stray prints)."""
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            yield event
+def _event(line: str) -> dict[str, Any] | None:
+    """One line's JSON object; None for a line that is none (the orchestrator's own header, stray prints) or one
+    nothing here reads."""
+    line = line.strip()
+    if not line.startswith("{") or _UNREAD.search(line, 0, 40):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def read_stream(text: str) -> Stream:
     """What a stream-json output says (the CLI's events, or an sdk transcript's lines, whose messages carry their
     ``content`` at the top)."""
     stream = Stream()
-    for event in _events(text):
-        kind = event.get("type")
-        stream.session_id = event.get("session_id") or stream.session_id
-        if kind == "assistant":
-            stream.model_calls += 1
-            if event.get("error"):
-                stream.assistant_error = str(event["error"])
-            _said(stream, event)
-        elif kind == "system" and event.get("subtype") == "init" and stream.init is None:
-            stream.init = event
-        elif kind == "result":
-            stream.result = event
-        elif kind == "system" and event.get("subtype") == "turn_duration":
-            # Claude Code 2.1 counts what it will kill with the turn: -p ends them, their work lost
-            counts = (event.get(k) for k in ("pending_background_agent_count", "pending_workflow_count"))
-            stream.background_live = sum(n for n in counts if isinstance(n, int) and n > 0)
-        elif kind == "rate_limit_event":
-            info = event.get("rate_limit_info")
-            if isinstance(info, dict) and info.get("status") == "rejected":
-                stream.rate_limit = info
+    for line in text.splitlines():
+        event = _event(line)
+        if event is not None:
+            _take(stream, event)
     return stream
 
 
-def _said(stream: Stream, event: dict[str, Any]) -> None:
-    """An assistant message's tool uses and text: the newest of each is what the agent last did and said."""
+def _read_back(text: str) -> Stream:
+    """What the end of a stream-json output says, its lines parsed from the last back only until they hold a
+    result, a tool use and a line of text (all of them when they never do), then read in order."""
+    events: list[dict[str, Any]] = []
+    need = {"result", "tool_use", "text"}
+    lines = text.splitlines()
+    for line in reversed(lines):
+        event = _event(line)
+        if event is None:
+            continue
+        events.append(event)
+        if event.get("type") == "result":
+            need.discard("result")
+        elif event.get("type") == "assistant":
+            need -= {b.get("type") for b in _content(event) if isinstance(b, dict)}
+        if not need:
+            break
+    stream = Stream(truncated=not need)  # stopped early: what came before is not read
+    for event in reversed(events):
+        _take(stream, event)
+    return stream
+
+
+def _take(stream: Stream, event: dict[str, Any]) -> None:
+    """One event's part in what the stream says."""
+    kind = event.get("type")
+    stream.session_id = event.get("session_id") or stream.session_id
+    if kind == "assistant":
+        stream.model_calls += 1
+        if event.get("error"):
+            stream.assistant_error = str(event["error"])
+        stream.replies.append(event)
+    elif kind == "system" and event.get("subtype") == "init" and stream.init is None:
+        stream.init = event
+    elif kind == "result":
+        stream.result = event
+    elif kind == "system" and event.get("subtype") == "turn_duration":
+        # Claude Code 2.1 counts what it will kill with the turn: -p ends them, their work lost
+        counts = (event.get(k) for k in ("pending_background_agent_count", "pending_workflow_count"))
+        stream.background_live = sum(n for n in counts if isinstance(n, int) and n > 0)
+    elif kind == "rate_limit_event":
+        info = event.get("rate_limit_info")
+        if isinstance(info, dict) and info.get("status") == "rejected":
+            stream.rate_limit = info
+
+
+def _content(event: dict[str, Any]) -> list[Any]:
+    """An assistant message's blocks: the CLI's under ``message``, an sdk transcript's at the top."""
     message = event.get("message")
     content = message.get("content") if isinstance(message, dict) else event.get("content")
-    for block in content if isinstance(content, list) else ():
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "tool_use":
-            given = block.get("input")
-            detail = next((v for v in given.values() if isinstance(v, str)), "") if isinstance(given, dict) else ""
-            name = str(block.get("name"))
-            stream.last_tool = f"{name}: {detail}"[:WORDS_MAX] if detail else name
-        elif block.get("type") == "text":
-            lines = [line for line in str(block.get("text") or "").splitlines() if line.strip()]
-            if lines:
-                stream.last_text = lines[-1][:WORDS_MAX]
+    return content if isinstance(content, list) else []
+
+
+def _said(replies: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """The newest tool use (``Tool: argument``) and the newest line of text in assistant messages ``replies``."""
+    tool: str | None = None
+    text: str | None = None
+    for event in reversed(replies):
+        for block in reversed(_content(event)):
+            if not isinstance(block, dict):
+                continue
+            if tool is None and block.get("type") == "tool_use":
+                given = block.get("input")
+                detail = next((v for v in given.values() if isinstance(v, str)), "") if isinstance(given, dict) else ""
+                name = str(block.get("name"))
+                tool = f"{name}: {detail}"[:WORDS_MAX] if detail else name
+            elif text is None and block.get("type") == "text":
+                lines = [line for line in str(block.get("text") or "").splitlines() if line.strip()]
+                text = lines[-1][:WORDS_MAX] if lines else None
+        if tool is not None and text is not None:
+            break
+    return tool, text
 
 
 def read_end(path: Path, offset: int = 0) -> Stream:
-    """The end of the stream-json output in ``path`` from byte ``offset``: its tail, read back from the end until it
-    holds a result (at most ``TAIL_MAX_BYTES``), and its init event from its start. Blocking file reads: the loop
-    calls it in a worker thread. ``OSError`` passes through."""
+    """The end of the stream-json output in ``path`` from byte ``offset``: its tail, and its init event from its
+    start. The tail grows from ``FIRST_BYTES`` until it holds a result (at most ``TAIL_MAX_BYTES``) and, up to
+    ``TAIL_BYTES``, the agent's last tool use and text; its events are parsed back only as far as ``_read_back``
+    needs. Blocking file reads: the loop calls it in a worker thread. ``OSError`` passes through."""
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        span = TAIL_BYTES
+        span = FIRST_BYTES
         while True:
             start = max(offset, size - span)
             handle.seek(start)
             data = handle.read(size - start)
-            if start == offset or span >= TAIL_MAX_BYTES or _RESULT_MARK.search(data):
+            if start > offset:
+                data = data[data.find(b"\n") + 1 :]  # the window began inside a line: that line is not whole
+            last = start == offset or span >= TAIL_MAX_BYTES
+            if not last and _RESULT_MARK.search(data) is None:
+                span *= 4  # its result is further back, if it has one
+                continue
+            stream = _read_back(data.decode("utf-8", "replace"))
+            if last or stream.truncated or span >= TAIL_BYTES:
                 break
-            span *= 4
-        head = b""
-        if start > offset:
+            span *= 4  # its last tool use or text is further back
+        stream.truncated = stream.truncated or start > offset
+        if stream.init is None and stream.truncated:
             handle.seek(offset)
-            head = handle.read(min(HEAD_BYTES, start - offset))
-            data = data[data.find(b"\n") + 1 :]  # the window began inside a line: that line is not whole
-    stream = read_stream(data.decode("utf-8", "replace"))
-    if start > offset:
-        stream.truncated = True
-        stream.init = stream.init or read_stream(head.decode("utf-8", "replace")).init
+            head = handle.read(min(HEAD_BYTES, size - offset)).decode("utf-8", "replace")
+            stream.init = next((e for e in map(_event, head.splitlines()) if _is_init(e)), None)
     return stream
+
+
+def _is_init(event: dict[str, Any] | None) -> bool:
+    return event is not None and event.get("type") == "system" and event.get("subtype") == "init"
 
 
 def last_words(stream: Stream) -> LastWords:
     """What the agent last did and said, and its last result's text."""
     said = (stream.result or {}).get("result")
-    return LastWords(stream.last_tool, stream.last_text, said if isinstance(said, str) else None)
+    return LastWords(*_said(stream.replies), said if isinstance(said, str) else None)
 
 
 def figures(stream: Stream) -> dict[str, Any]:
