@@ -9,7 +9,8 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
   --smoke          a few memos per scenario and a short idle window; checks that everything
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
-                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client)
+                   continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client,
+                   big-end)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
@@ -45,6 +46,7 @@ if __name__ == "__main__" and not __package__:
 from collections.abc import Callable
 
 from bench import (
+    big_end,
     budget_fuse,
     cancel,
     client_scenario,
@@ -95,6 +97,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "history": history_scenario.history,
     "web": web_scenario.web,
     "client": client_scenario.client,
+    "big-end": big_end.big_end,
 }
 
 
