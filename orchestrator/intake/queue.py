@@ -41,10 +41,11 @@ class SettleDue:
 @dataclass(frozen=True)
 class WritersFound:
     """The writer check's answer: of the ``settled`` memos (path, role), those in ``busy`` are still open for
-    writing by some process."""
+    writing by some process; ``asked``: when it was asked, on the supervisor's monotonic clock."""
 
     settled: tuple[tuple[Path, str], ...]
     busy: frozenset[Path]
+    asked: float
 
 
 @dataclass
@@ -226,27 +227,27 @@ class Intake:
         settled = [(path, role) for path, role in settled if path not in self._checking]
         if settled:
             self._checking.update(path for path, _ in settled)
-            check = asyncio.ensure_future(self._find_writers(tuple(settled)))
+            check = asyncio.ensure_future(self._find_writers(tuple(settled), self.clock.monotonic()))
             self._checks.add(check)
             check.add_done_callback(self._checks.discard)
         if self.pending.keys() - self._checking:
             self._arm_pending_check()
 
-    async def _find_writers(self, settled: tuple[tuple[Path, str], ...]) -> None:
+    async def _find_writers(self, settled: tuple[tuple[Path, str], ...], asked: float) -> None:
         """Who holds the settled memos open for writing, read in a worker thread (it looks at every descriptor
         of every process), then handed back to the loop."""
         try:
             busy = await asyncio.to_thread(open_for_writing, [path for path, _ in settled])
         except Exception:  # noqa: BLE001 - it reads /proc and counts what it cannot read as not writing
             busy = set()
-        self._post(WritersFound(settled, frozenset(busy)))
+        self._post(WritersFound(settled, frozenset(busy), asked))
 
     def writers_found(self, event: WritersFound) -> None:
         """Queue the settled memos nobody writes to any more; the others wait for their close or a later check."""
         for path, role in event.settled:
             self._checking.discard(path)
-            if path not in self.pending:
-                continue  # gone, or queued by its close event meanwhile
+            if path not in self.pending or self.pending[path][1] > event.asked:
+                continue  # gone, or queued by its close event meanwhile, or a new memo of the same name
             if path not in event.busy:
                 self._enqueue(role, path, self.pending.pop(path)[2])
             elif path not in self._slow_writers and self.clock.monotonic() - self.pending[path][1] >= SLOW_WRITER:
