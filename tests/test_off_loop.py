@@ -4,6 +4,7 @@ of a Claude run whose stream-json output is tens of megabytes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -68,6 +69,11 @@ def test_a_big_stream_json_end_holds_the_loop_for_no_callback_over_50_ms(tmp_pat
     assert [p.name for p in (tmp_path / "memo" / "big" / "archive").iterdir()] == ["B-1.md"]
     log_file = next((tmp_path / ".orchestrator" / "logs").iterdir())
     assert log_file.stat().st_size > 40 * 1024 * 1024, "the agent wrote its whole stream"
+    transcript = tmp_path / ".orchestrator" / "runs" / "1" / "transcript.jsonl"
+    kept = [json.loads(line)["type"] for line in transcript.read_text(encoding="utf-8").splitlines()]
+    assert kept == ["system", "result"], "the transcript keeps the attempt's start and result, not a copy of the log"
+    entry = "".join(p.read_text(encoding="utf-8") for p in (tmp_path / "memo" / "big" / "journal").iterdir())
+    assert "> Read the whole repository.\n> Done." in entry, "the journal quotes the result, told by the verdict"
     assert window.keys() == {"output", "archived"}
     during = [text for at, text in slow.reports if window["output"] <= at <= window["archived"] + SLOW]
     assert during == [], "callbacks held the loop over 50 ms at the run's end:\n" + "\n".join(during)
