@@ -54,6 +54,8 @@ class Sizes:
     sdk_crash_memos: int = 24
     sdk_crash_kills: int = 5
     sdk_crash_concurrency: int = 4
+    big_end_mb: float = 50.0
+    big_end_quiet: float = 3.0  # seconds of memos before the big run, for the figure with no big end
 
 
 FULL = Sizes(
@@ -102,6 +104,8 @@ SMOKE = Sizes(
     crash_sleep=0.05,
     sdk_crash_memos=3,
     sdk_crash_kills=1,
+    big_end_mb=2.0,
+    big_end_quiet=0.5,
 )
 
 

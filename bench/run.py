@@ -10,7 +10,7 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
                    continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client,
-                   year, many-agents)
+                   year, many-agents, big-end)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
@@ -51,6 +51,7 @@ if __name__ == "__main__" and not __package__:
 from collections.abc import Callable
 
 from bench import (
+    big_end,
     budget_fuse,
     cancel,
     client_scenario,
@@ -105,7 +106,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "client": client_scenario.client,
     "year": year_scenario.year,
     "many-agents": many_agents.many_agents,
-    # "big-end": the worst memo latency around a 50 MB stream-json end (its own module, added beside this one)
+    "big-end": big_end.big_end,
 }
 
 

@@ -26,7 +26,7 @@ from orchestrator.compose import build_supervisor
 from orchestrator.config import load_config
 from orchestrator.console import Console
 from orchestrator.continuity.hooks import Continuity
-from orchestrator.core.agent import AttemptVerdict, KillReport, UsageLimit
+from orchestrator.core.agent import AttemptVerdict, KillReport, LastWords, UsageLimit
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
 from orchestrator.core.events import CancelRequested, InterruptRequested, MemoSeen, StopRequested, TellRequested
@@ -63,6 +63,7 @@ class FakeAgent:
         self.refuse_interrupt = False
         self.told: list[str] = []
         self.output_at: float | None = None  # when it last wrote (epoch seconds); None: it cannot be known
+        self.last_words: LastWords | None = None  # what its verdict says it last did and said
 
     def last_output(self) -> float | None:
         return self.output_at
@@ -77,6 +78,7 @@ class FakeAgent:
                 session_id=self.session_id or self.result.get("session_id"),
                 failure_reason=self.failure_reason,
                 usage_limit=self.usage_limit,
+                last_words=self.last_words,
             )
             self.on_exit(self, self.verdict)
 

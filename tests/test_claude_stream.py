@@ -4,10 +4,13 @@ lines the real CLI 2.1 writes (cut to the fields read)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from orchestrator.agents.claude_stream import NO_MODEL_CALL, judge, read_stream
+from orchestrator.agents.claude_stream import NO_MODEL_CALL, TAIL_BYTES, judge, last_words, read_end, read_stream
+from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.sdk.reasons import result_limit
+from orchestrator.core.agent import LastWords
 
 INIT = {"type": "system", "subtype": "init", "session_id": "s-1"}
 CALL = {"type": "assistant", "message": {"content": [{"type": "text", "text": "done"}]}, "session_id": "s-1"}
@@ -91,3 +94,68 @@ def test_background_work_still_live_at_the_end_is_a_warning() -> None:
     verdict = judge(read_stream(text(INIT, CALL, turn, result())), 0, "fail")
     assert not verdict.failed
     assert verdict.warnings and verdict.warnings[0].startswith("2 background task(s) were still running"), verdict
+
+
+# ---------------------------------------------------------------- the end read from the output's tail
+def tool(command: str) -> dict[str, Any]:
+    block = {"type": "tool_use", "name": "Bash", "input": {"command": command}}
+    return {"type": "assistant", "message": {"content": [{"type": "text", "text": "a\nlast line"}, block]}}
+
+
+def write(path: Path, *parts: str) -> int:
+    """The log: ``parts`` one after the other; the offset where the last part starts."""
+    before = "".join(parts[:-1]).encode()
+    path.write_bytes(before + parts[-1].encode())
+    return len(before)
+
+
+def test_a_long_stream_is_read_from_its_tail_its_init_from_its_start(tmp_path: Path) -> None:
+    filler = json.dumps({"type": "user", "message": {"content": "x" * 1000}}) + "\n"
+    log = tmp_path / "run.log"
+    body = text(INIT, CALL) + filler * 3000 + "".join(json.dumps(e) + "\n" for e in (tool("ls -l"), result()))
+    offset = write(log, "an earlier attempt's output\n", body)
+    stream = read_end(log, offset)
+    assert stream.truncated and stream.init == INIT and stream.result == result()
+    assert stream.model_calls == 1, "only the tail's calls are counted"
+    verdict = judge(stream, 0, "fail")
+    assert not verdict.failed
+    assert verdict.last_words == LastWords("Bash: ls -l", "last line", None)
+
+
+def test_a_result_longer_than_the_first_window_is_still_found(tmp_path: Path) -> None:
+    said = "y" * (TAIL_BYTES + 10)
+    log = tmp_path / "run.log"
+    write(log, text(INIT, CALL, result(result=said)))
+    stream = read_end(log)
+    assert stream.result is not None and stream.result["result"] == said
+    assert last_words(stream).result == said
+
+
+def test_no_model_call_is_judged_on_a_whole_stream_only(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    write(log, text(INIT) + json.dumps({"type": "user", "message": {"content": "z" * 100}}) + "\n" * 2)
+    whole = read_end(log)
+    assert whole.result is None and not whole.truncated
+    assert judge(whole, 0, "fail").reason == NO_MODEL_CALL
+
+
+def test_an_sdk_sessions_last_words_come_from_its_transcripts_tail(tmp_path: Path) -> None:
+    transcript = tmp_path / "transcript.jsonl"
+    lines = [
+        {"type": "prompt", "text": "do it"},
+        {"type": "assistant", "content": [{"type": "tool_use", "name": "Read", "input": {"file_path": "a.py"}}]},
+        {"type": "assistant", "content": [{"type": "text", "text": "Found it.\nAll done."}]},
+        {"type": "result", "result": "Fixed a.py."},
+    ]
+    transcript.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    follow = SdkFollow(1, transcript, tmp_path / "run.log", carrier=None)  # type: ignore[arg-type]
+    assert follow.last_words() == LastWords("Read: a.py", "All done.", "Fixed a.py.")
+    assert SdkFollow(2, tmp_path / "none.jsonl", tmp_path / "run.log", None).last_words() == LastWords()  # type: ignore[arg-type]
+
+
+def test_the_last_tool_use_is_looked_for_further_back_than_the_first_window(tmp_path: Path) -> None:
+    filler = json.dumps({"type": "user", "message": {"content": "x" * 1000}}) + "\n"
+    log = tmp_path / "run.log"
+    write(log, text(INIT, tool("make test")) + filler * 300 + text(CALL, result(result="Tested.")))
+    words = last_words(read_end(log))
+    assert words == LastWords("Bash: make test", "done", "Tested.")

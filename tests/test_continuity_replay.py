@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
+from orchestrator.core.agent import LastWords
 from orchestrator.core.states import RunState
 from orchestrator.supervisor.recovery import recover
 from replay import Replay
@@ -75,31 +75,18 @@ def test_a_crash_between_entry_and_move_is_finished_without_a_second_entry(tmp_p
     play(tmp_path, scenario)
 
 
-def _transcript(root: Path, run_id: int, lines: list[dict[str, Any]]) -> None:
-    path = root / ".orchestrator" / "runs" / str(run_id) / "transcript.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
-
-
 def test_sdk_runs_journal_cost_tokens_and_result_and_the_note_names_the_session(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = continuity_replay(root, {"writer": {"backend": "sdk"}})
         await r.drop("writer", "W-1.md", front={"id": "W-1", "subject": "wake", "tasks": ["check mail", "post"]})
         agent = r.agent("W-1")
         agent.result = {"cost_usd": 0.125, "input_tokens": 40, "output_tokens": 7, "session_id": "s-1"}
-        _transcript(root, agent.spec.run_id, [{"type": "result", "result": "Posted the summary.\nBye."}])
+        agent.last_words = LastWords(result="Posted the summary.\nBye.")
         await r.exit("W-1", 0)
         await r.drop("writer", "W-2.md", front={"id": "W-2", "subject": "again"})
         agent = r.agent("W-2")
         agent.result = {"cost_usd": 0.5, "session_id": "s-2"}
-        assistant = {
-            "type": "assistant",
-            "content": [
-                {"type": "text", "text": "Looking at the feed\nnow fetching"},
-                {"type": "tool_use", "name": "Bash", "input": {"command": "curl feed"}},
-            ],
-        }
-        _transcript(root, agent.spec.run_id, [assistant])
+        agent.last_words = LastWords("Bash: curl feed", "now fetching")
         await r.advance(65)
         await r.exit("W-2", 1)
         found = jn.read_entries("writer", root / "memo" / "writer" / "journal")

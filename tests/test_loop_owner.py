@@ -9,6 +9,7 @@ import ast
 import asyncio
 import dataclasses
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from orchestrator.core.clock import iso
 from orchestrator.core.events import InterruptRequested, MemoSeen
 from orchestrator.core.run import Run
 from orchestrator.core.states import ALLOWED, STOP_ENDS, Ending, RunState
+from orchestrator.intake import queue as queue_module
 from orchestrator.intake.memo import parse_front_matter
 from orchestrator.intake.queue import SETTLE
 from orchestrator.supervisor.requests import ANSWER_SLACK
@@ -102,7 +104,8 @@ def test_a_start_that_fails_inside_the_scheduler_comes_back_as_its_own_event(tmp
 
 def test_the_settle_check_is_an_event_on_the_injected_clock(tmp_path: Path) -> None:
     """A memo seen while its writer may still be busy is looked at again after ``SETTLE`` seconds of the
-    supervisor's clock, by a ``SettleDue`` the loop handles like any event, starting what it queued."""
+    supervisor's clock, by a ``SettleDue`` the loop handles like any event; who holds it open is read off the
+    loop and comes back as a ``WritersFound``, after which the loop starts what it queued."""
 
     async def scenario(root: Path) -> None:
         r = Replay(root)
@@ -118,9 +121,53 @@ def test_the_settle_check_is_an_event_on_the_injected_clock(tmp_path: Path) -> N
         await r.advance(SETTLE - 0.01)
         assert r.spawner.agents == [], "not before the settle time, on the injected clock"
         await r.advance(0.01)
-        assert names[-2:] == ["SettleDue", "AgentStarted"]
+        end = time.monotonic() + 10  # who writes to it is read in a worker thread: real time passes
+        while not r.spawner.agents and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+        assert names[-3:] == ["SettleDue", "WritersFound", "AgentStarted"]
         assert max(depths) == 1
         assert r.agent("B-2").spec.attempt == 1
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_who_writes_to_a_settled_memo_is_read_off_the_loop_and_a_busy_memo_waits(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The writer check looks at every descriptor of every process: it runs in a worker thread, and a memo it finds
+    open for writing waits for the next check."""
+    threads: list[threading.Thread] = []
+    writing: set[Path] = set()
+
+    def spy(paths: list[Path]) -> set[Path]:
+        threads.append(threading.current_thread())
+        return {p for p in paths if p in writing}
+
+    monkeypatch.setattr(queue_module, "open_for_writing", spy)
+
+    async def until(condition: Any) -> None:
+        end = time.monotonic() + 10  # the thread's answer takes real time
+        while not condition() and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        names, _depths = depth_recorder(r)
+        path = r.config.role_dir("builder") / "inbox" / "B-3.md"
+        path.write_text("---\nid: B-3\n---\nbody\n", encoding="utf-8")
+        old = time.time() - 10 * SETTLE
+        os.utime(path, (old, old))
+        writing.add(path)
+        r.sup.post(MemoSeen("builder", path, complete=False))
+        await r.advance(SETTLE)
+        await until(lambda: "WritersFound" in names)
+        assert threads and all(t is not threading.main_thread() for t in threads)
+        assert r.spawner.agents == [] and path in r.sup.intake.pending, "still open for writing: it waits"
+        writing.clear()
+        await r.advance(SETTLE)
+        await until(lambda: r.spawner.agents)
+        assert r.agent("B-3").spec.attempt == 1
         r.close()
 
     play(tmp_path, scenario)

@@ -25,7 +25,6 @@ STALL_DEFAULT = 600.0  # the default stall timeout of sdk and stream-json Claude
 VERSION_SECONDS = 20.0
 VERSION_ANSWER = re.compile(r"\(Claude Code\)")
 LOG_TAIL_BYTES = 64 * 1024
-STREAM_MAX_BYTES = 64 * 1024 * 1024  # the most of an attempt's stream read at its end; beyond it, its start is dropped
 _checked: dict[str, str] = {}  # CLI path -> its version line, so a team of many roles asks once
 
 
@@ -156,8 +155,9 @@ def check_role(config: Config, role: Role) -> None:
 
 class ClaudeOutput:
     """A Claude CLI agent's output in the run's log from ``offset`` (where this attempt's output starts), read at
-    its end. With stream-json (``transcript`` set: where its events are copied) its events give its figures and
-    judge its end."""
+    its end, in a worker thread. With stream-json (``transcript`` set) its tail gives its figures, judges its end
+    and says what it last did and said; the transcript keeps the attempt's init and result events (the whole
+    stream stays in the log)."""
 
     def __init__(self, log_path: Path, offset: int, transcript: Path | None, on_denied: str) -> None:
         self.log_path = log_path
@@ -167,26 +167,28 @@ class ClaudeOutput:
         self.result: dict[str, Any] = {}
 
     def judge(self, code: int) -> claude_stream.Judgement:
-        """How the attempt went, ending with exit ``code``: its stream's judgement, else why it failed."""
+        """How the attempt went, ending with exit ``code``: its stream's judgement, else why it failed. Blocking."""
+        judged = claude_stream.Judgement()
         try:
+            if self.transcript is not None:
+                stream = claude_stream.read_end(self.log_path, self.offset)
+                self.result = claude_stream.figures(stream)
+                self._keep(self.transcript, [e for e in (stream.init, stream.result) if e is not None])
+                judged = claude_stream.judge(stream, code, self.on_denied)
+                if judged.failed or code <= 0:
+                    return judged
             with open(self.log_path, "rb") as handle:
-                tail = STREAM_MAX_BYTES if self.transcript is not None else LOG_TAIL_BYTES
-                handle.seek(max(self.offset, os.path.getsize(self.log_path) - tail))
+                handle.seek(max(self.offset, os.path.getsize(self.log_path) - LOG_TAIL_BYTES))
                 text = handle.read().decode("utf-8", "replace")
         except OSError:
-            return claude_stream.Judgement()
-        if self.transcript is not None:
-            stream = claude_stream.read_stream(text)
-            self.result = claude_stream.figures(stream)
-            self._keep(self.transcript, stream.events)
-            judged = claude_stream.judge(stream, code, self.on_denied)
-            if judged.failed or code <= 0:
-                return judged
+            return judged
         problem = explain(text, code) if code > 0 else None
         if problem is None:
-            return claude_stream.Judgement()
+            return judged
         limit = UsageLimit(problem.limit_kind, problem.resets_at, problem.reason) if problem.limit_kind else None
-        return claude_stream.Judgement(reason=problem.reason, permanent=problem.permanent, usage_limit=limit)
+        return claude_stream.Judgement(
+            reason=problem.reason, permanent=problem.permanent, usage_limit=limit, last_words=judged.last_words
+        )
 
     @staticmethod
     def _keep(transcript: Path, events: list[dict[str, Any]]) -> None:

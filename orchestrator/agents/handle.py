@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.agents.spec import LaunchSpec
-from orchestrator.core.agent import AgentHandle, AttemptVerdict, Capabilities, Judgement, KillReport, Log, UsageLimit
+from orchestrator.core.agent import (
+    AgentHandle,
+    AttemptVerdict,
+    Capabilities,
+    Judgement,
+    KillReport,
+    LastWords,
+    Log,
+    UsageLimit,
+)
 from orchestrator.core.errors import ControlError, UnsupportedError
 
 UNKNOWN_EXIT = -signal.SIGKILL  # no record and no keeper's status: it was most likely killed with its keeper
@@ -75,6 +84,10 @@ class Follower(Protocol):
         """The reason to give a failure exit ``code`` that the session did not explain (None: none)."""
         ...
 
+    def last_words(self) -> LastWords | None:
+        """What the session last did and said, from its transcript's tail (blocking: read in a worker thread)."""
+        ...
+
 
 class Reader(Protocol):
     """A ``command`` agent's output, read at its end by its backend: its figures (``result``, the keys of
@@ -84,7 +97,8 @@ class Reader(Protocol):
     result: dict[str, Any]
 
     def judge(self, code: int) -> Judgement:
-        """Read the output (once) and judge the end with exit ``code``."""
+        """Read the output (once) and judge the end with exit ``code``; blocking file reads, so the end's waiter
+        calls it in a worker thread."""
         ...
 
 
@@ -211,7 +225,9 @@ class Agent:
             try:
                 if self.follower is not None:
                     await self.follower.settle()
-                verdict = self.conclude(code, reason)
+                # the output is read in a worker thread: a 50 MB stream's end must not hold the loop
+                judged = await asyncio.to_thread(self.read_end, code, reason)
+                verdict = self.conclude(code, reason, judged)
             except Exception as exc:  # noqa: BLE001 - likewise
                 verdict = AttemptVerdict(code, failure_reason=reason or _internal("reading the agent's report", exc))
                 self.verdict = verdict
@@ -229,10 +245,19 @@ class Agent:
             return False
         return True
 
-    def conclude(self, code: int, reason: str | None = None) -> AttemptVerdict:
-        """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first)."""
+    def read_end(self, code: int, reason: str | None = None) -> Judgement:
+        """What the agent's output says of its end with exit status ``code`` (blocking file reads)."""
+        if self.reader is not None and reason is None:
+            return self.reader.judge(code)
+        if self.follower is not None:
+            return Judgement(last_words=self.follower.last_words())
+        return Judgement()
+
+    def conclude(self, code: int, reason: str | None = None, judged: Judgement | None = None) -> AttemptVerdict:
+        """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first;
+        ``judged``: its output's reading, read now when not given)."""
         follower = self.follower
-        judged = self.reader.judge(code) if self.reader is not None and reason is None else Judgement()
+        judged = judged if judged is not None else self.read_end(code, reason)
         if follower is not None:
             reason = reason or follower.failure_reason or follower.unexplained(code)
             permanent, limit = follower.permanent_failure, follower.usage_limit if code != 0 else None
@@ -248,6 +273,7 @@ class Agent:
             usage_limit=limit,
             agent_failed=judged.failed,
             warnings=judged.warnings + tuple(follower.warnings if follower is not None else ()),
+            last_words=judged.last_words,
         )
         return self.verdict
 

@@ -24,6 +24,7 @@ from orchestrator.config import Role, RoleRun
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
 from orchestrator.continuity.context import ContextProblem, context_paths, read_context
+from orchestrator.core.agent import LastWords
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
 from orchestrator.intake.memo import header_tasks, parse_front_matter
@@ -309,15 +310,18 @@ class Continuity(Extension):
             out += header_tasks(parse_front_matter(text).extra)
         return out
 
-    def _transcript(self, run: RoleRun) -> list[dict[str, Any]]:
-        return jn.transcript_lines(self.config.state_dir / "runs" / str(run.run_id) / "transcript.jsonl")
+    @staticmethod
+    def _last_words(run: RoleRun) -> LastWords | None:
+        """What the run's last agent last did and said, as its verdict read it at its end (None: its output
+        cannot tell, so its log's last lines say it)."""
+        verdict = run.agent.verdict if run.agent is not None else None
+        return verdict.last_words if verdict is not None else None
 
     def _closing_words(self, run: RoleRun) -> str:
-        """The session's result text from its transcript, or for an agent that keeps none the last lines of its
-        output (its log)."""
-        if capabilities(run.role).transcript:
-            text = jn.sdk_result_text(self._transcript(run))
-            return jn.capped((text or "").splitlines())
+        """The agent's final result text (an sdk or stream-json Claude run), else the last lines of its log."""
+        words = self._last_words(run)
+        if words is not None:
+            return jn.capped((words.result or "").splitlines())
         return jn.capped(notices.log_tail(run.log_path, jn.CLOSING_LINES))
 
     def _handoff_after(self, run: RoleRun, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
@@ -354,10 +358,10 @@ class Continuity(Extension):
             lines.append(f'- Memo: {memo.label} "{_defang(memo.subject or memo.name)}"')
         if reason:
             lines.append(f"- Why: {_defang(reason)}")
-        if capabilities(run.role).transcript:
-            tool, said = self._last_activity(self._transcript(run))
-            lines.append(f"- Last tool use: {_defang(tool) if tool else '(none)'}")
-            lines.append(f"- Last text: {_defang(said) if said else '(none)'}")
+        words = self._last_words(run)
+        if words is not None:
+            lines.append(f"- Last tool use: {_defang(words.tool) if words.tool else '(none)'}")
+            lines.append(f"- Last text: {_defang(words.text) if words.text else '(none)'}")
             if run.session_id:
                 lines.append(f"- Session: {run.session_id} (resume it to carry on where it stopped)")
         else:
@@ -370,27 +374,6 @@ class Continuity(Extension):
         lines.append("")
         lines.append("(Written by the orchestrator; removed once a later run that saw it succeeds.)")
         return "\n".join(lines)
-
-    @staticmethod
-    def _last_activity(transcript: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-        tool: str | None = None
-        said: str | None = None
-        for item in reversed(transcript):
-            if item.get("type") != "assistant" or not isinstance(item.get("content"), list):
-                continue
-            for block in reversed(item["content"]):
-                if not isinstance(block, dict):
-                    continue
-                if tool is None and block.get("type") == "tool_use":
-                    raw = block.get("input")
-                    args: dict[str, Any] = raw if isinstance(raw, dict) else {}
-                    detail = next((v for v in args.values() if isinstance(v, str)), "")
-                    tool = f"{block.get('name')}: {detail}"[:200] if detail else str(block.get("name"))
-                if said is None and block.get("type") == "text" and str(block.get("text", "")).strip():
-                    said = [ln for ln in str(block["text"]).splitlines() if ln.strip()][-1][:200]
-            if tool is not None and said is not None:
-                break
-        return tool, said
 
     def _tell_over_cap(self, run: RoleRun, text: str) -> None:
         """With ``notify`` set, that role is told once that the handoff is over its cap (again once it was under)."""

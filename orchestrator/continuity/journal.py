@@ -9,7 +9,6 @@ Files are only ever appended to.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -139,31 +138,6 @@ def capped(lines: list[str], limit: int = CLOSING_MAX_BYTES) -> str:
     kept = data[-limit:].decode("utf-8", "ignore")
     kept = kept.split("\n", 1)[1] if "\n" in kept else kept
     return f"[cut: only the last {len(kept.encode('utf-8'))} of {len(data)} bytes are kept]\n{kept}"
-
-
-def transcript_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of an SDK transcript (lines that do not parse are skipped)."""
-    out: list[dict[str, Any]] = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    item = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(item, dict):
-                    out.append(item)
-    except OSError:
-        pass
-    return out
-
-
-def sdk_result_text(transcript: list[dict[str, Any]]) -> str | None:
-    """The final text of an SDK run: the ``result`` of its last result message."""
-    for item in reversed(transcript):
-        if item.get("type") == "result" and isinstance(item.get("result"), str):
-            return str(item["result"])
-    return None
 
 
 # ------------------------------------------------------------------ reading back

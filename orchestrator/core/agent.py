@@ -34,15 +34,23 @@ class UsageLimit:
 
 
 @dataclass(frozen=True)
+class LastWords:
+    """What an agent last did and said, read once at its end for the journal and the note of a run that died:
+    its last tool use (``Tool: argument``), the last line of its last text, and its final result's text."""
+
+    tool: str | None = None
+    text: str | None = None
+    result: str | None = None
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What one kind of agent can do, as its backend declares it; the core asks these, never the backend's name.
 
     ``session``: it runs a session with an id, reported with its figures; ``resume``: a retry can carry on that
     session (``retry_resumes``); ``tell``: it takes a follow-up message; ``interrupt``: its turn can be ended on
     request; ``cost``: it reports what it cost in dollars; ``tokens``: it reports the tokens it used (dollars or
-    not); ``usage_limits``: it recognises an account's usage limit and its reset; ``transcript``: its session's
-    messages are kept in the run's transcript in the form ``agents/sdk/transcript`` writes (what the journal
-    quotes as closing words)."""
+    not); ``usage_limits``: it recognises an account's usage limit and its reset."""
 
     session: bool = False
     resume: bool = False
@@ -51,7 +59,6 @@ class Capabilities:
     cost: bool = False
     tokens: bool = False
     usage_limits: bool = False
-    transcript: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class Judgement:
     permanent: bool = False
     warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
+    last_words: LastWords | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,8 @@ class AttemptVerdict:
     session it ran; ``failure_reason``: one line for a person, when it knows better than its exit status;
     ``agent_failed``: the agent itself reported a failure (Claude's result), whatever its exit status;
     ``warnings``: lines for a person about an attempt that succeeded (tool calls refused under ``on_denied: warn``);
-    ``usage_limit``: the usage or rate limit it ran into."""
+    ``usage_limit``: the usage or rate limit it ran into; ``last_words``: what it last did and said, when its
+    output can tell (None: only its log's last lines can)."""
 
     returncode: int
     interrupted: bool = False
@@ -89,6 +98,7 @@ class AttemptVerdict:
     agent_failed: bool = False
     warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
+    last_words: LastWords | None = None
 
     @property
     def succeeded(self) -> bool:

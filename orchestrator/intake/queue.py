@@ -6,12 +6,14 @@ and no process holds it open for writing. Queues are FIFO per role (file-name or
 both sets hold only files still in an inbox, so they stay bounded however long the orchestrator runs.
 Each memo keeps when it was first seen, on the supervisor's clock: the loop breaker counts a memo
 without a usable ``created_at`` at that time. The check of pending memos is a timer on that clock whose
-``SettleDue`` is posted to the loop like any other event, so what it queues lands in that event's
-transaction and is started by the loop after it.
+``SettleDue`` is posted to the loop like any other event. Who holds a settled memo open for writing is read
+from every process's descriptors in a worker thread, never on the loop; its answer comes back as a
+``WritersFound`` event, so what it queues lands in that event's transaction and is started by the loop after it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import stat
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from orchestrator.console import Console
 from orchestrator.core.clock import Clock, Timer
-from orchestrator.core.events import Event, MemoGone, MemoSeen
+from orchestrator.core.events import MemoGone, MemoSeen
 from orchestrator.intake.memo import INBOX, is_memo_name, open_for_writing
 from orchestrator.store import Store
 
@@ -34,6 +36,16 @@ SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log
 @dataclass(frozen=True)
 class SettleDue:
     """Time to look again at the memos still pending (their writer may be done)."""
+
+
+@dataclass(frozen=True)
+class WritersFound:
+    """The writer check's answer: of the ``settled`` memos (path, role), those in ``busy`` are still open for
+    writing by some process; ``asked``: when it was asked, on the supervisor's monotonic clock."""
+
+    settled: tuple[tuple[Path, str], ...]
+    busy: frozenset[Path]
+    asked: float
 
 
 @dataclass
@@ -66,7 +78,7 @@ class Intake:
         console: Console,
         store: Store,
         clock: Clock,
-        post: Callable[[Event], None],
+        post: Callable[[object], None],  # the supervisor's post: any event its loop handles
     ) -> None:
         self.role_dir = role_dir
         self.console = console
@@ -78,6 +90,8 @@ class Intake:
         self._arrival = itertools.count()
         self._pending_timer: Timer | None = None
         self._slow_writers: set[Path] = set()  # pending memos already named in a "still open" line
+        self._checking: set[Path] = set()  # settled memos whose writers are being looked for, off the loop
+        self._checks: set[asyncio.Future[None]] = set()  # those look-ups (strong references: the loop keeps weak)
 
     def _wall(self) -> float:
         """Now on the supervisor's clock, in seconds since the epoch: when a memo is first seen."""
@@ -210,9 +224,31 @@ class Intake:
             age = now - mtime
             if age >= SETTLE or age < -SETTLE:  # a future mtime (copied from another clock) would never settle
                 settled.append((path, role))
-        busy = open_for_writing([path for path, _ in settled]) if settled else set()
-        for path, role in settled:
-            if path not in busy:
+        settled = [(path, role) for path, role in settled if path not in self._checking]
+        if settled:
+            self._checking.update(path for path, _ in settled)
+            check = asyncio.ensure_future(self._find_writers(tuple(settled), self.clock.monotonic()))
+            self._checks.add(check)
+            check.add_done_callback(self._checks.discard)
+        if self.pending.keys() - self._checking:
+            self._arm_pending_check()
+
+    async def _find_writers(self, settled: tuple[tuple[Path, str], ...], asked: float) -> None:
+        """Who holds the settled memos open for writing, read in a worker thread (it looks at every descriptor
+        of every process), then handed back to the loop."""
+        try:
+            busy = await asyncio.to_thread(open_for_writing, [path for path, _ in settled])
+        except Exception:  # noqa: BLE001 - it reads /proc and counts what it cannot read as not writing
+            busy = set()
+        self._post(WritersFound(settled, frozenset(busy), asked))
+
+    def writers_found(self, event: WritersFound) -> None:
+        """Queue the settled memos nobody writes to any more; the others wait for their close or a later check."""
+        for path, role in event.settled:
+            self._checking.discard(path)
+            if path not in self.pending or self.pending[path][1] > event.asked:
+                continue  # gone, or queued by its close event meanwhile, or a new memo of the same name
+            if path not in event.busy:
                 self._enqueue(role, path, self.pending.pop(path)[2])
             elif path not in self._slow_writers and self.clock.monotonic() - self.pending[path][1] >= SLOW_WRITER:
                 self._slow_writers.add(path)

@@ -39,7 +39,7 @@ from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.snapshot import Snapshot
 from orchestrator.core.states import Ending, RunState
 from orchestrator.intake.memo import FOLDERS
-from orchestrator.intake.queue import Intake, SettleDue
+from orchestrator.intake.queue import Intake, SettleDue, WritersFound
 from orchestrator.prompts import load_template
 from orchestrator.store import Store
 from orchestrator.supervisor.adoption import Adopter
@@ -155,6 +155,7 @@ class Supervisor:
             ev.MemoGone: self.intake.gone,
             ev.RescanNeeded: self._on_rescan,
             SettleDue: self.intake.settle_due,
+            WritersFound: self.intake.writers_found,
             Ready: lambda _e: None,  # handled like any event: what the first scan queued starts after it
             ev.AgentStarted: self.outcomes.started,
             ev.AgentStartFailed: self.outcomes.start_failed,

@@ -18,9 +18,7 @@ from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import Capabilities
 
-SESSION = Capabilities(
-    session=True, resume=True, tell=True, interrupt=True, cost=True, tokens=True, usage_limits=True, transcript=True
-)
+SESSION = Capabilities(session=True, resume=True, tell=True, interrupt=True, cost=True, tokens=True, usage_limits=True)
 
 
 class SdkBackend:

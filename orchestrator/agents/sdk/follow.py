@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from orchestrator.agents import claude_stream
 from orchestrator.agents.sdk.protocol import (
     EXIT_INTERRUPTED,
     EXIT_SIGNALLED,
@@ -32,7 +33,7 @@ from orchestrator.agents.sdk.protocol import (
     WarningEvent,
     parse_event,
 )
-from orchestrator.core.agent import UsageLimit
+from orchestrator.core.agent import LastWords, UsageLimit
 from orchestrator.core.errors import ControlError
 
 
@@ -106,6 +107,13 @@ class SdkFollow:
         if code > 0 and code not in (EXIT_INTERRUPTED, EXIT_SIGNALLED):
             return f"the sdk runner exited with status {code} without saying why; see {self.log_path}"
         return None
+
+    def last_words(self) -> LastWords | None:
+        """What the session last did and said, from the tail of its transcript (blocking: a worker thread's)."""
+        try:
+            return claude_stream.last_words(claude_stream.read_end(self.transcript))
+        except OSError:
+            return LastWords()
 
     def _activity(self) -> str | None:
         """What the session does, and the tells it has not answered yet (``status`` and the live view show it)."""
