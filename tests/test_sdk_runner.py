@@ -638,8 +638,19 @@ async def started(spec: LaunchSpec) -> tuple[Agent, asyncio.Future[int], list[di
 
     agent = await backend_for(spec.role).start(spec, on_exit, None)
     assert agent.follower is not None
-    agent.follower.on_update = seen.append
+    watch_events(agent.follower, seen.append)
     return agent, exited, seen
+
+
+def watch_events(follower: Any, sink: Any) -> None:
+    """Give ``sink`` each runner event's JSON as the follower applies it (what came over the socket)."""
+    apply = follower.apply
+
+    def seen(event: Any) -> None:
+        sink(event.wire())
+        apply(event)
+
+    follower.apply = seen
 
 
 async def until(condition: Any, what: str) -> None:
