@@ -108,9 +108,27 @@ def test_wrapper_fences_itself_when_it_cannot_reach_the_head(tmp_path: Path) -> 
     def unreachable() -> float | None:
         raise TimeoutError("no head")
 
-    messages = list(wrapper.run(_payload(tmp_path, record, {"sleep": 60}, lost_after=0.3), unreachable, "n"))
+    messages = list(wrapper.run(_payload(tmp_path, record, {"sleep": 60}, lost_after=1.0), unreachable, "n"))
     end = messages[-1]
     assert isinstance(end, Ended) and end.stopped and end.why == "lost the head"
+    assert not pid_alive(_records(record)[0]["pid"])
+
+
+def test_wrapper_keeps_its_agent_for_reconnect_within_when_the_head_is_gone_then_kills_it(tmp_path: Path) -> None:
+    record = tmp_path / "rec.jsonl"
+    heard = [True]
+
+    def head() -> float | None:  # answers once, then is gone
+        if heard.pop() if heard else False:
+            return None
+        raise TimeoutError("no head")
+
+    began = time.monotonic()
+    payload = _payload(tmp_path, record, {"sleep": 60}, lost_after=0.2, reconnect_within=2.5)
+    messages = list(wrapper.run(payload, head, "n"))
+    end = messages[-1]
+    assert isinstance(end, Ended) and end.stopped and end.why == "lost the head"
+    assert time.monotonic() - began >= 2.5  # not after lost_after: the agent waited for a head to come back
     assert not pid_alive(_records(record)[0]["pid"])
 
 

@@ -405,7 +405,7 @@ class Supervisor:
 
     def make_adopter(self) -> Adopter:
         """Recovery's adopter, plugged in: each finished run's exit records are spent from then on."""
-        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post)
+        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post, self.agent_stops.spawner)
         self._plug(adopter)
         return adopter
 

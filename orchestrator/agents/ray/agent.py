@@ -24,18 +24,24 @@ LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was los
 
 #: stops an attempt's tree: ``stopper(attempt, agent, grace, log, interrupt_first)``
 Stopper = Callable[["RayAttempt", Agent, float, Log, bool], Awaitable[KillReport]]
+#: lets the attempt's actor go once the head has its end: ``release(attempt)``
+Release = Callable[["RayAttempt"], None]
 #: leaves a control message in the attempt's mailbox: ``post(attempt, {"id", "what", "line"})``
 Post = Callable[["RayAttempt", dict[str, Any]], Awaitable[None]]
 
 
 class RayAttempt:
-    """One attempt's Ray task as the head sees it (its ``pid`` is on a remote node: ``create_time`` is None)."""
+    """One attempt's Ray actor as the head sees it (its ``pid`` is on a remote node: ``create_time`` is None)."""
 
-    def __init__(self, stopper: Stopper, spec: LaunchSpec, lease: str, gen: Any) -> None:
+    def __init__(self, stopper: Stopper, release: Release, spec: LaunchSpec, lease: str, actor: Any) -> None:
         self.stopper = stopper
+        self.release = release
         self.spec = spec
         self.lease = lease
-        self.gen = gen
+        self.actor = actor
+        self.seq = 0  # the number of the last message taken from the actor
+        self.backlog: list[tuple[int, dict[str, Any]]] = []  # messages a head that came back has yet to read
+        self.floor = 0  # a head that came back: the number of the last message it had when it did
         self.pid: int | None = None
         self.create_time: float | None = None
         self.node: str | None = None  # where it runs, or the node that refused its start
@@ -68,7 +74,9 @@ class RayAttempt:
         return await self.stopper(self, agent, grace, log, interrupt_first)
 
     def left_behind(self) -> bool:
-        """Never: the wrapper itself kills what an exited agent left, before it reports the exit."""
+        """Never: the wrapper itself kills what an exited agent left, before it reports the exit. Asked once the
+        head has recorded the end, so the actor that kept it is let go here."""
+        self.release(self)
         return False
 
     async def sweep(self, grace: float) -> KillReport:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.ray import INSTALL_HINT, first_line, ray_installed
@@ -12,6 +13,27 @@ from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.errors import ConfigError, ExecutorError
 
 PROBE_WAIT = 5.0  # how long the start-up check waits for the cluster's port to answer
+#: Ray's token authentication: the mode, and where a token is read from, first found first
+AUTH_MODE, AUTH_TOKEN, AUTH_TOKEN_PATH = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+
+
+def token_missing(env: dict[str, str], home: Path) -> str | None:
+    """Why Ray's token authentication, turned on here (``RAY_AUTH_MODE=token``), has no token to send; None when it
+    is off or a token is there (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, ``~/.ray/auth_token``)."""
+    if env.get(AUTH_MODE, "").lower() != "token" or env.get(AUTH_TOKEN, "").strip():
+        return None
+    named = env.get(AUTH_TOKEN_PATH)
+    path = Path(named).expanduser() if named else home / ".ray" / "auth_token"
+    try:
+        if path.read_text(encoding="utf-8").strip():
+            return None
+        problem = f"{path} is empty"
+    except OSError as exc:
+        problem = f"{path} cannot be read ({exc.strerror or exc})"
+    return (
+        f"{AUTH_MODE}=token is set, but there is no token: {AUTH_TOKEN} is not set and {problem}; without it the "
+        "cluster refuses this orchestrator"
+    )
 
 
 def connect(settings: ExecutorSettings) -> Any:
