@@ -18,7 +18,7 @@ import pytest
 from conftest import Project
 from orchestrator.agents.ray.agent import LOST_EXIT, RayAttempt
 from orchestrator.agents.ray.spawner import RaySpawner
-from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, SdkEvent, Started, TranscriptLines
+from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, Output, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import load_config
@@ -48,6 +48,19 @@ class FakeActor:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.take = SimpleNamespace(remote=self._take)
         self.stop, self.post, self.start = (FakeRemote(self.calls, n) for n in ("stop", "post", "start"))
+        self.resume = SimpleNamespace(remote=self._resume)
+
+    async def _resume(self) -> dict[str, Any]:
+        """What a wrapper kept for a head that comes back (``board.WrapperActor.resume``)."""
+        said = [item for item in self.said if item[1]["type"] not in ("sdk_event", "started", "start_failed")]
+        first = next((data for _, data in self.said if data["type"] == "started"), None)
+        return {
+            "lease": self.said[0][1]["lease"],
+            "first": first,
+            "events": [data for _, data in self.said if data["type"] == "sdk_event"],
+            "said": said,
+            "last": len(self.said),
+        }
 
     def put(self, message: Any) -> None:
         self.said.append((len(self.said) + 1, message.model_dump()))
@@ -75,6 +88,14 @@ def spawner(clock: ManualClock, stream: FakeActor, **settings: Any) -> tuple[Ray
         return stream
 
     spawn.actor = SimpleNamespace(options=lambda **_: SimpleNamespace(remote=create))
+
+    def get_actor(name: str, namespace: str) -> FakeActor:
+        calls.append(("get_actor", (name, namespace)))
+        if not stream.said:
+            raise ValueError(f"Failed to look up actor with name '{name}'")
+        return stream
+
+    spawn.ray.get_actor = get_actor
     return spawn, calls
 
 
@@ -209,5 +230,34 @@ def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(projec
         assert transcript.read_text().splitlines() == ['{"type": "system"}', '{"type": "result"}']
         with pytest.raises(ControlError, match="already ended; nothing to tell"):
             await agent.tell("too late")
+
+    asyncio.run(scenario())
+
+
+def test_a_head_that_comes_back_takes_the_kept_end_replays_the_figures_and_acts_on_it_once(project: Project) -> None:
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeActor()
+        spawn, calls = spawner(clock, stream)
+        spec = launch_spec(project, {"backend": "sdk", "cli_path": "fake-claude"})
+        assert await spawn.reattach(spec) is None  # no actor of the attempt: gone for good
+        lease = "kept-lease"
+        stream.put(Started(lease=lease, pid=4242, create_time=1.0, node="10.0.0.2/abc", orphans=[99]))
+        stream.put(SdkEvent(lease=lease, line=json.dumps({"event": "session", "session_id": "s-1"})))
+        stream.put(Output(lease=lease, data="said while no head was up\n"))
+        stream.put(SdkEvent(lease=lease, line=json.dumps({"event": "cost", "usd": 0.25})))
+        stream.put(Ended(lease=lease, code=0))
+        printed: list[str] = []
+        spawn.say = printed.append
+        agent = await spawn.reattach(spec)
+        assert agent is not None and agent.pid == 4242 and agent.node == "10.0.0.2/abc"
+        exits: list[int] = []
+        agent.watch(lambda _agent, verdict: exits.append(verdict.returncode))
+        await asyncio.wait_for(asyncio.shield(agent.done), 5)
+        assert exits == [0] and agent.session_id == "s-1" and agent.cost_usd == 0.25  # each event applied once
+        assert "said while no head was up" in spec.log_path.read_text()
+        assert printed == []  # the orphans were told by the head that started it
+        assert ("kill", (stream,)) not in calls  # kept until the head has recorded the end
+        assert not agent.left_behind() and ("kill", (stream,)) in calls
+        assert spawn.leases == set()
 
     asyncio.run(scenario())

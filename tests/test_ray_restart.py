@@ -24,7 +24,7 @@ pytest.importorskip("ray")
 
 from ray_cluster import ENV, LocalCluster  # noqa: E402
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]  # the flood and its three restarts take minutes here
 START = 90.0  # an orchestrator's start on Ray, a loaded machine: import, join, recovery, the first actor
 MEMOS = 24
 

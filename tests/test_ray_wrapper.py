@@ -1,8 +1,8 @@
 """The Ray executor's parts that need no cluster: settings, the start-up checks, and the wrapper on a worker.
 
 The wrapper runs here as a plain generator with a stand-in agent and a stop
-probe the test controls (the Ray task only passes it a probe that asks the
-head's stop board), so the kill ladder and the orphan sweep are tested on real
+probe the test controls (the Ray actor only passes it a probe that reads what the
+head left with it), so the kill ladder and the orphan sweep are tested on real
 processes in a second or two.
 """
 

@@ -2,7 +2,7 @@
 
 ``executor: {kind: local}`` (the default) runs agents as children of the
 orchestrator; ``executor: {kind: ray, address: ...}`` runs each attempt as one
-Ray task on a cluster (``orchestrator.agents.ray``). Nothing here imports Ray.
+Ray actor on a cluster (``orchestrator.agents.ray``). Nothing here imports Ray.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An attempt on a Ray worker as the head sees it: the transport of its ``Agent``, and an sdk attempt's controls.
 
-Only Ray connects the head to a wrapper, so an sdk session's controls wait in a mailbox on the stop board, which the
-wrapper polls, and its answers come back on the task's stream.
+Only Ray connects the head to a wrapper, so an sdk session's controls wait in a mailbox in the wrapper's actor,
+which the wrapper polls, and its answers come back with its other messages.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RayAttempt:
         self.watchdog: Any = None  # the lost_after timer
         self.pump: asyncio.Future[None] | None = None  # reads the wrapper's stream to its end
         self.follow: SdkFollow | None = None  # an sdk attempt's session
-        self.board: BoardCarrier | None = None  # an sdk attempt's mailbox on the stop board
+        self.board: BoardCarrier | None = None  # an sdk attempt's mailbox in its actor
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
     def end(self, code: int | None, reason: str | None) -> bool:
@@ -85,7 +85,7 @@ class RayAttempt:
 
 
 class BoardCarrier:
-    """An sdk attempt's controls, through its mailbox on the stop board (``follow.Carrier``)."""
+    """An sdk attempt's controls, through its mailbox in the wrapper's actor (``follow.Carrier``)."""
 
     def __init__(self, attempt: RayAttempt, post: Post, answer_wait: float) -> None:
         self.attempt = attempt
@@ -107,7 +107,7 @@ class BoardCarrier:
                 f"the wrapper on {self.attempt.node} did not answer within {self.answer_wait:g}s; the {what} may not "
                 f"have reached run {self.attempt.spec.run_id}'s session"
             ) from None
-        except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the stop board, in one line for a person
+        except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the actor, in one line for a person
             raise ControlError(
                 f"cannot leave the {what} for run {self.attempt.spec.run_id}'s wrapper: {first_line(exc)}"
             ) from None

@@ -49,7 +49,7 @@ HALT_WAIT = 10.0  # how long a halted actor of an earlier head may take to repor
 
 
 class RaySpawner(HandleStops):
-    """Agents as Ray tasks, one per attempt, under the head's limits, retry policy and logs."""
+    """Agents as Ray actors, one per attempt, under the head's limits, retry policy and logs."""
 
     def __init__(self, root: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None) -> None:
         self.root = str(root)
@@ -391,5 +391,5 @@ def _lost_reason(exc: BaseException, node: str | None) -> str:
     if "WorkerCrashed" in name or "ActorDied" in name or "OwnerDied" in name:
         return f"the Ray worker on {node} died (its agent is killed by the next wrapper on that node)"
     if "Cancelled" in name:
-        return f"the Ray task on {node} was cancelled"
+        return f"the Ray actor on {node} was cancelled"
     return f"Ray lost the task on {node}: {name}: {first_line(exc)}"
