@@ -1,8 +1,8 @@
 """Ray's token authentication: a memo runs on a cluster that requires a token, and a missing token is found first.
 
 Marked ``ray``: one node with ``RAY_AUTH_MODE=token`` and a token of its own (about 15-20 s to start). The
-orchestrator sends the same token from ``RAY_AUTH_TOKEN``; ``doctor`` and ``up`` with the mode on and no token
-anywhere (an empty home) say so in one line.
+orchestrator sends the same token from ``RAY_AUTH_TOKEN`` (a wrong one is refused: exit 30); ``doctor`` and
+``up`` with the mode on and no token anywhere (an empty home) say so in one line.
 """
 
 from __future__ import annotations
@@ -64,3 +64,12 @@ def test_doctor_and_up_say_when_the_token_is_missing(project: Project, cluster: 
     with_token = project.cli("doctor", "--json", **cluster.env)
     (finding,) = [f for f in json.loads(with_token.stdout) if f["check"] == "ray-token"]
     assert finding["status"] == "ok"
+
+
+def test_the_cluster_refuses_a_wrong_token_and_up_says_so_in_one_line(project: Project, cluster: LocalCluster) -> None:
+    # what makes the first test mean something: this cluster does check the token
+    configure(project, cluster)
+    up = project.up(wait_ready=False, **{**cluster.env, "RAY_AUTH_TOKEN": uuid.uuid4().hex})
+    assert up.wait(START) == 30
+    lines = up.output.strip().splitlines()
+    assert len(lines) == 1 and "it refused this orchestrator's token" in lines[0], up.output

@@ -154,3 +154,39 @@ def test_an_end_nobody_collected_within_reconnect_within_is_a_failed_attempt_and
     first, second = history(project)
     assert first["state"] == "returned" and not first["adopted_at"]
     assert second["state"] == "succeeded"
+
+
+def test_an_sdk_session_taken_back_after_a_kill_takes_a_tell_and_keeps_its_figures(
+    project: Project, cluster: LocalCluster, fake_cli: Path
+) -> None:
+    env = {"FAKE_CLAUDE_RECORD": str(project.root / "claude.jsonl"), "FAKE_CLAUDE_COST": "0.25"}
+    writer = {"backend": "sdk", "cli_path": str(fake_cli), "env": env}
+    project.configure({"writer": writer}, executor={"kind": "ray", "address": cluster.address})
+    first, second = project.root / "turn1", project.root / "turn2"
+    project.drop("writer", "W-1.md", {"id": "W-1"}, body=f"[wait:{first}] first")
+    orch = up(project)
+    wait_for(lambda: [r for r in project.status()["runs"] if r["activity"]], START, "the session's first activity")
+    orch.signal(signal.SIGKILL)
+    orch.wait(30)
+
+    orch = up(project)
+    orch.wait_output("re-attached to its wrapper", START)
+    (run,) = project.status()["runs"]
+    assert run["activity"] and run["state"] == "running"  # the session's figures, rebuilt from its events
+    told = project.cli("tell", "W-1", f"[wait:{second}] a follow-up")
+    assert told.returncode == 0, told.stderr
+    first.touch()
+    wait_for(lambda: len(claude(project, "prompt")) == 2, START, "the follow-up to reach the CLI on the worker")
+    second.touch()
+    wait_for(lambda: project.folder("writer", "archive") == ["W-1.md"], START, "W-1 archived")
+    assert orch.stop() == 0, orch.output
+    (row,) = history(project)
+    assert (row["state"], row["cost_usd"], row["num_turns"]) == ("succeeded", 0.5, 2) and row["adopted_at"]
+    assert len(claude(project, "argv")) == 1  # one session, never started again
+
+
+def claude(project: Project, key: str) -> list[Any]:
+    """What the fake CLI received (``argv``, ``prompt``), in order."""
+    path = project.root / "claude.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [entry[key] for entry in map(json.loads, filter(str.strip, lines)) if key in entry]

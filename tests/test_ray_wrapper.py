@@ -311,3 +311,21 @@ def test_an_sdk_control_after_the_session_ended_is_refused_in_one_line(tmp_path:
         ("x", "run 7's agent session has already ended; nothing to tell"),
         ("y", "run 7's agent session has already ended; nothing to interrupt"),
     ]
+
+
+def test_a_token_is_missing_only_when_token_mode_is_on_and_no_source_holds_one(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    on = {"RAY_AUTH_MODE": "token"}
+    assert ray_cluster.token_missing({}, home) is None  # mode off: nothing to send
+    problem = ray_cluster.token_missing(on, home)
+    assert problem is not None and "RAY_AUTH_MODE=token is set, but there is no token" in problem
+    assert str(home / ".ray" / "auth_token") in problem
+    assert ray_cluster.token_missing({**on, "RAY_AUTH_TOKEN": "abc"}, home) is None
+    named = tmp_path / "token"
+    named.write_text("")
+    assert "is empty" in (ray_cluster.token_missing({**on, "RAY_AUTH_TOKEN_PATH": str(named)}, home) or "")
+    named.write_text("abc\n")
+    assert ray_cluster.token_missing({**on, "RAY_AUTH_TOKEN_PATH": str(named)}, home) is None
+    (home / ".ray" / "auth_token").write_text("abc\n")
+    assert ray_cluster.token_missing(on, home) is None

@@ -41,6 +41,8 @@ def connect(settings: ExecutorSettings) -> Any:
     if not ray_installed():
         raise ConfigError(f"executor: kind ray needs the Ray package, which is not installed; run `{INSTALL_HINT}`")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray's core prints a warning to stderr at every retry of a refused connection: the error below says it once
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     import ray
 
     if ray.is_initialized():
@@ -55,8 +57,21 @@ def connect(settings: ExecutorSettings) -> Any:
         else:
             ray.init(address=settings.address, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, RuntimeError, ValueError)
-        raise _unreachable(settings, first_line(exc)) from None
+        raise _unreachable(settings, _refusal(exc) or first_line(exc)) from None
     return ray
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """When the cluster refused this orchestrator's token (Ray says so only in the error's cause), that in a line."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if "token" in str(cause).lower() and "auth" in str(cause).lower():
+            return (
+                f"it refused this orchestrator's token ({AUTH_TOKEN}, {AUTH_TOKEN_PATH} or ~/.ray/auth_token must "
+                "hold the cluster's)"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _unreachable(settings: ExecutorSettings, problem: str) -> ExecutorError:
