@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +44,6 @@ def connect(settings: ExecutorSettings) -> Any:
     if not ray_installed():
         raise ConfigError(f"executor: kind ray needs the Ray package, which is not installed; run `{INSTALL_HINT}`")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Ray's core prints a warning to stderr at every retry of a refused connection: the error below says it once
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     import ray
 
     if ray.is_initialized():
@@ -55,10 +56,26 @@ def connect(settings: ExecutorSettings) -> Any:
         if settings.address == "local-cluster":
             ray.init(num_cpus=settings.num_cpus, include_dashboard=False, **options)
         else:
-            ray.init(address=settings.address, **options)
+            with _stderr_aside():
+                ray.init(address=settings.address, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, RuntimeError, ValueError)
         raise _unreachable(settings, _refusal(exc) or first_line(exc)) from None
     return ray
+
+
+@contextlib.contextmanager
+def _stderr_aside() -> Iterator[None]:
+    """Ray's core writes a warning straight to descriptor 2 at every retry of a refused connection (once a second,
+    for half a minute): set aside while joining an existing cluster, whose error says it once. Joining starts no
+    process that would keep the descriptor."""
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as aside:
+            os.dup2(aside.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _refusal(exc: BaseException) -> str | None:
