@@ -59,7 +59,7 @@ def connect(settings: ExecutorSettings) -> Any:
             with _stderr_aside():
                 ray.init(address=settings.address, **options)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, RuntimeError, ValueError)
-        raise _unreachable(settings, _refusal(exc) or first_line(exc)) from None
+        raise _refused(settings, exc) or _unreachable(settings, first_line(exc)) from None
     return ray
 
 
@@ -78,14 +78,15 @@ def _stderr_aside() -> Iterator[None]:
         os.close(saved)
 
 
-def _refusal(exc: BaseException) -> str | None:
+def _refused(settings: ExecutorSettings, exc: BaseException) -> ExecutorError | None:
     """When the cluster refused this orchestrator's token (Ray says so only in the error's cause), that in a line."""
     cause: BaseException | None = exc
     while cause is not None:
         if "token" in str(cause).lower() and "auth" in str(cause).lower():
-            return (
-                f"it refused this orchestrator's token ({AUTH_TOKEN}, {AUTH_TOKEN_PATH} or ~/.ray/auth_token must "
-                "hold the cluster's)"
+            return ExecutorError(
+                f"executor: the Ray cluster at {settings.address!r} refused this orchestrator's token; set "
+                f"{AUTH_TOKEN} (or {AUTH_TOKEN_PATH}, or ~/.ray/auth_token) to the cluster's (`ray get-auth-token` "
+                "there prints it; see docs/operations.md, Running on a cluster)"
             )
         cause = cause.__cause__ or cause.__context__
     return None
