@@ -124,6 +124,7 @@ RUN_END = "COALESCE(ended_at, created_at)"
 _RUN_COLUMNS = {
     "seq",
     "node",
+    "adopted_at",
     "backend",
     "memos",
     "memo_ids",
@@ -476,7 +477,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
         db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
-    for column in ("log_pruned_at", "transcript_pruned_at"):  # when retention removed the run's log, its transcript
+    for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at"):  # retention removed; a restart took back
         if column not in columns:
             db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_time ON runs({RUN_TIME})")  # history --since/--until, budgets

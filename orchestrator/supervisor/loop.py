@@ -264,7 +264,9 @@ class Supervisor:
 
     def make_adopter(self) -> Adopter:
         """Recovery's adopter, plugged in: each finished run's exit records are spent from then on."""
-        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post, self.launcher.prepares)
+        adopter = Adopter(
+            self.config, self.store, self.console, self.lc, self.post, self.launcher.prepares, self.agent_stops.spawner
+        )
         self._plug(adopter)
         return adopter
 

@@ -38,7 +38,7 @@ from orchestrator.core.errors import ControlError
 
 class Carrier(Protocol):
     """What carries a session's controls to its runner (and, at its end, what the runner left): the runner's socket
-    locally, the stop board's mailbox on Ray."""
+    locally, the wrapper actor's mailbox on Ray."""
 
     async def send(self, follow: SdkFollow, message: AnyControl, what: str) -> None:
         """Deliver one control (the session is not ``follow.closing``); ``ControlError`` (one line) when it cannot

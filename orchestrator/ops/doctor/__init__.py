@@ -44,6 +44,7 @@ def diagnose(root: Path, host: Host | None = None) -> list[Finding]:
     return [
         *found,
         team.check_keeper(config),
+        *team.check_ray_token(config),
         team.check_inotify(config, host),
         team.check_disk(config.root, host),
         team.check_state(config.state_dir),
@@ -65,6 +66,7 @@ def start_checks(config: Config, host: Host | None = None) -> list[Finding]:
         team.check_inotify(config, host),
         team.check_disk(config.root, host),
         team.check_keeper(config),
+        *team.check_ray_token(config),
     ]
     for finding in found:
         if finding.status == "fail":

@@ -52,6 +52,21 @@ def check_keeper(config: Config) -> Finding:
     )
 
 
+def check_ray_token(config: Config) -> list[Finding]:
+    """On a Ray cluster with token authentication on (``RAY_AUTH_MODE=token``), the token ``up`` must send; no
+    finding for agents on this machine."""
+    if config.executor.kind != "ray":
+        return []
+    from orchestrator.agents.ray.cluster import token_missing  # imports no Ray
+
+    problem = token_missing(dict(os.environ), Path.home())
+    if problem:
+        fix = "set RAY_AUTH_TOKEN to the cluster's token, or copy it to ~/.ray/auth_token (`ray get-auth-token` there)"
+        return [fail("ray-token", problem, fix)]
+    mode = os.environ.get("RAY_AUTH_MODE", "unset")
+    return [ok("ray-token", f"RAY_AUTH_MODE {mode}: a token is there, or none is needed")]
+
+
 def watches_needed(config: Config) -> int | None:
     """The inotify watches the team's watcher takes, None when it is not the inotify one (not Linux, or
     ``ORCHESTRATOR_WATCHER=watchdog``, which watches every folder under each role's)."""
