@@ -16,6 +16,7 @@ from orchestrator.console import Console
 from orchestrator.continuity.hooks import Continuity
 from orchestrator.core.clock import Clock
 from orchestrator.memory.curator import MemoryCurator
+from orchestrator.notify.extension import Notifier
 from orchestrator.retention.daily import DailyPass
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.supervisor.breaker import Breaker
@@ -28,14 +29,16 @@ FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes,
 
 def features(config: Config) -> Sequence[ExtensionFactory]:
     """The features of ``config``: every team's, and the dashboard with the spans per run when asked for
-    (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+    (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``), and the
+    notifications when a channel is named (``notifications:``)."""
+    chosen = (*FEATURES, Notifier) if config.notifications else FEATURES
     if config.web is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         # the server's packages (starlette, uvicorn, prometheus-client) load only for a team that asks for them;
         # `up` has checked they are installed (app.check_web) before it gets here
         from orchestrator.web.extension import Dashboard
 
-        return (*FEATURES, Dashboard)
-    return FEATURES
+        return (*chosen, Dashboard)
+    return chosen
 
 
 def build_supervisor(

@@ -40,6 +40,7 @@ from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.errors import ControlError, OrchestratorError
 from orchestrator.core.snapshot import Snapshot
 from orchestrator.core.states import Ending, RunState
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.intake.memo import FOLDERS
 from orchestrator.intake.queue import Intake, SettleDue
 from orchestrator.prompts import load_template
@@ -119,7 +120,7 @@ class Supervisor:
             post=self.post,
         )
         self.agent_stops = AgentStops(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
-        self.budgets = Budgets(config, self.store, console)
+        self.budgets = Budgets(config, self.store, console, self.lc.team_events)
         self.holds = Holds(console)
         self.launcher = Launcher(
             config,
@@ -205,6 +206,7 @@ class Supervisor:
             identify=lambda pid: self.gate.identify(pid),
             admit=lambda request, caller: self.gate.admit_caller(request, caller),
             require=lambda caller, command, own: self.gate.require(caller, command, own),
+            tell=self.lc.team_events,
         )
         self.extensions: list[Extension] = []
         for make in extensions:
@@ -240,6 +242,7 @@ class Supervisor:
             "before_finish": self.lc.before_finish,
             "on_finished": self.lc.listeners,
             "on_transition": self.lc.on_transition,
+            "on_team_event": self.lc.team_events.listeners,
             "agent_env": self.launcher.env_hooks,
         }
         for hook, calls in wired.items():
@@ -480,6 +483,8 @@ class Supervisor:
         """
         if exit_code is not None and self.exit_code == 0:
             self.exit_code = exit_code
+        if (exit_code or mode is Ending.FORCE) and self.ending is not Ending.FORCE:
+            self.lc.team_events(TeamEvent("stopped", reason=why))
         if self.ending is mode or self.ending is Ending.FORCE:
             return
         self.ending = mode
