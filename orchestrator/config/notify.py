@@ -21,11 +21,13 @@ EnvName = Annotated[str, Field(pattern=ENV_NAME.pattern)]
 
 
 class ChannelBase(Strict):
-    """What every channel has: the events it is sent (``events``), and ``remind``, after which an unanswered
-    question (``needs_input``) is sent again, every ``remind`` until it is answered (``off``: never)."""
+    """What every channel has: the events it is sent (``events``); ``remind``, after which an unanswered
+    question (``needs_input``) is sent again, every ``remind`` until it is answered (``off``: never); and the
+    pauses before each retry of a send that failed (``backoff``, one retry per pause)."""
 
     events: list[NotifiableKind] = Field(default_factory=lambda: list(DEFAULT_EVENTS), min_length=1)
     remind: Annotated[Duration | None, OFF] = Field(None, gt=0)
+    backoff: list[Duration] = Field(default_factory=lambda: [2.0, 10.0, 30.0], max_length=10)  # one retry each
 
 
 class WebhookChannel(ChannelBase):

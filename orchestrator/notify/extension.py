@@ -21,7 +21,7 @@ from orchestrator.notify.delivery import ChannelWorker, Deliver, Deliveries, Set
 from orchestrator.notify.payload import payload
 from orchestrator.supervisor.extension import Extension, Handler, Host
 
-JOIN_AT_END = 10.0  # seconds the end waits for what is still queued (a `stopped` notice) before it goes
+JOIN_AT_END = 5.0  # seconds the end waits for what is still queued (a `stopped` notice) before it goes
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Notifier(Extension):
             lambda body: send(channel, body, os.environ, root),
             log,
             remind=channel.remind,
+            backoff=tuple(channel.backoff),
         )
 
     def handlers(self) -> dict[type, Handler]:
