@@ -237,12 +237,18 @@ def test_the_same_event_for_the_same_memo_is_sent_once() -> None:
         made.take(item)
     made.take(event("paused", None))
     made.take(event("paused", None))  # not about a memo: each pause is news
+    asked = event("needs_input")
+    made.take(asked)
+    made.take(asked)
+    made.take(Deliver({**asked.body, "question": "and then?"}))  # the same memo asks again after an answer
     assert [(b["event"], b["memo"]) for b in send.sent] == [
         ("failed", "m.md"),
         ("stalled", "m.md"),
         ("failed", "n.md"),
         ("paused", None),
         ("paused", None),
+        ("needs_input", "m.md"),
+        ("needs_input", "m.md"),
     ]
 
 
@@ -279,3 +285,44 @@ def test_an_unanswered_question_is_sent_again_until_it_is_answered() -> None:
     unreminded, *_ = deliveries(Recorder())
     unreminded.take(event("needs_input"))
     assert unreminded.next_due() is None  # no `remind`: sent once
+
+
+def test_apprise_sends_through_the_service_its_url_names(project: Project, hook: Hook) -> None:
+    """The real Apprise, its `json://` service posting to the receiver on 127.0.0.1: no client of ours."""
+    pytest.importorskip("apprise")
+    project.configure(notifications=[{"kind": "apprise", "url_env": "TEAM_APPRISE"}])
+    url = hook.url.replace("http://", "json://")
+    result = project.cli("notify", "test", TEAM_APPRISE=url)
+    assert result.returncode == 0, result
+    assert result.stdout.strip() == "ok   notifications[0] (apprise, $TEAM_APPRISE): sent"
+    (post,) = hook.received
+    sent = json.loads(post["body"])
+    assert "orchestrator: test" in sent["title"] and "this channel works" in sent["message"]
+    assert TOKEN not in result.stdout + result.stderr
+
+
+def test_a_crash_loop_and_the_stop_it_causes_are_told(project: Project, tmp_path: Path) -> None:
+    """Events the core announces (``TeamEvent``): a critical role's crash loop, then the stop with exit 3; the
+    stop is delivered before the orchestrator exits."""
+    told = tmp_path / "told"
+    told.mkdir()
+    script = tmp_path / "record-each.py"
+    script.write_text(
+        "import json, sys, pathlib\n"
+        "body = json.loads(sys.stdin.read())\n"
+        "pathlib.Path(sys.argv[1], body['event']).write_text(json.dumps(body))\n",
+        encoding="utf-8",
+    )
+    argv = [sys.executable, str(script), str(told)]
+    project.configure(
+        {"builder": {"critical": True, "crash": {"max": 1, "window": "30s"}}},
+        notifications=[{"kind": "command", "argv": argv, "events": ["crash_loop", "stopped", "paused"]}],
+    )
+    project.drop("builder", "b1.md", {"agent": {"exit": 1}})
+    orch = project.up(wait_ready=False)
+    assert orch.wait(30) == 3, orch.output
+    assert sorted(p.name for p in told.iterdir()) == ["crash_loop", "stopped"]
+    crash = json.loads((told / "crash_loop").read_text(encoding="utf-8"))
+    assert crash["role"] == "builder" and crash["memo"] == "b1.md"
+    stopped = json.loads((told / "stopped").read_text(encoding="utf-8"))
+    assert "critical role builder crashed" in stopped["reason"] and stopped["memo"] is None

@@ -30,12 +30,13 @@ class Deliver:
     body: dict[str, Any]
 
     @property
-    def key(self) -> tuple[str, str] | None:
-        """What makes it the same event again: its kind and memo (a ``stopped`` once); None: always sent."""
+    def key(self) -> tuple[str, str, str] | None:
+        """What makes it the same event again: its kind and memo (and question: a memo may ask again after an
+        answer), a ``stopped`` once; None: always sent (a pause, a budget: each one is news)."""
         memo = self.body.get("memo")
         if memo:
-            return (self.body["event"], str(memo))
-        return ("stopped", "") if self.body["event"] == "stopped" else None
+            return (self.body["event"], str(memo), str(self.body.get("question") or ""))
+        return ("stopped", "", "") if self.body["event"] == "stopped" else None
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Deliveries:
     sleep: Callable[[float], None] = time.sleep
     remind: float | None = None
     backoff: tuple[float, ...] = BACKOFF
-    sent: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
+    sent: OrderedDict[tuple[str, str, str], None] = field(default_factory=OrderedDict)
     reminders: dict[str, Reminder] = field(default_factory=dict)
 
     def take(self, item: Deliver | Settle) -> None:
