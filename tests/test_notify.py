@@ -326,3 +326,12 @@ def test_a_crash_loop_and_the_stop_it_causes_are_told(project: Project, tmp_path
     assert crash["role"] == "builder" and crash["memo"] == "b1.md"
     stopped = json.loads((told / "stopped").read_text(encoding="utf-8"))
     assert "critical role builder crashed" in stopped["reason"] and stopped["memo"] is None
+
+
+def test_a_url_written_in_the_file_is_shown_as_its_host_only(project: Project) -> None:
+    project.configure(notifications=[{"kind": "webhook", "url": f"https://hooks.example.org/services/{TOKEN}"}])
+    checked = project.cli("config", "check", "--json")
+    assert checked.returncode == 0, checked.stderr
+    (channel,) = json.loads(checked.stdout)["notifications"]
+    assert channel["url"] == "https://hooks.example.org/..." and TOKEN not in checked.stdout
+    assert TOKEN not in project.cli("doctor").stdout
