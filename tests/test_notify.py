@@ -335,3 +335,17 @@ def test_a_url_written_in_the_file_is_shown_as_its_host_only(project: Project) -
     (channel,) = json.loads(checked.stdout)["notifications"]
     assert channel["url"] == "https://hooks.example.org/..." and TOKEN not in checked.stdout
     assert TOKEN not in project.cli("doctor").stdout
+
+
+def test_an_agent_does_not_inherit_the_channels_secrets(project: Project, tmp_path: Path) -> None:
+    seen = tmp_path / "seen.json"
+    dump = f"import json, os; open({str(seen)!r}, 'w').write(json.dumps([os.environ.get('TEAM_HOOK'), os.environ.get('TEAM_HOOK_SECRET'), os.environ.get('OWN')]))"
+    project.configure(
+        {"builder": {"command": [sys.executable, "-c", dump], "env": {"OWN": "kept"}}},
+        notifications=[{"kind": "webhook", "url_env": "TEAM_HOOK", "secret_env": "TEAM_HOOK_SECRET", "backoff": []}],
+    )
+    project.drop("builder", "b1.md")
+    hook_url = f"http://127.0.0.1:{closed_port()}/hook/{TOKEN}"
+    orch = project.up("--until-idle", wait_ready=False, TEAM_HOOK=hook_url, TEAM_HOOK_SECRET=SECRET)
+    assert orch.wait(30) == 0, orch.output
+    assert json.loads(seen.read_text(encoding="utf-8")) == ["", "", "kept"]

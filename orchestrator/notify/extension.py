@@ -37,6 +37,8 @@ class Notifier(Extension):
     def __init__(self, host: Host) -> None:
         self.host = host
         self.workers: list[tuple[AnyChannel, ChannelWorker]] = []
+        names = [getattr(c, key, None) for c in host.config.notifications for key in ("url_env", "secret_env")]
+        self.secret_names = sorted({name for name in names if name})
         for index, channel in enumerate(host.config.notifications):
             self.workers.append((channel, ChannelWorker(self._deliveries(index, channel))))
 
@@ -73,6 +75,11 @@ class Notifier(Extension):
             self.on_team_event(
                 TeamEvent("failed", run.role.name, first.name, first.subject, event.reason or event.state.value)
             )
+
+    def agent_env(self, run: RoleRun) -> dict[str, str]:
+        """The channels' variables emptied in every agent's environment (unless its role sets one itself): an
+        agent has no use for the team's webhook URL or HMAC key, and must not be able to leak them."""
+        return {name: "" for name in self.secret_names if name not in run.role.env}
 
     def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
         if new is RunState.STARTING:  # a question answered runs its memo again
