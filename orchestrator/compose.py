@@ -22,6 +22,7 @@ from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock
 from orchestrator.intake.queue import Intake, SettleDue, WritersFound
 from orchestrator.memory.curator import MemoryCurator
+from orchestrator.notify.extension import Notifier
 from orchestrator.prompts import load_template
 from orchestrator.retention.daily import DailyPass
 from orchestrator.schedule.wakes import Wakes
@@ -53,14 +54,16 @@ FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes,
 
 def features(config: Config) -> Sequence[ExtensionFactory]:
     """The features of ``config``: every team's, and the dashboard with the spans per run when asked for
-    (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+    (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``), and the
+    notifications when a channel is named (``notifications:``)."""
+    chosen = (*FEATURES, Notifier) if config.notifications else FEATURES
     if config.web is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         # the server's packages (starlette, uvicorn, prometheus-client) load only for a team that asks for them;
         # `up` has checked they are installed (app.check_web) before it gets here
         from orchestrator.web.extension import Dashboard
 
-        return (*FEATURES, Dashboard)
-    return FEATURES
+        return (*chosen, Dashboard)
+    return chosen
 
 
 def build_supervisor(
@@ -90,7 +93,7 @@ def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
     slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
     lc = Lifecycle(config, store, console, clock, slots, Announcer(config, store, console, clock), post=post)
     agent_stops = AgentStops(spawner or choose_spawner(config, console.line, clock), console, post)
-    budgets = Budgets(config, store, console)
+    budgets = Budgets(config, store, console, lc.team_events)
     holds = Holds(console)
     launcher = Launcher(config, store, console, clock, lc, intake, agent_stops.spawner, templates, post)
     start_faults = StartFaults(lc, intake, holds, console, clock, post)
@@ -132,6 +135,7 @@ def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
         identify=lambda pid: gate.identify(pid),
         admit=lambda request, caller: gate.admit_caller(request, caller),
         require=lambda caller, command, own: gate.require(caller, command, own),
+        tell=lc.team_events,
     )
     snapshots = Snapshotter(
         config,

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 
 from orchestrator.config.errors import describe_validation_error
 from orchestrator.config.memory import MemorySettings
+from orchestrator.config.notify import Channel
 from orchestrator.config.ray import ExecutorSettings, RoleResources
 from orchestrator.config.retention import RetentionSettings
 from orchestrator.config.schedule import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
@@ -201,6 +202,9 @@ class Team(Strict):
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     web: WebSettings | None = None  # the dashboard (orchestrator/web); None: off
+    notifications: list[Channel] = Field(
+        default_factory=list
+    )  # who is told of a failure, a question (orchestrator/notify)
 
 
 class TeamFile(Team):

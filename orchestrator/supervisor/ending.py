@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.core import events as ev
 from orchestrator.core.states import Ending, RunState
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.supervisor.outcomes import FORCED
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class Endings:
         """End gracefully or by force, for ``why``; ``exit_code``: the status ``up`` exits with (the first one set)."""
         if exit_code is not None and self.exit_code == 0:
             self.exit_code = exit_code
+        if (exit_code or mode is Ending.FORCE) and self.mode is not Ending.FORCE:
+            self.lc.team_events(TeamEvent("stopped", reason=why))
         if self.mode is mode or self.mode is Ending.FORCE:
             return
         self.mode = mode

@@ -135,6 +135,7 @@ class Supervisor:
             "before_finish": self.lc.before_finish,
             "on_finished": self.lc.listeners,
             "on_transition": self.lc.on_transition,
+            "on_team_event": self.lc.team_events.listeners,
             "agent_env": self.launcher.env_hooks,
             "prepare": self.launcher.prepares,
             "decide_end": self.outcomes.end_hooks,

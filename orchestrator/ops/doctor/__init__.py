@@ -51,6 +51,7 @@ def diagnose(root: Path, host: Host | None = None) -> list[Finding]:
         team.check_database(config.state_dir),
         team.check_clock(config, host),
         team.check_accounts(config),
+        *team.check_notifications(config),
     ]
 
 
