@@ -31,9 +31,10 @@ from orchestrator.agents.backends import backend_for
 from orchestrator.agents.claude_cli import check_role
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.sdk import backend, channel, protocol
+from orchestrator.agents.sdk.phases import ControlLine, Phase, SdkMessage
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
-from orchestrator.agents.sdk.session import ControlLine, Phase, SdkMessage, Session
+from orchestrator.agents.sdk.session import Session
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
 from orchestrator.agents.spec import LaunchSpec, agent_environment
