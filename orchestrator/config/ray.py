@@ -47,3 +47,9 @@ class RoleResources(Strict):
     custom: dict[str, float] = Field(default_factory=dict)
     #: only nodes whose labels (``ray start --labels k=v``) match all of these
     node_labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RayKeys(Strict):
+    """A role's key for the Ray executor: what one of its runs needs on a node."""
+
+    resources: RoleResources = Field(default_factory=RoleResources)
