@@ -167,6 +167,32 @@ def test_runs_ending_together_write_each_note_before_its_move_with_one_fsync_and
     assert sorted(e.state for e in found) == ["cancelled"] * 5, "the journal keeps every end"
 
 
+def test_a_bug_keeping_one_roles_handoff_leaves_the_other_roles_kept(tmp_path: Path, monkeypatch: Any) -> None:
+    """The turn's end keeps each role's handoff on its own: a bug in one is reported and the others are kept."""
+    real = ho.snapshot
+
+    def snapshot(config: Any, role: str, seq: int, text: str) -> bool:
+        if role == "a":
+            raise RuntimeError("injected")
+        return real(config, role, seq, text)
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root, {"a": {}, "b": {}})
+        await r.drop("b", "B.md")
+        await r.drop("a", "A.md")
+        monkeypatch.setattr(ho, "snapshot", snapshot)
+        r.agent("B").exit(1)  # both in one turn of the loop, b's end first
+        r.agent("A").exit(1)
+        await r.settle()
+        assert "internal error keeping the handoff of a" in r.console.text
+        assert [seq for seq, _ in ho.versions(r.config, "b")] == [1]
+        for role in ("a", "b"):
+            assert "ended **failed**" in (root / "memo" / role / "handoff.md").read_text(encoding="utf-8")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_expiry_follows_the_injected_clock(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = continuity_replay(root)

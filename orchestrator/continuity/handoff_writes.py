@@ -11,6 +11,7 @@ under the number of the run that ended last in it.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,3 +74,5 @@ class HandoffWrites:
                 self.kept(run, text)
             except OSError as exc:
                 self.console.line(f"handoff: cannot update memo/{role}/{ho.HANDOFF}: {exc}", role=role)
+            except Exception:  # noqa: BLE001 - outside any event's handling: the bug is loud, the other roles go on
+                self.console.error(f"internal error keeping the handoff of {role}:\n{traceback.format_exc()}")
