@@ -182,3 +182,32 @@ def test_a_builders_send_takes_the_reviewer_into_the_same_workspace(project: Pro
     assert "workspace: hand" in text, "the memo carries its workspace"
     assert not list((project.root / ".orchestrator" / "workspaces" / "hand").glob("memo")), "sent to the root"
     assert project.procs[0].stop() == 0
+
+
+def test_a_second_memo_for_a_busy_workspace_waits_for_its_run(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 2}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "busy"}, body="write x.txt from a\nwait go.out")
+    wait_for(lambda: records(project), what="the first run at work")
+    project.drop("builder", "b.md", {"id": "later", "workspace": "busy"}, body="see x.txt")
+    wait_for(lambda: "waits for workspace busy" in project.procs[0].output, what="the second memo waiting")
+    assert len(records(project)) == 1 and project.folder("builder", "inbox") == ["b.md"], "it waits in the inbox"
+    (project.root / "go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], what="both done, one after the other")
+    first, second = records(project)[0], records(project)[-1]
+    assert second["cwd"] == first["cwd"] and second["seen"] == {"x.txt": "from a"}
+    assert project.procs[0].stop() == 0
+
+
+def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    orchestrator = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+    project.drop("builder", "s.md", {"id": "stopped"}, body="write part.txt part\nwait never.out")
+    wait_for(lambda: records(project), what="the builder at work")
+    assert project.cli("stop", "--force").returncode == 0
+    orchestrator.wait()
+    assert project.folder("builder", "inbox") == ["s.md"], "its memo back in the inbox"
+    refs = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/stopped/")
+    assert show(project, refs, "part.txt") == "part"
+    assert not (project.root / ".orchestrator" / "workspaces" / "stopped" / "part.txt").exists()
+    assert show(project, "orchestrator/stopped", "part.txt") is None

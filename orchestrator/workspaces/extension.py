@@ -75,9 +75,10 @@ class Workspaces(Extension):
     def check_holds(self) -> None:
         """A role whose next memo is for a busy workspace waits (the memo stays in its queue)."""
         queues = self.host.queues()
-        for role in self._isolated():
-            queued = queues.get(role.name) or ()
-            first = next(iter(queued), None)
+        roles = self._isolated()
+        firsts = [next(iter(queues.get(role.name) or ()), None) for role in roles]
+        self.names = {path: name for path, name in self.names.items() if path in firsts}  # no stale entries
+        for role, first in zip(roles, firsts, strict=True):
             owner = None
             if first is not None:
                 name = self._name(role, first)
