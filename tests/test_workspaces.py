@@ -211,3 +211,32 @@ def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
     assert show(project, refs, "part.txt") == "part"
     assert not (project.root / ".orchestrator" / "workspaces" / "stopped" / "part.txt").exists()
     assert show(project, "orchestrator/stopped", "part.txt") is None
+
+
+SETUP = """
+import pathlib, sys
+count = pathlib.Path.cwd().parents[2] / "setup-count.out"
+runs = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(runs))
+if runs == 1:
+    sys.exit("npm said no")
+"""
+
+
+def test_a_failed_setup_fails_the_attempt_and_runs_again_then_never_more(project: Project) -> None:
+    setup = [sys.executable, "-c", SETUP]
+    repository(
+        project, {"builder": {"workspace": {**WORKTREE, "setup": setup}, "retry": {"max": 1, "backoff": ["0.1s"]}}}
+    )
+    start(project)
+    project.drop("builder", "a.md", {"id": "set"}, body="write a.txt x")
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the second attempt's success")
+    assert (
+        "attempt 1 failed: could not prepare the start: workspace set: setup" in project.procs[0].output
+        and "npm said no" in project.procs[0].output
+    )
+    project.drop("builder", "b.md", {"id": "again", "workspace": "set"}, body="see a.txt")
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], what="the next memo done")
+    assert (project.root / "setup-count.out").read_text() == "2", "set up again after its failure, then reused"
+    assert records(project)[-1]["seen"] == {"a.txt": "x"}
+    assert project.procs[0].stop() == 0

@@ -50,6 +50,7 @@ class Workspaces(Extension):
         self.owners: dict[str, int] = {}  # workspace name -> the run working in it
         self.names: dict[Path, str] = {}  # a queued memo -> its workspace (read once)
         self.identity: dict[str, str] | None = None
+        self.making = asyncio.Lock()
         records.ensure(host.store.db)
 
     def _isolated(self) -> list[Role]:
@@ -106,7 +107,8 @@ class Workspaces(Extension):
         branch = git.BRANCH_PREFIX + name
         previous = records.open_attempt(self.host.store.db, run.run_id)
         try:
-            start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous)
+            async with self.making:  # one at a time: two `worktree add`s, or config writes, may meet on a lock
+                start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous)
         except (git.GitError, OSError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         with self.host.store.batch():
@@ -123,6 +125,10 @@ class Workspaces(Extension):
                 run.run_id, spec.attempt, name, str(folder), branch, base, start, None, None, None
             )
             records.began(self.host.store.db, work)
+        try:
+            await asyncio.to_thread(self._setup, run.role, folder)
+        except (git.GitError, OSError, SpawnError) as exc:
+            raise SpawnError(f"workspace {name}: {exc}") from None
         env = {
             **spec.env,
             "ORCHESTRATOR_WORKSPACE": str(folder),
@@ -148,7 +154,6 @@ class Workspaces(Extension):
         elif git.changed(folder):  # left by a run the orchestrator lost (a crash): kept, not given to this one
             head = git.git(folder, "rev-parse", "HEAD")
             git.set_aside(folder, head, attempt_ref(name, run.run_id, 0), "left in the workspace", self.identity or {})
-        self._setup(run.role, folder)
         return git.git(folder, "rev-parse", "HEAD"), base, kept
 
     def _setup(self, role: Role, folder: Path) -> None:
