@@ -4,6 +4,7 @@ git CLI, a real ``orchestrator up`` and a small stand-in agent (``tests/agents/w
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import Project, wait_for
+from orchestrator.commands.common import project_root
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
 from orchestrator.workspaces.git import safe_name
@@ -86,6 +88,20 @@ def test_up_refuses_a_worktree_role_in_a_folder_that_is_not_a_git_repository(pro
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "roles.builder.workspace.mode: worktree needs a git repository" in lines[0], lines
     assert "git init" in lines[0]
+
+
+def test_a_command_run_inside_a_workspace_acts_on_the_project_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / ".orchestrator" / "workspaces" / "w"
+    (workspace / "sub").mkdir(parents=True)
+    monkeypatch.setenv("ORCHESTRATOR_ROOT", str(tmp_path))
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE", str(workspace))
+    monkeypatch.chdir(workspace / "sub")
+    assert project_root(argparse.Namespace(root=None)) == tmp_path
+    assert project_root(argparse.Namespace(root=workspace)) == workspace, "--root still wins"
+    monkeypatch.chdir(tmp_path.parent)
+    assert project_root(argparse.Namespace(root=None)) == tmp_path.parent, "elsewhere: the current directory"
 
 
 # ------------------------------------------------------------------ where a run works
