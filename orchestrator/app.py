@@ -20,6 +20,7 @@ from orchestrator.notify.checks import require_channels
 from orchestrator.ops.doctor import Host, start_checks
 from orchestrator.prompts import load_template
 from orchestrator.supervisor.extension import ExtensionFactory
+from orchestrator.workspaces.checks import check_workspaces
 
 
 def preflight(config: Config) -> None:
@@ -28,6 +29,7 @@ def preflight(config: Config) -> None:
     check_web(config)
     require_channels(config)
     check_context(config)
+    check_workspaces(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)
         cwd = role_folder(config.root, role.cwd)

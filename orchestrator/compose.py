@@ -48,6 +48,7 @@ from orchestrator.supervisor.slots import Slots
 from orchestrator.supervisor.snapshot import Snapshotter
 from orchestrator.supervisor.start_faults import StartFaults, StartsResume
 from orchestrator.tools.index_build import IndexBuild
+from orchestrator.workspaces.extension import Workspaces
 
 FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass, IndexBuild)
 
@@ -55,8 +56,10 @@ FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes,
 def features(config: Config) -> Sequence[ExtensionFactory]:
     """The features of ``config``: every team's, and the dashboard with the spans per run when asked for
     (``web:`` / ``up --web``, or an OpenTelemetry collector named in ``OTEL_EXPORTER_OTLP_ENDPOINT``), and the
-    notifications when a channel is named (``notifications:``)."""
-    chosen = (*FEATURES, Notifier) if config.notifications else FEATURES
+    notifications when a channel is named (``notifications:``), and the workspaces when a role works in worktrees."""
+    chosen: Sequence[ExtensionFactory] = (*FEATURES, Notifier) if config.notifications else FEATURES
+    if any(role.workspace.isolated for role in config.roles.values()):
+        chosen = (*chosen, Workspaces)
     if config.web is not None or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         # the server's packages (starlette, uvicorn, prometheus-client) load only for a team that asks for them;
         # `up` has checked they are installed (app.check_web) before it gets here

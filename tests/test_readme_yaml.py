@@ -24,6 +24,7 @@ the agent programs, which this machine need not have.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -102,6 +103,15 @@ def stub_files(root: Path, team: dict[str, Any]) -> None:
                 _stub(root / str(argv[0]), "#!/bin/sh\nexit 0\n", executable=True)
         if isinstance(role.get("cwd"), str) and not Path(role["cwd"]).is_absolute():
             (root / role["cwd"]).mkdir(parents=True, exist_ok=True)
+    worktrees = [(team.get("roles") or {}).get(n) or {} for n in team.get("roles") or {}] + [defaults]
+    if any((r.get("workspace") or {}).get("mode") == "worktree" for r in worktrees) and not (root / ".git").exists():
+        git_repository(root)  # a team with worktrees starts only in a git repository with a commit
+
+
+def git_repository(root: Path) -> None:
+    """``root`` as a git repository with one commit of what is in it."""
+    for args in (["init", "--quiet"], ["add", "--all"], ["commit", "--quiet", "--allow-empty", "-m", "the team"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True)
 
 
 BLOCKS = [

@@ -14,8 +14,15 @@ from orchestrator import console
 
 
 def project_root(args: argparse.Namespace) -> Path:
-    """The project root: ``--root``, else the current directory."""
-    return (args.root or Path.cwd()).resolve()
+    """The project root: ``--root``, else the current directory, except inside the workspace of the agent this runs
+    in (``ORCHESTRATOR_WORKSPACE``), a git worktree whose ``memo/`` nobody watches: there, its project's root."""
+    if args.root is not None:
+        return Path(args.root).resolve()
+    here = Path.cwd().resolve()
+    workspace, root = os.environ.get("ORCHESTRATOR_WORKSPACE"), os.environ.get("ORCHESTRATOR_ROOT")
+    if workspace and root and here.is_relative_to(Path(workspace).resolve()):
+        return Path(root).resolve()
+    return here
 
 
 def who() -> str:

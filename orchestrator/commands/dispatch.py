@@ -40,6 +40,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "send": memos.cmd_send,
     "trace": memos.cmd_trace,
     "logs": memos.cmd_logs,
+    "diff": memos.cmd_diff,
     "release": memos.cmd_release,
     "gc": upkeep.cmd_gc,
     "init": project.cmd_init,

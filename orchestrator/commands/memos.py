@@ -68,6 +68,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """``orchestrator diff``: what an attempt of a memo changed in its workspace."""
+    from orchestrator.workspaces.show import diff_of
+
+    text = diff_of(project_root(args), args.memo, args.attempt, args.stat)
+    if text:
+        console.say(text)
+    return 0
+
+
 def cmd_release(args: argparse.Namespace) -> int:
     """``orchestrator release``: let memos the loop breaker held run after all."""
     from orchestrator.control import permission

@@ -77,6 +77,11 @@ def build() -> argparse.ArgumentParser:
 
     add_release(sub, common)
 
+    diff = sub.add_parser("diff", parents=[common], help="what an attempt of a memo changed in its workspace")
+    diff.add_argument("memo", help="front-matter id, file name (with or without .md), or path")
+    diff.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
+    diff.add_argument("--stat", action="store_true", help="a summary of the files changed")
+
     gc = sub.add_parser("gc", parents=[common], help="remove old logs, transcripts, records and memos (retention:)")
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     gc.add_argument("--reindex", action="store_true", help="rebuild the memo index (trace) from the folders first")

@@ -26,6 +26,7 @@ from orchestrator.config.retention import RetentionSettings
 from orchestrator.config.schedule import ScheduleKeys, check_team, check_timezone
 from orchestrator.config.sdk import SdkSettings
 from orchestrator.config.web import WebSettings
+from orchestrator.config.workspace import WorkspaceKeys
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.grants import check_may
 from orchestrator.core.run import Run
@@ -106,12 +107,13 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class Role(SdkSettings, ClaudeKeys, ScheduleKeys, ContinuityKeys, RayKeys):
+class Role(SdkSettings, ClaudeKeys, ScheduleKeys, ContinuityKeys, RayKeys, WorkspaceKeys):
     """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
     under a role or under ``defaults`` (``RoleSettings``, derived from this model). Its own keys are the core's;
     each feature's come from its key group: the claude-agent-sdk backend's (``model``, ``system_prompt``, ...)
     from ``SdkSettings``, the Claude CLI's from ``ClaudeKeys``, the schedule's (``wake``, ``tasks``, ...) from
-    ``ScheduleKeys``, continuity's from ``ContinuityKeys``, the Ray executor's from ``RayKeys``."""
+    ``ScheduleKeys``, continuity's from ``ContinuityKeys``, the Ray executor's from ``RayKeys``, the workspaces'
+    (``workspace``) from ``WorkspaceKeys``."""
 
     name: str
     prompt: str
@@ -147,7 +149,7 @@ class Role(SdkSettings, ClaudeKeys, ScheduleKeys, ContinuityKeys, RayKeys):
 # a run of the supervisor and its features: its role a whole ``Role`` (core knows only ``RoleLike``)
 RoleRun: TypeAlias = Run[Role]
 
-_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget")
+_MERGED_ONE_LEVEL = ("retry", "crash", "env", "budget", "workspace")
 
 if TYPE_CHECKING:
 
@@ -284,5 +286,12 @@ def load_config(root: Path) -> Config:
         raise ConfigError(
             f"{path}: memory.curator: names {team.memory.curator!r}, which is not a role under `roles` ({', '.join(roles)})"
         )
+    ray = team.executor.kind == "ray"
+    for name, role in roles.items():
+        if ray and role.workspace.isolated:
+            raise ConfigError(
+                f"{path}: roles.{name}.workspace.mode: worktree is not yet supported with `executor: ray` (the "
+                "worktree is on this machine); use mode: shared, or the local executor"
+            )
     team_keys = {key: getattr(team, key) for key in Team.model_fields}
     return Config.model_validate({**team_keys, "root": root, "path": path, "roles": roles})

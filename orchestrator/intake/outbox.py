@@ -74,9 +74,11 @@ def write_memo(
     reply_to: str | None = None,
     tags: Sequence[str] = (),
     taken: Callable[[str], bool] | None = None,
+    workspace: str | None = None,
 ) -> Sent:
     """Write one memo into ``memo/<to>/inbox/`` with full front matter; returns its id and path. ``taken``: whether
-    an id is carried already (``send`` asks the memo index); by default every memo file's name is read."""
+    an id is carried already (``send`` asks the memo index); by default every memo file's name is read.
+    ``workspace``: the workspace the memo is worked on in (``send`` from a run in one)."""
     memo_dir = root / "memo"
     memo_dir.mkdir(parents=True, exist_ok=True)
     inbox = memo_dir / to / INBOX
@@ -91,6 +93,8 @@ def write_memo(
             "tags": list(tags),
             "reply_to": reply_to,
         }
+        if workspace:
+            header["workspace"] = workspace
         path = inbox / fit_name(f"{memo_id}-{slug(subject)}", ".md")
         write_atomically(path, render_memo(header, body))
     return Sent(memo_id, path)

@@ -117,6 +117,13 @@ def memo_known(root: Path, memo_id: str) -> bool:
         ids.close()
 
 
+def own_workspace() -> str | None:
+    """The workspace the sending agent works in (``ORCHESTRATOR_WORKSPACE``, its folder), by name: the memo carries
+    it, so the next role works in the same workspace."""
+    folder = os.environ.get("ORCHESTRATOR_WORKSPACE", "").strip()
+    return Path(folder).name or None if folder else None
+
+
 def send(
     root: Path,
     to: str,
@@ -160,6 +167,7 @@ def send(
             reply_to=reply_to,
             tags=[t.strip() for t in tags if t.strip()],
             taken=ids.taken,
+            workspace=own_workspace(),
         )
     finally:
         ids.close()

@@ -1,0 +1,46 @@
+"""The ``workspace:`` key of a role (or of ``defaults``): where its runs work, the project folder shared by every
+run (``mode: shared``, the default) or a git worktree of their own (``mode: worktree``, orchestrator/workspaces).
+
+Light on purpose (pydantic only): ``config`` imports it; the git work is the feature's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field
+
+from orchestrator.core.units import Duration, Strict
+
+DEFAULT_ROOT = ".orchestrator/workspaces"
+
+
+class WorkspaceSettings(Strict):
+    """``workspace: {mode: worktree}``: each conversation (``key: conversation``, or each memo with ``key: memo``)
+    works in a git worktree under ``root`` on a branch ``orchestrator/<key>`` made from ``base`` (default: the branch
+    checked out at the project root). ``setup`` runs once in a new worktree (for at most ``setup_timeout``),
+    ``copy`` names files copied into it from the project root (copied secrets reach the agent), ``ports`` and
+    ``check`` are read by what lands work (not yet built)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    mode: Literal["shared", "worktree"] = "shared"
+    key: Literal["conversation", "memo"] = "conversation"
+    base: str | None = Field(None, min_length=1)
+    root: str = Field(DEFAULT_ROOT, min_length=1)
+    setup: list[str] = Field(default_factory=list)
+    setup_timeout: Duration = Field(600.0, gt=0)
+    copy_files: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, alias="copy")
+    ports: int | None = Field(None, ge=1, le=1000)
+    check: list[str] = Field(default_factory=list)
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the role's runs work in worktrees of their own."""
+        return self.mode == "worktree"
+
+
+class WorkspaceKeys(Strict):
+    """A role's key for the workspaces feature: where its runs work."""
+
+    workspace: WorkspaceSettings = Field(default_factory=WorkspaceSettings)

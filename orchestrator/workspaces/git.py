@@ -1,0 +1,147 @@
+"""The git work of a workspace, driven by the git CLI: make or reuse a worktree, commit what an attempt left, set
+an attempt's changes aside under a ref of their own and put the workspace back where it was.
+
+Every function here blocks (it runs git); the feature calls them off the loop where it can wait
+(``asyncio.to_thread``), and keeps each one short.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+MIN_VERSION = (2, 17)  # `git worktree remove`, `worktree add` of an existing branch
+IDENTITY = {  # who commits when the repository names no one: the commit must not fail for want of a name
+    "GIT_AUTHOR_NAME": "orchestrator",
+    "GIT_AUTHOR_EMAIL": "orchestrator@localhost",
+    "GIT_COMMITTER_NAME": "orchestrator",
+    "GIT_COMMITTER_EMAIL": "orchestrator@localhost",
+}
+ATTEMPTS_REF = "refs/orchestrator/attempts"
+BRANCH_PREFIX = "orchestrator/"
+
+
+class GitError(Exception):
+    """A git command failed; the message is its one-line account."""
+
+
+def git(folder: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    """Run ``git args`` in ``folder`` and return its output, stripped; ``GitError`` with git's words on failure."""
+    full = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+    done = subprocess.run(  # noqa: S603 - an argv list, never a shell
+        ["git", *args], cwd=folder, env=full, capture_output=True, text=True, check=False
+    )
+    if check and done.returncode != 0:
+        words = (done.stderr or done.stdout).strip().splitlines()
+        raise GitError(f"git {' '.join(args[:2])} failed in {folder}: {words[-1] if words else done.returncode}")
+    return done.stdout.strip()
+
+
+def version() -> tuple[int, int] | None:
+    """The installed git's version (major, minor), or None when there is no git."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        text = subprocess.run(["git", "--version"], capture_output=True, text=True, check=False).stdout  # noqa: S607
+    except OSError:
+        return None
+    found = re.search(r"(\d+)\.(\d+)", text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def top_level(root: Path) -> Path | None:
+    """The top of the work tree ``root`` is in, or None when it is not in a git repository."""
+    try:
+        return Path(git(root, "rev-parse", "--show-toplevel"))
+    except (GitError, OSError):
+        return None
+
+
+def current_branch(root: Path) -> str | None:
+    """The branch checked out at ``root``, or None (a detached head, or no commit yet)."""
+    name = git(root, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return name or None
+
+
+def safe_name(key: str) -> str:
+    """``key`` as one path component and branch name: letters, digits, ``.``, ``_``, ``-``; at most 80."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", key).strip(".-")[:80].strip(".-")
+    name = re.sub(r"\.\.+", ".", name)
+    return name.removesuffix(".lock") or "workspace"
+
+
+def commit_of(root: Path, name: str) -> str | None:
+    """The commit ``name`` points to, or None when it names none."""
+    return git(root, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}", check=False) or None
+
+
+def ensure_worktree(root: Path, folder: Path, branch: str, base: str) -> bool:
+    """The worktree at ``folder`` on ``branch``, made (the branch from ``base`` when new) or reused; True when made.
+
+    A registration whose folder was deleted by hand is pruned first, so it is made again, not fatal."""
+    if (folder / ".git").exists():
+        return False
+    git(root, "worktree", "prune")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if commit_of(root, f"refs/heads/{branch}"):
+        git(root, "worktree", "add", "--quiet", str(folder), branch)
+    else:
+        git(root, "worktree", "add", "--quiet", "-b", branch, str(folder), base)
+    return True
+
+
+def changed(folder: Path) -> bool:
+    """Whether the work tree at ``folder`` has changes, tracked or untracked (ignored files do not count)."""
+    return bool(git(folder, "status", "--porcelain", "--untracked-files=all"))
+
+
+def commit_all(folder: Path, message: str, identity: dict[str, str]) -> str | None:
+    """Commit everything left at ``folder`` (tracked and untracked, not ignored) to its branch; the new commit, or
+    None when nothing was left."""
+    if not changed(folder):
+        return None
+    git(folder, "add", "--all")
+    git(folder, "commit", "--quiet", "--no-verify", "-m", message, env=identity)
+    return git(folder, "rev-parse", "HEAD")
+
+
+def set_aside(folder: Path, start: str, ref: str, message: str, identity: dict[str, str]) -> str | None:
+    """Keep what the attempt did since ``start`` (its commits and what it left) as one commit under ``ref``, then
+    put the workspace back at ``start``; the commit, or None when the attempt changed nothing.
+
+    The snapshot is made through an index of its own, so the branch's index is not touched before the reset."""
+    head = git(folder, "rev-parse", "HEAD")
+    if head == start and not changed(folder):
+        return None
+    with tempfile.TemporaryDirectory(prefix="orchestrator-index-") as scratch:
+        index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        git(folder, "read-tree", "HEAD", env=index)
+        git(folder, "add", "--all", env=index)
+        tree = git(folder, "write-tree", env=index)
+    commit = git(folder, "commit-tree", tree, "-p", head, "-m", message, env=identity)
+    git(folder, "update-ref", ref, commit)
+    reset(folder, start)
+    return commit
+
+
+def reset(folder: Path, start: str) -> None:
+    """The workspace's branch and files back at ``start``: tracked changes undone, untracked files removed (ignored
+    ones, a dependency folder, kept)."""
+    git(folder, "reset", "--quiet", "--hard", start)
+    git(folder, "clean", "--quiet", "-d", "--force")
+
+
+def identity(root: Path) -> dict[str, str]:
+    """The commit identity to add: none when the repository or the user names one, else the orchestrator's."""
+    if git(root, "config", "user.email", check=False) and git(root, "config", "user.name", check=False):
+        return {}
+    return dict(IDENTITY)
+
+
+def diff(root: Path, start: str, end: str, stat: bool) -> str:
+    """The changes from ``start`` to ``end``, as a patch or (``stat``) a summary."""
+    return git(root, "diff", "--stat" if stat else "--patch", start, end)

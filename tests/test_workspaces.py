@@ -1,0 +1,258 @@
+"""Workspaces (issue 35): a ``workspace: {mode: worktree}`` role's runs each work in a git worktree of their
+conversation, and each attempt is a transaction on the work. Real git repositories in ``tmp_path`` driven by the
+git CLI, a real ``orchestrator up`` and a small stand-in agent (``tests/agents/workspace_agent.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Project, wait_for
+from orchestrator.commands.common import project_root
+from orchestrator.config import load_config
+from orchestrator.core.errors import ConfigError
+from orchestrator.workspaces.git import safe_name
+
+HERE = Path(__file__).parent
+AGENT = [sys.executable, str(HERE / "agents" / "workspace_agent.py")]
+WORKTREE = {"mode": "worktree"}
+
+
+def git(folder: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def repository(project: Project, roles: dict[str, dict[str, Any]], **top: Any) -> str:
+    """The project as a git repository on ``main`` with its team committed; the commit."""
+    project.configure({name: {"command": AGENT, **settings} for name, settings in roles.items()}, **top)
+    (project.root / ".gitignore").write_text("memo/\n.orchestrator/\n*.jsonl\n*.out\n", encoding="utf-8")
+    (project.root / "shared.txt").write_text("as on main\n", encoding="utf-8")
+    git(project.root, "init", "--quiet", "--initial-branch=main")
+    git(project.root, "add", "--all")
+    git(project.root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "the team")
+    return git(project.root, "rev-parse", "main")
+
+
+def records(project: Project) -> list[dict[str, Any]]:
+    path = project.root / "ws.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def start(project: Project) -> None:
+    project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+
+
+def show(project: Project, rev: str, path: str) -> str | None:
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=project.root, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+# ------------------------------------------------------------------ configuration
+def test_workspace_settings_merge_from_defaults_and_ray_is_refused(tmp_path: Path) -> None:
+    project = Project(tmp_path)
+    project.configure({"builder": {"workspace": {"key": "memo", "copy": [".env"]}}, "reviewer": {}})
+    text = (tmp_path / "roles.yaml").read_text(encoding="utf-8")
+    (tmp_path / "roles.yaml").write_text(text.replace("defaults:\n", "defaults:\n  workspace: {mode: worktree}\n"))
+    config = load_config(tmp_path)
+    assert config.roles["builder"].workspace.mode == "worktree" and config.roles["builder"].workspace.key == "memo"
+    assert config.roles["builder"].workspace.copy_files == [".env"]
+    assert config.roles["reviewer"].workspace.isolated and config.roles["reviewer"].workspace.key == "conversation"
+    project.configure({"builder": {"workspace": WORKTREE}}, executor={"kind": "ray"})
+    with pytest.raises(ConfigError, match=r"roles\.builder\.workspace\.mode: worktree is not yet supported"):
+        load_config(tmp_path)
+    project.configure({"builder": {"workspace": {"mode": "copy"}}})
+    with pytest.raises(ConfigError, match="workspace"):
+        load_config(tmp_path)
+
+
+def test_a_safe_name_is_one_path_component_and_a_branch_name() -> None:
+    assert safe_name("20260101-120000-ab12") == "20260101-120000-ab12"
+    assert safe_name("../../etc/passwd") == "etc-passwd"
+    assert safe_name("a..b.lock") == "a.b"
+    assert safe_name("...") == "workspace"
+
+
+def test_up_refuses_a_worktree_role_in_a_folder_that_is_not_a_git_repository(project: Project) -> None:
+    project.configure({"builder": {"workspace": WORKTREE}})
+    done = project.cli("up")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "roles.builder.workspace.mode: worktree needs a git repository" in lines[0], lines
+    assert "git init" in lines[0]
+
+
+def test_a_command_run_inside_a_workspace_acts_on_the_project_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / ".orchestrator" / "workspaces" / "w"
+    (workspace / "sub").mkdir(parents=True)
+    monkeypatch.setenv("ORCHESTRATOR_ROOT", str(tmp_path))
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE", str(workspace))
+    monkeypatch.chdir(workspace / "sub")
+    assert project_root(argparse.Namespace(root=None)) == tmp_path
+    assert project_root(argparse.Namespace(root=workspace)) == workspace, "--root still wins"
+    monkeypatch.chdir(tmp_path.parent)
+    assert project_root(argparse.Namespace(root=None)) == tmp_path.parent, "elsewhere: the current directory"
+
+
+# ------------------------------------------------------------------ where a run works
+def test_two_builders_at_once_each_edit_the_same_file_on_their_own_branch(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 2}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "one"}, body="write shared.txt from one\nwait go.out")
+    project.drop("builder", "b.md", {"id": "two"}, body="write shared.txt from two\nwait go.out")
+    wait_for(lambda: len(records(project)) == 2, what="both builders at work at once")
+    (project.root / "go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], what="both done")
+    seen = {Path(r["cwd"]).name: r for r in records(project)}
+    assert sorted(seen) == ["one", "two"]
+    for name, record in seen.items():
+        assert record["cwd"] == str(project.root / ".orchestrator" / "workspaces" / name)
+        assert record["env"]["ORCHESTRATOR_WORKSPACE"] == record["cwd"]
+        assert record["env"]["ORCHESTRATOR_BRANCH"] == f"orchestrator/{name}"
+        assert record["env"]["ORCHESTRATOR_BASE"] == "main"
+        assert record["env"]["ORCHESTRATOR_MEMO"].startswith(str(project.root / "memo" / "builder")), "the root's"
+    assert show(project, "orchestrator/one", "shared.txt") == "from one"
+    assert show(project, "orchestrator/two", "shared.txt") == "from two"
+    log = git(project.root, "log", "-1", "--format=%s", "orchestrator/one")
+    assert log.startswith("builder: ") and "(memo one, run " in log, log
+    assert (project.root / "shared.txt").read_text(encoding="utf-8") == "as on main\n", "the root is untouched"
+    assert git(project.root, "rev-parse", "main") == main, "main is untouched"
+    assert git(project.root, "status", "--porcelain") == ""
+    assert project.procs[0].stop() == 0
+
+
+def test_a_cancelled_run_leaves_its_file_only_in_an_attempt_ref(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    project.drop("builder", "c.md", {"id": "cut"}, body="write half.txt half done\nwait never")
+    wait_for(lambda: records(project), what="the builder at work")
+    done = project.cli("cancel", "cut")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: project.folder("builder", "cancelled") == ["c.md"], what="the run cancelled")
+    refs = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/cut/")
+    assert len(refs.splitlines()) == 1 and refs.endswith("-1"), refs
+    assert show(project, refs, "half.txt") == "half done"
+    assert show(project, "orchestrator/cut", "half.txt") is None, "not on the branch"
+    assert not (project.root / "half.txt").exists(), "not in the root"
+    assert not (project.root / ".orchestrator" / "workspaces" / "cut" / "half.txt").exists(), "the workspace reset"
+    assert "half.txt" in project.cli("diff", "cut", "--stat").stdout
+    assert project.procs[0].stop() == 0
+
+
+def test_a_failed_attempts_file_is_not_seen_by_its_retry_and_a_success_is_committed(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE, "retry": {"max": 1, "backoff": ["0.1s"]}}})
+    start(project)
+    body = "see junk.txt\nwrite junk.txt left by attempt 1\nfail-first\nwrite good.txt done"
+    project.drop("builder", "f.md", {"id": "again", "subject": "do it twice"}, body=body)
+    wait_for(lambda: project.folder("builder", "archive") == ["f.md"], what="the retry's success")
+    first, second = records(project)
+    assert first["seen"] == {"junk.txt": None} and second["seen"] == {"junk.txt": None}, "the retry starts clean"
+    assert show(project, "orchestrator/again", "good.txt") == "done"
+    assert show(project, "orchestrator/again", "junk.txt") == "left by attempt 1", "the retry wrote it again"
+    subject = git(project.root, "log", "-1", "--format=%s", "orchestrator/again")
+    assert subject.startswith("builder: do it twice (memo again, run "), subject
+    kept = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/again/")
+    assert kept.endswith("-1") and show(project, kept, "junk.txt") == "left by attempt 1"
+    assert "good.txt" in project.cli("diff", "again", "--stat").stdout
+    first_diff = project.cli("diff", "again", "--attempt", "1")
+    assert "+left by attempt 1" in first_diff.stdout and "good.txt" not in first_diff.stdout
+    assert project.procs[0].stop() == 0
+
+
+def test_an_agent_that_committed_its_work_itself_gets_no_second_commit(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    project.drop("builder", "s.md", {"id": "self"}, body="write own.txt mine\ncommit")
+    wait_for(lambda: project.folder("builder", "archive") == ["s.md"], what="the run done")
+    assert git(project.root, "log", "-1", "--format=%s", "orchestrator/self") == "the agent's own commit"
+    assert project.procs[0].stop() == 0
+
+
+def test_a_builders_send_takes_the_reviewer_into_the_same_workspace(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}, "reviewer": {"workspace": WORKTREE}})
+    start(project)
+    project.drop("builder", "h.md", {"id": "hand"}, body="write work.txt built\nsend reviewer see work.txt")
+    wait_for(lambda: len(records(project)) == 2, what="the reviewer's run")
+    builder, reviewer = records(project)
+    assert builder["sent"] == 0
+    assert reviewer["cwd"] == builder["cwd"] == str(project.root / ".orchestrator" / "workspaces" / "hand")
+    assert reviewer["seen"] == {"work.txt": "built"}
+    sent = project.folder("reviewer", "archive") or project.folder("reviewer", "active")
+    text = (
+        project.root
+        / "memo"
+        / "reviewer"
+        / ("archive" if project.folder("reviewer", "archive") else "active")
+        / sent[0]
+    ).read_text()
+    assert "workspace: hand" in text, "the memo carries its workspace"
+    assert not list((project.root / ".orchestrator" / "workspaces" / "hand").glob("memo")), "sent to the root"
+    assert project.procs[0].stop() == 0
+
+
+def test_a_second_memo_for_a_busy_workspace_waits_for_its_run(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 2}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "busy"}, body="write x.txt from a\nwait go.out")
+    wait_for(lambda: records(project), what="the first run at work")
+    project.drop("builder", "b.md", {"id": "later", "workspace": "busy"}, body="see x.txt")
+    wait_for(lambda: "waits for workspace busy" in project.procs[0].output, what="the second memo waiting")
+    assert len(records(project)) == 1 and project.folder("builder", "inbox") == ["b.md"], "it waits in the inbox"
+    (project.root / "go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], what="both done, one after the other")
+    first, second = records(project)[0], records(project)[-1]
+    assert second["cwd"] == first["cwd"] and second["seen"] == {"x.txt": "from a"}
+    assert project.procs[0].stop() == 0
+
+
+def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    orchestrator = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+    project.drop("builder", "s.md", {"id": "stopped"}, body="write part.txt part\nwait never.out")
+    wait_for(lambda: records(project), what="the builder at work")
+    assert project.cli("stop", "--force").returncode == 0
+    orchestrator.wait()
+    assert project.folder("builder", "inbox") == ["s.md"], "its memo back in the inbox"
+    refs = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/stopped/")
+    assert show(project, refs, "part.txt") == "part"
+    assert not (project.root / ".orchestrator" / "workspaces" / "stopped" / "part.txt").exists()
+    assert show(project, "orchestrator/stopped", "part.txt") is None
+
+
+SETUP = """
+import pathlib, sys
+count = pathlib.Path.cwd().parents[2] / "setup-count.out"
+runs = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(runs))
+if runs == 1:
+    sys.exit("npm said no")
+"""
+
+
+def test_a_failed_setup_fails_the_attempt_and_runs_again_then_never_more(project: Project) -> None:
+    setup = [sys.executable, "-c", SETUP]
+    repository(
+        project, {"builder": {"workspace": {**WORKTREE, "setup": setup}, "retry": {"max": 1, "backoff": ["0.1s"]}}}
+    )
+    start(project)
+    project.drop("builder", "a.md", {"id": "set"}, body="write a.txt x")
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the second attempt's success")
+    assert (
+        "attempt 1 failed: could not prepare the start: workspace set: setup" in project.procs[0].output
+        and "npm said no" in project.procs[0].output
+    )
+    project.drop("builder", "b.md", {"id": "again", "workspace": "set"}, body="see a.txt")
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], what="the next memo done")
+    assert (project.root / "setup-count.out").read_text() == "2", "set up again after its failure, then reused"
+    assert records(project)[-1]["seen"] == {"a.txt": "x"}
+    assert project.procs[0].stop() == 0
