@@ -10,7 +10,6 @@ history page asks ``page`` the same way.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from orchestrator.core.errors import UsageError
 from orchestrator.core.view import RunView
 from orchestrator.store import RUN_TIME, Store
+from orchestrator.store.runs import run_row
 
 DEFAULT_DAYS = 7
 DEFAULT_LIMIT = 50  # runs a page shows unless --limit or --all says otherwise
@@ -103,16 +103,7 @@ def page(
     """The newest ``limit`` runs of the period (before run ``before``), oldest first, each a ``runs`` row with its
     JSON lists read; and the run id the next page starts before (None: no older run in the period). Ordered by
     the indexed time, then the id, so the index serves the order and a page of a year costs what one of a day does."""
-    where, args = ["1=1"], list[Any]()
-    if role:
-        where.append("role = ?")
-        args.append(role)
-    if since:
-        where.append(f"{RUN_TIME} >= ?")
-        args.append(since)
-    if until:
-        where.append(f"{RUN_TIME} < ?")
-        args.append(until)
+    where, args = _period(role, since, until)
     if before is not None:
         found = db.execute(f"SELECT {RUN_TIME} FROM runs WHERE run_id = ?", (before,)).fetchone()
         if found is None:  # a run retention removed: the runs with a smaller id
@@ -125,22 +116,14 @@ def page(
     if limit is not None:
         query += " LIMIT ?"
         args.append(limit + 1)
-    got = [_decoded(row) for row in db.execute(query, args).fetchall()]
+    got = [run_row(row) for row in db.execute(query, args).fetchall()]
     more = limit is not None and len(got) > limit
     got = got[:limit] if limit is not None else got
     return got[::-1], (int(got[-1]["run_id"]) if more and got else None)
 
 
-def _decoded(row: Any) -> dict[str, Any]:
-    out = dict(row)
-    for key in ("memos", "memo_ids", "pids"):
-        if isinstance(out.get(key), str):
-            out[key] = json.loads(out[key])
-    return out
-
-
-def _sums(db: sqlite3.Connection, role: str | None, since: str | None, until: str | None) -> list[tuple[Any, ...]]:
-    """(role, day, runs, cost, input tokens, output tokens) of the period, summed by the database."""
+def _period(role: str | None, since: str | None, until: str | None) -> tuple[list[str], list[Any]]:
+    """The SQL conditions (and their arguments) of the runs of ``role`` (None: every role) in the period."""
     where, args = ["1=1"], list[Any]()
     if role:
         where.append("role = ?")
@@ -151,6 +134,12 @@ def _sums(db: sqlite3.Connection, role: str | None, since: str | None, until: st
     if until:
         where.append(f"{RUN_TIME} < ?")
         args.append(until)
+    return where, args
+
+
+def _sums(db: sqlite3.Connection, role: str | None, since: str | None, until: str | None) -> list[tuple[Any, ...]]:
+    """(role, day, runs, cost, input tokens, output tokens) of the period, summed by the database."""
+    where, args = _period(role, since, until)
     return db.execute(
         f"SELECT role, substr({RUN_TIME}, 1, 10), COUNT(*), COALESCE(SUM(cost_usd), 0), "
         "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "

@@ -157,7 +157,8 @@ def _encode(key: str, value: Any) -> Any:
     return _safe(value)
 
 
-def _row(row: sqlite3.Row) -> dict[str, Any]:
+def run_row(row: sqlite3.Row) -> dict[str, Any]:
+    """A row as the rest of the code takes it: a dict, its JSON lists (memos, memo ids, pids) read."""
     out = dict(row)
     for key in ("memos", "memo_ids", "pids"):
         if isinstance(out.get(key), str):
@@ -224,14 +225,14 @@ class RunRecords:
 
     def run(self, run_id: int) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return _row(row) if row else None
+        return run_row(row) if row else None
 
     def runs_in_states(self, states: Iterable[str]) -> list[dict[str, Any]]:
         states = list(states)
         rows = self.db.execute(
             f"SELECT * FROM runs WHERE state IN ({', '.join('?' * len(states))}) ORDER BY run_id", states
         ).fetchall()
-        return [_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def recent_runs(self, limit: int = 20) -> list[dict[str, Any]]:
         """The last ``limit`` runs that ended, newest first."""
@@ -242,7 +243,7 @@ class RunRecords:
             f"SELECT * FROM runs WHERE +state IN ({', '.join('?' * len(states))}) ORDER BY run_id DESC LIMIT ?",
             [*states, limit],
         ).fetchall()
-        return [_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def history(
         self,
@@ -264,11 +265,11 @@ class RunRecords:
             query += f" AND {RUN_TIME} < ?"
             args.append(until)
         if limit is None and not (since or until):
-            return [_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
+            return [run_row(r) for r in self.db.execute(query + " ORDER BY run_id", args).fetchall()]
         # ordered by the indexed time, so the index serves the order too (by ``run_id`` SQLite may scan every run)
         order = f" ORDER BY {RUN_TIME} DESC, run_id DESC LIMIT ?" if limit is not None else f" ORDER BY {RUN_TIME}"
         rows = self.db.execute(query + order, [*args, limit] if limit is not None else args).fetchall()
-        return sorted((_row(r) for r in rows), key=lambda row: row["run_id"])
+        return sorted((run_row(r) for r in rows), key=lambda row: row["run_id"])
 
     def runs_of_memo(self, role: str, name: str) -> list[dict[str, Any]]:
         """The runs that held the memo ``name`` of ``role`` (as their records name it now), oldest first."""
@@ -277,7 +278,7 @@ class RunRecords:
             "ORDER BY run_id",
             (safe_text(role), safe_text(name)),
         ).fetchall()
-        return [_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     def last_run_of_memo(self, query: str) -> dict[str, Any] | None:
         """The newest run that held a memo named ``query`` (file name, with or without ``.md``, or front-matter id)."""
@@ -287,7 +288,7 @@ class RunRecords:
             "OR EXISTS (SELECT 1 FROM json_each(runs.memo_ids) WHERE value = ?) ORDER BY run_id DESC LIMIT 1",
             (base, base + ".md", query),
         ).fetchone()
-        return _row(row) if row else None
+        return run_row(row) if row else None
 
     def spent_since(self, since_iso: str, role: str | None = None) -> float:
         query = f"SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE {RUN_TIME} >= ?"
@@ -310,7 +311,7 @@ class RunRecords:
 
     def attempts(self, run_id: int) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt", (run_id,)).fetchall()
-        return [_row(r) for r in rows]
+        return [run_row(r) for r in rows]
 
     # memo attempt counts that survive a return to the inbox -------------
     def memo_attempts(self, role: str, name: str) -> int:
@@ -347,7 +348,7 @@ class RunRecords:
         row = self.db.execute(
             "SELECT * FROM cancellations WHERE memo_id = ? ORDER BY id DESC LIMIT 1", (safe_text(memo_id),)
         ).fetchone()
-        return _row(row) if row else None
+        return run_row(row) if row else None
 
 
 def migrate(db: sqlite3.Connection) -> None:
