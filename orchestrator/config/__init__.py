@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
+from orchestrator.config.codex import CODEX_COMMAND, CodexSettings, TokenPrice
 from orchestrator.config.errors import describe_validation_error
 from orchestrator.config.memory import MemorySettings
 from orchestrator.config.ray import ExecutorSettings, RoleResources
@@ -110,10 +111,11 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class Role(SdkSettings):
+class Role(SdkSettings, CodexSettings):
     """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
     under a role or under ``defaults`` (``RoleSettings``, derived from this model); the keys of the
-    claude-agent-sdk backend (``model``, ``system_prompt``, ...) come from ``SdkSettings``."""
+    claude-agent-sdk backend (``model``, ``system_prompt``, ...) come from ``SdkSettings``, those of the codex
+    backend (``sandbox``, ``config``, ``profile``) from ``CodexSettings``."""
 
     name: str
     prompt: str
@@ -131,7 +133,7 @@ class Role(SdkSettings):
     cwd: str = "."
     retry_timeouts: bool = False
     stop_on_failure: bool = False
-    backend: Literal["command", "sdk"] = "command"
+    backend: Literal["command", "sdk", "codex"] = "command"
     # the credentials it runs on: a usage limit pauses every role on the same account
     account: str = Field("team", min_length=1)
     budget: RoleBudget = Field(default_factory=RoleBudget)
@@ -157,6 +159,14 @@ class Role(SdkSettings):
     resources: RoleResources = Field(default_factory=RoleResources)
     # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
     may: Annotated[list[str], AfterValidator(check_may)] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _codex_command(cls, data: Any) -> Any:
+        """A ``codex`` role that names no command runs ``codex exec --json`` (not the default ``claude -p``)."""
+        if isinstance(data, dict) and data.get("backend") == "codex" and "command" not in data:
+            return {**data, "command": list(CODEX_COMMAND)}
+        return data
 
     @property
     def limit(self) -> int:
@@ -201,6 +211,7 @@ class Team(Strict):
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     web: WebSettings | None = None  # the dashboard (orchestrator/web); None: off
+    prices: dict[str, TokenPrice] = Field(default_factory=dict)  # a model's token prices, for estimated costs
 
 
 class TeamFile(Team):
