@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,10 +181,17 @@ def launch(root: Path, prompt: str, role: Role, resume: str | None = None) -> La
     )
 
 
-def start(root: Path, spec: LaunchSpec) -> AttemptVerdict:
+def start(root: Path, spec: LaunchSpec, figures: dict[str, Any] | None = None) -> AttemptVerdict:
+    """One attempt started through the real spawner; its figures copied into ``figures``."""
+
     async def main() -> AttemptVerdict:
         ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
-        await ProcessSpawner(root, keeper.locate()).start(spec, lambda _a, verdict: ended.set_result(verdict))
+
+        def on_exit(agent: Any, verdict: AttemptVerdict) -> None:
+            (figures if figures is not None else {}).update(agent.result)
+            ended.set_result(verdict)
+
+        await ProcessSpawner(root, keeper.locate()).start(spec, on_exit)
         return await asyncio.wait_for(ended, DEADLINE)
 
     return asyncio.run(main())
@@ -208,3 +216,33 @@ def test_an_attempt_is_judged_by_its_events(tmp_path: Path) -> None:
     start(tmp_path, launch(tmp_path, "again", role, resume="thread-9"))  # a retry that carries the thread on
     argv = json.loads((tmp_path / "argv.json").read_text(encoding="utf-8"))
     assert argv == ["exec", "--json", "--model", "gpt-5-codex", "resume", "thread-9", "-"]
+
+
+def test_a_budget_needs_a_price_for_the_roles_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.config import load_config
+
+    monkeypatch.setenv("CODEX_API_KEY", "k")
+    stand_in(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "builder.md").write_text("do $memo_path\n", encoding="utf-8")
+    command = [str(tmp_path / "bin" / "codex"), "exec", "--json", "-m", "gpt-5-codex", "-"]
+    team: dict[str, object] = {
+        "roles": {"builder": {"backend": "codex", "command": command, "budget": {"per_day_usd": 5}}}
+    }
+    (tmp_path / "roles.yaml").write_text(json.dumps(team), encoding="utf-8")
+    config = load_config(tmp_path)
+    role = config.roles["builder"]
+    with pytest.raises(ConfigError) as refused:
+        backend_for(role).check(config, role)
+    assert str(refused.value).startswith(f"{tmp_path / 'roles.yaml'}: prices: a budget counts role builder's cost")
+    assert "'gpt-5-codex' has no price" in str(refused.value)
+
+    team["prices"] = {"gpt-5-codex": {"input": 1.25, "cached_input": 0.125, "output": 10}}
+    (tmp_path / "roles.yaml").write_text(json.dumps(team), encoding="utf-8")
+    config = load_config(tmp_path)
+    role = config.roles["builder"]
+    backend_for(role).check(config, role)
+    figures: dict[str, Any] = {}
+    assert start(tmp_path, launch(tmp_path, "build it", role), figures).succeeded
+    assert figures["input_tokens"] == 900 and figures["output_tokens"] == 50
+    assert figures["cost_usd"] == pytest.approx((800 * 1.25 + 100 * 0.125 + 50 * 10) / 1e6)

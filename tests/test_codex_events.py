@@ -171,3 +171,18 @@ def test_a_rejected_key_after_its_retries_is_permanent(tmp_path: Path) -> None:
     ]
     _, judgement = judged(tmp_path, events, 1)
     assert judgement.failed and judgement.permanent and judgement.usage_limit is None
+
+
+def test_a_price_makes_an_estimated_cost(tmp_path: Path) -> None:
+    from orchestrator.config.codex import TokenPrice
+
+    log = tmp_path / "run.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, ANSWER, DONE)), encoding="utf-8")
+    output = CodexOutput(log, 0, now=lambda: NOW, price=TokenPrice(input=1.25, cached_input=0.125, output=10.0))
+    assert not output.judge(0).failed
+    # 1000 fresh input tokens at $1.25, 200 cached at $0.125 and 300 output at $10, per million
+    assert output.result["cost_usd"] == pytest.approx((1000 * 1.25 + 200 * 0.125 + 300 * 10.0) / 1e6)
+    assert output.result["cost_estimated"] is True
+    unpriced = CodexOutput(log, 0, now=lambda: NOW)
+    unpriced.judge(0)
+    assert "cost_usd" not in unpriced.result

@@ -299,6 +299,7 @@ def load_config(root: Path) -> Config:
         given = {"name": name, **merged}
         try:
             roles[name] = Role.model_validate(given)
+            roles[name].take_prices(team.prices)
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(path, exc, Role, given, ("roles", name))) from None
     if team.notify is not None and team.notify not in roles:

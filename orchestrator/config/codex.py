@@ -6,22 +6,14 @@ added again (Codex refuses ``-m`` given twice).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from orchestrator.core.units import Strict
 
 CODEX_COMMAND = ("codex", "exec", "--json", "--sandbox", "workspace-write", "-")  # a codex role's default command
-
-
-class CodexSettings(Strict):
-    """``sandbox`` (``--sandbox``), ``config`` (one ``-c key=value`` each, the value read by Codex as TOML) and
-    ``profile`` (``--profile``)."""
-
-    sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = None
-    config: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    profile: str | None = None
 
 
 class TokenPrice(Strict):
@@ -31,3 +23,21 @@ class TokenPrice(Strict):
     input: float = Field(ge=0)
     cached_input: float | None = Field(None, ge=0)  # None: as ``input``
     output: float = Field(ge=0)
+
+
+class CodexSettings(Strict):
+    """``sandbox`` (``--sandbox``), ``config`` (one ``-c key=value`` each, the value read by Codex as TOML) and
+    ``profile`` (``--profile``)."""
+
+    sandbox: Literal["read-only", "workspace-write", "danger-full-access"] | None = None
+    config: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    profile: str | None = None
+    _prices: dict[str, TokenPrice] = PrivateAttr(default_factory=dict)  # the team's ``prices``, given at load
+
+    def take_prices(self, prices: Mapping[str, TokenPrice]) -> None:
+        """Keep the team's ``prices`` table (a top-level key) with the role, for its agents' estimated cost."""
+        self._prices = dict(prices)
+
+    def token_price(self, model: str | None) -> TokenPrice | None:
+        """What ``model``'s tokens cost, from the team's ``prices``; None when it has no price."""
+        return self._prices.get(model) if model else None

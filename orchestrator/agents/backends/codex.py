@@ -115,6 +115,7 @@ class CodexBackend:
         return STALL_DEFAULT if reads_json(role) else None
 
     def check(self, config: Config, role: Role) -> None:
+        check_price(config, role)
         role = _with_command(role)
         check_program(config, role)
         if Path(role.command[0]).name != "codex":
@@ -150,7 +151,25 @@ class CodexBackend:
 
 
 def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
-    return CodexOutput(spec.log_path, offset)
+    return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)))
+
+
+def check_price(config: Config, role: Role) -> None:
+    """A budget counts a codex role's estimated cost, so its model needs a price in ``prices``."""
+    budgets = [b for b in (role.budget.per_run_usd, role.budget.per_day_usd, config.budget.per_day_usd) if b]
+    if not budgets or not reads_json(role):
+        return
+    model = model_of(role)
+    if model is None:
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.model: a budget counts this role's cost, estimated from `prices`, "
+            "but the role names no model (`model`, or -m in its command); set one, and its price under `prices`"
+        )
+    if role.token_price(model) is None:
+        raise ConfigError(
+            f"{config.path}: prices: a budget counts role {role.name}'s cost, but model {model!r} has no price; "
+            f"add `prices: {{{model}: {{input: USD, cached_input: USD, output: USD}}}}` (dollars per million tokens)"
+        )
 
 
 def _with_command(role: Role) -> Role:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.claude_errors import one_line
+from orchestrator.config.codex import TokenPrice
 from orchestrator.core.agent import Judgement, LastWords, UsageLimit
 
 TAIL_BYTES = 4 * 1024 * 1024  # an attempt's events read back at most this far
@@ -188,23 +189,37 @@ def judge(events: Events, code: int, now: datetime) -> Judgement:
     return Judgement(True, "Codex completed no turn", last_words=words)
 
 
-def figures(events: Events) -> dict[str, Any]:
-    """The thread as the session and its tokens: input (cached ones among them) and output (reasoning among them)."""
+def figures(events: Events, price: TokenPrice | None = None) -> dict[str, Any]:
+    """The thread as the session, its tokens (input with the cached ones among them, output with the reasoning
+    ones among them), and with a ``price`` its cost as an estimate (``cost_estimated``)."""
     result: dict[str, Any] = {}
     if events.thread_id:
         result["session_id"] = events.thread_id
     result.update(events.usage)
     if events.turns_completed:
         result["num_turns"] = events.turns_completed
+    if price is not None and events.usage:
+        result["cost_usd"] = estimate(events.usage, price)
+        result["cost_estimated"] = True
     return result
+
+
+def estimate(usage: dict[str, int], price: TokenPrice) -> float:
+    """Dollars for ``usage`` at ``price`` (per million tokens): cached input at its own price, the rest of the
+    input (cache writes among it) at ``input``, output (reasoning among it) at ``output``."""
+    cached = usage.get("cached_input_tokens", 0)
+    fresh = max(usage.get("input_tokens", 0) - cached, 0)
+    cached_price = price.input if price.cached_input is None else price.cached_input
+    return (fresh * price.input + cached * cached_price + usage.get("output_tokens", 0) * price.output) / 1e6
 
 
 class CodexOutput:
     """One attempt's events in the run's log from ``offset``, read at its end in a worker thread (its tail only)."""
 
-    def __init__(self, log_path: Path, offset: int, now: Now | None = None) -> None:
+    def __init__(self, log_path: Path, offset: int, now: Now | None = None, price: TokenPrice | None = None) -> None:
         self.log_path = log_path
         self.offset = offset
+        self.price = price
         self.now = now or (lambda: datetime.now().astimezone())
         self.result: dict[str, Any] = {}
         self.events = Events()
@@ -227,5 +242,5 @@ class CodexOutput:
             return Judgement()  # nothing to read: the exit status decides
         self.events = read_events(text)
         self.events.thread_id = self.events.thread_id or head.thread_id
-        self.result = figures(self.events)
+        self.result = figures(self.events, self.price)
         return judge(self.events, code, self.now())
