@@ -61,10 +61,19 @@ def codex_binary() -> Path | None:
         return binary
 
 
+def provider(port: int) -> dict[str, str]:
+    """A codex role's ``config`` that points Codex at the stand-in on ``port`` (its key in ``MOCK_KEY``), with
+    no retries of its own (a 401 is otherwise asked five more times)."""
+    table = (
+        f'{{name="mock", base_url="http://127.0.0.1:{port}/v1", env_key="MOCK_KEY", wire_api="responses", '
+        "request_max_retries=0, stream_max_retries=0}"
+    )
+    return {"model_provider": "mock", "model_providers.mock": table}
+
+
 def provider_args(port: int) -> list[str]:
-    """The ``-c`` overrides that point Codex at the stand-in on ``port`` (its key in ``MOCK_KEY``)."""
-    provider = f'{{name="mock", base_url="http://127.0.0.1:{port}/v1", env_key="MOCK_KEY", wire_api="responses"}}'
-    return ["-c", "model_provider=mock", "-c", f"model_providers.mock={provider}"]
+    """The same as ``-c`` arguments."""
+    return [arg for key, value in provider(port).items() for arg in ("-c", f"{key}={value}")]
 
 
 def _sse(events: list[dict[str, Any]]) -> bytes:
@@ -110,6 +119,7 @@ class ResponsesStub:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.resets_at = int(time.time()) + 3600
+        self.limited_while: Path | None = None  # while this file exists, every request meets the usage limit
         self.released = threading.Event()
         stub = self
 
@@ -151,7 +161,7 @@ class ResponsesStub:
                 }
             }
             return self._json(handler, 401, error)
-        if "[limit]" in text:
+        if "[limit]" in text or (self.limited_while is not None and self.limited_while.exists()):
             error = {
                 "error": {
                     "type": "usage_limit_reached",
