@@ -157,7 +157,7 @@ def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
 def check_price(config: Config, role: Role) -> None:
     """A budget counts a codex role's estimated cost, so its model needs a price in ``prices``."""
     budgets = [b for b in (role.budget.per_run_usd, role.budget.per_day_usd, config.budget.per_day_usd) if b]
-    if not budgets or not reads_json(role):
+    if not budgets or not (role.backend == "codex" or reads_json(role)):
         return
     model = model_of(role)
     if model is None:

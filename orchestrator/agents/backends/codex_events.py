@@ -54,7 +54,7 @@ class Events:
     thread_id: str | None = None
     turns_started: int = 0
     turns_completed: int = 0
-    usage: dict[str, int] = field(default_factory=dict)  # summed over its completed turns
+    usage: dict[str, int] = field(default_factory=dict)  # its last completed turn's: the thread's running totals
     errors: list[str] = field(default_factory=list)  # ``error`` events and ``turn.failed`` messages, in order
     warnings: list[str] = field(default_factory=list)  # ``error`` items
     failed_after_last_turn: bool = False  # a turn failed and none completed after it
@@ -95,10 +95,8 @@ def _take(events: Events, event: dict[str, Any]) -> None:
         events.turns_completed += 1
         events.failed_after_last_turn = False
         usage = event.get("usage")
-        for key in TOKEN_KEYS:
-            value = usage.get(key) if isinstance(usage, dict) else None
-            if isinstance(value, int):
-                events.usage[key] = events.usage.get(key, 0) + value
+        if isinstance(usage, dict):  # the thread's totals so far (a resumed thread's carry on from its first run)
+            events.usage = {k: v for k in TOKEN_KEYS if isinstance(v := usage.get(k), int)}
     elif kind == "turn.failed":
         events.errors.append(_message(event.get("error")))
         events.failed_after_last_turn = True
