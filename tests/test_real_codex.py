@@ -153,3 +153,17 @@ def test_a_cancel_stops_the_tree(project: Project, env: dict[str, str], stub: Re
     wait_for(
         lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree), SLOW, "the tree gone"
     )
+
+
+def test_an_agent_sends_a_memo_with_orchestrator_bin(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub), "reviewer": {}})
+    project.up(**env)
+    send = "$ORCHESTRATOR_BIN send --to reviewer please-review"  # Codex's bash -lc may not find it on PATH
+    project.drop("builder", "B-5.md", body=f"[shell: {send}] build it, then ask for a review")
+    ended(project, "builder", "archive", "B-5.md")
+    wait_for(lambda: project.folder("reviewer", "archive"), SLOW, "the sent memo run by the reviewer")
+    (sent,) = (project.root / "memo" / "reviewer" / "archive").glob("*.md")
+    text = sent.read_text(encoding="utf-8")
+    assert "please-review" in text and "builder" in text, text

@@ -11,10 +11,13 @@ is its verdict.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from orchestrator.agents import procs
@@ -184,11 +187,19 @@ def _spec(spec: LaunchSpec) -> LaunchSpec:
     if spec.resume and reads_json(spec.role):
         role = role.model_copy(update={"command": resumed(role.command, spec.resume)})
     env = dict(spec.env)
-    if "ORCHESTRATOR_BIN" not in env:
-        found = resolve_command(["orchestrator"], spec.cwd)
-        if found:
-            env["ORCHESTRATOR_BIN"] = found
+    if "ORCHESTRATOR_BIN" not in env and our_program() is not None:
+        env["ORCHESTRATOR_BIN"] = str(our_program())
     return dataclasses.replace(spec, role=role, env=env)
+
+
+@functools.cache
+def our_program() -> Path | None:
+    """The ``orchestrator`` program beside the interpreter that runs us (a venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "orchestrator"
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("orchestrator")
+    return Path(found) if found else None
 
 
 def check_version(path: str, where: str) -> str:
