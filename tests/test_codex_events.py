@@ -186,3 +186,22 @@ def test_a_price_makes_an_estimated_cost(tmp_path: Path) -> None:
     unpriced = CodexOutput(log, 0, now=lambda: NOW)
     unpriced.judge(0)
     assert "cost_usd" not in unpriced.result
+
+
+def test_orchestrator_logs_renders_codex_events_for_a_person() -> None:
+    from orchestrator.tools.logs import render
+
+    text = "=== run 1 attempt 1: codex exec --json -\n" + "".join(
+        json.dumps(e) + "\n" for e in (THREAD, TURN, WARNING, SHELL, ANSWER, DONE, *failure("the model refused")[2:])
+    )
+    assert render(text) == [
+        "=== run 1 attempt 1: codex exec --json -",
+        f"thread {THREAD['thread_id']}",
+        "warning: Model metadata for `m` not found",
+        "→ shell: bash -lc 'touch made.txt'",
+        "← exit 0: ",
+        "assistant: Done. Made made.txt",
+        "turn completed: 1200 input, 200 cached input, 50 cache write input, 300 output, 120 reasoning output tokens",
+        "error: the model refused",
+        "turn failed: the model refused",
+    ]

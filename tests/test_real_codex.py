@@ -105,6 +105,10 @@ def test_a_memo_runs_with_its_tokens_estimated_cost_and_thread(
     assert row["session_id"] and len(row["session_id"]) == 36, row
     log = Path(recent(project, "B-1.md")["log"]).read_text(encoding="utf-8")
     assert '"type":"thread.started"' in log and row["session_id"] in log
+    shown = project.cli("logs", "B-1")
+    assert shown.returncode == 0, shown.stderr
+    assert f"thread {row['session_id']}" in shown.stdout and "→ shell: " in shown.stdout, shown.stdout
+    assert "assistant: Done: answer" in shown.stdout
 
 
 def test_a_rejected_key_fails_at_once_naming_the_login(

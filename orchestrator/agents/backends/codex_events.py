@@ -211,6 +211,45 @@ def estimate(usage: dict[str, int], price: TokenPrice) -> float:
     return (fresh * price.input + cached * cached_price + usage.get("output_tokens", 0) * price.output) / 1e6
 
 
+CODEX_EVENTS = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "item.completed", "error"})
+
+
+def describe(event: dict[str, Any]) -> list[str]:
+    """One of Codex's events as lines for a person (``orchestrator logs``); none for those that say nothing."""
+    kind = event.get("type")
+    if kind == "thread.started":
+        return [f"thread {event.get('thread_id')}"]
+    if kind == "turn.completed":
+        given = event.get("usage")
+        usage: dict[str, Any] = given if isinstance(given, dict) else {}
+        said = ", ".join(f"{usage.get(k, 0)} {k.removesuffix('_tokens').replace('_', ' ')}" for k in TOKEN_KEYS)
+        return [f"turn completed: {said} tokens"]
+    if kind in ("turn.failed", "error"):
+        return [
+            f"{'turn failed' if kind == 'turn.failed' else 'error'}: {one_line(_message(event.get('error') or event.get('message')), 200)}"
+        ]
+    item = event.get("item") if kind == "item.completed" else None
+    if not isinstance(item, dict):
+        return []
+    what = item.get("type")
+    if what == "agent_message":
+        return [f"assistant: {one_line(str(item.get('text') or ''), 200)}"]
+    if what == "command_execution":
+        mark = "←" if item.get("exit_code") == 0 else "✗"
+        output = one_line(str(item.get("aggregated_output") or ""), 200)
+        return [
+            f"→ shell: {one_line(str(item.get('command') or ''), 200)}",
+            f"{mark} exit {item.get('exit_code')}: {output}",
+        ]
+    if what == "file_change":
+        listed = item.get("changes")
+        changes: list[Any] = listed if isinstance(listed, list) else []
+        return [f"→ files: {', '.join(str(c.get('path')) for c in changes if isinstance(c, dict))}"]
+    if what == "error":
+        return [f"warning: {one_line(str(item.get('message') or ''), 200)}"]
+    return []
+
+
 class CodexOutput:
     """One attempt's events in the run's log from ``offset``, read at its end in a worker thread (its tail only)."""
 
