@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,17 @@ def test_an_agent_sends_a_memo_with_orchestrator_bin(
     (sent,) = (project.root / "memo" / "reviewer" / "archive").glob("*.md")
     text = sent.read_text(encoding="utf-8")
     assert "please-review" in text and "builder" in text, text
+
+
+def test_a_usage_limit_with_a_later_reset_pauses_until_the_minute_codex_shows(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    stub.resets_at = int(time.time()) + 3 * 3600 + 125  # later today or tomorrow: Codex shows it to the minute
+    project.configure({"builder": codex_role(stub)})
+    project.up(**env)
+    project.drop("builder", "B-6.md", body="[limit] build it")
+    wait_for(lambda: project.status()["paused"], SLOW, "the account paused")
+    paused = project.status()["paused"]["team"]
+    shown = datetime.fromtimestamp(stub.resets_at).astimezone().replace(second=0, microsecond=0)
+    assert datetime.fromisoformat(paused["until"]) == shown, paused
+    assert project.folder("builder", "failed") == [] and project.folder("builder", "inbox") == ["B-6.md"]

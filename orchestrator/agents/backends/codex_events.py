@@ -167,7 +167,7 @@ def judge(events: Events, code: int, now: datetime) -> Judgement:
     if events.turns_completed and not events.failed_after_last_turn:
         return Judgement(last_words=words)  # its errors were retries it got over: the exit status decides
     said = " ".join(events.errors)
-    limit = usage_limit(said, now) if events.errors else None
+    limit = next((found for e in reversed(events.errors) if (found := usage_limit(e, now)) is not None), None)
     if limit is not None:
         reason = f"Codex hit the account's usage limit ({limit.detail})"
         return Judgement(True, reason, usage_limit=limit, last_words=words)
