@@ -187,3 +187,18 @@ def test_a_usage_limit_with_a_later_reset_pauses_until_the_minute_codex_shows(
     shown = datetime.fromtimestamp(stub.resets_at).astimezone().replace(second=0, microsecond=0)
     assert datetime.fromisoformat(paused["until"]) == shown, paused
     assert project.folder("builder", "failed") == [] and project.folder("builder", "inbox") == ["B-6.md"]
+
+
+def test_doctor_reports_a_logged_out_codex_in_one_line(project: Project, env: dict[str, str]) -> None:
+    """The real CLI with a CODEX_HOME of its own and no key: ``codex login status`` says it is not logged in."""
+    command = ["codex", "exec", "--json", "--skip-git-repo-check", "-"]
+    project.configure({"builder": {"backend": "codex", "command": command}})
+    found = project.cli("doctor", "--json", **env)
+    assert found.returncode == 1, found.stdout + found.stderr
+    (line,) = [f for f in json.loads(found.stdout) if f["role"] == "builder" and f["status"] == "fail"]
+    assert "Codex is not logged in (`" in line["detail"] and "login status` exited 1)" in line["detail"], line
+    assert "OPENAI_API_KEY" in line["fix"] or "OPENAI_API_KEY" in line["detail"], line
+    assert project.cli("doctor", "--json", **{**env, "OPENAI_API_KEY": "sk-test"}).returncode == 0
+    gone = project.cli("doctor", "--json", **{**env, "PATH": "/usr/bin:/bin"})
+    (line,) = [f for f in json.loads(gone.stdout) if f["role"] == "builder" and f["status"] == "fail"]
+    assert "'codex' not found on PATH" in line["detail"], line
