@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py orchestrator/agents/keeper.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,sdk,ray,otel]'
+	$(BIN)/pip install --quiet -e '.[test,sdk,ray,otel,notify]'
 	touch $(STAMP)
 
 demo: $(STAMP)

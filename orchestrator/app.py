@@ -16,6 +16,7 @@ from orchestrator.config import Config, Role, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
+from orchestrator.notify.checks import require_channels
 from orchestrator.ops.doctor import Host, start_checks
 from orchestrator.prompts import load_template
 from orchestrator.supervisor.extension import ExtensionFactory
@@ -25,6 +26,7 @@ def preflight(config: Config) -> None:
     """Every check that must pass before any memo is touched; raises ``ConfigError`` naming what is wrong."""
     check_recovery(config)
     check_web(config)
+    require_channels(config)
     check_context(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)

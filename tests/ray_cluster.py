@@ -44,6 +44,7 @@ class LocalCluster:
         node_cpus: int = 2,
         node_resources: str = '{"role_builder": 2}',
         second_node: bool = True,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -51,7 +52,8 @@ class LocalCluster:
         self.temp = Path(tempfile.mkdtemp(prefix="ort", dir="/tmp"))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
-        env = {**os.environ, **ENV}
+        self.env = {**ENV, **(env or {})}  # ``env``: over ENV, for the nodes and the orchestrators that join them
+        env = {**os.environ, **self.env}
         common = ["--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
         self._start(
             [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +38,8 @@ from orchestrator.memory.curator import MemoryCurator
 from orchestrator.retention.daily import DailyPass
 from orchestrator.schedule.wakes import Wakes
 from orchestrator.supervisor.extension import ExtensionFactory
+
+WORKER_WAIT = 10.0  # seconds a settle waits for the intake's worker thread (a loaded machine is slow)
 
 
 class FakeAgent:
@@ -211,9 +214,15 @@ class Replay:
 
     # ------------------------------------------------------------ script
     async def settle(self) -> None:
-        """Let the spawn, stop and answer tasks run to their next wait (no real time passes for the rules)."""
+        """Let the spawn, stop and answer tasks run to their next wait (no real time passes for the rules), and the
+        intake's look for a memo's writers, which runs in a worker thread, come back (real time, bounded)."""
         for _ in range(30):
             await asyncio.sleep(0)
+        end = time.monotonic() + WORKER_WAIT
+        while self.sup.intake._checking and time.monotonic() < end:
+            await asyncio.sleep(0.002)
+            for _ in range(30):
+                await asyncio.sleep(0)
 
     async def drop(self, role: str, name: str, body: str = "body", front: dict[str, Any] | None = None) -> Path:
         path = self.config.role_dir(role) / "inbox" / name

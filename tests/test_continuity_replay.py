@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config import load_config
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
 from orchestrator.core.agent import LastWords
+from orchestrator.core.events import CancelRequested
 from orchestrator.core.states import RunState
+from orchestrator.supervisor import lifecycle
 from orchestrator.supervisor.recovery import recover
 from replay import Replay
 
@@ -115,6 +119,75 @@ def test_the_note_is_kept_when_the_successful_run_never_saw_it(tmp_path: Path) -
         await r.drop("builder", "C.md")
         await r.exit("C", 0)
         assert ho.START not in (root / "memo" / "builder" / "handoff.md").read_text(encoding="utf-8")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_runs_ending_together_write_each_note_before_its_move_with_one_fsync_and_one_version(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """``cancel --role`` of many runs: every end still writes its note before its memo moves, but the handoff is
+    fsynced once and one version is kept for the turn, not two fsyncs a run (600 for 300 runs, 9 s of the loop)."""
+    handoff_path = tmp_path / "memo" / "builder" / "handoff.md"
+    synced: list[str] = []
+    notes_at_moves: list[bool] = []
+    real_fsync, real_move = os.fsync, lifecycle.move_memo
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def move(src: Path, folder: Path, before: Any = None) -> Path:
+        run = next(r for r in runs if any(m.name == src.name for m in r.memos))
+        notes_at_moves.append(f"run {run.seq} of builder ended cancelled" in handoff_path.read_text(encoding="utf-8"))
+        return real_move(src, folder, before)
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root)
+        for n in range(5):
+            await r.drop("builder", f"C-{n}.md")
+        runs.extend(r.run_of(f"C-{n}") for n in range(5))
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(lifecycle, "move_memo", move)
+        await r.request(CancelRequested, role="builder")
+        assert r.folder("builder", "cancelled") == [f"C-{n}.md" for n in range(5)]
+        r.close()
+
+    runs: list[Any] = []
+    play(tmp_path, scenario)
+    assert notes_at_moves == [True] * 5, "each note is in the handoff before its memo moves"
+    versions = [path for path in synced if "/.orchestrator/handoff/builder/" in path]
+    assert synced.count(str(handoff_path)) == 1 and len(versions) == 1, synced
+    text = handoff_path.read_text(encoding="utf-8")
+    assert text.count(ho.START) == 1
+    last = [seq for seq, _ in ho.versions(load_config(tmp_path), "builder")]
+    assert len(last) == 1 and f"run {last[0]} of builder ended cancelled" in text, (last, text)
+    found = jn.read_entries("builder", tmp_path / "memo" / "builder" / "journal")
+    assert sorted(e.state for e in found) == ["cancelled"] * 5, "the journal keeps every end"
+
+
+def test_a_bug_keeping_one_roles_handoff_leaves_the_other_roles_kept(tmp_path: Path, monkeypatch: Any) -> None:
+    """The turn's end keeps each role's handoff on its own: a bug in one is reported and the others are kept."""
+    real = ho.snapshot
+
+    def snapshot(config: Any, role: str, seq: int, text: str) -> bool:
+        if role == "a":
+            raise RuntimeError("injected")
+        return real(config, role, seq, text)
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root, {"a": {}, "b": {}})
+        await r.drop("b", "B.md")
+        await r.drop("a", "A.md")
+        monkeypatch.setattr(ho, "snapshot", snapshot)
+        r.agent("B").exit(1)  # both in one turn of the loop, b's end first
+        r.agent("A").exit(1)
+        await r.settle()
+        assert "internal error keeping the handoff of a" in r.console.text
+        assert [seq for seq, _ in ho.versions(r.config, "b")] == [1]
+        for role in ("a", "b"):
+            assert "ended **failed**" in (root / "memo" / role / "handoff.md").read_text(encoding="utf-8")
         r.close()
 
     play(tmp_path, scenario)

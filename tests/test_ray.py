@@ -174,10 +174,11 @@ def test_a_worker_killed_mid_run_fails_the_attempt_which_is_retried_once_and_its
 def test_a_result_after_a_simulated_partition_is_ignored_and_the_memo_archived_once(
     project: Project, cluster: LocalCluster
 ) -> None:
-    # the partition: the wrapper says nothing (no beat for 30 s) while the head gives up after 1 s of silence
-    configure(project, cluster, {"builder": {"retry": {"max": 1, "backoff": ["0.1s"]}}}, lost_after="1s", beat="30s")
+    # the partition: the wrapper says nothing (no beat for 30 s) while the head gives up after 3 s of silence (the
+    # second attempt's agent must start and end within that, on a loaded machine)
+    configure(project, cluster, {"builder": {"retry": {"max": 1, "backoff": ["0.1s"]}}}, lost_after="3s", beat="30s")
     orch = project.up(**ENV)
-    project.drop("builder", "p.md", {"agent": {"sleep_by_attempt": {1: 3, 2: 0}}})
+    project.drop("builder", "p.md", {"agent": {"sleep_by_attempt": {1: 8, 2: 0}}})
     wait_for(lambda: project.folder("builder", "archive") == ["p.md"], START, "p.md archived by attempt 2")
     orch.wait_output("came after the head gave this attempt up; ignored", 30)
     assert "attempt 1 failed: no word from the wrapper" in orch.output

@@ -1,7 +1,7 @@
 """The Ray spawner's head side with no cluster: its rules on the supervisor's clock, and an sdk attempt's stream.
 
-Only the Ray task's stream is faked (``FakeStream``: the wrapper's messages,
-fed by the test); the spawner, its lease checks, its timers on a
+Only the attempt's Ray actor is faked (``FakeActor``: the wrapper's messages,
+fed by the test, and the calls made to it); the spawner, its lease checks, its timers on a
 ``ManualClock`` and the sdk agent's figures, transcript and controls are the
 real code. No real time passes in the timer tests: the clock moves when told.
 """
@@ -18,33 +18,13 @@ import pytest
 from conftest import Project
 from orchestrator.agents.ray.agent import LOST_EXIT, RayAttempt
 from orchestrator.agents.ray.spawner import RaySpawner
-from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, SdkEvent, Started, TranscriptLines
+from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, Output, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import load_config
 from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.clock import ManualClock
 from orchestrator.core.errors import ControlError
-
-
-class FakeStream:
-    """A streaming Ray task's generator: each ``__anext__`` gives an awaitable of the next message's dict."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-
-    def put(self, message: Any) -> None:
-        self.queue.put_nowait(message.model_dump() if message is not None else None)
-
-    async def __anext__(self) -> Any:
-        item = await self.queue.get()
-        if item is None:
-            raise StopAsyncIteration
-
-        async def ref() -> dict[str, Any]:
-            return item
-
-        return ref()
 
 
 class FakeRemote:
@@ -60,20 +40,62 @@ class FakeRemote:
         return done
 
 
-def spawner(clock: ManualClock, stream: FakeStream, **settings: Any) -> tuple[RaySpawner, list[Any]]:
-    """A ``RaySpawner`` on the manual clock whose one task is ``stream``; and the stop board's calls."""
-    calls: list[tuple[str, tuple[Any, ...]]] = []
+class FakeActor:
+    """A wrapper's actor: ``take`` hands out the messages the test ``put``, in order; other calls are recorded."""
+
+    def __init__(self) -> None:
+        self.said: list[tuple[int, dict[str, Any]]] = []
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.take = SimpleNamespace(remote=self._take)
+        self.stop, self.post, self.start = (FakeRemote(self.calls, n) for n in ("stop", "post", "start"))
+        self.resume = SimpleNamespace(remote=self._resume)
+
+    async def _resume(self) -> dict[str, Any]:
+        """What a wrapper kept for a head that comes back (``board.WrapperActor.resume``)."""
+        said = [item for item in self.said if item[1]["type"] not in ("sdk_event", "started", "start_failed")]
+        first = next((data for _, data in self.said if data["type"] == "started"), None)
+        return {
+            "lease": self.said[0][1]["lease"],
+            "first": first,
+            "events": [data for _, data in self.said if data["type"] == "sdk_event"],
+            "said": said,
+            "last": len(self.said),
+        }
+
+    def put(self, message: Any) -> None:
+        self.said.append((len(self.said) + 1, message.model_dump()))
+
+    async def _take(self, after: int, _wait: float) -> list[tuple[int, dict[str, Any]]]:
+        while True:
+            new = [item for item in self.said if item[0] > after]
+            if new:
+                return new
+            await asyncio.sleep(0)
+
+
+def spawner(clock: ManualClock, stream: FakeActor, **settings: Any) -> tuple[RaySpawner, list[Any]]:
+    """A ``RaySpawner`` on the manual clock whose one actor is ``stream``; and the calls made to it."""
+    calls = stream.calls
     spawn = RaySpawner.__new__(RaySpawner)
     spawn.root, spawn.settings, spawn.say, spawn.clock = "/nowhere", ExecutorSettings(**settings), print, clock
     spawn.leases, spawn.session_nodes = set(), {}
-    spawn.board = SimpleNamespace(**{n: FakeRemote(calls, n) for n in ("stop", "forget", "post")})
-    spawn.ray = SimpleNamespace(exceptions=SimpleNamespace(RayError=RuntimeError), cancel=lambda *a, **k: None)
+    spawn.ray = SimpleNamespace(
+        exceptions=SimpleNamespace(RayError=RuntimeError), kill=lambda *a, **k: calls.append(("kill", a))
+    )
 
-    def submit(*args: Any) -> FakeStream:
-        calls.append(("task", args))
+    def create(payload: dict[str, Any]) -> FakeActor:
+        calls.append(("task", (payload,)))
         return stream
 
-    spawn.task = SimpleNamespace(options=lambda **_: SimpleNamespace(remote=submit))
+    spawn.actor = SimpleNamespace(options=lambda **_: SimpleNamespace(remote=create))
+
+    def get_actor(name: str, namespace: str) -> FakeActor:
+        calls.append(("get_actor", (name, namespace)))
+        if not stream.said:
+            raise ValueError(f"Failed to look up actor with name '{name}'")
+        return stream
+
+    spawn.ray.get_actor = get_actor
     return spawn, calls
 
 
@@ -99,7 +121,7 @@ def lease_of(spawn: RaySpawner) -> str:
 
 def test_lost_after_on_the_supervisors_clock_fails_the_attempt_and_a_beat_puts_it_off(project: Project) -> None:
     async def scenario() -> None:
-        clock, stream = ManualClock(), FakeStream()
+        clock, stream = ManualClock(), FakeActor()
         spawn, calls = spawner(clock, stream, lost_after=30.0)
         exits: list[int] = []
         starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
@@ -116,18 +138,17 @@ def test_lost_after_on_the_supervisors_clock_fails_the_attempt_and_a_beat_puts_i
         await settle()
         attempt = agent.transport
         assert exits == [LOST_EXIT] and attempt.lost is not None and "no word from the wrapper" in attempt.lost
-        assert ("stop", (attempt.lease, 0.0)) in calls  # and the wrapper is told to stop, should it still hear us
+        assert ("stop", (0.0,)) in calls  # and the wrapper is told to stop, should it still hear us
         stream.put(Ended(lease=attempt.lease, code=0))  # its late result: ignored, the attempt ended once
-        stream.put(None)
         await asyncio.wait_for(asyncio.shield(attempt.pump), 5)
-        assert exits == [LOST_EXIT]
+        assert exits == [LOST_EXIT] and ("kill", (stream,)) in calls  # its actor, read to its end, is let go
 
     asyncio.run(scenario())
 
 
 def test_start_timeout_on_the_supervisors_clock_fails_the_start(project: Project) -> None:
     async def scenario() -> None:
-        clock, stream = ManualClock(), FakeStream()
+        clock, stream = ManualClock(), FakeActor()
         spawn, _calls = spawner(clock, stream, start_timeout=60.0)
         starting = asyncio.ensure_future(launch(spawn, launch_spec(project), []))
         await settle()
@@ -148,14 +169,14 @@ async def launch(spawn: RaySpawner, spec: LaunchSpec, exits: list[int]) -> Any:
 
 def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(project: Project) -> None:
     async def scenario() -> None:
-        clock, stream = ManualClock(), FakeStream()
+        clock, stream = ManualClock(), FakeActor()
         spawn, calls = spawner(clock, stream)
         spec = launch_spec(project, {"backend": "sdk", "cli_path": "fake-claude"})
         exits: list[int] = []
         starting = asyncio.ensure_future(launch(spawn, spec, exits))
         await settle()
         lease = lease_of(spawn)
-        ((_, (payload, _board)),) = [c for c in calls if c[0] == "task"]
+        ((_, (payload,)),) = [c for c in calls if c[0] == "task"]
         assert payload["backend"] == "sdk" and payload["cli_path"] == "fake-claude"  # resolved on the worker
         assert payload["sdk_spec"]["prompt"] == "the prompt" and payload["sdk_spec"]["options"]["cli_path"] is None
         stream.put(Started(lease=lease, pid=4242, create_time=1.0, node="n"))
@@ -176,14 +197,14 @@ def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(projec
 
         telling = asyncio.ensure_future(agent.tell("and the docs"))
         await settle()
-        ((_, (posted_lease, control)),) = [c for c in calls if c[0] == "post"]
-        assert posted_lease == lease and json.loads(control["line"]) == {"op": "tell", "text": "and the docs"}
+        ((_, (control,)),) = [c for c in calls if c[0] == "post"]
+        assert json.loads(control["line"]) == {"op": "tell", "text": "and the docs"}
         stream.put(ControlAnswer(lease=lease, id=control["id"]))
         await asyncio.wait_for(telling, 5)
 
         refused = asyncio.ensure_future(agent.interrupt())
         await settle()
-        control = [c for c in calls if c[0] == "post"][-1][1][1]
+        control = [c for c in calls if c[0] == "post"][-1][1][0]
         stream.put(ControlAnswer(lease=lease, id=control["id"], refused="run 1's agent session has already ended"))
         with pytest.raises(ControlError, match="already ended"):
             await asyncio.wait_for(refused, 5)
@@ -203,12 +224,40 @@ def test_an_sdk_attempts_events_transcript_and_controls_arrive_as_locally(projec
         stream.put(SdkEvent(lease=lease, line=json.dumps({"event": "done", "code": 0})))
         stream.put(TranscriptLines(lease=lease, data='{"type": "result"}\n'))
         stream.put(Ended(lease=lease, code=0))
-        stream.put(None)
         await asyncio.wait_for(asyncio.shield(agent.done), 5)
         assert exits == [0] and agent.result["cost_usd"] == 0.5 and agent.closing
         transcript = project.root / ".orchestrator" / "runs" / "1" / "transcript.jsonl"
         assert transcript.read_text().splitlines() == ['{"type": "system"}', '{"type": "result"}']
         with pytest.raises(ControlError, match="already ended; nothing to tell"):
             await agent.tell("too late")
+
+    asyncio.run(scenario())
+
+
+def test_a_head_that_comes_back_takes_the_kept_end_replays_the_figures_and_acts_on_it_once(project: Project) -> None:
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeActor()
+        spawn, calls = spawner(clock, stream)
+        spec = launch_spec(project, {"backend": "sdk", "cli_path": "fake-claude"})
+        assert await spawn.reattach(spec) is None  # no actor of the attempt: gone for good
+        lease = "kept-lease"
+        stream.put(Started(lease=lease, pid=4242, create_time=1.0, node="10.0.0.2/abc", orphans=[99]))
+        stream.put(SdkEvent(lease=lease, line=json.dumps({"event": "session", "session_id": "s-1"})))
+        stream.put(Output(lease=lease, data="said while no head was up\n"))
+        stream.put(SdkEvent(lease=lease, line=json.dumps({"event": "cost", "usd": 0.25})))
+        stream.put(Ended(lease=lease, code=0))
+        printed: list[str] = []
+        spawn.say = printed.append
+        agent = await spawn.reattach(spec)
+        assert agent is not None and agent.pid == 4242 and agent.node == "10.0.0.2/abc"
+        exits: list[int] = []
+        agent.watch(lambda _agent, verdict: exits.append(verdict.returncode))
+        await asyncio.wait_for(asyncio.shield(agent.done), 5)
+        assert exits == [0] and agent.session_id == "s-1" and agent.cost_usd == 0.25  # each event applied once
+        assert "said while no head was up" in spec.log_path.read_text()
+        assert printed == []  # the orphans were told by the head that started it
+        assert ("kill", (stream,)) not in calls  # kept until the head has recorded the end
+        assert not agent.left_behind() and ("kill", (stream,)) in calls
+        assert spawn.leases == set()
 
     asyncio.run(scenario())

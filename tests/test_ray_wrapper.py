@@ -1,8 +1,8 @@
 """The Ray executor's parts that need no cluster: settings, the start-up checks, and the wrapper on a worker.
 
 The wrapper runs here as a plain generator with a stand-in agent and a stop
-probe the test controls (the Ray task only passes it a probe that asks the
-head's stop board), so the kill ladder and the orphan sweep are tested on real
+probe the test controls (the Ray actor only passes it a probe that reads what the
+head left with it), so the kill ladder and the orphan sweep are tested on real
 processes in a second or two.
 """
 
@@ -108,9 +108,27 @@ def test_wrapper_fences_itself_when_it_cannot_reach_the_head(tmp_path: Path) -> 
     def unreachable() -> float | None:
         raise TimeoutError("no head")
 
-    messages = list(wrapper.run(_payload(tmp_path, record, {"sleep": 60}, lost_after=0.3), unreachable, "n"))
+    messages = list(wrapper.run(_payload(tmp_path, record, {"sleep": 60}, lost_after=1.0), unreachable, "n"))
     end = messages[-1]
     assert isinstance(end, Ended) and end.stopped and end.why == "lost the head"
+    assert not pid_alive(_records(record)[0]["pid"])
+
+
+def test_wrapper_keeps_its_agent_for_reconnect_within_when_the_head_is_gone_then_kills_it(tmp_path: Path) -> None:
+    record = tmp_path / "rec.jsonl"
+    heard = [True]
+
+    def head() -> float | None:  # answers once, then is gone
+        if heard.pop() if heard else False:
+            return None
+        raise TimeoutError("no head")
+
+    began = time.monotonic()
+    payload = _payload(tmp_path, record, {"sleep": 60}, lost_after=0.2, reconnect_within=2.5)
+    messages = list(wrapper.run(payload, head, "n"))
+    end = messages[-1]
+    assert isinstance(end, Ended) and end.stopped and end.why == "lost the head"
+    assert time.monotonic() - began >= 2.5  # not after lost_after: the agent waited for a head to come back
     assert not pid_alive(_records(record)[0]["pid"])
 
 
@@ -293,3 +311,21 @@ def test_an_sdk_control_after_the_session_ended_is_refused_in_one_line(tmp_path:
         ("x", "run 7's agent session has already ended; nothing to tell"),
         ("y", "run 7's agent session has already ended; nothing to interrupt"),
     ]
+
+
+def test_a_token_is_missing_only_when_token_mode_is_on_and_no_source_holds_one(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    on = {"RAY_AUTH_MODE": "token"}
+    assert ray_cluster.token_missing({}, home) is None  # mode off: nothing to send
+    problem = ray_cluster.token_missing(on, home)
+    assert problem is not None and "RAY_AUTH_MODE=token is set, but there is no token" in problem
+    assert str(home / ".ray" / "auth_token") in problem
+    assert ray_cluster.token_missing({**on, "RAY_AUTH_TOKEN": "abc"}, home) is None
+    named = tmp_path / "token"
+    named.write_text("")
+    assert "is empty" in (ray_cluster.token_missing({**on, "RAY_AUTH_TOKEN_PATH": str(named)}, home) or "")
+    named.write_text("abc\n")
+    assert ray_cluster.token_missing({**on, "RAY_AUTH_TOKEN_PATH": str(named)}, home) is None
+    (home / ".ray" / "auth_token").write_text("abc\n")
+    assert ray_cluster.token_missing(on, home) is None

@@ -86,6 +86,10 @@ def _stub(path: Path, text: str, executable: bool = False) -> None:
 
 def stub_files(root: Path, team: dict[str, Any]) -> None:
     """Create the prompts, context files, command paths and folders the team names."""
+    for channel in team.get("notifications") or []:
+        argv = channel.get("argv") or []
+        if argv and "/" in str(argv[0]) and not Path(str(argv[0])).is_absolute():
+            _stub(root / str(argv[0]), "#!/bin/sh\nexit 0\n", executable=True)
     defaults = team.get("defaults") or {}
     for name, own in (team.get("roles") or {}).items():
         role = {**defaults, **(own or {})}
@@ -125,6 +129,10 @@ def test_a_readme_yaml_block_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (tmp_path / "roles.yaml").write_text(text, encoding="utf-8")
     stub_files(tmp_path, team)
     monkeypatch.setenv("ORCHESTRATOR_SPAWN_CMD", sys.executable)
+    for channel in team.get("notifications") or []:  # the variables a channel names, as its user exports them
+        for key in ("url_env", "secret_env"):
+            if channel.get(key):
+                monkeypatch.setenv(channel[key], "https://hooks.example.org/team-token")
     preflight(load_config(tmp_path))
 
 

@@ -15,9 +15,10 @@ import pytest
 from orchestrator.agents.claude_cli import explain
 from orchestrator.agents.claude_errors import classify, last_meaningful_line
 from orchestrator.agents.sdk.fuse import Fuse
+from orchestrator.agents.sdk.phases import ControlLine, SdkMessage
 from orchestrator.agents.sdk.protocol import RunnerSpec
 from orchestrator.agents.sdk.reasons import usd
-from orchestrator.agents.sdk.session import ControlLine, SdkMessage, Session
+from orchestrator.agents.sdk.session import Session
 from orchestrator.agents.sdk.transcript import Output
 
 

@@ -156,7 +156,7 @@ def test_listen_replaces_a_stale_socket_and_connect_finds_nobody_after_close(tmp
 def test_start_sdk_under_the_keeper_talks_over_the_socket(tmp_path: Path, fake_cli: Path) -> None:
     import asyncio
 
-    from test_sdk_runner import launch_spec, make_role
+    from test_sdk_runner import launch_spec, make_role, watch_events
 
     from orchestrator.agents import keeper, procs
     from orchestrator.agents.backends import backend_for
@@ -177,7 +177,7 @@ def test_start_sdk_under_the_keeper_talks_over_the_socket(tmp_path: Path, fake_c
 
         agent = await backend_for(spec.role).start(spec, on_exit, binary)
         assert agent.follower is not None and isinstance(agent.transport, LocalProcess)
-        agent.follower.on_update = lambda event: seen.append(event["event"])
+        watch_events(agent.follower, lambda event: seen.append(event["event"]))
         keeper_pid = psutil.Process(agent.pid).ppid()
         assert agent.pid != keeper_pid and keeper.is_keeper(keeper_pid)
         deadline = asyncio.get_running_loop().time() + DEADLINE

@@ -31,9 +31,10 @@ from orchestrator.agents.backends import backend_for
 from orchestrator.agents.claude_cli import check_role
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.sdk import backend, channel, protocol
+from orchestrator.agents.sdk.phases import ControlLine, Phase, SdkMessage
 from orchestrator.agents.sdk.protocol import RunnerSpec, SpecOptions
 from orchestrator.agents.sdk.reasons import describe_error_result, describe_exception
-from orchestrator.agents.sdk.session import ControlLine, Phase, SdkMessage, Session
+from orchestrator.agents.sdk.session import Session
 from orchestrator.agents.sdk.totals import Totals
 from orchestrator.agents.sdk.transcript import Output
 from orchestrator.agents.spec import LaunchSpec, agent_environment
@@ -638,8 +639,19 @@ async def started(spec: LaunchSpec) -> tuple[Agent, asyncio.Future[int], list[di
 
     agent = await backend_for(spec.role).start(spec, on_exit, None)
     assert agent.follower is not None
-    agent.follower.on_update = seen.append
+    watch_events(agent.follower, seen.append)
     return agent, exited, seen
+
+
+def watch_events(follower: Any, sink: Any) -> None:
+    """Give ``sink`` each runner event's JSON as the follower applies it (what came over the socket)."""
+    apply = follower.apply
+
+    def seen(event: Any) -> None:
+        sink(event.wire())
+        apply(event)
+
+    follower.apply = seen
 
 
 async def until(condition: Any, what: str) -> None:

@@ -69,7 +69,9 @@ class RecoveryMode:
     @property
     def line(self) -> str:
         if self.executor != "local":
-            return f"recovery: {self.recovery} (executor {self.executor}: agents on the cluster have no keeper)"
+            if self.recovery == "adopt":
+                return f"recovery: adopt (executor {self.executor}: runs on the cluster are re-attached at a restart)"
+            return f"recovery: restart (executor {self.executor}: runs left on the cluster are halted and repeated)"
         if self.keeper is None:
             return f"recovery: {self.recovery} (no keeper: runs are repeated after a crash)"
         if self.recovery == "adopt":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from orchestrator.agents import keeper
 from orchestrator.agents.backends import backend_for
@@ -36,6 +36,21 @@ class Spawner(Protocol):
 
     async def sweep(self, agent: AgentHandle, grace: float) -> KillReport:
         """Stop what one exited attempt left behind (only that attempt's: a retry must be spared)."""
+        ...
+
+
+@runtime_checkable
+class RemoteRuns(Protocol):
+    """A spawner whose attempts outlive the orchestrator off this machine (Ray): at a restart, recovery takes each
+    one back from the cluster, and has the attempts it did not take back halted before any memo runs again."""
+
+    async def reattach(self, spec: LaunchSpec) -> Agent | None:
+        """The attempt of ``spec`` (its run id and attempt) as the last orchestrator left it, alive or ended and
+        kept; None when it is gone for good. Not yet watched: the caller calls ``watch``."""
+        ...
+
+    async def halt_others(self, kept: set[tuple[int, int]]) -> list[str]:
+        """Stop every attempt of this project left on the cluster but those in ``kept`` (run id, attempt)."""
         ...
 
 

@@ -13,6 +13,7 @@ from orchestrator.commands import (
     completion,
     configuration,
     memos,
+    notify,
     parser,
     project,
     records,
@@ -51,6 +52,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "config": configuration.cmd_config,
     "completion": completion.cmd_completion,
     "doctor": cmd_doctor,
+    "notify": notify.cmd_notify,
 }
 
 

@@ -129,6 +129,10 @@ def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     check = config_sub.add_parser("check", parents=[common], help="the checks of `up`, then the values in force")
     check.add_argument("--json", action="store_true")
 
+    notify = sub.add_parser("notify", parents=[common], help="the notification channels of roles.yaml")
+    notify_sub = notify.add_subparsers(dest="notify_command", required=True, parser_class=CommandParser)
+    notify_sub.add_parser("test", parents=[common], help="send a test event to every channel, print each answer")
+
     completion = sub.add_parser("completion", parents=[common], help="print a shell's completion script")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
 

@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
+from orchestrator.config.claude import ClaudeKeys
 from orchestrator.config.codex import CODEX_COMMAND, CodexSettings, TokenPrice
+from orchestrator.config.continuity import ContinuityKeys
 from orchestrator.config.errors import describe_validation_error
 from orchestrator.config.memory import MemorySettings
-from orchestrator.config.ray import ExecutorSettings, RoleResources
+from orchestrator.config.notify import Channel
+from orchestrator.config.ray import ExecutorSettings, RayKeys
 from orchestrator.config.retention import RetentionSettings
-from orchestrator.config.schedule import SignalSettings, TaskSettings, WakeSettings, check_team, check_timezone
+from orchestrator.config.schedule import ScheduleKeys, check_team, check_timezone
 from orchestrator.config.sdk import SdkSettings
 from orchestrator.config.web import WebSettings
 from orchestrator.core.errors import ConfigError
@@ -67,13 +70,6 @@ class RoleBudget(Strict):
     per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
 
-class Prices(Strict):
-    """Dollars per million tokens, for the live budget fuse's estimate."""
-
-    input: float = Field(gt=0)
-    output: float = Field(gt=0)
-
-
 class TeamBudget(Strict):
     per_day_usd: Annotated[float | None, OFF] = Field(None, gt=0)
 
@@ -111,11 +107,13 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class Role(SdkSettings, CodexSettings):
+class Role(SdkSettings, ClaudeKeys, CodexSettings, ScheduleKeys, ContinuityKeys, RayKeys):
     """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
-    under a role or under ``defaults`` (``RoleSettings``, derived from this model); the keys of the
-    claude-agent-sdk backend (``model``, ``system_prompt``, ...) come from ``SdkSettings``, those of the codex
-    backend (``sandbox``, ``config``, ``profile``) from ``CodexSettings``."""
+    under a role or under ``defaults`` (``RoleSettings``, derived from this model). Its own keys are the core's;
+    each feature's come from its key group: the claude-agent-sdk backend's (``model``, ``system_prompt``, ...)
+    from ``SdkSettings``, the Claude CLI's from ``ClaudeKeys``, the Codex CLI's (``sandbox``, ``config``,
+    ``profile``) from ``CodexSettings``, the schedule's (``wake``, ``tasks``, ...) from ``ScheduleKeys``,
+    continuity's from ``ContinuityKeys``, the Ray executor's from ``RayKeys``."""
 
     name: str
     prompt: str
@@ -138,25 +136,7 @@ class Role(SdkSettings, CodexSettings):
     account: str = Field("team", min_length=1)
     budget: RoleBudget = Field(default_factory=RoleBudget)
     retry_resumes: bool = False
-    # wakes on a schedule (orchestrator/schedule)
-    wake: WakeSettings | None = None
-    tasks: dict[str, TaskSettings] = Field(default_factory=dict)
-    signals: dict[str, SignalSettings] = Field(default_factory=dict)
-    preflight: list[Annotated[list[str], Field(min_length=1)]] = Field(default_factory=list)
-    preflight_reuse: Duration = 60.0  # a passed preflight is not run again before a run for this long
-    # continuity (orchestrator/continuity)
-    context: list[str] = Field(default_factory=list)
-    context_max_bytes: int = Field(64 * 1024, ge=1)
-    journal_in_prompt: int = Field(5, ge=0)
-    handoff_max_bytes: int = Field(20 * 1024, ge=1)
-    api_retries: int = Field(2, ge=0, le=20)  # the Claude CLI's own retries of an API error (CLAUDE_CODE_MAX_RETRIES)
-    price_per_mtok: Prices | None = None  # overrides the fuse's price table
-    # the Claude CLI's own behaviour (orchestrator/agents/claude_cli)
-    background_tasks: bool = False  # Claude roles: the CLI may start background tasks (killed at the end of a -p run)
     stall_timeout: Stall = None  # no output for this long stops the attempt; None: the default, 0.0: off
-    on_denied: Literal["fail", "warn"] = "fail"  # Claude's result lists tool calls the permissions refused
-    # where a run executes (orchestrator/agents/ray): what it needs on a Ray node
-    resources: RoleResources = Field(default_factory=RoleResources)
     # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
     may: Annotated[list[str], AfterValidator(check_may)] = Field(default_factory=list)
 
@@ -211,6 +191,9 @@ class Team(Strict):
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     web: WebSettings | None = None  # the dashboard (orchestrator/web); None: off
+    notifications: list[Channel] = Field(
+        default_factory=list
+    )  # who is told of a failure, a question (orchestrator/notify)
     prices: dict[str, TokenPrice] = Field(default_factory=dict)  # a model's token prices, for estimated costs
 
 

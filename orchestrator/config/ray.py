@@ -2,7 +2,7 @@
 
 ``executor: {kind: local}`` (the default) runs agents as children of the
 orchestrator; ``executor: {kind: ray, address: ...}`` runs each attempt as one
-Ray task on a cluster (``orchestrator.agents.ray``). Nothing here imports Ray.
+Ray actor on a cluster (``orchestrator.agents.ray``). Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ class ExecutorSettings(Strict):
     #: with no word from a wrapper this long, the head gives the attempt up (and the wrapper, unable to reach the
     #: head as long, kills its agent): the attempt fails and is retried by the role's policy
     lost_after: Seconds = Field(30.0, gt=0)
+    #: a wrapper whose head is gone (``up`` stopped or crashed) keeps its agent running this long, then its end
+    #: (exit status, result, figures), for the next ``up`` to take back; 0: it kills its agent after ``lost_after``
+    reconnect_within: Seconds = Field(600.0, ge=0)
     #: a run that no node can take this long (resources nobody has) fails to start
     start_timeout: Seconds = Field(60.0, gt=0)
 
@@ -44,3 +47,9 @@ class RoleResources(Strict):
     custom: dict[str, float] = Field(default_factory=dict)
     #: only nodes whose labels (``ray start --labels k=v``) match all of these
     node_labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RayKeys(Strict):
+    """A role's key for the Ray executor: what one of its runs needs on a node."""
+
+    resources: RoleResources = Field(default_factory=RoleResources)

@@ -229,3 +229,13 @@ def _items(node: Any) -> list[tuple[str, Any]]:
 
 def _get(node: Any, key: str) -> Any:
     return next((v for k, v in _items(node) if k == key), None)
+
+
+class ScheduleKeys(Strict):
+    """A role's keys for waking on a schedule (``orchestrator/schedule``)."""
+
+    wake: WakeSettings | None = None
+    tasks: dict[str, TaskSettings] = Field(default_factory=dict)
+    signals: dict[str, SignalSettings] = Field(default_factory=dict)
+    preflight: list[Annotated[list[str], Field(min_length=1)]] = Field(default_factory=list)
+    preflight_reuse: Duration = 60.0  # a passed preflight is not run again before a run for this long

@@ -72,10 +72,13 @@ def read_handoff(config: Config, role: str) -> Handoff:
         return Handoff(path, "", f"{rel} is not UTF-8")
 
 
-def write_handoff(handoff: Handoff, text: str) -> None:
-    """Replace the handoff's text whole (never half-written); only for a usable handoff."""
+def write_handoff(handoff: Handoff, text: str, sync: bool = True) -> None:
+    """Replace the handoff's text whole (never half-written); only for a usable handoff.
+
+    ``sync=False``: no fsync yet; the caller syncs it (``handoff_writes``: once a turn for every end of it).
+    """
     assert handoff.usable
-    write_atomically(handoff.path, text)
+    write_atomically(handoff.path, text, sync)
 
 
 _ANY_DATE = re.compile(r"\(until (\d{4}-\d{2}-\d{2})\)", re.MULTILINE)

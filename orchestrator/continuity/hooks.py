@@ -7,7 +7,8 @@ Its hooks (``orchestrator.supervisor.extension``):
   the top of the prompt when the handoff is over its cap or cannot be used;
 - ``before_finish``: the journal entry first (before the memos move),
   then the handoff (the note of a run that died, or its removal after a
-  success that saw it), then the version snapshot;
+  success that saw it); its fsync and the version snapshot once a role at
+  the end of the loop's turn (``handoff_writes``);
 - ``check_holds``: a role whose context files are missing starts no new work;
 - ``snapshot``: the roles whose journal could not be written (``journal_problems``).
 """
@@ -24,6 +25,7 @@ from orchestrator.config import Role, RoleRun
 from orchestrator.continuity import handoff as ho
 from orchestrator.continuity import journal as jn
 from orchestrator.continuity.context import ContextProblem, context_paths, read_context
+from orchestrator.continuity.handoff_writes import HandoffWrites
 from orchestrator.core.agent import LastWords
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
@@ -87,6 +89,11 @@ class Continuity(Extension):
         # is as we last read or wrote it (the orchestrator is its only writer; an edit by hand changes the stamp)
         self.recent: dict[str, tuple[tuple[str, int, int], list[jn.Entry]]] = {}
         self.no_flag: set[str] = set()  # roles whose "told over cap" flag is known not to exist
+        self.writes = HandoffWrites(self.config, self.console, self._tell_over_cap)
+
+    def stop(self) -> None:
+        """The loop is ending: what its last turn changed in a handoff is written now."""
+        self.writes.flush()
 
     def today(self) -> date:
         return self.clock.now().astimezone().date()
@@ -325,7 +332,7 @@ class Continuity(Extension):
         return jn.capped(notices.log_tail(run.log_path, jn.CLOSING_LINES))
 
     def _handoff_after(self, run: RoleRun, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
-        role = run.role.name
+        """The handoff as the run's end leaves it, written now; its fsync and version at the turn's end."""
         text = handoff.text
         if state in DIED:
             text = ho.put_section(text, self.death_note(run, state, reason))
@@ -333,14 +340,7 @@ class Continuity(Extension):
             seen = self.seen_note.get(run.run_id)
             if seen is not None and ho.section(text) == seen:
                 text = ho.remove_section(text)
-        try:
-            if text != handoff.text:
-                ho.write_handoff(handoff, text)
-            if run.seq is not None and ho.snapshot(self.config, role, run.seq, text):
-                self.console.line(f"handoff: kept version {run.seq}", role=role)
-            self._tell_over_cap(run, text)
-        except OSError as exc:
-            self.console.line(f"handoff: cannot update memo/{role}/{ho.HANDOFF}: {exc}", role=role)
+        self.writes.end(run, handoff, text)
 
     def death_note(self, run: RoleRun, state: RunState, reason: str | None) -> str:
         """The orchestrator's section after a run died: what it was doing, on what, for how long, where its log is."""

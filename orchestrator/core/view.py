@@ -66,6 +66,7 @@ HISTORY_KEYS = (
     "ended_at",
     "node",
     "log_pruned_at",
+    "adopted_at",
 )
 #: the keys of one cancelled memo's answer to ``cancel``
 CANCEL_KEYS = (
@@ -118,6 +119,7 @@ class RunView(BaseModel):
     log: str | None = None
     log_pruned_at: str | None = None  # when retention removed the log (``log`` still names where it was)
     node: str | None = None  # the Ray node it runs (ran) on; None for local runs
+    adopted_at: str | None = None  # when a restart of the orchestrator last took it back (supervisor/adoption)
 
     @classmethod
     def of(cls, data: RunView | Mapping[str, Any]) -> RunView:
@@ -156,6 +158,7 @@ class RunView(BaseModel):
             log=row.get("log_path"),
             log_pruned_at=row.get("log_pruned_at"),
             node=row.get("node"),
+            adopted_at=row.get("adopted_at"),
         )
 
     @classmethod

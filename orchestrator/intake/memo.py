@@ -350,15 +350,28 @@ def _move(src: Path, folder: Path, before: Callable[[Path], None] | None) -> Pat
     return target
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write a file whole or not at all: a hidden temporary (its name cut to fit ``NAME_MAX``), fsync, rename."""
+def write_atomically(path: Path, text: str, sync: bool = True) -> None:
+    """Write a file whole or not at all: a hidden temporary (its name cut to fit ``NAME_MAX``), fsync, rename.
+
+    ``sync=False``: no fsync; the caller syncs the file soon after (``sync_file``), several writes with one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / fit_name(f".{path.name}", f".{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.rename(tmp, path)
+
+
+def sync_file(path: Path) -> None:
+    """Make what was written to ``path`` durable (an fsync of the file as it is now)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def new_memo_id() -> str:

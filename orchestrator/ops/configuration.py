@@ -21,6 +21,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from orchestrator.config import ROLE_NAME, Config, TeamFile
+from orchestrator.config.notify import url_shown
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DURATION_PATTERN = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$"
@@ -140,5 +141,10 @@ def schema_text() -> str:
 
 def effective(config: Config) -> dict[str, Any]:
     """The configuration in force: defaults merged into every role, durations in seconds, rates as
-    [count, window in seconds], ``null`` where a key is off or unset."""
-    return config.model_dump(mode="json")
+    [count, window in seconds], ``null`` where a key is off or unset; a webhook's ``url`` as its scheme and host
+    only (its path may hold a token)."""
+    values = config.model_dump(mode="json")
+    for shown in values.get("notifications", []):
+        if shown.get("url"):
+            shown["url"] = url_shown(shown["url"])
+    return values

@@ -16,6 +16,12 @@ too, so an ended one comes back with the figures its event log and result file
 hold (cost, session, failure reason), and a live one is reconnected to its
 socket, which replays its latest events, so ``tell``, ``interrupt``, ``cancel``
 and ``status`` work on it as before the crash.
+
+On a cluster (a spawner with ``RemoteRuns``: Ray) there are no keepers here: each
+run's attempt is asked of the spawner, which finds its wrapper on the cluster and
+re-attaches to it, live or ended with its end kept; the attempts not taken back are
+halted before recovery returns any memo to the inbox, so no memo runs twice at once.
+Every run taken back has ``adopted_at`` on its record (``history`` shows it).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from orchestrator.agents import keeper, memo_list, procs
 from orchestrator.agents.backends import backend_for, stall_seconds
 from orchestrator.agents.handle import Agent
+from orchestrator.agents.spawner import RemoteRuns, Spawner
 from orchestrator.agents.spec import LaunchSpec, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
@@ -63,10 +70,13 @@ class Adopter(Extension):
         lifecycle: Lifecycle,
         post: Callable[[Event], None],
         prepares: list[Prepare] | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
         """``prepares``: the extensions' ``prepare`` hooks, shown each run taken back (they can only observe it)."""
         self.config = config
         self.prepares = prepares if prepares is not None else []
+        self.remote = spawner if isinstance(spawner, RemoteRuns) else None
+        self.taken_back: set[tuple[int, int]] = set()  # (run id, attempt) of the remote attempts taken back
         self.store = store
         self.console = console
         self.lc = lifecycle
@@ -82,6 +92,8 @@ class Adopter(Extension):
         state = RunState(row["state"])
         if self.config.recovery != "adopt" or role is None or state not in ADOPTABLE:
             return False
+        if self.remote is not None:
+            return await self._reattach(row, role, memos, state)
         run_id, attempt = row["run_id"], row["attempt"]
         record = keeper.read_exit(keeper.exit_path(self.config.state_dir, run_id, attempt))
         found = None if record is not None else await self._live_agent(row)
@@ -119,22 +131,67 @@ class Adopter(Extension):
             self.lc.adopt(run, agent, pid=ref.pid, create_time=ref.create_time)
             await self._show(run, spec)
             agent.watch(exited)
-            left = role.timeout - run.elapsed(self.clock.monotonic())
-            if state is RunState.TIMING_OUT:
-                self.pending.append(TimeoutFired(run_id, attempt))
-            else:
-                self.lc.arm(run, "timeout", max(0.0, left), TimeoutFired(run_id, attempt))
-            stall = stall_seconds(role)
-            if stall is not None:  # counted from now: what it wrote while nobody watched is not known
-                self.lc.arm(run, "stall", stall, StallCheck(run_id, attempt, self.clock.now().timestamp()))
+            left = self._arm(run, state)
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) was {state.value} when the orchestrator stopped; adopted its "
                 f"live agent (pid {ref.pid}{', keeper ' + str(keeper_pid) if keeper_pid else ''}), "
                 f"{max(0.0, left):.0f}s left of its timeout",
                 role=role.name,
             )
-        self.kept.setdefault(role.name, set()).update(m.name for m in memos)
+        self._taken(run, memos)
         return True
+
+    async def _reattach(self, row: dict[str, Any], role: Role, memos: list[MemoRef], state: RunState) -> bool:
+        """A run on the cluster: re-attached to its wrapper, alive or with its end kept; False when it is gone."""
+        assert self.remote is not None
+        run_id, attempt = row["run_id"], row["attempt"]
+        run = self.lc.rebuild(row, role, memos, RunState.RUNNING, live=True)
+        spec = self._spec(run)
+        agent = await self.remote.reattach(spec)
+        if agent is None:
+            return False
+
+        def exited(_agent: AgentHandle, verdict: AttemptVerdict) -> None:
+            self.post(RunExited(run_id, attempt, verdict))
+
+        self.taken_back.add((run_id, attempt))
+        self.lc.adopt(run, agent, pid=agent.pid)
+        await self._show(run, spec)
+        agent.watch(exited)
+        left = self._arm(run, state)
+        self.console.line(
+            f"recovery: run {run_id} ({run.label}) was {state.value} when the orchestrator stopped; re-attached to "
+            f"its wrapper on {agent.node} (pid {agent.pid}), not running it again; {left:.0f}s left of its timeout",
+            role=role.name,
+        )
+        self._taken(run, memos)
+        return True
+
+    async def halt_others(self) -> None:
+        """On a cluster: halt the attempts left there that were not taken back, before any memo goes back."""
+        if self.remote is None:
+            return
+        for name in await self.remote.halt_others(self.taken_back):
+            self.console.line(f"recovery: halted {name}, an attempt left on the cluster that was not taken back")
+
+    def _arm(self, run: RoleRun, state: RunState) -> float:
+        """A live run taken back: its timeout from its original start (fired now if it was timing out), its
+        stall check from now; the seconds left of its timeout."""
+        run_id, attempt, role = run.run_id, run.attempt, run.role
+        left = max(0.0, role.timeout - run.elapsed(self.clock.monotonic()))
+        if state is RunState.TIMING_OUT:
+            self.pending.append(TimeoutFired(run_id, attempt))
+        else:
+            self.lc.arm(run, "timeout", left, TimeoutFired(run_id, attempt))
+        stall = stall_seconds(role)
+        if stall is not None:  # counted from now: what it wrote while nobody watched is not known
+            self.lc.arm(run, "stall", stall, StallCheck(run_id, attempt, self.clock.now().timestamp()))
+        return left
+
+    def _taken(self, run: RoleRun, memos: list[MemoRef]) -> None:
+        """A run taken back: its memos stay in active/, and its record says when (``history``)."""
+        self.kept.setdefault(run.role.name, set()).update(m.name for m in memos)
+        self.store.update_run(run.run_id, adopted_at=self.clock.now().isoformat(timespec="milliseconds"))
 
     def release(self) -> None:
         """Recovery is done: the recorded exits are handled by the loop like any other."""

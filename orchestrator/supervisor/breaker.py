@@ -29,6 +29,7 @@ from pathlib import Path
 
 from orchestrator.config import Role
 from orchestrator.core.run import MemoRef
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.intake import outbox
 from orchestrator.store import Store
 from orchestrator.supervisor.extension import Extension, Host
@@ -161,6 +162,7 @@ class Breaker(Extension):
         self.store = host.store
         self.console = host.console
         self.clock = host.clock
+        self.tell = host.tell
         self.team = {normal_sender(name) for name in self.config.roles}  # the senders ``pair_rate`` counts
         ensure_tables(self.store.db)
 
@@ -248,6 +250,7 @@ class Breaker(Extension):
         key = chain or ref.memo_id or f"{role}/{ref.name}"
         if self.store.db.execute("SELECT 1 FROM breaker_notices WHERE chain = ?", (key,)).fetchone():
             return
+        self.tell(TeamEvent("held", role, ref.name, ref.subject, why))
         notify = self.config.notify
         path: Path | None = None
         if notify is not None:

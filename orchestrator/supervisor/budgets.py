@@ -6,11 +6,12 @@ day, tested without a database or a clock; ``Budgets`` gathers the figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.store import Store
 
 TEAM = "*"
@@ -53,8 +54,11 @@ def blocked_roles(current: dict[str, str], roles: list[str]) -> list[str]:
 class Budgets:
     """The daily budgets in force: recomputed from the store's figures and the live runs, each change logged once."""
 
-    def __init__(self, config: Config, store: Store, console: Console) -> None:
+    def __init__(
+        self, config: Config, store: Store, console: Console, tell: Callable[[TeamEvent], None] = lambda _e: None
+    ) -> None:
         self.config = config
+        self.tell = tell  # a cap reached is a team event (notifications)
         self.store = store
         self.console = console
         self.current: dict[str, str] = {}
@@ -73,6 +77,7 @@ class Budgets:
         for key, why in new.items():
             if self.current.get(key) is None:
                 self.console.line(f"budget: {why}", role=None if key == TEAM else key)
+                self.tell(TeamEvent("budget", role=None if key == TEAM else key, reason=why))
         for key in self.current.keys() - new.keys():
             self.console.line(
                 "budget: new day or budget raised; starting runs again", role=None if key == TEAM else key

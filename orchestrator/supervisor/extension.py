@@ -30,6 +30,7 @@ from orchestrator.core.clock import Clock
 from orchestrator.core.events import RunFinished
 from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.store import Store
 from orchestrator.supervisor.decisions import DEFAULT, EndDecision
 from orchestrator.supervisor.feature_requests import Command
@@ -61,6 +62,7 @@ class Host:
     identify: Callable[[int], Caller]  # who a process is, as the gate sees it (an agent, or a person)
     admit: Callable[[Request, Caller], Request]  # the gate's check of a control request; ``RefusedError`` if not
     require: Callable[[Caller, str, bool], None]  # the gate's check of a command acting on files itself
+    tell: Callable[[TeamEvent], None]  # announce a team event (a held memo) to every extension's ``on_team_event``
 
 
 class Extension:
@@ -75,6 +77,7 @@ class Extension:
     - ``check_holds``: before each scheduling pass; it holds or releases roles through ``host.holds``;
     - ``before_finish``: a run is about to end (its memo not yet moved); ``on_finished``: it has ended;
     - ``on_transition``: a run changed state (recorded already); it only watches;
+    - ``on_team_event``: the core announced a ``TeamEvent`` (a pause, a held memo, a stall, a crash loop, ...);
     - ``agent_env``: variables it adds to an attempt's agent environment (asked once the attempt is on record);
       a convenience for the common case of ``prepare``, and synchronous, so a feature's variables are read while
       the event that starts the attempt is handled (the dashboard's ``TRACEPARENT`` of the run's span);
@@ -119,6 +122,9 @@ class Extension:
         return None
 
     def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
+        return None
+
+    def on_team_event(self, event: TeamEvent) -> None:
         return None
 
     def agent_env(self, run: RoleRun) -> dict[str, str]:

@@ -39,6 +39,7 @@ from orchestrator.core.clock import Clock, iso
 from orchestrator.core.events import RetryDue, RunFinished
 from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState, check_transition
+from orchestrator.core.team_events import TeamEvents
 from orchestrator.intake import memo_index, notices
 from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
 from orchestrator.store import Store
@@ -81,6 +82,7 @@ class Lifecycle:
         self.before_finish: list[Callable[[RoleRun, RunState, str | None], None]] = []
         # told of every state change after it is recorded (the dashboard's events); read-only listeners
         self.on_transition: list[Callable[[RoleRun, RunState, RunState], None]] = []
+        self.team_events = TeamEvents()  # a pause, a held memo, a stall...: told to the features that listen
         self.runs: dict[int, RoleRun] = {}
         self.touched: dict[int, RoleRun] = {}  # the runs whose state changed since the loop last cleared it
         self.retry_ready: dict[str, deque[RoleRun]] = {name: deque() for name in config.roles}

@@ -1,7 +1,8 @@
 """The supervisor: one asyncio loop, the one owner of all run state.
 
 Start-up (folders, recovery, watcher, control channel, first scan), then one
-event at a time until told to end, then shutdown. The inbox watcher, the
+event at a time until told to end (``ending``), then shutdown. Its parts are made by the composition root
+(``orchestrator.compose``) and handed over with ``attach``. The inbox watcher, the
 agents' exit watchers, spawn and stop tasks, timers, signals and the control
 channel only post typed events (``orchestrator.core.events``) and so do the
 handlers themselves for what follows; ``post`` queues them and the loop handles
@@ -21,15 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 from orchestrator.agents import keeper, procs
-from orchestrator.agents.spawner import Spawner, choose_spawner
 from orchestrator.config import Config, RoleRun
 from orchestrator.console import Console
 from orchestrator.control import protocol
@@ -37,34 +35,15 @@ from orchestrator.control.channel import Peer
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock, SystemClock, iso
 from orchestrator.core.snapshot import Snapshot
-from orchestrator.core.states import Ending, RunState
+from orchestrator.core.states import Ending
 from orchestrator.intake.memo import FOLDERS
-from orchestrator.intake.queue import Intake, SettleDue, WritersFound
-from orchestrator.prompts import load_template
-from orchestrator.store import Store
 from orchestrator.supervisor.adoption import Adopter
-from orchestrator.supervisor.agent_stops import AgentStops
-from orchestrator.supervisor.announce import Announcer
-from orchestrator.supervisor.budgets import Budgets
-from orchestrator.supervisor.extension import Extension, ExtensionFactory, Host, overrides
-from orchestrator.supervisor.gate import Gate
-from orchestrator.supervisor.holds import Holds
-from orchestrator.supervisor.internal import InternalErrors
-from orchestrator.supervisor.launch import Launcher
-from orchestrator.supervisor.lifecycle import Lifecycle
-from orchestrator.supervisor.outcomes import FORCED, Outcomes
-from orchestrator.supervisor.pauses import PauseDue, Pauses
-from orchestrator.supervisor.requests import Requests
+from orchestrator.supervisor.ending import install_signals
+from orchestrator.supervisor.extension import Extension, overrides
+from orchestrator.supervisor.parts import Parts
 from orchestrator.supervisor.shutdown import run_steps
-from orchestrator.supervisor.slots import Slots
-from orchestrator.supervisor.snapshot import Snapshotter
-from orchestrator.supervisor.start_faults import StartFaults, StartsResume
 
-FORCE_PRESSES = 3  # Ctrl-C presses within FORCE_WINDOW that kill every agent
-FORCE_WINDOW = 1.0
 IDLE_EXIT_AFTER = 1.5
-# the states a force ending stops (a run already being stopped keeps its own reason and end, ``STOP_ENDS``)
-FORCE_STOPS = frozenset({RunState.STARTING, RunState.RUNNING, RunState.INTERRUPTING, RunState.TIMING_OUT})
 _E = TypeVar("_E", bound=Extension)
 
 
@@ -88,14 +67,7 @@ class Supervisor:
     """
 
     def __init__(
-        self,
-        config: Config,
-        console: Console,
-        *,
-        until_idle: bool = False,
-        clock: Clock | None = None,
-        spawner: Spawner | None = None,
-        extensions: Sequence[ExtensionFactory] = (),
+        self, config: Config, console: Console, *, until_idle: bool = False, clock: Clock | None = None
     ) -> None:
         self.inbox: deque[object] = deque()  # events posted and not yet handled, oldest first
         self._handling = False  # an event is being handled: what is posted meanwhile waits in ``inbox``
@@ -104,81 +76,6 @@ class Supervisor:
         self.console = console
         self.until_idle = until_idle
         self.clock: Clock = clock or SystemClock()
-        self.store = Store(config.state_dir / "state.db")
-        templates = {name: load_template(self.root / role.prompt) for name, role in config.roles.items()}
-        self.intake = Intake(list(config.roles), config.role_dir, console, self.store, self.clock, self.post)
-        slots = Slots({name: role.limit for name, role in config.roles.items()}, config.max_concurrent)
-        self.lc = Lifecycle(
-            config,
-            self.store,
-            console,
-            self.clock,
-            slots,
-            Announcer(config, self.store, console, self.clock),
-            post=self.post,
-        )
-        self.agent_stops = AgentStops(spawner or choose_spawner(config, console.line, self.clock), console, self.post)
-        self.budgets = Budgets(config, self.store, console)
-        self.holds = Holds(console)
-        self.launcher = Launcher(
-            config,
-            self.store,
-            console,
-            self.clock,
-            self.lc,
-            self.intake,
-            self.agent_stops.spawner,
-            templates,
-            self.post,
-        )
-        self.start_faults = StartFaults(self.lc, self.intake, self.holds, console, self.clock, self.post)
-        self.outcomes = Outcomes(
-            self.lc,
-            self.agent_stops,
-            self.store,
-            console,
-            self.post,
-            lambda: self.ending,
-            self.begin_ending,
-            self._refresh_budgets,
-            self.start_faults,
-        )
-        self.pauses = Pauses(config, self.lc, self.intake, console, self.clock, self.post)
-        self.outcomes.pauses = self.pauses
-        self.launcher.gates.append(self.pauses.blocked)
-        self.launcher.on_start.append(self.pauses.starting)
-        self.requests = Requests(self.lc, self.intake, self.agent_stops, self.store, console, self.post)
-        self.errors = InternalErrors(self.lc, self.agent_stops, console)
-        self.gate = Gate(config, self.store, console, self.clock, lambda: self.lc.runs.values(), self.requests.find)
-        self.handlers: dict[type, Callable[[Any], None]] = {
-            ev.MemoSeen: self.intake.seen,
-            ev.MemoGone: self.intake.gone,
-            ev.RescanNeeded: self._on_rescan,
-            SettleDue: self.intake.settle_due,
-            WritersFound: self.intake.writers_found,
-            Ready: lambda _e: None,  # handled like any event: what the first scan queued starts after it
-            ev.AgentStarted: self.outcomes.started,
-            ev.AgentStartFailed: self.outcomes.start_failed,
-            ev.RunExited: self.outcomes.exited,
-            ev.StopDone: self.outcomes.stopped,
-            ev.TimeoutFired: self.outcomes.timed_out,
-            ev.StallCheck: self.outcomes.stall_check,
-            ev.RetryDue: self.outcomes.retry_due,
-            StartsResume: self.start_faults.resume,
-            PauseDue: self.pauses.due,
-            ev.InterruptRefused: self.requests.interrupt_refused,
-            ev.SignalReceived: self._on_signal,
-            ev.Tick: self._on_tick,
-            ev.StatusRequested: lambda e: e.reply.set_result(self.snapshot()),
-            ev.StopRequested: self._on_stop,
-            ev.CancelRequested: self.requests.cancel,
-            ev.InterruptRequested: self.requests.interrupt,
-            ev.TellRequested: self.requests.tell,
-            ev.FeatureRequested: self.gate.features.handle,
-        }
-        self.ending: Ending | None = None  # None while the orchestrator is not ending
-        self.exit_code = 0
-        self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
         self.done = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watcher: Any = None
@@ -187,46 +84,42 @@ class Supervisor:
         self.recovery: keeper.RecoveryMode | None = None  # what a crash costs, found at start-up (status says it)
         self._idle_since: float | None = None
         self.started_at = iso(self.clock.now())
-        self.host = Host(
-            config=config,
-            clock=self.clock,
-            console=console,
-            holds=self.holds,
-            store=self.store,
-            post=self.post,
-            runs=lambda: MappingProxyType(self.lc.runs),
-            queues=lambda: MappingProxyType(self.intake.queues),
-            ending=lambda: self.ending is not None,
-            retry_waiting=lambda role: bool(self.lc.retry_ready[role]),
-            slot_free=self.lc.slots.free,
-            paused=self.pauses.why_paused,
-            over_budget=self.budgets.why_over,
-            offer_memo=lambda role, path: self.intake.seen(ev.MemoSeen(role, path, complete=True)),
-            started_at=self.started_at,
-            snapshot=lambda full: self.view(full).to_json(),
-            identify=lambda pid: self.gate.identify(pid),
-            admit=lambda request, caller: self.gate.admit_caller(request, caller),
-            require=lambda caller, command, own: self.gate.require(caller, command, own),
-        )
         self.extensions: list[Extension] = []
-        for make in extensions:
-            self._plug(make(self.host))
-        self.snapshots = Snapshotter(
-            config,
-            self.store,
-            console,
-            self.clock,
-            self.lc,
-            self.intake,
-            self.holds,
-            self.pauses,
-            self.budgets,
-            lambda: self.outcomes.crashes.counts,
-            lambda: self.ending,
-            lambda: self.recovery.to_json() if self.recovery is not None else None,
-            self.started_at,
-            self.extensions,
-        )
+
+    def attach(self, parts: Parts) -> None:
+        """Take the parts the composition root made (``orchestrator.compose``), and handle the loop's own events."""
+        self.store, self.intake, self.lc, self.agent_stops = parts.store, parts.intake, parts.lc, parts.agent_stops
+        self.budgets, self.holds, self.launcher, self.pauses = parts.budgets, parts.holds, parts.launcher, parts.pauses
+        self.start_faults, self.outcomes, self.requests = parts.start_faults, parts.outcomes, parts.requests
+        self.errors, self.gate, self.endings, self.host = parts.errors, parts.gate, parts.endings, parts.host
+        self.snapshots = parts.snapshots
+        self.handlers = parts.handlers
+        own: dict[type, Callable[[Any], None]] = {
+            ev.RescanNeeded: self._on_rescan,
+            Ready: lambda _e: None,  # handled like any event: what the first scan queued starts after it
+            ev.Tick: self._on_tick,
+            ev.StatusRequested: lambda e: e.reply.set_result(self.snapshot()),
+            ev.SignalReceived: self.endings.on_signal,
+            ev.StopRequested: self.endings.on_stop,
+        }
+        self.handlers.update(own)
+
+    @property
+    def ending(self) -> Ending | None:
+        """How the orchestrator is ending; None while it is not."""
+        return self.endings.mode
+
+    @property
+    def exit_code(self) -> int:
+        return self.endings.exit_code
+
+    def begin_ending(self, mode: Ending, why: str, exit_code: int | None = None) -> None:
+        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox."""
+        self.endings.begin(mode, why, exit_code)
+
+    def plug(self, extension: Extension) -> None:
+        """Plug a feature in (the composition root does, in the order its hooks are called)."""
+        self._plug(extension)
 
     def _plug(self, extension: Extension) -> None:
         """Wire the hooks ``extension`` overrides into the parts that call them, in the order plugged."""
@@ -242,6 +135,7 @@ class Supervisor:
             "before_finish": self.lc.before_finish,
             "on_finished": self.lc.listeners,
             "on_transition": self.lc.on_transition,
+            "on_team_event": self.lc.team_events.listeners,
             "agent_env": self.launcher.env_hooks,
             "prepare": self.launcher.prepares,
             "decide_end": self.outcomes.end_hooks,
@@ -321,7 +215,7 @@ class Supervisor:
         self.adopter = self.make_adopter()
         await recover(self.config, self.store, self.console, self.lc, self.adopter)
         self._refresh_budgets()
-        self._install_signals()
+        install_signals(self.loop, self.post, self.clock)
         # the watcher starts before the first scan, so a memo written meanwhile is seen by one or both;
         # the claim rename makes sure it runs once either way
         self.watcher = make_watcher({r: self.config.role_dir(r) for r in self.config.roles}, self.post)
@@ -371,20 +265,11 @@ class Supervisor:
 
     def make_adopter(self) -> Adopter:
         """Recovery's adopter, plugged in: each finished run's exit records are spent from then on."""
-        adopter = Adopter(self.config, self.store, self.console, self.lc, self.post, self.launcher.prepares)
+        adopter = Adopter(
+            self.config, self.store, self.console, self.lc, self.post, self.launcher.prepares, self.agent_stops.spawner
+        )
         self._plug(adopter)
         return adopter
-
-    def _install_signals(self) -> None:
-        assert self.loop is not None
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            # the handler only records; the loop decides what it means
-            self.loop.add_signal_handler(signum, self._record_signal, signum)
-        self.loop.add_signal_handler(signal.SIGHUP, lambda: None)
-        self.loop.add_signal_handler(signal.SIGPIPE, lambda: None)
-
-    def _record_signal(self, signum: int) -> None:
-        self.post(ev.SignalReceived(signum, self.clock.monotonic()))
 
     async def _tick(self) -> None:
         interval = max(0.05, self.config.rescan_interval)
@@ -420,48 +305,6 @@ class Supervisor:
 
     def _refresh_budgets(self) -> None:
         self.budgets.refresh(self.clock.now(), self.lc.runs.values())
-
-    # ------------------------------------------------------------------ ending
-    def _on_signal(self, event: ev.SignalReceived) -> None:
-        if event.signum == signal.SIGINT:
-            self.sigints.append(event.at)
-            if len(self.sigints) == FORCE_PRESSES and self.sigints[-1] - self.sigints[0] <= FORCE_WINDOW:
-                self.begin_ending(Ending.FORCE, f"Ctrl-C pressed {FORCE_PRESSES} times")
-                return
-            self.begin_ending(Ending.GRACEFUL, "Ctrl-C (press it 3 times within a second to kill the agents)")
-        else:
-            self.begin_ending(Ending.GRACEFUL, f"signal {signal.Signals(event.signum).name}")
-
-    def _on_stop(self, event: ev.StopRequested) -> None:
-        flag = " --force" if event.force else ""
-        self.begin_ending(
-            Ending.FORCE if event.force else Ending.GRACEFUL, f"`orchestrator stop{flag}` from {event.who}"
-        )
-        event.reply.set_result({"ending": self.ending.value if self.ending else None})
-
-    def begin_ending(self, mode: Ending, why: str, exit_code: int | None = None) -> None:
-        """Graceful: nothing new starts, running agents finish. Force: kill every agent, memos back to inbox.
-
-        A force ending overrides a graceful one, never the other way round.
-        """
-        if exit_code is not None and self.exit_code == 0:
-            self.exit_code = exit_code
-        if self.ending is mode or self.ending is Ending.FORCE:
-            return
-        self.ending = mode
-        running = self.lc.slots.in_use
-        if mode is Ending.GRACEFUL:
-            self.console.line(f"ending: {why}; waiting for {running} running agent(s); nothing new starts")
-        else:
-            self.exit_code = self.exit_code or 1
-            self.console.line(f"ending now: {why}; stopping {running} agent(s) and returning their memos")
-        for run in list(self.lc.runs.values()):
-            if run.state is RunState.RETRY_WAIT:
-                self.lc.finish(run, RunState.RETURNED, reason="the orchestrator ended before the retry")
-            elif mode is Ending.FORCE and run.state in FORCE_STOPS:
-                self.lc.transition(run, RunState.STOPPING, reason=FORCED)
-                if run.agent is not None:  # else its start (or failure) brings the stop
-                    self.agent_stops.stop(run, 0.0)
 
     # ------------------------------------------------------------------ status
     async def answer(self, request: protocol.Request | protocol.FeatureRequest, peer: Peer) -> dict[str, Any]:

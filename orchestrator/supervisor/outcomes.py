@@ -23,6 +23,7 @@ from orchestrator.core.events import (
     TimeoutFired,
 )
 from orchestrator.core.states import STOP_ENDS, Ending, RunState
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.store import Store
 from orchestrator.supervisor import decisions, rules
 from orchestrator.supervisor.agent_stops import AgentStops
@@ -176,6 +177,7 @@ class Outcomes:
         self.lc.end_attempt(run, "failed", reason, exit_code)
         self.console.line(f"{run.label} attempt {run.attempt} failed: {reason} (run {run.run_id})", role=role.name)
         if self.crashes.note(role.name, run.last_ran or 0.0, failed=True):
+            self.lc.team_events(TeamEvent("crash_loop", role.name, run.memos[0].name, run.memos[0].subject, reason))
             self.begin_ending(
                 Ending.GRACEFUL,
                 f"critical role {role.name} crashed {self.crashes.counts[role.name]} times in a row, each within "
@@ -242,6 +244,7 @@ class Outcomes:
             return
         stalled = f"stalled: no output for {duration_text(stall)} (the CLI may be waiting for a prompt it cannot show)"
         self.console.line(f"{run.label} {stalled}; stopping it", role=run.role.name)
+        self.lc.team_events(TeamEvent("stalled", run.role.name, run.memos[0].name, run.memos[0].subject, stalled))
         self.lc.time_out(run, stalled)
         self.agent_stops.stop(run, run.role.grace)
 

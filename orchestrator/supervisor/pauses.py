@@ -26,6 +26,7 @@ from orchestrator.core.agent import UsageLimit
 from orchestrator.core.clock import Clock, Timer, iso
 from orchestrator.core.events import Event, RunFinished
 from orchestrator.core.states import RunState
+from orchestrator.core.team_events import TeamEvent
 from orchestrator.intake import notices
 from orchestrator.intake.queue import Intake
 from orchestrator.supervisor.lifecycle import Lifecycle
@@ -161,6 +162,7 @@ class Pauses:
             line = f"paused: usage limit ({limit.kind}) {self._when(pause)}: {limit.detail}"
             self.console.line(f"account {account} {line}; its roles start nothing new, runs going keep going")
             self._notice(account, f"Paused: usage limit ({limit.kind})", line)
+            self.lc.team_events(TeamEvent("paused", reason=f"account {account} {line}"))
         elif pause.probe_at is not None and pause.until is None:
             self.console.line(f"account {account}: the probe met the usage limit again; next probe {self._when(pause)}")
 
@@ -188,6 +190,7 @@ class Pauses:
         line = f"resumed after the usage limit ({pause.limit.kind}): {why}"
         self.console.line(f"account {pause.account} {line}; new work starts again")
         self._notice(pause.account, f"Resumed after the usage limit ({pause.limit.kind})", line)
+        self.lc.team_events(TeamEvent("resumed", reason=f"account {pause.account} {line}"))
 
     def _when(self, pause: Pause) -> str:
         if pause.until is not None:

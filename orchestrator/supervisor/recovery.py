@@ -10,6 +10,10 @@ lifecycle like any other, so their memos go back to ``inbox/`` with the
 attempt count kept and run again. So no two agents ever work on one memo at once, and nothing in
 ``active/`` is forgotten. A run that was being cancelled is finished as
 cancelled: the person's decision outlives the orchestrator.
+
+On a Ray cluster the adopter re-attaches to the wrappers of the unfinished runs;
+those it cannot take back are failed attempts as above, and every other attempt of
+this project still on the cluster is halted before recovery ends (``Adopter.halt_others``).
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ async def recover(
         report = await procs.stop_tree(target, grace, found=found) if found else procs.KillReport()
         handled.add(row["run_id"])
         _finish_row(config, store, console, lifecycle, row, role, report)
+    if adopter is not None:
+        await adopter.halt_others()
     for run_id in orphan_run_ids(root) - handled:
         report = await procs.stop_tree(procs.Target(None, None, run_id, root), DEFAULT_GRACE)
         console.line(f"recovery: stopped {len(report.pids)} leftover process(es) of run {run_id}: {report.pids}")

@@ -1,4 +1,4 @@
-"""Running agents on a Ray cluster: the same spawner boundary as local processes, one Ray task per attempt.
+"""Running agents on a Ray cluster: the same spawner boundary as local processes, one Ray actor per attempt.
 
 Ray itself is imported only when ``executor: {kind: ray}`` asks for it, never for a local configuration.
 """

@@ -1,7 +1,7 @@
 """An attempt on a Ray worker as the head sees it: the transport of its ``Agent``, and an sdk attempt's controls.
 
-Only Ray connects the head to a wrapper, so an sdk session's controls wait in a mailbox on the stop board, which the
-wrapper polls, and its answers come back on the task's stream.
+Only Ray connects the head to a wrapper, so an sdk session's controls wait in a mailbox in the wrapper's actor,
+which the wrapper polls, and its answers come back with its other messages.
 """
 
 from __future__ import annotations
@@ -24,18 +24,24 @@ LOST_EXIT = 255  # the exit status recorded for an attempt whose wrapper was los
 
 #: stops an attempt's tree: ``stopper(attempt, agent, grace, log, interrupt_first)``
 Stopper = Callable[["RayAttempt", Agent, float, Log, bool], Awaitable[KillReport]]
+#: lets the attempt's actor go once the head has its end: ``release(attempt)``
+Release = Callable[["RayAttempt"], None]
 #: leaves a control message in the attempt's mailbox: ``post(attempt, {"id", "what", "line"})``
 Post = Callable[["RayAttempt", dict[str, Any]], Awaitable[None]]
 
 
 class RayAttempt:
-    """One attempt's Ray task as the head sees it (its ``pid`` is on a remote node: ``create_time`` is None)."""
+    """One attempt's Ray actor as the head sees it (its ``pid`` is on a remote node: ``create_time`` is None)."""
 
-    def __init__(self, stopper: Stopper, spec: LaunchSpec, lease: str, gen: Any) -> None:
+    def __init__(self, stopper: Stopper, release: Release, spec: LaunchSpec, lease: str, actor: Any) -> None:
         self.stopper = stopper
+        self.release = release
         self.spec = spec
         self.lease = lease
-        self.gen = gen
+        self.actor = actor
+        self.seq = 0  # the number of the last message taken from the actor
+        self.backlog: list[tuple[int, dict[str, Any]]] = []  # messages a head that came back has yet to read
+        self.floor = 0  # a head that came back: the number of the last message it had when it did
         self.pid: int | None = None
         self.create_time: float | None = None
         self.node: str | None = None  # where it runs, or the node that refused its start
@@ -47,7 +53,7 @@ class RayAttempt:
         self.watchdog: Any = None  # the lost_after timer
         self.pump: asyncio.Future[None] | None = None  # reads the wrapper's stream to its end
         self.follow: SdkFollow | None = None  # an sdk attempt's session
-        self.board: BoardCarrier | None = None  # an sdk attempt's mailbox on the stop board
+        self.board: BoardCarrier | None = None  # an sdk attempt's mailbox in its actor
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
     def end(self, code: int | None, reason: str | None) -> bool:
@@ -68,7 +74,9 @@ class RayAttempt:
         return await self.stopper(self, agent, grace, log, interrupt_first)
 
     def left_behind(self) -> bool:
-        """Never: the wrapper itself kills what an exited agent left, before it reports the exit."""
+        """Never: the wrapper itself kills what an exited agent left, before it reports the exit. Asked once the
+        head has recorded the end, so the actor that kept it is let go here."""
+        self.release(self)
         return False
 
     async def sweep(self, grace: float) -> KillReport:
@@ -77,7 +85,7 @@ class RayAttempt:
 
 
 class BoardCarrier:
-    """An sdk attempt's controls, through its mailbox on the stop board (``follow.Carrier``)."""
+    """An sdk attempt's controls, through its mailbox in the wrapper's actor (``follow.Carrier``)."""
 
     def __init__(self, attempt: RayAttempt, post: Post, answer_wait: float) -> None:
         self.attempt = attempt
@@ -99,7 +107,7 @@ class BoardCarrier:
                 f"the wrapper on {self.attempt.node} did not answer within {self.answer_wait:g}s; the {what} may not "
                 f"have reached run {self.attempt.spec.run_id}'s session"
             ) from None
-        except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the stop board, in one line for a person
+        except Exception as exc:  # noqa: BLE001 - Ray's errors reaching the actor, in one line for a person
             raise ControlError(
                 f"cannot leave the {what} for run {self.attempt.spec.run_id}'s wrapper: {first_line(exc)}"
             ) from None

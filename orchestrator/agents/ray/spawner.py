@@ -1,7 +1,9 @@
-"""The head's side of the Ray executor: each attempt is one Ray task running the wrapper.
+"""The head's side of the Ray executor: each attempt is one detached Ray actor running the wrapper.
 
-The rules on time (``start_timeout``, ``lost_after``) read the supervisor's clock; the bounds on waiting for Ray
-itself (``BOARD_WAIT``, ``CANCEL_WAIT``) are real time. See docs/operations.md, Running on a cluster.
+The head takes each actor's messages in a long poll; the next ``up`` after a crash re-attaches to the actors of its
+unfinished runs (``reattach``) and halts the others (``halt_others``). The rules on time (``start_timeout``,
+``lost_after``) read the supervisor's clock; the bounds on waiting for Ray itself (``BOARD_WAIT``, ``CANCEL_WAIT``)
+are real time. See docs/operations.md, Running on a cluster.
 """
 
 from __future__ import annotations
@@ -14,15 +16,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from orchestrator.agents import memo_list, procs
+from orchestrator.agents import procs
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
 from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
-from orchestrator.agents.ray.board import StopBoard, wrapper_task
+from orchestrator.agents.ray.board import NAMESPACE, TAKE_WAIT, WrapperActor, actor_name, parse_name
 from orchestrator.agents.ray.cluster import connect
+from orchestrator.agents.ray.payload import log_header, options_of, payload_of
 from orchestrator.agents.ray.wire import (
     AnyMessage,
     ControlAnswer,
@@ -35,21 +36,21 @@ from orchestrator.agents.ray.wire import (
     TranscriptLines,
     parse,
 )
-from orchestrator.agents.sdk.backend import runner_spec, session_header
 from orchestrator.agents.sdk.follow import SdkFollow
-from orchestrator.agents.sdk.protocol import explain
 from orchestrator.agents.spec import LaunchSpec, SpawnError, open_log, transcript_path
 from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.clock import Clock, SystemClock
 
-BOARD_WAIT = 5.0  # how long a stop request may take to reach the stop board
-CANCEL_WAIT = 5.0  # after ray.cancel(force=True), how long to wait for Ray to say the task is gone
+BOARD_WAIT = 5.0  # how long a stop request or a control may take to reach the wrapper's actor
+CANCEL_WAIT = 5.0  # after ray.kill of the actor, how long to wait for Ray to say it is gone
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
+ACTOR_CALLS = 8  # calls one wrapper actor serves at once: the head's take, a stop, a control, a halt
+HALT_WAIT = 10.0  # how long a halted actor of an earlier head may take to report its agent dead
 
 
 class RaySpawner(HandleStops):
-    """Agents as Ray tasks, one per attempt, under the head's limits, retry policy and logs."""
+    """Agents as Ray actors, one per attempt, under the head's limits, retry policy and logs."""
 
     def __init__(self, root: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None) -> None:
         self.root = str(root)
@@ -59,83 +60,53 @@ class RaySpawner(HandleStops):
         self.ray = connect(settings)
         self.leases: set[str] = set()  # the attempts whose results the head still accepts
         self.session_nodes: dict[int, str] = {}  # run id -> the node of its last sdk attempt (its session files)
-        here = self.ray.get_runtime_context().get_node_id()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        self.board = (
-            self.ray.remote(StopBoard)
-            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True))
-            .remote()
-        )
-        self.task = self.ray.remote(num_returns="streaming", max_retries=0)(wrapper_task)  # retries are the role's
+        self.actor = self.ray.remote(WrapperActor)  # one per attempt; its retries are the role's, never Ray's
 
     # ------------------------------------------------------------ start
-    def _payload(self, spec: LaunchSpec, lease: str) -> Payload:
-        role = spec.role
-        memos = {}
-        for path in spec.memo_paths:
-            try:
-                memos[path.name] = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SpawnError(f"cannot read {path.name} to send it to the worker: {exc}") from None
-        if not memos:
-            raise SpawnError("no memo to send to the worker")
-        # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
-        env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-        for key in memo_list.MEMO_KEYS:  # the wrapper names its own copies
-            env.pop(key, None)
-        sdk: dict[str, Any] = {}
-        if role.backend == "sdk":
-            sdk = {"backend": "sdk", "sdk_spec": _sdk_spec(spec), "cli_path": role.cli_path}
-        return Payload(
-            run_id=spec.run_id,
-            attempt=spec.attempt,
-            lease=lease,
-            role=role.name,
-            root=self.root,
-            argv=[*role.command, *spec.args],
-            prompt=spec.prompt,
-            prompt_via=role.prompt_via,
-            cwd=_relative_to(spec.cwd, spec.root),
-            env=env,
-            memos=memos,
-            batch=role.batch,
-            poll=self.settings.poll,
-            beat=self.settings.beat,
-            lost_after=self.settings.lost_after,
-            **sdk,
-        )
-
-    def _options(self, spec: LaunchSpec) -> dict[str, Any]:
-        """The task's resources and placement for this attempt."""
-        res = spec.role.resources
-        options: dict[str, Any] = {"num_cpus": res.cpu, "num_gpus": res.gpu}
-        if res.custom:
-            options["resources"] = dict(res.custom)
-        if res.node_labels:
-            options["label_selector"] = dict(res.node_labels)
-        node = self.session_nodes.get(spec.run_id)
-        if spec.resume and node and not res.node_labels:
-            # the session's files are on the node that ran it: prefer that node (soft: another one if it is gone)
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
-        return options
-
     async def start(self, spec: LaunchSpec, on_exit: OnExit) -> Agent:
-        """Submit the attempt's task; return once the wrapper has started the agent on a worker."""
+        """Create the attempt's actor; return once its wrapper has started the agent on a worker."""
         lease = uuid.uuid4().hex
-        payload = self._payload(spec, lease)
-        gen = self.task.options(**self._options(spec)).remote(payload.model_dump(), self.board)
-        attempt = RayAttempt(self.stop_attempt, spec, lease, gen)
+        payload = payload_of(spec, lease, self.root, self.settings)
+        attempt = RayAttempt(self.stop_attempt, self._release, spec, lease, None)
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(lease)
-        os.close(open_log(spec.log_path, self._header(spec)))
+        os.close(open_log(spec.log_path, log_header(spec)))
         try:
+            attempt.actor = await self._create(spec, payload)
             first = await self._started(attempt)
         except SpawnError:
             self._revoke(attempt)
             raise
+        self._begin(attempt, first)
+        agent.watch(on_exit)
+        return agent
+
+    async def _create(self, spec: LaunchSpec, payload: Payload) -> Any:
+        """The attempt's detached actor, named after it, told to start its wrapper. A name already taken is an
+        actor of this attempt that no head took back: halted first, since only one may run the memo."""
+        name = actor_name(self.root, spec.run_id, spec.attempt)
+        options = dict(
+            options_of(spec, self.session_nodes.get(spec.run_id)),
+            name=name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            max_restarts=0,
+            max_concurrency=ACTOR_CALLS,
+        )
+        try:
+            try:
+                actor = self.actor.options(**options).remote(payload.model_dump())
+            except ValueError:
+                await self._halt(name)
+                actor = self.actor.options(**options).remote(payload.model_dump())
+            actor.start.remote()
+        except Exception as exc:  # noqa: BLE001 - Ray's errors creating an actor, in one line for a person
+            raise SpawnError(f"cannot create the Ray actor of the attempt: {first_line(exc)}") from None
+        return actor
+
+    def _begin(self, attempt: RayAttempt, first: Started) -> None:
+        """The wrapper has started the agent: note where, and read its messages from now on."""
+        spec = attempt.spec
         attempt.pid, attempt.node = first.pid, first.node
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
@@ -143,46 +114,38 @@ class RaySpawner(HandleStops):
                 self.session_nodes.pop(next(iter(self.session_nodes)))
         if first.orphans:
             self.say(f"run {spec.run_id}: killed orphaned agent processes {first.orphans} on {first.node}")
-        agent.watch(on_exit)
         attempt.pump = asyncio.ensure_future(self._pump(attempt))
-        return agent
 
     async def _started(self, attempt: RayAttempt) -> Started:
         """The wrapper's first message, which says the agent started; else ``SpawnError`` with why not."""
-        first_word = _pending(self._next(attempt.gen))
+        first_word = _pending(self._first(attempt))
         if not await self._within(first_word, self.settings.start_timeout):
-            self._cancel(attempt.gen)
+            self._cancel(attempt)
             raise SpawnError(
                 f"no Ray node could take it within {self.settings.start_timeout:g}s "
-                f"(it asks for {self._options(attempt.spec)})"
+                f"(it asks for {options_of(attempt.spec, None)})"
             )
         try:
             first = first_word.result()
-        except StopAsyncIteration:
-            raise SpawnError("the Ray task ended before the agent started") from None
         except self.ray.exceptions.RayError as exc:
-            raise SpawnError(f"the Ray task failed before the agent started: {first_line(exc)}") from None
+            self._cancel(attempt)
+            raise SpawnError(f"the Ray actor failed before the agent started: {first_line(exc)}") from None
         if isinstance(first, StartFailed):
             attempt.node = first.node
+            self._cancel(attempt)
             raise SpawnError(first.reason)
         if not isinstance(first, Started):
             raise SpawnError(f"the wrapper said {first.type!r} before it started the agent")
         return first
 
     def _follow(self, attempt: RayAttempt) -> SdkFollow | None:
-        """An sdk attempt's session follower, its controls carried by the stop board."""
+        """An sdk attempt's session follower, its controls carried by the wrapper's actor."""
         spec = attempt.spec
         if spec.role.backend != "sdk":
             return None
         attempt.board = BoardCarrier(attempt, self._post, self.settings.poll * 10 + BOARD_WAIT)
         attempt.follow = SdkFollow(spec.run_id, transcript_path(spec), spec.log_path, attempt.board)
         return attempt.follow
-
-    @staticmethod
-    def _header(spec: LaunchSpec) -> str:
-        if spec.role.backend == "sdk":
-            return session_header(spec, " (ray)") + "\n"
-        return f"\n=== run {spec.run_id} attempt {spec.attempt} (ray): " + " ".join(spec.role.command[:8]) + "\n"
 
     async def _within(self, future: asyncio.Future[Any], seconds: float) -> bool:
         """Whether ``future`` is done within ``seconds`` on the supervisor's clock."""
@@ -195,20 +158,34 @@ class RaySpawner(HandleStops):
 
     async def _post(self, attempt: RayAttempt, control: dict[str, Any]) -> None:
         """Leave a control message in the attempt's mailbox, which its wrapper empties at its next poll."""
-        await asyncio.wait_for(self.board.post.remote(attempt.lease, control), BOARD_WAIT)
+        await asyncio.wait_for(attempt.actor.post.remote(control), BOARD_WAIT)
 
-    async def _next(self, gen: Any) -> AnyMessage:
-        ref = await gen.__anext__()
-        return parse(await ref)
+    async def _take(self, attempt: RayAttempt) -> list[tuple[int, dict[str, Any]]]:
+        """The messages a head that came back has yet to read, else the actor's next ones (a long poll)."""
+        if attempt.backlog:
+            batch, attempt.backlog = attempt.backlog, []
+            return batch
+        return list(await attempt.actor.take.remote(max(attempt.seq, attempt.floor), TAKE_WAIT))
+
+    async def _first(self, attempt: RayAttempt) -> AnyMessage:
+        """The wrapper's first message; the rest stay with the actor for the pump."""
+        while True:
+            for seq, data in await self._take(attempt):
+                attempt.seq = seq
+                return parse(data)
 
     def _revoke(self, attempt: RayAttempt) -> None:
         self.leases.discard(attempt.lease)
-        with contextlib.suppress(Exception):
-            self.board.forget.remote(attempt.lease)
 
-    def _cancel(self, gen: Any) -> None:
+    def _cancel(self, attempt: RayAttempt) -> None:
+        """Kill the attempt's actor (and so its wrapper; an agent it leaves is killed by the next wrapper there)."""
         with contextlib.suppress(Exception):
-            self.ray.cancel(gen, force=True)
+            self.ray.kill(attempt.actor, no_restart=True)
+
+    def _release(self, attempt: RayAttempt) -> None:
+        """The head has the attempt's end: its actor, which kept it, is let go (a lost one is, by its pump)."""
+        if attempt.finished and attempt.lost is None:
+            self._cancel(attempt)
 
     # ------------------------------------------------------------ the stream
     def _watchdog(self, attempt: RayAttempt) -> None:
@@ -229,51 +206,61 @@ class RaySpawner(HandleStops):
         attempt.watchdog = self.clock.call_later(lost_after, check)
 
     async def _pump(self, attempt: RayAttempt) -> None:
-        """Read the wrapper's stream to its end; the attempt ends once, at the first of its report, Ray's error or
-        ``lost_after`` of silence."""
-        spec = attempt.spec
+        """Read the wrapper's messages to its last; the attempt ends once, at the first of its report, Ray's error or
+        ``lost_after`` of silence. An attempt given up is read on to its end (late words are logged, never acted
+        on), then its actor is let go."""
         attempt.heard = self.clock.monotonic()
         self._watchdog(attempt)
-        log_fd = open_log(spec.log_path, "")
+        log_fd = open_log(attempt.spec.log_path, "")
         try:
-            while True:
-                word = _pending(self._next(attempt.gen))
+            said_last = False
+            while not said_last:
+                word = _pending(self._take(attempt))
                 await asyncio.wait({word})
                 try:
-                    message = word.result()
-                except StopAsyncIteration:
-                    break
+                    batch = word.result()
                 except self.ray.exceptions.RayError as exc:
                     self._end(attempt, None, _lost_reason(exc, attempt.node))
                     break
-                attempt.heard = self.clock.monotonic()
-                if attempt.lease not in self.leases or message.lease != attempt.lease:
-                    self.say(
-                        f"run {spec.run_id} attempt {spec.attempt}: a {message.type!r} message from {attempt.node} came "
-                        "after the head gave this attempt up; ignored"
-                    )
-                    continue
-                if isinstance(message, Output):
-                    os.write(log_fd, message.data.encode("utf-8"))
-                elif isinstance(message, SdkEvent) and attempt.follow is not None:
-                    attempt.follow.apply_line(message.line)  # the figures, as locally
-                elif isinstance(message, TranscriptLines) and attempt.follow is not None:
-                    append_transcript(attempt.follow.transcript, message.data)
-                elif isinstance(message, ControlAnswer) and attempt.board is not None:
-                    attempt.board.answered(message.id, message.refused)
-                elif isinstance(message, Ended):
-                    if message.stopped:
-                        attempt.report = KillReport(message.pids, message.seconds, message.escalated, message.survivors)
-                    else:
-                        attempt.exit_pids = list(message.pids)
-                    lost = f"the wrapper on {attempt.node} could not reach the head"
-                    self._end(attempt, message.code, lost if message.why == "lost the head" else None)
+                for seq, data in batch:
+                    attempt.seq = seq
+                    said_last = self._read(attempt, parse(data), log_fd) or said_last
         finally:
             os.close(log_fd)
             if attempt.watchdog is not None:
                 attempt.watchdog.cancel()
+            if attempt.lost is not None:
+                self._cancel(attempt)
         if not attempt.finished:
             self._end(attempt, None, f"the wrapper on {attempt.node} ended without reporting the agent's exit")
+
+    def _read(self, attempt: RayAttempt, message: AnyMessage, log_fd: int) -> bool:
+        """Act on one of the wrapper's messages; True for its last (``ended``)."""
+        spec = attempt.spec
+        attempt.heard = self.clock.monotonic()
+        if attempt.lease not in self.leases or message.lease != attempt.lease:
+            self.say(
+                f"run {spec.run_id} attempt {spec.attempt}: a {message.type!r} message from {attempt.node} came "
+                "after the head gave this attempt up; ignored"
+            )
+            return isinstance(message, Ended)
+        if isinstance(message, Output):
+            os.write(log_fd, message.data.encode("utf-8"))
+        elif isinstance(message, SdkEvent) and attempt.follow is not None:
+            attempt.follow.apply_line(message.line)  # the figures, as locally
+        elif isinstance(message, TranscriptLines) and attempt.follow is not None:
+            append_transcript(attempt.follow.transcript, message.data)
+        elif isinstance(message, ControlAnswer) and attempt.board is not None:
+            attempt.board.answered(message.id, message.refused)
+        elif isinstance(message, Ended):
+            if message.stopped:
+                attempt.report = KillReport(message.pids, message.seconds, message.escalated, message.survivors)
+            else:
+                attempt.exit_pids = list(message.pids)
+            lost = f"the wrapper on {attempt.node} could not reach the head"
+            self._end(attempt, message.code, lost if message.why == "lost the head" else None)
+            return True
+        return False
 
     def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
         """End the attempt and give its lease up, once (``reason``: why it failed)."""
@@ -282,15 +269,73 @@ class RaySpawner(HandleStops):
 
     def _ask_stop(self, attempt: RayAttempt, grace: float) -> Any:
         try:
-            return self.board.stop.remote(attempt.lease, grace)
-        except Exception:  # noqa: BLE001 - the board is unreachable: the wrapper fences itself after lost_after
+            return attempt.actor.stop.remote(grace)
+        except Exception:  # noqa: BLE001 - the actor is unreachable: the wrapper fences itself after lost_after
             return None
+
+    # ------------------------------------------------------------ a restart
+    async def reattach(self, spec: LaunchSpec) -> Agent | None:
+        """The attempt of ``spec`` as an earlier head left it: its live agent, or its kept end, read from its actor;
+        None when no actor of it lives (its wrapper, its node or its wait for a head is over)."""
+        try:
+            actor = self.ray.get_actor(actor_name(self.root, spec.run_id, spec.attempt), namespace=NAMESPACE)
+            kept = await asyncio.wait_for(actor.resume.remote(), BOARD_WAIT + self.settings.poll * 10)
+        except Exception:  # noqa: BLE001 - no such actor, or one that no longer answers: nothing to take back
+            return None
+        attempt = RayAttempt(self.stop_attempt, self._release, spec, kept["lease"], actor)
+        agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
+        self.leases.add(attempt.lease)
+        if attempt.follow is not None:
+            for data in kept["events"]:  # the session's figures, from its first event
+                attempt.follow.apply_line(parse(data).line)  # type: ignore[union-attr]
+        attempt.floor, attempt.backlog = kept["last"], [tuple(item) for item in kept["said"]]
+        if not kept["first"]:  # the last head may have died before it told the wrapper to start: started once
+            attempt.actor.start.remote()
+        try:
+            first = parse(kept["first"]) if kept["first"] else await self._started(attempt)
+        except SpawnError:
+            self._revoke(attempt)
+            return None
+        if not isinstance(first, Started):
+            self._revoke(attempt)
+            self._cancel(attempt)
+            return None
+        self._begin(attempt, first.model_copy(update={"orphans": []}))  # those were told by the last head
+        return agent
+
+    async def halt_others(self, kept: set[tuple[int, int]]) -> list[str]:
+        """Halt every actor of this project root but the attempts in ``kept`` (run id, attempt): those of runs
+        recovery did not take back, or whose attempt had moved on. Return their names."""
+        try:
+            named = self.ray.util.list_named_actors(all_namespaces=True)
+        except Exception:  # noqa: BLE001 - the cluster's directory did not answer: the wrappers fence themselves
+            return []
+        names = [
+            entry["name"]
+            for entry in named
+            if entry.get("namespace") == NAMESPACE
+            and (found := parse_name(self.root, entry["name"])) is not None
+            and found not in kept
+        ]
+        await asyncio.gather(*(self._halt(name) for name in names))
+        return names
+
+    async def _halt(self, name: str) -> None:
+        """Stop the agent of the named actor at once, wait (bounded) for its wrapper to say so, then kill it."""
+        try:
+            actor = self.ray.get_actor(name, namespace=NAMESPACE)
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(actor.halt.remote(HALT_WAIT), HALT_WAIT + BOARD_WAIT)
+        with contextlib.suppress(Exception):
+            self.ray.kill(actor, no_restart=True)
 
     # ------------------------------------------------------------ stop
     async def stop_attempt(
         self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
     ) -> KillReport:
-        """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.cancel(force=True)``.
+        """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.kill`` its actor.
 
         An sdk agent is first asked to end its turn (as locally); if the runner then exits by itself within
         ``grace``, the wrapper's sweep of what it left is the last step."""
@@ -318,34 +363,17 @@ class RaySpawner(HandleStops):
         if attempt.finished and attempt.lost is None:
             return KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
         why = attempt.lost or f"no report within {grace + procs.KILL_WAIT:g}s"
-        log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); ray.cancel(force=True)")
-        self._cancel(attempt.gen)
+        log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); ray.kill of its actor")
+        self._cancel(attempt)
         if attempt.pump is not None:
             await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
         self._end(attempt, None, why)
         log(
-            f"forced cancel of the Ray task done; the agent (pid {attempt.pid}) could not be checked and is killed by "
+            f"ray.kill of the wrapper's actor done; the agent (pid {attempt.pid}) could not be checked and is killed by "
             f"the next wrapper that runs on {attempt.node}"
         )
         pids = [attempt.pid] if attempt.pid else []
         return KillReport(pids=pids, survivors=list(pids))
-
-
-def _sdk_spec(spec: LaunchSpec) -> dict[str, Any]:
-    """The runner's spec as the head knows it; the wrapper fills in ``cwd``, ``transcript`` and ``cli_path``."""
-    try:
-        return runner_spec(spec, None, spec.cwd, transcript_path(spec))
-    except ValidationError as exc:
-        raise SpawnError(f"cannot describe the run to the sdk runner: {explain(exc, 'the spec')}") from None
-
-
-def _relative_to(cwd: Path, root: Path) -> str:
-    """The agent's folder as the worker joins it to the root: relative when it lies under the root (the worker's
-    copy of the project may have another real path), else as it is."""
-    try:
-        return str(cwd.relative_to(root.resolve()))
-    except ValueError:
-        return str(cwd)
 
 
 def _pending(coro: Any) -> asyncio.Future[Any]:
@@ -364,5 +392,5 @@ def _lost_reason(exc: BaseException, node: str | None) -> str:
     if "WorkerCrashed" in name or "ActorDied" in name or "OwnerDied" in name:
         return f"the Ray worker on {node} died (its agent is killed by the next wrapper on that node)"
     if "Cancelled" in name:
-        return f"the Ray task on {node} was cancelled"
+        return f"the Ray actor on {node} was cancelled"
     return f"Ray lost the task on {node}: {name}: {first_line(exc)}"

@@ -33,6 +33,8 @@ class Payload(_Wire):
     poll: float
     beat: float
     lost_after: float
+    #: how long the wrapper keeps its agent, then its end, for a head that is gone (0: ``lost_after``)
+    reconnect_within: float = 0.0
     backend: Literal["command", "sdk"] = "command"
     #: ``backend: sdk``: the runner's spec as the head built it; the wrapper sets its ``cwd``, ``transcript`` and
     #: ``cli_path`` (``cli_path`` below, resolved on the worker)

@@ -1,7 +1,8 @@
 """What runs on a Ray worker for one attempt: start the agent, stream its output, stop its whole tree when asked.
 
-Nothing here imports Ray: the task passes in ``ask``. Before it starts an agent it kills those whose wrapper died,
-since a worker killed mid-run leaves its agent orphaned on the node.
+Nothing here imports Ray: the actor (``board.WrapperActor``) passes in ``ask``. With no head for
+``reconnect_within`` (``lost_after`` when that is 0) the wrapper kills its agent itself. Before it starts an agent
+it kills those whose wrapper died, since a worker killed mid-run leaves its agent orphaned on the node.
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ def _watch(
     last_said = last_heard = time.monotonic()
     closed = False
     grace: float | None = None  # set: a stop was asked for (``why``), else the agent exited by itself
+    fence = payload.reconnect_within or payload.lost_after  # with no head this long, the agent is killed
     while True:
         data, ended_output = _drain(out, 0.0 if closed else payload.poll)
         closed = closed or ended_output
@@ -222,7 +224,7 @@ def _watch(
             if session is not None and inbox is not None:
                 session.deliver(inbox())
         except Exception:  # noqa: BLE001 - whatever the transport raised, the head did not answer
-            grace = 0.0 if now - last_heard >= payload.lost_after else None
+            grace = 0.0 if now - last_heard >= fence else None
             why = "lost the head"
         if grace is not None:
             report = asyncio.run(procs.stop_tree(target, grace))

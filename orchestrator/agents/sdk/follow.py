@@ -6,9 +6,8 @@ figures either way; only its ``Carrier`` differs.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,7 +38,7 @@ from orchestrator.core.errors import ControlError
 
 class Carrier(Protocol):
     """What carries a session's controls to its runner (and, at its end, what the runner left): the runner's socket
-    locally, the stop board's mailbox on Ray."""
+    locally, the wrapper actor's mailbox on Ray."""
 
     async def send(self, follow: SdkFollow, message: AnyControl, what: str) -> None:
         """Deliver one control (the session is not ``follow.closing``); ``ControlError`` (one line) when it cannot
@@ -72,7 +71,6 @@ class SdkFollow:
         self.permanent_failure = False  # the failure is one no retry can help (not logged in, key rejected, ...)
         self.usage_limit: UsageLimit | None = None  # the failure was the account's usage or rate limit
         self.warnings: list[str] = []  # lines for a person about a session that succeeded
-        self.on_update: Callable[[dict[str, Any]], None] | None = None  # gets each event's JSON object
         self.last_event_at: float | None = None  # when the last event came (epoch seconds), for the stall check
 
     def ended_line(self, what: str) -> str:
@@ -123,13 +121,9 @@ class SdkFollow:
         return f"{self._doing} ({tells})" if self._doing else tells
 
     def restore(self, events: Iterable[AnyEvent]) -> None:
-        """Apply events the runner left on disk (``on_update`` is not told: they are old news)."""
-        view, self.on_update = self.on_update, None
-        try:
-            for event in events:
-                self.apply(event)
-        finally:
-            self.on_update = view
+        """Apply events the runner left on disk."""
+        for event in events:
+            self.apply(event)
 
     def apply_line(self, line: str | bytes) -> None:
         """One line the runner sent: applied, unless it is no runner event (skipped, like a line over the limit)."""
@@ -140,7 +134,7 @@ class SdkFollow:
         self.apply(event)
 
     def apply(self, event: AnyEvent) -> None:
-        """Update the figures from one runner event, then tell ``on_update``."""
+        """Update the figures from one runner event."""
         self.last_event_at = time.time()
         match event:
             case ActivityEvent(text=text):
@@ -167,10 +161,3 @@ class SdkFollow:
                     self.usage_limit = UsageLimit(event.limit_kind, event.resets_at, self.failure_reason)
                 self.budget_exceeded = self.budget_exceeded or budget
                 self.permanent_failure = self.permanent_failure or permanent
-        if self.on_update is not None:
-            try:
-                self.on_update(event.wire())
-            except Exception as exc:  # noqa: BLE001 - a view that fails must not stop the figures from arriving
-                asyncio.get_running_loop().call_exception_handler(
-                    {"message": "SdkFollow.on_update failed", "exception": exc}
-                )

@@ -18,6 +18,7 @@ import sys
 from orchestrator.agents.claude_errors import one_line
 from orchestrator.agents.sdk.broadcast import Broadcast
 from orchestrator.agents.sdk.options import build_options
+from orchestrator.agents.sdk.phases import ControlLine, Event
 from orchestrator.agents.sdk.protocol import (
     EXIT_FAILED,
     EXIT_SIGNALLED,
@@ -25,7 +26,7 @@ from orchestrator.agents.sdk.protocol import (
     FailureEvent,
     parse_spec,
 )
-from orchestrator.agents.sdk.session import ControlLine, Event, Session
+from orchestrator.agents.sdk.session import Session
 from orchestrator.agents.sdk.transcript import Output
 
 

@@ -1,15 +1,13 @@
 """The session loop: the one owner of a Claude session, fed by the SDK's messages and the orchestrator's controls.
 
 Both sources post to one queue that only ``Session`` takes from. Where the session is lives in one ``Phase``, changed
-only by ``Session._enter`` along the table ``_NEXT``.
+only by ``Session._enter`` along the table ``phases.NEXT``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import enum
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -19,6 +17,7 @@ from orchestrator.agents.claude_errors import Problem, one_line
 from orchestrator.agents.claude_stream import DENIED_FIX, NO_MODEL_CALL, denied_text
 from orchestrator.agents.sdk.fuse import Fuse
 from orchestrator.agents.sdk.messages import describe_activity, transcript_entry
+from orchestrator.agents.sdk.phases import INTERRUPTED, NEXT, ControlLine, Event, Phase, SdkEnded, SdkFailed, SdkMessage
 from orchestrator.agents.sdk.protocol import (
     EXIT_BUDGET,
     EXIT_FAILED,
@@ -53,73 +52,6 @@ INTERRUPT_ACK_SECONDS = 15.0  # the CLI answers an interrupt request at once; lo
 INTERRUPTED_TURN_SECONDS = 30.0  # after the acknowledgement, how long the interrupted turn may take to end
 DISCONNECT_SECONDS = 20.0  # the SDK's own close() is bounded at about 15 seconds
 TELL_QUIET_SECONDS = 0.1  # how long the CLI must have been quiet during a tool step before a tell is written
-
-
-# ---------------------------------------------------------------- what the loop is told
-
-
-@dataclasses.dataclass(frozen=True)
-class ControlLine:
-    """A line from a connected orchestrator: a control message."""
-
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class SdkMessage:
-    """A parsed message from the CLI, through the SDK."""
-
-    message: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class SdkFailed:
-    """The SDK's message stream raised: the CLI crashed, or wrote what it cannot read."""
-
-    error: BaseException
-
-
-@dataclasses.dataclass(frozen=True)
-class SdkEnded:
-    """The SDK's message stream ended: the CLI closed its stdout."""
-
-
-Event = ControlLine | SdkMessage | SdkFailed | SdkEnded
-
-
-# ---------------------------------------------------------------- where the session is
-
-
-class Phase(enum.Enum):
-    """Where the session is, and so what the end of the current turn leads to."""
-
-    STARTING = "starting"
-    """Connecting to the CLI; the prompt is not sent yet."""
-    TURN = "turn"
-    """A user message was sent and its result has not arrived. A tell is written to the CLI while a tool runs
-    (the CLI takes it into the turn's next model call); otherwise it is held and sent as a turn of its own
-    when this one ends. The session finishes once every message it wrote has been answered."""
-    PAUSING = "pausing"
-    """An interrupt with ``keep`` was sent: when the turn ends, the next queued tell is sent, else the session
-    waits for one. The turn must end by the deadline."""
-    INTERRUPTING = "interrupting"
-    """An interrupt was sent and nothing follows: the session finishes (exit 3) when the turn ends, or at the
-    deadline."""
-    WAITING = "waiting"
-    """Interrupted with ``keep``: the session is open until a ``tell`` or an interrupt without ``keep``."""
-    DONE = "done"
-    """The exit status is decided and ``done`` was sent; the loop stops."""
-
-
-_NEXT: dict[Phase, frozenset[Phase]] = {
-    Phase.STARTING: frozenset({Phase.TURN, Phase.DONE}),  # the prompt is sent, or the CLI failed at once
-    Phase.TURN: frozenset({Phase.TURN, Phase.PAUSING, Phase.INTERRUPTING, Phase.DONE}),
-    Phase.PAUSING: frozenset({Phase.TURN, Phase.WAITING, Phase.INTERRUPTING, Phase.DONE}),
-    Phase.INTERRUPTING: frozenset({Phase.DONE}),
-    Phase.WAITING: frozenset({Phase.TURN, Phase.DONE}),
-    Phase.DONE: frozenset(),
-}
-_INTERRUPTED = frozenset({Phase.PAUSING, Phase.INTERRUPTING})  # an interrupt is in flight: the deadline applies
 
 
 class Session:
@@ -173,11 +105,11 @@ class Session:
         return EXIT_FAILED if self.code is None else self.code
 
     def _enter(self, phase: Phase) -> None:
-        """The one place the phase changes; a change ``_NEXT`` does not list is a bug in this class."""
-        if phase not in _NEXT[self.phase]:
+        """The one place the phase changes; a change ``NEXT`` does not list is a bug in this class."""
+        if phase not in NEXT[self.phase]:
             raise RuntimeError(f"the sdk session cannot go from {self.phase.name} to {phase.name}")
         self.phase = phase
-        if phase not in _INTERRUPTED:
+        if phase not in INTERRUPTED:
             self.deadline = None
 
     async def _next_event(self) -> Event:
@@ -418,7 +350,7 @@ class Session:
         single = getattr(result, "user_message_uuid", None)
         if isinstance(single, str):
             named.append(single)
-        if self.phase in _INTERRUPTED:
+        if self.phase in INTERRUPTED:
             self.outstanding.clear()
         elif named:
             self.outstanding = deque(u for u in self.outstanding if u not in named)

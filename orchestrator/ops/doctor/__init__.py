@@ -44,12 +44,14 @@ def diagnose(root: Path, host: Host | None = None) -> list[Finding]:
     return [
         *found,
         team.check_keeper(config),
+        *team.check_ray_token(config),
         team.check_inotify(config, host),
         team.check_disk(config.root, host),
         team.check_state(config.state_dir),
         team.check_database(config.state_dir),
         team.check_clock(config, host),
         team.check_accounts(config),
+        *team.check_notifications(config),
     ]
 
 
@@ -65,6 +67,7 @@ def start_checks(config: Config, host: Host | None = None) -> list[Finding]:
         team.check_inotify(config, host),
         team.check_disk(config.root, host),
         team.check_keeper(config),
+        *team.check_ray_token(config),
     ]
     for finding in found:
         if finding.status == "fail":

@@ -1,5 +1,5 @@
 """The doctor's checks of the whole team: the keeper, inotify's limits, the disk, the state folder and its
-database, the clock and the time zone, and the accounts a usage limit has paused."""
+database, the clock and the time zone, the accounts a usage limit has paused, and the notification channels."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from orchestrator.config import Config
 from orchestrator.core.errors import OrchestratorError
 from orchestrator.intake import inotify
 from orchestrator.intake.memo import FOLDERS
+from orchestrator.notify.checks import check_channels
 from orchestrator.ops.doctor.findings import Finding, fail, ok, warn
 from orchestrator.ops.doctor.host import Host
 from orchestrator.ops.doctor.roles import writable_problem
@@ -50,6 +51,21 @@ def check_keeper(config: Config) -> Finding:
         f"{found.problem}: with recovery: restart, every run under way when the orchestrator crashes is run again",
         f"{found.remedy}, then `recovery: adopt` repeats none",
     )
+
+
+def check_ray_token(config: Config) -> list[Finding]:
+    """On a Ray cluster with token authentication on (``RAY_AUTH_MODE=token``), the token ``up`` must send; no
+    finding for agents on this machine."""
+    if config.executor.kind != "ray":
+        return []
+    from orchestrator.agents.ray.cluster import token_missing  # imports no Ray
+
+    problem = token_missing(dict(os.environ), Path.home())
+    if problem:
+        fix = "set RAY_AUTH_TOKEN to the cluster's token, or copy it to ~/.ray/auth_token (`ray get-auth-token` there)"
+        return [fail("ray-token", problem, fix)]
+    mode = os.environ.get("RAY_AUTH_MODE", "unset")
+    return [ok("ray-token", f"RAY_AUTH_MODE {mode}: a token is there, or none is needed")]
 
 
 def watches_needed(config: Config) -> int | None:
@@ -267,3 +283,11 @@ def check_accounts(config: Config, status: Callable[[Config], dict[str, Any] | N
         f"paused: {said}",
         "no new run of those roles starts until the reset or a probe run succeeds; `orchestrator status` shows it",
     )
+
+
+def check_notifications(config: Config) -> list[Finding]:
+    """One finding per channel of ``notifications:``: its variables set (by name only), Apprise, its command."""
+    return [
+        fail("notify", f"{c.label}: {c.problem}", c.fix) if c.problem else ok("notify", f"{c.label}: {c.ready}")
+        for c in check_channels(config)
+    ]

@@ -1,32 +1,22 @@
-"""Durable state: a SQLite database (WAL) under ``.orchestrator/``.
+"""The runs repository: the runs, their attempts, their memos, the cancellations and the memos' kept attempt
+counts, as tables of the one database and the queries over them (rows are plain dicts to the rest of the code).
 
-Only the supervisor writes, and ``orchestrator release``, which records a release
-(one row) before the memo goes back to its inbox, and ``orchestrator gc`` (retention), which
-removes the records of old finished runs in small transactions; CLI commands open it read-only
-for ``status``, ``history`` and ``trace`` when no orchestrator is running. Rows are plain dicts to the rest
-of the code. Text is stored in a safe form (``safe_text``): a memo's file name
-need not be UTF-8, and SQLite refuses what is not.
-
-These are the runs' tables; a feature keeps its own tables and queries in its own module over the same
-connection (``schedule.records``, ``supervisor.breaker``) and makes them itself.
+``Store`` is made of it and of the transaction policy (``orchestrator.store``); every write here runs inside the
+caller's ``batch``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from orchestrator.core.states import FINISHED
 from orchestrator.core.text import printable
-from orchestrator.core.turn import at_turn_end
-from orchestrator.store_wal import COMMITS, WalCheckpointer
 
-SCHEMA = """
+RUNS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
     role          TEXT NOT NULL,
@@ -110,10 +100,6 @@ CREATE TABLE IF NOT EXISTS memo_index (  -- where each memo lies: kept at every 
 CREATE INDEX IF NOT EXISTS memo_index_id ON memo_index(memo_id);
 CREATE INDEX IF NOT EXISTS memo_index_reply ON memo_index(reply_to);
 CREATE INDEX IF NOT EXISTS memo_index_name ON memo_index(name);
-CREATE TABLE IF NOT EXISTS meta (        -- small facts about the records themselves (the memo index is complete, ...)
-    key   TEXT PRIMARY KEY,
-    value TEXT
-);
 """
 
 #: when a run happened, as ``history``, budgets and their indexes read it (the same text everywhere, or no index)
@@ -124,6 +110,7 @@ RUN_END = "COALESCE(ended_at, created_at)"
 _RUN_COLUMNS = {
     "seq",
     "node",
+    "adopted_at",
     "backend",
     "memos",
     "memo_ids",
@@ -178,103 +165,12 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     return out
 
 
-class Store:
-    """The database of one project root."""
+class RunRecords:
+    """The runs' queries, over the connection of the ``Store`` they are part of."""
 
-    def __init__(self, path: Path, readonly: bool = False) -> None:
-        self.path = path
-        self.closed = False
-        if readonly:
-            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(path, timeout=5, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(SCHEMA)
-            _migrate(self.db)
-        self.db.row_factory = sqlite3.Row
-        self._wal: WalCheckpointer | None = None
-        self._commits = 0
-        self._lazy = False  # the open transaction is a lazy batch's (``batch``)
-        self._attempt_keys: set[tuple[str, str]] | None = None  # (role, name) in memo_attempts, or not known
+    db: sqlite3.Connection
+    _attempt_keys: set[tuple[str, str]] | None  # (role, name) in memo_attempts, or not known
 
-    def for_the_loop(self) -> None:
-        """The running orchestrator's own store: its WAL is checkpointed by a thread (``store_wal``), and the
-        memos with a kept attempt count are known in memory (only the loop writes them), so the many memos
-        without one cost no query at their claim and end."""
-        self.db.execute("PRAGMA wal_autocheckpoint=0")
-        self._wal = WalCheckpointer(self.path)
-        self._attempt_keys = {(row[0], row[1]) for row in self.db.execute("SELECT role, name FROM memo_attempts")}
-
-    def _commit(self) -> None:
-        self.db.execute("COMMIT")
-        self._commits += 1
-        if self._wal is not None and self._commits % COMMITS == 0:
-            if self._wal.alive:
-                self._wal.poke()
-            else:  # it could not open the database: SQLite checkpoints at our commits again
-                self.db.execute("PRAGMA wal_autocheckpoint=1000")
-                self._wal = None
-
-    def close(self) -> None:
-        self.commit_pending()
-        self.closed = True
-        if self._wal is not None:
-            self._wal.stop()
-            self._wal = None
-        self.db.close()
-
-    @contextlib.contextmanager
-    def batch(self, lazy: bool = False) -> Iterator[None]:
-        """Every write inside is one transaction, committed at the end whatever happened inside.
-
-        The supervisor handles each event in one: a run's start or end is several statements, and a
-        commit each was a tenth of the loop's time in a drain of 2,000 memos. Nothing outside the
-        loop's thread writes, and an event's handler never awaits, so no other write joins it.
-        A nested ``batch`` is part of the outer one.
-
-        ``lazy``: what nothing outside waits for (an agent's pid, which recovery also finds by its
-        marks) is committed with the next batch of the same turn of the loop, or at the turn's end
-        (``commit_pending``), instead of in a commit of its own.
-        """
-        if self.closed:  # the loop's last events write nothing
-            yield
-            return
-        if self.db.in_transaction and not self._lazy:  # inside another batch
-            yield
-            return
-        if self.db.in_transaction:
-            self._lazy = False  # a lazy batch's transaction: this one ends it
-        else:
-            self.db.execute("BEGIN")
-        try:
-            yield
-        finally:
-            if self.db.in_transaction:
-                if lazy:
-                    self._lazy = True
-                    at_turn_end(self.commit_pending)
-                else:
-                    self._commit()
-
-    def commit_pending(self) -> None:
-        """Commit what a lazy batch left open (nothing when there is none): before a spawn, and at a turn's end."""
-        if self._lazy and not self.closed and self.db.in_transaction:
-            self._commit()
-        self._lazy = False
-
-    def checkpoint(self) -> None:
-        """Inside a ``batch``: commit what is written so far and go on in a new transaction.
-
-        For what others can see on disk: a run's records land before its memo appears in
-        ``archive/`` (or ``failed/``), and its end is on record once ``finish`` returns.
-        """
-        if not self.closed and self.db.in_transaction:
-            self._commit()
-            self.db.execute("BEGIN")
-
-    # runs -------------------------------------------------------------
     def insert_run_numbered(self, numbered: bool, **fields: Any) -> tuple[int, int | None]:
         """Insert a run; a ``numbered`` one takes its role's next run number (1, 2, 3, ...) in the same statement,
         so a number is never given twice (retention never removes a role's newest numbered run)."""
@@ -383,20 +279,6 @@ class Store:
         ).fetchall()
         return [_row(r) for r in rows]
 
-    def meta(self, key: str) -> str | None:
-        """A value of the ``meta`` table, or None (also in a database from before the table)."""
-        try:
-            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        except sqlite3.OperationalError:  # no such table: an older database opened read-only
-            return None
-        return None if row is None else str(row[0])
-
-    def set_meta(self, key: str, value: str | None) -> None:
-        if value is None:
-            self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
-        else:
-            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
-
     def last_run_of_memo(self, query: str) -> dict[str, Any] | None:
         """The newest run that held a memo named ``query`` (file name, with or without ``.md``, or front-matter id)."""
         base = query.rsplit("/", 1)[-1]
@@ -468,7 +350,7 @@ class Store:
         return _row(row) if row else None
 
 
-def _migrate(db: sqlite3.Connection) -> None:
+def migrate(db: sqlite3.Connection) -> None:
     """Columns added since a database was made: added in place, empty for the runs recorded before."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     if "seq" not in columns:
@@ -476,7 +358,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
         db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
-    for column in ("log_pruned_at", "transcript_pruned_at"):  # when retention removed the run's log, its transcript
+    for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at"):  # retention removed; a restart took back
         if column not in columns:
             db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_time ON runs({RUN_TIME})")  # history --since/--until, budgets

@@ -1,0 +1,171 @@
+"""Delivery off the loop: per channel a bounded queue and one worker thread, retries with backoff, dedupe and
+reminders.
+
+``Deliveries`` is the logic (no thread, no real time: its clock and sleeper are given, so tests drive it
+directly); ``ChannelWorker`` runs one on a daemon thread fed by a bounded queue, so a channel that hangs or is down
+delays nothing but its own later notifications. The worker thread alone touches a ``Deliveries``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.notify.channels import DeliveryError
+
+QUEUE_MAX = 100  # events waiting for one channel; past it a new one is dropped with a line
+BACKOFF = (2.0, 10.0, 30.0)  # seconds before each retry: four tries in all
+SENT_KEPT = 10_000  # (event, memo) pairs remembered against sending twice
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Send ``body`` (the payload) unless this event was sent for this memo already."""
+
+    body: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[str, str, str] | None:
+        """What makes it the same event again: its kind and memo (and question: a memo may ask again after an
+        answer), a ``stopped`` once; None: always sent (a pause, a budget: each one is news)."""
+        memo = self.body.get("memo")
+        if memo:
+            return (self.body["event"], str(memo), str(self.body.get("question") or ""))
+        return ("stopped", "", "") if self.body["event"] == "stopped" else None
+
+
+@dataclass(frozen=True)
+class Settle:
+    """The memos' questions are answered (or their runs ended): no more reminders for them."""
+
+    memos: tuple[str, ...]
+
+
+@dataclass
+class Reminder:
+    body: dict[str, Any]
+    due: float
+    count: int = 0
+
+
+@dataclass
+class Deliveries:
+    """One channel's deliveries. ``send(body) -> answer`` raises ``DeliveryError``; ``log`` takes one line for
+    people (no secret in it: the caller scrubs); ``clock`` is monotonic seconds; ``remind`` in seconds or None."""
+
+    label: str
+    send: Callable[[dict[str, Any]], str]
+    log: Callable[[str], None]
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    remind: float | None = None
+    backoff: tuple[float, ...] = BACKOFF
+    sent: OrderedDict[tuple[str, str, str], None] = field(default_factory=OrderedDict)
+    reminders: dict[str, Reminder] = field(default_factory=dict)
+
+    def take(self, item: Deliver | Settle) -> None:
+        if isinstance(item, Settle):
+            for memo in item.memos:
+                self.reminders.pop(memo, None)
+            return
+        key = item.key
+        if key is not None:
+            if key in self.sent:
+                return
+            self.sent[key] = None
+            if len(self.sent) > SENT_KEPT:
+                self.sent.popitem(last=False)
+        self.deliver(item.body)
+        asked = item.body.get("memo")
+        if self.remind is not None and item.body["event"] == "needs_input" and asked:
+            self.reminders[str(asked)] = Reminder(item.body, self.clock() + self.remind)
+
+    def deliver(self, body: dict[str, Any]) -> bool:
+        """Send with retries; one line either way."""
+        what = f"{body['event']}" + (f" {body['memo']}" if body.get("memo") else "")
+        tries = len(self.backoff) + 1
+        for attempt in range(1, tries + 1):
+            try:
+                answer = self.send(body)
+            except DeliveryError as exc:
+                if attempt == tries:
+                    self.log(f"{self.label}: {what} not delivered after {tries} tries: {exc}")
+                    return False
+                self.sleep(self.backoff[attempt - 1])
+            else:
+                self.log(f"{self.label}: told of {what} ({answer})")
+                return True
+        return False
+
+    def next_due(self) -> float | None:
+        """Seconds until the next reminder is due (0 when one is), None when none waits."""
+        if not self.reminders:
+            return None
+        return max(0.0, min(r.due for r in self.reminders.values()) - self.clock())
+
+    def remind_due(self) -> None:
+        """Send again every unanswered question whose reminder is due, and set its next one."""
+        now = self.clock()
+        for reminder in list(self.reminders.values()):
+            if reminder.due <= now and self.remind is not None:
+                reminder.count += 1
+                reminder.due = now + self.remind
+                self.deliver({**reminder.body, "reminder": reminder.count})
+
+
+_STOP = object()
+
+
+class ChannelWorker:
+    """A ``Deliveries`` on a daemon thread, fed through a bounded queue; ``submit`` never blocks."""
+
+    def __init__(self, deliveries: Deliveries, maxsize: int = QUEUE_MAX) -> None:
+        self.deliveries = deliveries
+        self.queue: queue.Queue[object] = queue.Queue(maxsize)
+        self.thread = threading.Thread(target=self._run, name=f"notify {deliveries.label}", daemon=True)
+        self.dropped = 0
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, item: Deliver | Settle) -> None:
+        try:
+            self.queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 100 == 0:
+                self.deliveries.log(
+                    f"{self.deliveries.label}: {self.dropped} notification(s) dropped: {QUEUE_MAX} wait already "
+                    "(the channel is slow or down)"
+                )
+
+    def stop(self) -> None:
+        """Ask the thread to end once what is queued is sent (it is a daemon: the process never waits for it)."""
+        try:
+            self.queue.put_nowait(_STOP)
+        except queue.Full:
+            pass
+
+    def join(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self.queue.get(timeout=self.deliveries.next_due())
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                return
+            try:
+                if isinstance(item, Deliver | Settle):
+                    self.deliveries.take(item)
+                self.deliveries.remind_due()
+            except Exception as exc:  # noqa: BLE001 (a bug here must not end the channel's thread)
+                self.deliveries.log(f"{self.deliveries.label}: internal error: {type(exc).__name__}: {exc}")

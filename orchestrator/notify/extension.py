@@ -1,0 +1,102 @@
+"""``Notifier``: the extension that turns what the loop sees into notifications, one worker per channel.
+
+It hears the core's ``TeamEvent`` (a pause, a held memo, a stall, a crash loop, a stop) and every run's end (a
+failure), builds the payload on the loop (cheap) and hands it to each channel that wants that kind of event; the
+sending happens on the channel's thread. A question's reminders stop once its memo runs again or its run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+from orchestrator.config import RoleRun
+from orchestrator.config.notify import channel_label
+from orchestrator.core.events import RunFinished
+from orchestrator.core.states import RunState
+from orchestrator.core.team_events import TeamEvent
+from orchestrator.notify.channels import AnyChannel, scrub, secrets_of, send
+from orchestrator.notify.delivery import ChannelWorker, Deliver, Deliveries, Settle
+from orchestrator.notify.payload import payload
+from orchestrator.supervisor.extension import Extension, Handler, Host
+
+JOIN_AT_END = 5.0  # seconds the end waits for what is still queued (a `stopped` notice) before it goes
+
+
+@dataclass(frozen=True)
+class NotifyLine:
+    """A line from a channel's thread, posted to the loop: the console is the loop's to write to."""
+
+    text: str
+
+
+class Notifier(Extension):
+    """Notifications (``notifications:`` in roles.yaml)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.workers: list[tuple[AnyChannel, ChannelWorker]] = []
+        names = [getattr(c, key, None) for c in host.config.notifications for key in ("url_env", "secret_env")]
+        self.secret_names = sorted({name for name in names if name})
+        for index, channel in enumerate(host.config.notifications):
+            self.workers.append((channel, ChannelWorker(self._deliveries(index, channel))))
+
+    def _deliveries(self, index: int, channel: AnyChannel) -> Deliveries:
+        secrets = secrets_of(channel, os.environ)
+        root = self.host.config.root
+
+        def log(text: str) -> None:
+            self.host.post(NotifyLine(scrub(text, secrets)))
+
+        return Deliveries(
+            channel_label(index, channel),
+            lambda body: send(channel, body, os.environ, root),
+            log,
+            remind=channel.remind,
+            backoff=tuple(channel.backoff),
+        )
+
+    def handlers(self) -> dict[type, Handler]:
+        return {NotifyLine: lambda event: self.host.console.line(f"notify: {event.text}")}
+
+    def on_team_event(self, event: TeamEvent) -> None:
+        body = payload(event, self.host.config, self.host.clock.now())
+        for channel, worker in self.workers:
+            if event.kind in channel.events:
+                worker.submit(Deliver(body))
+
+    def on_finished(self, event: RunFinished) -> None:
+        run: RoleRun = event.run
+        if event.state is not RunState.RETURNED:
+            self._settle(run)
+        if event.state in (RunState.FAILED, RunState.TIMED_OUT):
+            first = run.memos[0]
+            self.on_team_event(
+                TeamEvent("failed", run.role.name, first.name, first.subject, event.reason or event.state.value)
+            )
+
+    def agent_env(self, run: RoleRun) -> dict[str, str]:
+        """The channels' variables emptied in every agent's environment (unless its role sets one itself): an
+        agent has no use for the team's webhook URL or HMAC key, and must not be able to leak them."""
+        return {name: "" for name in self.secret_names if name not in run.role.env}
+
+    def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
+        if new is RunState.STARTING:  # a question answered runs its memo again
+            self._settle(run)
+
+    def _settle(self, run: RoleRun) -> None:
+        settle = Settle(tuple(memo.name for memo in run.memos))
+        for channel, worker in self.workers:
+            if channel.remind is not None and "needs_input" in channel.events:
+                worker.submit(settle)
+
+    def start(self) -> None:
+        for _channel, worker in self.workers:
+            worker.start()
+
+    async def close(self) -> None:
+        for _channel, worker in self.workers:
+            worker.stop()
+        alive = [worker for _channel, worker in self.workers if worker.thread.is_alive()]
+        await asyncio.gather(*(asyncio.to_thread(worker.join, JOIN_AT_END) for worker in alive))
