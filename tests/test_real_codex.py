@@ -107,6 +107,8 @@ def test_a_memo_runs_with_its_tokens_estimated_cost_and_thread(
     assert row["session_id"] and len(row["session_id"]) == 36, row
     log = Path(recent(project, "B-1.md")["log"]).read_text(encoding="utf-8")
     assert '"type":"thread.started"' in log and row["session_id"] in log
+    (journal,) = (project.root / "memo" / "builder" / "journal").glob("*.md")
+    assert "- Cost: ~$0.0086 (estimated from `prices`); tokens: 2400 in, 600 out" in journal.read_text(encoding="utf-8")
     shown = project.cli("logs", "B-1")
     assert shown.returncode == 0, shown.stderr
     assert f"thread {row['session_id']}" in shown.stdout and "→ shell: " in shown.stdout, shown.stdout
