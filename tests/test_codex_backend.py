@@ -246,3 +246,28 @@ def test_a_budget_needs_a_price_for_the_roles_model(tmp_path: Path, monkeypatch:
     assert start(tmp_path, launch(tmp_path, "build it", role), figures).succeeded
     assert figures["input_tokens"] == 900 and figures["output_tokens"] == 50
     assert figures["cost_usd"] == pytest.approx((800 * 1.25 + 100 * 0.125 + 50 * 10) / 1e6)
+
+
+def test_a_per_run_budget_is_refused_since_nothing_could_stop_a_run_at_it(tmp_path: Path) -> None:
+    role = codex_role(tmp_path, budget={"per_run_usd": 1})
+    with pytest.raises(ConfigError, match=r"roles\.builder\.budget\.per_run_usd: Codex reports no spend"):
+        backend_for(role).check(config_of(tmp_path, role), role)
+
+
+def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path: Path) -> None:
+    role = codex_role(tmp_path)
+    spec = launch(tmp_path, "", role)
+    spec.log_path.parent.mkdir(parents=True)
+    events = [{"type": "thread.started", "thread_id": "thread-8"}, {"type": "turn.started"}]
+    events.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
+    with open(spec.log_path, "w", encoding="utf-8") as log:
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + "".join(json.dumps(e) + "\n" for e in events))
+    taken_back = backend_for(role).recorded(spec, None)
+    assert taken_back.capabilities == capabilities(role)
+    found = taken_back.conclude(0)
+    assert found.succeeded and found.session_id == "thread-8"
+    assert taken_back.result["input_tokens"] == 10
+    with open(spec.log_path, "a", encoding="utf-8") as log:  # the same attempt again (adopted, then ended)
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + json.dumps(events[0]) + "\n")
+    cut = backend_for(role).recorded(launch(tmp_path, "", role), None)
+    assert not cut.conclude(0).succeeded  # no completed turn after its header: a failure, whatever its exit

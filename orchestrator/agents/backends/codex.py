@@ -159,8 +159,14 @@ def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
 
 def check_price(config: Config, role: Role) -> None:
     """A budget counts a codex role's estimated cost, so its model needs a price in ``prices``."""
-    budgets = [b for b in (role.budget.per_run_usd, role.budget.per_day_usd, config.budget.per_day_usd) if b]
-    if not budgets or not (role.backend == "codex" or reads_json(role)):
+    if not (role.backend == "codex" or reads_json(role)):
+        return
+    if role.budget.per_run_usd:  # nothing would stop a run at it: fail closed rather than promise it
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.budget.per_run_usd: Codex reports no spend while it runs, so nothing "
+            "can stop a run at a per-run budget; remove it and use budget.per_day_usd (counted from `prices`)"
+        )
+    if not (role.budget.per_day_usd or config.budget.per_day_usd):
         return
     model = model_of(role)
     if model is None:
