@@ -182,7 +182,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # or a fresh install is in the full tier only (`make test-all`, what CI runs); `make test` runs `-m "not full"`:
 # units, replays and the real-process tests marked `os_level`, whose point is what the operating system does.
 REAL_PROCESS_FIXTURES = frozenset({"project", "installed_project", "installed", "fake_cli"})
-FULL_ONLY_MARKERS = ("ray", "real_cli", "slow", "browser")
+FULL_ONLY_MARKERS = ("ray", "real_cli", "real_codex", "slow", "browser")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

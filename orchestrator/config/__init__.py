@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
 from orchestrator.config.claude import ClaudeKeys
+from orchestrator.config.codex import CODEX_COMMAND, CodexSettings, TokenPrice
 from orchestrator.config.continuity import ContinuityKeys
 from orchestrator.config.errors import describe_validation_error
 from orchestrator.config.memory import MemorySettings
@@ -107,13 +108,14 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class Role(SdkSettings, ClaudeKeys, ScheduleKeys, ContinuityKeys, RayKeys, WorkspaceKeys):
+class Role(SdkSettings, ClaudeKeys, CodexSettings, ScheduleKeys, ContinuityKeys, RayKeys, WorkspaceKeys):
     """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
     under a role or under ``defaults`` (``RoleSettings``, derived from this model). Its own keys are the core's;
     each feature's come from its key group: the claude-agent-sdk backend's (``model``, ``system_prompt``, ...)
-    from ``SdkSettings``, the Claude CLI's from ``ClaudeKeys``, the schedule's (``wake``, ``tasks``, ...) from
-    ``ScheduleKeys``, continuity's from ``ContinuityKeys``, the Ray executor's from ``RayKeys``, the workspaces'
-    (``workspace``) from ``WorkspaceKeys``."""
+    from ``SdkSettings``, the Claude CLI's from ``ClaudeKeys``, the Codex CLI's (``sandbox``, ``config``,
+    ``profile``) from ``CodexSettings``, the schedule's (``wake``, ``tasks``, ...) from ``ScheduleKeys``,
+    continuity's from ``ContinuityKeys``, the Ray executor's from ``RayKeys``, the workspaces' (``workspace``)
+    from ``WorkspaceKeys``."""
 
     name: str
     prompt: str
@@ -131,7 +133,7 @@ class Role(SdkSettings, ClaudeKeys, ScheduleKeys, ContinuityKeys, RayKeys, Works
     cwd: str = "."
     retry_timeouts: bool = False
     stop_on_failure: bool = False
-    backend: Literal["command", "sdk"] = "command"
+    backend: Literal["command", "sdk", "codex"] = "command"
     # the credentials it runs on: a usage limit pauses every role on the same account
     account: str = Field("team", min_length=1)
     budget: RoleBudget = Field(default_factory=RoleBudget)
@@ -139,6 +141,14 @@ class Role(SdkSettings, ClaudeKeys, ScheduleKeys, ContinuityKeys, RayKeys, Works
     stall_timeout: Stall = None  # no output for this long stops the attempt; None: the default, 0.0: off
     # what its agents may do beyond (or short of) an agent's authority (orchestrator/control/authority)
     may: Annotated[list[str], AfterValidator(check_may)] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _codex_command(cls, data: Any) -> Any:
+        """A ``codex`` role that names no command runs ``codex exec --json`` (not the default ``claude -p``)."""
+        if isinstance(data, dict) and data.get("backend") == "codex" and "command" not in data:
+            return {**data, "command": list(CODEX_COMMAND)}
+        return data
 
     @property
     def limit(self) -> int:
@@ -186,6 +196,7 @@ class Team(Strict):
     notifications: list[Channel] = Field(
         default_factory=list
     )  # who is told of a failure, a question (orchestrator/notify)
+    prices: dict[str, TokenPrice] = Field(default_factory=dict)  # a model's token prices, for estimated costs
 
 
 class TeamFile(Team):
@@ -273,6 +284,7 @@ def load_config(root: Path) -> Config:
         given = {"name": name, **merged}
         try:
             roles[name] = Role.model_validate(given)
+            roles[name].take_prices(team.prices)
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(path, exc, Role, given, ("roles", name))) from None
     if team.notify is not None and team.notify not in roles:

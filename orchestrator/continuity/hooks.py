@@ -292,6 +292,8 @@ class Continuity(Extension):
             row = self.store.run(run.run_id) or {}
             cost = row.get("cost_usd")
             spent = [f"Cost: {f'${cost:.4f}' if cost is not None else 'unknown'}"] if can.cost else []
+            if not can.cost and cost is not None:  # it reports no dollars: a cost on its record is our estimate
+                spent = [f"Cost: ~${cost:.4f} (estimated from `prices`)"]
             tokens = f"tokens: {row.get('input_tokens') or 0} in, {row.get('output_tokens') or 0} out"
             lines.append("- " + "; ".join([*spent, tokens]))
         if reason and state is not RunState.SUCCEEDED:

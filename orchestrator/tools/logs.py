@@ -1,4 +1,5 @@
-"""``orchestrator logs <memo>``: the log of the newest run that held a memo, with Claude's stream-json readable.
+"""``orchestrator logs <memo>``: the log of the newest run that held a memo, with Claude's stream-json (and Codex's
+``exec --json`` events) readable.
 
 A stream-json run's log holds one JSON event a line; a person wants the
 conversation: what the model said, the tools it called and what they answered,
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.backends import codex_events
 from orchestrator.core.errors import OrchestratorError, UnknownMemoError
 from orchestrator.store import Store
 
@@ -66,6 +68,8 @@ def _content(content: Any) -> list[str]:
 def render_event(event: dict[str, Any]) -> list[str]:
     """One stream-json event as lines for a person (none for the events that say nothing to one)."""
     kind, subtype = event.get("type"), event.get("subtype")
+    if kind in codex_events.CODEX_EVENTS:
+        return codex_events.describe(event)  # Codex's `exec --json` events
     if kind == "system" and subtype == "init":
         return [f"session {event.get('session_id')} ({event.get('model')}, {event.get('permissionMode')})"]
     if kind == "system" and subtype == "permission_denied":

@@ -1,7 +1,7 @@
 """The registry of backends: which strategy runs a role's agents, decided here and nowhere else.
 
 A role's ``backend`` names its backend; a ``command`` role whose program is known to a backend (``claude``) is
-run by that backend, so it is read the way its program writes. Everything above ``agents`` asks the backend
+run by that backend (``codex`` likewise), so it is read the way its program writes. Everything above ``agents`` asks the backend
 found here what it can do (``capabilities``, ``stall_seconds``), never its name. ``docs/backends.md`` says how to
 add one.
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orchestrator.agents.backends.base import Answer, Backend, Program
 from orchestrator.agents.backends.claude import ClaudeBackend
+from orchestrator.agents.backends.codex import CodexBackend
 from orchestrator.agents.backends.command import CommandBackend
 from orchestrator.agents.backends.sdk import SdkBackend
 from orchestrator.config import Role
@@ -64,3 +65,4 @@ def stall_seconds(role: Role) -> float | None:
 register(CommandBackend())
 register(ClaudeBackend(), named=False, programs=("claude",))
 register(SdkBackend())
+register(CodexBackend(), programs=("codex",))

@@ -1,0 +1,270 @@
+"""The ``codex`` backend: OpenAI's Codex CLI, ``codex exec --json`` with the prompt on its standard input.
+
+It is the command backend with Codex's reading (``codex_events.CodexOutput``: the verdict from its events, not its
+exit status), its role keys as arguments (``model``, ``sandbox``, ``config``, ``profile``), a retry that resumes
+its thread (``codex exec resume``), and its checks: the CLI found and recent enough, and credentials it can use
+(``codex login status``, an API key, or the ``env_key`` of the model provider the role selects). A ``command``
+role whose program is ``codex`` with ``exec --json`` is read the same way; without ``--json`` its exit status
+is its verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.agents import procs
+from orchestrator.agents.backends.base import Answer, Program
+from orchestrator.agents.backends.codex_events import CodexOutput
+from orchestrator.agents.backends.command import check_program
+from orchestrator.agents.claude_errors import one_line
+from orchestrator.agents.command import adopt_command, recorded_command, start_command
+from orchestrator.agents.handle import Agent, OnExit
+from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
+from orchestrator.config import Config, Role
+from orchestrator.core.agent import Capabilities
+from orchestrator.core.errors import ConfigError
+
+MIN_VERSION = (0, 169, 0)  # the oldest version its reading is tested with
+ASK_SECONDS = 20.0
+STALL_DEFAULT = 600.0  # --json writes an event at every item
+KEYS = ("OPENAI_API_KEY", "CODEX_API_KEY")
+JSON = Capabilities(session=True, resume=True, tokens=True, usage_limits=True)
+PLAIN = Capabilities()
+_VERSION = re.compile(r"codex-cli (\d+)\.(\d+)\.(\d+)")
+_PROVIDER = re.compile(r"^model_provider\s*=\s*\"?([\w.-]+)\"?$")
+_ENV_KEY = re.compile(r"env_key\s*=\s*\"([A-Za-z_][A-Za-z0-9_]*)\"")
+_checked: dict[str, str] = {}
+
+
+def command_of(role: Role) -> list[str]:
+    """The role's ``codex exec`` command (``CODEX_COMMAND`` unless it sets one) with its keys as arguments; a key
+    its command already gives is left out. The prompt's ``-`` stays last."""
+    argv = list(role.command)
+    tail = [argv.pop()] if argv and argv[-1] == "-" else []
+    if role.model and not _gives(argv, "-m", "--model"):
+        argv += ["--model", role.model]
+    if role.sandbox and not _gives(argv, "-s", "--sandbox"):
+        argv += ["--sandbox", role.sandbox]
+    if role.profile and not _gives(argv, "-p", "--profile"):
+        argv += ["--profile", role.profile]
+    for key, value in role.config.items():
+        argv += ["-c", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
+    return argv + tail
+
+
+def _gives(argv: list[str], *flags: str) -> bool:
+    return any(a in flags or any(a.startswith(f + "=") for f in flags if f.startswith("--")) for a in argv)
+
+
+def reads_json(role: Role) -> bool:
+    """Whether its agent writes Codex's JSON events (``codex exec --json``)."""
+    argv = command_of(role)
+    return "exec" in argv and "--json" in argv
+
+
+def resumed(argv: list[str], thread_id: str) -> list[str]:
+    """``argv`` carrying on thread ``thread_id``: ``codex exec [its options] resume <thread> -``."""
+    argv = list(argv)
+    tail = [argv.pop()] if argv and argv[-1] == "-" else ["-"]
+    return [*argv, "resume", thread_id, *tail]
+
+
+def model_of(role: Role) -> str | None:
+    """The model a role's agent asks for: its ``model``, else its command's ``-m``/``--model``."""
+    if role.model:
+        return role.model
+    argv = role.command
+    for flag, value in zip(argv, argv[1:], strict=False):
+        if flag in ("-m", "--model"):
+            return value
+    for arg in argv:
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def provider_key(role: Role) -> str | None:
+    """The variable the ``env_key`` of the model provider the role's command or ``config`` selects names."""
+    overrides = [b for a, b in zip(role.command, role.command[1:], strict=False) if a in ("-c", "--config")]
+    overrides += [f"{k}={v}" for k, v in role.config.items()]
+    chosen = next((m.group(1) for o in overrides if (m := _PROVIDER.match(o.strip()))), None)
+    if chosen is None:
+        return None
+    for override in overrides:
+        if override.startswith(f"model_providers.{chosen}"):
+            found = _ENV_KEY.search(override)
+            if found:
+                return found.group(1)
+    return None
+
+
+class CodexBackend:
+    """OpenAI's Codex CLI as a role's program."""
+
+    name = "codex"
+
+    def capabilities(self, role: Role) -> Capabilities:
+        return JSON if reads_json(role) else PLAIN
+
+    def stall_default(self, role: Role) -> float | None:
+        return STALL_DEFAULT if reads_json(role) else None
+
+    def check(self, config: Config, role: Role) -> None:
+        check_price(config, role)
+        role = _with_command(role)
+        check_program(config, role)
+        if Path(role.command[0]).name != "codex":
+            return  # another program stands in for it (ORCHESTRATOR_SPAWN_CMD): only found, not asked
+        path = resolve_command(role.command, role_folder(config.root, role.cwd))
+        assert path is not None  # checked above
+        check_version(path, f"{config.path}: roles.{role.name}.command")
+        answer = login(path, {**os.environ, **role.env}, provider_key(role))
+        if answer.status == "fail":
+            raise ConfigError(f"{config.path}: roles.{role.name}: {answer.detail}; {answer.fix}")
+
+    def program(self, config: Config, role: Role) -> Program:
+        key = provider_key(role)
+        return Program(
+            "command", command_of(role)[0], version=check_version, login=lambda cli, env: login(cli, env, key)
+        )
+
+    async def start(self, spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
+        spec = _spec(spec)
+        caps = self.capabilities(spec.role)
+        reading = _reading if caps.tokens else None
+        return await start_command(spec, on_exit, keeper, capabilities=caps, reading=reading)
+
+    def adopt(self, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
+        spec = _spec(spec)
+        caps = self.capabilities(spec.role)
+        return adopt_command(spec, ref, keeper_pid, capabilities=caps, reading=_reading if caps.tokens else None)
+
+    def recorded(self, spec: LaunchSpec, pid: int | None) -> Agent:
+        spec = _spec(spec)
+        caps = self.capabilities(spec.role)
+        return recorded_command(spec, capabilities=caps, reading=_reading if caps.tokens else None)
+
+
+def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
+    return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)))
+
+
+def check_price(config: Config, role: Role) -> None:
+    """A budget counts a codex role's estimated cost, so its model needs a price in ``prices``."""
+    if not (role.backend == "codex" or reads_json(role)):
+        return
+    if role.budget.per_run_usd:  # nothing would stop a run at it: fail closed rather than promise it
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.budget.per_run_usd: Codex reports no spend while it runs, so nothing "
+            "can stop a run at a per-run budget; remove it and use budget.per_day_usd (counted from `prices`)"
+        )
+    if not (role.budget.per_day_usd or config.budget.per_day_usd):
+        return
+    model = model_of(role)
+    if model is None:
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.model: a budget counts this role's cost, estimated from `prices`, "
+            "but the role names no model (`model`, or -m in its command); set one, and its price under `prices`"
+        )
+    if role.token_price(model) is None:
+        raise ConfigError(
+            f"{config.path}: prices: a budget counts role {role.name}'s cost, but model {model!r} has no price; "
+            f"add `prices: {{{model}: {{input: USD, cached_input: USD, output: USD}}}}` (dollars per million tokens)"
+        )
+
+
+def _with_command(role: Role) -> Role:
+    """The role with its whole ``codex`` command (its keys as arguments) as its ``command``."""
+    return role.model_copy(update={"command": command_of(role)})
+
+
+def _spec(spec: LaunchSpec) -> LaunchSpec:
+    """The spec whose role runs its whole command, resuming its thread when the retry carries it on; the
+    agent finds the ``orchestrator`` program by ORCHESTRATOR_BIN (Codex's ``bash -lc`` may reset PATH)."""
+    role = _with_command(spec.role)
+    if spec.resume and reads_json(spec.role):
+        role = role.model_copy(update={"command": resumed(role.command, spec.resume)})
+    env = dict(spec.env)
+    if "ORCHESTRATOR_BIN" not in env and our_program() is not None:
+        env["ORCHESTRATOR_BIN"] = str(our_program())
+    return dataclasses.replace(spec, role=role, env=env)
+
+
+@functools.cache
+def our_program() -> Path | None:
+    """The ``orchestrator`` program beside the interpreter that runs us (a venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "orchestrator"
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("orchestrator")
+    return Path(found) if found else None
+
+
+def check_version(path: str, where: str) -> str:
+    """The CLI's ``--version`` line; ``ConfigError`` (naming ``where``) when it is not Codex or is too old."""
+    if path in _checked:
+        return _checked[path]
+    fix = f"install @openai/codex {'.'.join(map(str, MIN_VERSION))} or later (npm install -g @openai/codex)"
+    try:
+        done = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=ASK_SECONDS, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{where}: {path} did not answer --version within {ASK_SECONDS:g}s; {fix}") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot run {path} --version ({exc.strerror or exc}); {fix}") from None
+    found = _VERSION.search(done.stdout or "")
+    if done.returncode != 0 or found is None:
+        said = one_line((done.stdout or done.stderr or "nothing").strip(), 120)
+        raise ConfigError(f"{where}: {path} does not answer --version like the Codex CLI (said {said}); {fix}")
+    version = tuple(int(n) for n in found.groups())
+    if version < MIN_VERSION:
+        raise ConfigError(f"{where}: {path} is Codex {found.group(0)}, too old; {fix}")
+    _checked[path] = found.group(0)
+    return _checked[path]
+
+
+def login(cli: str, env: dict[str, str], env_key: str | None = None) -> Answer:
+    """Codex has credentials: the ``env_key`` of the provider the role selects, an API key, or a login."""
+    if env_key is not None:
+        if env.get(env_key):
+            return Answer("ok", f"{env_key} is set, as its model provider's env_key asks")
+        return Answer(
+            "fail",
+            f"the role's model provider reads its key from {env_key}, which is not set",
+            f"set {env_key} in the role's `env` or the orchestrator's environment",
+        )
+    given = [k for k in KEYS if env.get(k)]
+    if given:
+        return Answer("ok", f"{given[0]} is set: Codex uses it (login status not asked)")
+    asked = f"`{shlex.quote(cli)} login status`"
+    fix = (
+        f"run `{shlex.quote(cli)} login` as the user the orchestrator runs as, or set OPENAI_API_KEY "
+        "(or CODEX_API_KEY) in the role's `env` or the orchestrator's environment"
+    )
+    try:
+        done = subprocess.run(
+            [cli, "login", "status"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=ASK_SECONDS,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return Answer("warn", f"cannot tell: {asked} did not answer within {ASK_SECONDS:g}s", f"run {asked} yourself")
+    except OSError as exc:
+        return Answer("warn", f"cannot tell: {asked} cannot run ({exc.strerror or exc})", f"run {asked} yourself")
+    said = one_line(done.stdout.strip() or "logged in", 160)
+    if done.returncode == 0 and "not logged in" not in said.lower():
+        return Answer("ok", said)
+    return Answer("fail", f"Codex is not logged in ({asked} exited {done.returncode})", fix)

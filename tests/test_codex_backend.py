@@ -1,0 +1,273 @@
+"""The ``codex`` backend with a stand-in ``codex`` (a small Python script that answers as Codex 0.169 does): the
+registry's choice, its command and role keys, its start-up checks and doctor lines, and attempts started through
+the real spawner and judged from their events. The real CLI's tests are in tests/test_real_codex.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.agents import keeper
+from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
+from orchestrator.agents.backends.codex import command_of, login, model_of, provider_key, resumed
+from orchestrator.agents.spawner import ProcessSpawner
+from orchestrator.agents.spec import LaunchSpec, agent_environment
+from orchestrator.config import Config, Role
+from orchestrator.core.agent import AttemptVerdict
+from orchestrator.core.errors import ConfigError
+from orchestrator.ops.doctor import Host, roles
+
+DEADLINE = 20.0
+STAND_IN = """\
+import json, os, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("codex-cli VERSION")
+    sys.exit(0)
+if args[:2] == ["login", "status"]:
+    if os.environ.get("STAND_IN_LOGGED_IN"):
+        print("Logged in using ChatGPT")
+        sys.exit(0)
+    print("Not logged in", file=sys.stderr)
+    sys.exit(1)
+prompt = sys.stdin.read()
+with open("argv.json", "w") as out:
+    json.dump(args, out)
+say = lambda event: print(json.dumps(event), flush=True)
+say({"type": "thread.started", "thread_id": "thread-9"})
+say({"type": "turn.started"})
+if "[limit]" in prompt:
+    text = "You\\u2019ve hit your usage limit. Try again in 30 minutes."
+    say({"type": "error", "message": text})
+    say({"type": "turn.failed", "error": {"message": text}})
+    sys.exit(1)
+say({"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "built it"}})
+usage = {"input_tokens": 900, "cached_input_tokens": 100, "cache_write_input_tokens": 0, "output_tokens": 50,
+         "reasoning_output_tokens": 20}
+say({"type": "turn.completed", "usage": usage})
+"""
+
+
+def stand_in(root: Path, version: str = "0.169.0") -> Path:
+    program = root / "bin" / "codex"
+    program.parent.mkdir(parents=True, exist_ok=True)
+    program.write_text(f"#!{sys.executable}\n" + STAND_IN.replace("VERSION", version), encoding="utf-8")
+    program.chmod(0o755)
+    return program
+
+
+def codex_role(root: Path, **keys: object) -> Role:
+    command = [str(root / "bin" / "codex"), "exec", "--json", "-"]
+    return Role.model_validate({"name": "builder", "prompt": "p.md", "backend": "codex", "command": command, **keys})
+
+
+def config_of(root: Path, role: Role) -> Config:
+    return Config(root=root, path=root / "roles.yaml", roles={role.name: role})
+
+
+def test_the_registry_runs_codex_roles_by_its_name_or_its_program() -> None:
+    named = Role(name="a", prompt="p.md", backend="codex")
+    by_program = Role(name="b", prompt="p.md", command=["/opt/bin/codex", "exec", "--json", "-"])
+    plain = Role(name="c", prompt="p.md", command=["codex", "exec", "-"])
+    assert named.command == ["codex", "exec", "--json", "--sandbox", "workspace-write", "-"]
+    assert [backend_for(r).name for r in (named, by_program, plain)] == ["codex", "codex", "codex"]
+    can = capabilities(named)
+    assert can.session and can.resume and can.tokens and can.usage_limits
+    assert not (can.cost or can.tell or can.interrupt)
+    assert capabilities(by_program) == can
+    assert not capabilities(plain).tokens  # without --json its exit status is the verdict
+    assert [stall_seconds(r) for r in (named, plain)] == [600.0, None]
+
+
+def test_its_role_keys_become_arguments_before_the_prompt_and_never_twice() -> None:
+    role = Role.model_validate(
+        {
+            "name": "a",
+            "prompt": "p.md",
+            "backend": "codex",
+            "model": "gpt-5-codex",
+            "sandbox": "read-only",
+            "profile": "fast",
+            "config": {"model_reasoning_effort": "high", "hide_agent_reasoning": True},
+        }
+    )
+    assert command_of(role) == [
+        "codex", "exec", "--json", "--sandbox", "workspace-write",  # its command's sandbox stands
+        "--model", "gpt-5-codex", "--profile", "fast",
+        "-c", "model_reasoning_effort=high", "-c", "hide_agent_reasoning=true",
+        "-",
+    ]  # fmt: skip
+    own = Role(name="b", prompt="p.md", backend="codex", model="gpt-5", command=["codex", "exec", "-m", "o3", "--json"])
+    assert command_of(own) == ["codex", "exec", "-m", "o3", "--json"]  # Codex refuses -m given twice
+    assert model_of(own) == "gpt-5" and model_of(own.model_copy(update={"model": None})) == "o3"
+    assert resumed(["codex", "exec", "--json", "-"], "t-1") == ["codex", "exec", "--json", "resume", "t-1", "-"]
+
+
+def test_the_provider_a_role_selects_names_the_key_it_needs(tmp_path: Path) -> None:
+    provider = '{name="mine", base_url="http://127.0.0.1:9/v1", env_key="MINE_KEY", wire_api="responses"}'
+    by_command = Role(
+        name="a",
+        prompt="p.md",
+        command=["codex", "exec", "-c", "model_provider=mine", "-c", f"model_providers.mine={provider}", "--json"],
+    )
+    by_config = Role.model_validate(
+        {
+            "name": "b",
+            "prompt": "p.md",
+            "backend": "codex",
+            "config": {"model_provider": "mine", "model_providers.mine": provider},
+        }
+    )
+    assert provider_key(by_command) == provider_key(by_config) == "MINE_KEY"
+    assert provider_key(Role(name="c", prompt="p.md", backend="codex")) is None
+    assert login("codex", {"MINE_KEY": "k"}, "MINE_KEY").status == "ok"
+    missing = login("codex", {"OPENAI_API_KEY": "k"}, "MINE_KEY")
+    assert missing.status == "fail" and "MINE_KEY" in missing.detail
+
+
+def test_it_is_refused_at_start_when_missing_too_old_or_logged_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "CODEX_API_KEY", "STAND_IN_LOGGED_IN"):
+        monkeypatch.delenv(name, raising=False)
+    role = codex_role(tmp_path)
+    config = config_of(tmp_path, role)
+    where = f"{tmp_path / 'roles.yaml'}: roles.builder"
+    with pytest.raises(ConfigError, match="is not an executable file") as missing:
+        backend_for(role).check(config, role)
+    assert str(missing.value).startswith(f"{where}.command: ")
+
+    stand_in(tmp_path, "0.20.0")
+    with pytest.raises(ConfigError) as old:
+        backend_for(role).check(config, role)
+    assert "codex-cli 0.20.0, too old; install @openai/codex 0.169.0 or later" in str(old.value)
+
+    program = stand_in(tmp_path)  # a version too old is not remembered: it is asked again
+    with pytest.raises(ConfigError) as out:
+        backend_for(role).check(config, role)
+    said = str(out.value)
+    assert said.startswith(f"{where}: Codex is not logged in (`{program} login status` exited 1); run `")
+    assert "\n" not in said
+
+    monkeypatch.setenv("STAND_IN_LOGGED_IN", "1")
+    backend_for(role).check(config, role)
+    found, program_checked = roles.check_command(roles.Checkup(config, Host()), role)
+    assert found.status == "ok" and "codex-cli 0.169.0" in found.detail
+    assert program_checked is not None and program_checked.login is not None
+    assert program_checked.login(str(program), {"STAND_IN_LOGGED_IN": "1"}).status == "ok"
+    monkeypatch.delenv("STAND_IN_LOGGED_IN")
+    monkeypatch.setenv("CODEX_API_KEY", "k")
+    backend_for(role).check(config, role)  # an API key is credentials enough
+
+
+def launch(root: Path, prompt: str, role: Role, resume: str | None = None) -> LaunchSpec:
+    memo = root / "memo" / "builder" / "active" / "a.md"
+    return LaunchSpec(
+        run_id=3,
+        attempt=1,
+        role=role,
+        root=root,
+        prompt=prompt,
+        memo_paths=[memo],
+        log_path=root / ".orchestrator" / "logs" / "3-builder.log",
+        cwd=root,
+        env=agent_environment(role, root, 3, 1, [memo]),
+        resume=resume,
+    )
+
+
+def start(root: Path, spec: LaunchSpec, figures: dict[str, Any] | None = None) -> AttemptVerdict:
+    """One attempt started through the real spawner; its figures copied into ``figures``."""
+
+    async def main() -> AttemptVerdict:
+        ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
+
+        def on_exit(agent: Any, verdict: AttemptVerdict) -> None:
+            (figures if figures is not None else {}).update(agent.result)
+            ended.set_result(verdict)
+
+        await ProcessSpawner(root, keeper.locate()).start(spec, on_exit)
+        return await asyncio.wait_for(ended, DEADLINE)
+
+    return asyncio.run(main())
+
+
+def test_an_attempt_is_judged_by_its_events(tmp_path: Path) -> None:
+    stand_in(tmp_path)
+    role = codex_role(tmp_path, model="gpt-5-codex")
+    verdict = start(tmp_path, launch(tmp_path, "build it", role))
+    assert verdict.succeeded and verdict.session_id == "thread-9"
+    assert verdict.last_words is not None and verdict.last_words.result == "built it"
+    argv = json.loads((tmp_path / "argv.json").read_text(encoding="utf-8"))
+    assert argv == ["exec", "--json", "--model", "gpt-5-codex", "-"]
+
+    limited = start(tmp_path, launch(tmp_path, "[limit] build it", role))
+    assert limited.returncode == 1 and not limited.permanent_failure
+    assert limited.usage_limit is not None and limited.usage_limit.resets_at is not None
+    assert limited.failure_reason is not None and limited.failure_reason.startswith(
+        "Codex hit the account's usage limit"
+    )
+
+    start(tmp_path, launch(tmp_path, "again", role, resume="thread-9"))  # a retry that carries the thread on
+    argv = json.loads((tmp_path / "argv.json").read_text(encoding="utf-8"))
+    assert argv == ["exec", "--json", "--model", "gpt-5-codex", "resume", "thread-9", "-"]
+
+
+def test_a_budget_needs_a_price_for_the_roles_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.config import load_config
+
+    monkeypatch.setenv("CODEX_API_KEY", "k")
+    stand_in(tmp_path)
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "builder.md").write_text("do $memo_path\n", encoding="utf-8")
+    command = [str(tmp_path / "bin" / "codex"), "exec", "--json", "-m", "gpt-5-codex", "-"]
+    team: dict[str, object] = {
+        "roles": {"builder": {"backend": "codex", "command": command, "budget": {"per_day_usd": 5}}}
+    }
+    (tmp_path / "roles.yaml").write_text(json.dumps(team), encoding="utf-8")
+    config = load_config(tmp_path)
+    role = config.roles["builder"]
+    with pytest.raises(ConfigError) as refused:
+        backend_for(role).check(config, role)
+    assert str(refused.value).startswith(f"{tmp_path / 'roles.yaml'}: prices: a budget counts role builder's cost")
+    assert "'gpt-5-codex' has no price" in str(refused.value)
+
+    team["prices"] = {"gpt-5-codex": {"input": 1.25, "cached_input": 0.125, "output": 10}}
+    (tmp_path / "roles.yaml").write_text(json.dumps(team), encoding="utf-8")
+    config = load_config(tmp_path)
+    role = config.roles["builder"]
+    backend_for(role).check(config, role)
+    figures: dict[str, Any] = {}
+    assert start(tmp_path, launch(tmp_path, "build it", role), figures).succeeded
+    assert figures["input_tokens"] == 900 and figures["output_tokens"] == 50
+    assert figures["cost_usd"] == pytest.approx((800 * 1.25 + 100 * 0.125 + 50 * 10) / 1e6)
+
+
+def test_a_per_run_budget_is_refused_since_nothing_could_stop_a_run_at_it(tmp_path: Path) -> None:
+    role = codex_role(tmp_path, budget={"per_run_usd": 1})
+    with pytest.raises(ConfigError, match=r"roles\.builder\.budget\.per_run_usd: Codex reports no spend"):
+        backend_for(role).check(config_of(tmp_path, role), role)
+
+
+def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path: Path) -> None:
+    role = codex_role(tmp_path)
+    spec = launch(tmp_path, "", role)
+    spec.log_path.parent.mkdir(parents=True)
+    events = [{"type": "thread.started", "thread_id": "thread-8"}, {"type": "turn.started"}]
+    events.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
+    with open(spec.log_path, "w", encoding="utf-8") as log:
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + "".join(json.dumps(e) + "\n" for e in events))
+    taken_back = backend_for(role).recorded(spec, None)
+    assert taken_back.capabilities == capabilities(role)
+    found = taken_back.conclude(0)
+    assert found.succeeded and found.session_id == "thread-8"
+    assert taken_back.result["input_tokens"] == 10
+    with open(spec.log_path, "a", encoding="utf-8") as log:  # the same attempt again (adopted, then ended)
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + json.dumps(events[0]) + "\n")
+    cut = backend_for(role).recorded(launch(tmp_path, "", role), None)
+    assert not cut.conclude(0).succeeded  # no completed turn after its header: a failure, whatever its exit

@@ -1,0 +1,207 @@
+"""The reading of ``codex exec --json`` output: recorded event lines, judged at an attempt's end with a fixed clock.
+
+The lines are as Codex 0.169 writes them against a stand-in of the Responses API (see tests/codex_cli.py);
+the usage-limit texts are the three forms the issue recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.agents.backends.codex_events import NO_MODEL_CALL, CodexOutput, read_events, usage_limit
+
+ZONE = timezone(timedelta(hours=-5))  # a local zone that is not UTC: the times in the texts are local
+NOW = datetime(2026, 12, 3, 15, 0, 30, tzinfo=ZONE)
+THREAD = {"type": "thread.started", "thread_id": "0199a213-81c0-7800-8aa1-bbab2a035a53"}
+TURN = {"type": "turn.started"}
+USAGE = {
+    "input_tokens": 1200,
+    "cached_input_tokens": 200,
+    "cache_write_input_tokens": 50,
+    "output_tokens": 300,
+    "reasoning_output_tokens": 120,
+}
+DONE = {"type": "turn.completed", "usage": USAGE}
+WARNING = {
+    "type": "item.completed",
+    "item": {"id": "item_0", "type": "error", "message": "Model metadata for `m` not found"},
+}
+SHELL = {
+    "type": "item.completed",
+    "item": {
+        "id": "item_1",
+        "type": "command_execution",
+        "command": "bash -lc 'touch made.txt'",
+        "aggregated_output": "",
+        "exit_code": 0,
+        "status": "completed",
+    },
+}
+ANSWER = {"type": "item.completed", "item": {"id": "item_2", "type": "agent_message", "text": "Done.\nMade made.txt"}}
+LIMIT_TEXT = "You\u2019ve hit your usage limit. Try again at 3:50 PM."
+
+
+def failure(message: str) -> list[dict[str, Any]]:
+    return [THREAD, TURN, {"type": "error", "message": message}, {"type": "turn.failed", "error": {"message": message}}]
+
+
+def judged(tmp_path: Path, events: list[dict[str, Any]], code: int) -> tuple[CodexOutput, Any]:
+    """The judgement of ``events`` written after a header and another attempt's output, as in a run's log."""
+    log = tmp_path / "run.log"
+    before = "=== run 1 attempt 1: codex\n" + json.dumps(failure("an earlier attempt")[2]) + "\n"
+    header = "\n=== run 1 attempt 2: codex exec --json -\n"
+    log.write_text(before + header + "stray print\n" + "".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    output = CodexOutput(log, len((before + header).encode()), now=lambda: NOW)
+    return output, output.judge(code)
+
+
+def test_a_completed_turn_succeeds_with_its_thread_tokens_and_last_words(tmp_path: Path) -> None:
+    output, judgement = judged(tmp_path, [THREAD, TURN, WARNING, SHELL, ANSWER, DONE], 0)
+    assert not judgement.failed and judgement.reason is None and judgement.usage_limit is None
+    assert output.result == {"session_id": THREAD["thread_id"], "num_turns": 1, **USAGE}
+    words = judgement.last_words
+    assert words is not None
+    assert words.tool == "shell: bash -lc 'touch made.txt'"
+    assert words.text == "Made made.txt"
+    assert words.result == "Done. Made made.txt"
+
+
+def test_no_completed_turn_is_a_failure_whatever_the_exit_status(tmp_path: Path) -> None:
+    _, judgement = judged(tmp_path, [THREAD, TURN, SHELL], 0)
+    assert judgement.failed and judgement.reason == "Codex completed no turn"
+    _, judgement = judged(tmp_path, [THREAD], 0)
+    assert judgement.failed and judgement.reason == NO_MODEL_CALL
+
+
+def test_a_failed_turn_gives_its_reason_in_one_line(tmp_path: Path) -> None:
+    _, judgement = judged(tmp_path, failure("stream disconnected before completion:\n  idle timeout"), 1)
+    assert judgement.failed and not judgement.permanent and judgement.usage_limit is None
+    assert judgement.reason == "Codex failed: stream disconnected before completion: idle timeout"
+
+
+def test_an_auth_failure_is_permanent(tmp_path: Path) -> None:
+    message = "unexpected status 401 Unauthorized: Incorrect API key provided"
+    _, judgement = judged(tmp_path, failure(message), 1)
+    assert judgement.failed and judgement.permanent
+    assert judgement.reason is not None and "codex login" in judgement.reason and "401" in judgement.reason
+
+
+def test_a_usage_limit_pauses_until_its_local_time(tmp_path: Path) -> None:
+    _, judgement = judged(tmp_path, failure(LIMIT_TEXT), 1)
+    assert judgement.failed and not judgement.permanent
+    limit = judgement.usage_limit
+    assert limit is not None
+    assert limit.resets_at == datetime(2026, 12, 3, 15, 50, tzinfo=ZONE).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("text", "resets"),
+    [
+        (LIMIT_TEXT, datetime(2026, 12, 3, 15, 50, tzinfo=ZONE)),
+        (
+            "You\u2019ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
+            "https://chatgpt.com/settings/usage to purchase more credits or try again at 3:20 PM.",
+            datetime(2026, 12, 3, 15, 20, tzinfo=ZONE),
+        ),
+        (
+            "You\u2019ve hit your usage limit. Try again at Dec 4th, 2026 4:21 PM.",
+            datetime(2026, 12, 4, 16, 21, tzinfo=ZONE),
+        ),
+        ("You've hit your usage limit. Try again at 3:00 PM.", NOW),  # this minute, shown rounded down: now
+        ("You've hit your usage limit. Try again at 2:10 PM.", NOW),  # already past: probe now, not in a day
+        ("You've hit your usage limit. Try again in 5 minutes.", NOW + timedelta(minutes=5)),
+        ("You've hit your usage limit, try again in 2 hours", NOW + timedelta(hours=2)),
+        ('{"error":{"type":"usage_limit_reached","resets_at":1796000000}}', datetime.fromtimestamp(1796000000, ZONE)),
+        ("You've hit your usage limit.", None),
+    ],
+)
+def test_the_usage_limit_texts(text: str, resets: datetime | None) -> None:
+    limit = usage_limit(text, NOW)
+    assert limit is not None
+    assert limit.resets_at == (resets.timestamp() if resets else None)
+
+
+def test_other_errors_are_no_usage_limit() -> None:
+    assert usage_limit("stream disconnected before completion", NOW) is None
+
+
+def test_an_error_after_the_last_turn_fails_the_attempt(tmp_path: Path) -> None:
+    events = [THREAD, TURN, DONE, TURN, {"type": "turn.failed", "error": {"message": "the model refused"}}]
+    _, judgement = judged(tmp_path, events, 1)
+    assert judgement.failed and judgement.reason == "Codex failed: the model refused"
+
+
+def test_a_signal_leaves_the_reason_to_the_stop(tmp_path: Path) -> None:
+    _, judgement = judged(tmp_path, [THREAD, TURN, SHELL], -15)
+    assert not judgement.failed and judgement.reason is None
+    assert judgement.last_words is not None and judgement.last_words.tool is not None
+
+
+def test_only_the_tail_of_a_long_output_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.agents.backends import codex_events
+
+    monkeypatch.setattr(codex_events, "TAIL_BYTES", 4096)
+    noise = [SHELL] * 200
+    output, judgement = judged(tmp_path, [THREAD, TURN, *noise, ANSWER, DONE], 0)
+    assert not judgement.failed
+    assert output.result["session_id"] == THREAD["thread_id"]  # from the head, which the tail did not reach
+    assert read_events(json.dumps(DONE)).turns_completed == 1
+
+
+def test_errors_it_got_over_do_not_fail_a_completed_turn(tmp_path: Path) -> None:
+    retry = {"type": "error", "message": "Reconnecting... 1/5 (stream disconnected before completion)"}
+    _, judgement = judged(tmp_path, [THREAD, TURN, retry, ANSWER, DONE], 0)
+    assert not judgement.failed and judgement.reason is None
+
+
+def test_a_rejected_key_after_its_retries_is_permanent(tmp_path: Path) -> None:
+    said = "unexpected status 401 Unauthorized: Incorrect API key provided, url: http://127.0.0.1:1/v1/responses"
+    retries = [{"type": "error", "message": f"Reconnecting... {n}/5 ({said})"} for n in range(1, 6)]
+    events = [
+        THREAD,
+        TURN,
+        *retries,
+        {"type": "error", "message": said},
+        {"type": "turn.failed", "error": {"message": said}},
+    ]
+    _, judgement = judged(tmp_path, events, 1)
+    assert judgement.failed and judgement.permanent and judgement.usage_limit is None
+
+
+def test_a_price_makes_an_estimated_cost(tmp_path: Path) -> None:
+    from orchestrator.config.codex import TokenPrice
+
+    log = tmp_path / "run.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, ANSWER, DONE)), encoding="utf-8")
+    output = CodexOutput(log, 0, now=lambda: NOW, price=TokenPrice(input=1.25, cached_input=0.125, output=10.0))
+    assert not output.judge(0).failed
+    # 1000 fresh input tokens at $1.25, 200 cached at $0.125 and 300 output at $10, per million
+    assert output.result["cost_usd"] == pytest.approx((1000 * 1.25 + 200 * 0.125 + 300 * 10.0) / 1e6)
+    assert output.result["cost_estimated"] is True
+    unpriced = CodexOutput(log, 0, now=lambda: NOW)
+    unpriced.judge(0)
+    assert "cost_usd" not in unpriced.result
+
+
+def test_orchestrator_logs_renders_codex_events_for_a_person() -> None:
+    from orchestrator.tools.logs import render
+
+    text = "=== run 1 attempt 1: codex exec --json -\n" + "".join(
+        json.dumps(e) + "\n" for e in (THREAD, TURN, WARNING, SHELL, ANSWER, DONE, *failure("the model refused")[2:])
+    )
+    assert render(text) == [
+        "=== run 1 attempt 1: codex exec --json -",
+        f"thread {THREAD['thread_id']}",
+        "warning: Model metadata for `m` not found",
+        "→ shell: bash -lc 'touch made.txt'",
+        "← exit 0: ",
+        "assistant: Done. Made made.txt",
+        "turn completed: 1200 input, 200 cached input, 50 cache write input, 300 output, 120 reasoning output tokens",
+        "error: the model refused",
+        "turn failed: the model refused",
+    ]

@@ -1,0 +1,206 @@
+"""The real Codex CLI (``@openai/codex``, pinned in tests/codex_cli.py) end to end, against a stand-in Responses API.
+
+Nothing is faked but OpenAI's API: ``codex_cli.ResponsesStub`` streams its events on 127.0.0.1, every codex role's
+``config`` points Codex there (a model provider whose key is ``MOCK_KEY``), and ``CODEX_HOME`` is a folder of the
+test's own, so nothing reaches OpenAI. What the model answers is chosen by a mark in the memo. Without npm the
+tests skip saying why (CI installs it: ``.ci/run``). Select this tier with ``-m real_codex``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from codex_cli import ResponsesStub, codex_binary, provider
+
+from conftest import Project, wait_for
+
+pytestmark = pytest.mark.real_codex
+
+SLOW = 60.0  # a deadline for what the real CLI does on a busy 2-core machine
+MODEL = "gpt-5-codex"
+PRICE = {"input": 1.25, "cached_input": 0.125, "output": 10.0}
+
+
+@pytest.fixture
+def codex() -> Path:
+    import codex_cli
+
+    binary = codex_binary()
+    if binary is None:
+        pytest.skip(f"the real Codex CLI is not available: {codex_cli.why_not}")
+    return binary
+
+
+@pytest.fixture
+def stub() -> Iterator[ResponsesStub]:
+    with ResponsesStub() as server:
+        yield server
+
+
+@pytest.fixture
+def env(tmp_path: Path, codex: Path) -> dict[str, str]:
+    """The orchestrator's environment (its agents inherit it): a ``codex`` on PATH, a CODEX_HOME of its own and
+    the stand-in's key; no OpenAI key at all."""
+    home = Path.home() / ".cache" / "orchestrator-tests" / "codex-homes" / tmp_path.name  # not under /tmp: Codex
+    home.mkdir(parents=True, exist_ok=True)  # refuses to put its helper binaries in a temporary folder
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    link = bin_dir / "codex"
+    if not link.exists():
+        link.symlink_to(codex)
+    return {
+        "CODEX_HOME": str(home),
+        "MOCK_KEY": "test",
+        "OPENAI_API_KEY": "",
+        "CODEX_API_KEY": "",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def codex_role(stub: ResponsesStub, **settings: Any) -> dict[str, Any]:
+    return {
+        "backend": "codex",
+        "command": ["codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "workspace-write", "-"],
+        "model": MODEL,
+        "config": provider(stub.port),
+        "retry": {"max": 2, "backoff": ["0.1s"]},
+        **settings,
+    }
+
+
+def history_row(project: Project, memo: str) -> dict[str, Any]:
+    result = project.cli("history", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [r for r in json.loads(result.stdout)["runs"] if r["memo"] == memo]
+    assert rows, result.stdout
+    return rows[-1]  # type: ignore[no-any-return]
+
+
+def recent(project: Project, memo: str) -> dict[str, Any]:
+    return next(r for r in project.status()["recent"] if r["memo"] == memo)
+
+
+def ended(project: Project, role: str, folder: str, memo: str, timeout: float = SLOW) -> None:
+    wait_for(lambda: memo in project.folder(role, folder), timeout, f"{memo} in memo/{role}/{folder}/")
+
+
+def test_a_memo_runs_with_its_tokens_estimated_cost_and_thread(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub, budget={"per_day_usd": 5})}, prices={MODEL: PRICE})
+    project.up(**env)
+    project.drop("builder", "B-1.md", body="[shell: touch made-by-codex.txt] build it")
+    ended(project, "builder", "archive", "B-1.md")
+    assert (project.root / "made-by-codex.txt").exists()  # the real CLI ran the model's command in the run's folder
+    row = history_row(project, "B-1.md")
+    # two model calls (the command, then the answer), each 1200 in (200 cached) and 300 out
+    assert row["input_tokens"] == 2400 and row["output_tokens"] == 600
+    assert row["cost_usd"] == pytest.approx((2000 * 1.25 + 400 * 0.125 + 600 * 10.0) / 1e6)
+    assert row["session_id"] and len(row["session_id"]) == 36, row
+    log = Path(recent(project, "B-1.md")["log"]).read_text(encoding="utf-8")
+    assert '"type":"thread.started"' in log and row["session_id"] in log
+    (journal,) = (project.root / "memo" / "builder" / "journal").glob("*.md")
+    assert "- Cost: ~$0.0086 (estimated from `prices`); tokens: 2400 in, 600 out" in journal.read_text(encoding="utf-8")
+    shown = project.cli("logs", "B-1")
+    assert shown.returncode == 0, shown.stderr
+    assert f"thread {row['session_id']}" in shown.stdout and "→ shell: " in shown.stdout, shown.stdout
+    assert "assistant: Done: answer" in shown.stdout
+
+
+def test_a_rejected_key_fails_at_once_naming_the_login(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub)})
+    project.up(**env)
+    project.drop("builder", "B-2.md", body="[auth] build it")
+    ended(project, "builder", "failed", "B-2.md")
+    run = recent(project, "B-2.md")
+    assert "codex login" in run["reason"] and "401" in run["reason"], run["reason"]
+    assert run["attempt"] == 1  # a permanent failure is not retried
+
+
+def test_a_usage_limit_pauses_the_account_and_the_memo_then_runs_once(
+    project: Project, env: dict[str, str], stub: ResponsesStub, tmp_path: Path
+) -> None:
+    limited = tmp_path / "limited"
+    limited.write_text("429 until removed\n", encoding="utf-8")
+    stub.limited_while = limited
+    stub.resets_at = 0  # a time already past: Codex shows it, the account probes at once
+    project.configure({"builder": codex_role(stub)}, usage_limits={"probe": "1s", "max_probe": "2s"})
+    project.up(**env)
+    project.drop("builder", "B-3.md", body="build it")
+    wait_for(lambda: project.status()["paused"], SLOW, "the account paused")
+    paused = project.status()["paused"]["team"]
+    assert paused["reason"].startswith("usage limit"), paused
+    assert project.folder("builder", "failed") == []
+    limited.unlink()
+    ended(project, "builder", "archive", "B-3.md")
+    row = history_row(project, "B-3.md")
+    assert row["state"] == "succeeded" and row["attempt"] == 1, row
+    assert project.folder("builder", "failed") == []
+
+
+def test_a_cancel_stops_the_tree(project: Project, env: dict[str, str], stub: ResponsesStub) -> None:
+    project.configure({"builder": codex_role(stub)})
+    project.up(**env)
+    project.drop("builder", "B-4.md", body="[slow] build it")
+    wait_for(lambda: any("[slow]" in json.dumps(r) for r in stub.requests), SLOW, "the slow stream started")
+    pid = next(r for r in project.status()["runs"] if r["memo"] == "B-4.md")["pid"]
+    tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    result = project.cli("cancel", "B-4")
+    assert result.returncode == 0, result.stderr
+    ended(project, "builder", "cancelled", "B-4.md")
+    wait_for(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree), SLOW, "the tree gone"
+    )
+
+
+def test_an_agent_sends_a_memo_with_orchestrator_bin(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub), "reviewer": {}})
+    project.up(**env)
+    send = "$ORCHESTRATOR_BIN send --to reviewer please-review"  # Codex's bash -lc may not find it on PATH
+    project.drop("builder", "B-5.md", body=f"[shell: {send}] build it, then ask for a review")
+    ended(project, "builder", "archive", "B-5.md")
+    wait_for(lambda: project.folder("reviewer", "archive"), SLOW, "the sent memo run by the reviewer")
+    (sent,) = (project.root / "memo" / "reviewer" / "archive").glob("*.md")
+    text = sent.read_text(encoding="utf-8")
+    assert "please-review" in text and "builder" in text, text
+
+
+def test_a_usage_limit_with_a_later_reset_pauses_until_the_minute_codex_shows(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    stub.resets_at = int(time.time()) + 3 * 3600 + 125  # later today or tomorrow: Codex shows it to the minute
+    project.configure({"builder": codex_role(stub)})
+    project.up(**env)
+    project.drop("builder", "B-6.md", body="[limit] build it")
+    wait_for(lambda: project.status()["paused"], SLOW, "the account paused")
+    paused = project.status()["paused"]["team"]
+    shown = datetime.fromtimestamp(stub.resets_at).astimezone().replace(second=0, microsecond=0)
+    assert datetime.fromisoformat(paused["until"]) == shown, paused
+    assert project.folder("builder", "failed") == [] and project.folder("builder", "inbox") == ["B-6.md"]
+
+
+def test_doctor_reports_a_logged_out_codex_in_one_line(project: Project, env: dict[str, str]) -> None:
+    """The real CLI with a CODEX_HOME of its own and no key: ``codex login status`` says it is not logged in."""
+    command = ["codex", "exec", "--json", "--skip-git-repo-check", "-"]
+    project.configure({"builder": {"backend": "codex", "command": command}})
+    found = project.cli("doctor", "--json", **env)
+    assert found.returncode == 1, found.stdout + found.stderr
+    (line,) = [f for f in json.loads(found.stdout) if f["role"] == "builder" and f["status"] == "fail"]
+    assert "Codex is not logged in (`" in line["detail"] and "login status` exited 1)" in line["detail"], line
+    assert "OPENAI_API_KEY" in line["fix"] or "OPENAI_API_KEY" in line["detail"], line
+    assert project.cli("doctor", "--json", **{**env, "OPENAI_API_KEY": "sk-test"}).returncode == 0
+    gone = project.cli("doctor", "--json", **{**env, "PATH": "/usr/bin:/bin"})
+    (line,) = [f for f in json.loads(gone.stdout) if f["role"] == "builder" and f["status"] == "fail"]
+    assert "'codex' not found on PATH" in line["detail"], line
