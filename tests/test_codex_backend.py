@@ -254,6 +254,15 @@ def test_a_per_run_budget_is_refused_since_nothing_could_stop_a_run_at_it(tmp_pa
         backend_for(role).check(config_of(tmp_path, role), role)
 
 
+def test_a_codex_role_on_ray_is_refused_in_one_line(tmp_path: Path) -> None:
+    role = codex_role(tmp_path)
+    config = Config(root=tmp_path, path=tmp_path / "roles.yaml", roles={role.name: role}, executor={"kind": "ray"})
+    with pytest.raises(ConfigError) as refused:
+        backend_for(role).check(config, role)
+    assert str(refused.value).startswith(f"{tmp_path / 'roles.yaml'}: roles.builder: a codex role is not yet supported")
+    assert "\n" not in str(refused.value)
+
+
 def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path: Path) -> None:
     role = codex_role(tmp_path)
     spec = launch(tmp_path, "", role)

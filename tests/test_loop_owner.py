@@ -197,6 +197,20 @@ def test_a_force_ending_overrides_a_graceful_one_never_the_reverse(tmp_path: Pat
     play(tmp_path, scenario)
 
 
+def test_one_exit_announces_one_stopped_event_however_often_an_ending_is_asked_for(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        told: list[str] = []
+        r.sup.lc.team_events.listeners.append(lambda event: told.append(event.kind))
+        r.sup.begin_ending(Ending.GRACEFUL, "a critical role's crash loop", exit_code=3)
+        r.sup.begin_ending(Ending.GRACEFUL, "stop_on_failure", exit_code=1)
+        r.sup.begin_ending(Ending.FORCE, "Ctrl-C pressed 3 times")
+        assert told.count("stopped") == 1 and r.sup.exit_code == 3
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 RUN_FIELDS = {f.name for f in dataclasses.fields(Run)}
 MUTATORS = {"append", "extend", "clear", "pop", "popitem", "update", "setdefault", "remove", "insert"}
 

@@ -41,12 +41,14 @@ class Endings:
         self.mode: Ending | None = None
         self.exit_code = 0
         self.sigints: deque[float] = deque(maxlen=FORCE_PRESSES)
+        self.stopped_told = False  # the one ``stopped`` team event of this exit has been announced
 
     def begin(self, mode: Ending, why: str, exit_code: int | None = None) -> None:
         """End gracefully or by force, for ``why``; ``exit_code``: the status ``up`` exits with (the first one set)."""
         if exit_code is not None and self.exit_code == 0:
             self.exit_code = exit_code
-        if (exit_code or mode is Ending.FORCE) and self.mode is not Ending.FORCE:
+        if (exit_code or mode is Ending.FORCE) and not self.stopped_told:
+            self.stopped_told = True  # one exit, one notice: a crash loop and a stop_on_failure may both ask
             self.lc.team_events(TeamEvent("stopped", reason=why))
         if self.mode is mode or self.mode is Ending.FORCE:
             return

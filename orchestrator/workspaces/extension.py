@@ -99,6 +99,8 @@ class Workspaces(Extension):
             self.owners[name] = run.run_id
             return spec
         while self._busy(name, run.run_id) is not None:  # claimed in the same pass as the run working there
+            if run.state is not RunState.STARTING:  # cancelled or stopped meanwhile: the launcher calls it off
+                return spec
             await asyncio.sleep(WAIT_STEP)
         self.owners[name] = run.run_id
         if self.identity is None:

@@ -118,6 +118,11 @@ class CodexBackend:
         return STALL_DEFAULT if reads_json(role) else None
 
     def check(self, config: Config, role: Role) -> None:
+        if config.executor.kind == "ray":  # the Ray spawner starts the role's command as written, read by its status
+            raise ConfigError(
+                f"{config.path}: roles.{role.name}: a codex role is not yet supported with `executor: ray` (its "
+                "model, sandbox, thread and reading would be lost on the worker); use the local executor"
+            )
         check_price(config, role)
         role = _with_command(role)
         check_program(config, role)
