@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,6 +27,15 @@ from harness import pid_alive as pid_alive
 HERE = Path(__file__).parent
 STAND_IN = HERE / "agents" / "stand_in.py"
 DEADLINE = 20.0
+
+
+@pytest.fixture(autouse=True)
+def _sigpipe_ignored_as_python_starts() -> Any:
+    """A test that runs ``up`` in this process leaves SIGPIPE at its default when its loop closes (asyncio's
+    ``remove_signal_handler``), and the next write to a closed socket would then kill pytest itself (exit 141)."""
+    yield
+    if signal.getsignal(signal.SIGPIPE) is not signal.SIG_IGN:
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
 
 def wait_for(
