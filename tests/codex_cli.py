@@ -4,7 +4,7 @@
 reason in ``why_not``, when npm is missing or the install fails: the tests skip saying so). ``ResponsesStub``
 serves ``POST /v1/responses`` on 127.0.0.1 as the API streams it (server-sent events), one scripted answer per
 request, chosen by a mark in the prompt: an answer with usage, a call of the shell tool ``exec_command``, a
-usage limit (429 ``usage_limit_reached``), an authentication failure (401), a slow stream.
+usage limit (429 ``usage_limit_reached``), an authentication failure (401), a slow stream, an answer held back.
 """
 
 from __future__ import annotations
@@ -114,13 +114,15 @@ class ResponsesStub:
 
     ``[shell: CMD]`` asks for ``exec_command`` with CMD first (then answers once its output comes back);
     ``[limit]`` answers 429 ``usage_limit_reached`` with ``resets_at`` (``resets_at`` attribute);
-    ``[auth]`` answers 401; ``[slow]`` starts a stream and never ends it. ``requests`` keeps every body."""
+    ``[auth]`` answers 401; ``[slow]`` starts a stream and never ends it; ``[held]`` answers once ``hold`` is set.
+    ``requests`` keeps every body."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.resets_at = int(time.time()) + 3600
         self.limited_while: Path | None = None  # while this file exists, every request meets the usage limit
         self.released = threading.Event()
+        self.hold = threading.Event()  # a ``[held]`` request is answered once this is set
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -171,6 +173,8 @@ class ResponsesStub:
                 }
             }
             return self._json(handler, 429, error)
+        if "[held]" in text:
+            self.hold.wait(60)
         if "[slow]" in text:
             self._stream_head(handler)
             self._chunk(handler, _sse([_created(n)]))

@@ -15,11 +15,12 @@ import pytest
 from orchestrator.agents import keeper
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
 from orchestrator.agents.backends.codex import command_of, login, model_of, provider_key, resumed
+from orchestrator.agents.handle import QUEUED
 from orchestrator.agents.spawner import ProcessSpawner
 from orchestrator.agents.spec import LaunchSpec, agent_environment
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import AttemptVerdict
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.ops.doctor import Host, roles
 
 DEADLINE = 20.0
@@ -38,6 +39,10 @@ if args[:2] == ["login", "status"]:
 prompt = sys.stdin.read()
 with open("argv.json", "w") as out:
     json.dump(args, out)
+with open("prompts.jsonl", "a") as out:
+    out.write(json.dumps(prompt) + "\\n")
+while "[wait]" in prompt and not os.path.exists("go"):
+    __import__("time").sleep(0.02)
 say = lambda event: print(json.dumps(event), flush=True)
 say({"type": "thread.started", "thread_id": "thread-9"})
 say({"type": "turn.started"})
@@ -77,8 +82,8 @@ def test_the_registry_runs_codex_roles_by_its_name_or_its_program() -> None:
     assert named.command == ["codex", "exec", "--json", "--sandbox", "workspace-write", "-"]
     assert [backend_for(r).name for r in (named, by_program, plain)] == ["codex", "codex", "codex"]
     can = capabilities(named)
-    assert can.session and can.resume and can.tokens and can.usage_limits
-    assert not (can.cost or can.tell or can.interrupt)
+    assert can.session and can.resume and can.tell and can.tokens and can.usage_limits
+    assert not (can.cost or can.interrupt)
     assert capabilities(by_program) == can
     assert not capabilities(plain).tokens  # without --json its exit status is the verdict
     assert [stall_seconds(r) for r in (named, plain)] == [600.0, None]
@@ -280,3 +285,47 @@ def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path:
         log.write("\n=== run 3 attempt 1: codex exec --json -\n" + json.dumps(events[0]) + "\n")
     cut = backend_for(role).recorded(launch(tmp_path, "", role), None)
     assert not cut.conclude(0).succeeded  # no completed turn after its header: a failure, whatever its exit
+
+
+def told_turns(root: Path, stop: bool = False) -> tuple[AttemptVerdict, dict[str, Any], list[str]]:
+    """A ``[wait]`` turn told twice, then let go (or stopped): its verdict, figures and the prompts each process read;
+    a tell after its end is refused."""
+    role = codex_role(root, model="gpt-5-codex")
+
+    async def main() -> tuple[AttemptVerdict, dict[str, Any]]:
+        ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
+        agent = await ProcessSpawner(root, keeper.locate()).start(
+            launch(root, "[wait] build it", role), lambda _, verdict: ended.set_result(verdict)
+        )
+        assert await agent.tell("one") == QUEUED and await agent.tell("two") == QUEUED
+        if stop:
+            until = asyncio.get_running_loop().time() + DEADLINE
+            while not (root / "prompts.jsonl").exists():  # its turn under way: the stop meets a running process
+                assert asyncio.get_running_loop().time() < until, "the stand-in never read its prompt"
+                await asyncio.sleep(0.02)
+            await agent.stop(1.0, lambda _: None, interrupt_first=False)
+        (root / "go").touch()
+        verdict = await asyncio.wait_for(ended, DEADLINE)
+        with pytest.raises(ControlError, match="ended its turn and exited"):
+            await agent.tell("too late")
+        return verdict, agent.result
+
+    verdict, result = asyncio.run(main())
+    prompts = [json.loads(line) for line in (root / "prompts.jsonl").read_text(encoding="utf-8").splitlines()]
+    return verdict, result, prompts
+
+
+def test_tells_kept_during_a_turn_are_the_next_turns_prompt_in_the_same_thread(tmp_path: Path) -> None:
+    stand_in(tmp_path)
+    verdict, result, prompts = told_turns(tmp_path)
+    assert prompts == ["[wait] build it", "one\n\ntwo"]  # both tells, one next turn
+    argv = json.loads((tmp_path / "argv.json").read_text(encoding="utf-8"))
+    assert argv == ["exec", "--json", "--model", "gpt-5-codex", "resume", "thread-9", "-"]
+    assert verdict.succeeded and verdict.session_id == "thread-9"
+    assert result["num_turns"] == 2 and result["input_tokens"] == 900  # the thread's total, as Codex reports it
+
+
+def test_a_stop_asked_during_a_told_turn_starts_no_next_turn(tmp_path: Path) -> None:
+    stand_in(tmp_path)
+    verdict, _, prompts = told_turns(tmp_path, stop=True)
+    assert prompts == ["[wait] build it"] and verdict.returncode < 0  # the stop's end, and no told turn after it

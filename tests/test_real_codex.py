@@ -115,6 +115,32 @@ def test_a_memo_runs_with_its_tokens_estimated_cost_and_thread(
     assert "assistant: Done: answer" in shown.stdout
 
 
+def test_a_tell_during_a_turn_continues_the_same_thread(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
+    project.up(**env)
+    project.drop("builder", "B-7.md", body="[held] build it")
+    wait_for(lambda: stub.requests, SLOW, "the first turn's model call")
+    told = project.cli("tell", "B-7", "now also write the docs")
+    assert told.returncode == 0, told.stderr
+    assert "queued for the end of its turn" in told.stdout, told.stdout
+    stub.hold.set()
+    ended(project, "builder", "archive", "B-7.md")
+    assert len(stub.requests) == 2, stub.requests
+    second = json.dumps(stub.requests[1]["input"])  # the whole thread so far, then the told text
+    assert second.index("build it") < second.index("Done: answer 1.") < second.index("now also write the docs")
+    row = history_row(project, "B-7.md")
+    assert row["state"] == "succeeded" and row["attempt"] == 1, row
+    assert row["input_tokens"] == 2400 and row["output_tokens"] == 600, row  # Codex's thread totals
+    assert row["cost_usd"] == pytest.approx((2000 * 1.25 + 400 * 0.125 + 600 * 10.0) / 1e6)
+    log = Path(recent(project, "B-7.md")["log"]).read_text(encoding="utf-8")
+    assert log.count(f'"thread_id":"{row["session_id"]}"') == 2, log  # one thread, two processes
+    assert project.folder("builder", "archive") == ["B-7.md"] and project.folder("builder", "failed") == []
+    after = project.cli("tell", "B-7", "too late")
+    assert after.returncode != 0 and "B-7" in after.stderr, after.stderr
+
+
 def test_a_rejected_key_fails_at_once_naming_the_login(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:

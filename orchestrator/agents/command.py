@@ -7,12 +7,13 @@ part of the run's log, since a CLI writes its errors and its events there.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchestrator.agents import procs
-from orchestrator.agents.handle import Agent, OnExit, Reader
+from orchestrator.agents.handle import Agent, FollowUp, OnExit, Reader
 from orchestrator.agents.local import LocalProcess
 from orchestrator.agents.spawn import Launch, start_process
 from orchestrator.agents.spec import ARG_MAX_SINGLE, LaunchSpec, SpawnError, resolve_command
@@ -29,9 +30,23 @@ async def start_command(
     capabilities: Capabilities,
     arguments: Sequence[str] = (),
     reading: Reading | None = None,
+    followup: FollowUp | None = None,
 ) -> Agent:
     """Start a role's program (its ``command``, ``arguments``, then the spec's ``args``) under the ``keeper`` binary
-    when there is one; ``on_exit`` is called with its verdict when it ends, read by ``reading``'s reader if any."""
+    when there is one; ``on_exit`` is called with its verdict when it ends, read by ``reading``'s reader if any
+    (``followup``: how a tell kept during its turn is carried on, as the same attempt)."""
+    process, reader, writing = await launch_command(spec, keeper, arguments=arguments, reading=reading)
+    agent = Agent(spec, process, capabilities=capabilities, reader=reader, followup=followup)
+    agent.keep(writing)
+    agent.watch(on_exit)
+    return agent
+
+
+async def launch_command(
+    spec: LaunchSpec, keeper: Path | None, *, arguments: Sequence[str] = (), reading: Reading | None = None
+) -> tuple[LocalProcess, Reader | None, asyncio.Future[None] | None]:
+    """One process of a role's program, started: its transport, the reader of its output (from where it starts in
+    the run's log) and the write of its prompt when that is still under way. ``SpawnError`` when it cannot start."""
     role = spec.role
     cwd = spec.cwd
     argv = [*role.command, *arguments, *spec.args]
@@ -57,10 +72,7 @@ async def start_command(
         reader = reading(spec, offset)
     stdin = prompt if role.prompt_via == "stdin" else None
     process, writing = await start_process(Launch(spec, executable, argv, spec.env, cwd, header, stdin), keeper)
-    agent = Agent(spec, process, capabilities=capabilities, reader=reader)
-    agent.keep(writing)
-    agent.watch(on_exit)
-    return agent
+    return process, reader, writing
 
 
 def adopt_command(

@@ -1,13 +1,14 @@
 """The one agent handle (``core.agent.AgentHandle``) for every backend and executor.
 
-What differs between agents is handed to it as strategies (a ``Transport``, a ``Follower``, a ``Reader``) and its
-backend's ``Capabilities``, never subclassed.
+What differs between agents is handed to it as strategies (a ``Transport``, a ``Follower``, a ``Reader``, a
+``FollowUp``) and its backend's ``Capabilities``, never subclassed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 from collections.abc import Callable
@@ -26,8 +27,9 @@ from orchestrator.core.agent import (
     Log,
     UsageLimit,
 )
-from orchestrator.core.errors import ControlError, UnsupportedError
+from orchestrator.core.errors import ControlError, OrchestratorError, UnsupportedError
 
+QUEUED = "queued for the end of its turn"  # what a tell to a program agent's running turn becomes
 UNKNOWN_EXIT = -signal.SIGKILL  # no record and no keeper's status: it was most likely killed with its keeper
 TASK_WAIT = 2.0  # after the end, how long the agent's own tasks (its stdin's write) may take to finish
 
@@ -102,6 +104,16 @@ class Reader(Protocol):
         ...
 
 
+class FollowUp(Protocol):
+    """A program agent's next turn in the same session (Codex's ``exec resume``), one process a turn: what a tell
+    to its running turn becomes once that turn has ended well."""
+
+    async def next_turn(self, agent: Agent, session_id: str, text: str) -> tuple[Transport, Reader | None]:
+        """Start the turn that carries on ``session_id`` with ``text`` as its prompt: its process's transport and
+        the reader of its output (whose figures are the attempt's so far). ``SpawnError`` when it cannot start."""
+        ...
+
+
 OnExit = Callable[["Agent", AttemptVerdict], None]
 
 
@@ -117,6 +129,7 @@ class Agent:
         capabilities: Capabilities,
         follower: Follower | None = None,
         reader: Reader | None = None,
+        followup: FollowUp | None = None,
         outputs: tuple[Path, ...] = (),
     ) -> None:
         self.spec = spec
@@ -124,6 +137,11 @@ class Agent:
         self.capabilities = capabilities
         self.follower = follower
         self.reader = reader
+        self.followup = followup
+        self.told: list[str] = []  # tells kept for the end of the running turn (a ``followup`` agent's)
+        self.turn_open = True  # its process runs: a tell can still be kept for the turn after it
+        self.stopping = False  # a stop was asked: no next turn starts
+        self._switch: asyncio.Future[None] | None = None  # the next turn's start, which a stop waits for
         self.outputs = (spec.log_path, *outputs)  # files whose writes show it is alive (for the stall check)
         self.verdict: AttemptVerdict | None = None
         self.done: asyncio.Future[None] | None = None  # ends once ``on_exit`` has been told the verdict
@@ -174,8 +192,15 @@ class Agent:
         instead = "use `orchestrator cancel` to stop it, or set `backend: sdk`"
         await self._session("interrupt a turn", instead).interrupt(keep)
 
-    async def tell(self, text: str) -> None:
-        await self._session("take follow-up messages", "set `backend: sdk` for that").tell(text)
+    async def tell(self, text: str) -> str | None:
+        """Into its session; a program agent with a ``followup`` keeps it for the end of its turn (``QUEUED``)."""
+        if self.follower is not None or self.followup is None:
+            await self._session("take follow-up messages", "set `backend: sdk` for that").tell(text)
+            return None
+        if not self.turn_open or self.stopping:
+            raise ControlError(f"run {self.spec.run_id}'s agent has ended its turn and exited; nothing to tell")
+        self.told.append(text)
+        return QUEUED
 
     def _session(self, cannot: str, instead: str) -> Follower:
         """The agent's session; raises ``UnsupportedError`` (one line) for a command agent, which has no session."""
@@ -186,6 +211,9 @@ class Agent:
         return self.follower
 
     async def stop(self, grace: float, log: Log, interrupt_first: bool) -> KillReport:
+        self.stopping = True
+        if self._switch is not None:  # a next turn being started is the one to stop
+            await asyncio.shield(self._switch)
         return await self.transport.stop(self, grace, log, interrupt_first)
 
     def left_behind(self) -> bool:
@@ -214,26 +242,56 @@ class Agent:
 
         async def waiter() -> None:
             # whatever goes wrong, the end is told: a silent waiter would hold the run's slot until its timeout
-            try:
-                ending = await self.transport.ended()
-                code, reason = ending.code, ending.reason
-            except Exception as exc:  # noqa: BLE001 - told as the attempt's end, with the error as its reason
-                code, reason = UNKNOWN_EXIT, _internal("reading the agent's end", exc)
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(task, TASK_WAIT)
-            try:
-                if self.follower is not None:
-                    await self.follower.settle()
-                # the output is read in a worker thread: a 50 MB stream's end must not hold the loop
-                judged = await asyncio.to_thread(self.read_end, code, reason)
-                verdict = self.conclude(code, reason, judged)
-            except Exception as exc:  # noqa: BLE001 - likewise
-                verdict = AttemptVerdict(code, failure_reason=reason or _internal("reading the agent's report", exc))
-                self.verdict = verdict
-            on_exit(self, verdict)
+            while True:
+                try:
+                    ending = await self.transport.ended()
+                    code, reason = ending.code, ending.reason
+                except Exception as exc:  # noqa: BLE001 - told as the attempt's end, with the error as its reason
+                    code, reason = UNKNOWN_EXIT, _internal("reading the agent's end", exc)
+                self.turn_open = False
+                for task in self._tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await asyncio.wait_for(task, TASK_WAIT)
+                self._tasks.clear()
+                try:
+                    if self.follower is not None:
+                        await self.follower.settle()
+                    # the output is read in a worker thread: a 50 MB stream's end must not hold the loop
+                    judged = await asyncio.to_thread(self.read_end, code, reason)
+                    started, judged = await self._next_turn(code, reason, judged)
+                    if started:
+                        continue
+                    verdict = self.conclude(code, reason, judged)
+                except Exception as exc:  # noqa: BLE001 - likewise
+                    verdict = AttemptVerdict(
+                        code, failure_reason=reason or _internal("reading the agent's report", exc)
+                    )
+                    self.verdict = verdict
+                on_exit(self, verdict)
+                return
 
         self.done = asyncio.ensure_future(waiter())  # a strong reference: the loop keeps only weak ones
+
+    async def _next_turn(self, code: int, reason: str | None, judged: Judgement) -> tuple[bool, Judgement]:
+        """Start the next turn with what was told during this one, when it ended well and no stop was asked:
+        whether it started, and the judgement to conclude with when not (one that fails the attempt, saying why,
+        when the next turn could not start)."""
+        session = self.session_id
+        ended_well = code == 0 and reason is None and not judged.failed and session is not None
+        if self.followup is None or not self.told or self.stopping or not ended_well:
+            return False, judged
+        assert session is not None
+        text, self.told = "\n\n".join(self.told), []
+        self._switch = switch = asyncio.get_running_loop().create_future()
+        try:
+            self.transport, self.reader = await self.followup.next_turn(self, session, text)
+        except OrchestratorError as exc:
+            return False, dataclasses.replace(judged, failed=True, reason=f"the turn told to it could not start: {exc}")
+        finally:
+            switch.set_result(None)
+            self._switch = None
+        self.turn_open = True
+        return True, judged
 
     async def wait_done(self, timeout: float) -> bool:
         """Whether the end has been told within ``timeout`` seconds (waiting does not call it off)."""

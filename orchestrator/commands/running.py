@@ -179,7 +179,8 @@ def cmd_interrupt(args: argparse.Namespace) -> int:
 
 
 def cmd_tell(args: argparse.Namespace) -> int:
-    """``orchestrator tell``: send a follow-up message into an SDK agent's session."""
+    """``orchestrator tell``: send a follow-up message into an agent's session (an SDK agent's, or a Codex run's
+    next turn)."""
     text = args.text if args.text is not None else sys.stdin.read()
     if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
         raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
@@ -187,7 +188,8 @@ def cmd_tell(args: argparse.Namespace) -> int:
     if args.json:
         console.print_json(result)
     else:
-        console.say(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')})")
+        then = f": {result['delivery']}" if result.get("delivery") else ""
+        console.say(f"told {args.memo} (run {result.get('run_id')}, role {result.get('role')}){then}")
     return 0
 
 

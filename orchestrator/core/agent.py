@@ -48,7 +48,8 @@ class Capabilities:
     """What one kind of agent can do, as its backend declares it; the core asks these, never the backend's name.
 
     ``session``: it runs a session with an id, reported with its figures; ``resume``: a retry can carry on that
-    session (``retry_resumes``); ``tell``: it takes a follow-up message; ``interrupt``: its turn can be ended on
+    session (``retry_resumes``); ``tell``: it takes a follow-up message (into its live session, or kept for the
+    next turn of a program that runs one turn a process); ``interrupt``: its turn can be ended on
     request; ``cost``: it reports what it cost in dollars; ``tokens``: it reports the tokens it used (dollars or
     not); ``usage_limits``: it recognises an account's usage limit and its reset."""
 
@@ -175,8 +176,9 @@ class AgentHandle(Protocol):
         when it cannot."""
         ...
 
-    async def tell(self, text: str) -> None:
-        """A follow-up message into its session; ``OrchestratorError`` when it cannot take one."""
+    async def tell(self, text: str) -> str | None:
+        """A follow-up message into its session; ``OrchestratorError`` when it cannot take one. Returns what
+        becomes of it when it is not taken at once (a program agent's: "queued for the end of its turn")."""
         ...
 
     async def stop(self, grace: float, log: Log, interrupt_first: bool) -> KillReport:

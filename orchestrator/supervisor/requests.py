@@ -251,7 +251,8 @@ class Requests:
             self.lc.transition(run, RunState.RUNNING, reason=None)  # its cancel order is withdrawn with it
 
     def tell(self, event: TellRequested) -> None:
-        """A follow-up message into an SDK agent's session."""
+        """A follow-up message into an agent's session (an SDK agent's at once; a program's, such as Codex's, kept
+        for the end of its turn: the receipt's ``delivery`` says which)."""
         if not event.text.strip():
             raise UsageError("nothing to tell: give the text as an argument or on standard input")
         run, cand = self._running(event.memo, "tell")
@@ -263,17 +264,17 @@ class Requests:
 
         async def send() -> None:
             try:
-                await replies.within(agent.tell(event.text), TELL_WITHIN, self.lc.clock, still)
+                delivery = await replies.within(agent.tell(event.text), TELL_WITHIN, self.lc.clock, still)
             except OrchestratorError as exc:
                 if not event.reply.done():
                     event.reply.set_exception(exc)
                 return
             first_line = event.text.splitlines()[0][:80] if event.text.splitlines() else ""
-            self.console.line(f"told {run.label} (run {run.run_id}): {first_line}", role=run.role.name)
+            then = f" ({delivery})" if delivery else ""
+            self.console.line(f"told {run.label} (run {run.run_id}){then}: {first_line}", role=run.role.name)
             if not event.reply.done():
-                event.reply.set_result(
-                    {"memo": cand.name, "run_id": run.run_id, "role": run.role.name, "state": run.state.value}
-                )
+                answer = {"memo": cand.name, "run_id": run.run_id, "role": run.role.name, "state": run.state.value}
+                event.reply.set_result({**answer, "delivery": delivery} if delivery else answer)
 
         self._keep(send())
 

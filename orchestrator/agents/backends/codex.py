@@ -2,7 +2,7 @@
 
 It is the command backend with Codex's reading (``codex_events.CodexOutput``: the verdict from its events, not its
 exit status), its role keys as arguments (``model``, ``sandbox``, ``config``, ``profile``), a retry that resumes
-its thread (``codex exec resume``), and its checks: the CLI found and recent enough, and credentials it can use
+its thread (``codex exec resume``), a tell kept for the end of a turn and carried on in the same thread (``NextTurn``), and its checks: the CLI found and recent enough, and credentials it can use
 (``codex login status``, an API key, or the ``env_key`` of the model provider the role selects). A ``command``
 role whose program is ``codex`` with ``exec --json`` is read the same way; without ``--json`` its exit status
 is its verdict.
@@ -25,8 +25,8 @@ from orchestrator.agents.backends.base import Answer, Program
 from orchestrator.agents.backends.codex_events import CodexOutput
 from orchestrator.agents.backends.command import check_program
 from orchestrator.agents.claude_errors import one_line
-from orchestrator.agents.command import adopt_command, recorded_command, start_command
-from orchestrator.agents.handle import Agent, OnExit
+from orchestrator.agents.command import adopt_command, launch_command, recorded_command, start_command
+from orchestrator.agents.handle import Agent, OnExit, Reader, Transport
 from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import Capabilities
@@ -36,7 +36,7 @@ MIN_VERSION = (0, 169, 0)  # the oldest version its reading is tested with
 ASK_SECONDS = 20.0
 STALL_DEFAULT = 600.0  # --json writes an event at every item
 KEYS = ("OPENAI_API_KEY", "CODEX_API_KEY")
-JSON = Capabilities(session=True, resume=True, tokens=True, usage_limits=True)
+JSON = Capabilities(session=True, resume=True, tell=True, tokens=True, usage_limits=True)
 PLAIN = Capabilities()
 _VERSION = re.compile(r"codex-cli (\d+)\.(\d+)\.(\d+)")
 _PROVIDER = re.compile(r"^model_provider\s*=\s*\"?([\w.-]+)\"?$")
@@ -142,10 +142,11 @@ class CodexBackend:
         )
 
     async def start(self, spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
-        spec = _spec(spec)
         caps = self.capabilities(spec.role)
-        reading = _reading if caps.tokens else None
-        return await start_command(spec, on_exit, keeper, capabilities=caps, reading=reading)
+        if not caps.tokens:
+            return await start_command(_spec(spec), on_exit, keeper, capabilities=caps)
+        followup = NextTurn(spec, keeper)
+        return await start_command(_spec(spec), on_exit, keeper, capabilities=caps, reading=_reading, followup=followup)
 
     def adopt(self, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
         spec = _spec(spec)
@@ -160,6 +161,34 @@ class CodexBackend:
 
 def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
     return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)))
+
+
+def resume_spec(spec: LaunchSpec, thread_id: str, prompt: str) -> LaunchSpec:
+    """``spec`` (a codex role's, as the launcher gave it) carrying on thread ``thread_id`` with ``prompt`` on its
+    standard input: ``codex exec [its options] resume <thread> -``. A tell's next turn uses it, and so can an answer
+    to a question the agent asked."""
+    return _spec(dataclasses.replace(spec, resume=thread_id, prompt=prompt))
+
+
+class NextTurn:
+    """A tell kept during a ``codex exec --json`` turn, carried on once that turn's process has exited: the same
+    attempt goes on with ``codex exec resume <thread>`` and the told text as the prompt (``handle.FollowUp``)."""
+
+    def __init__(self, spec: LaunchSpec, keeper: Path | None) -> None:
+        self.spec = spec  # as the launcher gave it: its role's own command, before its keys are added
+        self.keeper = keeper
+
+    async def next_turn(self, agent: Agent, session_id: str, text: str) -> tuple[Transport, Reader | None]:
+        earlier = dict(agent.result)  # Codex's usage is the thread's running total: the next turn's carries it on
+
+        def reading(spec: LaunchSpec, offset: int) -> CodexOutput:
+            return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)), earlier=earlier)
+
+        process, reader, writing = await launch_command(
+            resume_spec(self.spec, session_id, text), self.keeper, reading=reading
+        )
+        agent.keep(writing)
+        return process, reader
 
 
 def check_price(config: Config, role: Role) -> None:

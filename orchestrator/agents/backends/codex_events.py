@@ -251,14 +251,23 @@ def describe(event: dict[str, Any]) -> list[str]:
 
 
 class CodexOutput:
-    """One attempt's events in the run's log from ``offset``, read at its end in a worker thread (its tail only)."""
+    """One attempt's events in the run's log from ``offset``, read at its end in a worker thread (its tail only);
+    ``earlier``: the figures of the same attempt's turns before (a resumed thread's usage already counts them)."""
 
-    def __init__(self, log_path: Path, offset: int, now: Now | None = None, price: TokenPrice | None = None) -> None:
+    def __init__(
+        self,
+        log_path: Path,
+        offset: int,
+        now: Now | None = None,
+        price: TokenPrice | None = None,
+        earlier: dict[str, Any] | None = None,
+    ) -> None:
         self.log_path = log_path
         self.offset = offset
         self.price = price
         self.now = now or (lambda: datetime.now().astimezone())
-        self.result: dict[str, Any] = {}
+        self.earlier = earlier or {}  # the figures of the attempt's turns before this one (a tell's next turn)
+        self.result: dict[str, Any] = dict(self.earlier)
         self.events = Events()
 
     def judge(self, code: int) -> Judgement:
@@ -279,5 +288,7 @@ class CodexOutput:
             return Judgement()  # nothing to read: the exit status decides
         self.events = read_events(text)
         self.events.thread_id = self.events.thread_id or head.thread_id
-        self.result = figures(self.events, self.price)
+        self.result = {**self.earlier, **figures(self.events, self.price)}  # its usage is the thread's total so far
+        if self.events.turns_completed and self.earlier.get("num_turns"):
+            self.result["num_turns"] = self.earlier["num_turns"] + self.events.turns_completed
         return judge(self.events, code, self.now())
