@@ -21,6 +21,7 @@ import pytest
 from codex_cli import ResponsesStub, codex_binary, provider
 
 from conftest import Project, wait_for
+from web_harness import start
 
 pytestmark = pytest.mark.real_codex
 
@@ -95,7 +96,7 @@ def ended(project: Project, role: str, folder: str, memo: str, timeout: float = 
 def test_a_memo_runs_with_its_tokens_estimated_cost_and_thread(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:
-    project.configure({"builder": codex_role(stub, budget={"per_day_usd": 5})}, prices={MODEL: PRICE})
+    project.configure({"builder": codex_role(stub, budget={"per_day_usd": 0.005})}, prices={MODEL: PRICE})
     project.up(**env)
     project.drop("builder", "B-1.md", body="[shell: touch made-by-codex.txt] build it")
     ended(project, "builder", "archive", "B-1.md")
@@ -105,6 +106,21 @@ def test_a_memo_runs_with_its_tokens_estimated_cost_and_thread(
     assert row["input_tokens"] == 2400 and row["output_tokens"] == 600
     assert row["cost_usd"] == pytest.approx((2000 * 1.25 + 400 * 0.125 + 600 * 10.0) / 1e6)
     assert row["session_id"] and len(row["session_id"]) == 36, row
+    assert (row["cached_input_tokens"], row["cache_write_input_tokens"], row["reasoning_output_tokens"]) == (
+        400,
+        0,
+        240,
+    )
+    assert row["cost_estimated"] is True, row
+    text = project.cli("history")
+    assert "~0.0086" in text.stdout and "estimated from the token counts and `prices`" in text.stdout, text.stdout
+    shown = recent(project, "B-1.md")
+    assert shown["cost_estimated"] is True and shown["reasoning_output_tokens"] == 240, shown
+    # the estimate counts toward the day's budget (0.005), and the line that says so marks it as estimated
+    wait_for(lambda: "builder" in project.status()["budget_blocks"], SLOW, "the budget counted")
+    status = project.status()
+    assert "role builder spent ~$0.01 (estimated in part from `prices`)" in status["budget_blocks"]["builder"]
+    assert "~0.0086" in project.cli("status").stdout
     log = Path(recent(project, "B-1.md")["log"]).read_text(encoding="utf-8")
     assert '"type":"thread.started"' in log and row["session_id"] in log
     (journal,) = (project.root / "memo" / "builder" / "journal").glob("*.md")
@@ -139,6 +155,34 @@ def test_a_tell_during_a_turn_continues_the_same_thread(
     assert project.folder("builder", "archive") == ["B-7.md"] and project.folder("builder", "failed") == []
     after = project.cli("tell", "B-7", "too late")
     assert after.returncode != 0 and "B-7" in after.stderr, after.stderr
+
+
+def test_the_dashboard_and_metrics_show_its_tokens_and_its_cost_as_estimated(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
+    board = start(project, **env)
+    project.drop("builder", "B-8.md", body="build it")
+    ended(project, "builder", "archive", "B-8.md")
+    run_id = history_row(project, "B-8.md")["run_id"]
+    metrics = board.get("/metrics").text
+    assert 'orchestrator_tokens_total{kind="reasoning_output",role="builder"} 120.0' in metrics, metrics
+    assert 'orchestrator_cost_estimated_usd_total{role="builder"}' in metrics, metrics
+    assert "~$0.0043" in board.get("/history").text
+    page = board.get(f"/runs/{run_id}").text
+    assert "~$0.0043" in page and "cached_input_tokens" in page and ">200<" in page, page
+    board.close()
+
+
+def test_a_budget_over_a_model_with_no_price_is_refused_at_start_in_one_line(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub, budget={"per_day_usd": 5})})
+    orch = project.up(wait_ready=False, **env)
+    assert orch.wait() != 0
+    refusal = [line for line in orch.output.splitlines() if "prices" in line]
+    assert len(refusal) == 1 and f"model '{MODEL}' has no price" in refusal[0], orch.output
+    assert "Traceback" not in orch.output
 
 
 def test_a_rejected_key_fails_at_once_naming_the_login(

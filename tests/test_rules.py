@@ -45,6 +45,8 @@ def test_daily_budget_blocks_per_role_and_for_the_team() -> None:
     assert set(out) == {"builder"} and "new runs wait until 2026-12-01" in out["builder"]
     out = budgets.blocks(now, {}, 3.0, {}, team_spent=3.0)
     assert set(out) == {budgets.TEAM} and "the team spent $3.00 of its $3.00" in out[budgets.TEAM]
+    estimated = budgets.blocks(now, {"builder": 1.0}, None, {"builder": 1.2}, 0.0, frozenset({"builder"}))
+    assert "role builder spent ~$1.20 (estimated in part from `prices`) of its $1.00" in estimated["builder"]
     assert budgets.blocked_roles(out, ["a", "b"]) == ["a", "b"]
     assert budgets.blocked_roles({"a": "x"}, ["a", "b"]) == ["a"]
     assert budgets.day_start(now).hour == 0

@@ -12,7 +12,7 @@ import pytest
 from orchestrator.config.web import WebSettings, parse_address
 from orchestrator.web import peers
 from orchestrator.web.hub import Hub, _new_count
-from orchestrator.web.metrics import reason_class
+from orchestrator.web.metrics import Metrics, reason_class
 from orchestrator.web.security import COOKIE, Door
 from orchestrator.web.server import _shown, machine_names
 
@@ -116,6 +116,23 @@ def test_reason_classes_are_few_and_short() -> None:
     assert reason_class("exit code 3 after 2 attempts") == "exit_code"
     assert reason_class("timed out after 30m") == "timed_out_after"
     assert reason_class(None) == "unknown" and reason_class("3 things") == "other"
+
+
+def test_metrics_count_an_ended_runs_tokens_by_kind_and_its_estimated_cost() -> None:
+    class Quiet:  # the gauges' snapshot: nothing held
+        def light(self) -> dict[str, object]:
+            return {"runs": [], "queued": {}, "paused": {}, "holds": {}}
+
+    metrics = Metrics(Quiet())  # type: ignore[arg-type]
+    figures = {"input_tokens": 2400, "cached_input_tokens": 400, "output_tokens": 600, "reasoning_output_tokens": 240}
+    run = {"run_id": 1, "role": "builder", "state": "succeeded", "cost_usd": 0.0086, "cost_estimated": True, **figures}
+    metrics.run_changed({"type": "run", "run": run, "previous": None})
+    metrics.run_changed({"type": "run", "run": {**run, "run_id": 2, "cost_estimated": False}, "previous": None})
+    got = metrics.registry.get_sample_value
+    assert got("orchestrator_tokens_total", {"role": "builder", "kind": "cached_input"}) == 800
+    assert got("orchestrator_tokens_total", {"role": "builder", "kind": "reasoning_output"}) == 480
+    assert got("orchestrator_cost_usd_total", {"role": "builder"}) == pytest.approx(0.0172)
+    assert got("orchestrator_cost_estimated_usd_total", {"role": "builder"}) == pytest.approx(0.0086)
 
 
 def test_events_go_in_batches_and_a_page_that_lags_is_dropped() -> None:

@@ -94,9 +94,10 @@ def printable_block(text: str) -> str:
     return "\n".join(_printable(line) for line in text.splitlines())
 
 
-def money(value: float | None) -> str:
-    """Dollars as the tables show them: four decimals, blank when unknown."""
-    return "" if value is None else f"{value:.4f}"
+def money(value: float | None, estimated: bool = False) -> str:
+    """Dollars as the tables show them: four decimals, blank when unknown, ``~`` before an estimate (a cost reckoned
+    from `prices`, as for Codex, which reports only tokens)."""
+    return "" if value is None else f"{'~' if estimated else ''}{value:.4f}"
 
 
 class Console:

@@ -69,7 +69,8 @@ def collect(
         store = Store(db, readonly=True)
         try:
             rows, next_before = page(store.db, role=role, since=start, until=end, before=before, limit=size)
-            totals = _totals(_sums(store.db, role, start, end))
+            columns = {row[1] for row in store.db.execute("PRAGMA table_info(runs)")}  # `up` may not have migrated it
+            totals = _totals(_sums(store.db, role, start, end, "cost_estimated" in columns))
             if default:
                 older = _older(store, role, start)
         finally:
@@ -137,12 +138,16 @@ def _period(role: str | None, since: str | None, until: str | None) -> tuple[lis
     return where, args
 
 
-def _sums(db: sqlite3.Connection, role: str | None, since: str | None, until: str | None) -> list[tuple[Any, ...]]:
-    """(role, day, runs, cost, input tokens, output tokens) of the period, summed by the database."""
+def _sums(
+    db: sqlite3.Connection, role: str | None, since: str | None, until: str | None, marked: bool = True
+) -> list[tuple[Any, ...]]:
+    """(role, day, runs, cost, input tokens, output tokens, whether some cost is estimated) of the period, summed
+    by the database."""
     where, args = _period(role, since, until)
+    estimated = "COALESCE(MAX(cost_estimated), 0)" if marked else "0"  # (not ``marked``: a record before the mark)
     return db.execute(
         f"SELECT role, substr({RUN_TIME}, 1, 10), COUNT(*), COALESCE(SUM(cost_usd), 0), "
-        "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0) "
+        f"COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), {estimated} "
         # the period's range of the time index, not a scan of every run by role (what SQLite picks for the GROUP BY)
         f"FROM runs {'INDEXED BY runs_time ' if since and not role else ''}WHERE {' AND '.join(where)} "
         "GROUP BY 1, 2 ORDER BY 2, 1",
@@ -180,13 +185,17 @@ def _older(store: Store, role: str | None, before: str | None) -> int:
 def _totals(sums: list[tuple[Any, ...]]) -> dict[str, Any]:
     by_role: dict[str, dict[str, Any]] = {}
     by_day: dict[str, dict[str, Any]] = {}
-    for role, day, runs, cost, tokens_in, tokens_out in sums:
+    for role, day, runs, cost, tokens_in, tokens_out, estimated in sums:
         for bucket, key in ((by_role, role), (by_day, day or "")):
             entry = bucket.setdefault(key, {"cost_usd": 0.0, "runs": 0, "input_tokens": 0, "output_tokens": 0})
+            if estimated:  # some of its cost is an estimate from `prices`
+                entry["cost_estimated"] = True
             entry["cost_usd"] = round(entry["cost_usd"] + cost, 6)
             entry["runs"] += runs
             entry["input_tokens"] += tokens_in
             entry["output_tokens"] += tokens_out
     by_role = dict(sorted(by_role.items()))
     total = round(sum(entry["cost_usd"] for entry in by_day.values()), 6)
-    return {"by_role": by_role, "by_day": by_day, "cost_usd": total, "runs": sum(e["runs"] for e in by_day.values())}
+    runs = sum(e["runs"] for e in by_day.values())
+    estimated = any(e.get("cost_estimated") for e in by_day.values())
+    return {"by_role": by_role, "by_day": by_day, "cost_usd": total, "runs": runs, "cost_estimated": estimated}

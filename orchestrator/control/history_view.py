@@ -19,7 +19,20 @@ def history_view(report: dict[str, Any]) -> list[Any]:
     from orchestrator.core.view import RunView
 
     table = Table(title="runs", title_justify="left")
-    for col in ("run", "role", "memo", "state", "backend", "cost $", "in tok", "out tok", "turns", "started"):
+    columns = (
+        "run",
+        "role",
+        "memo",
+        "state",
+        "backend",
+        "cost $",
+        "in tok",
+        "cached",
+        "cache w",
+        "out tok",
+        "reasoning",
+    )
+    for col in (*columns, "turns", "started"):
         table.add_column(col)
     for run in map(RunView.of, report["runs"]):
         table.add_row(
@@ -28,9 +41,12 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             run.label,
             run.state + (" (log pruned)" if run.log_pruned_at else ""),
             run.backend or "",
-            money(run.cost_usd),
+            money(run.cost_usd, run.cost_estimated),
             str(run.input_tokens or ""),
+            str(run.cached_input_tokens or ""),
+            str(run.cache_write_input_tokens or ""),
             str(run.output_tokens or ""),
+            str(run.reasoning_output_tokens or ""),
             str(run.num_turns or ""),
             (run.started_at or "")[:19],
         )
@@ -43,12 +59,15 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             totals.add_row(
                 name,
                 str(entry["runs"]),
-                f"{entry['cost_usd']:.4f}",
+                money(entry["cost_usd"], bool(entry.get("cost_estimated"))),
                 str(entry["input_tokens"]),
                 str(entry["output_tokens"]),
             )
         parts.append(totals)
-    parts.append(f"total: {report['totals']['runs']} runs, ${report['totals']['cost_usd']:.4f}")
+    mark = "~" if report["totals"].get("cost_estimated") else ""
+    parts.append(f"total: {report['totals']['runs']} runs, {mark}${report['totals']['cost_usd']:.4f}")
+    if mark:
+        parts.append("~: estimated from the token counts and `prices` (the backend reports no cost)")
     note = (report.get("window") or {}).get("note")
     if note:
         parts.append(note)

@@ -65,7 +65,7 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
                 str(run.get("attempt") or ""),
                 str(run.get("pid") or "") + (f" on {nodes[run_id]}" if run_id in nodes else ""),
                 when,
-                money(run.get("cost_usd")),
+                money(run.get("cost_usd"), bool(run.get("cost_estimated"))),
                 about,
             )
         parts.append(table)
@@ -111,7 +111,7 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
                 run["state"],
                 "" if run.get("exit_code") is None else str(run["exit_code"]),
                 (run.get("ended_at") or "")[:19],
-                money(run.get("cost_usd")),
+                money(run.get("cost_usd"), bool(run.get("cost_estimated"))),
                 tokens,
                 (run.get("reason") or "") + (f" (log pruned {pruned[:10]})" if pruned else ""),
             )

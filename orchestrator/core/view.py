@@ -20,6 +20,17 @@ from orchestrator.core.states import RunState
 if TYPE_CHECKING:
     from orchestrator.core.run import Run
 
+#: what a run spent, as its record holds it: its cost (and whether it is estimated from `prices`), tokens, turns
+FIGURES = (
+    "cost_usd",
+    "cost_estimated",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+    "num_turns",
+)
 #: the keys of a run in ``status --json`` (``runs`` and ``recent`` alike), in the order printed
 STATUS_KEYS = (
     "run_id",
@@ -41,8 +52,12 @@ STATUS_KEYS = (
     "backend",
     "activity",
     "cost_usd",
+    "cost_estimated",
     "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
     "output_tokens",
+    "reasoning_output_tokens",
     "log",
     "log_pruned_at",
 )
@@ -57,8 +72,12 @@ HISTORY_KEYS = (
     "backend",
     "attempt",
     "cost_usd",
+    "cost_estimated",
     "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
     "output_tokens",
+    "reasoning_output_tokens",
     "num_turns",
     "session_id",
     "is_error",
@@ -111,8 +130,12 @@ class RunView(BaseModel):
     backend: str | None = None
     activity: str | None = None
     cost_usd: float | None = None
+    cost_estimated: bool = False  # the cost is an estimate from `prices` (a backend that reports only tokens)
     input_tokens: int | None = None
+    cached_input_tokens: int | None = None  # among the input tokens
+    cache_write_input_tokens: int | None = None  # among the input tokens
     output_tokens: int | None = None
+    reasoning_output_tokens: int | None = None  # among the output tokens
     num_turns: int | None = None
     session_id: str | None = None
     is_error: bool | None = None
@@ -150,8 +173,12 @@ class RunView(BaseModel):
             reason=row.get("reason"),
             backend=row.get("backend"),
             cost_usd=row.get("cost_usd"),
+            cost_estimated=bool(row.get("cost_estimated")),
             input_tokens=row.get("input_tokens"),
+            cached_input_tokens=row.get("cached_input_tokens"),
+            cache_write_input_tokens=row.get("cache_write_input_tokens"),
             output_tokens=row.get("output_tokens"),
+            reasoning_output_tokens=row.get("reasoning_output_tokens"),
             num_turns=row.get("num_turns"),
             session_id=row.get("session_id"),
             is_error=None if is_error is None else bool(is_error),

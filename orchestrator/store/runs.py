@@ -128,6 +128,7 @@ _RUN_COLUMNS = {
     "cost_usd",
     "input_tokens",
     "output_tokens",
+    *(FIGURES := ("cached_input_tokens", "cache_write_input_tokens", "reasoning_output_tokens", "cost_estimated")),
     "num_turns",
     "session_id",
     "is_error",
@@ -291,12 +292,20 @@ class RunRecords:
         return run_row(row) if row else None
 
     def spent_since(self, since_iso: str, role: str | None = None) -> float:
-        query = f"SELECT COALESCE(SUM(cost_usd), 0) FROM runs WHERE {RUN_TIME} >= ?"
+        """Dollars spent by the runs since ``since_iso`` (of ``role``), estimated costs among them."""
+        return float(self._since("COALESCE(SUM(cost_usd), 0)", since_iso, role))
+
+    def estimated_since(self, since_iso: str, role: str | None = None) -> bool:
+        """Whether some of what was spent since ``since_iso`` (by ``role``) is an estimate from `prices`."""
+        return bool(self._since("COALESCE(MAX(cost_estimated), 0)", since_iso, role))
+
+    def _since(self, what: str, since_iso: str, role: str | None) -> Any:
+        query = f"SELECT {what} FROM runs WHERE {RUN_TIME} >= ?"
         args: list[Any] = [since_iso]
         if role:
             query += " AND role = ?"
             args.append(role)
-        return float(self.db.execute(query, args).fetchone()[0])
+        return self.db.execute(query, args).fetchone()[0]
 
     # attempts ---------------------------------------------------------
     def record_attempt(self, run_id: int, attempt: int, **fields: Any) -> None:
@@ -362,6 +371,9 @@ def migrate(db: sqlite3.Connection) -> None:
     for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at"):  # retention removed; a restart took back
         if column not in columns:
             db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+    for column in FIGURES:  # the tokens Codex reports beside input and output; a cost estimated from `prices`
+        if column not in columns:
+            db.execute(f"ALTER TABLE runs ADD COLUMN {column} INTEGER")
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_time ON runs({RUN_TIME})")  # history --since/--until, budgets
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_role_time ON runs(role, {RUN_TIME})")  # history --role
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_end ON runs({RUN_END})")  # retention: what ended before a time

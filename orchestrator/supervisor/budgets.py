@@ -28,19 +28,28 @@ def blocks(
     team_cap: float | None,
     spent_by_role: dict[str, float],
     team_spent: float,
+    estimated: frozenset[str] = frozenset(),
 ) -> dict[str, str]:
-    """Why each blocked role (or ``"*"`` for the team) may start nothing new today, keyed by role."""
+    """Why each blocked role (or ``"*"`` for the team) may start nothing new today, keyed by role; ``estimated``:
+    the roles (and ``"*"``) whose spend is in part an estimate from `prices`, marked ``~`` as everywhere."""
     tomorrow = (day_start(now) + timedelta(days=1)).strftime("%Y-%m-%d")
     out: dict[str, str] = {}
+
+    def said(key: str, spent: float) -> str:
+        return f"~${spent:.2f} (estimated in part from `prices`)" if key in estimated else f"${spent:.2f}"
+
     if team_cap:
         if team_spent >= team_cap:
             out[TEAM] = (
-                f"the team spent ${team_spent:.2f} of its ${team_cap:.2f} daily budget; new runs wait until {tomorrow}"
+                f"the team spent {said(TEAM, team_spent)} of its ${team_cap:.2f} daily budget; "
+                f"new runs wait until {tomorrow}"
             )
     for name, cap in role_caps.items():
         spent = spent_by_role.get(name, 0.0)
         if spent >= cap:
-            out[name] = f"role {name} spent ${spent:.2f} of its ${cap:.2f} daily budget; new runs wait until {tomorrow}"
+            out[name] = (
+                f"role {name} spent {said(name, spent)} of its ${cap:.2f} daily budget; new runs wait until {tomorrow}"
+            )
     return out
 
 
@@ -64,7 +73,8 @@ class Budgets:
         self.current: dict[str, str] = {}
 
     def refresh(self, now: datetime, runs: Iterable[RoleRun]) -> None:
-        """Recompute which daily budgets are spent (SDK-reported costs, finished and running)."""
+        """Recompute which daily budgets are spent (costs reported, or estimated from `prices`; finished and
+        running)."""
         caps = {name: r.budget.per_day_usd for name, r in self.config.roles.items() if r.budget.per_day_usd}
         team_cap = self.config.budget.per_day_usd
         if not caps and not team_cap:
@@ -73,7 +83,9 @@ class Budgets:
         running = _running_costs(runs)
         spent = {name: self.store.spent_since(since, name) + running.get(name, 0.0) for name in caps}
         team = self.store.spent_since(since) + sum(running.values()) if team_cap else 0.0
-        new = blocks(now, caps, team_cap, spent, team)
+        over = [name for name in caps if spent[name] >= caps[name]] + ([TEAM] if team_cap and team >= team_cap else [])
+        estimated = frozenset(k for k in over if self.store.estimated_since(since, None if k == TEAM else k))
+        new = blocks(now, caps, team_cap, spent, team, estimated)
         for key, why in new.items():
             if self.current.get(key) is None:
                 self.console.line(f"budget: {why}", role=None if key == TEAM else key)

@@ -1,4 +1,4 @@
-"""What an SDK run spent (cost, tokens, turns), summed over its attempts and sessions. Pure: the lifecycle applies it.
+"""What a run spent (cost, whether it is estimated, tokens, turns), summed over its attempts and sessions. Pure: the lifecycle applies it.
 
 A session's figures are running totals, and a resumed session carries on from the one it resumed, so a run
 keeps the latest figures of each session and drops those of a session that was resumed.
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-SUMMED = ("cost_usd", "input_tokens", "output_tokens", "num_turns")
+TOKENS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
+SUMMED = ("cost_usd", *TOKENS, "num_turns")
 
 
 def merged(
@@ -27,6 +28,8 @@ def merged(
         values = [item[name] for item in sessions.values() if item.get(name) is not None]
         if values:
             totals[name] = sum(values)
+    if any(item.get("cost_estimated") for item in sessions.values()):  # estimated from `prices` (Codex's)
+        totals["cost_estimated"] = 1
     return key, sessions, totals
 
 
@@ -40,4 +43,6 @@ def recorded(row: dict[str, Any], retry_resumes: bool) -> tuple[str | None, str 
     resumed_from = session if row["attempt"] > 1 and retry_resumes else None
     figures = {k: row.get(k) for k in SUMMED}
     sessions = {session or "before-restart": figures} if any(v is not None for v in figures.values()) else {}
+    if sessions and row.get("cost_estimated"):
+        figures["cost_estimated"] = True
     return session, resumed_from, sessions

@@ -24,7 +24,7 @@ from orchestrator.core.errors import MemoFinishedError, UnknownMemoError
 from orchestrator.core.events import RunFinished
 from orchestrator.core.run import Run
 from orchestrator.core.states import RunState
-from orchestrator.core.view import RunView
+from orchestrator.core.view import FIGURES, RunView
 from orchestrator.intake.catalog import held_counts
 from orchestrator.intake.memo import FAILED, INBOX, free_name
 from orchestrator.intake.notices import reason_path
@@ -76,11 +76,17 @@ class Attachment(Extension):
         start = self.clock.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
         since = start.isoformat(timespec="milliseconds")
         store = self._host.store
+
+        def spent(role: str | None) -> dict[str, Any]:
+            return {
+                "spent_usd": round(store.spent_since(since, role), 6),
+                "estimated": store.estimated_since(since, role),
+            }
+
         roles = {
-            name: {"spent_usd": round(store.spent_since(since, name), 6), "per_day_usd": role.budget.per_day_usd}
-            for name, role in self.config.roles.items()
+            name: {**spent(name), "per_day_usd": role.budget.per_day_usd} for name, role in self.config.roles.items()
         }
-        team = {"spent_usd": round(store.spent_since(since), 6), "per_day_usd": self.config.budget.per_day_usd}
+        team = {**spent(None), "per_day_usd": self.config.budget.per_day_usd}
         return {"since": since, "team": team, "roles": roles}
 
     def quiet(self) -> dict[int, float]:
@@ -197,6 +203,10 @@ class Attachment(Extension):
         extra: dict[str, Any] = {"state": state.value, "reason": reason}
         if state.finished and run.started_at:
             extra["elapsed"] = round(run.elapsed(now), 3)
+        if state.finished:  # what it spent, as recorded at its end (a Codex run's agent reports no live cost)
+            row = self._host.store.run(run.run_id) or {}
+            extra.update({k: row[k] for k in FIGURES if row.get(k) is not None})
+            extra["cost_estimated"] = bool(extra.get("cost_estimated"))
         view = RunView.from_run(run, now, **extra)
         event = {"type": "run", "run": view.to_json(), "previous": old.value if old else None}
         for listener in list(self._listeners):

@@ -18,8 +18,9 @@ def e(value: Any) -> str:
     return escape("" if value is None else str(value))
 
 
-def money(value: Any) -> str:
-    return "-" if value in (None, "") else f"${float(value):.4f}"
+def money(value: Any, estimated: Any = False) -> str:
+    """Dollars for a person; ``~`` before an estimate from `prices` (a Codex run's)."""
+    return "-" if value in (None, "") else f"{'~' if estimated else ''}${float(value):.4f}"
 
 
 def seconds(value: Any) -> str:

@@ -67,6 +67,9 @@ class _Live:
         yield held
 
 
+TOKEN_KINDS = ("input", "cached_input", "cache_write_input", "output", "reasoning_output")
+
+
 class Metrics:
     """The registry of one dashboard and the counters its run changes feed."""
 
@@ -81,6 +84,18 @@ class Metrics:
         self.ended = Counter("orchestrator_runs_ended", "Runs ended, by final state", ["role", "state"], registry=r)
         self.failures = Counter("orchestrator_failures", "Failed runs by reason class", ["role", "reason"], registry=r)
         self.cost = Counter("orchestrator_cost_usd", "Spend of ended runs in USD", ["role"], registry=r)
+        self.estimated = Counter(
+            "orchestrator_cost_estimated_usd",
+            "The part of orchestrator_cost_usd estimated from token counts and `prices` (Codex's runs)",
+            ["role"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "orchestrator_tokens",
+            "Tokens of ended runs, by kind (cached among input, reasoning among output)",
+            ["role", "kind"],
+            registry=r,
+        )
         self.duration = Histogram(
             "orchestrator_run_duration_seconds", "Run time of ended runs", ["role"], buckets=DURATIONS, registry=r
         )
@@ -110,6 +125,11 @@ class Metrics:
             self.failures.labels(role, label).inc()
         if run.get("cost_usd"):
             self.cost.labels(role).inc(float(run["cost_usd"]))
+            if run.get("cost_estimated"):
+                self.estimated.labels(role).inc(float(run["cost_usd"]))
+        for kind in TOKEN_KINDS:
+            if run.get(f"{kind}_tokens"):
+                self.tokens.labels(role, kind).inc(int(run[f"{kind}_tokens"]))
         if run.get("elapsed") is not None:
             self.duration.labels(role).observe(float(run["elapsed"]))
         began = self._stopping.pop(run_id, None)

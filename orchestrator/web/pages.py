@@ -30,6 +30,26 @@ def is_page(path: str) -> bool:
     return path == "/" or any(path == p or path.startswith(p + "/") for p in PAGES[1:])
 
 
+TOKEN_FACTS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+)
+
+
+def tokens(run: dict[str, Any]) -> str:
+    """A run's tokens in one cell: in/out, with the cached input and the reasoning output when it reported them."""
+    said = f"{run.get('input_tokens') or 0}/{run.get('output_tokens') or 0}"
+    extra = [
+        f"{run[k]} {k.removesuffix('_tokens').replace('_', ' ')}"
+        for k in TOKEN_FACTS[1:3] + TOKEN_FACTS[4:]
+        if run.get(k)
+    ]
+    return said + (f" ({', '.join(extra)})" if extra else "")
+
+
 class Pages:
     """The routes of the pages, bound to one attachment."""
 
@@ -75,7 +95,7 @@ class Pages:
                     "elapsed": seconds(run.get("elapsed")),
                     "quiet": seconds(q),
                     "activity": e(run.get("activity")),
-                    "cost": money(run.get("cost_usd")),
+                    "cost": money(run.get("cost_usd"), run.get("cost_estimated")),
                 }
             )
         queues = [
@@ -103,11 +123,11 @@ class Pages:
         budget_rows = [
             {
                 "who": "team",
-                "spent": money(spend["team"]["spent_usd"]),
+                "spent": money(spend["team"]["spent_usd"], spend["team"].get("estimated")),
                 "budget": money(spend["team"]["per_day_usd"]),
             }
         ] + [
-            {"who": e(role), "spent": money(v["spent_usd"]), "budget": money(v["per_day_usd"])}
+            {"who": e(role), "spent": money(v["spent_usd"], v.get("estimated")), "budget": money(v["per_day_usd"])}
             for role, v in spend["roles"].items()
             if v["spent_usd"] or v["per_day_usd"]
         ]
@@ -116,7 +136,7 @@ class Pages:
                 **run_cells(r),
                 "ended": e(r.get("ended_at")),
                 "reason": e(r.get("reason")) if r["state"] != "succeeded" else "",
-                "cost": money(r.get("cost_usd")),
+                "cost": money(r.get("cost_usd"), r.get("cost_estimated")),
             }
             for r in snap["recent"][:10]
         ]
@@ -167,12 +187,14 @@ class Pages:
                 "exit_code",
                 "backend",
                 "activity",
+                *TOKEN_FACTS,
             )
+            if k not in TOKEN_FACTS or view.get(k) is not None
         )
         reason = f'<p class="reason">{e(view.get("reason"))}</p>' if view.get("reason") else ""
         receipt = found.get("receipt")
         body = f"""<h1>Run {run_id} <span class="badge state-{e(view["state"])}" id="run-state">{e(view["state"])}</span></h1>
-{reason}<p><a href="/trace/{quote(str(label), safe="")}">conversation of {e(label)}</a> · cost {money(view.get("cost_usd"))}</p>
+{reason}<p><a href="/trace/{quote(str(label), safe="")}">conversation of {e(label)}</a> · cost {money(view.get("cost_usd"), view.get("cost_estimated"))}</p>
 <div id="actions" data-run="{run_id}" data-live="{int(live)}">{buttons}</div><p id="action-status" role="status"></p>
 <pre id="receipt"{"" if receipt else " hidden"}>{e(json.dumps(receipt, indent=2, default=str)) if receipt else ""}</pre>
 <dl class="facts">{facts}</dl><h2>Attempts</h2>{table(attempts, [(k, k) for k in ("attempt", "started_at", "ended_at", "exit_code", "outcome", "reason")])}
@@ -192,8 +214,8 @@ class Pages:
             {
                 **run_cells(r),
                 "started": e(r.get("started_at")),
-                "cost": money(r.get("cost_usd")),
-                "tokens": e(f"{r.get('input_tokens') or 0}/{r.get('output_tokens') or 0}"),
+                "cost": money(r.get("cost_usd"), r.get("cost_estimated")),
+                "tokens": e(tokens(r)),
                 "reason": e(r.get("reason")) if r["state"] != "succeeded" else "",
             }
             for r in got["runs"]
