@@ -114,7 +114,8 @@ class ResponsesStub:
 
     ``[shell: CMD]`` asks for ``exec_command`` with CMD first (then answers once its output comes back);
     ``[limit]`` answers 429 ``usage_limit_reached`` with ``resets_at`` (``resets_at`` attribute);
-    ``[auth]`` answers 401; ``[slow]`` starts a stream and never ends it; ``[held]`` answers once ``hold`` is set.
+    ``[auth]`` answers 401; ``[slow]`` starts a stream and never ends it; ``[held]`` answers once ``hold`` is set;
+    ``[then500]`` answers 500 once a command's output comes back.
     ``requests`` keeps every body."""
 
     def __init__(self) -> None:
@@ -173,6 +174,8 @@ class ResponsesStub:
                 }
             }
             return self._json(handler, 429, error)
+        if "[then500]" in text and '"function_call_output"' in text:
+            return self._json(handler, 500, {"error": {"message": "The server had an error", "type": "server_error"}})
         if "[held]" in text:
             self.hold.wait(60)
         if "[slow]" in text:

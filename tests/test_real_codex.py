@@ -185,6 +185,30 @@ def test_a_budget_over_a_model_with_no_price_is_refused_at_start_in_one_line(
     assert "Traceback" not in orch.output
 
 
+def test_a_run_that_dies_leaves_its_last_command_and_thread_in_the_handoff_and_logs_shows_it(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub, retry={"max": 0})})
+    project.up(**env)
+    project.drop("builder", "B-9.md", body="[then500] [shell: echo checked > seen.txt] build it")
+    ended(project, "builder", "failed", "B-9.md")
+    thread = history_row(project, "B-9.md")["session_id"]
+    note = (project.root / "memo" / "builder" / "handoff.md").read_text(encoding="utf-8")
+    assert "- Last tool use: shell: " in note and "echo checked > seen.txt" in note, note
+    assert f"- Session: {thread}" in note and "- Why: Codex failed: " in note, note
+    shown = project.cli("logs", "B-9")
+    assert shown.returncode == 0, shown.stderr
+    assert "→ shell: " in shown.stdout and "turn failed: " in shown.stdout, shown.stdout
+
+
+def test_a_silent_stream_is_stopped_as_stalled(project: Project, env: dict[str, str], stub: ResponsesStub) -> None:
+    project.configure({"builder": codex_role(stub, stall_timeout="2s", retry={"max": 0})})
+    project.up(**env)
+    project.drop("builder", "B-10.md", body="[slow] build it")
+    ended(project, "builder", "failed", "B-10.md")
+    assert recent(project, "B-10.md")["reason"].startswith("stalled: no output for 2s"), recent(project, "B-10.md")
+
+
 def test_a_rejected_key_fails_at_once_naming_the_login(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:
