@@ -141,6 +141,8 @@ def test_a_tell_during_a_turn_continues_the_same_thread(
     told = project.cli("tell", "B-7", "now also write the docs")
     assert told.returncode == 0, told.stderr
     assert "queued for the end of its turn" in told.stdout, told.stdout
+    (running,) = project.status()["runs"]
+    assert running["activity"] == "1 tell(s) kept for the end of its turn", running
     stub.hold.set()
     ended(project, "builder", "archive", "B-7.md")
     assert len(stub.requests) == 2, stub.requests

@@ -166,6 +166,8 @@ class Agent:
 
     @property
     def activity(self) -> str | None:
+        if self.follower is None and self.told:  # a program agent's tells, kept for the end of its turn
+            return f"{len(self.told)} tell(s) kept for the end of its turn"
         return self.follower.activity if self.follower is not None else None
 
     @property
