@@ -313,8 +313,12 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
         "backend": "sdk",
         "activity": None,
         "cost_usd": 0.5,
+        "cost_estimated": False,
         "input_tokens": 10,
+        "cached_input_tokens": None,
+        "cache_write_input_tokens": None,
         "output_tokens": 20,
+        "reasoning_output_tokens": None,
         "log": "/team/.orchestrator/logs/1-builder.log",
         "log_pruned_at": "2026-12-30T03:00:00.000+01:00",
     }

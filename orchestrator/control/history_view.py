@@ -41,7 +41,7 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             run.label,
             run.state + (" (log pruned)" if run.log_pruned_at else ""),
             run.backend or "",
-            money(run.cost_usd, run.cost_estimated),
+            money(run.cost_usd, bool(run.cost_estimated)),
             str(run.input_tokens or ""),
             str(run.cached_input_tokens or ""),
             str(run.cache_write_input_tokens or ""),

@@ -130,7 +130,7 @@ class RunView(BaseModel):
     backend: str | None = None
     activity: str | None = None
     cost_usd: float | None = None
-    cost_estimated: bool = False  # the cost is an estimate from `prices` (a backend that reports only tokens)
+    cost_estimated: bool | None = None  # its cost is an estimate from `prices` (a backend reporting only tokens)
     input_tokens: int | None = None
     cached_input_tokens: int | None = None  # among the input tokens
     cache_write_input_tokens: int | None = None  # among the input tokens
@@ -173,7 +173,7 @@ class RunView(BaseModel):
             reason=row.get("reason"),
             backend=row.get("backend"),
             cost_usd=row.get("cost_usd"),
-            cost_estimated=bool(row.get("cost_estimated")),
+            cost_estimated=None if row.get("cost_usd") is None else bool(row.get("cost_estimated")),
             input_tokens=row.get("input_tokens"),
             cached_input_tokens=row.get("cached_input_tokens"),
             cache_write_input_tokens=row.get("cache_write_input_tokens"),

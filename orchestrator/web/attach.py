@@ -206,7 +206,8 @@ class Attachment(Extension):
         if state.finished:  # what it spent, as recorded at its end (a Codex run's agent reports no live cost)
             row = self._host.store.run(run.run_id) or {}
             extra.update({k: row[k] for k in FIGURES if row.get(k) is not None})
-            extra["cost_estimated"] = bool(extra.get("cost_estimated"))
+            if "cost_usd" in extra:
+                extra["cost_estimated"] = bool(extra.get("cost_estimated"))
         view = RunView.from_run(run, now, **extra)
         event = {"type": "run", "run": view.to_json(), "previous": old.value if old else None}
         for listener in list(self._listeners):
