@@ -1,0 +1,185 @@
+"""Landing through a queue (issue 35, item 5): ``orchestrator land`` rebases a workspace's branch onto its base, runs
+``check`` there and fast-forwards the base and the root's checkout; a conflict or a failed check changes nothing and
+sends a memo to the builder; a dirty root is refused; an agent needs ``may: [land]``. Real git repositories in
+``tmp_path``, a real ``orchestrator up`` and the stand-in agent of ``tests/test_workspaces.py``."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+from test_workspaces import WORKTREE, git, records, repository, show, start
+
+from conftest import Project, wait_for
+
+PASSES = [sys.executable, "-c", "import pathlib; print(pathlib.Path('new.txt').read_text())"]
+FAILS = [sys.executable, "-c", "import sys; print('collected 3 items'); print('3 tests failed'); sys.exit(1)"]
+
+
+def built(project: Project, memo: str, body: str, count: int = 1) -> None:
+    """A builder's memo run to its end (its work committed on its branch)."""
+    project.drop("builder", f"{memo}.md", {"id": memo}, body=body)
+    wait_for(lambda: len(project.folder("builder", "archive")) == count, what=f"{memo} done")
+
+
+def landings(project: Project) -> list[tuple[str, str]]:
+    with sqlite3.connect(project.root / ".orchestrator" / "state.db") as db:
+        return db.execute("SELECT name, outcome FROM workspace_landings ORDER BY seq").fetchall()
+
+
+def commit_on_main(project: Project, path: str, text: str) -> str:
+    (project.root / path).write_text(text, encoding="utf-8")
+    git(project.root, "add", path)
+    git(project.root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", f"main: {path}")
+    return git(project.root, "rev-parse", "main")
+
+
+def test_land_lands_a_clean_branch_into_main_and_the_roots_checkout(project: Project) -> None:
+    old = repository(project, {"builder": {"workspace": {**WORKTREE, "check": PASSES}}})
+    start(project)
+    built(project, "one", "write new.txt built")
+    elsewhere = commit_on_main(project, "other.txt", "from main\n")  # main moved on: the branch is rebased onto it
+    done = project.cli("land", "one")
+    assert done.returncode == 0, done.stderr
+    assert "landed orchestrator/one into main: 1 commit(s)" in done.stdout, done.stdout
+    main = git(project.root, "rev-parse", "main")
+    assert main not in (old, elsewhere) and git(project.root, "rev-parse", "orchestrator/one") == main
+    assert git(project.root, "rev-parse", "main~1") == elsewhere, "rebased onto main, then fast-forwarded"
+    assert (project.root / "new.txt").read_text(encoding="utf-8") == "built\n", "the root's checkout updated"
+    assert git(project.root, "status", "--porcelain", "--untracked-files=no") == ""
+    assert landings(project) == [("one", "landed")], "marked landed"
+    again = project.cli("land", "one")
+    assert again.returncode == 1 and "nothing to land" in again.stderr, again.stderr
+    assert project.procs[0].stop() == 0
+
+
+def test_a_conflicting_land_leaves_main_where_it_was_and_tells_the_builder(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    built(project, "clash", "write shared.txt from the builder")
+    branch = git(project.root, "rev-parse", "orchestrator/clash")
+    main = commit_on_main(project, "shared.txt", "from main\n")
+    done = project.cli("land", "clash")
+    assert done.returncode == 1, done.stdout
+    line = done.stderr.strip().splitlines()
+    assert len(line) == 1 and "conflicts with main in shared.txt" in line[0] and "a memo" in line[0], line
+    assert git(project.root, "rev-parse", "main") == main, "main where it was"
+    assert git(project.root, "rev-parse", "orchestrator/clash") == branch, "the rebase undone"
+    workspace = project.root / ".orchestrator" / "workspaces" / "clash"
+    assert git(workspace, "status", "--porcelain") == "" and not (workspace / ".git").is_dir()
+    wait_for(lambda: len(project.folder("builder", "archive")) == 2, what="the memo about the conflict, worked on")
+    memo = next(n for n in project.folder("builder", "archive") if n != "clash.md")
+    text = (project.root / "memo" / "builder" / "archive" / memo).read_text(encoding="utf-8")
+    assert "workspace: clash" in text and "from: orchestrator" in text and "- shared.txt" in text
+    assert "Rebase onto main and resolve" in text
+    assert records(project)[-1]["cwd"] == str(workspace), "the builder works on it in the same workspace"
+    assert landings(project) == [("clash", "conflict")]
+    assert project.procs[0].stop() == 0
+
+
+def test_a_failed_check_leaves_main_where_it_was_with_the_checks_tail(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": {**WORKTREE, "check": FAILS}}})
+    start(project)
+    built(project, "red", "write new.txt built")
+    branch = git(project.root, "rev-parse", "orchestrator/red")
+    done = project.cli("land", "red.md")  # named by its memo's file name
+    assert done.returncode == 1
+    assert "the check" in done.stderr and "exited 1" in done.stderr and "3 tests failed" in done.stderr, done.stderr
+    assert (
+        git(project.root, "rev-parse", "main") == main and git(project.root, "rev-parse", "orchestrator/red") == branch
+    )
+    assert not (project.root / "new.txt").exists()
+    wait_for(lambda: len(project.folder("builder", "archive")) == 2, what="the memo about the check")
+    memo = next(n for n in project.folder("builder", "archive") if n != "red.md")
+    text = (project.root / "memo" / "builder" / "archive" / memo).read_text(encoding="utf-8")
+    assert "3 tests failed" in text and "workspace: red" in text and "the check failed" in text
+    assert project.procs[0].stop() == 0
+
+
+def test_a_dirty_root_refuses_the_landing_in_one_line(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    built(project, "tidy", "write new.txt built")
+    (project.root / "shared.txt").write_text("edited by a person\n", encoding="utf-8")
+    done = project.cli("land", "tidy")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the project root has uncommitted changes (shared.txt)" in lines[0], lines
+    assert (project.root / "shared.txt").read_text(encoding="utf-8") == "edited by a person\n", "not touched"
+    assert git(project.root, "rev-parse", "main") == main and not (project.root / "new.txt").exists()
+    assert project.folder("builder", "inbox") == [], "a refusal sends no memo"
+    assert project.procs[0].stop() == 0
+
+
+def test_an_agent_lands_only_with_may_land(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE}, "reviewer": {}, "manager": {"may": ["land"]}})
+    start(project)
+    built(project, "pm", "write new.txt built")
+    project.drop("reviewer", "r.md", {"id": "r"}, body="land pm")
+    wait_for(lambda: project.folder("reviewer", "archive"), what="the reviewer's try")
+    refused = next(r for r in records(project) if r["memo"] == "r.md")["land"]
+    assert refused["code"] == 13 and "may: [land]" in refused["err"], refused
+    assert git(project.root, "rev-parse", "main") == main
+    project.drop("manager", "m.md", {"id": "m"}, body="land pm")
+    wait_for(lambda: project.folder("manager", "archive"), what="the manager's landing")
+    landed = next(r for r in records(project) if r["memo"] == "m.md")["land"]
+    assert landed["code"] == 0, landed
+    assert git(project.root, "rev-parse", "main") == git(project.root, "rev-parse", "orchestrator/pm") != main
+    assert show(project, "main", "new.txt") == "built"
+    assert project.procs[0].stop() == 0
+
+
+def test_a_landing_waits_for_the_run_working_in_its_workspace(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    built(project, "slow", "write a.txt first")
+    project.drop("builder", "more.md", {"id": "more", "workspace": "slow"}, body="wait go.out\nwrite b.txt second")
+    wait_for(lambda: len(records(project)) == 2, what="the second run at work")
+    land = subprocess.Popen(
+        [*project.command, "land", "slow", "--root", str(project.root)],
+        env=project.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: "landing slow waits for run" in project.procs[0].output, what="the landing waiting")
+        assert git(project.root, "rev-parse", "main") == main
+        (project.root / "go.out").touch()
+        out, err = land.communicate(timeout=60)
+    finally:
+        land.kill()
+    assert land.returncode == 0, err
+    assert "2 commit(s)" in out, out
+    assert show(project, "main", "b.txt") == "second", "landed after the run, with its work"
+    assert project.procs[0].stop() == 0
+
+
+def test_the_dashboards_land_action_answers_with_the_receipt(project: Project) -> None:
+    from web_harness import start as start_web
+
+    main = repository(project, {"builder": {"workspace": WORKTREE}, "planner": {}})
+    dash = start_web(project, "--web", "127.0.0.1:0", WS_RECORD=str(project.root / "ws.jsonl"))
+    try:
+        built(project, "web", "write new.txt built")
+        with sqlite3.connect(project.root / ".orchestrator" / "state.db") as db:
+            (run_id,) = db.execute("SELECT run_id FROM runs WHERE role = 'builder'").fetchone()
+        page = dash.get(f"/runs/{run_id}").text
+        assert 'data-action="land" data-target="web"' in page and 'data-action="cancel"' not in page
+        answer = dash.post("/api/v1/requests/land", {"target": "web"})
+        assert answer.status_code == 200, answer.text
+        receipt = answer.json()
+        assert receipt["landed"] is True and receipt["workspace"] == "web" and receipt["into"] == "main", receipt
+        assert receipt["commit"] == git(project.root, "rev-parse", "main") != main
+        assert (project.root / "new.txt").exists()
+        again = dash.post("/api/v1/requests/land", {"target": "web"}).json()
+        assert again["landed"] is False and "nothing to land" in again["reason"], again
+        project.drop("planner", "p.md", {"id": "p"}, body="plan")
+        wait_for(lambda: project.folder("planner", "archive"), what="the planner's run")
+        with sqlite3.connect(project.root / ".orchestrator" / "state.db") as db:
+            (other,) = db.execute("SELECT run_id FROM runs WHERE role = 'planner'").fetchone()
+        assert 'data-action="land"' not in dash.get(f"/runs/{other}").text, "a shared role's run has no workspace"
+    finally:
+        dash.close()
+    assert dash.orch.stop() == 0
