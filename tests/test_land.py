@@ -5,13 +5,19 @@ sends a memo to the builder; a dirty root is refused; an agent needs ``may: [lan
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-import subprocess
 import sys
+from typing import Any
 
+import pytest
 from test_workspaces import WORKTREE, git, records, repository, show, start
 
 from conftest import Project, wait_for
+from orchestrator.core.errors import UnknownMemoError
+from orchestrator.core.events import FeatureRequested
+from orchestrator.supervisor.feature_requests import Command, FeatureRequests
+from orchestrator.workspaces.land import LandRequest
 
 PASSES = [sys.executable, "-c", "import pathlib; print(pathlib.Path('new.txt').read_text())"]
 FAILS = [sys.executable, "-c", "import sys; print('collected 3 items'); print('3 tests failed'); sys.exit(1)"]
@@ -130,30 +136,47 @@ def test_an_agent_lands_only_with_may_land(project: Project) -> None:
     assert project.procs[0].stop() == 0
 
 
-def test_a_landing_waits_for_the_run_working_in_its_workspace(project: Project) -> None:
+def test_a_landing_waits_for_the_run_working_in_its_workspace_past_the_commands_deadline(project: Project) -> None:
     main = repository(project, {"builder": {"workspace": WORKTREE}})
     start(project)
     built(project, "slow", "write a.txt first")
     project.drop("builder", "more.md", {"id": "more", "workspace": "slow"}, body="wait go.out\nwrite b.txt second")
     wait_for(lambda: len(records(project)) == 2, what="the second run at work")
-    land = subprocess.Popen(
-        [*project.command, "land", "slow", "--root", str(project.root)],
-        env=project.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: "landing slow waits for run" in project.procs[0].output, what="the landing waiting")
-        assert git(project.root, "rev-parse", "main") == main
-        (project.root / "go.out").touch()
-        out, err = land.communicate(timeout=60)
-    finally:
-        land.kill()
-    assert land.returncode == 0, err
-    assert "2 commit(s)" in out, out
-    assert show(project, "main", "b.txt") == "second", "landed after the run, with its work"
+    done = project.cli("land", "slow", "--wait", "1")
+    assert done.returncode == 11, done.stderr
+    assert "landing slow: still waiting for run" in done.stderr and "it goes on" in done.stderr, done.stderr
+    assert "landing slow waits for run" in project.procs[0].output
+    assert git(project.root, "rev-parse", "main") == main, "not landed while the run works"
+    (project.root / "go.out").touch()
+    wait_for(lambda: show(project, "main", "b.txt") == "second", what="the landing, once the run ended")
+    assert show(project, "main", "a.txt") == "first" and (project.root / "b.txt").exists()
+    wait_for(lambda: landings(project) == [("slow", "landed")], what="the landing on record")
     assert project.procs[0].stop() == 0
+
+
+def test_a_feature_request_answers_later_through_an_awaitable() -> None:
+    async def scenario() -> None:
+        features = FeatureRequests()
+        later: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+        async def answer(_request: LandRequest) -> dict[str, Any]:
+            return await later
+
+        features.add("test", [Command(LandRequest, lambda request: answer(request))])
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        features.handle(FeatureRequested(LandRequest(target="x"), reply))
+        await asyncio.sleep(0)
+        assert not reply.done(), "answered only when the awaitable is done"
+        later.set_result({"landed": True})
+        assert await asyncio.wait_for(reply, 5) == {"landed": True}
+        failing: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        later = asyncio.get_running_loop().create_future()
+        features.handle(FeatureRequested(LandRequest(target="y"), failing))
+        later.set_exception(UnknownMemoError("no such workspace"))
+        with pytest.raises(UnknownMemoError, match="no such workspace"):
+            await asyncio.wait_for(failing, 5)
+
+    asyncio.run(scenario())
 
 
 def test_the_dashboards_land_action_answers_with_the_receipt(project: Project) -> None:
