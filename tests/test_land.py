@@ -115,6 +115,18 @@ def test_a_dirty_root_refuses_the_landing_in_one_line(project: Project) -> None:
     assert (project.root / "shared.txt").read_text(encoding="utf-8") == "edited by a person\n", "not touched"
     assert git(project.root, "rev-parse", "main") == main and not (project.root / "new.txt").exists()
     assert project.folder("builder", "inbox") == [], "a refusal sends no memo"
+    git(project.root, "checkout", "--", "shared.txt")
+    (project.root / "new.txt").write_text("a person's own\n", encoding="utf-8")
+    branch = git(project.root, "rev-parse", "orchestrator/tidy")
+    done = project.cli("land", "tidy")
+    assert done.returncode == 1 and "untracked files in the project root are in the way (new.txt)" in done.stderr
+    assert (project.root / "new.txt").read_text(encoding="utf-8") == "a person's own\n"
+    assert (
+        git(project.root, "rev-parse", "main") == main and git(project.root, "rev-parse", "orchestrator/tidy") == branch
+    )
+    (project.root / "new.txt").unlink()
+    assert project.cli("land", "tidy").returncode == 0
+    assert (project.root / "new.txt").read_text(encoding="utf-8") == "built\n"
     assert project.procs[0].stop() == 0
 
 

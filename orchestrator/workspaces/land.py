@@ -191,7 +191,7 @@ class LandQueue:
                 plan = dataclasses.replace(plan, identity=git.identity(plan.root))
             result = landing.land(plan, self.stopping)
             memo = None
-            if result.outcome in ("conflict", "check failed") and job.told:
+            if result.outcome in ("conflict", "check failed") and job.told and not self.stopping.is_set():
                 memo = self._write_memo(job, result, now)
             return LandDone(job.seq, result, memo)
         except Exception as exc:  # noqa: BLE001 - a bug: its landing ends, the orchestrator goes on, the log has it

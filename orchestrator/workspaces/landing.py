@@ -124,6 +124,7 @@ def _land(plan: Plan, into: str, stopping: threading.Event) -> Result:
     try:
         if at_root:
             _clean_root(root, plan.name, into)  # again: a person may have edited it while the check ran
+            _no_untracked_in_the_way(root, plan.name, old, new)
             git.git(root, "merge", "--ff-only", "--quiet", new)
         else:
             git.git(root, "update-ref", target, new, old)  # only if the target is still where it was
@@ -175,6 +176,18 @@ def _clean_root(root: Path, name: str, into: str) -> None:
         raise Refused(
             f"landing {name} into {into}: the project root has uncommitted changes ({shown}); commit or undo them, "
             "then land again"
+        )
+
+
+def _no_untracked_in_the_way(root: Path, name: str, old: str, new: str) -> None:
+    """``Refused`` naming the untracked files of the root that the landing's new files would overwrite."""
+    added = git.git(root, "diff", "--name-only", "--diff-filter=A", old, new).splitlines()
+    there = [path for path in added if (root / path).exists()]
+    if there:
+        shown = ", ".join(there[:3]) + (f" and {len(there) - 3} more" if len(there) > 3 else "")
+        raise Refused(
+            f"landing {name}: untracked files in the project root are in the way ({shown}); move them away, then "
+            "land again"
         )
 
 
