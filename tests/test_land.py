@@ -6,8 +6,11 @@ sends a memo to the builder; a dirty root is refused; an agent needs ``may: [lan
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,8 @@ from conftest import Project, wait_for
 from orchestrator.core.errors import UnknownMemoError
 from orchestrator.core.events import FeatureRequested
 from orchestrator.supervisor.feature_requests import Command, FeatureRequests
+from orchestrator.workspaces import landing
+from orchestrator.workspaces.git import IDENTITY
 from orchestrator.workspaces.land import LandRequest
 
 PASSES = [sys.executable, "-c", "import pathlib; print(pathlib.Path('new.txt').read_text())"]
@@ -218,3 +223,83 @@ def test_the_dashboards_land_action_answers_with_the_receipt(project: Project) -
     finally:
         dash.close()
     assert dash.orch.stop() == 0
+
+
+ORDERED = """
+import os, pathlib, time
+name = os.environ["ORCHESTRATOR_WORKSPACE"].rsplit("/", 1)[-1]
+log = pathlib.Path(os.environ["ORCHESTRATOR_WORKSPACE"]).parents[2] / "order.out"
+with log.open("a") as out:
+    out.write(f"start {name}\\n")
+end = time.monotonic() + 30
+while not (log.parent / "go.out").exists() and time.monotonic() < end:
+    time.sleep(0.02)
+with log.open("a") as out:
+    out.write(f"end {name}\\n")
+"""
+
+
+def test_landings_go_one_at_a_time_oldest_first_each_onto_the_last(project: Project) -> None:
+    check = [sys.executable, "-c", ORDERED]
+    repository(project, {"builder": {"workspace": {**WORKTREE, "check": check}, "max_concurrent": 3}})
+    start(project)
+    for count, name in enumerate(("a", "b", "c"), 1):
+        built(project, name, f"write {name}.txt from {name}", count)
+    order = project.root / "order.out"
+    asked = []
+    try:
+        for number, name in enumerate(("a", "b", "c")):
+            asked.append(
+                subprocess.Popen(
+                    [*project.command, "land", name, "--root", str(project.root)],
+                    env=project.env(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+            if number == 0:
+                wait_for(lambda: order.exists() and "start a" in order.read_text(), what="a's check under way")
+            else:
+                wait_for(lambda n=number: len(project.status().get("landings", [])) == n + 1, what="queued")
+        assert order.read_text() == "start a\n", "one at a time"
+        (project.root / "go.out").touch()
+        answers = [proc.communicate(timeout=60) for proc in asked]
+    finally:
+        for proc in asked:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert [proc.returncode for proc in asked] == [0, 0, 0], answers
+    assert order.read_text().split("\n")[:-1] == ["start a", "end a", "start b", "end b", "start c", "end c"]
+    log = git(project.root, "log", "--format=%s", "main").splitlines()
+    assert log[:3] == [f"builder: {name} (memo {name}, run {run})" for name, run in (("c", 3), ("b", 2), ("a", 1))]
+    for name in ("a", "b", "c"):
+        assert (project.root / f"{name}.txt").exists()
+    assert project.procs[0].stop() == 0
+
+
+def test_one_landing_into_a_branch_checked_out_nowhere_and_a_check_that_runs_too_long(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "--quiet", "--initial-branch=main")
+    (root / "a.txt").write_text("a\n", encoding="utf-8")
+    git(root, "add", "a.txt")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "first")
+    git(root, "branch", "release")
+    folder = tmp_path / "ws"
+    git(root, "worktree", "add", "--quiet", "-b", "orchestrator/ws", str(folder), "main")
+    (folder / "b.txt").write_text("b\n", encoding="utf-8")
+    git(folder, "add", "b.txt")
+    git(folder, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "work")
+    plan = landing.Plan(root, "ws", folder, "orchestrator/ws", "release", identity=dict(IDENTITY))
+    slow = dataclasses.replace(plan, check=(sys.executable, "-c", "import time; time.sleep(30)"), check_timeout=0.3)
+    result = landing.land(slow)
+    assert result.outcome == "check failed" and "took longer than 0.3s" in result.reason, result
+    assert git(root, "rev-parse", "release") == git(root, "rev-parse", "main")
+    done = landing.land(plan)
+    assert done.landed and git(root, "rev-parse", "release") == git(root, "rev-parse", "orchestrator/ws"), done
+    assert not (root / "b.txt").exists(), "the root has main checked out: its files are not touched"
+    into_the_worktree = dataclasses.replace(plan, into="orchestrator/ws", branch="orchestrator/ws")
+    refused = landing.land(into_the_worktree)
+    assert refused.outcome == "refused" and f"is checked out in {folder}" in refused.reason, refused
