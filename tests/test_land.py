@@ -161,7 +161,11 @@ def test_a_landing_waits_for_the_run_working_in_its_workspace_past_the_commands_
     wait_for(lambda: len(records(project)) == 2, what="the second run at work")
     done = project.cli("land", "slow", "--wait", "1")
     assert done.returncode == 11, done.stderr
-    assert "landing slow: still waiting for run" in done.stderr and "it goes on" in done.stderr, done.stderr
+    assert (
+        "landing slow: still waiting for run" in done.stderr
+        and "it goes on" in done.stderr
+        and "status --json" in done.stderr
+    ), done.stderr
     assert "landing slow waits for run" in project.procs[0].output
     assert git(project.root, "rev-parse", "main") == main, "not landed while the run works"
     (project.root / "go.out").touch()

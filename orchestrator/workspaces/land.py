@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -118,7 +118,7 @@ class LandQueue:
                 job.done.exception()
 
     # ------------------------------------------------------------ a request
-    def ask(self, request: LandRequest) -> Any:
+    def ask(self, request: LandRequest) -> Awaitable[dict[str, Any]]:
         """Queue the landing ``request`` names; the awaitable of its answer."""
         db = self.host.store.db
         work = land_records.workspace_of(db, request.target)
@@ -157,7 +157,7 @@ class LandQueue:
             }.get(job.state, job.state)
             if job.waiting_for is not None and job.state == "queued":
                 where = f"still waiting for run {job.waiting_for}, which works in it"
-            return f"landing {job.plan.name}: {where} after {within:g}s; it goes on, and `orchestrator status` shows it"
+            return f"landing {job.plan.name}: {where} after {within:g}s; it goes on (`orchestrator status --json` lists it)"
 
         return await replies.within(asyncio.shield(job.done), within, self.host.clock, still)
 
