@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sqlite3
 import subprocess
 import sys
@@ -153,8 +154,18 @@ def test_an_agent_lands_only_with_may_land(project: Project) -> None:
     assert project.procs[0].stop() == 0
 
 
+HELD = """
+import os, pathlib, time
+root = pathlib.Path(os.environ["ORCHESTRATOR_WORKSPACE"]).parents[2]
+end = time.monotonic() + 30
+while not (root / "checked.out").exists() and time.monotonic() < end:
+    time.sleep(0.02)
+"""
+
+
 def test_a_landing_waits_for_the_run_working_in_its_workspace_past_the_commands_deadline(project: Project) -> None:
-    main = repository(project, {"builder": {"workspace": WORKTREE}})
+    check = [sys.executable, "-c", HELD]
+    main = repository(project, {"builder": {"workspace": {**WORKTREE, "check": check}}})
     start(project)
     built(project, "slow", "write a.txt first")
     project.drop("builder", "more.md", {"id": "more", "workspace": "slow"}, body="wait go.out\nwrite b.txt second")
@@ -168,10 +179,21 @@ def test_a_landing_waits_for_the_run_working_in_its_workspace_past_the_commands_
     ), done.stderr
     assert "landing slow waits for run" in project.procs[0].output
     assert git(project.root, "rev-parse", "main") == main, "not landed while the run works"
+    project.drop("builder", "late.md", {"id": "late", "workspace": "slow"}, body="write c.txt third")
     (project.root / "go.out").touch()
+    wait_for(lambda: "more.md" in project.folder("builder", "archive"), what="the run in the workspace ended")
+    wait_for(
+        lambda: "waits for workspace slow (being landed)" in json.dumps(project.status()), what="the next memo held"
+    )
+    assert project.folder("builder", "inbox") == ["late.md"] and len(records(project)) == 2, "no run while it lands"
+    (project.root / "checked.out").touch()
     wait_for(lambda: show(project, "main", "b.txt") == "second", what="the landing, once the run ended")
     assert show(project, "main", "a.txt") == "first" and (project.root / "b.txt").exists()
     wait_for(lambda: landings(project) == [("slow", "landed")], what="the landing on record")
+    wait_for(lambda: "late.md" in project.folder("builder", "archive"), what="the memo that waited for the landing")
+    assert show(project, "orchestrator/slow", "c.txt") == "third" and show(project, "main", "c.txt") is None, (
+        "the next memo for the workspace waited for the landing asked before it"
+    )
     assert project.procs[0].stop() == 0
 
 
