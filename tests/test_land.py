@@ -323,6 +323,9 @@ def test_one_landing_into_a_branch_checked_out_nowhere_and_a_check_that_runs_too
     result = landing.land(slow)
     assert result.outcome == "check failed" and "took longer than 0.3s" in result.reason, result
     assert git(root, "rev-parse", "release") == git(root, "rev-parse", "main")
+    missing = landing.land(dataclasses.replace(plan, check=("no-such-check-here",)))
+    assert missing.outcome == "refused" and "could not start" in missing.reason and "roles.yaml" in missing.reason
+    assert git(folder, "status", "--porcelain") == "" and git(folder, "log", "-1", "--format=%s") == "work"
     done = landing.land(plan)
     assert done.landed and git(root, "rev-parse", "release") == git(root, "rev-parse", "orchestrator/ws"), done
     assert not (root / "b.txt").exists(), "the root has main checked out: its files are not touched"

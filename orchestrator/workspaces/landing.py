@@ -115,7 +115,11 @@ def _land(plan: Plan, into: str, stopping: threading.Event) -> Result:
             previous=old,
         )
     if plan.check:
-        failed = _check(plan, into, stopping)
+        try:
+            failed = _check(plan, into, stopping)
+        except Refused:
+            git.reset(folder, before)
+            raise
         if failed is not None:
             git.reset(folder, before)
             return Result("check failed", failed[0], into, tail=failed[1], previous=old)
@@ -192,7 +196,8 @@ def _no_untracked_in_the_way(root: Path, name: str, old: str, new: str) -> None:
 
 
 def _check(plan: Plan, into: str, stopping: threading.Event) -> tuple[str, str] | None:
-    """Run the check in the workspace: None when it passed, else (the one line, its output's tail)."""
+    """Run the check in the workspace: None when it passed, else (the one line, its output's tail); ``Refused`` when
+    it cannot start."""
     words = " ".join(plan.check)
     env = {
         **os.environ,
@@ -210,8 +215,10 @@ def _check(plan: Plan, into: str, stopping: threading.Event) -> tuple[str, str] 
             text=True,
             start_new_session=True,
         )
-    except OSError as exc:
-        return f"landing {plan.name}: the check `{words}` could not start: {exc.strerror or exc}", ""
+    except OSError as exc:  # the configuration's fault, not the branch's: refused, and no memo to the builder
+        raise Refused(
+            f"landing {plan.name}: the check `{words}` could not start: {exc.strerror or exc}; fix `check` in roles.yaml"
+        ) from None
     deadline = time.monotonic() + plan.check_timeout
     output = ""
     why: str | None = None
