@@ -175,8 +175,10 @@ def test_a_landing_waits_for_the_run_working_in_its_workspace_past_the_commands_
     assert (
         "landing slow: still waiting for run" in done.stderr
         and "it goes on" in done.stderr
-        and "status --json" in done.stderr
+        and "orchestrator status" in done.stderr
     ), done.stderr
+    shown = project.cli("status").stdout
+    assert "landing: slow into its base: queued, waits for run" in shown, shown
     assert "landing slow waits for run" in project.procs[0].output
     assert git(project.root, "rev-parse", "main") == main, "not landed while the run works"
     project.drop("builder", "late.md", {"id": "late", "workspace": "slow"}, body="write c.txt third")

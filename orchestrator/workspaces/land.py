@@ -157,7 +157,7 @@ class LandQueue:
             }.get(job.state, job.state)
             if job.waiting_for is not None and job.state == "queued":
                 where = f"still waiting for run {job.waiting_for}, which works in it"
-            return f"landing {job.plan.name}: {where} after {within:g}s; it goes on (`orchestrator status --json` lists it)"
+            return f"landing {job.plan.name}: {where} after {within:g}s; it goes on (`orchestrator status` shows it)"
 
         return await replies.within(asyncio.shield(job.done), within, self.host.clock, still)
 
