@@ -7,8 +7,8 @@ attempt's leftovers are set aside, and the agent is moved into it with ``ORCHEST
 hook every end passes, cancel and forced stop included; it cannot await, so its few git commands run there), a
 success's work is committed on the branch and any other end's work is kept under
 ``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began.
-Landing a workspace's branch (``orchestrator land``) is the queue of ``land``, which this feature serves and which
-no run's start or claim passes while it lands the run's workspace.
+Landing a workspace's branch (``orchestrator land``) goes through this feature's queue (``land``): no run starts in
+a workspace while it lands, and a workspace's next memo waits for a landing asked for before it.
 """
 
 from __future__ import annotations
