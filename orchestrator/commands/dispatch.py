@@ -41,6 +41,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "trace": memos.cmd_trace,
     "logs": memos.cmd_logs,
     "diff": memos.cmd_diff,
+    "land": running.cmd_land,
     "release": memos.cmd_release,
     "gc": upkeep.cmd_gc,
     "init": project.cmd_init,

@@ -82,6 +82,14 @@ def build() -> argparse.ArgumentParser:
     diff.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
     diff.add_argument("--stat", action="store_true", help="a summary of the files changed")
 
+    land = sub.add_parser("land", parents=[common], help="land a workspace's branch into its base, through the queue")
+    land.add_argument("target", metavar="MEMO|WORKSPACE", help="a workspace's name, or a memo worked on in it")
+    land.add_argument("--into", metavar="BRANCH", default="", help="the branch to land into (default: its base)")
+    land.add_argument(
+        "--wait", type=float, default=900.0, metavar="SECONDS", help="how long to wait for the landing (default 900)"
+    )
+    land.add_argument("--json", action="store_true")
+
     gc = sub.add_parser("gc", parents=[common], help="remove old logs, transcripts, records and memos (retention:)")
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     gc.add_argument("--reindex", action="store_true", help="rebuild the memo index (trace) from the folders first")

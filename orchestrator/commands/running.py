@@ -1,5 +1,5 @@
 """The client commands that ask the running orchestrator: ``status``, ``cancel``, ``stop``, ``interrupt``,
-``tell`` and ``wake``.
+``tell``, ``wake`` and ``land``.
 
 Each sends one request through ``control.client`` and prints its answer through ``console``; this module and
 everything it imports is standard library (``tests/test_client_imports.py`` holds it to that), so a command
@@ -63,6 +63,34 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     for item in items:
         console.say(_describe_cancel(item))
     return 0
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    """``orchestrator land``: land a workspace's branch through the queue; exit 1 when it did not land."""
+    if args.wait <= 0:
+        raise UsageError("orchestrator land: --wait takes a number of seconds above 0")
+    root = project_root(args)
+    try:
+        result = control.call(
+            root, "land", timeout=args.wait + 10, target=args.target, into=args.into, within=args.wait, who=who()
+        )
+    except UsageError as exc:
+        if "unknown request 'land'" not in str(exc):
+            raise
+        raise UsageError(
+            f"orchestrator land: no role of the team at {root} works in a workspace (`workspace: {{mode: worktree}}`); "
+            "there is nothing to land"
+        ) from None
+    if args.json:
+        console.print_json(result)
+    elif result.get("landed"):
+        console.say(str(result.get("reason")))
+    else:
+        memo = f"; a memo about it went to {result['to']}" if result.get("to") else ""
+        console.fail(f"{result.get('reason')}{memo}")
+        if result.get("tail"):
+            console.say(str(result["tail"]), stream=sys.stderr)
+    return 0 if result.get("landed") else 1
 
 
 def _describe_cancel(item: dict[str, Any]) -> str:

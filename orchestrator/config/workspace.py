@@ -19,8 +19,9 @@ class WorkspaceSettings(Strict):
     """``workspace: {mode: worktree}``: each conversation (``key: conversation``, or each memo with ``key: memo``)
     works in a git worktree under ``root`` on a branch ``orchestrator/<key>`` made from ``base`` (default: the branch
     checked out at the project root). ``setup`` runs once in a new worktree (for at most ``setup_timeout``),
-    ``copy`` names files copied into it from the project root (copied secrets reach the agent), ``ports`` and
-    ``check`` are read by what lands work (not yet built)."""
+    ``copy`` names files copied into it from the project root (copied secrets reach the agent), ``ports`` is not yet
+    built; ``check`` runs in the workspace before its branch lands (``orchestrator land``), for at most
+    ``check_timeout``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -33,6 +34,7 @@ class WorkspaceSettings(Strict):
     copy_files: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, alias="copy")
     ports: int | None = Field(None, ge=1, le=1000)
     check: list[str] = Field(default_factory=list)
+    check_timeout: Duration = Field(1800.0, gt=0)
 
     @property
     def isolated(self) -> bool:

@@ -15,6 +15,7 @@ may do everything. An agent gets, by default::
     handoff  own      `handoff` of its own role (reading it)
     stop     none     `stop`, `stop --force`
     release  none     `release`
+    land     none     `land` (a workspace's branch into its base: a project manager may, after a review)
 
 ``may: [stop]`` in a role's settings raises a grant to ``any`` (every role's
 work), ``may: [-send]`` lowers it to ``none``. Some commands need ``any`` whatever

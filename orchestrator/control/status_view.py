@@ -81,6 +81,10 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
     parts += pause_lines(snap)
     for role, held in (snap.get("holds") or {}).items():
         parts.append(f"held: {role}: " + "; ".join(held.values()))
+    for landing in snap.get("landings") or ():  # the workspaces' landing queue, oldest first
+        waits = f", waits for run {landing['waits_for_run']}" if landing.get("waits_for_run") else ""
+        into = landing.get("into") or "its base"
+        parts.append(f"landing: {landing['workspace']} into {into}: {landing['state']}{waits}")
     for role, wake in (snap.get("wakes") or {}).items():
         skips = ", ".join(f"{k} {v}" for k, v in sorted((wake.get("skips") or {}).items()))
         parts.append(

@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Level] = {
     "handoff": Level.OWN,
     "stop": Level.NONE,
     "release": Level.NONE,
+    "land": Level.NONE,
 }
 GRANTS = tuple(DEFAULTS)
 

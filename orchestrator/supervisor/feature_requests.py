@@ -5,6 +5,8 @@ A new command costs its feature a ``FeatureRequest`` model (a literal ``op`` and
 client needs nothing else: ``control.client.call(root, op, **fields)``). The control server parses it with the
 models registered here, the gate admits it as its registration says, and the loop hands the one
 ``FeatureRequested`` event to ``FeatureRequests.handle``: nothing of the supervisor or of the loop's table changes.
+A handler whose answer comes later (a landing waits for its turn and its git work) returns an awaitable instead: it
+is awaited beside the loop, and the caller is answered with its result, or its error, when it is done.
 
 Authority is declared with the registration (``needs``): None, every caller may send it (a read); else a person
 may, and an agent only with the grant it names, at level ``any`` (``may: [NAME]``), or at the grant's ``own``
@@ -13,12 +15,15 @@ level when ``own(request, caller)`` says the request touches only its own role's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from orchestrator.control.authority import Caller
 from orchestrator.control.protocol import OPS, FeatureRequest, op_of
+from orchestrator.core.errors import ControlError
 from orchestrator.core.events import FeatureRequested
 from orchestrator.core.grants import DEFAULTS
 
@@ -37,11 +42,12 @@ class Needs:
 @dataclass(frozen=True)
 class Command(Generic[R]):
     """One request a feature serves. ``handle`` runs on the loop's thread, inside the event's handling, and returns
-    the answer's result (an ``OrchestratorError`` it raises is the caller's refusal); ``command``: its words in a
-    refusal (``orchestrator COMMAND``), the ``op`` when not given."""
+    the answer's result, or an awaitable of it for an answer that comes later (an ``OrchestratorError`` it raises,
+    or its awaitable raises, is the caller's refusal); ``command``: its words in a refusal (``orchestrator
+    COMMAND``), the ``op`` when not given."""
 
     model: type[R]
-    handle: Callable[[R], dict[str, Any]]
+    handle: Callable[[R], dict[str, Any] | Awaitable[dict[str, Any]]]
     needs: Needs | None = None
     command: str | None = None
 
@@ -86,7 +92,25 @@ class FeatureRequests:
         return registered.words, (needs.grant, needs.own is not None), own
 
     def handle(self, event: FeatureRequested) -> None:
-        """Answer ``event`` with its handler's result."""
+        """Answer ``event`` with its handler's result (when an awaitable, once it is done)."""
         result = self._by_op[event.request.op].handle(event.request)
+        if inspect.isawaitable(result):
+            later = asyncio.ensure_future(result)
+            later.add_done_callback(lambda done: _answer(event.reply, done))
+            return
         if not event.reply.done():
             event.reply.set_result(result)
+
+
+def _answer(reply: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    """Hand a later answer (its result, or its error) to the caller still waiting for it."""
+    if reply.done():
+        if not done.cancelled():
+            done.exception()  # retrieved: nobody waits for it any more
+        return
+    if done.cancelled():
+        reply.set_exception(ControlError("the request was called off: the orchestrator is ending"))
+    elif done.exception() is not None:
+        reply.set_exception(done.exception())  # type: ignore[arg-type]
+    else:
+        reply.set_result(done.result())

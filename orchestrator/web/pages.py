@@ -170,6 +170,10 @@ class Pages:
                 buttons += '<form id="tell"><input name="text" placeholder="tell the agent…" required><button>Tell</button></form>'
         if found["retryable"]:
             buttons += '<button data-action="retry">Retry</button>'
+        role = self.att.config.roles.get(str(view.get("role")))
+        if not live and role is not None and role.workspace.isolated:
+            # its workspace's branch, through the queue (POST /api/v1/requests/land, as `orchestrator land`)
+            buttons += f'<button data-action="land" data-target="{e(label)}">Land</button>'
         attempts = [
             {k: e(a.get(k)) for k in ("attempt", "started_at", "ended_at", "exit_code", "outcome", "reason")}
             for a in found["attempts"]

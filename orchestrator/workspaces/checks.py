@@ -35,7 +35,7 @@ def check_workspaces(config: Config) -> None:
         )
     for name in asking:
         settings = config.roles[name].workspace
-        for key, given in (("copy", settings.copy_files), ("ports", settings.ports), ("check", settings.check)):
+        for key, given in (("copy", settings.copy_files), ("ports", settings.ports)):
             if given:
                 raise ConfigError(
                     f"{config.path}: roles.{name}.workspace.{key}: not yet supported (it comes with landing); "

@@ -7,6 +7,8 @@ attempt's leftovers are set aside, and the agent is moved into it with ``ORCHEST
 hook every end passes, cancel and forced stop included; it cannot await, so its few git commands run there), a
 success's work is committed on the branch and any other end's work is kept under
 ``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began.
+Landing a workspace's branch (``orchestrator land``) goes through this feature's queue (``land``): no run starts in
+a workspace while it lands, and a workspace's next memo waits for a landing asked for before it.
 """
 
 from __future__ import annotations
@@ -14,18 +16,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import Role, RoleRun
+from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
-from orchestrator.supervisor.extension import Extension, Host
+from orchestrator.supervisor.extension import Extension, Handler, Host
+from orchestrator.supervisor.feature_requests import Command
 from orchestrator.workspaces import git, records
+from orchestrator.workspaces.land import LandQueue
+from orchestrator.workspaces.landing import BASE_KEY
 from orchestrator.workspaces.naming import workspace_name
 
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
-BASE_KEY = "orchestratorbase"  # branch.<branch>.orchestratorbase: the base a workspace was made from
 SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
 
 
@@ -52,6 +59,23 @@ class Workspaces(Extension):
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
         records.ensure(host.store.db)
+        self.landings = LandQueue(host, lambda name: self._busy(name, None))
+
+    # ------------------------------------------------------------ landing (workspaces/land.py)
+    def requests(self) -> Sequence[Command[Any]]:
+        return self.landings.commands()
+
+    def handlers(self) -> Mapping[type, Handler]:
+        return self.landings.handlers()
+
+    def on_finished(self, event: RunFinished) -> None:
+        self.landings.pump()  # a landing may have waited for this run's workspace
+
+    def stop(self) -> None:
+        self.landings.stop()
+
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        return self.landings.snapshot()
 
     def _isolated(self) -> list[Role]:
         return [role for role in self.host.config.roles.values() if role.workspace.isolated]
@@ -86,6 +110,8 @@ class Workspaces(Extension):
                 owner = self._busy(name, None)
             if owner is not None:
                 self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (run {owner})")
+            elif first is not None and self.landings.wanted(name):
+                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (being landed)")
             else:
                 self.host.holds.release(role.name, HOLD, quiet=True)
 
@@ -98,7 +124,8 @@ class Workspaces(Extension):
         if spec.adopted:  # its agent runs already, in its workspace: it owns it
             self.owners[name] = run.run_id
             return spec
-        while self._busy(name, run.run_id) is not None:  # claimed in the same pass as the run working there
+        while self._busy(name, run.run_id) is not None or self.landings.lands_now(name):  # claimed in the same pass
+            # as the run working there, or before its landing began
             if run.state is not RunState.STARTING:  # cancelled or stopped meanwhile: the launcher calls it off
                 return spec
             await asyncio.sleep(WAIT_STEP)

@@ -3,7 +3,8 @@
 
 ``write FILE TEXT`` writes FILE in its folder; ``commit`` commits all it has with git; ``see FILE`` records
 whether FILE is in its folder and what it holds; ``send ROLE TEXT`` runs ``orchestrator send ROLE TEXT`` from its
-folder (no ``--root``); ``wait NAME`` waits until NAME exists in the project root; ``fail-first`` exits 1 on
+folder (no ``--root``); ``land TARGET`` runs ``orchestrator land TARGET`` and records its exit and error;
+``wait NAME`` waits until NAME exists in the project root; ``fail-first`` exits 1 on
 the first attempt (doing no more); ``exit N`` exits N. Its record is one JSON line in ``$WS_RECORD``, written before it waits.
 """
 
@@ -49,6 +50,11 @@ def main() -> int:
                 text=True,
             )
             record["sent"] = sent.returncode
+        elif words[0] == "land":
+            landed = subprocess.run(
+                [sys.executable, "-m", "orchestrator", "land", words[1]], capture_output=True, text=True
+            )
+            record["land"] = {"code": landed.returncode, "err": landed.stderr}
         elif words[0] == "wait":
             _record(record)
             record = {}

@@ -116,13 +116,26 @@
       var button = ev.target.closest("button[data-action]");
       if (!button) return;
       var action = button.getAttribute("data-action");
-      var doing = { cancel: "stopping…", interrupt: "interrupting…", retry: "moving it back to the inbox…" };
+      var doing = {
+        cancel: "stopping…",
+        interrupt: "interrupting…",
+        retry: "moving it back to the inbox…",
+        land: "landing its workspace (waiting for its turn, the rebase and the check)…"
+      };
       actions.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
       status.textContent = doing[action] || "…";
       status.className = "pending";
-      post("/api/v1/runs/" + runId + "/" + action, {}).then(function (data) {
+      var sent = action === "land"
+        ? post("/api/v1/requests/land", { target: button.getAttribute("data-target") })
+        : post("/api/v1/runs/" + runId + "/" + action, {});
+      sent.then(function (data) {
         status.textContent = action === "retry" ? "back in its inbox: it runs again" : action + " done";
         status.className = "done";
+        if (action === "land") {
+          status.textContent = data.landed ? data.reason : "not landed: " + data.reason;
+          status.className = data.landed ? "done" : "error";
+          actions.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
+        }
         showReceipt(data);
         var badge = document.getElementById("run-state");
         if (badge && data.state) { badge.textContent = data.state; badge.className = "badge state-" + data.state; }

@@ -1,0 +1,258 @@
+"""The git work of one landing, blocking (a worker thread runs it): rebase a workspace's branch onto the target,
+run the role's ``check`` in the workspace, then fast-forward the target, and the project root's working tree when
+the target is checked out there.
+
+Nothing changes on the target unless every step passed: a conflict or a failed check undoes the rebase (the branch
+back where it was), and a root with uncommitted changes to tracked files is refused before anything is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.workspaces import git
+
+BASE_KEY = "orchestratorbase"  # branch.<branch>.orchestratorbase: the base a workspace was made from
+TAIL_LINES = 8  # of a failed check's output, in the answer and the memo
+TAIL_CHARS = 600
+POLL = 0.1  # how often a running check looks whether the orchestrator is ending
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One landing to do: workspace ``name`` (its ``folder``, on ``branch``) into ``into`` (None: its base)."""
+
+    root: Path
+    name: str
+    folder: Path
+    branch: str
+    into: str | None
+    check: tuple[str, ...] = ()
+    check_timeout: float = 1800.0
+    identity: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a landing ended: ``landed``, ``conflict``, ``check failed`` or ``refused``; ``reason`` is one line."""
+
+    outcome: str
+    reason: str
+    into: str
+    files: tuple[str, ...] = ()
+    tail: str = ""
+    commit: str | None = None
+    previous: str | None = None
+
+    @property
+    def landed(self) -> bool:
+        return self.outcome == "landed"
+
+
+class Refused(Exception):
+    """The landing cannot be tried; the message is its one line."""
+
+
+def base_of(root: Path, branch: str) -> str | None:
+    """The base recorded for a workspace's ``branch`` when it was made, or None."""
+    return git.git(root, "config", f"branch.{branch}.{BASE_KEY}", check=False) or None
+
+
+def land(plan: Plan, stopping: threading.Event | None = None) -> Result:
+    """Land ``plan``; a ``Result`` whatever happened (a git failure is a refusal with git's words)."""
+    into = plan.into or base_of(plan.root, plan.branch) or git.current_branch(plan.root) or "main"
+    try:
+        return _land(plan, into, stopping or threading.Event())
+    except (Refused, git.GitError, OSError) as exc:
+        return Result("refused", str(exc), into)
+
+
+def _land(plan: Plan, into: str, stopping: threading.Event) -> Result:
+    root, folder = plan.root, plan.folder
+    target = f"refs/heads/{into}"
+    old = git.commit_of(root, target)
+    if old is None:
+        raise Refused(f"landing {plan.name}: there is no branch {into!r} in {root}; name one with --into BRANCH")
+    if not (folder / ".git").exists():
+        raise Refused(f"landing {plan.name}: its folder {folder} is gone; nothing to land from")
+    if git.current_branch(folder) != plan.branch:
+        raise Refused(f"landing {plan.name}: its folder {folder} is not on {plan.branch}; put it back and land again")
+    at_root = _checked_out(root, target)
+    if at_root:
+        _clean_root(root, plan.name, into)
+    if git.changed(folder):
+        raise Refused(f"landing {plan.name}: {folder} has uncommitted changes; commit them on {plan.branch} first")
+    before = git.git(folder, "rev-parse", "HEAD")
+    if _is_ancestor(root, before, old):
+        raise Refused(f"landing {plan.name}: nothing to land, {plan.branch} has no commit that {into} lacks")
+    rebased = subprocess.run(  # noqa: S603 - an argv list
+        ["git", "rebase", "--quiet", old],  # noqa: S607
+        cwd=folder,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_EDITOR": "true", **plan.identity},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if rebased.returncode != 0:
+        files = tuple(git.git(folder, "diff", "--name-only", "--diff-filter=U", check=False).splitlines())
+        git.git(folder, "rebase", "--abort", check=False)
+        git.reset(folder, before)
+        if not files:
+            words = (rebased.stderr or rebased.stdout).strip().splitlines()
+            raise Refused(f"landing {plan.name}: git rebase {into} failed: {words[-1] if words else '?'}")
+        return Result(
+            "conflict",
+            f"landing {plan.name} into {into}: {plan.branch} conflicts with {into} in {', '.join(files)}; nothing "
+            f"changed on {into}",
+            into,
+            files=files,
+            previous=old,
+        )
+    if plan.check:
+        try:
+            failed = _check(plan, into, stopping)
+        except Refused:
+            git.reset(folder, before)
+            raise
+        if failed is not None:
+            git.reset(folder, before)
+            return Result("check failed", failed[0], into, tail=failed[1], previous=old)
+    new = git.git(folder, "rev-parse", "HEAD")
+    git.reset(folder, new)  # what the check left behind (not ignored) goes: the next run starts clean
+    try:
+        if at_root:
+            _clean_root(root, plan.name, into)  # again: a person may have edited it while the check ran
+            _no_untracked_in_the_way(root, plan.name, old, new)
+            git.git(root, "merge", "--ff-only", "--quiet", new)
+        else:
+            git.git(root, "update-ref", target, new, old)  # only if the target is still where it was
+    except (Refused, git.GitError):
+        git.reset(folder, before)
+        raise
+    count = git.git(root, "rev-list", "--count", f"{old}..{new}")
+    return Result(
+        "landed",
+        f"landed {plan.branch} into {into}: {count} commit(s), {into} now at {new[:10]}",
+        into,
+        commit=new,
+        previous=old,
+    )
+
+
+def _is_ancestor(root: Path, older: str, newer: str) -> bool:
+    done = subprocess.run(  # noqa: S603
+        ["git", "merge-base", "--is-ancestor", older, newer],  # noqa: S607
+        cwd=root,
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def _checked_out(root: Path, target: str) -> bool:
+    """Whether ``target`` is checked out at the project root; ``Refused`` when another worktree has it."""
+    top = git.top_level(root) or root
+    path: Path | None = None
+    for line in git.git(root, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            path = Path(line.removeprefix("worktree "))
+        elif line == f"branch {target}" and path is not None:
+            if path.resolve() == top.resolve():
+                return True
+            raise Refused(
+                f"{target.removeprefix('refs/heads/')} is checked out in {path}; land into a branch that is checked "
+                "out at the project root or nowhere"
+            )
+    return False
+
+
+def _clean_root(root: Path, name: str, into: str) -> None:
+    """``Refused`` when the root's tracked files have uncommitted changes: the landing would have to touch them."""
+    dirty = git.git(root, "diff", "--name-only", "HEAD").splitlines()  # staged or not
+    if dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise Refused(
+            f"landing {name} into {into}: the project root has uncommitted changes ({shown}); commit or undo them, "
+            "then land again"
+        )
+
+
+def _no_untracked_in_the_way(root: Path, name: str, old: str, new: str) -> None:
+    """``Refused`` naming the untracked files of the root that the landing's new files would overwrite."""
+    added = git.git(root, "diff", "--name-only", "--diff-filter=A", old, new).splitlines()
+    there = [path for path in added if (root / path).exists()]
+    if there:
+        shown = ", ".join(there[:3]) + (f" and {len(there) - 3} more" if len(there) > 3 else "")
+        raise Refused(
+            f"landing {name}: untracked files in the project root are in the way ({shown}); move them away, then "
+            "land again"
+        )
+
+
+def _check(plan: Plan, into: str, stopping: threading.Event) -> tuple[str, str] | None:
+    """Run the check in the workspace: None when it passed, else (the one line, its output's tail); ``Refused`` when
+    it cannot start."""
+    words = " ".join(plan.check)
+    env = {
+        **os.environ,
+        "ORCHESTRATOR_WORKSPACE": str(plan.folder),
+        "ORCHESTRATOR_BRANCH": plan.branch,
+        "ORCHESTRATOR_BASE": into,
+    }
+    try:
+        child = subprocess.Popen(  # noqa: S603 - the role's argv, never a shell
+            list(plan.check),
+            cwd=plan.folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as exc:  # the configuration's fault, not the branch's: refused, and no memo to the builder
+        raise Refused(
+            f"landing {plan.name}: the check `{words}` could not start: {exc.strerror or exc}; fix `check` in roles.yaml"
+        ) from None
+    deadline = time.monotonic() + plan.check_timeout
+    output = ""
+    why: str | None = None
+    while True:
+        try:
+            output, _ = child.communicate(timeout=POLL)
+            break
+        except subprocess.TimeoutExpired:
+            if stopping.is_set():
+                why = "was stopped: the orchestrator is ending"
+            elif time.monotonic() > deadline:
+                why = f"took longer than {plan.check_timeout:g}s"
+            else:
+                continue
+            _kill(child)
+            output, _ = child.communicate()
+            break
+    tail = tail_of(output or "")
+    if why is None and child.returncode == 0:
+        return None
+    if why is None:
+        why = f"exited {child.returncode}"
+    said = f": {' '.join(tail.splitlines()[-3:])}" if tail else ""
+    return f"landing {plan.name}: the check `{words}` {why}{said}; nothing changed on {into}", tail
+
+
+def _kill(child: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def tail_of(output: str) -> str:
+    """The last lines of a command's output, cut to a size a memo and a line can hold."""
+    lines = [line.rstrip() for line in output.strip().splitlines() if line.strip()]
+    return "\n".join(lines[-TAIL_LINES:])[-TAIL_CHARS:]
