@@ -6,9 +6,10 @@ Light on purpose (pydantic only): ``config`` imports it; the git work is the fea
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from orchestrator.core.units import Duration, Strict
 
@@ -19,8 +20,8 @@ class WorkspaceSettings(Strict):
     """``workspace: {mode: worktree}``: each conversation (``key: conversation``, or each memo with ``key: memo``)
     works in a git worktree under ``root`` on a branch ``orchestrator/<key>`` made from ``base`` (default: the branch
     checked out at the project root). ``setup`` runs once in a new worktree (for at most ``setup_timeout``),
-    ``copy`` names files copied into it from the project root (copied secrets reach the agent), ``ports`` and
-    ``check`` are read by what lands work (not yet built)."""
+    ``copy`` names files copied into it from the project root (copied secrets reach the agent), ``ports`` the size
+    of the block of ports each live workspace gets, ``check`` is read by what lands work (not yet built)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -33,6 +34,16 @@ class WorkspaceSettings(Strict):
     copy_files: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, alias="copy")
     ports: int | None = Field(None, ge=1, le=1000)
     check: list[str] = Field(default_factory=list)
+
+    @field_validator("copy_files")
+    @classmethod
+    def _inside_the_root(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if PurePosixPath(pattern).is_absolute() or ".." in PurePosixPath(pattern).parts:
+                raise ValueError(
+                    f"{pattern!r} is outside the project root; name a path or glob inside it, such as .env"
+                )
+        return patterns
 
     @property
     def isolated(self) -> bool:

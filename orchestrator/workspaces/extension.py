@@ -20,7 +20,7 @@ from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import Role, RoleRun
 from orchestrator.core.states import RunState
 from orchestrator.supervisor.extension import Extension, Host
-from orchestrator.workspaces import git, records
+from orchestrator.workspaces import copying, git, ports, records
 from orchestrator.workspaces.naming import workspace_name
 
 HOLD = "workspace"  # the source of the holds this feature puts on a role
@@ -52,6 +52,7 @@ class Workspaces(Extension):
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
         records.ensure(host.store.db)
+        ports.ensure(host.store.db)
 
     def _isolated(self) -> list[Role]:
         return [role for role in self.host.config.roles.values() if role.workspace.isolated]
@@ -129,7 +130,7 @@ class Workspaces(Extension):
             records.began(self.host.store.db, work)
         try:
             await asyncio.to_thread(self._setup, run.role, folder)
-        except (git.GitError, OSError, SpawnError) as exc:
+        except (git.GitError, OSError, SpawnError, copying.CopyError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         env = {
             **spec.env,
@@ -137,6 +138,11 @@ class Workspaces(Extension):
             "ORCHESTRATOR_BRANCH": branch,
             "ORCHESTRATOR_BASE": base,
         }
+        if settings.ports:
+            try:
+                env.update(ports.env(*ports.block(self.host.store.db, name, str(folder), settings.ports)))
+            except ports.NoPortsError as exc:
+                raise SpawnError(f"workspace {name}: {exc}") from None
         return dataclasses.replace(spec, cwd=(folder / run.role.cwd).resolve(), env=env)
 
     def _ready(
@@ -159,12 +165,17 @@ class Workspaces(Extension):
         return git.git(folder, "rev-parse", "HEAD"), base, kept
 
     def _setup(self, role: Role, folder: Path) -> None:
-        """The role's ``setup`` once per workspace; a failure fails the attempt, and the next one runs it again."""
+        """The role's ``copy`` and ``setup`` once per workspace; a failure fails the attempt, and the next one does
+        both again."""
         settings = role.workspace
-        if not settings.setup:
+        if not settings.setup and not settings.copy_files:
             return
         marker = Path(git.git(folder, "rev-parse", "--absolute-git-dir")) / SETUP_DONE
         if marker.exists():
+            return
+        copying.copy_in(self.root, folder, settings.copy_files)
+        if not settings.setup:
+            marker.write_text("", encoding="utf-8")
             return
         try:
             done = subprocess.run(  # noqa: S603 - the role's argv, never a shell
