@@ -43,7 +43,7 @@ def test_a_copy_git_would_see_fails_the_attempt_with_one_line_and_is_undone(proj
     wait_for(lambda: project.folder("builder", "failed") == ["a.md"], what="the attempt failed")
     assert "copy: notes.txt is not ignored by git in the workspace" in project.procs[0].output
     assert records(project) == [], "no agent started"
-    assert not (project.root / ".orchestrator" / "workspaces" / "seen" / "notes.txt").exists()
+    assert not (project.root / ".orchestrator-workspaces" / "seen" / "notes.txt").exists()
     refs = git(project.root, "for-each-ref", "refs/orchestrator/attempts/")
     assert refs == "", "nothing set aside: the copy was undone before the attempt ended"
     assert project.procs[0].stop() == 0

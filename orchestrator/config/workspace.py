@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from orchestrator.core.units import Duration, Strict
 
-DEFAULT_ROOT = ".orchestrator/workspaces"
+DEFAULT_ROOT = ".orchestrator-workspaces"  # beside .orchestrator/, whose files the agents may not edit
 
 
 class WorkspaceSettings(Strict):

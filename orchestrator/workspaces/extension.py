@@ -152,6 +152,7 @@ class Workspaces(Extension):
         last attempt's work was set aside as)."""
         settings = run.role.workspace
         if git.ensure_worktree(self.root, folder, branch, settings.base or git.current_branch(self.root) or "HEAD"):
+            git.exclude(self.root, self.root / settings.root)
             base = settings.base or git.current_branch(self.root) or "HEAD"
             git.git(self.root, "config", f"branch.{branch}.{BASE_KEY}", base)
         base = git.git(self.root, "config", f"branch.{branch}.{BASE_KEY}", check=False) or settings.base or "HEAD"

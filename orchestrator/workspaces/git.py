@@ -94,6 +94,39 @@ def ensure_worktree(root: Path, folder: Path, branch: str, base: str) -> bool:
     return True
 
 
+def exclude(root: Path, folder: Path) -> bool:
+    """Have the repository at ``root`` ignore ``folder`` (the worktrees' root, inside it), through its own
+    ``info/exclude`` (never a file of the project's) when nothing ignores it yet; True when a line was added.
+
+    Unignored, the root's ``git status`` would list the worktrees, and a ``git add --all`` there take them in."""
+    top = top_level(root)
+    if top is None:
+        return False
+    relative = Path(os.path.relpath(folder.resolve(), top.resolve()))
+    if relative.parts[:1] == ("..",) or not relative.parts:
+        return False
+    name = relative.as_posix()
+    if _ignored(top, f"{name}/x"):
+        return False
+    path = top / git(top, "rev-parse", "--git-common-dir") / "info" / "exclude"  # `top /` an absolute one: itself
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        if path.stat().st_size and not path.read_text(encoding="utf-8").endswith("\n"):
+            handle.write("\n")
+        handle.write(f"/{name}/\n")
+    return True
+
+
+def _ignored(top: Path, name: str) -> bool:
+    done = subprocess.run(  # noqa: S603 - an argv list
+        ["git", "check-ignore", "--quiet", "--no-index", name],
+        cwd=top,
+        capture_output=True,
+        check=False,  # noqa: S607
+    )
+    return done.returncode == 0
+
+
 def changed(folder: Path) -> bool:
     """Whether the work tree at ``folder`` has changes, tracked or untracked (ignored files do not count)."""
     return bool(git(folder, "status", "--porcelain", "--untracked-files=all"))
