@@ -94,6 +94,9 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
     parts += memory_lines(snap.get("memory"))
+    if snap.get("workspaces"):
+        disk = snap["workspaces"]
+        parts.append(f"workspaces: {disk['count']} ({disk['bytes'] / 1e6:.1f} MB, measured {disk['measured_at'][:19]})")
     if snap.get("recent"):
         table = tables.Table(title="recent")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):

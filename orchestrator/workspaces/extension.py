@@ -15,18 +15,22 @@ import asyncio
 import dataclasses
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import Role, RoleRun
+from orchestrator.core.clock import Timer, iso
+from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.supervisor.extension import Extension, Host
-from orchestrator.workspaces import copying, git, ports, records
+from orchestrator.workspaces import copying, git, ports, records, retire
 from orchestrator.workspaces.naming import workspace_name
 
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
 BASE_KEY = "orchestratorbase"  # branch.<branch>.orchestratorbase: the base a workspace was made from
 SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
+MEASURE_EVERY = 60.0  # seconds between two measures of the workspaces' disk use, at most
 
 
 def attempt_ref(name: str, run_id: int, attempt: int) -> str:
@@ -51,6 +55,10 @@ class Workspaces(Extension):
         self.names: dict[Path, str] = {}  # a queued memo -> its workspace (read once)
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
+        self.disk: dict[str, Any] | None = None  # the last measure of the workspaces' folders (``status``)
+        self.measured: float | None = None  # when it was asked (the clock's monotonic time)
+        self.measuring: asyncio.Future[dict[str, Any]] | None = None
+        self.later: Timer | None = None  # a measure asked for within the minute, due when it is up
         records.ensure(host.store.db)
         ports.ensure(host.store.db)
 
@@ -72,6 +80,50 @@ class Workspaces(Extension):
             self.owners.pop(name, None)
             return None
         return owner
+
+    # ------------------------------------------------------------ what the workspaces hold on disk
+    def start(self) -> None:
+        self._measure()
+
+    def on_finished(self, event: RunFinished) -> None:
+        self._measure()
+
+    def stop(self) -> None:
+        if self.later is not None:
+            self.later.cancel()
+            self.later = None
+
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        return {"workspaces": self.disk} if self.disk is not None else {}
+
+    def _measure(self) -> None:
+        """Measure the workspaces' disk use on a thread (a walk of every checkout), at most once a minute."""
+        now = self.host.clock.monotonic()
+        if self.measuring is not None or self.later is not None:
+            return
+        if self.measured is not None and now - self.measured < MEASURE_EVERY:  # once, when the minute is up
+            self.later = self.host.clock.call_later(self.measured + MEASURE_EVERY - now, self._measure_later)
+            return
+        self.measured = now
+        self.measuring = asyncio.ensure_future(asyncio.to_thread(self._sizes))
+        self.measuring.add_done_callback(self._measured)
+
+    def _measure_later(self) -> None:
+        self.later = None
+        if not self.host.ending():
+            self._measure()
+
+    def _measured(self, done: asyncio.Future[dict[str, Any]]) -> None:
+        self.measuring = None
+        if not done.cancelled() and done.exception() is None:
+            self.disk = {**done.result(), "measured_at": iso(self.host.clock.now())}
+
+    def _sizes(self) -> dict[str, Any]:
+        """On a thread: how many workspaces the roles' roots hold, and their bytes."""
+        roots = {self.root / role.workspace.root for role in self._isolated()}
+        folders = [entry for root in roots if root.is_dir() for entry in root.iterdir() if (entry / ".git").exists()]
+        size = sum(retire.disk_use(folder) for folder in folders)
+        return {"count": len(folders), "bytes": size}
 
     # ------------------------------------------------------------ one run at a time
     def check_holds(self) -> None:

@@ -41,6 +41,13 @@ def git(folder: Path, *args: str, env: dict[str, str] | None = None, check: bool
     return done.stdout.strip()
 
 
+def succeeds(folder: Path, *args: str) -> bool:
+    """Whether ``git args`` in ``folder`` exits 0 (a question git answers with its status)."""
+    full = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    done = subprocess.run(["git", *args], cwd=folder, env=full, capture_output=True, check=False)  # noqa: S603, S607
+    return done.returncode == 0
+
+
 def version() -> tuple[int, int] | None:
     """The installed git's version (major, minor), or None when there is no git."""
     if shutil.which("git") is None:
@@ -125,6 +132,22 @@ def _ignored(top: Path, name: str) -> bool:
         check=False,  # noqa: S607
     )
     return done.returncode == 0
+
+
+def stale(root: Path) -> list[str]:
+    """The worktree registrations of the repository at ``root`` whose folder is gone (deleted by hand): what
+    ``git worktree prune`` would remove, by name."""
+    full = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    done = subprocess.run(  # noqa: S603 - it tells on standard error
+        ["git", "worktree", "prune", "--dry-run", "--verbose"],  # noqa: S607
+        cwd=root,
+        env=full,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = (done.stdout + done.stderr).splitlines()
+    return [line.split("worktrees/", 1)[1].split(":", 1)[0] for line in lines if line.startswith("Removing worktrees/")]
 
 
 def changed(folder: Path) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS workspace_attempts (  -- each attempt run in a workspace (orchestrator/workspaces)
@@ -84,3 +85,10 @@ def of_runs(db: sqlite3.Connection, run_ids: list[int]) -> list[AttemptWork]:
         f"SELECT {COLUMNS} FROM workspace_attempts WHERE run_id IN ({marks}) ORDER BY run_id, attempt", run_ids
     ).fetchall()
     return [AttemptWork(*row) for row in rows]
+
+
+def landed(root: Path, name: str) -> bool:
+    """Whether workspace ``name`` of the project at ``root`` has landed (``orchestrator land``).
+
+    A stand-in until landing is built: nothing has landed, so only the idle rule removes a workspace."""
+    return False
