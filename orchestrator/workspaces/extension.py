@@ -58,6 +58,7 @@ class Workspaces(Extension):
         self.disk: dict[str, Any] | None = None  # the last measure of the workspaces' folders (``status``)
         self.measured: float | None = None  # when it was asked (the clock's monotonic time)
         self.measuring: asyncio.Future[dict[str, Any]] | None = None
+        self.where: dict[int, tuple[str, str]] = {}  # a live run -> its workspace and branch (``status``)
         self.later: Timer | None = None  # a measure asked for within the minute, due when it is up
         records.ensure(host.store.db)
         ports.ensure(host.store.db)
@@ -94,7 +95,12 @@ class Workspaces(Extension):
             self.later = None
 
     def snapshot(self, full: bool) -> dict[str, Any]:
-        return {"workspaces": self.disk} if self.disk is not None else {}
+        out: dict[str, Any] = {"workspaces": self.disk} if self.disk is not None else {}
+        if self.where:
+            out["run_workspaces"] = {
+                str(run_id): {"workspace": name, "branch": branch} for run_id, (name, branch) in self.where.items()
+            }
+        return out
 
     def _measure(self) -> None:
         """Measure the workspaces' disk use on a thread (a walk of every checkout), at most once a minute."""
@@ -150,6 +156,7 @@ class Workspaces(Extension):
         name = self._name(run.role, run.memos[0].path)
         if spec.adopted:  # its agent runs already, in its workspace: it owns it
             self.owners[name] = run.run_id
+            self.where[run.run_id] = (name, git.BRANCH_PREFIX + name)
             return spec
         while self._busy(name, run.run_id) is not None:  # claimed in the same pass as the run working there
             if run.state is not RunState.STARTING:  # cancelled or stopped meanwhile: the launcher calls it off
@@ -180,6 +187,8 @@ class Workspaces(Extension):
                 run.run_id, spec.attempt, name, str(folder), branch, base, start, None, None, None
             )
             records.began(self.host.store.db, work)
+            self.host.store.update_run(run.run_id, workspace=name, branch=branch)
+        self.where[run.run_id] = (name, branch)
         try:
             await asyncio.to_thread(self._setup, run.role, folder)
         except (git.GitError, OSError, SpawnError, copying.CopyError) as exc:
@@ -254,6 +263,7 @@ class Workspaces(Extension):
             return
         for memo in run.memos:
             self.names.pop(memo.path, None)
+        self.where.pop(run.run_id, None)
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
         if work is None:

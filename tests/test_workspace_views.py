@@ -1,0 +1,34 @@
+"""Each run's workspace and branch where people look (issue 35): ``status``, ``status --json`` and ``history``.
+A real ``orchestrator up`` in a real git repository, with the stand-in agent of ``tests/test_workspaces.py``."""
+
+from __future__ import annotations
+
+import json
+
+from test_workspaces import WORKTREE, records, repository, start
+
+from conftest import Project, wait_for
+
+
+def test_status_and_history_show_each_runs_workspace_and_branch(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}, "reviewer": {}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "shown"}, body="write a.txt x\nwait go.out")
+    project.drop("reviewer", "r.md", {"id": "shared-one"}, body="body")
+    wait_for(lambda: records(project), what="the builder at work")
+    live = project.status()
+    run_id = next(str(run["run_id"]) for run in live["runs"] if run["memo"] == "a.md")
+    assert live["run_workspaces"][run_id] == {"workspace": "shown", "branch": "orchestrator/shown"}
+    assert "[orchestrator/shown]" in project.cli("status").stdout
+    (project.root / "go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the run done")
+    wait_for(lambda: project.folder("reviewer", "archive") == ["r.md"], what="the shared run done")
+    recent = {run["memo"]: run for run in project.status()["recent"]}
+    assert (recent["a.md"]["workspace"], recent["a.md"]["branch"]) == ("shown", "orchestrator/shown")
+    assert recent["r.md"]["workspace"] is None and recent["r.md"]["branch"] is None, "a shared role's run"
+    history = json.loads(project.cli("history", "--json").stdout)["runs"]
+    row = next(run for run in history if run["memo"] == "a.md")
+    assert (row["workspace"], row["branch"]) == ("shown", "orchestrator/shown")
+    text = project.cli("history").stdout
+    assert "branch" in text and "orchestrator/shown" in text, text
+    assert project.procs[0].stop() == 0
