@@ -32,3 +32,26 @@ def test_status_and_history_show_each_runs_workspace_and_branch(project: Project
     text = project.cli("history").stdout
     assert "branch" in text and "orchestrator/shown" in text, text
     assert project.procs[0].stop() == 0
+
+
+def test_the_dashboard_shows_a_runs_changes_and_the_workspaces(project: Project) -> None:
+    from web_harness import start as start_web
+
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    board = start_web(project, WS_RECORD=str(project.root / "ws.jsonl"))
+    try:
+        project.drop("builder", "a.md", {"id": "dash"}, body="write a.txt one\nwrite b.txt two")
+        wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the run done")
+        run_id = json.loads(project.cli("history", "--json").stdout)["runs"][-1]["run_id"]
+        found = board.get(f"/api/v1/runs/{run_id}").json()["workspace"]
+        assert (found["branch"], found["outcome"]) == ("orchestrator/dash", "committed")
+        assert sorted(f["path"] for f in found["files"]) == ["a.txt", "b.txt"]
+        page = board.get(f"/runs/{run_id}").text
+        assert "orchestrator/dash" in page and "2 files changed" in page and "<code>b.txt</code>" in page
+        listed = board.get("/api/v1/workspaces").json()["workspaces"]
+        assert [(w["name"], w["ahead"], w["behind"], w["landed"]) for w in listed] == [("dash", 1, 0, False)]
+        assert listed[0]["bytes"] > 0 and listed[0]["last_run"] == run_id
+        page = board.get("/workspaces").text
+        assert "<code>orchestrator/dash</code>" in page and f'href="/runs/{run_id}"' in page
+    finally:
+        board.close()
