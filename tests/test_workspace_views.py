@@ -4,6 +4,7 @@ A real ``orchestrator up`` in a real git repository, with the stand-in agent of 
 from __future__ import annotations
 
 import json
+import sys
 
 from test_workspaces import WORKTREE, records, repository, start
 
@@ -55,3 +56,17 @@ def test_the_dashboard_shows_a_runs_changes_and_the_workspaces(project: Project)
         assert "<code>orchestrator/dash</code>" in page and f'href="/runs/{run_id}"' in page
     finally:
         board.close()
+
+
+def test_the_prompt_tells_the_agent_where_it_works(project: Project) -> None:
+    from conftest import STAND_IN
+
+    repository(project, {"builder": {"workspace": WORKTREE, "command": [sys.executable, str(STAND_IN)]}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "told"}, body="body")
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the run done")
+    prompt = project.records()[0]["prompt"]
+    folder = project.root / ".orchestrator-workspaces" / "told"
+    assert prompt.startswith(f"You work in a git worktree of your own: {folder} (branch orchestrator/told)"), prompt
+    assert f"never in the project root ({project.root})" in prompt
+    assert project.procs[0].stop() == 0

@@ -131,6 +131,20 @@ class Workspaces(Extension):
         size = sum(retire.disk_use(folder) for folder in folders)
         return {"count": len(folders), "bytes": size}
 
+    # ------------------------------------------------------------ what the agent is told
+    def notes(self, run: RoleRun) -> list[str]:
+        """The top of the prompt says where the agent works: its memos' paths and ``$root`` are the project
+        root's, and a change made there by path would be on no branch."""
+        if not run.role.workspace.isolated or not run.memos:
+            return []
+        name = self._name(run.role, run.memos[0].path)
+        folder = self.root / run.role.workspace.root / name
+        return [
+            f"You work in a git worktree of your own: {folder} (branch {git.BRANCH_PREFIX}{name}), your working "
+            f"folder. Make every change there, never in the project root ({self.root}), which only holds the "
+            "memos; what you leave in the worktree is committed on the branch when you end."
+        ]
+
     # ------------------------------------------------------------ one run at a time
     def check_holds(self) -> None:
         """A role whose next memo is for a busy workspace waits (the memo stays in its queue)."""
