@@ -251,7 +251,7 @@ def test_after_a_crash_an_adopted_run_commits_and_a_run_found_dead_is_set_aside(
     assert len(refs.splitlines()) == 1, refs
     assert show(project, refs, "half.txt") == "half done", "its work kept under an attempt ref"
     assert show(project, "orchestrator/dead", "half.txt") is None, "not on the branch"
-    assert not (project.root / ".orchestrator" / "workspaces" / "dead" / "half.txt").exists(), "the workspace reset"
+    assert not (project.root / ".orchestrator-workspaces" / "dead" / "half.txt").exists(), "the workspace reset"
     (project.root / "go.out").touch()
     wait_for(lambda: project.folder("builder", "archive") == ["k.md"], what="the adopted run's success")
     assert show(project, "orchestrator/kept", "done.txt") == "finished", "the adopted run's work committed"
