@@ -10,7 +10,7 @@ ratios, and the findings kept in ``bench/FINDINGS.md``).
                    runs, writes no RESULTS.md (the figures mean nothing); used by the test suite
   --only a,b       run only these scenarios (latency, throughput, drain, startup, cancel, memory, idle,
                    continuity, schedule, fuse, keeper, memory-store, ray, sdk-keeper, history, web, client,
-                   year, many-agents, big-end)
+                   year, many-agents, big-end, workspaces)
   --out PATH       where to write the results ("-" for nowhere)
   --keep           keep the scratch folder (projects, logs, records) for a look afterwards
 
@@ -70,6 +70,7 @@ from bench import (
     startup,
     throughput,
     web_scenario,
+    workspaces_scenario,
     year_scenario,
 )
 from bench.common import FULL, SMOKE, Context, Outcome, Row, cleanup
@@ -107,6 +108,7 @@ SCENARIOS: dict[str, Callable[[Context], Outcome]] = {
     "year": year_scenario.year,
     "many-agents": many_agents.many_agents,
     "big-end": big_end.big_end,
+    "workspaces": workspaces_scenario.workspaces,
 }
 
 

@@ -287,6 +287,8 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
             session_id="s-1",
             is_error=1,
             log_pruned_at="2026-12-30T03:00:00.000+01:00",
+            workspace="B-1",
+            branch="orchestrator/B-1",
         )
         row = store.run(run_id)
     finally:
@@ -299,6 +301,8 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
         "role": "builder",
         "memo": "b.md",
         "memo_id": "B-1",
+        "workspace": "B-1",
+        "branch": "orchestrator/B-1",
         "memos": ["b.md", "c.md"],
         "subject": "three articles",
         "state": "failed",

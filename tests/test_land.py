@@ -78,7 +78,7 @@ def test_a_conflicting_land_leaves_main_where_it_was_and_tells_the_builder(proje
     assert len(line) == 1 and "conflicts with main in shared.txt" in line[0] and "a memo" in line[0], line
     assert git(project.root, "rev-parse", "main") == main, "main where it was"
     assert git(project.root, "rev-parse", "orchestrator/clash") == branch, "the rebase undone"
-    workspace = project.root / ".orchestrator" / "workspaces" / "clash"
+    workspace = project.root / ".orchestrator-workspaces" / "clash"
     assert git(workspace, "status", "--porcelain") == "" and not (workspace / ".git").is_dir()
     wait_for(lambda: len(project.folder("builder", "archive")) == 2, what="the memo about the conflict, worked on")
     memo = next(n for n in project.folder("builder", "archive") if n != "clash.md")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,22 +299,57 @@ def test_the_live_budget_fuse_stops_a_slow_call_near_the_cap(
 # ---------------------------------------------------------------- the default team
 
 
-def test_the_default_team_can_write_a_file_in_the_project(
+def test_the_default_teams_builder_writes_in_its_workspace_and_the_write_lands_on_its_branch(
     tmp_path: Path, env: dict[str, str], api: MessagesApi
 ) -> None:
+    """``init`` makes a repository and gives the builder a worktree: the real CLI's Write (a path in its folder,
+    as the model names it) lands on the workspace's branch, and neither the root nor its branch sees it."""
     team = tmp_path / "team"
     init = Project(tmp_path)
     result = init.cli("init", str(team))
     assert result.returncode == 0, result.stderr
-    api.server.cwd = team
+    api.server.cwd = team / ".orchestrator-workspaces" / "B-write"
     project = Project(team)
     try:
         project.up(**env)
         project.drop("builder", "B-write.md", body="[write:made-by-agent.txt] make the file")
         ended(project, "builder", "archive", "B-write.md")
-        assert (team / "made-by-agent.txt").read_text(encoding="utf-8") == "written\n"
+        shown = subprocess.run(
+            ["git", "log", "-1", "--format=%s", "-p", "orchestrator/B-write", "--", "made-by-agent.txt"],
+            cwd=team,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert shown.startswith("builder: B-write (memo B-write, run ") and "+written" in shown, shown
+        assert not (team / "made-by-agent.txt").exists(), "not in the root"
+        root = subprocess.run(["git", "status", "--porcelain"], cwd=team, capture_output=True, text=True).stdout
+        assert "made-by-agent" not in root
     finally:
         project.cleanup()
+
+
+def test_an_sdk_role_in_a_worktree_writes_on_its_branch(
+    project: Project, env: dict[str, str], api: MessagesApi
+) -> None:
+    subprocess.run(["git", "init", "--quiet"], cwd=project.root, check=True)
+    (project.root / ".gitignore").write_text(".orchestrator/\nmemo/\n*.jsonl\n*.out\n", encoding="utf-8")
+    project.configure({"writer": sdk_role(workspace={"mode": "worktree"})})
+    subprocess.run(["git", "add", "--all"], cwd=project.root, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "team"],
+        cwd=project.root,
+        check=True,
+    )
+    api.server.cwd = project.root / ".orchestrator-workspaces" / "W-ws"
+    project.up(**env)
+    project.drop("writer", "W-ws.md", body="[write:sdk-made.txt] make the file")
+    ended(project, "writer", "archive", "W-ws.md")
+    shown = subprocess.run(
+        ["git", "show", "orchestrator/W-ws:sdk-made.txt"], cwd=project.root, capture_output=True, text=True
+    )
+    assert shown.stdout == "written\n", shown.stderr
+    assert not (project.root / "sdk-made.txt").exists()
 
 
 # ---------------------------------------------------------------- start-up checks

@@ -93,7 +93,7 @@ def test_up_refuses_a_worktree_role_in_a_folder_that_is_not_a_git_repository(pro
 def test_a_command_run_inside_a_workspace_acts_on_the_project_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    workspace = tmp_path / ".orchestrator" / "workspaces" / "w"
+    workspace = tmp_path / ".orchestrator-workspaces" / "w"
     (workspace / "sub").mkdir(parents=True)
     monkeypatch.setenv("ORCHESTRATOR_ROOT", str(tmp_path))
     monkeypatch.setenv("ORCHESTRATOR_WORKSPACE", str(workspace))
@@ -116,7 +116,7 @@ def test_two_builders_at_once_each_edit_the_same_file_on_their_own_branch(projec
     seen = {Path(r["cwd"]).name: r for r in records(project)}
     assert sorted(seen) == ["one", "two"]
     for name, record in seen.items():
-        assert record["cwd"] == str(project.root / ".orchestrator" / "workspaces" / name)
+        assert record["cwd"] == str(project.root / ".orchestrator-workspaces" / name)
         assert record["env"]["ORCHESTRATOR_WORKSPACE"] == record["cwd"]
         assert record["env"]["ORCHESTRATOR_BRANCH"] == f"orchestrator/{name}"
         assert record["env"]["ORCHESTRATOR_BASE"] == "main"
@@ -144,7 +144,7 @@ def test_a_cancelled_run_leaves_its_file_only_in_an_attempt_ref(project: Project
     assert show(project, refs, "half.txt") == "half done"
     assert show(project, "orchestrator/cut", "half.txt") is None, "not on the branch"
     assert not (project.root / "half.txt").exists(), "not in the root"
-    assert not (project.root / ".orchestrator" / "workspaces" / "cut" / "half.txt").exists(), "the workspace reset"
+    assert not (project.root / ".orchestrator-workspaces" / "cut" / "half.txt").exists(), "the workspace reset"
     assert "half.txt" in project.cli("diff", "cut", "--stat").stdout
     assert project.procs[0].stop() == 0
 
@@ -185,7 +185,7 @@ def test_a_builders_send_takes_the_reviewer_into_the_same_workspace(project: Pro
     wait_for(lambda: len(records(project)) == 2, what="the reviewer's run")
     builder, reviewer = records(project)
     assert builder["sent"] == 0
-    assert reviewer["cwd"] == builder["cwd"] == str(project.root / ".orchestrator" / "workspaces" / "hand")
+    assert reviewer["cwd"] == builder["cwd"] == str(project.root / ".orchestrator-workspaces" / "hand")
     assert reviewer["seen"] == {"work.txt": "built"}
     sent = project.folder("reviewer", "archive") or project.folder("reviewer", "active")
     text = (
@@ -196,7 +196,7 @@ def test_a_builders_send_takes_the_reviewer_into_the_same_workspace(project: Pro
         / sent[0]
     ).read_text()
     assert "workspace: hand" in text, "the memo carries its workspace"
-    assert not list((project.root / ".orchestrator" / "workspaces" / "hand").glob("memo")), "sent to the root"
+    assert not list((project.root / ".orchestrator-workspaces" / "hand").glob("memo")), "sent to the root"
     assert project.procs[0].stop() == 0
 
 
@@ -225,7 +225,7 @@ def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
     assert project.folder("builder", "inbox") == ["s.md"], "its memo back in the inbox"
     refs = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/stopped/")
     assert show(project, refs, "part.txt") == "part"
-    assert not (project.root / ".orchestrator" / "workspaces" / "stopped" / "part.txt").exists()
+    assert not (project.root / ".orchestrator-workspaces" / "stopped" / "part.txt").exists()
     assert show(project, "orchestrator/stopped", "part.txt") is None
 
 
@@ -251,7 +251,7 @@ def test_after_a_crash_an_adopted_run_commits_and_a_run_found_dead_is_set_aside(
     assert len(refs.splitlines()) == 1, refs
     assert show(project, refs, "half.txt") == "half done", "its work kept under an attempt ref"
     assert show(project, "orchestrator/dead", "half.txt") is None, "not on the branch"
-    assert not (project.root / ".orchestrator" / "workspaces" / "dead" / "half.txt").exists(), "the workspace reset"
+    assert not (project.root / ".orchestrator-workspaces" / "dead" / "half.txt").exists(), "the workspace reset"
     (project.root / "go.out").touch()
     wait_for(lambda: project.folder("builder", "archive") == ["k.md"], what="the adopted run's success")
     assert show(project, "orchestrator/kept", "done.txt") == "finished", "the adopted run's work committed"
@@ -268,7 +268,7 @@ def _zombie(pid: int) -> bool:
 
 SETUP = """
 import pathlib, sys
-count = pathlib.Path.cwd().parents[2] / "setup-count.out"
+count = pathlib.Path.cwd().parents[1] / "setup-count.out"
 runs = int(count.read_text()) + 1 if count.exists() else 1
 count.write_text(str(runs))
 if runs == 1:

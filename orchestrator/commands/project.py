@@ -13,11 +13,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     from orchestrator.scaffold import init_project
 
     target = (args.dir or args.root or Path.cwd()).resolve()
-    created, kept = init_project(target)
-    for path in created:
+    done = init_project(target)
+    for path in done.created:
         console.say(f"created {path}")
-    for path in kept:
+    for path in done.kept:
         console.say(f"kept    {path} (already there)")
+    for line in done.said:
+        console.say(line)
     console.say(f"next: edit {target / 'roles.yaml'} and the prompts, then run `orchestrator up --root {target}`")
     return 0
 

@@ -59,6 +59,7 @@ class RetentionSettings(Strict):
     failed: Keep = None  # memo/<role>/failed/ (with each memo's .reason)
     cancelled: Keep = None  # memo/<role>/cancelled/
     held: Keep = None  # memo/<role>/held/ (memos the loop breaker held and nobody released)
+    workspaces: Keep = 14 * DAY  # a workspace's folder (orchestrator/workspaces), idle since its last run ended
 
     @field_validator("runs")
     @classmethod

@@ -19,6 +19,8 @@ def history_view(report: dict[str, Any]) -> list[Any]:
     from orchestrator.core.view import RunView
 
     table = Table(title="runs", title_justify="left")
+    runs = [RunView.of(run) for run in report["runs"]]
+    branches = any(run.branch for run in runs)  # a column only where a role works in workspaces
     columns = (
         "run",
         "role",
@@ -34,7 +36,10 @@ def history_view(report: dict[str, Any]) -> list[Any]:
     )
     for col in (*columns, "turns", "started"):
         table.add_column(col)
-    for run in map(RunView.of, report["runs"]):
+    if branches:
+        table.add_column("branch")
+    for run in runs:
+        extra = [run.branch or ""] if branches else []
         table.add_row(
             str(run.run_id),
             run.role,
@@ -49,6 +54,7 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             str(run.reasoning_output_tokens or ""),
             str(run.num_turns or ""),
             (run.started_at or "")[:19],
+            *extra,
         )
     parts: list[Any] = [table]
     for title, key in (("per role", "by_role"), ("per day", "by_day")):

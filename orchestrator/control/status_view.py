@@ -50,6 +50,7 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
         for col in ("run", "role", "memo", "state", "attempt", "pid", "elapsed / next", "cost $", "subject / activity"):
             table.add_column(col)
         nodes = snap.get("nodes") or {}  # executor: ray, where each agent runs
+        where = snap.get("run_workspaces") or {}  # the workspaces feature: each live run's branch
         for run in map(_run_json, snap["runs"]):
             elapsed = run.get("elapsed")
             when = f"{elapsed:.0f}s" if elapsed is not None else (run.get("next_attempt_at") or "")
@@ -57,6 +58,9 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
             if run.get("activity"):
                 about = f"{about} | {run['activity']}"
             run_id = str(run["run_id"])
+            branch = (where.get(run_id) or {}).get("branch") or run.get("branch")
+            if branch:
+                about = f"[{branch}] {about}"
             table.add_row(
                 run_id,
                 run["role"],
@@ -98,6 +102,9 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
     parts += memory_lines(snap.get("memory"))
+    if snap.get("workspaces"):
+        disk = snap["workspaces"]
+        parts.append(f"workspaces: {disk['count']} ({disk['bytes'] / 1e6:.1f} MB, measured {disk['measured_at'][:19]})")
     if snap.get("recent"):
         table = tables.Table(title="recent")
         for col in ("run", "role", "memo", "state", "exit", "ended", "cost $", "tokens in/out", "reason"):
@@ -117,7 +124,9 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
                 (run.get("ended_at") or "")[:19],
                 money(run.get("cost_usd"), bool(run.get("cost_estimated"))),
                 tokens,
-                (run.get("reason") or "") + (f" (log pruned {pruned[:10]})" if pruned else ""),
+                (f"[{run['branch']}] " if run.get("branch") else "")
+                + (run.get("reason") or "")
+                + (f" (log pruned {pruned[:10]})" if pruned else ""),
             )
         parts.append(table)
     return parts

@@ -38,6 +38,8 @@ STATUS_KEYS = (
     "role",
     "memo",
     "memo_id",
+    "workspace",
+    "branch",
     "memos",
     "subject",
     "state",
@@ -68,6 +70,8 @@ HISTORY_KEYS = (
     "role",
     "memo",
     "memo_id",
+    "workspace",
+    "branch",
     "state",
     "backend",
     "attempt",
@@ -143,6 +147,8 @@ class RunView(BaseModel):
     log_pruned_at: str | None = None  # when retention removed the log (``log`` still names where it was)
     node: str | None = None  # the Ray node it runs (ran) on; None for local runs
     adopted_at: str | None = None  # when a restart of the orchestrator last took it back (supervisor/adoption)
+    workspace: str | None = None  # the workspace it worked in (orchestrator/workspaces); None: the project folder
+    branch: str | None = None  # that workspace's branch
 
     @classmethod
     def of(cls, data: RunView | Mapping[str, Any]) -> RunView:
@@ -186,6 +192,8 @@ class RunView(BaseModel):
             log_pruned_at=row.get("log_pruned_at"),
             node=row.get("node"),
             adopted_at=row.get("adopted_at"),
+            workspace=row.get("workspace"),
+            branch=row.get("branch"),
         )
 
     @classmethod

@@ -10,7 +10,9 @@ The rules (``config.retention``) against one moment ``now``:
   memo rows with them), except each role's newest numbered run, which carries the role's run number on;
   and the loop breaker's links, wake memos' outcomes and cancellations older than that;
 - ``archive``, ``failed``, ``cancelled``, ``held``: memo files that came into that folder before ``now - limit``
-  (by the memo index; a memo it does not know by its modification time), with their ``.reason`` files.
+  (by the memo index; a memo it does not know by its modification time), with their ``.reason`` files;
+- ``workspaces``: the worktrees of ended conversations that landed or were idle that long, never one with work
+  that exists nowhere else (``workspaces.retire`` decides).
 
 Never anything of a run that is not finished, and never a memo an unfinished run holds or replies to (its
 ``reply_to`` chain, as far as the memo index knows it): those are counted as kept.
@@ -36,6 +38,7 @@ from orchestrator.intake.notices import reason_path
 from orchestrator.schedule import records
 from orchestrator.store import RUN_END
 from orchestrator.supervisor import breaker
+from orchestrator.workspaces import retire
 
 KINDS = ("logs", "transcripts", "runs", "memos")
 _FINISHED = tuple(sorted(state.value for state in FINISHED))
@@ -71,6 +74,7 @@ class Plan:
     #: memos kept because unfinished runs hold them or reply to them
     kept_memos: list[str] = field(default_factory=list)
     unfinished_runs: int = 0
+    workspaces: retire.WorkspacePlan = field(default_factory=lambda: retire.WorkspacePlan([], {}, []))
 
     def cutoff(self, seconds: float) -> datetime:
         return self.now - timedelta(seconds=seconds)
@@ -158,6 +162,7 @@ def plan(root: Path, db: sqlite3.Connection, rules: RetentionSettings, now: date
         limit = rules.folder_limit(folder)
         if limit is not None:
             _old_memos(root, db, out, folder, out.cutoff(limit).timestamp(), in_use)
+    out.workspaces = retire.plan(root, db, rules.workspaces, now)
     return out
 
 

@@ -26,6 +26,7 @@ from orchestrator.intake import memo_index
 from orchestrator.intake.notices import reason_path
 from orchestrator.retention.plan import KINDS, Item, Plan, plan
 from orchestrator.store import Store
+from orchestrator.workspaces import retire
 
 CHUNK = 500  # rows a transaction; files between two checks of ``stop``
 
@@ -81,6 +82,8 @@ def sweep(root: Path, db: sqlite3.Connection, todo: Plan, stop: threading.Event 
                     _remove(root / files[run_id])
             with _transaction(db):
                 db.executemany(f"UPDATE runs SET {column} = ? WHERE run_id = ?", [(now, run_id) for run_id in chunk])
+    check()
+    retire.carry_out(root, db, todo.workspaces)  # before the records: a workspace is found by its runs' rows
     runs = [item.run_id for item in todo.items["runs"] if item.run_id is not None]
     for chunk in _chunks(runs):
         check()
@@ -118,6 +121,14 @@ def report(todo: Plan, dry_run: bool, reindexed: memo_index.Rebuilt | None = Non
             "bytes": sum(item.bytes for item in items),
             "items": [item.to_json() for item in items],
         }
+    work = todo.workspaces
+    out["workspaces"] = {
+        "count": len(work.retired),
+        "bytes": sum(item.bytes for item in work.retired),
+        "items": [item.to_json() for item in work.retired],
+        "kept": work.kept,
+        "stale": work.stale,
+    }
     out["records"] = {table: count for table, (_where, _args, count) in todo.records.items()}
     out["kept"] = {"unfinished_runs": todo.unfinished_runs, "memos_in_use": todo.kept_memos}
     out["reindexed"] = reindexed.indexed if reindexed else None
@@ -186,9 +197,27 @@ def render(result: dict[str, Any]) -> list[str]:
             lines.append(f"  {item['path'] or 'run ' + str(item['run_id'])}  (since {item['since']})")
         if part["count"] > SHOWN:
             lines.append(f"  ... and {part['count'] - SHOWN} more (`orchestrator gc --json` lists every one)")
+    lines += workspace_lines(result, verb)
     kept = result["kept"]
     lines.append(
         f"kept: everything of {kept['unfinished_runs']} unfinished run(s)"
         + (f"; {len(kept['memos_in_use'])} old memo(s) they hold or reply to" if kept["memos_in_use"] else "")
     )
+    return lines
+
+
+def workspace_lines(result: dict[str, Any], verb: str) -> list[str]:
+    """The workspaces' part of ``render``: what goes and why, what stays and why, the registrations pruned."""
+    part = result.get("workspaces")
+    if part is None:
+        return []
+    what = f"{part['count']} ({human_bytes(part['bytes'])})" if part["count"] else "nothing"
+    lines = [f"workspaces (workspaces: {result['rules']['workspaces']}): {verb} {what}"]
+    lines += [f"  {item['path']}: {item['why']}" for item in part["items"]]
+    lines += [f"  kept {name}: {why}" for name, why in part["kept"].items()]
+    if part["stale"]:
+        pruned = "would prune" if result["dry_run"] else "pruned"
+        lines.append(
+            f"  {pruned} {len(part['stale'])} registration(s) whose folder is gone: {', '.join(part['stale'])}"
+        )
     return lines

@@ -111,6 +111,8 @@ _RUN_COLUMNS = {
     "seq",
     "node",
     "adopted_at",
+    "workspace",
+    "branch",
     "backend",
     "memos",
     "memo_ids",
@@ -368,7 +370,8 @@ def migrate(db: sqlite3.Connection) -> None:
     if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
         db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
-    for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at"):  # retention removed; a restart took back
+    for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at", "workspace", "branch"):  # retention
+        # removed; a restart took back; the workspace and branch it worked in (orchestrator/workspaces)
         if column not in columns:
             db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
     for column in FIGURES:  # the tokens Codex reports beside input and output; a cost estimated from `prices`

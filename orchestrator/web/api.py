@@ -27,6 +27,7 @@ from orchestrator.core.errors import OrchestratorError, RefusedError, UsageError
 from orchestrator.web import errors, peers
 from orchestrator.web.attach import Attachment
 from orchestrator.web.hub import Hub, encode
+from orchestrator.workspaces import overview
 
 LOG_TAIL = 64 * 1024  # bytes of a log the tail answers with
 FOLLOW_EVERY = 0.25
@@ -94,6 +95,7 @@ class API:
             Route("/api/v1/handoff/{role}", self.handoff, methods=get),
             Route("/api/v1/memory/search", self.memory_search, methods=get),
             Route("/api/v1/trace/{memo}", self.trace, methods=get),
+            Route("/api/v1/workspaces", self.workspaces, methods=get),
             Route("/api/v1/events", self.events, methods=get),
             Route("/api/v1/runs/{run_id:int}/cancel", self.action(self.cancel), methods=post),
             Route("/api/v1/runs/{run_id:int}/interrupt", self.action(self.interrupt), methods=post),
@@ -115,6 +117,10 @@ class API:
         if found is None:
             return errors.error(404, "unknown_run", f"no run {request.path_params['run_id']} on record")
         found["quiet"] = self.att.quiet().get(request.path_params["run_id"])
+        config = self.att.config
+        found["workspace"] = await asyncio.to_thread(
+            overview.run_changes, config.root, config.state_dir / "state.db", request.path_params["run_id"]
+        )
         return Json(found)
 
     async def log(self, request: Request) -> Response:
@@ -159,6 +165,12 @@ class API:
             before=_int_param(request, "before", None, 1, 2**62),
         )
         return Json(report)
+
+    async def workspaces(self, request: Request) -> Response:
+        config = self.att.config
+        return Json(
+            {"workspaces": await asyncio.to_thread(overview.inventory, config.root, config.state_dir / "state.db")}
+        )
 
     async def schedule(self, request: Request) -> Response:
         from orchestrator.schedule import view

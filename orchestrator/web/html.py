@@ -56,6 +56,7 @@ def layout(title: str, body: str, *, page: str = "") -> HTMLResponse:
             ("/schedule", "Schedule"),
             ("/journal", "Journal"),
             ("/memory", "Memory"),
+            ("/workspaces", "Workspaces"),
         )
     )
     return HTMLResponse(

@@ -21,8 +21,20 @@ from orchestrator.core.states import FINISHED  # the states a run ends in (strin
 from orchestrator.web import records
 from orchestrator.web.attach import Attachment
 from orchestrator.web.html import bars, colour, e, layout, money, run_cells, seconds, table
+from orchestrator.workspaces import overview
 
-PAGES = ("/", "/runs", "/history", "/schedule", "/journal", "/handoff", "/memory", "/trace", "/fragments")
+PAGES = (
+    "/",
+    "/runs",
+    "/history",
+    "/schedule",
+    "/journal",
+    "/handoff",
+    "/memory",
+    "/trace",
+    "/fragments",
+    "/workspaces",
+)
 
 
 def is_page(path: str) -> bool:
@@ -67,6 +79,7 @@ class Pages:
             Route("/handoff/{role}", self.handoff),
             Route("/memory", self.memory),
             Route("/trace/{memo}", self.trace),
+            Route("/workspaces", self.workspaces),
         ]
 
     # ------------------------------------------------------------ overview
@@ -197,13 +210,39 @@ class Pages:
         )
         reason = f'<p class="reason">{e(view.get("reason"))}</p>' if view.get("reason") else ""
         receipt = found.get("receipt")
+        changes = await asyncio.to_thread(
+            overview.run_changes, self.att.config.root, self.att.config.state_dir / "state.db", run_id
+        )
         body = f"""<h1>Run {run_id} <span class="badge state-{e(view["state"])}" id="run-state">{e(view["state"])}</span></h1>
 {reason}<p><a href="/trace/{quote(str(label), safe="")}">conversation of {e(label)}</a> · cost {money(view.get("cost_usd"), view.get("cost_estimated"))}</p>
 <div id="actions" data-run="{run_id}" data-live="{int(live)}">{buttons}</div><p id="action-status" role="status"></p>
 <pre id="receipt"{"" if receipt else " hidden"}>{e(json.dumps(receipt, indent=2, default=str)) if receipt else ""}</pre>
 <dl class="facts">{facts}</dl><h2>Attempts</h2>{table(attempts, [(k, k) for k in ("attempt", "started_at", "ended_at", "exit_code", "outcome", "reason")])}
+{workspace_part(changes)}
 <h2>Log <small id="log-state"></small></h2><pre id="log" data-run="{run_id}" data-follow="{int(live)}"></pre>"""
         return layout(f"run {run_id}", body, page="/runs")
+
+    # ------------------------------------------------------------ workspaces
+    async def workspaces(self, request: Request) -> Response:
+        config = self.att.config
+        found = await asyncio.to_thread(overview.inventory, config.root, config.state_dir / "state.db")
+        rows = [
+            {
+                "name": e(w["name"]),
+                "branch": f"<code>{e(w['branch'])}</code>",
+                "base": e(w["base"]),
+                "ahead": e(w["ahead"]),
+                "behind": e(w["behind"]),
+                "last_run": f'<a href="/runs/{w["last_run"]}">{w["last_run"]}</a>'
+                + (" (working)" if w["working"] else f" ended {e((w['last_end'] or '')[:19])}"),
+                "disk": e(f"{w['bytes'] / 1e6:.1f} MB") if w["present"] else "removed",
+                "landed": "yes" if w["landed"] else "no",
+            }
+            for w in found
+        ]
+        columns = [(k, k.replace("_", " ")) for k in ("name", "branch", "base", "ahead", "behind", "last_run")]
+        body = f"<h1>Workspaces</h1>{table(rows, [*columns, ('disk', 'disk use'), ('landed', 'landed')], 'workspaces')}"
+        return layout("workspaces", body, page="/workspaces")
 
     # ------------------------------------------------------------ history
     async def history(self, request: Request) -> Response:
@@ -338,3 +377,14 @@ def _tree(node: Any) -> str:
     )
     kids = node.get("replies") or node.get("children") or []
     return head + (_tree(kids) if kids else "")
+
+
+def workspace_part(changes: dict[str, Any] | None) -> str:
+    """The run page's part on its workspace: the branch, the latest attempt's outcome, its diff stat and files."""
+    if changes is None:
+        return ""
+    files = [{"status": e(f["status"]), "path": f"<code>{e(f['path'])}</code>"} for f in changes["files"]]
+    kept = f" under <code>{e(changes['ref'])}</code>" if changes.get("ref") else ""
+    return f"""<h2>Workspace</h2><p id="workspace">branch <code>{e(changes["branch"])}</code> (workspace
+{e(changes["workspace"])}), attempt {e(changes["attempt"])}: {e(changes["outcome"])}{kept}</p>
+<pre id="diffstat">{e(changes["stat"]) or "no changes"}</pre>{table(files, [("status", "status"), ("path", "file")], "files")}"""

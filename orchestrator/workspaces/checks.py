@@ -34,13 +34,6 @@ def check_workspaces(config: Config) -> None:
             "use mode: shared"
         )
     for name in asking:
-        settings = config.roles[name].workspace
-        for key, given in (("copy", settings.copy_files), ("ports", settings.ports)):
-            if given:
-                raise ConfigError(
-                    f"{config.path}: roles.{name}.workspace.{key}: not yet supported (it comes with landing); "
-                    "remove it for now"
-                )
         base = config.roles[name].workspace.base
         if base is not None and git.commit_of(config.root, base) is None:
             raise ConfigError(

@@ -22,11 +22,12 @@ from typing import Any
 
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import Role, RoleRun
+from orchestrator.core.clock import Timer, iso
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.supervisor.extension import Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command
-from orchestrator.workspaces import git, records
+from orchestrator.workspaces import copying, git, ports, records, retire
 from orchestrator.workspaces.land import LandQueue
 from orchestrator.workspaces.landing import BASE_KEY
 from orchestrator.workspaces.naming import workspace_name
@@ -34,6 +35,7 @@ from orchestrator.workspaces.naming import workspace_name
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
 SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
+MEASURE_EVERY = 60.0  # seconds between two measures of the workspaces' disk use, at most
 
 
 def attempt_ref(name: str, run_id: int, attempt: int) -> str:
@@ -58,7 +60,13 @@ class Workspaces(Extension):
         self.names: dict[Path, str] = {}  # a queued memo -> its workspace (read once)
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
+        self.disk: dict[str, Any] | None = None  # the last measure of the workspaces' folders (``status``)
+        self.measured: float | None = None  # when it was asked (the clock's monotonic time)
+        self.measuring: asyncio.Future[dict[str, Any]] | None = None
+        self.where: dict[int, tuple[str, str]] = {}  # a live run -> its workspace and branch (``status``)
+        self.later: Timer | None = None  # a measure asked for within the minute, due when it is up
         records.ensure(host.store.db)
+        ports.ensure(host.store.db)
         self.landings = LandQueue(host, lambda name: self._busy(name, None))
 
     # ------------------------------------------------------------ landing (workspaces/land.py)
@@ -67,15 +75,6 @@ class Workspaces(Extension):
 
     def handlers(self) -> Mapping[type, Handler]:
         return self.landings.handlers()
-
-    def on_finished(self, event: RunFinished) -> None:
-        self.landings.pump()  # a landing may have waited for this run's workspace
-
-    def stop(self) -> None:
-        self.landings.stop()
-
-    def snapshot(self, full: bool) -> dict[str, Any]:
-        return self.landings.snapshot()
 
     def _isolated(self) -> list[Role]:
         return [role for role in self.host.config.roles.values() if role.workspace.isolated]
@@ -95,6 +94,73 @@ class Workspaces(Extension):
             self.owners.pop(name, None)
             return None
         return owner
+
+    # ------------------------------------------------------------ what the workspaces hold on disk
+    def start(self) -> None:
+        self._measure()
+
+    def on_finished(self, event: RunFinished) -> None:
+        self.landings.pump()  # a landing may have waited for this run's workspace
+        self._measure()
+
+    def stop(self) -> None:
+        self.landings.stop()
+        if self.later is not None:
+            self.later.cancel()
+            self.later = None
+
+    def snapshot(self, full: bool) -> dict[str, Any]:
+        out: dict[str, Any] = self.landings.snapshot()
+        if self.disk is not None:
+            out["workspaces"] = self.disk
+        if self.where:
+            out["run_workspaces"] = {
+                str(run_id): {"workspace": name, "branch": branch} for run_id, (name, branch) in self.where.items()
+            }
+        return out
+
+    def _measure(self) -> None:
+        """Measure the workspaces' disk use on a thread (a walk of every checkout), at most once a minute."""
+        now = self.host.clock.monotonic()
+        if self.measuring is not None or self.later is not None:
+            return
+        if self.measured is not None and now - self.measured < MEASURE_EVERY:  # once, when the minute is up
+            self.later = self.host.clock.call_later(self.measured + MEASURE_EVERY - now, self._measure_later)
+            return
+        self.measured = now
+        self.measuring = asyncio.ensure_future(asyncio.to_thread(self._sizes))
+        self.measuring.add_done_callback(self._measured)
+
+    def _measure_later(self) -> None:
+        self.later = None
+        if not self.host.ending():
+            self._measure()
+
+    def _measured(self, done: asyncio.Future[dict[str, Any]]) -> None:
+        self.measuring = None
+        if not done.cancelled() and done.exception() is None:
+            self.disk = {**done.result(), "measured_at": iso(self.host.clock.now())}
+
+    def _sizes(self) -> dict[str, Any]:
+        """On a thread: how many workspaces the roles' roots hold, and their bytes."""
+        roots = {self.root / role.workspace.root for role in self._isolated()}
+        folders = [entry for root in roots if root.is_dir() for entry in root.iterdir() if (entry / ".git").exists()]
+        size = sum(retire.disk_use(folder) for folder in folders)
+        return {"count": len(folders), "bytes": size}
+
+    # ------------------------------------------------------------ what the agent is told
+    def notes(self, run: RoleRun) -> list[str]:
+        """The top of the prompt says where the agent works: its memos' paths and ``$root`` are the project
+        root's, and a change made there by path would be on no branch."""
+        if not run.role.workspace.isolated or not run.memos:
+            return []
+        name = self._name(run.role, run.memos[0].path)
+        folder = self.root / run.role.workspace.root / name
+        return [
+            f"You work in a git worktree of your own: {folder} (branch {git.BRANCH_PREFIX}{name}), your working "
+            f"folder. Make every change there, never in the project root ({self.root}), which only holds the "
+            "memos; what you leave in the worktree is committed on the branch when you end."
+        ]
 
     # ------------------------------------------------------------ one run at a time
     def check_holds(self) -> None:
@@ -123,6 +189,7 @@ class Workspaces(Extension):
         name = self._name(run.role, run.memos[0].path)
         if spec.adopted:  # its agent runs already, in its workspace: it owns it
             self.owners[name] = run.run_id
+            self.where[run.run_id] = (name, git.BRANCH_PREFIX + name)
             return spec
         while self._busy(name, run.run_id) is not None or self.landings.lands_now(name):  # claimed in the same pass
             # as the run working there, or before its landing began
@@ -154,9 +221,11 @@ class Workspaces(Extension):
                 run.run_id, spec.attempt, name, str(folder), branch, base, start, None, None, None
             )
             records.began(self.host.store.db, work)
+            self.host.store.update_run(run.run_id, workspace=name, branch=branch)
+        self.where[run.run_id] = (name, branch)
         try:
             await asyncio.to_thread(self._setup, run.role, folder)
-        except (git.GitError, OSError, SpawnError) as exc:
+        except (git.GitError, OSError, SpawnError, copying.CopyError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         env = {
             **spec.env,
@@ -164,6 +233,11 @@ class Workspaces(Extension):
             "ORCHESTRATOR_BRANCH": branch,
             "ORCHESTRATOR_BASE": base,
         }
+        if settings.ports:
+            try:
+                env.update(ports.env(*ports.block(self.host.store.db, name, str(folder), settings.ports)))
+            except ports.NoPortsError as exc:
+                raise SpawnError(f"workspace {name}: {exc}") from None
         return dataclasses.replace(spec, cwd=(folder / run.role.cwd).resolve(), env=env)
 
     def _ready(
@@ -173,6 +247,7 @@ class Workspaces(Extension):
         last attempt's work was set aside as)."""
         settings = run.role.workspace
         if git.ensure_worktree(self.root, folder, branch, settings.base or git.current_branch(self.root) or "HEAD"):
+            git.exclude(self.root, self.root / settings.root)
             base = settings.base or git.current_branch(self.root) or "HEAD"
             git.git(self.root, "config", f"branch.{branch}.{BASE_KEY}", base)
         base = git.git(self.root, "config", f"branch.{branch}.{BASE_KEY}", check=False) or settings.base or "HEAD"
@@ -186,12 +261,17 @@ class Workspaces(Extension):
         return git.git(folder, "rev-parse", "HEAD"), base, kept
 
     def _setup(self, role: Role, folder: Path) -> None:
-        """The role's ``setup`` once per workspace; a failure fails the attempt, and the next one runs it again."""
+        """The role's ``copy`` and ``setup`` once per workspace; a failure fails the attempt, and the next one does
+        both again."""
         settings = role.workspace
-        if not settings.setup:
+        if not settings.setup and not settings.copy_files:
             return
         marker = Path(git.git(folder, "rev-parse", "--absolute-git-dir")) / SETUP_DONE
         if marker.exists():
+            return
+        copying.copy_in(self.root, folder, settings.copy_files)
+        if not settings.setup:
+            marker.write_text("", encoding="utf-8")
             return
         try:
             done = subprocess.run(  # noqa: S603 - the role's argv, never a shell
@@ -217,6 +297,7 @@ class Workspaces(Extension):
             return
         for memo in run.memos:
             self.names.pop(memo.path, None)
+        self.where.pop(run.run_id, None)
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
         if work is None:

@@ -41,6 +41,13 @@ def git(folder: Path, *args: str, env: dict[str, str] | None = None, check: bool
     return done.stdout.strip()
 
 
+def succeeds(folder: Path, *args: str) -> bool:
+    """Whether ``git args`` in ``folder`` exits 0 (a question git answers with its status)."""
+    full = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    done = subprocess.run(["git", *args], cwd=folder, env=full, capture_output=True, check=False)  # noqa: S603, S607
+    return done.returncode == 0
+
+
 def version() -> tuple[int, int] | None:
     """The installed git's version (major, minor), or None when there is no git."""
     if shutil.which("git") is None:
@@ -94,6 +101,55 @@ def ensure_worktree(root: Path, folder: Path, branch: str, base: str) -> bool:
     return True
 
 
+def exclude(root: Path, folder: Path) -> bool:
+    """Have the repository at ``root`` ignore ``folder`` (the worktrees' root, inside it), through its own
+    ``info/exclude`` (never a file of the project's) when nothing ignores it yet; True when a line was added.
+
+    Unignored, the root's ``git status`` would list the worktrees, and a ``git add --all`` there take them in."""
+    top = top_level(root)
+    if top is None:
+        return False
+    relative = Path(os.path.relpath(folder.resolve(), top.resolve()))
+    if relative.parts[:1] == ("..",) or not relative.parts:
+        return False
+    name = relative.as_posix()
+    if _ignored(top, f"{name}/x"):
+        return False
+    path = top / git(top, "rev-parse", "--git-common-dir") / "info" / "exclude"  # `top /` an absolute one: itself
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        if path.stat().st_size and not path.read_text(encoding="utf-8").endswith("\n"):
+            handle.write("\n")
+        handle.write(f"/{name}/\n")
+    return True
+
+
+def _ignored(top: Path, name: str) -> bool:
+    done = subprocess.run(  # noqa: S603 - an argv list
+        ["git", "check-ignore", "--quiet", "--no-index", name],
+        cwd=top,
+        capture_output=True,
+        check=False,  # noqa: S607
+    )
+    return done.returncode == 0
+
+
+def stale(root: Path) -> list[str]:
+    """The worktree registrations of the repository at ``root`` whose folder is gone (deleted by hand): what
+    ``git worktree prune`` would remove, by name."""
+    full = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    done = subprocess.run(  # noqa: S603 - it tells on standard error
+        ["git", "worktree", "prune", "--dry-run", "--verbose"],  # noqa: S607
+        cwd=root,
+        env=full,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = (done.stdout + done.stderr).splitlines()
+    return [line.split("worktrees/", 1)[1].split(":", 1)[0] for line in lines if line.startswith("Removing worktrees/")]
+
+
 def changed(folder: Path) -> bool:
     """Whether the work tree at ``folder`` has changes, tracked or untracked (ignored files do not count)."""
     return bool(git(folder, "status", "--porcelain", "--untracked-files=all"))
@@ -113,15 +169,21 @@ def set_aside(folder: Path, start: str, ref: str, message: str, identity: dict[s
     """Keep what the attempt did since ``start`` (its commits and what it left) as one commit under ``ref``, then
     put the workspace back at ``start``; the commit, or None when the attempt changed nothing.
 
-    The snapshot is made through an index of its own, so the branch's index is not touched before the reset."""
+    The snapshot is made through a copy of the workspace's index, so the branch's index is not touched before the
+    reset, and the copy's file times spare ``add`` from reading every unchanged file again (a fresh index would
+    hash the whole checkout)."""
     head = git(folder, "rev-parse", "HEAD")
-    if head == start and not changed(folder):
-        return None
+    own = folder / git(folder, "rev-parse", "--git-path", "index")  # `folder /` an absolute path: itself
     with tempfile.TemporaryDirectory(prefix="orchestrator-index-") as scratch:
         index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        git(folder, "read-tree", "HEAD", env=index)
+        if own.exists():
+            shutil.copyfile(own, index["GIT_INDEX_FILE"])
+        else:
+            git(folder, "read-tree", "HEAD", env=index)
         git(folder, "add", "--all", env=index)
         tree = git(folder, "write-tree", env=index)
+    if head == start and tree == git(folder, "rev-parse", "HEAD^{tree}"):
+        return None
     commit = git(folder, "commit-tree", tree, "-p", head, "-m", message, env=identity)
     git(folder, "update-ref", ref, commit)
     reset(folder, start)

@@ -18,6 +18,7 @@ from orchestrator.ops.doctor import team
 from orchestrator.ops.doctor.findings import Finding, exit_status, from_message, ok, summary
 from orchestrator.ops.doctor.host import Host
 from orchestrator.ops.doctor.roles import Checkup, agent_paths, check_folders, check_role
+from orchestrator.ops.doctor.workspaces import check_workspaces
 
 __all__ = ["Finding", "Host", "diagnose", "exit_status", "start_checks", "summary"]
 
@@ -52,6 +53,7 @@ def diagnose(root: Path, host: Host | None = None) -> list[Finding]:
         team.check_clock(config, host),
         team.check_accounts(config),
         *team.check_notifications(config),
+        *check_workspaces(config),
     ]
 
 
