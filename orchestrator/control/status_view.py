@@ -93,6 +93,12 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
     if snap.get("held"):
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
+    for ask in snap.get("needs_input") or []:
+        how = "--allow or --deny" if ask.get("kind") == "approval" else "TEXT"
+        parts.append(
+            f"needs input: {ask.get('role')}/{ask.get('memo')} since {ask.get('asked_at')}: {ask.get('question')} "
+            f"(`orchestrator answer {ask.get('memo')} {how}`)"
+        )
     parts += memory_lines(snap.get("memory"))
     if snap.get("recent"):
         table = tables.Table(title="recent")

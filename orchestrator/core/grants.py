@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Level] = {
     "handoff": Level.OWN,
     "stop": Level.NONE,
     "release": Level.NONE,
+    "answer": Level.NONE,  # answering a question or approving a tool call is a person's
 }
 GRANTS = tuple(DEFAULTS)
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
 HELD = "held"  # memos a check held back from running (released by a person)
+WAITING = "waiting"  # memos whose run asked a person and waits for the answer (orchestrator answer)
 FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
 FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
-ALL_FOLDERS = (*FOLDERS, HELD)
+ALL_FOLDERS = (*FOLDERS, HELD, WAITING)
 _IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
 
 
