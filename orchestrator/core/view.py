@@ -54,6 +54,7 @@ HISTORY_KEYS = (
     "memo",
     "memo_id",
     "state",
+    "reason",
     "backend",
     "attempt",
     "cost_usd",

@@ -1,0 +1,67 @@
+"""Asking a person in a real ``up`` with the stand-in agent (a command agent): ``orchestrator ask`` from inside the
+run, the run waiting in ``waiting/`` across a restart of ``up``, an agent's ``orchestrator answer`` refused (exit 13),
+``status``, ``trace`` and ``history`` showing it, the answer in the next run's prompt, and ``cancel`` of a waiting
+memo.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import Project, wait_for
+
+
+def results(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def starts(project: Project, memo: str) -> list[dict[str, Any]]:
+    return [r for r in project.records() if r.get("memo") and Path(r["memo"]).name == memo and "prompt" in r]
+
+
+def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_answer(project: Project) -> None:
+    project.configure({"builder": {"max_concurrent": 1}})
+    said = project.root / "said.jsonl"
+    agent = {
+        "commands": [["ask", "Which design, A or B?"], ["answer", "A.md", "I decide myself"]],
+        "results": str(said),
+    }
+    orch = project.up()
+    project.drop("builder", "A.md", front={"id": "A", "agent": agent})
+    question = project.root / "memo/builder/waiting/A.question"
+    wait_for(question.exists, 30, "A.md in waiting/ with its question")
+    asked, answered = results(said)
+    assert asked["code"] == 0 and "Your question is recorded. End your run now" in asked["stdout"], asked
+    assert answered["code"] == 13 and "`orchestrator answer` is for people" in answered["stderr"], answered
+    assert question.read_text().startswith("question: Which design, A or B?")
+    project.drop("builder", "B.md", front={"id": "B"})
+    wait_for(lambda: "B.md" in project.folder("builder", "archive"), 30, "B.md run while A.md waits")
+
+    orch.stop()
+    orch = project.up()  # the question survives a restart
+    needs = project.status()["needs_input"]
+    assert [(n["memo"], n["kind"], n["question"]) for n in needs] == [("A.md", "question", "Which design, A or B?")]
+    text = project.cli("status").stdout
+    assert "needs input: builder/A.md" in text and "Which design, A or B?" in text, text
+    assert "waiting" in project.cli("trace", "A.md").stdout
+    assert "returned (waiting for a person)" in project.cli("history").stdout
+    rows = [r for r in json.loads(project.cli("history", "--json").stdout)["runs"] if r["memo"] == "A.md"]
+    assert [(r["state"], r["reason"]) for r in rows] == [("returned", "waiting: asks a person: Which design, A or B?")]
+
+    said.unlink()
+    done = project.cli("answer", "A", "Design B, the smaller one")
+    assert done.returncode == 0 and "A.md (builder): answered; queued to run again" in done.stdout, done
+    wait_for(lambda: len(starts(project, "A.md")) == 2, 30, "A.md run again")
+    again = starts(project, "A.md")[1]
+    assert again["attempt"] == 1, "asking used no attempt"
+    assert "You asked a person: Which design, A or B?" in again["prompt"]
+    assert "Design B, the smaller one" in again["prompt"]
+    # it asks again (the same memo): it waits again, and a waiting memo is cancelled like a queued one
+    wait_for(question.exists, 30, "A.md waiting again")
+    cancelled = project.cli("cancel", "A")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert project.folder("builder", "cancelled") == ["A.md"] and project.status()["needs_input"] == []
+    assert not (project.root / "memo/builder/waiting/A.question").exists()
+    orch.stop()
