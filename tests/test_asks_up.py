@@ -65,3 +65,24 @@ def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_ans
     assert project.folder("builder", "cancelled") == ["A.md"] and project.status()["needs_input"] == []
     assert not (project.root / "memo/builder/waiting/A.question").exists()
     orch.stop()
+
+
+def test_a_run_waiting_in_a_workspace_keeps_its_work_there_and_no_other_memo_works_there(project: Project) -> None:
+    from test_workspaces import WORKTREE, records, repository, show, start
+
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 2}})
+    start(project)
+    body = "see half.txt\nwrite half.txt begun before asking\nask-unless answered.flag Which one?\nwrite done.txt done"
+    project.drop("builder", "a.md", {"id": "asks"}, body=body)
+    wait_for((project.root / "memo/builder/waiting/a.question").exists, 30, "a.md waiting")
+    assert "its work stays in workspace asks while it waits" in project.procs[0].output
+    project.drop("builder", "b.md", {"id": "other", "workspace": "asks"}, body="see half.txt")
+    wait_for(lambda: "(a run waiting for a person)" in project.procs[0].output, 30, "b.md held back")
+    assert project.folder("builder", "inbox") == ["b.md"] and len(records(project)) == 1
+    (project.root / "answered.flag").touch()
+    assert project.cli("answer", "asks", "the first").returncode == 0
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], 30, "both done, the answered first")
+    first, again, other = records(project)
+    assert again["seen"] == {"half.txt": "begun before asking"}, "the waiting run's work was kept for it"
+    assert other["memo"] == "b.md" and show(project, "orchestrator/asks", "done.txt") == "done"
+    assert project.procs[0].stop() == 0

@@ -6,7 +6,9 @@ attempt's leftovers are set aside, and the agent is moved into it with ``ORCHEST
 ``ORCHESTRATOR_BRANCH`` and ``ORCHESTRATOR_BASE``. As a run ends, before its memo moves (``before_finish``, the one
 hook every end passes, cancel and forced stop included; it cannot await, so its few git commands run there), a
 success's work is committed on the branch and any other end's work is kept under
-``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began.
+``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began. A run
+that ends waiting for a person (``waiting/``, orchestrator/asks) keeps its work where it is, and no other memo works
+there until its own memo, answered, takes it on (or is cancelled or failed).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import Role, RoleRun
 from orchestrator.core.states import RunState
+from orchestrator.intake.memo import WAITING
 from orchestrator.supervisor.extension import Extension, Host
 from orchestrator.workspaces import git, records
 from orchestrator.workspaces.naming import workspace_name
@@ -48,6 +51,7 @@ class Workspaces(Extension):
         self.host = host
         self.root = host.config.root
         self.owners: dict[str, int] = {}  # workspace name -> the run working in it
+        self.waiting: dict[str, str] = {}  # workspace name -> the memo waiting for a person with its work there
         self.names: dict[Path, str] = {}  # a queued memo -> its workspace (read once)
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
@@ -62,8 +66,11 @@ class Workspaces(Extension):
             name = self.names[path] = workspace_name(self.host.store.db, role, path)
         return name
 
-    def _busy(self, name: str, run_id: int | None) -> int | None:
-        """The other live run working in workspace ``name``, or None."""
+    def _busy(self, name: str, run_id: int | None, memo: str | None = None) -> int | None:
+        """The other live run working in workspace ``name`` (0: a run waiting for a person, unless ``memo`` is its
+        own memo), or None."""
+        if name in self.waiting and self.waiting[name] != memo:
+            return 0
         owner = self.owners.get(name)
         if owner is None or owner == run_id:
             return None
@@ -83,9 +90,10 @@ class Workspaces(Extension):
             owner = None
             if first is not None:
                 name = self._name(role, first)
-                owner = self._busy(name, None)
+                owner = self._busy(name, None, first.name)
             if owner is not None:
-                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (run {owner})")
+                who = f"run {owner}" if owner else "a run waiting for a person"
+                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} ({who})")
             else:
                 self.host.holds.release(role.name, HOLD, quiet=True)
 
@@ -98,11 +106,14 @@ class Workspaces(Extension):
         if spec.adopted:  # its agent runs already, in its workspace: it owns it
             self.owners[name] = run.run_id
             return spec
-        while self._busy(name, run.run_id) is not None:  # claimed in the same pass as the run working there
+        while (
+            self._busy(name, run.run_id, run.memos[0].name) is not None
+        ):  # claimed in the same pass as the run working there
             if run.state is not RunState.STARTING:  # cancelled or stopped meanwhile: the launcher calls it off
                 return spec
             await asyncio.sleep(WAIT_STEP)
         self.owners[name] = run.run_id
+        resumed = self.waiting.pop(name, None) is not None  # its memo, answered: the work it left is its own
         if self.identity is None:
             self.identity = await asyncio.to_thread(git.identity, self.root)
         folder = self.root / settings.root / name
@@ -110,7 +121,7 @@ class Workspaces(Extension):
         previous = records.open_attempt(self.host.store.db, run.run_id)
         try:
             async with self.making:  # one at a time: two `worktree add`s, or config writes, may meet on a lock
-                start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous)
+                start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous, resumed)
         except (git.GitError, OSError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         with self.host.store.batch():
@@ -140,7 +151,13 @@ class Workspaces(Extension):
         return dataclasses.replace(spec, cwd=(folder / run.role.cwd).resolve(), env=env)
 
     def _ready(
-        self, run: RoleRun, name: str, folder: Path, branch: str, previous: records.AttemptWork | None
+        self,
+        run: RoleRun,
+        name: str,
+        folder: Path,
+        branch: str,
+        previous: records.AttemptWork | None,
+        resumed: bool = False,
     ) -> tuple[str, str, str | None]:
         """On a thread: the workspace made or reused and clean; (the branch's commit, the base, the commit the
         last attempt's work was set aside as)."""
@@ -153,7 +170,7 @@ class Workspaces(Extension):
         if previous is not None and previous.name == name:
             ref = attempt_ref(name, previous.run_id, previous.attempt)
             kept = git.set_aside(folder, previous.start, ref, message(run), self.identity or {})
-        elif git.changed(folder):  # left by a run the orchestrator lost (a crash): kept, not given to this one
+        elif not resumed and git.changed(folder):  # left by a run the orchestrator lost (a crash): kept aside
             head = git.git(folder, "rev-parse", "HEAD")
             git.set_aside(folder, head, attempt_ref(name, run.run_id, 0), "left in the workspace", self.identity or {})
         return git.git(folder, "rev-parse", "HEAD"), base, kept
@@ -190,12 +207,22 @@ class Workspaces(Extension):
             return
         for memo in run.memos:
             self.names.pop(memo.path, None)
+            if memo.path.parent.name == WAITING:  # a waiting memo cancelled or failed: its workspace is free
+                self.waiting = {name: waits for name, waits in self.waiting.items() if waits != memo.name}
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
         if work is None:
             return
         if self.owners.get(work.name) == run.run_id:
             del self.owners[work.name]
+        if state is RunState.RETURNED and (reason or "").startswith(f"{WAITING}:") and run.memos:
+            self.waiting[work.name] = run.memos[0].name
+            records.ended(db, run.run_id, work.attempt, "waiting", None, None)
+            self.host.console.line(
+                f"{run.label}: its work stays in workspace {work.name} while it waits (run {run.run_id})",
+                role=run.role.name,
+            )
+            return
         folder = Path(work.folder)
         try:
             if self.identity is None:  # a run taken back at a restart ends before any start asked
