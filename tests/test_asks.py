@@ -21,6 +21,7 @@ from orchestrator.control.authority import Caller
 from orchestrator.core.agent import AttemptVerdict, DeferredCall
 from orchestrator.core.errors import RefusedError, UsageError
 from orchestrator.core.events import CancelRequested, FeatureRequested
+from orchestrator.core.team_events import TeamEvent
 from replay import Replay
 
 CLAUDE = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
@@ -52,6 +53,8 @@ def attempts(r: Replay, memo: str) -> list[int]:
 def test_a_command_agent_that_asks_waits_without_a_slot_and_runs_again_with_the_answer(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, {"builder": {"max_concurrent": 1, "retry": {"max": 0, "backoff": ["1s"]}}})
+        told: list[TeamEvent] = []
+        r.sup.lc.team_events.listeners.append(told.append)
         await r.drop("builder", "a.md")
         await r.drop("builder", "b.md")
         run_id = r.agent("a").spec.run_id
@@ -61,6 +64,7 @@ def test_a_command_agent_that_asks_waits_without_a_slot_and_runs_again_with_the_
         assert r.folder("builder", "waiting") == ["a.md"]
         question = (root / "memo/builder/waiting/a.question").read_text()
         assert "question: Which design, A or B?" in question and 'orchestrator answer a.md "YOUR ANSWER"' in question
+        assert told == [TeamEvent("needs_input", "builder", "a.md", None, "Which design, A or B?")]
         assert r.agent("b").alive, "the waiting run holds no slot: the next memo of the role runs meanwhile"
         assert r.sup.view(False).to_json()["needs_input"][0]["question"] == "Which design, A or B?"
         ended = next(row for row in r.sup.store.history() if row["memos"] == ["a.md"])

@@ -7,6 +7,7 @@ memo.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,10 @@ def starts(project: Project, memo: str) -> list[dict[str, Any]]:
 
 
 def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_answer(project: Project) -> None:
-    project.configure({"builder": {"max_concurrent": 1}})
+    told = project.root / "told.json"
+    record = "import sys, pathlib\npathlib.Path(sys.argv[1]).write_bytes(sys.stdin.buffer.read())\n"
+    channel = {"kind": "command", "argv": [sys.executable, "-c", record, str(told)], "events": ["needs_input"]}
+    project.configure({"builder": {"max_concurrent": 1}}, notifications=[channel])
     said = project.root / "said.jsonl"
     agent = {
         "commands": [["ask", "Which design, A or B?"], ["answer", "A.md", "I decide myself"]],
@@ -36,6 +40,9 @@ def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_ans
     assert asked["code"] == 0 and "Your question is recorded. End your run now" in asked["stdout"], asked
     assert answered["code"] == 13 and "`orchestrator answer` is for people" in answered["stderr"], answered
     assert question.read_text().startswith("question: Which design, A or B?")
+    wait_for(told.exists, 30, "the needs_input event sent")
+    event = json.loads(told.read_text(encoding="utf-8"))
+    assert (event["event"], event["memo"], event["question"]) == ("needs_input", "A.md", "Which design, A or B?")
     project.drop("builder", "B.md", front={"id": "B"})
     wait_for(lambda: "B.md" in project.folder("builder", "archive"), 30, "B.md run while A.md waits")
 

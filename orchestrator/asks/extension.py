@@ -185,7 +185,7 @@ class Asks(Extension):
             first.name,
             [path.name for path in moved],
             run.memos[0].memo_id if run.memos else None,
-            run.subject,
+            run.memos[0].subject if run.memos else None,
             run.run_id,
             pending.kind,
             pending.question,
@@ -208,7 +208,8 @@ class Asks(Extension):
         text = f"{pending.kind}: {pending.question}\nrole: {run.role.name}\nrun: {run.run_id}\nasked: {ask.asked_at}\n"
         with contextlib.suppress(OSError):
             question_path(first).write_text(text + f"answer: {how}\n", encoding="utf-8")
-        self.host.tell(TeamEvent("needs_input", run.role.name, first.name, run.subject, pending.question))
+        subject = run.memos[0].subject if run.memos else None
+        self.host.tell(TeamEvent("needs_input", run.role.name, first.name, subject, pending.question))
         self.host.console.line(f"{first.name} needs input: {pending.question}; {how}", role=run.role.name)
         self._arm()
 
