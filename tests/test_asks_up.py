@@ -74,7 +74,9 @@ def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_ans
     orch.stop()
 
 
-def test_a_run_waiting_in_a_workspace_keeps_its_work_there_and_no_other_memo_works_there(project: Project) -> None:
+def test_a_run_waiting_in_a_workspace_keeps_its_work_there_across_a_restart_and_no_other_memo_works_there(
+    project: Project,
+) -> None:
     from test_workspaces import WORKTREE, records, repository, show, start
 
     repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 2}})
@@ -83,8 +85,10 @@ def test_a_run_waiting_in_a_workspace_keeps_its_work_there_and_no_other_memo_wor
     project.drop("builder", "a.md", {"id": "asks"}, body=body)
     wait_for((project.root / "memo/builder/waiting/a.question").exists, 30, "a.md waiting")
     assert "its work stays in workspace asks while it waits" in project.procs[0].output
+    assert project.procs[0].stop() == 0
+    start(project)  # the waiting workspace is known again from waiting/
     project.drop("builder", "b.md", {"id": "other", "workspace": "asks"}, body="see half.txt")
-    wait_for(lambda: "(a run waiting for a person)" in project.procs[0].output, 30, "b.md held back")
+    wait_for(lambda: "(a run waiting for a person)" in project.procs[-1].output, 30, "b.md held back")
     assert project.folder("builder", "inbox") == ["b.md"] and len(records(project)) == 1
     (project.root / "answered.flag").touch()
     assert project.cli("answer", "asks", "the first").returncode == 0
@@ -92,4 +96,4 @@ def test_a_run_waiting_in_a_workspace_keeps_its_work_there_and_no_other_memo_wor
     first, again, other = records(project)
     assert again["seen"] == {"half.txt": "begun before asking"}, "the waiting run's work was kept for it"
     assert other["memo"] == "b.md" and show(project, "orchestrator/asks", "done.txt") == "done"
-    assert project.procs[0].stop() == 0
+    assert project.procs[-1].stop() == 0

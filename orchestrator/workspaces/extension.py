@@ -8,7 +8,7 @@ hook every end passes, cancel and forced stop included; it cannot await, so its 
 success's work is committed on the branch and any other end's work is kept under
 ``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began. A run
 that ends waiting for a person (``waiting/``, orchestrator/asks) keeps its work where it is, and no other memo works
-there until its own memo, answered, takes it on (or is cancelled or failed).
+there until its own memo, answered, takes it on (or is cancelled or failed; the folder says which after a restart).
 """
 
 from __future__ import annotations
@@ -78,6 +78,13 @@ class Workspaces(Extension):
             self.owners.pop(name, None)
             return None
         return owner
+
+    def start(self) -> None:
+        """The memos that wait for a person with their work in a workspace, as the folders say (a restart)."""
+        for role in self._isolated():
+            folder = self.host.config.role_dir(role.name) / WAITING
+            for path in sorted(folder.glob("*.md")) if folder.is_dir() else ():
+                self.waiting[workspace_name(self.host.store.db, role, path)] = path.name
 
     # ------------------------------------------------------------ one run at a time
     def check_holds(self) -> None:
