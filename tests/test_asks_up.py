@@ -97,3 +97,27 @@ def test_a_run_waiting_in_a_workspace_keeps_its_work_there_across_a_restart_and_
     assert again["seen"] == {"half.txt": "begun before asking"}, "the waiting run's work was kept for it"
     assert other["memo"] == "b.md" and show(project, "orchestrator/asks", "done.txt") == "done"
     assert project.procs[-1].stop() == 0
+
+
+def test_the_dashboards_answer_box_sends_what_orchestrator_answer_sends(project: Project) -> None:
+    from web_harness import start
+
+    project.configure({"builder": {}}, web={})
+    board = start(project)
+    said = project.root / "said.jsonl"
+    question = project.root / "memo/builder/waiting/D.question"
+    project.drop(
+        "builder", "D.md", front={"id": "D", "agent": {"commands": [["ask", "Ship it?"]], "results": str(said)}}
+    )
+    wait_for(question.exists, 30, "D.md waiting")
+    page = board.get("/").text
+    assert "Needs input" in page and "Ship it?" in page and 'form class="answer" data-memo="D.md"' in page
+    refused = board.post("/api/v1/memos/D.md/answer", {"allow": True, "deny": True})
+    assert refused.status_code == 400 and "not both" in refused.text, refused.text
+    answered = board.post("/api/v1/memos/D.md/answer", {"text": "yes, ship it"})
+    assert answered.status_code == 200 and answered.json()["decision"] == "allow", answered.text
+    assert "D.md answered by a person at the dashboard" in board.orch.output
+    wait_for(lambda: len(starts(project, "D.md")) == 2, 30, "D.md run again")
+    assert "yes, ship it" in starts(project, "D.md")[1]["prompt"]
+    board.close()
+    assert board.orch.stop() == 0

@@ -269,8 +269,8 @@ class Asks(Extension):
         records.answered(self.db, ask.ask_id, back[0].name, answer, who, when)
         self.waiting = None
         self.host.put_back(ask.role, back)
-        said = "allowed" if decision == "allow" and ask.kind == "approval" else decision + "ed"
-        self.host.console.line(f"{ask.memo} answered ({said}, by {who}); queued to run again", role=ask.role)
+        said = "denied" if decision == "deny" else "allowed" if ask.kind == "approval" else "answered"
+        self.host.console.line(f"{ask.memo} {said} by {who}; queued to run again", role=ask.role)
         return {**ask.to_json(), "state": "answered", "decision": decision, "queued": str(back[0]), "who": who}
 
     def _forget(self, ask: Ask) -> None:

@@ -24,7 +24,7 @@ from orchestrator.agents.spec import LaunchSpec
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.control.authority import Caller
-from orchestrator.control.protocol import Request
+from orchestrator.control.protocol import FeatureRequest, Request
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Clock
 from orchestrator.core.events import RunFinished
@@ -62,7 +62,8 @@ class Host:
     started_at: str  # when this orchestrator started (ISO 8601)
     snapshot: Callable[[bool], dict[str, Any]]  # ``status --json``'s object (``True``: with the database's part)
     identify: Callable[[int], Caller]  # who a process is, as the gate sees it (an agent, or a person)
-    admit: Callable[[Request, Caller], Request]  # the gate's check of a control request; ``RefusedError`` if not
+    # the gate's check of a control request (a feature's too); ``RefusedError`` if not
+    admit: Callable[[Request | FeatureRequest, Caller], Request | FeatureRequest]
     require: Callable[[Caller, str, bool], None]  # the gate's check of a command acting on files itself
     tell: Callable[[TeamEvent], None]  # announce a team event (a held memo) to every extension's ``on_team_event``
 

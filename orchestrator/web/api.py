@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from orchestrator.asks.extension import AnswerRequest
 from orchestrator.control import protocol
 from orchestrator.control.authority import Caller
 from orchestrator.core.errors import OrchestratorError, RefusedError, UsageError
@@ -67,6 +68,15 @@ class WakeBody(_Body):
     task: str | None = None
 
 
+class AnswerBody(_Body):
+    """The answer box: the same fields as ``orchestrator answer``."""
+
+    text: str | None = None
+    allow: bool = False
+    deny: bool = False
+    note: str | None = None
+
+
 class BulkCancelBody(_Body):
     role: str | None = None
     state: str | None = None
@@ -100,6 +110,7 @@ class API:
             Route("/api/v1/runs/{run_id:int}/tell", self.action(self.tell), methods=post),
             Route("/api/v1/runs/{run_id:int}/retry", self.action(self.retry), methods=post),
             Route("/api/v1/memos/{memo}/release", self.action(self.release), methods=post),
+            Route("/api/v1/memos/{memo}/answer", self.action(self.answer), methods=post),
             Route("/api/v1/roles/{role}/wake", self.action(self.wake), methods=post),
             Route("/api/v1/send", self.action(self.send), methods=post),
             Route("/api/v1/cancel", self.action(self.bulk_cancel), methods=post),
@@ -262,6 +273,13 @@ class API:
         self.att.require(caller, "release")
         done = await asyncio.to_thread(release, self.att.root, request.path_params["memo"], who=who)
         return {"released": done}
+
+    async def answer(self, request: Request, caller: Caller, who: str) -> dict[str, Any]:
+        """The request ``orchestrator answer`` sends, through the gate (an agent needs ``may: [answer]``)."""
+        body = await _body(request, AnswerBody)
+        memo = request.path_params["memo"]
+        req = AnswerRequest(memo=memo, text=body.text, allow=body.allow, deny=body.deny, note=body.note, who=who)
+        return await self.att.ask(req, caller)
 
     async def wake(self, request: Request, caller: Caller, who: str) -> dict[str, Any]:
         body = await _body(request, WakeBody)

@@ -125,7 +125,7 @@ class Attachment(Extension):
         """Who holds the connection: an agent when the kernel traces ``pid`` to one, else the token's person."""
         return PERSON if pid is None else self._host.identify(pid)
 
-    async def ask(self, request: protocol.Request, caller: Caller) -> dict[str, Any]:
+    async def ask(self, request: protocol.Request | protocol.FeatureRequest, caller: Caller) -> dict[str, Any]:
         """A control request, through the gate and the loop exactly as ``Supervisor.answer`` posts the CLI's."""
         request = self._host.admit(request, caller)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
