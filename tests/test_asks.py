@@ -209,3 +209,28 @@ def test_the_rules_read_claude_codes_permission_syntax(tmp_path: Path) -> None:
     assert question_of('orchestrator ask "Which one?"') == "Which one?"
     assert question_of("/usr/bin/orchestrator ask may I") == "may I"
     assert question_of("echo orchestrator ask") is None
+
+
+def test_an_answered_run_returned_to_its_inbox_still_carries_the_answer(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        from orchestrator.core.events import StopRequested
+
+        r = Replay(root, {"builder": {"command": CLAUDE}})
+        await r.drop("builder", "a.md")
+        defer(r, "a", DeferredCall("toolu_1", "Bash", {"command": 'orchestrator ask "Which?"'}))
+        await r.settle()
+        await feature(r, AnswerRequest(memo="a.md", text="this one"))
+        assert r.agent("a").spec.args[-2:] == ("--resume", "S-1")
+        await r.request(StopRequested, force=True)
+        assert r.folder("builder", "inbox") == ["a.md"], "a forced stop returns it"
+        asks = r.sup.extension(Asks)
+        assert [(a.memo, a.state) for a in records_of(asks)] == [("a.md", "answered")], "its answer is kept"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def records_of(asks: Asks) -> list[Any]:
+    from orchestrator.asks import records
+
+    return records.every(asks.db)

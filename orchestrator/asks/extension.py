@@ -171,8 +171,8 @@ class Asks(Extension):
         self.notes_due.pop(run.run_id, None)
         pending = self.parking.pop(run.run_id, None)
         carried = self.resuming.pop(run.run_id, None)
-        if carried is not None:
-            self._forget(carried)
+        if carried is not None and (event.state is not RunState.RETURNED or pending is not None):
+            self._forget(carried)  # its answer was taken (a memo back in the inbox still carries it, as answered)
         if pending is not None and event.state is RunState.RETURNED and event.moved:
             self._record(run, pending, list(event.moved))
 
