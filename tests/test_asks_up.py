@@ -121,3 +121,13 @@ def test_the_dashboards_answer_box_sends_what_orchestrator_answer_sends(project:
     assert "yes, ship it" in starts(project, "D.md")[1]["prompt"]
     board.close()
     assert board.orch.stop() == 0
+
+
+def test_up_refuses_approve_on_a_role_whose_calls_no_hook_can_hold(project: Project) -> None:
+    project.configure({"builder": {"approve": ["Bash(git push:*)"]}})
+    done = project.cli("up")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert (
+        len(lines) == 1 and "roles.builder.approve: only a Claude CLI role with --output-format stream-json" in lines[0]
+    )
