@@ -131,6 +131,10 @@ def test_answering_is_a_persons_unless_a_role_may_answer(tmp_path: Path) -> None
             r.sup.host.admit(request, Caller(agent=True, run_id=7, role="builder"))
         assert r.sup.host.admit(request, Caller(agent=True, run_id=8, role="lead")).memo == "a"
         assert r.sup.host.admit(request, Caller(agent=False)).memo == "a"
+        ask = AskRequest(run_id=7, question="?")
+        assert r.sup.host.admit(ask, Caller(agent=True, run_id=7, role="builder")).run_id == 7
+        with pytest.raises(RefusedError, match="`orchestrator ask` of another run"):
+            r.sup.host.admit(ask, Caller(agent=True, run_id=8, role="lead"))
         with pytest.raises(UsageError, match="run 99 is not running"):
             r.sup.extension(Asks).ask(AskRequest(run_id=99, question="?"))
         r.close()

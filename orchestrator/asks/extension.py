@@ -31,6 +31,7 @@ from orchestrator.asks.records import Ask
 from orchestrator.asks.rules import describe, question_of
 from orchestrator.asks.settings import hooked, settings_text
 from orchestrator.config import RoleRun
+from orchestrator.control.authority import Caller
 from orchestrator.control.protocol import FeatureRequest
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer
@@ -113,7 +114,7 @@ class Asks(Extension):
 
     def requests(self) -> Sequence[Command[Any]]:
         return [
-            Command(AskRequest, self.ask),
+            Command(AskRequest, self.ask, Needs("ask", own=_own_run)),
             Command(AnswerRequest, self.answer, Needs("answer")),
         ]
 
@@ -362,3 +363,8 @@ class Asks(Extension):
                 if path.exists():
                     self.host.fail_memo(ask.role, path, f"no answer within {waited}")
         self._arm()
+
+
+def _own_run(request: AskRequest, caller: Caller) -> bool:
+    """An agent asks about its own run only."""
+    return caller.run_id == request.run_id

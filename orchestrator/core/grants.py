@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Level] = {
     "handoff": Level.OWN,
     "stop": Level.NONE,
     "release": Level.NONE,
+    "ask": Level.OWN,  # an agent asks a person about its own run
     "answer": Level.NONE,  # answering a question or approving a tool call is a person's
 }
 GRANTS = tuple(DEFAULTS)
