@@ -64,3 +64,29 @@ def test_a_claude_run_asks_and_waits_for_an_approval_and_the_same_session_goes_o
     ended(project, "builder", "archive", "B-deploy.md")
     assert (project.root / "deployed.txt").exists(), "the approved command ran"
     assert project.status()["needs_input"] == []
+
+
+def test_an_sdk_run_that_asks_goes_on_in_its_session_with_the_answer(
+    project: Project, env: dict[str, str], api: MessagesApi
+) -> None:
+    shim = Path(env["PATH"].split(os.pathsep)[0]) / "orchestrator"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m orchestrator "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    project.configure({"writer": real.sdk_role()})
+    project.up(**env)
+    question = project.root / "memo/writer/waiting/W-ask.question"
+    project.drop("writer", "W-ask.md", body='[bash:orchestrator ask "Which title?"] write')
+    wait_for(question.exists, SLOW, "W-ask.md waiting")
+    said = tool_results(api, "[bash:orchestrator ask")
+    assert len(said) == 1 and "Your question is recorded. End your run now" in said[0], said
+    assert project.cli("answer", "W-ask", "Call it Dawn").returncode == 0
+    wait_for(
+        lambda: any("Call it Dawn" in t for r in messages(api, "[bash:orchestrator ask") for t in r["user_texts"]),
+        SLOW,
+        "the answer given to the same session",
+    )
+    wait_for(lambda: len(sessions(project, "W-ask.md")) == 2 and all(sessions(project, "W-ask.md")), SLOW, "2 runs")
+    first, second = sessions(project, "W-ask.md")
+    assert first == second, "the sdk session goes on"
+    last = messages(api, "[bash:orchestrator ask")[-1]
+    assert any("Which title?" in t for t in last["user_texts"]), "the whole conversation, the first prompt included"

@@ -7,7 +7,8 @@ such a call: the CLI ends at once and its verdict carries the deferred call; ``d
 front of its role's queue; its next start (``prepare``) resumes the same session with no new prompt and the answer in
 a file the hook and the allowed ``orchestrator ask`` read. Any other agent's ``orchestrator ask`` records the
 question here (the ``ask`` request) and tells it to end its run; its end is parked the same way, and the answer
-runs the memo again with ``$answers`` in its prompt (at its top when the template has no ``$answers``).
+resumes its session with the answer as the next message when its backend can resume (sdk), else runs the memo
+again with ``$answers`` in its prompt (at its top when the template has no ``$answers``).
 ``ask_timeout`` ends an unanswered one in ``failed/`` (or denies an approval, ``on_timeout: deny``).
 """
 
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.asks import records
 from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV
@@ -85,6 +87,15 @@ class Pending:
     question: str
     tool: dict[str, Any] | None
     session_id: str | None
+
+
+def answers_text(ask: Ask) -> str:
+    """``$answers``: the question the agent asked and the person's answer."""
+    answer = ask.answer or {}
+    said = answer.get("text") or ""
+    if answer.get("decision") == "deny":
+        said = f"(no answer: {answer.get('note') or 'a person declined to answer'})"
+    return f"# Answers\n\nYou asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n"
 
 
 def question_path(memo: Path) -> Path:
@@ -151,8 +162,9 @@ class Asks(Extension):
             question = (asked or "(no question given)") if kind == "question" else describe(call.name, call.input)
             tool = {"id": call.id, "name": call.name, "input": call.input}
             pending = Pending(kind, question, tool, verdict.session_id)
-        elif run.run_id in self.asked:
-            pending = Pending("question", self.asked.pop(run.run_id), None, None)
+        elif run.run_id in self.asked:  # an agent that can go on in its session (sdk) is resumed with the answer
+            session = verdict.session_id if capabilities(run.role).resume else None
+            pending = Pending("question", self.asked.pop(run.run_id), None, session)
         else:
             return DEFAULT
         self.parking[run.run_id] = pending
@@ -298,13 +310,9 @@ class Asks(Extension):
 
     def sections(self, run: RoleRun) -> dict[str, str]:
         ask = self._carried(run)
-        if ask is None or (ask.session_id and hooked(run.role)):
+        if ask is None or ask.session_id:  # a resumed session is given the answer itself (``prepare``)
             return {"answers": ""}
-        answer = ask.answer or {}
-        said = answer.get("text") or ""
-        if answer.get("decision") == "deny":
-            said = f"(no answer: {answer.get('note') or 'a person declined to answer'})"
-        text = f"# Answers\n\nYou asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n"
+        text = answers_text(ask)
         if self._uses_answers(run):
             return {"answers": text}
         self.notes_due[run.run_id] = [text]
@@ -322,12 +330,16 @@ class Asks(Extension):
 
     async def prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
         role = run.role
-        if spec.adopted or not hooked(role):
+        ask = self.resuming.get(run.run_id)
+        if spec.adopted:
             return spec
+        if not hooked(role):
+            if ask is None or not ask.session_id:
+                return spec
+            return dataclasses.replace(spec, resume=ask.session_id, prompt=answers_text(ask))  # its session goes on
         env = {**spec.env, APPROVE_ENV: json.dumps(role.approve)}
         args = (*spec.args, "--settings", settings_text(role, spec.cwd))
         prompt = spec.prompt
-        ask = self.resuming.get(run.run_id)
         if ask is not None and ask.session_id:
             env[ANSWER_ENV] = str(self.folder / f"{ask.ask_id}.json")
             args = (*args, "--resume", ask.session_id)
