@@ -257,6 +257,19 @@ def orchestrator_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "orchestrator"]
 
 
+def command_seconds(cmd: list[str], env: dict[str, str], check: Callable[[str], Any] | None = None) -> float:
+    """Wall seconds of one command run to its end (a fresh process, as a person runs it); ``check`` is given its
+    output. A failure is a ``BenchError`` with the end of what it said."""
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=120)
+    took = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise BenchError(f"`{' '.join(cmd)}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    if check is not None:
+        check(done.stdout)
+    return took
+
+
 def orchestrator_python() -> str:
     """The interpreter the measured orchestrator runs on: the ``python`` beside its console script (``make bench``
     installs the wheel into a venv of its own), else this one."""

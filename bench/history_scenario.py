@@ -23,7 +23,6 @@ import json
 import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timedelta
@@ -31,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Outcome, Row
-from bench.harness import BenchError, Orchestrator, child_env, fill_inbox, memo_text, orchestrator_command, wait_for
+from bench.harness import (
+    Orchestrator,
+    child_env,
+    command_seconds,
+    fill_inbox,
+    memo_text,
+    orchestrator_command,
+    wait_for,
+)
 
 HERE = Path(__file__).resolve().parent
 ROLES = ("r0", "r1", "r2", "r3")
@@ -131,17 +138,6 @@ def generate(root: Path, count: int, now: datetime) -> str:
     return f"h{newest_chain + CHAIN // 2:06d}"
 
 
-def _seconds(cmd: list[str], env: dict[str, str], check: Any = None) -> float:
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=120)
-    took = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise BenchError(f"`{' '.join(cmd)}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
-    if check is not None:
-        check(done.stdout)
-    return took
-
-
 def _first_agent(ctx: Any, project: Any, samples: int) -> list[float]:
     """Launch -> first agent start, with one memo waiting, ``samples`` times (a new memo each time)."""
 
@@ -183,8 +179,8 @@ def _speed(ctx: Any, sizes: tuple[int, int], samples: int, out: Any) -> None:
             if abs(shown - min(count, 7 * PER_DAY)) > 2 or len(report["runs"]) != min(50, shown):  # the window moves on
                 raise AssertionError(f"history counts {shown} runs, not the last 7 days' {min(count, 7 * PER_DAY)}")
 
-        _seconds([*base, "trace", target, "--json", *root], env, whole_chain)  # the right answer, once
-        _seconds([*base, "history", "--json", *root], env, last_week)
+        command_seconds([*base, "trace", target, "--json", *root], env, whole_chain)  # the right answer, once
+        command_seconds([*base, "history", "--json", *root], env, last_week)
         places[count] = (project, target, env, root)
     series: dict[int, dict[str, list[float]]] = {
         n: {"trace": [], "history": [], "status": [], "start-up": []} for n in sizes
@@ -193,10 +189,10 @@ def _speed(ctx: Any, sizes: tuple[int, int], samples: int, out: Any) -> None:
         for count in sizes:
             project, target, env, root = places[count]
             got = series[count]
-            version.append(_seconds([*base, "--version"], env))
-            got["trace"].append(_seconds([*base, "trace", target, *root], env))
-            got["history"].append(_seconds([*base, "history", "--json", *root], env))
-            got["status"].append(_seconds([*base, "status", "--json", *root], env))
+            version.append(command_seconds([*base, "--version"], env))
+            got["trace"].append(command_seconds([*base, "trace", target, *root], env))
+            got["history"].append(command_seconds([*base, "history", "--json", *root], env))
+            got["status"].append(command_seconds([*base, "status", "--json", *root], env))
             got["start-up"] += _first_agent(ctx, project, 1)
     figures = {n: {name: statistics.median(values) for name, values in series[n].items()} for n in sizes}
     for count in sizes:

@@ -24,14 +24,13 @@ import json
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench.common import Outcome, Row
-from bench.harness import BenchError, Orchestrator, child_env, orchestrator_command, wait_for
+from bench.harness import Orchestrator, child_env, command_seconds, orchestrator_command, wait_for
 
 ROLES = ("r0", "r1", "r2", "r3")
 CHAIN = 10
@@ -165,17 +164,6 @@ def _first_start(ctx: Any, project: Any) -> None:
         orch.stop()
 
 
-def _seconds(cmd: list[str], env: dict[str, str], check: Any = None) -> float:
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=120)
-    took = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise BenchError(f"`{' '.join(cmd)}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
-    if check is not None:
-        check(done.stdout)
-    return took
-
-
 FIGURES = (
     ("status", "`status --json`, no orchestrator running", True),
     ("history", "`history` (the table, its default)", True),
@@ -233,21 +221,21 @@ def year(ctx: Any) -> Any:
             if text.count('"id": "') < CHAIN:
                 raise AssertionError(f"trace shows fewer than the chain of {CHAIN}: {text[:300]}")
 
-        _seconds([*base, "history", "--json", *args], env, paged)
-        _seconds([*base, "trace", target, "--json", *args], env, chain)
+        command_seconds([*base, "history", "--json", *args], env, paged)
+        command_seconds([*base, "trace", target, "--json", *args], env, chain)
     for _ in range(samples):
         for count in (small, large):
             root, target, env = places[count]
             args = ["--root", str(root)]
             got = series[count]
-            version.append(_seconds([*base, "--version"], env))
-            got["status"].append(_seconds([*base, "status", "--json", *args], env))
-            got["history"].append(_seconds([*base, "history", *args], env))
-            got["history-json"].append(_seconds([*base, "history", "--json", *args], env))
-            got["trace"].append(_seconds([*base, "trace", target, *args], env))
+            version.append(command_seconds([*base, "--version"], env))
+            got["status"].append(command_seconds([*base, "status", "--json", *args], env))
+            got["history"].append(command_seconds([*base, "history", *args], env))
+            got["history-json"].append(command_seconds([*base, "history", "--json", *args], env))
+            got["trace"].append(command_seconds([*base, "trace", target, *args], env))
             reply = [*base, "send", "--to", "r1", "--reply-to", target, "--strict", "the next step", *args]
-            got["send"].append(_seconds(reply, env))
-            got["journal"].append(_seconds([*base, "journal", "--last", "20", *args], env))
+            got["send"].append(command_seconds(reply, env))
+            got["journal"].append(command_seconds([*base, "journal", "--last", "20", *args], env))
     figures = {n: {name: statistics.median(values) for name, values in series[n].items()} for n in series}
     for count in (small, large):
         out.details.append(

@@ -160,6 +160,7 @@ def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
         admit=lambda request, caller: gate.admit_caller(request, caller),
         require=lambda caller, command, own: gate.require(caller, command, own),
         tell=lc.team_events,
+        feature_requests=lambda: MappingProxyType(gate.features.models),
     )
     snapshots = Snapshotter(
         config,

@@ -7,6 +7,7 @@ the waiting are ``tests/harness.py``'s, shared with the benchmark.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import signal
@@ -316,3 +317,19 @@ def installed_project(tmp_path: Path, installed: Installed, request: pytest.Fixt
     loud = loud_lines(proj)
     if loud and request.node.get_closest_marker("internal_error_expected") is None:
         pytest.fail("the orchestrator reported a bug:\n" + "\n".join(loud[:10]), pytrace=False)
+
+
+class Opened:
+    """The memo files (under ``root/memo``) opened for reading while it counts: what a command read to answer."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+        self.paths: list[str] = []
+        real = builtins.open
+        memo = str(root / "memo")
+
+        def counting(file: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(file, (str, os.PathLike)) and os.fspath(file).startswith(memo):
+                self.paths.append(os.fspath(file))
+            return real(file, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", counting)

@@ -5,7 +5,6 @@ and ``trace`` through the memo index (kept at every claim and move, found again 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conftest import Opened
 from orchestrator.control import history
 from orchestrator.intake import memo_index
 from orchestrator.store import Store
@@ -167,22 +167,6 @@ def test_every_filter_of_history_and_status_is_served_by_an_index(month: Path) -
 
 
 # ------------------------------------------------------------------ trace
-class Opened:
-    """Every memo file opened for reading while it counts."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-        self.paths: list[str] = []
-        real = builtins.open
-        memo = str(root / "memo")
-
-        def counting(file: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(file, (str, os.PathLike)) and os.fspath(file).startswith(memo):
-                self.paths.append(os.fspath(file))
-            return real(file, *args, **kwargs)
-
-        monkeypatch.setattr(builtins, "open", counting)
-
-
 def conversation(root: Path, others: int = 0) -> None:
     """P (builder, archived) <- R1 (reviewer, failed) <- R2 (builder, running) <- R3 (reviewer, waiting in its
     inbox); the memo index is built on the empty project first and then kept by the loop alone. ``others``:

@@ -4,7 +4,6 @@ loop (the work goes on meanwhile), and ``send`` checks ids and ``--reply-to`` th
 from __future__ import annotations
 
 import asyncio
-import builtins
 import os
 import threading
 import time
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Project, wait_for
+from conftest import Opened, Project, wait_for
 from orchestrator.intake import memo_index
 from orchestrator.store import Store
 from orchestrator.tools import index_build, send, trace
@@ -100,22 +99,6 @@ def test_a_store_from_before_the_index_is_indexed_by_its_first_up(project: Proje
     assert len(report["matches"]) == 1 and report["roots"][0]["id"] == "old0"
     assert orch.terminate(30) == 0
     assert "memo index: 40 memo(s) indexed" in orch.text()
-
-
-class Opened:
-    """The memo files opened for reading while it counts."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-        self.paths: list[str] = []
-        real = builtins.open
-        memo = str(root / "memo")
-
-        def counting(file: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(file, (str, os.PathLike)) and os.fspath(file).startswith(memo):
-                self.paths.append(os.fspath(file))
-            return real(file, *args, **kwargs)
-
-        monkeypatch.setattr(builtins, "open", counting)
 
 
 def test_send_checks_reply_to_through_the_index_and_still_finds_a_memo_written_by_hand(

@@ -259,6 +259,32 @@ def test_the_feature_in_a_real_up_moves_parks_fails_and_answers_over_the_socket(
     assert project.procs[0].stop() == 0
 
 
+def test_the_dashboard_sends_a_feature_request_as_the_cli_does(project: Any) -> None:
+    from web_harness import start
+
+    agent = [sys.executable, str(HERE / "agents" / "port_agent.py")]
+    project.configure({"builder": {"command": agent}, "reviewer": {}})
+    project.command = [sys.executable, str(HERE / "port_up.py")]
+    board = start(project, PORT_RECORD=str(project.root / "port.jsonl"))
+    try:
+        project.drop("builder", "a.md", body="done")
+        from conftest import wait_for
+
+        wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="a.md archived")
+        answer = board.post("/api/v1/requests/port_folders", {"role": "builder"})
+        assert answer.status_code == 200, answer.text
+        assert [Path(f).parent for f in answer.json()["folders"].values()] == [project.root / "work"]
+        unknown = board.post("/api/v1/requests/nothing_here", {})
+        assert unknown.status_code == 400 and "serves: answer, ask, port_folders" in unknown.json()["error"]["message"]
+        wrong = board.post("/api/v1/requests/port_folders", {"role": 3})
+        assert wrong.status_code == 400 and "role" in wrong.json()["error"]["message"], wrong.text
+        extra = board.post("/api/v1/requests/port_folders", {"role": "builder", "force": True})
+        assert extra.status_code == 400 and "force" in extra.json()["error"]["message"], extra.text
+    finally:
+        board.close()
+    assert project.procs[0].stop() == 0
+
+
 class Slow(Extension):
     """A ``prepare`` that waits until the test lets it go (a slow workspace)."""
 

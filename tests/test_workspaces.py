@@ -229,6 +229,43 @@ def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
     assert show(project, "orchestrator/stopped", "part.txt") is None
 
 
+@pytest.mark.os_level
+def test_after_a_crash_an_adopted_run_commits_and_a_run_found_dead_is_set_aside(project: Project) -> None:
+    import os
+    import signal
+
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 2}})
+    orchestrator = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+    project.drop("builder", "k.md", {"id": "kept"}, body="write done.txt finished\nwait go.out")
+    project.drop("builder", "d.md", {"id": "dead"}, body="write half.txt half done\nwait never.out")
+    agents = wait_for(lambda: len(records(project)) == 2 and records(project), what="both builders at work")
+    orchestrator.signal(signal.SIGKILL)
+    orchestrator.wait()
+    dead = next(r for r in agents if r["memo"] == "d.md")
+    os.kill(dead["pid"], signal.SIGKILL)  # its agent dies while no orchestrator runs
+    wait_for(lambda: not Path(f"/proc/{dead['pid']}").exists() or _zombie(dead["pid"]), what="the agent gone")
+    again = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+    again.wait_output("orchestrator up:")
+    wait_for(lambda: project.folder("builder", "failed") == ["d.md"], what="the dead run failed")
+    refs = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/dead/")
+    assert len(refs.splitlines()) == 1, refs
+    assert show(project, refs, "half.txt") == "half done", "its work kept under an attempt ref"
+    assert show(project, "orchestrator/dead", "half.txt") is None, "not on the branch"
+    assert not (project.root / ".orchestrator" / "workspaces" / "dead" / "half.txt").exists(), "the workspace reset"
+    (project.root / "go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["k.md"], what="the adopted run's success")
+    assert show(project, "orchestrator/kept", "done.txt") == "finished", "the adopted run's work committed"
+    assert git(project.root, "status", "--porcelain") == ""
+    assert again.stop() == 0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 SETUP = """
 import pathlib, sys
 count = pathlib.Path.cwd().parents[2] / "setup-count.out"

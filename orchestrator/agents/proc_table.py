@@ -19,6 +19,7 @@ from typing import NamedTuple
 import psutil
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PROCFS = os.path.isdir("/proc/self")  # Linux: /proc tells; elsewhere psutil does
 SETTLED = 1.0  # seconds a process has run before its environment's marks are kept
 SAME_START = 0.05  # seconds within which two create times are the same process
 
@@ -82,8 +83,8 @@ class ProcRef:
     def alive(self) -> bool:
         """Whether it still runs (not gone, not a zombie, its pid not reused): one read of its /proc/<pid>/stat."""
         rest = stat_fields(self.pid)
-        if rest is None:
-            return self.process() is not None  # not Linux: psutil knows
+        if rest is None:  # gone; or not Linux, where psutil knows (asking it for a gone pid costs a cancel dearly)
+            return not PROCFS and self.process() is not None
         return rest[0] != b"Z" and abs(int(rest[19]) / _TICKS + psutil.boot_time() - self.create_time) <= SAME_START
 
 

@@ -62,10 +62,12 @@ class Host:
     started_at: str  # when this orchestrator started (ISO 8601)
     snapshot: Callable[[bool], dict[str, Any]]  # ``status --json``'s object (``True``: with the database's part)
     identify: Callable[[int], Caller]  # who a process is, as the gate sees it (an agent, or a person)
-    # the gate's check of a control request (a feature's too); ``RefusedError`` if not
-    admit: Callable[[Request | FeatureRequest, Caller], Request | FeatureRequest]
+    admit: Callable[
+        [Request | FeatureRequest, Caller], Request | FeatureRequest
+    ]  # the gate's check of a control request; ``RefusedError`` if not
     require: Callable[[Caller, str, bool], None]  # the gate's check of a command acting on files itself
     tell: Callable[[TeamEvent], None]  # announce a team event (a held memo) to every extension's ``on_team_event``
+    feature_requests: Callable[[], Mapping[str, type[FeatureRequest]]]  # the features' request models, by ``op``
 
 
 class Extension:

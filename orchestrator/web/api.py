@@ -21,7 +21,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from orchestrator.asks.extension import AnswerRequest
 from orchestrator.control import protocol
 from orchestrator.control.authority import Caller
 from orchestrator.core.errors import OrchestratorError, RefusedError, UsageError
@@ -68,15 +67,6 @@ class WakeBody(_Body):
     task: str | None = None
 
 
-class AnswerBody(_Body):
-    """The answer box: the same fields as ``orchestrator answer``."""
-
-    text: str | None = None
-    allow: bool = False
-    deny: bool = False
-    note: str | None = None
-
-
 class BulkCancelBody(_Body):
     role: str | None = None
     state: str | None = None
@@ -110,10 +100,10 @@ class API:
             Route("/api/v1/runs/{run_id:int}/tell", self.action(self.tell), methods=post),
             Route("/api/v1/runs/{run_id:int}/retry", self.action(self.retry), methods=post),
             Route("/api/v1/memos/{memo}/release", self.action(self.release), methods=post),
-            Route("/api/v1/memos/{memo}/answer", self.action(self.answer), methods=post),
             Route("/api/v1/roles/{role}/wake", self.action(self.wake), methods=post),
             Route("/api/v1/send", self.action(self.send), methods=post),
             Route("/api/v1/cancel", self.action(self.bulk_cancel), methods=post),
+            Route("/api/v1/requests/{op}", self.action(self.feature), methods=post),
         ]
 
     # ------------------------------------------------------------ reads
@@ -274,13 +264,6 @@ class API:
         done = await asyncio.to_thread(release, self.att.root, request.path_params["memo"], who=who)
         return {"released": done}
 
-    async def answer(self, request: Request, caller: Caller, who: str) -> dict[str, Any]:
-        """The request ``orchestrator answer`` sends, through the gate (an agent needs ``may: [answer]``)."""
-        body = await _body(request, AnswerBody)
-        memo = request.path_params["memo"]
-        req = AnswerRequest(memo=memo, text=body.text, allow=body.allow, deny=body.deny, note=body.note, who=who)
-        return await self.att.ask(req, caller)
-
     async def wake(self, request: Request, caller: Caller, who: str) -> dict[str, Any]:
         body = await _body(request, WakeBody)
         req = protocol.WakeRequest(role=request.path_params["role"], task=body.task, who=who)
@@ -323,6 +306,17 @@ class API:
                 failed.append({"memo": label, "error": str(exc)})
         return {"cancelled": done, "failed": failed}
 
+    async def feature(self, request: Request, caller: Caller, who: str) -> dict[str, Any]:
+        """A request a feature serves (``Extension.requests``: landing a workspace, answering a question), its
+        fields the JSON body: parsed, checked and answered exactly as the CLI's."""
+        op, models = request.path_params["op"], self.att.feature_models()
+        if op not in models:
+            known = ", ".join(sorted(models)) or "none"
+            raise UsageError(f"no feature of this orchestrator serves the request {op!r} (it serves: {known})")
+        fields = await _object(request)
+        line = json.dumps({**fields, "op": op, "who": who}).encode()
+        return await self.att.ask(protocol.parse_request(line, models), caller)
+
 
 class _NoRun(UsageError):
     def __init__(self, run_id: int) -> None:
@@ -332,6 +326,15 @@ class _NoRun(UsageError):
 async def _body(request: Request, model: type[_Body]) -> Any:
     """The request's JSON body as ``model`` (an empty body is ``{}``); a bad one is a usage error naming the
     field."""
+    data = await _object(request)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(f"malformed request: {protocol.describe(exc)}") from None
+
+
+async def _object(request: Request) -> dict[str, Any]:
+    """The request's JSON body, an object (an empty body is ``{}``); anything else is a usage error."""
     raw = await request.body()
     if len(raw) > 1024 * 1024:
         raise UsageError("the request body is over 1 MiB")
@@ -341,10 +344,7 @@ async def _body(request: Request, model: type[_Body]) -> Any:
         raise UsageError("malformed request: expected a JSON object") from None
     if not isinstance(data, dict):
         raise UsageError("malformed request: expected a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise UsageError(f"malformed request: {protocol.describe(exc)}") from None
+    return data
 
 
 def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +131,10 @@ class Attachment(Extension):
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._host.post(protocol.to_event(request, reply))
         return dict(await reply)
+
+    def feature_models(self) -> Mapping[str, type[protocol.FeatureRequest]]:
+        """The requests the features serve, by ``op``: the dashboard sends them as the CLI does."""
+        return self._host.feature_requests()
 
     def require(self, caller: Caller, command: str, own: bool = False) -> None:
         """The gate's check for a command that acts on files itself (``send``, ``release``, a retry)."""

@@ -22,7 +22,13 @@ def main() -> int:
     memo = Path(os.environ["ORCHESTRATOR_MEMO"]).read_text(encoding="utf-8")
     body = memo.split("---\n")[-1] if memo.startswith("---") else memo
     env = {key: value for key, value in os.environ.items() if key.startswith("ORCHESTRATOR_")}
-    record = {"cwd": os.getcwd(), "env": env, "memo": Path(env["ORCHESTRATOR_MEMO"]).name, "seen": {}}
+    record = {
+        "cwd": os.getcwd(),
+        "env": env,
+        "memo": Path(env["ORCHESTRATOR_MEMO"]).name,
+        "seen": {},
+        "pid": os.getpid(),
+    }
     code = 0
     root = Path(env["ORCHESTRATOR_ROOT"])
     for line in body.splitlines():

@@ -161,7 +161,8 @@
       : { text: form.elements.text.value };
     var said = form.querySelector(".answer-status");
     said.textContent = "…";
-    post("/api/v1/memos/" + encodeURIComponent(form.getAttribute("data-memo")) + "/answer", body).then(function (data) {
+    body.memo = form.getAttribute("data-memo");
+    post("/api/v1/requests/answer", body).then(function (data) {
       said.textContent = (data.decision === "deny" ? "denied" : "answered") + ": queued to run again";
       form.querySelectorAll("button, input").forEach(function (b) { b.disabled = true; });
     }).catch(function (err) { said.textContent = "refused: " + err.message; });
