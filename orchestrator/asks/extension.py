@@ -20,6 +20,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,6 +99,22 @@ def answers_text(ask: Ask) -> str:
     return f"# Answers\n\nYou asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n"
 
 
+def answer_how(kind: str, memo: str) -> str:
+    """The command that answers a question (or an approval) of ``memo``."""
+    if kind == "approval":
+        return f"orchestrator answer {memo} --allow (or --deny --note TEXT)"
+    return f'orchestrator answer {memo} "YOUR ANSWER"'
+
+
+def question_text(run: RoleRun, pending: Pending, memo: str, when: datetime) -> str:
+    """``<stem>.question``: the question (or the call), who asked and when, and how to answer."""
+    asked = when.isoformat(timespec="seconds")
+    return (
+        f"{pending.kind}: {pending.question}\nrole: {run.role.name}\nrun: {run.run_id}\nasked: {asked}\n"
+        f"answer: {answer_how(pending.kind, memo)}\n"
+    )
+
+
 def question_path(memo: Path) -> Path:
     """``waiting/<stem>.question`` beside ``waiting/<stem>.md``."""
     return memo.with_name(memo.name.removesuffix(".md") + ".question")
@@ -172,7 +189,17 @@ class Asks(Extension):
         return Park(f"{what}: {pending.question}", folder=WAITING, uses_attempt=False, then=THEN)
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
-        """A waiting memo cancelled or failed (not by its answer): its question is over."""
+        """A run about to be parked: its question written where its memo is about to appear (a person who sees the
+        memo in ``waiting/`` sees why). A waiting memo cancelled or failed (not by its answer): its question is over."""
+        pending = self.parking.get(run.run_id)
+        if pending is not None and state is RunState.RETURNED and run.memos:
+            target = self.host.config.role_dir(run.role.name) / WAITING / run.memos[0].name
+            if not target.exists():  # else the move gives it another name: ``_record`` writes that one's
+                with contextlib.suppress(OSError):
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    question_path(target).write_text(
+                        question_text(run, pending, target.name, self.host.clock.now()), encoding="utf-8"
+                    )
         gone = {memo.name for memo in run.memos if memo.path.parent.name == WAITING}
         for ask in self._waiting():
             if ask.role == run.role.name and ask.memo in gone:
@@ -213,14 +240,10 @@ class Asks(Extension):
         )
         records.add(self.db, ask)
         self.waiting = None
-        how = (
-            f"orchestrator answer {first.name} --allow (or --deny --note TEXT)"
-            if pending.kind == "approval"
-            else f'orchestrator answer {first.name} "YOUR ANSWER"'
-        )
-        text = f"{pending.kind}: {pending.question}\nrole: {run.role.name}\nrun: {run.run_id}\nasked: {ask.asked_at}\n"
-        with contextlib.suppress(OSError):
-            question_path(first).write_text(text + f"answer: {how}\n", encoding="utf-8")
+        how = answer_how(pending.kind, first.name)
+        if not question_path(first).exists():
+            with contextlib.suppress(OSError):
+                question_path(first).write_text(question_text(run, pending, first.name, now), encoding="utf-8")
         subject = run.memos[0].subject if run.memos else None
         self.host.tell(TeamEvent("needs_input", run.role.name, first.name, subject, pending.question))
         self.host.console.line(f"{first.name} needs input: {pending.question}; {how}", role=run.role.name)
