@@ -47,6 +47,8 @@ def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_ans
     wait_for(lambda: "B.md" in project.folder("builder", "archive"), 30, "B.md run while A.md waits")
 
     orch.stop()
+    offline = project.cli("status").stdout
+    assert "waiting for a person: builder 1 (memo/<role>/waiting/" in offline, offline
     orch = project.up()  # the question survives a restart
     needs = project.status()["needs_input"]
     assert [(n["memo"], n["kind"], n["question"]) for n in needs] == [("A.md", "question", "Which design, A or B?")]

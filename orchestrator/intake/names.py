@@ -48,9 +48,9 @@ def memo_files(
                 yield role, folder, root / "memo" / role / folder / name
 
 
-def held_counts(root: Path) -> dict[str, int]:
-    """How many memos wait in each role's ``held/`` (roles with none are left out), for ``status``."""
+def held_counts(root: Path, folder: str = HELD) -> dict[str, int]:
+    """How many memos wait in each role's ``held/`` (or ``folder``; roles with none are left out), for ``status``."""
     counts: dict[str, int] = {}
-    for role, _, _ in memo_files(root, folders=(HELD,)):
+    for role, _, _ in memo_files(root, folders=(folder,)):
         counts[role] = counts.get(role, 0) + 1
     return counts
