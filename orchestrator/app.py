@@ -12,6 +12,7 @@ from pathlib import Path
 from orchestrator.agents import keeper
 from orchestrator.agents.backends import backend_for
 from orchestrator.agents.spec import ARG_MAX_SINGLE, role_folder
+from orchestrator.asks.checks import check_asks
 from orchestrator.config import Config, Role, load_config
 from orchestrator.console import Console
 from orchestrator.continuity.context import check_context
@@ -30,6 +31,7 @@ def preflight(config: Config) -> None:
     require_channels(config)
     check_context(config)
     check_workspaces(config)
+    check_asks(config)
     for role in config.roles.values():
         load_template(config.root / role.prompt)
         cwd = role_folder(config.root, role.cwd)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from orchestrator import console
-from orchestrator.commands import arguments, memos, running
+from orchestrator.commands import arguments, asking, memos, running
 from orchestrator.commands.completion import ASKING
 from orchestrator.core.errors import OrchestratorError
 
@@ -29,6 +29,8 @@ CLIENT: dict[str, Callable[[argparse.Namespace], int]] = {
     "wake": running.cmd_wake,
     "send": memos.cmd_send,
     "release": memos.cmd_release,
+    "ask": asking.cmd_ask,
+    "answer": asking.cmd_answer,
 }
 
 

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from orchestrator.agents.spawner import Spawner, choose_spawner
+from orchestrator.asks.extension import Asks
 from orchestrator.config import Config
 from orchestrator.console import Console
 from orchestrator.continuity.hooks import Continuity
 from orchestrator.core import events as ev
 from orchestrator.core.clock import Clock
+from orchestrator.core.run import MemoRef
+from orchestrator.core.states import RunState
 from orchestrator.intake.queue import Intake, SettleDue, WritersFound
 from orchestrator.memory.curator import MemoryCurator
 from orchestrator.notify.extension import Notifier
@@ -50,7 +54,16 @@ from orchestrator.supervisor.start_faults import StartFaults, StartsResume
 from orchestrator.tools.index_build import IndexBuild
 from orchestrator.workspaces.extension import Workspaces
 
-FEATURES: Sequence[ExtensionFactory] = (Breaker, Continuity, NodeRecords, Wakes, MemoryCurator, DailyPass, IndexBuild)
+FEATURES: Sequence[ExtensionFactory] = (
+    Breaker,
+    Continuity,
+    NodeRecords,
+    Wakes,
+    MemoryCurator,
+    DailyPass,
+    IndexBuild,
+    Asks,
+)
 
 
 def features(config: Config) -> Sequence[ExtensionFactory]:
@@ -85,6 +98,12 @@ def build_supervisor(
     for make in (*features(config), *more):
         supervisor.plug(make(supervisor.host))
     return supervisor
+
+
+def _fail_memo(lc: Lifecycle, config: Config, role: str, path: Path, why: str) -> None:
+    """A memo outside any run (set aside by a feature) ended in ``failed/``, with a run on record saying ``why``."""
+    run = lc.open(config.roles[role], [MemoRef(path.name, path)], arrival=0, attempt=0)
+    lc.finish(run, RunState.FAILED, reason=why, reason_text=why + "\n")
 
 
 def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
@@ -133,6 +152,8 @@ def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
         paused=pauses.why_paused,
         over_budget=budgets.why_over,
         offer_memo=lambda role, path: intake.seen(ev.MemoSeen(role, path, complete=True)),
+        put_back=lambda role, paths: intake.put_back(role, paths, 0),
+        fail_memo=lambda role, path, why: _fail_memo(lc, config, role, path, why),
         started_at=sup.started_at,
         snapshot=lambda full: sup.view(full).to_json(),
         identify=lambda pid: gate.identify(pid),

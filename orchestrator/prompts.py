@@ -15,8 +15,8 @@ from pathlib import Path
 from orchestrator.agents import memo_list
 from orchestrator.core.errors import ConfigError
 
-# filled by the supervisor's prompt sections (continuity, memory, wakes); empty when nothing fills them
-SECTIONS = ("context", "memory", "handoff", "journal", "tasks", "signals")
+# filled by the supervisor's prompt sections (continuity, memory, wakes, asks); empty when nothing fills them
+SECTIONS = ("context", "memory", "handoff", "journal", "tasks", "signals", "answers")
 
 PLACEHOLDERS = frozenset(
     {

@@ -34,6 +34,7 @@ CLIENT_MODULES = {
     "orchestrator.cli",
     "orchestrator.commands",
     "orchestrator.commands.arguments",
+    "orchestrator.commands.asking",
     "orchestrator.commands.common",
     "orchestrator.commands.completion",
     "orchestrator.commands.memos",

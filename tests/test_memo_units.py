@@ -456,6 +456,7 @@ def test_placeholders_are_the_documented_set() -> None:
         "journal",
         "tasks",
         "signals",
+        "answers",
         "attempt",
         "memo_path",
         "memo_paths",

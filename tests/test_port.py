@@ -275,7 +275,7 @@ def test_the_dashboard_sends_a_feature_request_as_the_cli_does(project: Any) -> 
         assert answer.status_code == 200, answer.text
         assert [Path(f).parent for f in answer.json()["folders"].values()] == [project.root / "work"]
         unknown = board.post("/api/v1/requests/nothing_here", {})
-        assert unknown.status_code == 400 and "serves: port_folders" in unknown.json()["error"]["message"]
+        assert unknown.status_code == 400 and "serves: answer, ask, port_folders" in unknown.json()["error"]["message"]
         wrong = board.post("/api/v1/requests/port_folders", {"role": 3})
         assert wrong.status_code == 400 and "role" in wrong.json()["error"]["message"], wrong.text
         extra = board.post("/api/v1/requests/port_folders", {"role": "builder", "force": True})

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agents.claude_errors import Problem, classify, hit_limit, one_line, result_limit
+from orchestrator.core.agent import DeferredCall, LastWords, UsageLimit
 from orchestrator.core.agent import Judgement as Judgement  # the core's end reading, named here for its readers
-from orchestrator.core.agent import LastWords, UsageLimit
 
 NO_MODEL_CALL = "the agent started but made no model call"
 DENIALS_SHOWN = 5
@@ -264,6 +264,19 @@ def denied_text(denials: list[Any]) -> str:
 DENIED_FIX = "allow the tool for the role (allowed_tools, permission_mode) or set on_denied: warn"
 
 
+def deferred_call(result: dict[str, Any] | None) -> DeferredCall | None:
+    """The tool call a result ended on when a ``PreToolUse`` hook deferred it (``stop_reason: tool_deferred``)."""
+    if result is None or result.get("stop_reason") != "tool_deferred":
+        return None
+    call = result.get("deferred_tool_use")
+    if not isinstance(call, dict):
+        return None
+    given = call.get("input")
+    return DeferredCall(
+        str(call.get("id") or ""), str(call.get("name") or ""), given if isinstance(given, dict) else {}
+    )
+
+
 def judge(stream: Stream, code: int, on_denied: str) -> Judgement:
     """The attempt's judgement from its stream and exit ``code`` (``on_denied``: ``fail`` or ``warn``), with what
     the agent last did and said."""
@@ -280,6 +293,9 @@ def _judge(stream: Stream, code: int, on_denied: str) -> Judgement:
         return Judgement(True, limit.detail, usage_limit=limit)
     if code != 0:
         return Judgement()  # not the stream's to explain: the exit status and the log's last line say it
+    deferred = deferred_call(result)
+    if deferred is not None:  # a permission hook deferred a tool call to a person: the run waits, whole
+        return Judgement(deferred=deferred)
     if stream.model_calls == 0 and not stream.truncated:  # a stream longer than its tail did more than start
         return Judgement(True, NO_MODEL_CALL)
     warnings = []

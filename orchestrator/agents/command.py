@@ -51,7 +51,7 @@ async def launch_command(
     cwd = spec.cwd
     argv = [*role.command, *arguments, *spec.args]
     prompt = spec.prompt.encode("utf-8")
-    if role.prompt_via == "arg":
+    if role.prompt_via == "arg" and spec.prompt:  # an empty prompt is none: a resumed session goes on as it was
         if len(prompt) >= ARG_MAX_SINGLE:
             raise SpawnError(
                 f"the prompt is {len(prompt)} bytes, too long for one command-line argument "

@@ -334,6 +334,7 @@ class Agent:
             agent_failed=judged.failed,
             warnings=judged.warnings + tuple(follower.warnings if follower is not None else ()),
             last_words=judged.last_words,
+            deferred=judged.deferred,
         )
         return self.verdict
 

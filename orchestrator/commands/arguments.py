@@ -137,6 +137,24 @@ def add_wake(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     wake.add_argument("--json", action="store_true")
 
 
+def add_ask(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``ask``: an agent asks a person and its run waits."""
+    ask = sub.add_parser("ask", parents=[common], help="(for agents) ask a person; the run waits for the answer")
+    ask.add_argument("question", nargs="*", help="the question (- reads it from standard input)")
+
+
+def add_answer(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``answer``: a person answers a waiting run's question, or allows or denies its tool call."""
+    answer = sub.add_parser("answer", parents=[common], help="answer a run waiting in waiting/ (or allow or deny)")
+    answer.add_argument("memo", help="front-matter id, file name (with or without .md), or path")
+    answer.add_argument("text", nargs="?", help="the answer to a question (- reads it from standard input)")
+    which = answer.add_mutually_exclusive_group()
+    which.add_argument("--allow", action="store_true", help="approve the tool call it waits on")
+    which.add_argument("--deny", action="store_true", help="refuse the call (or the question); see --note")
+    answer.add_argument("--note", help="what the agent is told with --deny")
+    answer.add_argument("--json", action="store_true")
+
+
 #: each client command's sub-parser, by the command's name
 CLIENT_COMMANDS: dict[str, Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = {
     "status": add_status,
@@ -147,6 +165,8 @@ CLIENT_COMMANDS: dict[str, Callable[[argparse._SubParsersAction, argparse.Argume
     "send": add_send,
     "release": add_release,
     "wake": add_wake,
+    "ask": add_ask,
+    "answer": add_answer,
 }
 
 

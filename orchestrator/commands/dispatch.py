@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from orchestrator.commands import (
+    asking,
     completion,
     configuration,
     memos,
@@ -43,6 +44,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "diff": memos.cmd_diff,
     "land": running.cmd_land,
     "release": memos.cmd_release,
+    "ask": asking.cmd_ask,
+    "answer": asking.cmd_answer,
     "gc": upkeep.cmd_gc,
     "init": project.cmd_init,
     "demo": project.cmd_demo,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from orchestrator.commands.arguments import (
     CommandParser,
+    add_answer,
+    add_ask,
     add_cancel,
     add_interrupt,
     add_release,
@@ -76,6 +78,8 @@ def build() -> argparse.ArgumentParser:
     logs.add_argument("--raw", action="store_true", help="the log as written (stream-json events unrendered)")
 
     add_release(sub, common)
+    add_ask(sub, common)
+    add_answer(sub, common)
 
     diff = sub.add_parser("diff", parents=[common], help="what an attempt of a memo changed in its workspace")
     diff.add_argument("memo", help="front-matter id, file name (with or without .md), or path")

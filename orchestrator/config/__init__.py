@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
+from orchestrator.config.asks import AskKeys
 from orchestrator.config.claude import ClaudeKeys
 from orchestrator.config.codex import CODEX_COMMAND, CodexSettings, TokenPrice
 from orchestrator.config.continuity import ContinuityKeys
@@ -108,14 +109,14 @@ def parse_stall(value: Any) -> float | None:
 Stall = Annotated[float | None, BeforeValidator(parse_stall), Expect(STALL_EXPECTED)]
 
 
-class Role(SdkSettings, ClaudeKeys, CodexSettings, ScheduleKeys, ContinuityKeys, RayKeys, WorkspaceKeys):
+class Role(SdkSettings, ClaudeKeys, CodexSettings, ScheduleKeys, ContinuityKeys, RayKeys, WorkspaceKeys, AskKeys):
     """One role with its defaults applied: what the supervisor works with. Every key but ``name`` may be written
     under a role or under ``defaults`` (``RoleSettings``, derived from this model). Its own keys are the core's;
     each feature's come from its key group: the claude-agent-sdk backend's (``model``, ``system_prompt``, ...)
     from ``SdkSettings``, the Claude CLI's from ``ClaudeKeys``, the Codex CLI's (``sandbox``, ``config``,
     ``profile``) from ``CodexSettings``, the schedule's (``wake``, ``tasks``, ...) from ``ScheduleKeys``,
     continuity's from ``ContinuityKeys``, the Ray executor's from ``RayKeys``, the workspaces' (``workspace``)
-    from ``WorkspaceKeys``."""
+    from ``WorkspaceKeys``, asking a person's (``approve``, ``ask_timeout``, ``on_timeout``) from ``AskKeys``."""
 
     name: str
     prompt: str

@@ -60,6 +60,7 @@ _NOT_OWN = {
     "wake": "another role",
     "task": "another role",
     "handoff": "another role",
+    "ask": "another run",
 }
 
 

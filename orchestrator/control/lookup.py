@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import RoleRun
-from orchestrator.intake.memo import INBOX, MemoHeader, is_memo_name, parse_front_matter, read_head
+from orchestrator.intake.memo import INBOX, WAITING, MemoHeader, is_memo_name, parse_front_matter, read_head
 from orchestrator.store import Store
 
 
 @dataclass
 class Candidate:
-    """A memo that matches: either part of a live run, or waiting in an inbox."""
+    """A memo that matches: either part of a live run, or waiting in an inbox or in ``waiting/`` (for a person)."""
 
     role: str
     name: str
@@ -27,7 +27,7 @@ class Candidate:
     run: RoleRun | None = None
 
     def describe(self) -> str:
-        state = self.run.state.value if self.run else "queued"
+        state = self.run.state.value if self.run else "waiting" if self.path.parent.name == WAITING else "queued"
         return f"{self.role}/{self.name} (id {self.memo_id or '-'}, {state})"
 
 
@@ -40,16 +40,22 @@ def _matches(query: str, qpath: Path | None, name: str, path: Path, memo_id: str
         # a path names one role's memo: where it was dropped (inbox/) or where it runs (active/), never its namesake
         # in another role
         same_role = qpath.parent.parent == path.parent.parent
-        return path == qpath or (path.name == qpath.name and same_role and qpath.parent.name in ("inbox", "active"))
+        return path == qpath or (
+            path.name == qpath.name and same_role and qpath.parent.name in (INBOX, "active", WAITING)
+        )
     return query in (name, name.removesuffix(".md")) or (memo_id is not None and query == memo_id)
 
 
 def inbox_files(role_dir: Path) -> list[Path]:
-    """The memos waiting in one role's inbox, by name."""
-    try:
-        return sorted(Path(e.path) for e in os.scandir(role_dir / INBOX) if is_memo_name(e.name))
-    except FileNotFoundError:
-        return []
+    """The memos waiting in one role's inbox, by name, then those in its ``waiting/`` (a run that asked a person:
+    cancelled like a queued memo)."""
+    found: list[Path] = []
+    for folder in (INBOX, WAITING):
+        try:
+            found += sorted(Path(e.path) for e in os.scandir(role_dir / folder) if is_memo_name(e.name))
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def find(runs: Iterable[RoleRun], roles: Iterable[str], role_dir: Callable[[str], Path], query: str) -> list[Candidate]:

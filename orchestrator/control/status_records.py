@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestrator.core.states import UNFINISHED
 from orchestrator.core.view import RunView
-from orchestrator.intake.names import held_counts
+from orchestrator.intake.names import WAITING, held_counts
 from orchestrator.store import Store
 
 RECENT_RUNS = 20
@@ -24,6 +24,7 @@ def recorded(root: Path) -> dict[str, Any]:
         "runs": [],
         "recent": [],
         "held": held_counts(root),
+        "waiting": held_counts(root, WAITING),  # the questions themselves are the running orchestrator's to say
     }
     if db.exists():
         store = Store(db, readonly=True)

@@ -101,6 +101,15 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
     if snap.get("held"):
         held = ", ".join(f"{role} {n}" for role, n in snap["held"].items())
         parts.append(f"held by the loop breaker: {held} (memo/<role>/held/; `orchestrator release` runs them)")
+    if snap.get("waiting"):
+        waiting = ", ".join(f"{role} {n}" for role, n in snap["waiting"].items())
+        parts.append(f"waiting for a person: {waiting} (memo/<role>/waiting/; `orchestrator answer` once `up` runs)")
+    for ask in snap.get("needs_input") or []:
+        how = "--allow or --deny" if ask.get("kind") == "approval" else "TEXT"
+        parts.append(
+            f"needs input: {ask.get('role')}/{ask.get('memo')} since {ask.get('asked_at')}: {ask.get('question')} "
+            f"(`orchestrator answer {ask.get('memo')} {how}`)"
+        )
     parts += memory_lines(snap.get("memory"))
     if snap.get("workspaces"):
         disk = snap["workspaces"]

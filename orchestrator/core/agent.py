@@ -63,11 +63,22 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class DeferredCall:
+    """A tool call the agent's permission hook deferred to a person, ending its run until an answer comes: the
+    call's ``id``, the tool's ``name`` and its ``input``, as the agent reported them."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Judgement:
     """How an agent's own output says its attempt went, read at its end by its backend's reader: ``failed``
     whatever its exit status, with one ``reason`` (``permanent``: no retry can help); ``usage_limit``: the limit
     it ran into; ``warnings``: lines for a person when it succeeded with something to say (tool calls refused
-    under ``on_denied: warn``). The default is no judgement: the exit status decides."""
+    under ``on_denied: warn``); ``deferred``: the tool call its run ended on, waiting for a person. The default is
+    no judgement: the exit status decides."""
 
     failed: bool = False
     reason: str | None = None
@@ -75,6 +86,7 @@ class Judgement:
     warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
     last_words: LastWords | None = None
+    deferred: DeferredCall | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,8 @@ class AttemptVerdict:
     ``agent_failed``: the agent itself reported a failure (Claude's result), whatever its exit status;
     ``warnings``: lines for a person about an attempt that succeeded (tool calls refused under ``on_denied: warn``);
     ``usage_limit``: the usage or rate limit it ran into; ``last_words``: what it last did and said, when its
-    output can tell (None: only its log's last lines can)."""
+    output can tell (None: only its log's last lines can); ``deferred``: the tool call it ended on, deferred to a
+    person (a question, an approval)."""
 
     returncode: int
     interrupted: bool = False
@@ -100,6 +113,7 @@ class AttemptVerdict:
     warnings: tuple[str, ...] = ()
     usage_limit: UsageLimit | None = None
     last_words: LastWords | None = None
+    deferred: DeferredCall | None = None
 
     @property
     def succeeded(self) -> bool:

@@ -27,6 +27,8 @@ DEFAULTS: dict[str, Level] = {
     "stop": Level.NONE,
     "release": Level.NONE,
     "land": Level.NONE,
+    "ask": Level.OWN,  # an agent asks a person about its own run
+    "answer": Level.NONE,  # answering a question or approving a tool call is a person's
 }
 GRANTS = tuple(DEFAULTS)
 

@@ -73,6 +73,7 @@ HISTORY_KEYS = (
     "workspace",
     "branch",
     "state",
+    "reason",
     "backend",
     "attempt",
     "cost_usd",

@@ -28,6 +28,7 @@ from orchestrator.intake.names import (  # noqa: F401 - the names of memo files 
     FOLDERS,
     HELD,
     INBOX,
+    WAITING,
     is_memo_name,
 )
 

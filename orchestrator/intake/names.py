@@ -12,9 +12,10 @@ from pathlib import Path
 
 INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
 HELD = "held"  # memos a check held back from running (released by a person)
+WAITING = "waiting"  # memos whose run asked a person and waits for the answer (orchestrator answer)
 FOLDERS = (INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED)
 FINISHED_FOLDERS = (ARCHIVE, FAILED, CANCELLED)
-ALL_FOLDERS = (*FOLDERS, HELD)
+ALL_FOLDERS = (*FOLDERS, HELD, WAITING)
 _IGNORED_SUFFIXES = ("~", ".swp", ".swx", ".tmp")
 
 
@@ -47,9 +48,9 @@ def memo_files(
                 yield role, folder, root / "memo" / role / folder / name
 
 
-def held_counts(root: Path) -> dict[str, int]:
-    """How many memos wait in each role's ``held/`` (roles with none are left out), for ``status``."""
+def held_counts(root: Path, folder: str = HELD) -> dict[str, int]:
+    """How many memos wait in each role's ``held/`` (or ``folder``; roles with none are left out), for ``status``."""
     counts: dict[str, int] = {}
-    for role, _, _ in memo_files(root, folders=(HELD,)):
+    for role, _, _ in memo_files(root, folders=(folder,)):
         counts[role] = counts.get(role, 0) + 1
     return counts

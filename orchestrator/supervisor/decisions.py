@@ -9,7 +9,9 @@ for) is shown to each extension's ``decide_end`` in turn; the first answer other
   policy may run it again, else it fails for good (its memos in ``failed/``, the ``notify`` role told);
 - ``Park(reason)``: the run's work is set aside for a person: it ends ``returned`` with its memos in ``held/`` and
   the reason beside them, its attempts kept, until ``orchestrator release`` puts them back in the inbox. No new
-  state: the record says ``returned``, the reason says ``parked: ...``.
+  state: the record says ``returned``, the reason says ``parked: ...``. ``folder`` sets it aside elsewhere
+  (``waiting/``: a question for a person, which the feature that parked it puts back), ``uses_attempt=False``
+  gives the attempt back (a run that asked did not fail), ``then`` says what brings it back.
 
 A hook that raises is a bug: logged with its traceback, and taken as ``DEFAULT`` (the run must end).
 """
@@ -43,9 +45,13 @@ class Fail:
 
 @dataclass(frozen=True)
 class Park:
-    """The run's work waits for a person: ``returned``, its memos in ``held/`` with ``reason``, attempts kept."""
+    """The run's work waits for a person: ``returned``, its memos in ``folder`` with ``reason``, attempts kept
+    (``uses_attempt=False``: all but this one); ``then``: what runs it again, for the line."""
 
     reason: str
+    folder: str = HELD
+    uses_attempt: bool = True
+    then: str = "`orchestrator release` runs it again"
 
 
 EndDecision = Default | Fail | Park
@@ -70,15 +76,24 @@ def decide(hooks: list[DecideEnd], run: RoleRun, verdict: AttemptVerdict, consol
 
 
 def park(lc: Lifecycle, console: Console, run: RoleRun, decision: Park, code: int) -> None:
-    """End ``run`` parked: its attempt on record as ``parked``, its memos into ``held/`` with the reason."""
-    reason = f"parked: {decision.reason}"
-    lc.end_attempt(run, "parked", decision.reason, code)
-    text = f"held: {decision.reason}\n"
+    """End ``run`` parked: its attempt on record as ``parked``, its memos into the decision's folder with the
+    reason."""
+    folder = decision.folder
+    reason = f"parked: {decision.reason}" if folder == HELD else f"{folder}: {decision.reason}"
+    lc.end_attempt(run, "parked" if folder == HELD else folder, decision.reason, code)
+    text = f"held: {decision.reason}\n" if folder == HELD else None  # another folder's feature writes its own note
+    used = None if decision.uses_attempt else run.attempt - 1
     moved = lc.finish(
-        run, RunState.RETURNED, reason=reason, exit_code=code, folder=HELD, reason_text=text, announce=False
+        run,
+        RunState.RETURNED,
+        reason=reason,
+        exit_code=code,
+        folder=folder,
+        reason_text=text,
+        announce=False,
+        attempts_used=used,
     )
     names = ", ".join(path.name for path in moved) or run.label
     console.line(
-        f"parked {names} in {HELD}/: {decision.reason} (run {run.run_id}); `orchestrator release` runs it again",
-        role=run.role.name,
+        f"parked {names} in {folder}/: {decision.reason} (run {run.run_id}); {decision.then}", role=run.role.name
     )

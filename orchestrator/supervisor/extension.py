@@ -57,6 +57,8 @@ class Host:
     paused: Callable[[str], str | None]  # why the role's account is paused by a usage limit, or None
     over_budget: Callable[[str], str | None]  # why the role is over its budget, or None
     offer_memo: Callable[[str, Path], None]  # a memo the extension wrote into a role's inbox: queue it now
+    put_back: Callable[[str, list[Path]], None]  # memos it moved back into a role's inbox: first in its queue
+    fail_memo: Callable[[str, Path, str], None]  # a memo in no run (set aside): a run on record ends it in failed/
     started_at: str  # when this orchestrator started (ISO 8601)
     snapshot: Callable[[bool], dict[str, Any]]  # ``status --json``'s object (``True``: with the database's part)
     identify: Callable[[int], Caller]  # who a process is, as the gate sees it (an agent, or a person)

@@ -153,9 +153,21 @@ class Pages:
             }
             for r in snap["recent"][:10]
         ]
+        asks = [
+            {
+                "memo": e(a.get("memo")),
+                "role": e(a.get("role")),
+                "question": e(a.get("question")),
+                "since": e(a.get("asked_at")),
+                "answer": answer_form(a),
+            }
+            for a in snap.get("needs_input") or []
+        ]
         ending = f'<p class="warn">ending: {e(snap["ending"])}</p>' if snap.get("ending") else ""
         return f"""{ending}<section><h2>Running <small>{len(runs)} of max {snap["limits"]["max_concurrent"]}</small></h2>
 {table(runs, [("run_id", "run"), ("role", "role"), ("memo", "memo"), ("subject", "subject"), ("state", "state"), ("attempt", "attempt"), ("elapsed", "elapsed"), ("quiet", "silent"), ("activity", "activity"), ("cost", "cost")], "runs")}</section>
+<section><h2>Needs input <small>{len(asks)}</small></h2>
+{table(asks, [("memo", "memo"), ("role", "role"), ("question", "question or call"), ("since", "since"), ("answer", "answer")], "asks")}</section>
 <section class="cols"><div><h2>Queues</h2>{table(queues, [("role", "role"), ("queued", "queued"), ("memos", "next memos")])}</div>
 <div><h2>Spend today</h2>{table(budget_rows, [("who", ""), ("spent", "spent"), ("budget", "budget per day")])}</div></section>
 <section class="cols"><div><h2>Holds</h2>{table(holds + held, [("role", "role"), ("why", "why"), ("held", "held")])}</div>
@@ -388,3 +400,19 @@ def workspace_part(changes: dict[str, Any] | None) -> str:
     return f"""<h2>Workspace</h2><p id="workspace">branch <code>{e(changes["branch"])}</code> (workspace
 {e(changes["workspace"])}), attempt {e(changes["attempt"])}: {e(changes["outcome"])}{kept}</p>
 <pre id="diffstat">{e(changes["stat"]) or "no changes"}</pre>{table(files, [("status", "status"), ("path", "file")], "files")}"""
+
+
+def answer_form(ask: dict[str, Any]) -> str:
+    """The answer box of one waiting run: a text for a question, Allow and Deny (with a note) for an approval; it
+    posts what ``orchestrator answer`` sends."""
+    memo = e(ask.get("memo"))
+    if ask.get("kind") == "approval":
+        fields = (
+            '<input name="note" placeholder="note, told with Deny">'
+            '<button name="do" value="allow">Allow</button><button name="do" value="deny" class="danger">Deny</button>'
+        )
+    else:
+        fields = (
+            '<input name="text" placeholder="your answer" required><button name="do" value="answer">Answer</button>'
+        )
+    return f'<form class="answer" data-memo="{memo}">{fields}<span class="answer-status"></span></form>'

@@ -8,7 +8,9 @@ hook every end passes, cancel and forced stop included; it cannot await, so its 
 success's work is committed on the branch and any other end's work is kept under
 ``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began.
 Landing a workspace's branch (``orchestrator land``) goes through this feature's queue (``land``): no run starts in
-a workspace while it lands, and a workspace's next memo waits for a landing asked for before it.
+a workspace while it lands, and a workspace's next memo waits for a landing asked for before it. A run that ends
+waiting for a person (``waiting/``, orchestrator/asks) keeps its work where it is, and no other memo works there
+until its own memo, answered, takes it on (or is cancelled or failed; the folder says which after a restart).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from orchestrator.config import Role, RoleRun
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
+from orchestrator.intake.memo import WAITING
 from orchestrator.supervisor.extension import Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command
 from orchestrator.workspaces import copying, git, ports, records, retire
@@ -57,6 +60,7 @@ class Workspaces(Extension):
         self.host = host
         self.root = host.config.root
         self.owners: dict[str, int] = {}  # workspace name -> the run working in it
+        self.waiting: dict[str, str] = {}  # workspace name -> the memo waiting for a person with its work there
         self.names: dict[Path, str] = {}  # a queued memo -> its workspace (read once)
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
@@ -85,8 +89,11 @@ class Workspaces(Extension):
             name = self.names[path] = workspace_name(self.host.store.db, role, path)
         return name
 
-    def _busy(self, name: str, run_id: int | None) -> int | None:
-        """The other live run working in workspace ``name``, or None."""
+    def _busy(self, name: str, run_id: int | None, memo: str | None = None) -> int | None:
+        """The other live run working in workspace ``name`` (0: a run waiting for a person, unless ``memo`` is its
+        own memo), or None."""
+        if name in self.waiting and self.waiting[name] != memo:
+            return 0
         owner = self.owners.get(name)
         if owner is None or owner == run_id:
             return None
@@ -97,6 +104,12 @@ class Workspaces(Extension):
 
     # ------------------------------------------------------------ what the workspaces hold on disk
     def start(self) -> None:
+        """The memos that wait for a person with their work in a workspace, as the folders say (a restart); then a
+        first measure of the disk."""
+        for role in self._isolated():
+            folder = self.host.config.role_dir(role.name) / WAITING
+            for path in sorted(folder.glob("*.md")) if folder.is_dir() else ():
+                self.waiting[workspace_name(self.host.store.db, role, path)] = path.name
         self._measure()
 
     def on_finished(self, event: RunFinished) -> None:
@@ -173,9 +186,10 @@ class Workspaces(Extension):
             owner = None
             if first is not None:
                 name = self._name(role, first)
-                owner = self._busy(name, None)
+                owner = self._busy(name, None, first.name)
             if owner is not None:
-                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (run {owner})")
+                who = f"run {owner}" if owner else "a run waiting for a person"
+                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} ({who})")
             elif first is not None and self.landings.wanted(name):
                 self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (being landed)")
             else:
@@ -191,12 +205,13 @@ class Workspaces(Extension):
             self.owners[name] = run.run_id
             self.where[run.run_id] = (name, git.BRANCH_PREFIX + name)
             return spec
-        while self._busy(name, run.run_id) is not None or self.landings.lands_now(name):  # claimed in the same pass
-            # as the run working there, or before its landing began
+        while self._busy(name, run.run_id, run.memos[0].name) is not None or self.landings.lands_now(name):
+            # claimed in the same pass as the run working there, or before its landing began
             if run.state is not RunState.STARTING:  # cancelled or stopped meanwhile: the launcher calls it off
                 return spec
             await asyncio.sleep(WAIT_STEP)
         self.owners[name] = run.run_id
+        resumed = self.waiting.pop(name, None) is not None  # its memo, answered: the work it left is its own
         if self.identity is None:
             self.identity = await asyncio.to_thread(git.identity, self.root)
         folder = self.root / settings.root / name
@@ -204,7 +219,7 @@ class Workspaces(Extension):
         previous = records.open_attempt(self.host.store.db, run.run_id)
         try:
             async with self.making:  # one at a time: two `worktree add`s, or config writes, may meet on a lock
-                start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous)
+                start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous, resumed)
         except (git.GitError, OSError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         with self.host.store.batch():
@@ -241,7 +256,13 @@ class Workspaces(Extension):
         return dataclasses.replace(spec, cwd=(folder / run.role.cwd).resolve(), env=env)
 
     def _ready(
-        self, run: RoleRun, name: str, folder: Path, branch: str, previous: records.AttemptWork | None
+        self,
+        run: RoleRun,
+        name: str,
+        folder: Path,
+        branch: str,
+        previous: records.AttemptWork | None,
+        resumed: bool = False,
     ) -> tuple[str, str, str | None]:
         """On a thread: the workspace made or reused and clean; (the branch's commit, the base, the commit the
         last attempt's work was set aside as)."""
@@ -255,7 +276,7 @@ class Workspaces(Extension):
         if previous is not None and previous.name == name:
             ref = attempt_ref(name, previous.run_id, previous.attempt)
             kept = git.set_aside(folder, previous.start, ref, message(run), self.identity or {})
-        elif git.changed(folder):  # left by a run the orchestrator lost (a crash): kept, not given to this one
+        elif not resumed and git.changed(folder):  # left by a run the orchestrator lost (a crash): kept aside
             head = git.git(folder, "rev-parse", "HEAD")
             git.set_aside(folder, head, attempt_ref(name, run.run_id, 0), "left in the workspace", self.identity or {})
         return git.git(folder, "rev-parse", "HEAD"), base, kept
@@ -297,6 +318,8 @@ class Workspaces(Extension):
             return
         for memo in run.memos:
             self.names.pop(memo.path, None)
+            if memo.path.parent.name == WAITING:  # a waiting memo cancelled or failed: its workspace is free
+                self.waiting = {name: waits for name, waits in self.waiting.items() if waits != memo.name}
         self.where.pop(run.run_id, None)
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
@@ -304,6 +327,14 @@ class Workspaces(Extension):
             return
         if self.owners.get(work.name) == run.run_id:
             del self.owners[work.name]
+        if state is RunState.RETURNED and (reason or "").startswith(f"{WAITING}:") and run.memos:
+            self.waiting[work.name] = run.memos[0].name
+            records.ended(db, run.run_id, work.attempt, "waiting", None, None)
+            self.host.console.line(
+                f"{run.label}: its work stays in workspace {work.name} while it waits (run {run.run_id})",
+                role=run.role.name,
+            )
+            return
         folder = Path(work.folder)
         try:
             if self.identity is None:  # a run taken back at a restart ends before any start asked

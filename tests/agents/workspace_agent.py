@@ -4,7 +4,8 @@
 ``write FILE TEXT`` writes FILE in its folder; ``commit`` commits all it has with git; ``see FILE`` records
 whether FILE is in its folder and what it holds; ``send ROLE TEXT`` runs ``orchestrator send ROLE TEXT`` from its
 folder (no ``--root``); ``land TARGET`` runs ``orchestrator land TARGET`` and records its exit and error;
-``wait NAME`` waits until NAME exists in the project root; ``fail-first`` exits 1 on
+``wait NAME`` waits until NAME exists in the project root; ``ask-unless NAME QUESTION`` runs ``orchestrator ask
+QUESTION`` and ends the run (exit 0) unless NAME exists in the project root; ``fail-first`` exits 1 on
 the first attempt (doing no more); ``exit N`` exits N. Its record is one JSON line in ``$WS_RECORD``, written before it waits.
 """
 
@@ -61,6 +62,9 @@ def main() -> int:
             end = time.monotonic() + DEADLINE
             while not (root / words[1]).exists() and time.monotonic() < end:
                 time.sleep(0.02)
+        elif words[0] == "ask-unless" and not (root / words[1]).exists():
+            subprocess.run([sys.executable, "-m", "orchestrator", "ask", words[2]], check=True, capture_output=True)
+            break
         elif words[0] == "fail-first" and env["ORCHESTRATOR_ATTEMPT"] == "1":
             code = 1
             break

@@ -48,6 +48,7 @@
       refreshTimer = null;
       var live = document.getElementById("live");
       if (!live) return;
+      if (live.querySelector("form.answer input:focus")) return; // a person is typing an answer: keep it
       fetch("/fragments/overview", { credentials: "same-origin" }).then(function (r) {
         if (r.ok) return r.text().then(function (html) { live.innerHTML = html; });
       });
@@ -162,6 +163,23 @@
       });
     }
   }
+
+  // ---------------------------------------------------------------- an answer box: what `orchestrator answer` sends
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target.closest("form.answer");
+    if (!form) return;
+    ev.preventDefault();
+    var which = ev.submitter ? ev.submitter.value : "answer";
+    var body = which === "allow" ? { allow: true } : which === "deny" ? { deny: true, note: form.elements.note.value || null }
+      : { text: form.elements.text.value };
+    var said = form.querySelector(".answer-status");
+    said.textContent = "…";
+    body.memo = form.getAttribute("data-memo");
+    post("/api/v1/requests/answer", body).then(function (data) {
+      said.textContent = (data.decision === "deny" ? "denied" : "answered") + ": queued to run again";
+      form.querySelectorAll("button, input").forEach(function (b) { b.disabled = true; });
+    }).catch(function (err) { said.textContent = "refused: " + err.message; });
+  });
 
   document.addEventListener("click", function (ev) {
     var button = ev.target.closest("button[data-wake]");

@@ -1,0 +1,240 @@
+"""A run that asks a person waits in ``waiting/`` without a slot or an attempt, and ``orchestrator answer`` runs it
+again: replayed through the real loop with fake agents and the injected clock (``tests/replay.py``). The command
+agent's path (``$answers`` in the prompt), the Claude CLI's (its deferred call, the session resumed with no new
+prompt and the hook's answer), the timeout, a cancel, and who may answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.asks.extension import AnswerRequest, AskRequest, Asks
+from orchestrator.asks.hook import decision
+from orchestrator.asks.rules import matches, question_of
+from orchestrator.control.authority import Caller
+from orchestrator.core.agent import AttemptVerdict, DeferredCall
+from orchestrator.core.errors import RefusedError, UsageError
+from orchestrator.core.events import CancelRequested, FeatureRequested
+from orchestrator.core.team_events import TeamEvent
+from replay import Replay
+
+CLAUDE = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+
+
+def play(tmp_path: Path, scenario: Callable[[Path], Any]) -> Any:
+    return asyncio.run(scenario(tmp_path))
+
+
+async def feature(r: Replay, request: Any) -> Any:
+    reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    r.sup.post(FeatureRequested(request, reply))
+    await r.settle()
+    assert reply.done()
+    return reply.result()
+
+
+def defer(r: Replay, memo: str, call: DeferredCall, session: str = "S-1") -> None:
+    agent = r.agent(memo)
+    agent.alive = False
+    agent.on_exit(agent, AttemptVerdict(0, session_id=session, deferred=call))
+
+
+def attempts(r: Replay, memo: str) -> list[int]:
+    return [a.spec.attempt for a in r.spawner.agents if any(p.name == memo for p in a.spec.memo_paths)]
+
+
+# ------------------------------------------------------------------ a command agent
+def test_a_command_agent_that_asks_waits_without_a_slot_and_runs_again_with_the_answer(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"max_concurrent": 1, "retry": {"max": 0, "backoff": ["1s"]}}})
+        told: list[TeamEvent] = []
+        r.sup.lc.team_events.listeners.append(told.append)
+        await r.drop("builder", "a.md")
+        await r.drop("builder", "b.md")
+        run_id = r.agent("a").spec.run_id
+        said = await feature(r, AskRequest(run_id=run_id, question="Which design, A or B?"))
+        assert said["recorded"] and "End your run now" in said["note"]
+        await r.exit("a", 0)
+        assert r.folder("builder", "waiting") == ["a.md"]
+        question = (root / "memo/builder/waiting/a.question").read_text()
+        assert "question: Which design, A or B?" in question and 'orchestrator answer a.md "YOUR ANSWER"' in question
+        assert told == [TeamEvent("needs_input", "builder", "a.md", None, "Which design, A or B?")]
+        assert r.agent("b").alive, "the waiting run holds no slot: the next memo of the role runs meanwhile"
+        assert r.sup.view(False).to_json()["needs_input"][0]["question"] == "Which design, A or B?"
+        ended = next(row for row in r.sup.store.history() if row["memos"] == ["a.md"])
+        assert ended["state"] == "returned" and ended["reason"] == "waiting: asks a person: Which design, A or B?"
+        await r.drop("builder", "c.md")
+        answered = await feature(r, AnswerRequest(memo="a", text="B, the smaller one", who="pat"))
+        assert answered["decision"] == "allow" and answered["queued"].endswith("inbox/a.md")
+        assert not (root / "memo/builder/waiting/a.question").exists()
+        await r.exit("b", 0)
+        again = r.agent("a")
+        assert again.alive and attempts(r, "c.md") == [], "the answered memo runs first in its role's queue"
+        assert again.spec.attempt == 1, "asking used no attempt"
+        assert "# Answers" in again.spec.prompt and "The answer (pat): B, the smaller one" in again.spec.prompt
+        assert "Which design, A or B?" in again.spec.prompt
+        await r.exit("a", 0)
+        assert "a.md" in r.folder("builder", "archive") and r.sup.view(False).to_json()["needs_input"] == []
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_unanswered_question_fails_after_ask_timeout(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"ask_timeout": "2h"}})
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="May I?"))
+        await r.exit("a", 0)
+        assert r.folder("builder", "waiting") == ["a.md"]
+        await r.advance(7100)
+        assert r.folder("builder", "waiting") == ["a.md"], "not before its time"
+        await r.advance(120)
+        assert r.folder("builder", "failed") == ["a.md"] and r.folder("builder", "waiting") == []
+        assert (root / "memo/builder/failed/a.reason").read_text().startswith("no answer within 2h")
+        assert [row["reason"] for row in r.sup.store.history() if row["state"] == "failed"] == ["no answer within 2h"]
+        assert not (root / "memo/builder/waiting/a.question").exists()
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_waiting_memo_is_cancelled_like_a_queued_one(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="May I?"))
+        await r.exit("a", 0)
+        reply = await r.request(CancelRequested, memo="a")
+        assert reply.result()["state"] == "cancelled" and reply.result()["previous_state"] == "queued"
+        assert r.folder("builder", "cancelled") == ["a.md"]
+        assert not (root / "memo/builder/waiting/a.question").exists()
+        assert r.sup.view(False).to_json()["needs_input"] == []
+        with pytest.raises(Exception, match="no memo waiting for an answer matches 'a'"):
+            await feature(r, AnswerRequest(memo="a", text="late"))
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_answering_is_a_persons_unless_a_role_may_answer(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "lead": {"may": ["answer"]}})
+        request = AnswerRequest(memo="a", text="yes")
+        with pytest.raises(RefusedError, match="`orchestrator answer` is for people"):
+            r.sup.host.admit(request, Caller(agent=True, run_id=7, role="builder"))
+        assert r.sup.host.admit(request, Caller(agent=True, run_id=8, role="lead")).memo == "a"
+        assert r.sup.host.admit(request, Caller(agent=False)).memo == "a"
+        ask = AskRequest(run_id=7, question="?")
+        assert r.sup.host.admit(ask, Caller(agent=True, run_id=7, role="builder")).run_id == 7
+        with pytest.raises(RefusedError, match="`orchestrator ask` of another run"):
+            r.sup.host.admit(ask, Caller(agent=True, run_id=8, role="lead"))
+        with pytest.raises(UsageError, match="run 99 is not running"):
+            r.sup.extension(Asks).ask(AskRequest(run_id=99, question="?"))
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ the Claude CLI
+def test_a_claude_run_whose_hook_deferred_a_call_resumes_its_session_with_the_answer(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        role = {"command": CLAUDE, "approve": ["Bash(git push:*)"]}
+        r = Replay(root, {"builder": role})
+        await r.drop("builder", "a.md")
+        first = r.agent("a")
+        settings = json.loads(first.spec.args[first.spec.args.index("--settings") + 1])
+        hook = settings["hooks"]["PreToolUse"][0]
+        assert hook["matcher"] == "Bash" and hook["hooks"][0]["command"].endswith("-m orchestrator.asks.hook")
+        assert json.loads(first.spec.env["ORCHESTRATOR_APPROVE"]) == ["Bash(git push:*)"]
+        call = DeferredCall("toolu_1", "Bash", {"command": "git push origin main"})
+        defer(r, "a", call, session="S-1")
+        await r.settle()
+        assert r.folder("builder", "waiting") == ["a.md"]
+        waiting = r.sup.view(False).to_json()["needs_input"][0]
+        assert waiting["kind"] == "approval" and waiting["question"] == "Bash: git push origin main"
+        with pytest.raises(UsageError, match="answer --allow, or --deny"):
+            r.sup.extension(Asks).answer(AnswerRequest(memo="a.md", text="sure"))
+        await feature(r, AnswerRequest(memo="a.md", allow=True, who="pat"))
+        resumed = r.agent("a")
+        assert resumed is not first and resumed.spec.prompt == "", "no new prompt: the session goes on"
+        assert resumed.spec.args[-2:] == ("--resume", "S-1")
+        env = resumed.spec.env
+        event = {"tool_name": "Bash", "tool_input": call.input, "tool_use_id": "toolu_1", "cwd": str(root)}
+        assert decision(event, env) == {
+            "hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}
+        }
+        another = {**event, "tool_use_id": "toolu_2"}
+        assert decision(another, env)["hookSpecificOutput"]["permissionDecision"] == "defer", "a new call waits again"
+        assert decision({**event, "tool_input": {"command": "ls"}}, env) is None, "other calls: the permissions decide"
+        await r.exit("a", 0)
+        assert r.folder("builder", "archive") == ["a.md"]
+        assert not list((root / ".orchestrator/asks").glob("*.json")), "the answer file goes with its ask"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_approval_nobody_answered_is_denied_with_on_timeout_deny(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(
+            root, {"builder": {"command": CLAUDE, "approve": ["Bash"], "ask_timeout": "1h", "on_timeout": "deny"}}
+        )
+        await r.drop("builder", "a.md")
+        defer(r, "a", DeferredCall("toolu_1", "Bash", {"command": "make deploy"}))
+        await r.settle()
+        await r.advance(3601)
+        resumed = r.agent("a")
+        assert resumed.spec.args[-2:] == ("--resume", "S-1")
+        event = {"tool_name": "Bash", "tool_input": {"command": "make deploy"}, "tool_use_id": "toolu_1"}
+        out = decision(event, resumed.spec.env)["hookSpecificOutput"]
+        assert out["permissionDecision"] == "deny" and out["permissionDecisionReason"] == "no answer within 1h: denied"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_the_rules_read_claude_codes_permission_syntax(tmp_path: Path) -> None:
+    cwd = str(tmp_path)
+    assert matches("Bash(git push:*)", "Bash", {"command": "git push origin main"}, cwd)
+    assert not matches("Bash(git push:*)", "Bash", {"command": "git status"}, cwd)
+    assert matches("Bash(npm publish)", "Bash", {"command": "npm publish"}, cwd)
+    assert not matches("Bash(npm publish)", "Bash", {"command": "npm publish --tag x"}, cwd)
+    assert matches("Write(migrations/**)", "Write", {"file_path": f"{cwd}/migrations/0001/up.sql"}, cwd)
+    assert not matches("Write(migrations/*)", "Write", {"file_path": f"{cwd}/migrations/0001/up.sql"}, cwd)
+    assert not matches("Write(migrations/**)", "Edit", {"file_path": f"{cwd}/migrations/x.sql"}, cwd)
+    assert matches("WebFetch", "WebFetch", {"url": "https://example.com"}, cwd)
+    assert question_of('orchestrator ask "Which one?"') == "Which one?"
+    assert question_of("/usr/bin/orchestrator ask may I") == "may I"
+    assert question_of("echo orchestrator ask") is None
+
+
+def test_an_answered_run_returned_to_its_inbox_still_carries_the_answer(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        from orchestrator.core.events import StopRequested
+
+        r = Replay(root, {"builder": {"command": CLAUDE}})
+        await r.drop("builder", "a.md")
+        defer(r, "a", DeferredCall("toolu_1", "Bash", {"command": 'orchestrator ask "Which?"'}))
+        await r.settle()
+        await feature(r, AnswerRequest(memo="a.md", text="this one"))
+        assert r.agent("a").spec.args[-2:] == ("--resume", "S-1")
+        await r.request(StopRequested, force=True)
+        assert r.folder("builder", "inbox") == ["a.md"], "a forced stop returns it"
+        asks = r.sup.extension(Asks)
+        assert [(a.memo, a.state) for a in records_of(asks)] == [("a.md", "answered")], "its answer is kept"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def records_of(asks: Asks) -> list[Any]:
+    from orchestrator.asks import records
+
+    return records.every(asks.db)

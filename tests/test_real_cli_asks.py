@@ -1,0 +1,92 @@
+"""Asking a person with the real Claude Code CLI (the bundled one) against the stand-in Messages API: the
+orchestrator's ``PreToolUse`` hook defers ``orchestrator ask`` and a call an ``approve:`` rule names, the run ends
+waiting with no slot held, and ``orchestrator answer`` resumes the same session, whose model reads the answer as its
+command's output (or whose approved command runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_real_cli as real
+
+from conftest import Project, wait_for
+from messages_api import MessagesApi
+
+pytestmark = pytest.mark.real_cli
+cli, api, env = real.cli, real.api, real.env  # the real CLI's fixtures: its isolation from Anthropic included
+SLOW, ended, messages = real.SLOW, real.ended, real.messages
+CLAUDE = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+
+
+def tool_results(api: MessagesApi, marker: str) -> list[str]:
+    return [t for r in messages(api, marker) for t in r.get("tool_result_texts") or []]
+
+
+def sessions(project: Project, memo: str) -> list[Any]:
+    rows = json.loads(project.cli("history", "--json").stdout)["runs"]
+    return [r["session_id"] for r in rows if r["memo"] == memo]
+
+
+def test_a_claude_run_asks_and_waits_for_an_approval_and_the_same_session_goes_on(
+    project: Project, env: dict[str, str], api: MessagesApi
+) -> None:
+    shim = Path(env["PATH"].split(os.pathsep)[0]) / "orchestrator"  # an `orchestrator` the agent's Bash can run
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m orchestrator "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    project.configure({"builder": {"command": CLAUDE, "max_concurrent": 1, "approve": ["Bash(touch:*)"]}})
+    project.up(**env)
+    question = project.root / "memo/builder/waiting/B-ask.question"
+    project.drop("builder", "B-ask.md", body='[bash:orchestrator ask "Which design, A or B?"] decide')
+    wait_for(question.exists, SLOW, "B-ask.md waiting with its question")
+    project.drop("builder", "B-meanwhile.md", body="[answer] meanwhile")
+    ended(project, "builder", "archive", "B-meanwhile.md")  # the waiting run holds no slot of the role's one
+    project.drop("builder", "B-deploy.md", body="[bash:touch deployed.txt] deploy")
+    wait_for((project.root / "memo/builder/waiting/B-deploy.question").exists, SLOW, "B-deploy.md waiting")
+    assert not (project.root / "deployed.txt").exists(), "an approval's call does not run before the answer"
+    needs = {n["memo"]: n for n in project.status()["needs_input"]}
+    assert needs["B-ask.md"]["kind"] == "question" and needs["B-ask.md"]["question"] == "Which design, A or B?"
+    assert needs["B-deploy.md"]["kind"] == "approval" and needs["B-deploy.md"]["question"] == "Bash: touch deployed.txt"
+    assert tool_results(api, "[bash:orchestrator ask") == [], "the deferred call did not run"
+
+    assert project.cli("answer", "B-ask.md", "B, the smaller one").returncode == 0
+    ended(project, "builder", "archive", "B-ask.md")
+    assert tool_results(api, "[bash:orchestrator ask") == ["B, the smaller one"], "the answer is the command's output"
+    first, second = sessions(project, "B-ask.md")
+    assert first and first == second, "the same session goes on"
+
+    assert project.cli("answer", "B-deploy.md", "--allow").returncode == 0
+    ended(project, "builder", "archive", "B-deploy.md")
+    assert (project.root / "deployed.txt").exists(), "the approved command ran"
+    assert project.status()["needs_input"] == []
+
+
+def test_an_sdk_run_that_asks_goes_on_in_its_session_with_the_answer(
+    project: Project, env: dict[str, str], api: MessagesApi
+) -> None:
+    shim = Path(env["PATH"].split(os.pathsep)[0]) / "orchestrator"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m orchestrator "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    project.configure({"writer": real.sdk_role()})
+    project.up(**env)
+    question = project.root / "memo/writer/waiting/W-ask.question"
+    project.drop("writer", "W-ask.md", body='[bash:orchestrator ask "Which title?"] write')
+    wait_for(question.exists, SLOW, "W-ask.md waiting")
+    said = tool_results(api, "[bash:orchestrator ask")
+    assert len(said) == 1 and "Your question is recorded. End your run now" in said[0], said
+    assert project.cli("answer", "W-ask", "Call it Dawn").returncode == 0
+    wait_for(
+        lambda: any("Call it Dawn" in t for r in messages(api, "[bash:orchestrator ask") for t in r["user_texts"]),
+        SLOW,
+        "the answer given to the same session",
+    )
+    wait_for(lambda: len(sessions(project, "W-ask.md")) == 2 and all(sessions(project, "W-ask.md")), SLOW, "2 runs")
+    first, second = sessions(project, "W-ask.md")
+    assert first == second, "the sdk session goes on"
+    last = messages(api, "[bash:orchestrator ask")[-1]
+    assert any("Which title?" in t for t in last["user_texts"]), "the whole conversation, the first prompt included"
