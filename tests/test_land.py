@@ -156,7 +156,7 @@ def test_an_agent_lands_only_with_may_land(project: Project) -> None:
 
 HELD = """
 import os, pathlib, time
-root = pathlib.Path(os.environ["ORCHESTRATOR_WORKSPACE"]).parents[2]
+root = pathlib.Path(os.environ["ORCHESTRATOR_WORKSPACE"]).parents[1]
 end = time.monotonic() + 30
 while not (root / "checked.out").exists() and time.monotonic() < end:
     time.sleep(0.02)
@@ -256,7 +256,7 @@ def test_the_dashboards_land_action_answers_with_the_receipt(project: Project) -
 ORDERED = """
 import os, pathlib, time
 name = os.environ["ORCHESTRATOR_WORKSPACE"].rsplit("/", 1)[-1]
-log = pathlib.Path(os.environ["ORCHESTRATOR_WORKSPACE"]).parents[2] / "order.out"
+log = pathlib.Path(os.environ["ORCHESTRATOR_WORKSPACE"]).parents[1] / "order.out"
 with log.open("a") as out:
     out.write(f"start {name}\\n")
 end = time.monotonic() + 30

@@ -11,13 +11,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from test_workspaces import WORKTREE, git, records, repository, show, start
 
 from conftest import Project, wait_for
 from orchestrator.config.retention import RetentionSettings
 from orchestrator.retention import sweep
-from orchestrator.workspaces import retire
 
 RULES = RetentionSettings.model_validate({"workspaces": "14d"})
 
@@ -78,16 +76,14 @@ def test_an_idle_ended_workspace_goes_and_busy_dirty_or_recent_ones_stay_saying_
     assert project.procs[0].stop() == 0
 
 
-def test_a_landed_workspace_goes_at_once_with_its_merged_branch(
-    project: Project, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_landed_workspace_goes_at_once_with_its_merged_branch(project: Project) -> None:
     repository(project, {"builder": {"workspace": WORKTREE}})
     start(project)
     run_to_end(project, "shipped", "write s.txt shipped")
-    assert project.procs[0].stop() == 0
     assert collect(project, 0)["count"] == 0, "not landed, not idle: kept"
-    git(project.root, "merge", "--quiet", "--ff-only", "orchestrator/shipped")
-    monkeypatch.setattr(retire.records, "landed", lambda root, name: name == "shipped")
+    landed = project.cli("land", "shipped")
+    assert landed.returncode == 0, landed.stderr
+    assert project.procs[0].stop() == 0
     done = collect(project, 0)
     assert [item["name"] for item in done["items"]] == ["shipped"]
     assert done["items"][0]["why"].startswith("landed, and its conversation has ended")

@@ -21,19 +21,17 @@ def history_view(report: dict[str, Any]) -> list[Any]:
     table = Table(title="runs", title_justify="left")
     runs = [RunView.of(run) for run in report["runs"]]
     branches = any(run.branch for run in runs)  # a column only where a role works in workspaces
-    columns = (
-        "run",
-        "role",
-        "memo",
-        "state",
-        "backend",
-        "cost $",
-        "in tok",
-        "cached",
-        "cache w",
-        "out tok",
-        "reasoning",
-    )
+    # Codex's further token counts, each a column only where a run has it, so a narrow terminal keeps the rest
+    more = [
+        (title, key)
+        for title, key in (
+            ("cached", "cached_input_tokens"),
+            ("cache w", "cache_write_input_tokens"),
+            ("reasoning", "reasoning_output_tokens"),
+        )
+        if any(getattr(run, key) for run in runs)
+    ]
+    columns = ("run", "role", "memo", "state", "backend", "cost $", "in tok", *(t for t, _ in more), "out tok")
     for col in (*columns, "turns", "started"):
         table.add_column(col)
     if branches:
@@ -44,16 +42,12 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             str(run.run_id),
             run.role,
             run.label,
-            run.state
-            + (" (waiting for a person)" if (run.reason or "").startswith("waiting:") else "")
-            + (" (log pruned)" if run.log_pruned_at else ""),
+            run.state + (" (log pruned)" if run.log_pruned_at else ""),
             run.backend or "",
             money(run.cost_usd, bool(run.cost_estimated)),
             str(run.input_tokens or ""),
-            str(run.cached_input_tokens or ""),
-            str(run.cache_write_input_tokens or ""),
+            *(str(getattr(run, key) or "") for _, key in more),
             str(run.output_tokens or ""),
-            str(run.reasoning_output_tokens or ""),
             str(run.num_turns or ""),
             (run.started_at or "")[:19],
             *extra,
