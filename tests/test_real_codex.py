@@ -273,6 +273,43 @@ def test_an_agent_sends_a_memo_with_orchestrator_bin(
     assert "please-review" in text and "builder" in text, text
 
 
+def test_an_answer_to_its_question_continues_the_same_thread(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    role = codex_role(stub)
+    role["config"] = {**role["config"], "sandbox_workspace_write.network_access": True}  # the socket to `up`
+    project.configure({"builder": role})
+    project.up(**env)
+    ask = '$ORCHESTRATOR_BIN ask "design A or design B?"'
+    project.drop("builder", "B-8.md", body=f"[shell: {ask}] build it")
+    wait_for(lambda: project.folder("builder", "waiting") == ["B-8.md"], SLOW, "the run waiting for a person")
+    asked = len(stub.requests)
+    answered = project.cli("answer", "B-8", "design B")
+    assert answered.returncode == 0, answered.stderr
+    ended(project, "builder", "archive", "B-8.md")
+    assert len(stub.requests) == asked + 1, stub.requests
+    last = json.dumps(stub.requests[-1]["input"])  # the thread so far, then the answer as the next prompt
+    assert last.index("build it") < last.index("Done: answer") < last.index("# Answers"), last[-600:]
+    assert "You asked a person: design A or design B?" in last and "): design B" in last, last[-600:]
+    row = history_row(project, "B-8.md")
+    log = Path(recent(project, "B-8.md")["log"]).read_text(encoding="utf-8")
+    assert row["state"] == "succeeded" and f'"thread_id":"{row["session_id"]}"' in log, row
+    runs = [r for r in json.loads(project.cli("history", "--json").stdout)["runs"] if r["memo"] == "B-8.md"]
+    assert len(runs) == 2 and len({r["session_id"] for r in runs}) == 1, runs  # the asking run's thread, resumed
+
+
+def test_in_its_default_sandbox_a_question_is_refused_saying_how_to_open_it(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub)})
+    project.up(**env)
+    project.drop("builder", "B-9.md", body='[shell: $ORCHESTRATOR_BIN ask "may I?"] build it')
+    ended(project, "builder", "archive", "B-9.md")
+    log = Path(recent(project, "B-9.md")["log"]).read_text(encoding="utf-8")
+    assert "denied by a sandbox around this process" in log and "network_access: true" in log, log[-1500:]
+    assert "another user" not in log
+
+
 def test_a_usage_limit_with_a_later_reset_pauses_until_the_minute_codex_shows(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:

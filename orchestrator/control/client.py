@@ -76,12 +76,25 @@ def _connect(root: Path, patience: float) -> socket.socket:
             raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
         except PermissionError:
             sock.close()
-            raise NotRunningError(
-                f"cannot reach the orchestrator of {root}: permission denied (it belongs to another user)"
-            ) from None
+            raise NotRunningError(f"cannot reach the orchestrator of {root}: {_denied_why(path)}") from None
         except BaseException:
             sock.close()
             raise
+
+
+def _denied_why(path: Path) -> str:
+    """Why connecting to the control socket was denied: another user's orchestrator, else a sandbox around this
+    process (Codex's ``workspace-write`` shuts sockets unless its ``network_access`` is on)."""
+    try:
+        mine = path.stat().st_uid == os.getuid()
+    except OSError:
+        mine = False
+    if not mine:
+        return "permission denied (it belongs to another user)"
+    return (
+        "the connection was denied by a sandbox around this process (for a Codex role: "
+        "config: {sandbox_workspace_write.network_access: true})"
+    )
 
 
 def call(root: Path, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
