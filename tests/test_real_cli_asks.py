@@ -33,6 +33,15 @@ def sessions(project: Project, memo: str) -> list[Any]:
     return [r["session_id"] for r in rows if r["memo"] == memo]
 
 
+def history_runs(project: Project) -> list[dict[str, Any]]:
+    return json.loads(project.cli("history", "--json").stdout)["runs"]  # type: ignore[no-any-return]
+
+
+def last_result(log: Path) -> dict[str, Any]:
+    lines = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.startswith("{")]
+    return next(line for line in reversed(lines) if line.get("type") == "result")
+
+
 def test_a_claude_run_asks_and_waits_for_an_approval_and_the_same_session_goes_on(
     project: Project, env: dict[str, str], api: MessagesApi
 ) -> None:
@@ -59,6 +68,11 @@ def test_a_claude_run_asks_and_waits_for_an_approval_and_the_same_session_goes_o
     assert tool_results(api, "[bash:orchestrator ask") == ["B, the smaller one"], "the answer is the command's output"
     first, second = sessions(project, "B-ask.md")
     assert first and first == second, "the same session goes on"
+    # the resumed session reports its running total: the answered run keeps only what it added
+    runs = sorted((r for r in history_runs(project) if r["memo"] == "B-ask.md"), key=lambda r: r["run_id"])
+    total = last_result(project.root / ".orchestrator" / "logs" / f"{runs[1]['run_id']}-builder.log")["total_cost_usd"]
+    assert runs[0]["cost_usd"] > 0 and runs[1]["cost_usd"] > 0, runs
+    assert runs[0]["cost_usd"] + runs[1]["cost_usd"] == pytest.approx(total), (runs, total)
 
     assert project.cli("answer", "B-deploy.md", "--allow").returncode == 0
     ended(project, "builder", "archive", "B-deploy.md")

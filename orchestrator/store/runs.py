@@ -230,6 +230,15 @@ class RunRecords:
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return run_row(row) if row else None
 
+    def session_spent(self, session_id: str, before_run: int) -> dict[str, Any]:
+        """What the runs before ``before_run`` recorded for ``session_id`` (a session resumed by a later run, as
+        an answer to a question resumes it), summed: the part of its running totals that is theirs."""
+        names = ", ".join(f"SUM({name})" for name in SESSION_FIGURES)
+        row = self.db.execute(
+            f"SELECT {names} FROM runs WHERE session_id = ? AND run_id < ?", (session_id, before_run)
+        ).fetchone()
+        return {name: value for name, value in zip(SESSION_FIGURES, row, strict=True) if value}
+
     def runs_in_states(self, states: Iterable[str]) -> list[dict[str, Any]]:
         states = list(states)
         rows = self.db.execute(
@@ -362,6 +371,16 @@ class RunRecords:
         return run_row(row) if row else None
 
 
+SESSION_FIGURES = (  # a session's running totals (its turns are counted per process)
+    "cost_usd",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+)
+
+
 def migrate(db: sqlite3.Connection) -> None:
     """Columns added since a database was made: added in place, empty for the runs recorded before."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
@@ -380,6 +399,7 @@ def migrate(db: sqlite3.Connection) -> None:
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_time ON runs({RUN_TIME})")  # history --since/--until, budgets
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_role_time ON runs(role, {RUN_TIME})")  # history --role
     db.execute(f"CREATE INDEX IF NOT EXISTS runs_end ON runs({RUN_END})")  # retention: what ended before a time
+    db.execute("CREATE INDEX IF NOT EXISTS runs_session ON runs(session_id)")  # a session other runs carried on
     if db.execute("SELECT 1 FROM meta WHERE key = 'run_memos'").fetchone() is None:
         # the runs recorded before ``run_memos`` existed; once, in the same transaction as the mark
         db.execute("BEGIN")

@@ -33,6 +33,18 @@ def merged(
     return key, sessions, totals
 
 
+def less(result: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """``result``'s running totals without what earlier runs of its session recorded (``before``): a session
+    resumed by a later run (an answered question) reports them again. Never below zero."""
+    if not before:
+        return result
+    out = dict(result)
+    for name, spent in before.items():
+        if out.get(name) is not None:
+            out[name] = max(0, out[name] - spent)
+    return out
+
+
 def recorded(row: dict[str, Any], retry_resumes: bool) -> tuple[str | None, str | None, dict[str, dict[str, Any]]]:
     """What a run's earlier attempts spent, from its record: (its session, the session it resumes, its sessions).
 
