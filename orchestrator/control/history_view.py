@@ -42,7 +42,9 @@ def history_view(report: dict[str, Any]) -> list[Any]:
             str(run.run_id),
             run.role,
             run.label,
-            run.state + (" (log pruned)" if run.log_pruned_at else ""),
+            run.state
+            + (" (waiting for a person)" if (run.reason or "").startswith("waiting:") else "")
+            + (" (log pruned)" if run.log_pruned_at else ""),
             run.backend or "",
             money(run.cost_usd, bool(run.cost_estimated)),
             str(run.input_tokens or ""),
