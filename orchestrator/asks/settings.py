@@ -12,16 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents.claude_cli import streams_json
-from orchestrator.agents.spec import SpawnError, is_claude_command
+from orchestrator.agents.backends import capabilities
+from orchestrator.agents.spec import SpawnError
 from orchestrator.config import Role
 
 HOOK_MODULE = "orchestrator.asks.hook"
 
 
 def hooked(role: Role) -> bool:
-    """Whether the role's agent is the Claude CLI with stream-json, whose end says which call it deferred."""
-    return role.backend == "command" and is_claude_command(role.command) and streams_json(role)
+    """Whether the role's agents take the hook: a deferred call ends their run, and their end says which (the
+    Claude CLI with stream-json, as its backend declares)."""
+    return capabilities(role).defers
 
 
 def own_settings(role: Role, cwd: Path) -> dict[str, Any]:

@@ -51,7 +51,8 @@ class Capabilities:
     session (``retry_resumes``); ``tell``: it takes a follow-up message (into its live session, or kept for the
     next turn of a program that runs one turn a process); ``interrupt``: its turn can be ended on
     request; ``cost``: it reports what it cost in dollars; ``tokens``: it reports the tokens it used (dollars or
-    not); ``usage_limits``: it recognises an account's usage limit and its reset."""
+    not); ``usage_limits``: it recognises an account's usage limit and its reset; ``defers``: a permission hook
+    can defer its tool call to a person, ending its run, and its end says which call (``DeferredCall``)."""
 
     session: bool = False
     resume: bool = False
@@ -60,6 +61,7 @@ class Capabilities:
     cost: bool = False
     tokens: bool = False
     usage_limits: bool = False
+    defers: bool = False
 
 
 @dataclass(frozen=True)

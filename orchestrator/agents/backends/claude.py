@@ -33,7 +33,7 @@ from orchestrator.core.agent import Capabilities
 
 AUTH_SECONDS = 10.0
 QUIET_CLI = {"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-STREAMING = Capabilities(session=True, cost=True, tokens=True, usage_limits=True)  # --output-format stream-json
+STREAMING = Capabilities(session=True, cost=True, tokens=True, usage_limits=True, defers=True)  # stream-json
 TEXT = Capabilities(usage_limits=True)  # its last line names a usage limit; it reports no figures
 
 
