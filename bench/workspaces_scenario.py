@@ -9,8 +9,9 @@
   and ``git commit`` alone. Target: <= 0.5 s each.
 
 Both run the feature's functions in this process on real repositories; where they run in ``up`` is the
-feature's: the making on a worker thread (``asyncio.to_thread`` in ``prepare``); the end in ``before_finish``,
-which the port calls on the loop's thread (so the end's figure is also how long it holds the loop).
+feature's: the making on a worker thread (``asyncio.to_thread`` in ``prepare``), and the end too: the awaitable its
+``before_finish`` returns, while the run settles (``supervisor/settling.py``), so neither holds the loop
+(``tests/test_off_loop.py`` runs the real loop through such ends with asyncio's slow-callback report at 50 ms).
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def workspaces(ctx):  # type: ignore[no-untyped-def]
             )
         )
     out.notes.append(
-        "workspaces: the making runs on a worker thread; the end of an attempt runs in before_finish, on the loop's "
-        "thread (the port's end hook is not awaited), so its figure is also how long it holds the loop"
+        "workspaces: the making and the end of an attempt both run on a worker thread (prepare; the awaitable "
+        "before_finish returns, awaited before the memo moves), never on the loop"
     )
     shutil.rmtree(root, ignore_errors=True)
     return out

@@ -15,7 +15,7 @@ from orchestrator.continuity import journal as jn
 from orchestrator.core.agent import LastWords
 from orchestrator.core.events import CancelRequested
 from orchestrator.core.states import RunState
-from orchestrator.supervisor import lifecycle
+from orchestrator.supervisor import memo_moves
 from orchestrator.supervisor.recovery import recover
 from replay import Replay
 
@@ -132,7 +132,7 @@ def test_runs_ending_together_write_each_note_before_its_move_with_one_fsync_and
     handoff_path = tmp_path / "memo" / "builder" / "handoff.md"
     synced: list[str] = []
     notes_at_moves: list[bool] = []
-    real_fsync, real_move = os.fsync, lifecycle.move_memo
+    real_fsync, real_move = os.fsync, memo_moves.move_memo
 
     def fsync(fd: int) -> None:
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
@@ -149,7 +149,7 @@ def test_runs_ending_together_write_each_note_before_its_move_with_one_fsync_and
             await r.drop("builder", f"C-{n}.md")
         runs.extend(r.run_of(f"C-{n}") for n in range(5))
         monkeypatch.setattr(os, "fsync", fsync)
-        monkeypatch.setattr(lifecycle, "move_memo", move)
+        monkeypatch.setattr(memo_moves, "move_memo", move)
         await r.request(CancelRequested, role="builder")
         assert r.folder("builder", "cancelled") == [f"C-{n}.md" for n in range(5)]
         r.close()

@@ -79,7 +79,7 @@ def test_a_run_dropped_after_its_finish_failed_answers_its_cancel(tmp_path: Path
         def broken(*_args: Any) -> None:
             raise RuntimeError("injected fault in moving the memos")
 
-        r.sup.lc._move_memos = broken  # type: ignore[method-assign]
+        r.sup.lc.memo_moves.move = broken  # type: ignore[method-assign]
         r.spawner.hold_stop.set()
         await r.settle()
         error = refusal(reply)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -96,3 +97,83 @@ def _files(folder: Path) -> list[Path]:
         return list(folder.iterdir())
     except FileNotFoundError:
         return []
+
+
+# an agent of a worktree role: 50 files edited and 50 new in its workspace, a line in its log, then it ends a moment
+# later (so both runs are up before either ends), failing when its memo says so
+HUNDRED = """
+import os, pathlib, sys, time
+for i in range(50):
+    pathlib.Path(f"d{i % 100:03d}/f{i:05d}.txt").write_text("edited\\n")
+    pathlib.Path(f"new{i}.txt").write_text("new\\n")
+print("wrote", flush=True)
+time.sleep(0.5)
+sys.exit(1 if "fail" in pathlib.Path(os.environ["ORCHESTRATOR_MEMO"]).read_text() else 0)
+"""
+FILES = 5000
+
+
+def test_a_workspace_attempts_commit_and_set_aside_hold_the_loop_for_no_callback_over_50_ms(tmp_path: Path) -> None:
+    role = {"command": [sys.executable, "-c", HUNDRED], "workspace": {"mode": "worktree", "key": "memo"}}
+    write_team(tmp_path, {"builder": role}, {"retry": {"max": 0}, "max_concurrent": 2}, lambda _name: "$memo\n")
+    for i in range(FILES):
+        folder = tmp_path / f"d{i % 100:03d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"f{i:05d}.txt").write_text(f"file {i}\n", encoding="utf-8")
+    (tmp_path / ".gitignore").write_text("memo/\n.orchestrator/\n.orchestrator-workspaces/\n", encoding="utf-8")
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "."],
+    ):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    inbox = tmp_path / "memo" / "builder" / "inbox"
+    inbox.mkdir(parents=True)
+    old = time.time() - 60
+    for name, body in (("W-ok", "do it"), ("W-fail", "fail it")):
+        (inbox / f"{name}.md").write_text(f"---\nid: {name}\n---\n{body}\n", encoding="utf-8")
+        os.utime(inbox / f"{name}.md", (old, old))
+    config = load_config(tmp_path)
+    console = Console(config.state_dir / "orchestrator.log", live=False)
+    supervisor = build_supervisor(config, console, until_idle=True)
+    log = logging.getLogger("asyncio")
+    slow = SlowCallbacks()
+    log.addHandler(slow)
+    window: dict[str, float] = {}
+    threading.Thread(target=watch_ends, args=(tmp_path, window), daemon=True).start()
+
+    async def serve() -> int:
+        asyncio.get_running_loop().slow_callback_duration = SLOW
+        return await supervisor.serve()
+
+    try:
+        code = asyncio.run(serve(), debug=True)
+    finally:
+        log.removeHandler(slow)
+        console.close()
+    assert code == 0
+    memos = tmp_path / "memo" / "builder"
+    assert [p.name for p in (memos / "archive").glob("*.md")] == ["W-ok.md"]
+    assert [p.name for p in (memos / "failed").glob("*.md")] == ["W-fail.md"]
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)"], cwd=tmp_path, capture_output=True, text=True)
+    assert any(ref.startswith("refs/orchestrator/attempts/W-fail/") for ref in refs.stdout.split()), refs.stdout
+    shown = subprocess.run(["git", "show", "orchestrator/W-ok:new0.txt"], cwd=tmp_path, capture_output=True, text=True)
+    assert shown.stdout == "new\n", "the success is committed on its branch"
+    assert not (tmp_path / "new0.txt").exists(), "the root is untouched"
+    assert window.keys() == {"up", "ended"}
+    during = [text for at, text in slow.reports if window["up"] <= at <= window["ended"] + SLOW]
+    assert during == [], "callbacks held the loop over 50 ms at the attempts' ends:\n" + "\n".join(during)
+
+
+def watch_ends(root: Path, window: dict[str, float]) -> None:
+    """Note when both agents have written their files and when both memos have ended (at most 120 s)."""
+    logs, memos = root / ".orchestrator" / "logs", root / "memo" / "builder"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "ended" not in window:
+        wrote = [p for p in _files(logs) if p.stat().st_size and b"wrote" in p.read_bytes()]
+        if "up" not in window and len(wrote) == 2:
+            window["up"] = time.monotonic()
+        ended = [p for folder in ("archive", "failed") for p in _files(memos / folder) if p.suffix == ".md"]
+        if "up" in window and len(ended) >= 2:
+            window["ended"] = time.monotonic()
+        time.sleep(0.002)

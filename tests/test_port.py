@@ -25,6 +25,7 @@ from orchestrator.control.authority import PERSON, Caller
 from orchestrator.control.protocol import FeatureRequest, parse_request
 from orchestrator.core.errors import RefusedError, UsageError
 from orchestrator.core.events import CancelRequested, FeatureRequested
+from orchestrator.core.states import Ending
 from orchestrator.supervisor.extension import Extension, Host
 from orchestrator.supervisor.feature_requests import Command, FeatureRequests, Needs
 from orchestrator.supervisor.recovery import recover
@@ -309,6 +310,73 @@ def test_a_run_cancelled_while_its_start_is_prepared_starts_no_agent(tmp_path: P
         await until(lambda: reply.done(), "the cancel's receipt")
         assert r.spawner.agents == [] and r.folder("builder", "cancelled") == ["a.md"]
         assert reply.result()["state"] == "cancelled"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ an end that waits for a feature's work
+class Saving(Extension):
+    """A ``before_finish`` whose work is awaited (a workspace's commit): it waits until the test lets it go, and
+    records what it saw of the memo; ``broken`` memos make it raise once awaited."""
+
+    gate: asyncio.Event
+    seen: list[tuple[str, str]]
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        Saving.gate = asyncio.Event()
+        Saving.seen = []
+
+    def before_finish(self, run: RoleRun, state: Any, reason: str | None) -> Any:
+        return self.save(run, state.value)
+
+    async def save(self, run: RoleRun, state: str) -> None:
+        await Saving.gate.wait()
+        Saving.seen.append((state, run.memos[0].path.parent.name))  # the memo has not moved yet
+        if "broken" in run.memos[0].name:
+            raise RuntimeError("the save broke")
+
+
+def test_an_end_waits_for_a_features_work_and_nothing_else_ends_the_run_meanwhile(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"max_concurrent": 1}}, more=[Saving])
+        await r.drop("builder", "a.md")
+        await r.drop("builder", "b.md")
+        await r.exit("a", 0)
+        run = r.run_of("a")
+        assert run.settling == "succeeded" and r.folder("builder", "active") == ["a.md"], "the memo waits"
+        assert r.sup.view().runs[0].activity == "ending as succeeded", "status says what it is doing"
+        assert len(r.spawner.agents) == 1, "its slot is held until it has ended: b waits"
+        cancel = await r.request(CancelRequested, memo="a")
+        r.sup.begin_ending(Ending.FORCE, "a test")  # a force ending leaves a settling run be
+        assert not cancel.done() and run.settling == "succeeded"
+        Saving.gate.set()
+        await until(lambda: cancel.done(), "the cancel's answer")
+        assert Saving.seen == [("succeeded", "active")]
+        assert r.folder("builder", "archive") == ["a.md"] and r.state("a") == "succeeded"
+        assert cancel.result()["state"] == "succeeded" and "already ended" in cancel.result()["note"]
+        assert "is already ending as succeeded" not in r.console.text
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_feature_whose_end_work_breaks_is_loud_and_the_end_goes_on(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}}, more=[Saving, PortFeature])
+        Saving.gate.set()
+        await r.drop("builder", "broken.md")
+        await until(lambda: r.spawner.agents, "the agent")
+        await r.exit("broken", 3)  # failed for good by PortFeature
+        await until(lambda: r.folder("builder", "failed"), "the failed memo")
+        assert "internal error while run 1 was ending" in r.console.text, r.console.text
+        await r.drop("builder", "p.md")
+        agent = await until(lambda: [a for a in r.spawner.agents if a.spec.memo_paths[0].name == "p.md"], "p")
+        (agent[0].spec.cwd / "park.txt").write_text("which design?\n", encoding="utf-8")
+        await r.exit("p", 0)
+        await until(lambda: r.folder("builder", "held"), "the parked memo")
+        await until(lambda: "parked p.md in held/" in r.console.text, "the park told, once the memo moved")
         r.close()
 
     play(tmp_path, scenario)

@@ -110,6 +110,13 @@ class RetryDue:
 
 
 @dataclass(frozen=True)
+class RunSettled:
+    """The features' awaited work at a run's end is done (``supervisor.settling``): its end goes on."""
+
+    run_id: int
+
+
+@dataclass(frozen=True)
 class SignalReceived:
     signum: int
     at: float

@@ -89,6 +89,7 @@ class Run(Generic[RoleT]):
     stop_report: KillReport | None = None  # the last stop task's report
     stalled: str | None = None  # why the attempt being stopped as TIMING_OUT was stalled (no output), not timed out
     waiters: list[asyncio.Future[Any]] = field(default_factory=list)  # replies due when the run ends
+    settling: str | None = None  # the end it is settling into (a feature's awaited work before its memos move)
 
     @property
     def label(self) -> str:

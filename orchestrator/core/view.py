@@ -219,7 +219,7 @@ class RunView(BaseModel):
             elapsed=round(run.elapsed(now), 3) if state.live else None,
             next_attempt_at=run.next_attempt_at if state is RunState.RETRY_WAIT else None,
             backend=run.role.backend,
-            activity=agent.activity if agent else None,
+            activity=f"ending as {run.settling}" if run.settling else agent.activity if agent else None,
             cost_usd=agent.cost_usd if agent else None,
             log=str(run.log_path) if run.log_path else None,
             node=agent.node if agent else None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.config import RoleRun
 from orchestrator.console import Console
@@ -83,7 +84,14 @@ def park(lc: Lifecycle, console: Console, run: RoleRun, decision: Park, code: in
     lc.end_attempt(run, "parked" if folder == HELD else folder, decision.reason, code)
     text = f"held: {decision.reason}\n" if folder == HELD else None  # another folder's feature writes its own note
     used = None if decision.uses_attempt else run.attempt - 1
-    moved = lc.finish(
+
+    def say(moved: list[Path]) -> None:
+        names = ", ".join(path.name for path in moved) or run.label
+        console.line(
+            f"parked {names} in {folder}/: {decision.reason} (run {run.run_id}); {decision.then}", role=run.role.name
+        )
+
+    lc.finish(
         run,
         RunState.RETURNED,
         reason=reason,
@@ -92,8 +100,5 @@ def park(lc: Lifecycle, console: Console, run: RoleRun, decision: Park, code: in
         reason_text=text,
         announce=False,
         attempts_used=used,
-    )
-    names = ", ".join(path.name for path in moved) or run.label
-    console.line(
-        f"parked {names} in {folder}/: {decision.reason} (run {run.run_id}); {decision.then}", role=run.role.name
+        then=say,
     )

@@ -60,6 +60,8 @@ class Endings:
             self.exit_code = self.exit_code or 1
             self.console.line(f"ending now: {why}; stopping {running} agent(s) and returning their memos")
         for run in list(self.lc.runs.values()):
+            if run.settling is not None:
+                continue  # its agent is gone; its end is under way
             if run.state is RunState.RETRY_WAIT:
                 self.lc.finish(run, RunState.RETURNED, reason="the orchestrator ended before the retry")
             elif mode is Ending.FORCE and run.state in FORCE_STOPS:

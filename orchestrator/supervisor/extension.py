@@ -15,7 +15,7 @@ handling of one event.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,9 @@ class Extension:
       (asked after every extension's sections);
     - ``check_memo``: before a memo is claimed; a reason holds the memo back (into ``held/``);
     - ``check_holds``: before each scheduling pass; it holds or releases roles through ``host.holds``;
-    - ``before_finish``: a run is about to end (its memo not yet moved); ``on_finished``: it has ended;
+    - ``before_finish``: a run is about to end (its memo not yet moved); it may return an awaitable (work that must
+      not run on the loop: a workspace's commit), and the run settles until it is done (``supervisor.settling``);
+      ``on_finished``: it has ended;
     - ``on_transition``: a run changed state (recorded already); it only watches;
     - ``on_team_event``: the core announced a ``TeamEvent`` (a pause, a held memo, a stall, a crash loop, ...);
     - ``agent_env``: variables it adds to an attempt's agent environment (asked once the attempt is on record);
@@ -120,7 +122,7 @@ class Extension:
     def check_holds(self) -> None:
         return None
 
-    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Awaitable[Any] | None:
         return None
 
     def on_finished(self, event: RunFinished) -> None:

@@ -41,7 +41,8 @@ from orchestrator.intake.memo import (
 from orchestrator.intake.queue import Intake
 from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
-from orchestrator.supervisor.lifecycle import Lifecycle, reason_writer
+from orchestrator.supervisor.lifecycle import Lifecycle
+from orchestrator.supervisor.memo_moves import reason_writer
 from orchestrator.supervisor.slots import Waiting, pick
 
 Prepare = Callable[[RoleRun, LaunchSpec], Awaitable[LaunchSpec]]

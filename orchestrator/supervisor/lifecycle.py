@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,12 @@ from orchestrator.core.events import RetryDue, RunFinished
 from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState, check_transition
 from orchestrator.core.team_events import TeamEvents
-from orchestrator.intake import memo_index, notices
-from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX, move_memo
+from orchestrator.intake import notices
+from orchestrator.intake.memo import ACTIVE, ARCHIVE, CANCELLED, FAILED, INBOX
 from orchestrator.store import Store
 from orchestrator.supervisor import figures, replies
+from orchestrator.supervisor.memo_moves import MemoMoves
+from orchestrator.supervisor.settling import Settling
 from orchestrator.supervisor.slots import Slots
 
 FOLDER_OF = {
@@ -78,8 +80,11 @@ class Lifecycle:
         self.clock = clock
         self.slots = slots
         self.listeners: list[Callable[[RunFinished], None]] = [on_finished]
-        # called inside ``finish`` before the memos move (a journal entry must exist before the memo is archived)
-        self.before_finish: list[Callable[[RoleRun, RunState, str | None], None]] = []
+        # called inside ``finish`` before the memos move (a journal entry must exist before the memo is archived);
+        # one may return an awaitable the end then waits for (``settling``)
+        self.before_finish: list[Callable[[RoleRun, RunState, str | None], Awaitable[Any] | None]] = []
+        self.settling = Settling(console, post)
+        self.memo_moves = MemoMoves(config, store, console, clock)
         # told of every state change after it is recorded (the dashboard's events); read-only listeners
         self.on_transition: list[Callable[[RoleRun, RunState, RunState], None]] = []
         self.team_events = TeamEvents()  # a pause, a held memo, a stall...: told to the features that listen
@@ -303,6 +308,7 @@ class Lifecycle:
         attempts_used: int | None = None,
         order: CancelOrder | None = None,
         folder: str | None = None,
+        then: Callable[[list[Path]], None] | None = None,
     ) -> list[Path]:
         """End the run in ``state``: timers, slot, memos, attempt counts, the record, one ``RunFinished``.
 
@@ -310,7 +316,13 @@ class Lifecycle:
         ``folder``: where the memos go instead of the state's (a parked run: ``held/``, with ``reason_text``).
         ``attempts_used``: what a returned memo keeps, when not every attempt counts (one that never began).
         ``order``: who cancelled a run that ends cancelled without having been stopped (queued, waiting).
+        A ``before_finish`` hook that returns an awaitable makes the run settle first (``supervisor.settling``):
+        the rest of the end comes once it is done, so the memos moved are returned only by an end that did not
+        wait, and ``then`` is given them either way.
         """
+        if run.settling is not None:  # its end is under way: the first one asked is the one it ends with
+            self.console.line(f"run {run.run_id} is already ending as {run.settling}; not as {state.value}")
+            return []
         previous = run.state
         check_transition(previous, state)  # before anything moves: a bug must not half-end a run
         if order is not None:
@@ -319,8 +331,34 @@ class Lifecycle:
         ready = self.retry_ready.get(run.role.name)
         if ready is not None and run in ready:
             ready.remove(run)
-        for hook in self.before_finish:
-            self._call(hook, run, state, reason)
+        waits = [wait for hook in self.before_finish if (wait := self._call(hook, run, state, reason)) is not None]
+
+        def rest() -> list[Path]:
+            run.settling = None
+            moved = self._end(run, previous, state, reason, exit_code, reason_text, announce, attempts_used, folder)
+            if then is not None:
+                then(moved)
+            return moved
+
+        if waits:
+            run.settling = state.value
+            self.settling.defer(run, waits, rest)
+            return []
+        return rest()
+
+    def _end(
+        self,
+        run: RoleRun,
+        previous: RunState,
+        state: RunState,
+        reason: str | None,
+        exit_code: int | None,
+        reason_text: str | None,
+        announce: bool,
+        attempts_used: int | None,
+        folder: str | None,
+    ) -> list[Path]:
+        """The end itself, once the features' work for it is done: memos, attempt counts, record, ``RunFinished``."""
         folder = folder or FOLDER_OF[state]
         text = reason_text
         if folder == FAILED:
@@ -328,7 +366,7 @@ class Lifecycle:
                 run, state, reason or state.value, self.store.attempts(run.run_id)
             )
         self.store.checkpoint()  # the attempt's outcome is on record before the memo is seen in its folder
-        renamed = self._move_memos(run, folder, text)
+        renamed = self.memo_moves.move(run, folder, text)
         self._settle_attempts(run, previous, state, renamed, attempts_used)
         self.transition(
             run, state, ended_at=self.now(), exit_code=exit_code, reason=reason, memos=[m.name for m in run.memos]
@@ -343,13 +381,14 @@ class Lifecycle:
         run.waiters.clear()  # nothing may wait on an ended run
         return moved
 
-    def _call(self, hook: Callable[..., None], *args: Any) -> None:
-        """A hook's failure is a bug to report, never a reason for a run not to end."""
+    def _call(self, hook: Callable[..., Any], *args: Any) -> Any:
+        """A hook's failure is a bug to report, never a reason for a run not to end; its result, or None."""
         try:
-            hook(*args)
+            return hook(*args)
         except Exception:  # noqa: BLE001 - the end goes on; the bug is loud in the log and on the terminal
             name = getattr(hook, "__qualname__", repr(hook))
             self.console.error(f"internal error in {name} while ending a run:\n{traceback.format_exc()}")
+            return None
 
     def drop(self, run: RoleRun) -> None:
         """Last resort after ``finish`` itself failed: the run leaves the table and gives back its slot, and
@@ -363,48 +402,6 @@ class Lifecycle:
         if ready is not None and run in ready:
             ready.remove(run)
         run.cancel_timers()
-
-    def _move_memos(self, run: RoleRun, folder: str, reason_text: str | None) -> list[tuple[str, str]]:
-        """Move every memo of the run into ``folder``; a memo that cannot go there goes to failed/ instead.
-
-        Returns (old name, new name) of each memo moved.
-        """
-        target = self.config.role_dir(run.role.name) / folder
-        before = reason_writer(reason_text) if reason_text is not None else None
-        renamed: list[tuple[str, str]] = []
-        for memo in run.memos:
-            if memo.path.parent == target:
-                continue  # already there (a rejected memo recorded after its move)
-            old, src = memo.name, memo.path
-            try:
-                memo.path = move_memo(memo.path, target, before)
-            except FileNotFoundError:
-                self.console.line(
-                    f"{memo.path} disappeared from {memo.path.parent.name}/ while its run was going", role=run.role.name
-                )
-                continue
-            except OSError as exc:
-                memo.path = self._move_to_failed(run, memo, folder, exc)
-            if memo.path != src:
-                memo_index.moved(self.store.db, src, memo.path, self.clock.now().timestamp())
-            memo.name = memo.path.name
-            renamed.append((old, memo.name))
-        return renamed
-
-    def _move_to_failed(self, run: RoleRun, memo: MemoRef, folder: str, exc: OSError) -> Path:
-        why = f"it could not be moved to {folder}/: {exc.strerror or exc}"
-        self.console.error(f"internal error: run {run.run_id}: {memo.name}: {why}")
-        if folder == FAILED:
-            return memo.path
-        try:
-            return move_memo(
-                memo.path,
-                self.config.role_dir(run.role.name) / FAILED,
-                reason_writer(f"failed: {why}\n"),
-            )
-        except OSError as again:
-            self.console.error(f"internal error: run {run.run_id}: {memo.name} stays in {memo.path.parent}: {again}")
-            return memo.path
 
     def _settle_attempts(
         self, run: RoleRun, previous: RunState, state: RunState, renamed: list[tuple[str, str]], used: int | None = None
@@ -428,15 +425,6 @@ def _seconds_since(stamp: str | None, now: datetime) -> float:
         return max(0.0, (now - datetime.fromisoformat(stamp)).total_seconds())
     except (ValueError, TypeError):
         return 0.0
-
-
-def reason_writer(text: str) -> Callable[[Path], None]:
-    """Writes a failed memo's reason file beside where it is about to appear."""
-
-    def write(path: Path) -> None:
-        notices.write_reason(path, text)
-
-    return write
 
 
 def active_ref(config: Config, role: str, name: str, memo_id: str | None = None, subject: str | None = None) -> MemoRef:

@@ -101,6 +101,7 @@ class Supervisor:
             ev.StatusRequested: lambda e: e.reply.set_result(self.snapshot()),
             ev.SignalReceived: self.endings.on_signal,
             ev.StopRequested: self.endings.on_stop,
+            ev.RunSettled: self.lc.settling.settled,
         }
         self.handlers.update(own)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config, RoleRun
@@ -110,19 +111,23 @@ class Pauses:
         was_probe = pause is not None and pause.probe_run == run.run_id
         reason = f"usage limit ({limit.kind}): {limit.detail}"
         self.lc.end_attempt(run, "usage_limit", reason, exit_code)
-        moved = self.lc.finish(
+
+        def back(moved: list[Path]) -> None:
+            self.intake.put_back(role.name, moved, run.arrival)
+            self.console.line(
+                f"run {run.run_id} met the usage limit ({limit.kind}); "
+                f"{notices.name_list([p.name for p in moved]) or 'its memos'} went back to the inbox, no attempt used",
+                role=role.name,
+            )
+
+        self.lc.finish(
             run,
             RunState.RETURNED,
             reason=reason,
             exit_code=exit_code,
             attempts_used=run.attempt - 1,  # the limit, not the work, ended it: the memos keep every retry
             announce=False,
-        )
-        self.intake.put_back(role.name, moved, run.arrival)
-        self.console.line(
-            f"run {run.run_id} met the usage limit ({limit.kind}); "
-            f"{notices.name_list([p.name for p in moved]) or 'its memos'} went back to the inbox, no attempt used",
-            role=role.name,
+            then=back,
         )
         self._pause(role.account, limit, was_probe)
 

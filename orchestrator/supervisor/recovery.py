@@ -19,6 +19,7 @@ this project still on the cluster is halted before recovery ends (``Adopter.halt
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -134,15 +135,19 @@ def _finish_row(
         f"recovery: run {run.run_id} was {state.value} when the orchestrator stopped; {what}", role=row["role"]
     )
     names = [m.name for m in memos]
+
+    def warn(_moved: list[Path]) -> None:
+        for old, memo in zip(names, run.memos, strict=True):
+            if memo.path.parent.name == INBOX:
+                _warn_returned(console, store, row["role"], old, memo.name)
+
     lifecycle.finish(
         run,
         RunState.RETURNED,
         reason=f"the orchestrator stopped while this run was {state.value}; at restart {what}; memo returned to the inbox",
         announce=False,
+        then=warn,
     )
-    for old, memo in zip(names, run.memos, strict=True):
-        if memo.path.parent.name == INBOX:
-            _warn_returned(console, store, row["role"], old, memo.name)
 
 
 def _empty_active(config: Config, store: Store, console: Console, role: str, keep: set[str], now: float) -> None:

@@ -162,6 +162,8 @@ class Requests:
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.lc.wait_for_end(run, reply)
         previous = run.state
+        if run.settling is not None:  # its agent has ended; its end (a workspace's commit) is being made
+            return reply, {"previous_state": previous.value, "note": f"it had already ended ({run.settling})"}
         if previous is RunState.CANCELLING:
             return reply, {"previous_state": previous.value, "note": "it was already being cancelled"}
         order = CancelOrder(event.who, event.reason, previous)
@@ -188,6 +190,8 @@ class Requests:
             raise AmbiguousMemoError(f"{query!r} matches several runs: " + "; ".join(c.describe() for c in candidates))
         run = candidates[0].run
         assert run is not None
+        if run.settling is not None:
+            raise ControlError(f"memo {candidates[0].name}'s agent has ended ({run.settling}); nothing to {what}")
         if run.state is RunState.STARTING:
             raise ControlError(f"memo {candidates[0].name}'s agent is still starting; nothing to {what} yet, try again")
         if run.state is not RunState.RUNNING:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.config import RoleRun
 from orchestrator.console import Console
@@ -68,23 +69,27 @@ class StartFaults:
         failures = self.in_a_row[role] = self.in_a_row.get(role, 0) + 1
         wait = self.wait_after(failures)
         self.lc.end_attempt(run, "not started", f"internal error: {reason}", None)
-        moved = self.lc.finish(
+
+        def back(moved: list[Path]) -> None:
+            self.intake.put_back(role, moved, run.arrival)
+            what = (
+                f"run {run.run_id} of {role} could not start its agent: {reason}; "
+                f"{name_list([p.name for p in moved]) or 'its memos'} went back to the inbox (no fault of the role "
+                f"or its memos); {role} starts nothing for {wait:g}s"
+            )
+            if failures == 1:
+                self.console.error(f"internal error: {what}")
+            else:
+                self.console.line(f"again ({failures} in a row): {what}", role=role)
+
+        self.lc.finish(
             run,
             RunState.RETURNED,
             reason=f"internal error: {reason}",
             attempts_used=run.attempt - 1,  # it never began: the memos keep every retry they had
             announce=False,
+            then=back,
         )
-        self.intake.put_back(role, moved, run.arrival)
-        what = (
-            f"run {run.run_id} of {role} could not start its agent: {reason}; "
-            f"{name_list([p.name for p in moved]) or 'its memos'} went back to the inbox (no fault of the role "
-            f"or its memos); {role} starts nothing for {wait:g}s"
-        )
-        if failures == 1:
-            self.console.error(f"internal error: {what}")
-        else:
-            self.console.line(f"again ({failures} in a row): {what}", role=role)
         self.holds.hold(role, SOURCE, f"its agent could not start (internal error); next try in {wait:g}s", quiet=True)
         timer = self.timers.pop(role, None)
         if timer is not None:

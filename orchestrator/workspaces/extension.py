@@ -4,8 +4,8 @@ conversation, one run at a time, and each attempt is a transaction on the work.
 Before every start (``prepare``, awaited, its git work on a thread) the workspace is made or reused, the last
 attempt's leftovers are set aside, and the agent is moved into it with ``ORCHESTRATOR_WORKSPACE``,
 ``ORCHESTRATOR_BRANCH`` and ``ORCHESTRATOR_BASE``. As a run ends, before its memo moves (``before_finish``, the one
-hook every end passes, cancel and forced stop included; it cannot await, so its few git commands run there), a
-success's work is committed on the branch and any other end's work is kept under
+hook every end passes, cancel and forced stop included; its git work is the awaitable it returns, done on a thread
+while the run settles), a success's work is committed on the branch and any other end's work is kept under
 ``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began.
 Landing a workspace's branch (``orchestrator land``) goes through this feature's queue (``land``): no run starts in
 a workspace while it lands, and a workspace's next memo waits for a landing asked for before it. A run that ends
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -313,9 +313,11 @@ class Workspaces(Extension):
         marker.write_text("", encoding="utf-8")
 
     # ------------------------------------------------------------ the end of a run: commit, or set aside
-    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Awaitable[None] | None:
+        """Its workspace's bookkeeping now; its git work (the commit, or the set-aside) returned as an awaitable,
+        done on a thread while the run settles, so the memos move once it is on the branch or kept aside."""
         if not run.role.workspace.isolated:
-            return
+            return None
         for memo in run.memos:
             self.names.pop(memo.path, None)
             if memo.path.parent.name == WAITING:  # a waiting memo cancelled or failed: its workspace is free
@@ -324,41 +326,52 @@ class Workspaces(Extension):
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
         if work is None:
-            return
-        if self.owners.get(work.name) == run.run_id:
-            del self.owners[work.name]
+            return None
         if state is RunState.RETURNED and (reason or "").startswith(f"{WAITING}:") and run.memos:
+            self._free(work.name, run.run_id)
             self.waiting[work.name] = run.memos[0].name
             records.ended(db, run.run_id, work.attempt, "waiting", None, None)
             self.host.console.line(
                 f"{run.label}: its work stays in workspace {work.name} while it waits (run {run.run_id})",
                 role=run.role.name,
             )
-            return
-        folder = Path(work.folder)
+            return None
+        return self._settle(run, state, work)
+
+    def _free(self, name: str, run_id: int) -> None:
+        if self.owners.get(name) == run_id:
+            del self.owners[name]
+
+    async def _settle(self, run: RoleRun, state: RunState, work: records.AttemptWork) -> None:
+        """The attempt's work committed (a success) or set aside (any other end), on a thread; then its record."""
         try:
             if self.identity is None:  # a run taken back at a restart ends before any start asked
-                self.identity = git.identity(self.root)
-            identity = self.identity
-            if state is RunState.SUCCEEDED:
-                commit = git.commit_all(folder, message(run), identity)
-                head = git.git(folder, "rev-parse", "HEAD")
-                outcome = "committed" if head != work.start else "unchanged"
-                records.ended(db, run.run_id, work.attempt, outcome, head if outcome == "committed" else None, None)
-                if commit is not None:
-                    self.host.console.line(
-                        f"{run.label}: its work committed on {work.branch} ({commit[:10]}, run {run.run_id})",
-                        role=run.role.name,
-                    )
-                return
-            ref = attempt_ref(work.name, run.run_id, work.attempt)
-            kept = git.set_aside(folder, work.start, ref, message(run), identity)
-            records.ended(
-                db, run.run_id, work.attempt, "set aside" if kept else "unchanged", kept, ref if kept else None
-            )
-            if kept is not None:
-                self.host.console.line(
-                    f"{run.label}: its work set aside as {ref} ({state.value}, run {run.run_id})", role=run.role.name
-                )
+                self.identity = await asyncio.to_thread(git.identity, self.root)
+            done = await asyncio.to_thread(self._end_work, run, state, work, self.identity)
         except (git.GitError, OSError) as exc:
             self.host.console.error(f"workspace {work.name}: run {run.run_id}'s work was not settled: {exc}")
+            return
+        finally:
+            self._free(work.name, run.run_id)
+        outcome, commit, ref = done
+        records.ended(self.host.store.db, run.run_id, work.attempt, outcome, commit, ref)
+        if outcome == "committed":
+            line = f"its work committed on {work.branch} ({(commit or '')[:10]}, run {run.run_id})"
+        elif outcome == "set aside":
+            line = f"its work set aside as {ref} ({state.value}, run {run.run_id})"
+        else:
+            return
+        self.host.console.line(f"{run.label}: {line}", role=run.role.name)
+
+    def _end_work(
+        self, run: RoleRun, state: RunState, work: records.AttemptWork, identity: dict[str, str]
+    ) -> tuple[str, str | None, str | None]:
+        """On a thread: (what became of the attempt's work, its commit, the ref it is kept under)."""
+        folder = Path(work.folder)
+        if state is RunState.SUCCEEDED:
+            git.commit_all(folder, message(run), identity)
+            head = git.git(folder, "rev-parse", "HEAD")
+            return ("committed", head, None) if head != work.start else ("unchanged", None, None)
+        ref = attempt_ref(work.name, run.run_id, work.attempt)
+        kept = git.set_aside(folder, work.start, ref, message(run), identity)
+        return ("set aside", kept, ref) if kept is not None else ("unchanged", None, None)
