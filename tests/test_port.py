@@ -23,8 +23,9 @@ from orchestrator.config import RoleRun
 from orchestrator.control import client
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.control.protocol import FeatureRequest, parse_request
+from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.errors import RefusedError, UsageError
-from orchestrator.core.events import CancelRequested, FeatureRequested
+from orchestrator.core.events import AgentStarted, CancelRequested, FeatureRequested, InterruptRefused, RunExited
 from orchestrator.core.states import Ending
 from orchestrator.supervisor.extension import Extension, Host
 from orchestrator.supervisor.feature_requests import Command, FeatureRequests, Needs
@@ -377,6 +378,48 @@ def test_a_feature_whose_end_work_breaks_is_loud_and_the_end_goes_on(tmp_path: P
         await r.exit("p", 0)
         await until(lambda: r.folder("builder", "held"), "the parked memo")
         await until(lambda: "parked p.md in held/" in r.console.text, "the park told, once the memo moved")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_late_events_for_a_settling_run_change_nothing_and_a_late_agent_is_stopped(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 3, "backoff": ["1s"]}}}, more=[Saving])
+        await r.drop("builder", "a.md")
+        agent = r.agent("a")
+        await r.exit("a", 0)
+        run = r.run_of("a")
+        assert run.settling == "succeeded"
+        r.sup.post(RunExited(run.run_id, run.attempt, AttemptVerdict(returncode=1)))  # a kill's exit, late
+        r.sup.post(InterruptRefused(run.run_id, run.attempt))
+        await r.advance(5)
+        assert run.state.value == "running" and run.settling == "succeeded" and len(r.spawner.agents) == 1
+        r.sup.post(AgentStarted(run.run_id, run.attempt, agent))  # a start that was under way: its agent is stopped
+        await r.settle()
+        assert [stop[0] for stop in r.spawner.stops] == [run.run_id]
+        Saving.gate.set()
+        await until(lambda: r.folder("builder", "archive"), "the end")
+        assert r.state("a") == "succeeded" and len(r.spawner.agents) == 1, "no retry, no second attempt"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_recovery_waits_for_the_ends_it_began_before_it_empties_active(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}}, more=[Saving])
+        left_by_a_dead_orchestrator(r, "A-1.md", state="cancelling")
+        recovering = asyncio.ensure_future(recover(r.config, r.sup.store, r.console, r.sup.lc, r.sup.make_adopter()))
+        await until(lambda: r.sup.runs and next(iter(r.sup.runs.values())).settling, "the end under way")
+        await r.settle()
+        assert not recovering.done() and r.folder("builder", "active") == ["A-1.md"], "the memo waits for its end"
+        assert r.folder("builder", "inbox") == []
+        Saving.gate.set()
+        await recovering
+        await r.settle()
+        assert r.folder("builder", "cancelled") == ["A-1.md"] and r.folder("builder", "inbox") == []
+        assert "disappeared" not in r.console.text
         r.close()
 
     play(tmp_path, scenario)

@@ -314,7 +314,7 @@ class Launcher:
             why = f"could not prepare the start: {exc}"
             self.post(AgentStartFailed(spec.run_id, spec.attempt, why, unexpected=True))
             return None
-        if run.state is not RunState.STARTING:
+        if run.state is not RunState.STARTING or run.settling is not None:
             self.post(AgentStartFailed(spec.run_id, spec.attempt, "called off while its start was prepared"))
             return None
         return spec

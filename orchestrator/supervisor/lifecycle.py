@@ -341,8 +341,8 @@ class Lifecycle:
             return moved
 
         if waits:
-            run.settling = state.value
             self.settling.defer(run, waits, rest)
+            run.settling = state.value
             return []
         return rest()
 

@@ -72,8 +72,9 @@ class Outcomes:
         self.end_hooks: list[decisions.DecideEnd] = []  # the extensions' ``decide_end``, asked before the rules
 
     def _current(self, run_id: int, attempt: int | None = None) -> RoleRun | None:
+        """The run an event is about, unless it has ended or is ending (settling): then the event is late."""
         run = self.lc.runs.get(run_id)
-        if run is None or (attempt is not None and run.attempt != attempt):
+        if run is None or run.settling is not None or (attempt is not None and run.attempt != attempt):
             return None
         return run
 

@@ -95,8 +95,10 @@ async def recover(
     for run_id in orphan_run_ids(root) - handled:
         report = await procs.stop_tree(procs.Target(None, None, run_id, root), DEFAULT_GRACE)
         console.line(f"recovery: stopped {len(report.pids)} leftover process(es) of run {run_id}: {report.pids}")
+    await lifecycle.settling.drained()  # the ends that wait for their work (a workspace's set-aside) are over
     for name in config.roles:
         kept = adopter.kept.get(name, set()) if adopter else set()
+        kept |= {m.name for run in lifecycle.runs.values() if run.role.name == name for m in run.memos}
         _empty_active(config, store, console, name, kept, lifecycle.clock.now().timestamp())
     if adopter is not None:
         adopter.release()

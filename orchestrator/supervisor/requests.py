@@ -251,7 +251,9 @@ class Requests:
     def interrupt_refused(self, event: InterruptRefused) -> None:
         """The interrupt could not be delivered (the session had ended): its exit must not count as one."""
         run = self.lc.runs.get(event.run_id)
-        if run is not None and run.attempt == event.attempt and run.state is RunState.INTERRUPTING:
+        if run is None or run.settling is not None:  # ended, or ending: too late to change anything
+            return
+        if run.attempt == event.attempt and run.state is RunState.INTERRUPTING:
             self.lc.transition(run, RunState.RUNNING, reason=None)  # its cancel order is withdrawn with it
 
     def tell(self, event: TellRequested) -> None:

@@ -44,6 +44,11 @@ class Settling:
                 self.console.error(f"internal error while run {run_id} was ending:\n{traceback.format_exc()}")
         self.post(RunSettled(run_id))
 
+    async def drained(self) -> None:
+        """Until every end under way has settled (recovery, before it empties the active/ folders)."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
     def settled(self, event: RunSettled) -> None:
         rest = self.rest.pop(event.run_id, None)
         if rest is not None:

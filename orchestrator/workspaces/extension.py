@@ -336,6 +336,7 @@ class Workspaces(Extension):
                 role=run.role.name,
             )
             return None
+        self.owners.setdefault(work.name, run.run_id)  # a run ended at a restart never prepared: it owns it now
         return self._settle(run, state, work)
 
     def _free(self, name: str, run_id: int) -> None:
