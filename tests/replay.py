@@ -107,6 +107,8 @@ class FakeSpawner:
         self.hold_stop: asyncio.Event | None = None
         self.stops: list[tuple[int, float, bool]] = []
         self.break_on: str | None = None  # a start for a memo whose name contains it raises what no start should
+        self.exit_on_stop = True  # False: a stop reports the tree dead and the script tells the exit later
+        self.asked_left: list[int] = []  # the run ids whose ended agents were asked what they left behind
 
     async def start(self, spec: Any, on_exit: Any) -> FakeAgent:
         if self.hold_start is not None:
@@ -124,11 +126,12 @@ class FakeSpawner:
         if self.hold_stop is not None:
             await self.hold_stop.wait()
         pids = [agent.pid] if isinstance(agent, FakeAgent) and agent.alive else []
-        if isinstance(agent, FakeAgent):  # an adopted agent is a real process: the test ends it itself
+        if isinstance(agent, FakeAgent) and self.exit_on_stop:  # an adopted agent is a real process: the test ends it
             agent.exit(-15)
         return KillReport(pids=pids, seconds=0.0)
 
     def left_behind(self, agent: FakeAgent) -> bool:
+        self.asked_left.append(agent.spec.run_id)
         return False
 
     async def sweep(self, agent: FakeAgent, grace: float) -> KillReport:

@@ -112,6 +112,27 @@ def test_a_second_cancel_returns_with_the_first_ones_receipt(tmp_path: Path) -> 
     play(tmp_path, scenario)
 
 
+@pytest.mark.parametrize("exit_first", [True, False], ids=["exit-then-stop-done", "stop-done-then-exit"])
+def test_a_cancelled_agent_is_asked_once_what_it_left_whichever_of_its_exit_and_its_stop_is_told_first(
+    tmp_path: Path, exit_first: bool
+) -> None:
+    # the exit is told after the stop's outcome when the agent's end is read off the loop; the run is over by
+    # then, and a Ray attempt's actor (which holds its CPUs) is let go only when its handle is asked
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        r.spawner.exit_on_stop = exit_first
+        await r.drop("builder", "X-1.md")
+        agent = r.agent("X-1")
+        reply = await r.request(CancelRequested, memo="X-1")
+        assert reply.result()["state"] == "cancelled"
+        agent.exit(-15)  # already told when exit_first
+        await r.settle()
+        assert r.spawner.asked_left == [agent.spec.run_id]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_second_cancel_of_a_run_a_bug_ended_says_how_it_ended(tmp_path: Path) -> None:
     """The stop's end raises: the run ends as failed, and both cancels say so (not "cancelled")."""
 

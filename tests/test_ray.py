@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,26 @@ def test_cancel_returns_when_the_tree_on_the_worker_is_dead_grandchild_and_setsi
     assert project.folder("builder", "cancelled") == ["s.md"]
     assert "reported the tree dead" in orch.output
     stop(orch)
+
+
+def test_cancelled_attempts_give_their_resources_back_so_more_cancels_than_the_cluster_holds_each_start(
+    project: Project, cluster: LocalCluster
+) -> None:
+    # each attempt takes one of the second node's 2 role_builder: a cancelled attempt's actor that is not let go
+    # keeps its unit, and the third memo could never be placed
+    builder = {"grace": "0.5s", "resources": {"cpu": 0.5, "custom": {"role_builder": 1}}}
+    configure(project, cluster, {"builder": builder})
+    orch = project.up(**ENV)
+    for i in range(4):
+        project.drop("builder", f"c{i}.md", {"id": f"C-{i}", "agent": {"sleep": 120}})
+        wait_for(lambda i=i: records(project, f"c{i}.md"), START if i == 0 else 30, f"the agent of c{i}.md to start")
+        result = project.cli("cancel", f"C-{i}")
+        assert result.returncode == 0, result.stderr
+    assert project.folder("builder", "cancelled") == [f"c{i}.md" for i in range(4)]
+    stop(orch)
+    with sqlite3.connect(project.root / ".orchestrator" / "state.db") as db:
+        codes = [code for (code,) in db.execute("SELECT exit_code FROM attempts WHERE outcome = 'cancelled'")]
+    assert len(codes) == 4 and None not in codes, codes  # each exit was told before its stop ended the run
 
 
 def test_a_worker_killed_mid_run_fails_the_attempt_which_is_retried_once_and_its_orphan_is_killed(

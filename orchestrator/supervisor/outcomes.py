@@ -132,9 +132,9 @@ class Outcomes:
         if agent is not None:
             if self.lc.record_figures(run, agent, verdict.session_id):
                 self.figures_changed()
-            self.agent_stops.sweep(run)
         if run.state.being_stopped:
-            return  # a stop task owns this attempt; its StopDone ends the run once the tree is dead
+            return  # a stop task owns this attempt; its StopDone sweeps it and ends the run once the tree is dead
+        self.agent_stops.sweep(run)
         ran = run.elapsed(self.clock.monotonic())
         if self.pauses is not None and verdict.usage_limit is None:
             self.pauses.ran(run)
@@ -255,6 +255,9 @@ class Outcomes:
         if run is None:
             return
         self.lc.stopped(run, event.report)
+        # swept here, not at its exit: the exit may be told after this (its end is read in a worker thread) and
+        # then finds no run, and a Ray attempt's actor, which holds its CPUs, is let go only by this sweep
+        self.agent_stops.sweep(run)
         if run.state.being_stopped:
             self._end_stopped(run, run.exit_codes[-1] if run.exit_codes else None, began=True)
 

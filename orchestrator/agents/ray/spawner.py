@@ -47,6 +47,7 @@ CANCEL_WAIT = 5.0  # after ray.kill of the actor, how long to wait for Ray to sa
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 ACTOR_CALLS = 8  # calls one wrapper actor serves at once: the head's take, a stop, a control, a halt
 HALT_WAIT = 10.0  # how long a halted actor of an earlier head may take to report its agent dead
+END_TOLD_WAIT = 5.0  # after a stop, how long to wait for the attempt's end to be read and told to the loop
 
 
 class RaySpawner(HandleStops):
@@ -333,6 +334,15 @@ class RaySpawner(HandleStops):
 
     # ------------------------------------------------------------ stop
     async def stop_attempt(
+        self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
+    ) -> KillReport:
+        """Stop the attempt's tree (``_stop_tree``), then wait (bounded) for its end to be told, as a local stop
+        does: the run records the attempt's exit status and figures before the stop's outcome ends it."""
+        report = await self._stop_tree(attempt, agent, grace, log, interrupt_first)
+        await agent.wait_done(END_TOLD_WAIT)
+        return report
+
+    async def _stop_tree(
         self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
     ) -> KillReport:
         """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.kill`` its actor.

@@ -227,6 +227,9 @@ def _watch(
             grace = 0.0 if now - last_heard >= fence else None
             why = "lost the head"
         if grace is not None:
+            # reaped the moment it dies: a zombie still counts in its group, so the ladder would wait for its next
+            # reading of /proc (a quarter of a second) to see the group empty
+            threading.Thread(target=proc.wait, daemon=True).start()
             report = asyncio.run(procs.stop_tree(target, grace))
             code = proc.wait()
             break
