@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from conftest import Project, wait_for
 from orchestrator.commands.common import project_root
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
+from orchestrator.workspaces import git as workspace_git
 from orchestrator.workspaces.git import safe_name
 
 HERE = Path(__file__).parent
@@ -79,6 +81,18 @@ def test_a_safe_name_is_one_path_component_and_a_branch_name() -> None:
     assert safe_name("../../etc/passwd") == "etc-passwd"
     assert safe_name("a..b.lock") == "a.b"
     assert safe_name("...") == "workspace"
+
+
+def test_a_git_command_that_hangs_is_stopped_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's end waits for its git work: a git that never returns must not hold it (nor the shutdown) for ever."""
+    stuck = tmp_path / "bin" / "git"
+    stuck.parent.mkdir()
+    stuck.write_text("#!/bin/sh\nexec sleep 30\n", encoding="utf-8")
+    stuck.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stuck.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(workspace_git, "TIMEOUT", 0.3)
+    with pytest.raises(workspace_git.GitError, match=r"^git add --all took longer than 0\.3s in .*; stopped$"):
+        workspace_git.git(tmp_path, "add", "--all")
 
 
 def test_up_refuses_a_worktree_role_in_a_folder_that_is_not_a_git_repository(project: Project) -> None:

@@ -25,16 +25,23 @@ ATTEMPTS_REF = "refs/orchestrator/attempts"
 BRANCH_PREFIX = "orchestrator/"
 
 
+TIMEOUT = 600.0  # seconds one git command may take (a checkout of a very large repository is the longest)
+
+
 class GitError(Exception):
     """A git command failed; the message is its one-line account."""
 
 
 def git(folder: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
-    """Run ``git args`` in ``folder`` and return its output, stripped; ``GitError`` with git's words on failure."""
+    """Run ``git args`` in ``folder`` and return its output, stripped; ``GitError`` with git's words on failure,
+    or when it takes longer than ``TIMEOUT`` (a run's end waits for its git work: a stuck git must not hold it)."""
     full = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
-    done = subprocess.run(  # noqa: S603 - an argv list, never a shell
-        ["git", *args], cwd=folder, env=full, capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(  # noqa: S603 - an argv list, never a shell
+            ["git", *args], cwd=folder, env=full, capture_output=True, text=True, check=False, timeout=TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {' '.join(args[:2])} took longer than {TIMEOUT:g}s in {folder}; stopped") from None
     if check and done.returncode != 0:
         words = (done.stderr or done.stdout).strip().splitlines()
         raise GitError(f"git {' '.join(args[:2])} failed in {folder}: {words[-1] if words else done.returncode}")
