@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import write_team
@@ -48,25 +49,8 @@ def test_a_big_stream_json_end_holds_the_loop_for_no_callback_over_50_ms(tmp_pat
     memo.write_text("---\nid: B-1\n---\nread it all\n", encoding="utf-8")
     old = time.time() - 60
     os.utime(memo, (old, old))  # waiting since before the start: its writer is long gone
-    config = load_config(tmp_path)
-    console = Console(config.state_dir / "orchestrator.log", live=False)
-    supervisor = build_supervisor(config, console, until_idle=True)
-    log = logging.getLogger("asyncio")
-    slow = SlowCallbacks()
-    log.addHandler(slow)
     window: dict[str, float] = {}  # from the agent's first output to its memo archived: its end is within
-    threading.Thread(target=watch, args=(tmp_path, window), daemon=True).start()
-
-    async def serve() -> int:
-        asyncio.get_running_loop().slow_callback_duration = SLOW
-        return await supervisor.serve()
-
-    try:
-        code = asyncio.run(serve(), debug=True)
-    finally:
-        log.removeHandler(slow)
-        console.close()
-    assert code == 0
+    slow = serve_watched(tmp_path, watch, window)
     assert [p.name for p in (tmp_path / "memo" / "big" / "archive").iterdir()] == ["B-1.md"]
     log_file = next((tmp_path / ".orchestrator" / "logs").iterdir())
     assert log_file.stat().st_size > 40 * 1024 * 1024, "the agent wrote its whole stream"
@@ -78,6 +62,32 @@ def test_a_big_stream_json_end_holds_the_loop_for_no_callback_over_50_ms(tmp_pat
     assert window.keys() == {"output", "archived"}
     during = [text for at, text in slow.reports if window["output"] <= at <= window["archived"] + SLOW]
     assert during == [], "callbacks held the loop over 50 ms at the run's end:\n" + "\n".join(during)
+
+
+def serve_watched(
+    root: Path, watcher: Callable[[Path, dict[str, float]], None], window: dict[str, float]
+) -> SlowCallbacks:
+    """The real loop of ``up`` at ``root`` until it is idle, in asyncio's debug mode with the slow-callback report
+    at ``SLOW``, while ``watcher`` notes the window of interest on a thread; the reports."""
+    config = load_config(root)
+    console = Console(config.state_dir / "orchestrator.log", live=False)
+    supervisor = build_supervisor(config, console, until_idle=True)
+    log = logging.getLogger("asyncio")
+    slow = SlowCallbacks()
+    log.addHandler(slow)
+    threading.Thread(target=watcher, args=(root, window), daemon=True).start()
+
+    async def serve() -> int:
+        asyncio.get_running_loop().slow_callback_duration = SLOW
+        return await supervisor.serve()
+
+    try:
+        code = asyncio.run(serve(), debug=True)
+    finally:
+        log.removeHandler(slow)
+        console.close()
+    assert code == 0
+    return slow
 
 
 def watch(root: Path, window: dict[str, float]) -> None:
@@ -133,25 +143,8 @@ def test_a_workspace_attempts_commit_and_set_aside_hold_the_loop_for_no_callback
     for name, body in (("W-ok", "do it"), ("W-fail", "fail it")):
         (inbox / f"{name}.md").write_text(f"---\nid: {name}\n---\n{body}\n", encoding="utf-8")
         os.utime(inbox / f"{name}.md", (old, old))
-    config = load_config(tmp_path)
-    console = Console(config.state_dir / "orchestrator.log", live=False)
-    supervisor = build_supervisor(config, console, until_idle=True)
-    log = logging.getLogger("asyncio")
-    slow = SlowCallbacks()
-    log.addHandler(slow)
-    window: dict[str, float] = {}
-    threading.Thread(target=watch_ends, args=(tmp_path, window), daemon=True).start()
-
-    async def serve() -> int:
-        asyncio.get_running_loop().slow_callback_duration = SLOW
-        return await supervisor.serve()
-
-    try:
-        code = asyncio.run(serve(), debug=True)
-    finally:
-        log.removeHandler(slow)
-        console.close()
-    assert code == 0
+    window: dict[str, float] = {}  # from both agents' files written to both memos ended
+    slow = serve_watched(tmp_path, watch_ends, window)
     memos = tmp_path / "memo" / "builder"
     assert [p.name for p in (memos / "archive").glob("*.md")] == ["W-ok.md"]
     assert [p.name for p in (memos / "failed").glob("*.md")] == ["W-fail.md"]
