@@ -88,14 +88,7 @@ def _size(path: Path) -> int:
         return 0
     if not os.path.isdir(path) or os.path.islink(path):
         return info.st_size
-    total = 0
-    for folder, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
-    return total
+    return retire.disk_use(path)
 
 
 def _relative(root: Path, path: Path) -> str:
