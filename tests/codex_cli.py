@@ -114,7 +114,8 @@ class ResponsesStub:
 
     ``[shell: CMD]`` asks for ``exec_command`` with CMD first (then answers once its output comes back);
     ``[limit]`` answers 429 ``usage_limit_reached`` with ``resets_at`` (``resets_at`` attribute);
-    ``[auth]`` answers 401; ``[slow]`` starts a stream and never ends it; ``[held]`` answers once ``hold`` is set;
+    ``[auth]`` answers 401; ``[slow]`` starts a stream and never ends it; ``[held]`` answers once ``hold`` is set,
+    ``[later]`` once ``later`` is set;
     ``[then500]`` answers 500 once a command's output comes back.
     ``requests`` keeps every body."""
 
@@ -124,6 +125,7 @@ class ResponsesStub:
         self.limited_while: Path | None = None  # while this file exists, every request meets the usage limit
         self.released = threading.Event()
         self.hold = threading.Event()  # a ``[held]`` request is answered once this is set
+        self.later = threading.Event()  # a ``[later]`` request (a told turn's, say) is answered once this is set
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -178,6 +180,8 @@ class ResponsesStub:
             return self._json(handler, 500, {"error": {"message": "The server had an error", "type": "server_error"}})
         if "[held]" in text:
             self.hold.wait(60)
+        if "[later]" in text:
+            self.later.wait(60)
         if "[slow]" in text:
             self._stream_head(handler)
             self._chunk(handler, _sse([_created(n)]))

@@ -51,6 +51,9 @@ if "[limit]" in prompt:
     say({"type": "error", "message": text})
     say({"type": "turn.failed", "error": {"message": text}})
     sys.exit(1)
+if "[fail]" in prompt:
+    say({"type": "turn.failed", "error": {"message": "the model's stream broke"}})
+    sys.exit(1)
 say({"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "built it"}})
 usage = {"input_tokens": 900, "cached_input_tokens": 100, "cache_write_input_tokens": 0, "output_tokens": 50,
          "reasoning_output_tokens": 20}
@@ -287,7 +290,9 @@ def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path:
     assert not cut.conclude(0).succeeded  # no completed turn after its header: a failure, whatever its exit
 
 
-def told_turns(root: Path, stop: bool = False) -> tuple[AttemptVerdict, dict[str, Any], list[str]]:
+def told_turns(
+    root: Path, stop: bool = False, prompt: str = "[wait] build it"
+) -> tuple[AttemptVerdict, dict[str, Any], list[str]]:
     """A ``[wait]`` turn told twice, then let go (or stopped): its verdict, figures and the prompts each process read;
     a tell after its end is refused."""
     role = codex_role(root, model="gpt-5-codex")
@@ -295,7 +300,7 @@ def told_turns(root: Path, stop: bool = False) -> tuple[AttemptVerdict, dict[str
     async def main() -> tuple[AttemptVerdict, dict[str, Any]]:
         ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
         agent = await ProcessSpawner(root, keeper.locate()).start(
-            launch(root, "[wait] build it", role), lambda _, verdict: ended.set_result(verdict)
+            launch(root, prompt, role), lambda _, verdict: ended.set_result(verdict)
         )
         assert await agent.tell("one") == QUEUED and await agent.tell("two") == QUEUED
         if stop:
@@ -329,3 +334,13 @@ def test_a_stop_asked_during_a_told_turn_starts_no_next_turn(tmp_path: Path) -> 
     stand_in(tmp_path)
     verdict, _, prompts = told_turns(tmp_path, stop=True)
     assert prompts == ["[wait] build it"] and verdict.returncode < 0  # the stop's end, and no told turn after it
+
+
+def test_tells_kept_for_a_turn_that_fails_are_said_lost_in_its_reason(tmp_path: Path) -> None:
+    stand_in(tmp_path)
+    verdict, _, prompts = told_turns(tmp_path, prompt="[wait][fail] build it")
+    assert prompts == ["[wait][fail] build it"] and not verdict.succeeded  # no next turn after a failed one
+    assert verdict.failure_reason is not None and "the model's stream broke" in verdict.failure_reason
+    assert verdict.failure_reason.endswith(
+        "; 2 tell(s) kept for the end of its turn were not given to it: its turn did not end well"
+    )

@@ -156,7 +156,7 @@ def test_orphans_of_a_dead_wrapper_are_killed_and_live_wrappers_agents_spared(tm
         start_new_session=True,
     )
     try:
-        wait_for(lambda: wrapper._environ(orphan.pid) and wrapper._environ(kept.pid), what="both environments")
+        wait_for(lambda: procs.environ(orphan.pid) and procs.environ(kept.pid), what="both environments")
         ended = wrapper.sweep_orphans(str(tmp_path))
         assert orphan.pid in ended and kept.pid not in ended
         orphan.wait(5)

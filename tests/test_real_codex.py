@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -157,6 +159,45 @@ def test_a_tell_during_a_turn_continues_the_same_thread(
     assert project.folder("builder", "archive") == ["B-7.md"] and project.folder("builder", "failed") == []
     after = project.cli("tell", "B-7", "too late")
     assert after.returncode != 0 and "B-7" in after.stderr, after.stderr
+
+
+def recorded_pid(project: Project, memo: str) -> int | None:
+    """The agent pid the database holds for the live run of ``memo`` (what a restart takes back)."""
+    with sqlite3.connect(project.root / ".orchestrator" / "state.db") as db:
+        row = db.execute("SELECT pid FROM runs WHERE memos LIKE ? ORDER BY run_id DESC", (f"%{memo}%",)).fetchone()
+    return None if row is None else row[0]
+
+
+def test_a_told_turn_running_when_up_is_killed_is_taken_back_not_repeated_and_takes_a_tell(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
+    first = project.up(**env)
+    project.drop("builder", "B-9.md", body="[held] build it")
+    wait_for(lambda: stub.requests, SLOW, "the first turn's model call")
+    assert project.cli("tell", "B-9", "[later] now also write the docs").returncode == 0
+    stub.hold.set()
+    wait_for(lambda: len(stub.requests) == 2, SLOW, "the told turn's model call")
+    (running,) = project.status()["runs"]
+    told_turn = psutil.Process(running["pid"])
+    assert "resume" in told_turn.cmdline(), told_turn.cmdline()
+    wait_for(lambda: recorded_pid(project, "B-9.md") == told_turn.pid, SLOW, "the told turn's pid on record")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    again = project.up(**env)
+    again.wait_output("adopted its live agent")
+    (adopted,) = project.status()["runs"]  # taken back running, not finished by the first turn's exit record
+    assert adopted["pid"] == told_turn.pid and adopted["attempt"] == 1, adopted
+    told = project.cli("tell", "B-9", "and finally the tests")  # an adopted run takes a tell too
+    assert told.returncode == 0 and "queued for the end of its turn" in told.stdout, (told.stdout, told.stderr)
+    stub.later.set()
+    ended(project, "builder", "archive", "B-9.md")
+    assert len(stub.requests) == 3, [json.dumps(r["input"])[-200:] for r in stub.requests]  # no turn repeated
+    third = json.dumps(stub.requests[2]["input"])
+    assert third.index("now also write the docs") < third.index("Done: answer 2.") < third.index("finally the tests")
+    (row,) = [r for r in json.loads(project.cli("history", "--json").stdout)["runs"] if r["memo"] == "B-9.md"]
+    assert row["state"] == "succeeded" and row["attempt"] == 1, row
+    assert not told_turn.is_running() or told_turn.status() == psutil.STATUS_ZOMBIE
 
 
 def test_the_dashboard_and_metrics_show_its_tokens_and_its_cost_as_estimated(

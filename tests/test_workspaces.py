@@ -307,3 +307,22 @@ def test_a_failed_setup_fails_the_attempt_and_runs_again_then_never_more(project
     assert (project.root / "setup-count.out").read_text() == "2", "set up again after its failure, then reused"
     assert records(project)[-1]["seen"] == {"a.txt": "x"}
     assert project.procs[0].stop() == 0
+
+
+def test_six_ends_at_once_beside_new_starts_all_commit(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 6}}, max_concurrent=8)
+    start(project)
+    names = [f"w{i}" for i in range(6)]
+    for name in names:
+        project.drop("builder", f"{name}.md", {"id": name}, body=f"write made.txt by {name}\nwait go.out")
+    wait_for(lambda: len(records(project)) == 6, what="six builders at work at once")
+    (project.root / "go.out").touch()  # all six end together, their commits in parallel
+    late = [f"z{i}" for i in range(4)]
+    for name in late:  # while new workspaces are made beside them
+        project.drop("builder", f"{name}.md", {"id": name}, body=f"write made.txt by {name}")
+    everyone = sorted(f"{n}.md" for n in names + late)
+    wait_for(lambda: project.folder("builder", "archive") == everyone, what="all ten done")
+    for name in names + late:
+        assert show(project, f"orchestrator/{name}", "made.txt") == f"by {name}", name
+    assert "not settled" not in project.procs[0].output and "set aside" not in project.procs[0].output
+    assert project.procs[0].stop() == 0

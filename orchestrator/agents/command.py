@@ -82,10 +82,11 @@ def adopt_command(
     *,
     capabilities: Capabilities,
     reading: Reading | None = None,
+    followup: FollowUp | None = None,
 ) -> Agent:
     """A live agent of an orchestrator that died, watched again once ``watch`` is called."""
     process = LocalProcess.adopted(spec, ref, keeper_pid)
-    return Agent(spec, process, capabilities=capabilities, reader=_taken_back(spec, reading))
+    return Agent(spec, process, capabilities=capabilities, reader=_taken_back(spec, reading), followup=followup)
 
 
 def recorded_command(spec: LaunchSpec, *, capabilities: Capabilities, reading: Reading | None = None) -> Agent:

@@ -142,6 +142,7 @@ class Agent:
         self.turn_open = True  # its process runs: a tell can still be kept for the turn after it
         self.stopping = False  # a stop was asked: no next turn starts
         self._switch: asyncio.Future[None] | None = None  # the next turn's start, which a stop waits for
+        self.on_turn: Callable[[AgentHandle], None] | None = None  # told of each next turn's process (``AgentHandle``)
         self.outputs = (spec.log_path, *outputs)  # files whose writes show it is alive (for the stall check)
         self.verdict: AttemptVerdict | None = None
         self.done: asyncio.Future[None] | None = None  # ends once ``on_exit`` has been told the verdict
@@ -293,6 +294,8 @@ class Agent:
             switch.set_result(None)
             self._switch = None
         self.turn_open = True
+        if self.on_turn is not None:
+            self.on_turn(self)
         return True, judged
 
     async def wait_done(self, timeout: float) -> bool:
@@ -323,6 +326,11 @@ class Agent:
             permanent, limit = follower.permanent_failure, follower.usage_limit if code != 0 else None
         else:
             reason, permanent, limit = reason or judged.reason, judged.permanent, judged.usage_limit
+        warnings = judged.warnings + tuple(follower.warnings if follower is not None else ())
+        if self.told and not self.stopping:  # a receipt said "queued": its loss is said, never silent
+            lost = f"{len(self.told)} tell(s) kept for the end of its turn were not given to it: "
+            lost += "its turn did not end well"
+            reason, warnings = (f"{reason}; {lost}" if reason else None), (*warnings, lost)
         self.verdict = AttemptVerdict(
             code,
             interrupted=follower is not None and follower.interrupted,
@@ -332,7 +340,7 @@ class Agent:
             failure_reason=reason,
             usage_limit=limit,
             agent_failed=judged.failed,
-            warnings=judged.warnings + tuple(follower.warnings if follower is not None else ()),
+            warnings=warnings,
             last_words=judged.last_words,
             deferred=judged.deferred,
         )

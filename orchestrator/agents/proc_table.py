@@ -43,6 +43,15 @@ def raw_environ(pid: int) -> bytes | None:
         return None
 
 
+def environ(pid: int) -> dict[str, str] | None:
+    """/proc/<pid>/environ as a mapping (what the process was started with), or None when it cannot be read."""
+    raw = raw_environ(pid)
+    if raw is None:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 

@@ -28,6 +28,9 @@ from orchestrator.agents.proc_table import (
     all_pids as all_pids,
 )
 from orchestrator.agents.proc_table import (
+    environ as environ,
+)
+from orchestrator.agents.proc_table import (
     find_tree as find_tree,
 )
 from orchestrator.agents.proc_table import (

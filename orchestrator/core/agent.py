@@ -136,6 +136,10 @@ class KillReport:
 class AgentHandle(Protocol):
     """One attempt's agent: where it runs, what it is doing, what it reported, and how to reach and stop it."""
 
+    # set by the supervisor: called when the attempt goes on in a process of its own (a tell carried on to the
+    # next turn), so that process's pid goes on record: a restart takes back that one, not the ended first
+    on_turn: Callable[[AgentHandle], None] | None
+
     @property
     def backend(self) -> str:
         """Its role's ``backend`` (``command``, ``sdk``), for a person: what it can do is ``capabilities``."""

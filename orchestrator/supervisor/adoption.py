@@ -41,7 +41,7 @@ from orchestrator.agents.spec import LaunchSpec, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
-from orchestrator.core.events import Event, RunExited, RunFinished, StallCheck, StopDone, TimeoutFired
+from orchestrator.core.events import AgentStarted, Event, RunExited, RunFinished, StallCheck, StopDone, TimeoutFired
 from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
@@ -128,6 +128,7 @@ class Adopter(Extension):
 
             spec = self._spec(run, _folder_of(ref.pid))
             agent = backend_for(role).adopt(spec, ref, keeper_pid)
+            agent.on_turn = lambda turned: self.post(AgentStarted(run_id, attempt, turned))
             self.lc.adopt(run, agent, pid=ref.pid, create_time=ref.create_time)
             await self._show(run, spec)
             agent.watch(exited)
@@ -257,12 +258,11 @@ class Adopter(Extension):
     async def _live_agent(self, row: dict[str, Any]) -> tuple[procs.ProcRef, int | None] | None:
         """The run's agent when it still lives: (its reference, its keeper's pid or None)."""
         marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
-        if row.get("pid") and row.get("create_time"):
-            ref = procs.ProcRef(row["pid"], row["create_time"])
-            proc = ref.process()
-            if proc is None or not _carries(ref.pid, marks):
-                return None
-        else:  # it died between the spawn and recording the pid: the session leader carrying the run's marks
+        recorded = procs.ProcRef(row["pid"], row["create_time"]) if row.get("pid") and row.get("create_time") else None
+        if recorded is not None and recorded.process() is not None and _carries(recorded.pid, marks):
+            ref = recorded
+        else:  # it died between the spawn and recording the pid, or the pid on record is its ended turn's and its
+            # next turn's was not recorded yet: the session leader carrying the run's marks under a keeper
             found = await self._unrecorded_agent(row, marks)
             if found is None:
                 return None

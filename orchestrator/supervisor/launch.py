@@ -297,6 +297,7 @@ class Launcher:
             self.console.error(f"starting run {spec.run_id} failed:\n{traceback.format_exc()}")
             self.post(AgentStartFailed(spec.run_id, spec.attempt, f"could not start the agent: {exc}", True))
         else:
+            agent.on_turn = self._turned(spec.run_id, spec.attempt)
             # handled before the exit watcher can report: it runs only once this task yields
             self.post(AgentStarted(spec.run_id, spec.attempt, agent))
 
@@ -318,6 +319,10 @@ class Launcher:
             self.post(AgentStartFailed(spec.run_id, spec.attempt, "called off while its start was prepared"))
             return None
         return spec
+
+    def _turned(self, run_id: int, attempt: int) -> Callable[[AgentHandle], None]:
+        """What tells the loop that this attempt goes on in a process of its own (its next turn)."""
+        return lambda agent: self.post(AgentStarted(run_id, attempt, agent))
 
     def _exited(self, run_id: int, attempt: int) -> OnExit:
         """What tells the loop that this attempt's agent ended."""

@@ -89,6 +89,10 @@ class Outcomes:
             self.agent_stops.orphan(event.agent, event.run_id)
             return
         agent = event.agent
+        if run.agent is agent:  # its next turn's process (a tell carried on): a restart must take back this one
+            self.store.update_run(run.run_id, pid=agent.pid, create_time=agent.create_time)
+            self.store.record_attempt(run.run_id, run.attempt, pid=agent.pid)
+            return
         self.lc.attach(run, agent)
         if run.state is RunState.STARTING:
             self.lc.transition(

@@ -10,6 +10,7 @@ is its verdict.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -27,6 +28,8 @@ from orchestrator.agents.backends.command import check_program
 from orchestrator.agents.claude_errors import one_line
 from orchestrator.agents.command import adopt_command, launch_command, recorded_command, start_command
 from orchestrator.agents.handle import Agent, OnExit, Reader, Transport
+from orchestrator.agents.keeper import locate as locate_keeper
+from orchestrator.agents.local import record_path
 from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import Capabilities
@@ -149,9 +152,13 @@ class CodexBackend:
         return await start_command(_spec(spec), on_exit, keeper, capabilities=caps, reading=_reading, followup=followup)
 
     def adopt(self, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> Agent:
-        spec = _spec(spec)
         caps = self.capabilities(spec.role)
-        return adopt_command(spec, ref, keeper_pid, capabilities=caps, reading=_reading if caps.tokens else None)
+        if not caps.tokens:
+            return adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps)
+        # a tell to it is carried on as a next turn, like the first start's: in the environment the live turn
+        # was started with (its marks, its memos), which the record does not keep
+        followup = NextTurn(dataclasses.replace(spec, env=procs.environ(ref.pid) or {}, adopted=False), locate_keeper())
+        return adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps, reading=_reading, followup=followup)
 
     def recorded(self, spec: LaunchSpec, pid: int | None) -> Agent:
         spec = _spec(spec)
@@ -184,6 +191,9 @@ class NextTurn:
         def reading(spec: LaunchSpec, offset: int) -> CodexOutput:
             return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)), earlier=earlier)
 
+        if self.keeper is not None:  # the ended turn's exit record: a restart must not take it for this turn's end
+            with contextlib.suppress(FileNotFoundError):
+                record_path(self.spec).unlink()
         process, reader, writing = await launch_command(
             resume_spec(self.spec, session_id, text), self.keeper, reading=reading
         )

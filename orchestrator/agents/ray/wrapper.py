@@ -35,14 +35,6 @@ Ask = Callable[[], float | None]
 Inbox = Callable[[], list[dict[str, Any]]]
 
 
-def _environ(pid: int) -> dict[str, str] | None:
-    raw = procs.raw_environ(pid)
-    if raw is None:
-        return None
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
 def _wrapper_alive(mark: str | None) -> bool:
     """Whether the wrapper named by an agent's ``WRAPPER_ENV`` mark lives (True: no mark, not a wrapper's agent)."""
     if mark is None:
@@ -59,7 +51,7 @@ def sweep_orphans(root: str) -> list[int]:
     """Kill every agent of this project root on this node whose wrapper is dead; return the pids ended."""
     targets: dict[tuple[str, str], procs.Target] = {}
     for pid in procs.all_pids():
-        env = _environ(pid)
+        env = procs.environ(pid)
         if not env or env.get("ORCHESTRATOR_ROOT") != root or _wrapper_alive(env.get(WRAPPER_ENV)):
             continue
         key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
