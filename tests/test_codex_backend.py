@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import wait_for
 from orchestrator.agents import keeper
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
 from orchestrator.agents.backends.codex import command_of, login, model_of, provider_key, resumed
@@ -51,6 +53,8 @@ if "[limit]" in prompt:
     say({"type": "error", "message": text})
     say({"type": "turn.failed", "error": {"message": text}})
     sys.exit(1)
+if "[die]" in prompt:
+    os.kill(os.getpid(), 9)
 if "[fail]" in prompt:
     say({"type": "turn.failed", "error": {"message": "the model's stream broke"}})
     sys.exit(1)
@@ -291,7 +295,7 @@ def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path:
 
 
 def told_turns(
-    root: Path, stop: bool = False, prompt: str = "[wait] build it"
+    root: Path, stop: bool = False, prompt: str = "[wait] build it", before_go: Callable[[], None] = lambda: None
 ) -> tuple[AttemptVerdict, dict[str, Any], list[str]]:
     """A ``[wait]`` turn told twice, then let go (or stopped): its verdict, figures and the prompts each process read;
     a tell after its end is refused."""
@@ -309,6 +313,7 @@ def told_turns(
                 assert asyncio.get_running_loop().time() < until, "the stand-in never read its prompt"
                 await asyncio.sleep(0.02)
             await agent.stop(1.0, lambda _: None, interrupt_first=False)
+        before_go()
         (root / "go").touch()
         verdict = await asyncio.wait_for(ended, DEADLINE)
         with pytest.raises(ControlError, match="ended its turn and exited"):
@@ -341,6 +346,25 @@ def test_tells_kept_for_a_turn_that_fails_are_said_lost_in_its_reason(tmp_path: 
     verdict, _, prompts = told_turns(tmp_path, prompt="[wait][fail] build it")
     assert prompts == ["[wait][fail] build it"] and not verdict.succeeded  # no next turn after a failed one
     assert verdict.failure_reason is not None and "the model's stream broke" in verdict.failure_reason
-    assert verdict.failure_reason.endswith(
-        "; 2 tell(s) kept for the end of its turn were not given to it: its turn did not end well"
-    )
+    assert verdict.failure_reason.endswith("; 2 tell(s) kept for the end of its turn were not given to it")
+
+
+def test_tells_kept_for_a_turn_killed_by_a_signal_are_said_lost_beside_the_signal(tmp_path: Path) -> None:
+    stand_in(tmp_path)
+    verdict, _, _ = told_turns(tmp_path, prompt="[wait][die] build it")
+    assert verdict.returncode == -9 and not verdict.succeeded
+    assert verdict.failure_reason is not None, verdict  # not the supervisor's bare exit description, which drops them
+    assert verdict.failure_reason.endswith("; 2 tell(s) kept for the end of its turn were not given to it")
+
+
+def test_a_told_turn_that_cannot_start_fails_the_attempt_saying_why(tmp_path: Path) -> None:
+    program = stand_in(tmp_path)
+
+    def remove_the_cli() -> None:  # during the first turn, once it has read its prompt
+        wait_for(lambda: (tmp_path / "prompts.jsonl").exists(), DEADLINE, "the first turn's prompt read")
+        program.unlink()
+
+    verdict, _, prompts = told_turns(tmp_path, before_go=remove_the_cli)
+    assert prompts == ["[wait] build it"] and not verdict.succeeded, verdict
+    assert verdict.failure_reason is not None, verdict
+    assert verdict.failure_reason.startswith("the turn told to it could not start: command "), verdict.failure_reason

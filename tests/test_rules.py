@@ -10,6 +10,7 @@ import pytest
 
 from conftest import Project, loud_lines
 from orchestrator.config import Role
+from orchestrator.core.agent import describe_exit
 from orchestrator.core.clock import ManualClock
 from orchestrator.supervisor import budgets, rules
 from orchestrator.supervisor.slots import SlotError, Slots, Waiting, pick
@@ -77,8 +78,8 @@ def test_crash_counter_counts_quick_failures_in_a_row() -> None:
     assert not crashes.note("pm", 0.1, failed=True)
     assert crashes.note("pm", 0.1, failed=True)
     assert not crashes.note("b", 0.1, failed=True), "only critical roles count"
-    assert rules.describe_exit(-9) == "killed by SIGKILL (not sent by the orchestrator)"
-    assert rules.describe_exit(4) == "exit code 4"
+    assert describe_exit(-9) == "killed by SIGKILL (not sent by the orchestrator)"
+    assert describe_exit(4) == "exit code 4"
 
 
 def test_manual_clock_fires_timers_in_due_order_as_it_passes_them() -> None:

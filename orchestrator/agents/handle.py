@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.agents.spec import LaunchSpec
+from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.core.agent import (
     AgentHandle,
     AttemptVerdict,
@@ -26,6 +26,7 @@ from orchestrator.core.agent import (
     LastWords,
     Log,
     UsageLimit,
+    describe_exit,
 )
 from orchestrator.core.errors import ControlError, OrchestratorError, UnsupportedError
 
@@ -288,7 +289,7 @@ class Agent:
         self._switch = switch = asyncio.get_running_loop().create_future()
         try:
             self.transport, self.reader = await self.followup.next_turn(self, session, text)
-        except OrchestratorError as exc:
+        except (OrchestratorError, SpawnError, OSError) as exc:  # a start's own errors: the attempt fails, said
             return False, dataclasses.replace(judged, failed=True, reason=f"the turn told to it could not start: {exc}")
         finally:
             switch.set_result(None)
@@ -328,9 +329,11 @@ class Agent:
             reason, permanent, limit = reason or judged.reason, judged.permanent, judged.usage_limit
         warnings = judged.warnings + tuple(follower.warnings if follower is not None else ())
         if self.told and not self.stopping:  # a receipt said "queued": its loss is said, never silent
-            lost = f"{len(self.told)} tell(s) kept for the end of its turn were not given to it: "
-            lost += "its turn did not end well"
-            reason, warnings = (f"{reason}; {lost}" if reason else None), (*warnings, lost)
+            lost = f"{len(self.told)} tell(s) kept for the end of its turn were not given to it"
+            if code != 0 or reason or judged.failed:
+                reason = f"{reason or describe_exit(code)}; {lost}"
+            else:
+                warnings = (*warnings, f"{lost}: it reported no thread to carry them on")
         self.verdict = AttemptVerdict(
             code,
             interrupted=follower is not None and follower.interrupted,

@@ -49,7 +49,7 @@ def environ(pid: int) -> dict[str, str] | None:
     if raw is None:
         return None
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+    return {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
 
 
 def all_pids() -> list[int]:

@@ -14,6 +14,7 @@ above ``core``.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -131,6 +132,17 @@ class KillReport:
     seconds: float = 0.0
     escalated: bool = False
     survivors: list[int] = field(default_factory=list)
+
+
+def describe_exit(code: int) -> str:
+    """An exit status for people: ``exit code 4``, ``killed by SIGKILL (not sent by the orchestrator)``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (not sent by the orchestrator)"
+    return f"exit code {code}"
 
 
 class AgentHandle(Protocol):

@@ -6,7 +6,9 @@ record is rebuilt in its live state and its recorded exit comes back as the
 usual ``RunExited`` (with ``StopDone`` when the keeper stopped it for its
 timeout), so it is archived, retried or failed by the ordinary rules and never
 run again. A run whose agent still lives (same pid and create time, its run id,
-root and attempt in its environment) is rebuilt with its agent re-attached
+root and attempt in its environment; when the one on record has ended, the
+earliest session leader carrying those marks under a keeper: the pid of a Codex
+run's next turn may not be on record yet) is rebuilt with its agent re-attached
 through a pidfd, its slot held and its timeout counted from the original start.
 Anything else is left to recovery's stop-and-requeue.
 
@@ -259,7 +261,9 @@ class Adopter(Extension):
         """The run's agent when it still lives: (its reference, its keeper's pid or None)."""
         marks = _marks(str(self.config.root), row["run_id"], row["attempt"])
         recorded = procs.ProcRef(row["pid"], row["create_time"]) if row.get("pid") and row.get("create_time") else None
-        if recorded is not None and recorded.process() is not None and _carries(recorded.pid, marks):
+        if recorded is not None and recorded.process() is not None:
+            if not _carries(recorded.pid, marks):  # another process took the pid, or its environment is unreadable
+                return None
             ref = recorded
         else:  # it died between the spawn and recording the pid, or the pid on record is its ended turn's and its
             # next turn's was not recorded yet: the session leader carrying the run's marks under a keeper
@@ -299,14 +303,16 @@ class Adopter(Extension):
         record = keeper.exit_path(self.config.state_dir, row["run_id"], row["attempt"])
         deadline = self.clock.monotonic() + EXEC_WAIT
         while True:
-            keepers = []
+            keepers, leaders = [], []
             for pid in procs.all_pids():
                 if _carries(pid, marks) and _pgid(pid) == pid and keeper.is_keeper(_ppid(pid)):
                     ref = procs.ProcRef.of(pid)
                     if ref is not None and ref.process() is not None:
-                        return ref
+                        leaders.append(ref)
                 elif _carries(pid, keeper_marks) and keeper.is_keeper(pid):
                     keepers.append(pid)
+            if leaders:  # the agent, not a daemon of its own it detached later (its keeper is a subreaper)
+                return min(leaders, key=lambda ref: ref.create_time)
             if not keepers or record.exists() or self.clock.monotonic() > deadline:
                 return None
             await self.clock.sleep(POLL)  # a keeper whose agent is between its fork and its exec: milliseconds

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from orchestrator.agents.backends import stall_seconds
 from orchestrator.config import RoleRun
 from orchestrator.console import Console
-from orchestrator.core.agent import AttemptVerdict
+from orchestrator.core.agent import AttemptVerdict, describe_exit
 from orchestrator.core.events import (
     AgentStarted,
     AgentStartFailed,
@@ -164,7 +164,7 @@ class Outcomes:
         elif verdict.budget_exceeded:
             self.attempt_failed(run, verdict.failure_reason or "per-run budget exceeded", code, retry=False)
         elif not verdict.succeeded and verdict.permanent_failure:
-            self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code, retry=False)
+            self.attempt_failed(run, verdict.failure_reason or describe_exit(code), code, retry=False)
         elif verdict.succeeded:
             # an interrupt that came after the last turn had ended stopped nothing: that work succeeded
             self.crashes.note(run.role.name, ran, failed=False)
@@ -174,7 +174,7 @@ class Outcomes:
             self.lc.end_attempt(run, "succeeded", warning, 0)
             self.lc.finish(run, RunState.SUCCEEDED, reason=warning, exit_code=0)
         else:
-            self.attempt_failed(run, verdict.failure_reason or rules.describe_exit(code), code)
+            self.attempt_failed(run, verdict.failure_reason or describe_exit(code), code)
 
     def attempt_failed(self, run: RoleRun, reason: str, exit_code: int | None, retry: bool = True) -> None:
         """One attempt failed: retry after the backoff, give up into failed/, or return the memo (ending)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 from enum import Enum
 
@@ -47,14 +46,3 @@ class CrashCounter:
             return False
         self.counts[role] = self.counts[role] + 1 if failed and ran <= spec.crash.window else 0
         return self.counts[role] >= spec.crash.max
-
-
-def describe_exit(code: int) -> str:
-    """An exit status for people: ``exit code 4``, ``killed by SIGKILL (not sent by the orchestrator)``."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name} (not sent by the orchestrator)"
-    return f"exit code {code}"

@@ -156,8 +156,9 @@ class CodexBackend:
         if not caps.tokens:
             return adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps)
         # a tell to it is carried on as a next turn, like the first start's: in the environment the live turn
-        # was started with (its marks, its memos), which the record does not keep
-        followup = NextTurn(dataclasses.replace(spec, env=procs.environ(ref.pid) or {}, adopted=False), locate_keeper())
+        # was started with (its marks, its memos), which the record does not keep; without it, no tell
+        env = procs.environ(ref.pid)
+        followup = None if env is None else NextTurn(dataclasses.replace(spec, env=env, adopted=False), locate_keeper())
         return adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps, reading=_reading, followup=followup)
 
     def recorded(self, spec: LaunchSpec, pid: int | None) -> Agent:
