@@ -134,6 +134,9 @@ def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
     pauses = Pauses(config, lc, intake, console, clock, post)
     outcomes.pauses = pauses
     launcher.gates.append(pauses.blocked)
+    batch_roles = [name for name, role in config.roles.items() if role.batch]
+    if batch_roles:
+        launcher.gates.append(lambda: intake.settling(batch_roles))
     launcher.on_start.append(pauses.starting)
     requests = Requests(lc, intake, agent_stops, store, console, post)
     gate = Gate(config, store, console, clock, lambda: lc.runs.values(), requests.find)

@@ -276,8 +276,9 @@ def test_batch_role_takes_every_pending_memo_and_runs_alone(project: Project) ->
     prompt = "paths=[$memo_paths]\ninput=[$INPUT_MEMO_FILES]\nmemo=[$memo]\npath=[$memo_path]\n"
     project.configure({"pm": {"batch": True, "max_concurrent": 5}}, prompt=prompt)
     gate = project.root / "gate"
-    project.drop("pm", "a.md", gate_front(gate, id="A"))
-    project.drop("pm", "b.md", {"id": "B"})
+    old = project.drop("pm", "a.md", gate_front(gate, id="A"))
+    os.utime(old, (time.time() - 60, time.time() - 60))  # settled at the first scan, the others a second later:
+    project.drop("pm", "b.md", {"id": "B"})  # the batch waits for them rather than start with a alone
     project.drop("pm", "c.md")
     orch = up(project)
     first = wait_for(lambda: project.records(), what="the first batch run")[0]

@@ -21,7 +21,7 @@ from orchestrator.core.run import Run
 from orchestrator.core.states import ALLOWED, STOP_ENDS, Ending, RunState
 from orchestrator.intake import queue as queue_module
 from orchestrator.intake.memo import parse_front_matter
-from orchestrator.intake.queue import SETTLE
+from orchestrator.intake.queue import BATCH_WAIT, SETTLE
 from orchestrator.supervisor.requests import ANSWER_SLACK
 from replay import Replay
 
@@ -127,6 +127,53 @@ def test_the_settle_check_is_an_event_on_the_injected_clock(tmp_path: Path) -> N
         assert names[-3:] == ["SettleDue", "WritersFound", "AgentStarted"]
         assert max(depths) == 1
         assert r.agent("B-2").spec.attempt == 1
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_batch_role_waits_for_a_settling_memo_of_its_inbox_and_at_most_batch_wait(tmp_path: Path) -> None:
+    """Memos that lay in a batch role's inbox together go to one run: one complete beside one still settling
+    waits for it (not a run of one, then another); one that never settles holds the role ``BATCH_WAIT`` at most."""
+
+    async def until(condition: Any) -> None:
+        end = time.monotonic() + 10  # the writer check answers from a thread: real time passes
+        while not condition() and time.monotonic() < end:
+            await asyncio.sleep(0.005)
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, roles={"pm": {"batch": True}})
+        inbox = r.config.role_dir("pm") / "inbox"
+        done, settling = inbox / "a.md", inbox / "b.md"
+        for path in (done, settling):
+            path.write_text("---\nid: x\n---\nbody\n", encoding="utf-8")
+        old = time.time() - 10 * SETTLE
+        for path in (done, settling):
+            os.utime(path, (old, old))
+        r.sup.post(MemoSeen("pm", settling, complete=False))
+        r.sup.post(MemoSeen("pm", done, complete=True))
+        await r.settle()
+        assert r.spawner.agents == [], "a complete memo waits for its inbox's settling one"
+        await r.advance(SETTLE)
+        await until(lambda: r.spawner.agents)
+        assert [p.name for p in r.spawner.agents[0].spec.memo_paths] == ["a.md", "b.md"]
+        r.spawner.agents[0].exit(0)
+        await r.settle()
+        # a memo whose writer never lets go holds the batch role no longer than BATCH_WAIT
+        late, stuck = inbox / "c.md", inbox / "d.md"
+        stuck.write_text("---\nid: d\n---\nbody\n", encoding="utf-8")  # its mtime now: it keeps changing
+        r.sup.post(MemoSeen("pm", stuck, complete=False))
+        late.write_text("---\nid: c\n---\nbody\n", encoding="utf-8")
+        r.sup.post(MemoSeen("pm", late, complete=True))
+        await r.settle()
+        waited = 0.0
+        while len(r.spawner.agents) < 2 and waited < 2 * BATCH_WAIT:
+            os.utime(stuck)  # written to again: never settles, so no writer check either
+            await r.advance(SETTLE)
+            waited += SETTLE
+        await until(lambda: len(r.spawner.agents) == 2)
+        assert [p.name for p in r.spawner.agents[1].spec.memo_paths] == ["c.md"]
+        assert waited == BATCH_WAIT and stuck in r.sup.intake.pending
         r.close()
 
     play(tmp_path, scenario)

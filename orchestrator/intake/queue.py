@@ -30,6 +30,7 @@ from orchestrator.intake.memo import INBOX, is_memo_name, open_for_writing
 from orchestrator.store import Store
 
 SETTLE = 1.0  # a memo found by a scan, unchanged this long and open for writing by nobody, is complete
+BATCH_WAIT = 2 * SETTLE  # a batch role waits at most this long for its inbox's settling memos
 SLOW_WRITER = 30.0  # a memo held open for writing this long is named in one log line
 
 
@@ -100,6 +101,13 @@ class Intake:
     @property
     def busy(self) -> bool:
         return bool(self.pending) or any(self.queues.values())
+
+    def settling(self, roles: list[str]) -> list[str]:
+        """Of ``roles``, those with a memo found by a scan that is still settling, first seen under
+        ``BATCH_WAIT`` ago: a batch role waits for it, so memos that lay in its inbox together (at start-up,
+        or on a folder only a scan sees) are handed to one run, not split by a second of their mtimes."""
+        since = self.clock.monotonic() - BATCH_WAIT
+        return sorted({role for role, first, _ in self.pending.values() if role in roles and first > since})
 
     def drop(self, role: str, path: Path) -> None:
         """Forget a memo that is being taken out of its inbox (cancelled)."""
