@@ -97,9 +97,16 @@ def test_up_killed_three_times_during_a_flood_takes_every_run_back_none_killed_n
     assert started == sorted(f"m{i:02}.md" for i in range(MEMOS))  # each memo's agent started once
     finished = {e["pid"]: e for e in ends(project)}
     assert [r["pid"] for r in records if r["pid"] not in finished] == []  # none was killed: each ended by itself
-    assert all(e["exit"] == 0 and e["attempt"] == 1 for e in finished.values())
+    assert all(e["exit"] == 0 for e in finished.values())
     runs = history(project)
-    assert len(runs) == MEMOS and {r["state"] for r in runs} == {"succeeded"} and {r["attempt"] for r in runs} == {1}
+    # a kill may land while an attempt starts, before its agent exists: that run is returned and its memo runs as
+    # the next attempt, its agent started once all the same (above); every other memo ran as its first attempt
+    returned = [r for r in runs if r["state"] == "returned"]
+    assert all("no agent was alive" in r["reason"] for r in returned), returned
+    done = [r for r in runs if r["state"] != "returned"]
+    assert len(done) == MEMOS and {r["state"] for r in done} == {"succeeded"}
+    for run in done:
+        assert run["attempt"] == 1 + sum(r["memo"] == run["memo"] for r in returned), run
     assert [r for r in runs if r["adopted_at"]]  # history shows the runs taken back
     assert project.folder("builder", "failed") == [] and project.folder("builder", "inbox") == []
     outputs = "".join(p.output for p in project.procs)
