@@ -103,9 +103,9 @@ class Intake:
         return bool(self.pending) or any(self.queues.values())
 
     def settling(self, roles: list[str]) -> list[str]:
-        """Of ``roles``, those with a memo found by a scan that is still settling, first seen under
-        ``BATCH_WAIT`` ago: a batch role waits for it, so memos that lay in its inbox together (at start-up,
-        or on a folder only a scan sees) are handed to one run, not split by a second of their mtimes."""
+        """Of ``roles``, those with a memo still settling (found by a scan, or written in place and not yet
+        closed), first seen under ``BATCH_WAIT`` ago: a batch role waits for it, so memos that lay in its inbox
+        together (at start-up, or on a folder only a scan sees) go to one run, not split by a second of mtimes."""
         since = self.clock.monotonic() - BATCH_WAIT
         return sorted({role for role, first, _ in self.pending.values() if role in roles and first > since})
 
