@@ -40,6 +40,13 @@ class Inner:
     """The follow-up."""
 
 
+async def until(condition: Any) -> None:
+    """Poll ``condition`` on the loop for 10 s at most: the writer check answers from a thread, in real time."""
+    end = time.monotonic() + 10
+    while not condition() and time.monotonic() < end:
+        await asyncio.sleep(0.005)
+
+
 def depth_recorder(r: Replay) -> tuple[list[str], list[int]]:
     """Wrap the loop's one-event handler: the name of every event handled, and the nesting depth of each."""
     names: list[str] = []
@@ -136,11 +143,6 @@ def test_a_batch_role_waits_for_a_settling_memo_of_its_inbox_and_at_most_batch_w
     """Memos that lay in a batch role's inbox together go to one run: one complete beside one still settling
     waits for it (not a run of one, then another); one that never settles holds the role ``BATCH_WAIT`` at most."""
 
-    async def until(condition: Any) -> None:
-        end = time.monotonic() + 10  # the writer check answers from a thread: real time passes
-        while not condition() and time.monotonic() < end:
-            await asyncio.sleep(0.005)
-
     async def scenario(root: Path) -> None:
         r = Replay(root, roles={"pm": {"batch": True}})
         inbox = r.config.role_dir("pm") / "inbox"
@@ -192,11 +194,6 @@ def test_who_writes_to_a_settled_memo_is_read_off_the_loop_and_a_busy_memo_waits
         return {p for p in paths if p in writing}
 
     monkeypatch.setattr(queue_module, "open_for_writing", spy)
-
-    async def until(condition: Any) -> None:
-        end = time.monotonic() + 10  # the thread's answer takes real time
-        while not condition() and time.monotonic() < end:
-            await asyncio.sleep(0.005)
 
     async def scenario(root: Path) -> None:
         r = Replay(root)
