@@ -38,12 +38,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# what the benchmark starts besides the orchestrator: a C compiler for its no-op agent, inotifywait for a baseline.
+# what the benchmark starts besides the orchestrator: a C compiler for its no-op agent, inotifywait for a baseline,
+# musl-gcc for the keeper as a machine with musl-tools builds it (docs/operations.md, The keeper).
 # It measures the orchestrator as users get it: the wheel, installed into a venv of its own (an editable
 # install's import hook adds about 15 ms to every start of the CLI)
 BENCH_VENV := build/bench/venv
 bench: $(STAMP)
-	.ci/needs cc inotifywait
+	.ci/needs cc musl-gcc inotifywait
 	rm -rf build/bench/dist && mkdir -p build/bench
 	$(BIN)/python -m build --wheel --outdir build/bench/dist . > build/bench/wheel.log 2>&1 \
 	  || { tail -20 build/bench/wheel.log; echo "make bench: building the wheel failed (build/bench/wheel.log)"; exit 1; }

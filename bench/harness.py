@@ -278,8 +278,8 @@ def orchestrator_python() -> str:
     return str(beside) if first.name == "orchestrator" and beside.exists() else sys.executable
 
 
-def installed_from() -> str:
-    """Where the measured orchestrator's package is loaded from, as a person reads it in RESULTS.md."""
+def package_init() -> str:
+    """The measured orchestrator's ``__init__.py``, as its console script imports it ("?" when it cannot say)."""
     done = subprocess.run(
         [orchestrator_python(), "-c", "import orchestrator; print(orchestrator.__file__)"],
         capture_output=True,
@@ -287,9 +287,26 @@ def installed_from() -> str:
         check=False,
         cwd="/",  # as the console script imports it: not from the folder it was started in
     )
-    where = done.stdout.strip() or "?"
+    return done.stdout.strip() or "?"
+
+
+def installed_from() -> str:
+    """Where the measured orchestrator's package is loaded from, as a person reads it in RESULTS.md."""
+    where = package_init()
     editable = "/site-packages/" not in where
     return f"{' '.join(orchestrator_command())} ({'this checkout, editable' if editable else 'installed'}: {where})"
+
+
+def keeper_build() -> str:
+    """How the measured install's keeper was built, as RESULTS.md says it: linking and C library (musl-gcc or not:
+    glibc's static start-up costs about 0.5 ms a start on a virtual machine, docs/operations.md)."""
+    binary = Path(package_init()).parent / "agents" / "orchestrator-keeper"
+    try:
+        data = binary.read_bytes()
+    except OSError:
+        return f"none at {binary}"
+    libc = "glibc" if b"GLIBC_" in data else "no glibc (musl-gcc)"
+    return f"{'statically' if agent_is_static(binary) else 'dynamically'} linked, {libc}"
 
 
 def precompile() -> None:

@@ -82,6 +82,7 @@ from bench.harness import (
     build_agent,
     inotifywait_path,
     installed_from,
+    keeper_build,
     precompile,
 )
 
@@ -282,6 +283,7 @@ def _machine(scratch: Path, agent: Path) -> dict[str, str]:
         "system": f"{distro}, Linux {platform.release()}, scratch folder on {fs or '?'}",
         "python": f"{platform.python_implementation()} {platform.python_version()}; {', '.join(versions)}",
         "orchestrator": installed_from(),
+        "keeper": keeper_build(),
         "agent": f"bench/agent.c, {'statically' if agent_is_static(agent) else 'dynamically'} linked, "
         f"{cc.splitlines()[0] if cc else 'cc'}",
         "inotifywait": inotify_version or "not installed (latency baseline not measured: its targets not met)",

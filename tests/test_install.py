@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import stat
 import sys
 import tarfile
@@ -45,6 +46,15 @@ def test_the_wheel_carries_the_keeper_and_is_tagged_for_this_platform(installed:
     with zipfile.ZipFile(wheel) as archive:
         info = archive.getinfo(KEEPER)
     assert stat.S_IMODE(info.external_attr >> 16) & 0o111, "the keeper is executable in the wheel"
+
+
+def test_the_keeper_is_built_with_musl_where_musl_gcc_is_installed(installed: Installed) -> None:
+    """glibc's static start-up costs a start about 0.5 ms on a virtual machine (docs/operations.md): the build
+    prefers musl-gcc, which .ci/needs installs for CI."""
+    if shutil.which("musl-gcc") is None or os.environ.get("CC"):
+        pytest.skip("musl-gcc is not installed, or $CC chooses the compiler")
+    data = (site_packages(installed.venv) / KEEPER).read_bytes()
+    assert b"GLIBC_" not in data, "the wheel's keeper was built against glibc although musl-gcc is installed"
 
 
 def test_the_installed_keeper_is_inside_the_package_and_runs(installed: Installed) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,11 +25,28 @@ from orchestrator.agents import keeper
 SLEEPER = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
 
 
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    built = keeper.locate()
-    assert built is not None, f"no usable keeper in this checkout: {keeper.find().problem} (make, or pip install -e .)"
-    return built
+@pytest.fixture(scope="module", params=["installed", "cc", "musl-gcc"])
+def binary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The keeper of this checkout, then keeper.c built statically by each C library's compiler that ``setup.py``
+    may use (glibc's ``cc``; ``musl-gcc``, preferred where it is installed): each passes every test of it."""
+    if request.param == "installed":
+        built = keeper.locate()
+        assert built is not None, (
+            f"no usable keeper in this checkout: {keeper.find().problem} (make, or pip install -e .)"
+        )
+        return built
+    compiler = shutil.which(request.param)
+    if compiler is None:
+        pytest.skip(f"{request.param} is not installed (.ci/needs installs it for CI)")
+    target = tmp_path_factory.mktemp(request.param) / "orchestrator-keeper"
+    source = Path(keeper.__file__).with_name("keeper.c")
+    done = subprocess.run(
+        [compiler, "-O2", "-Wall", "-Werror", "-static", "-o", str(target), str(source)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert keeper.self_check(target) is None
+    assert (b"GLIBC_" in target.read_bytes()) == (request.param == "cc"), "built against the other C library"
+    return target
 
 
 def run_keeper(

@@ -78,6 +78,10 @@ static void make_parents(const char *path) {
     mkdir(dir, 0700);
 }
 
+#if defined(__linux__) && !defined(SYS_close_range)
+#define SYS_close_range 436 /* musl's headers lack it; Linux 5.9 gave it this number on every architecture */
+#endif
+
 static void close_from_to(unsigned lo, unsigned hi) {
 #ifdef SYS_close_range
     if (syscall(SYS_close_range, lo, hi, 0) == 0)
