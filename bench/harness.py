@@ -10,6 +10,7 @@ own records (CLOCK_REALTIME at its first instruction) are the measurements. The
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -278,8 +279,10 @@ def orchestrator_python() -> str:
     return str(beside) if first.name == "orchestrator" and beside.exists() else sys.executable
 
 
+@functools.cache
 def package_init() -> str:
-    """The measured orchestrator's ``__init__.py``, as its console script imports it ("?" when it cannot say)."""
+    """The measured orchestrator's ``__init__.py``, as its console script imports it ("?" when it cannot say); asked
+    once per run (RESULTS.md's header names both the package and its keeper)."""
     done = subprocess.run(
         [orchestrator_python(), "-c", "import orchestrator; print(orchestrator.__file__)"],
         capture_output=True,
