@@ -14,6 +14,7 @@ import yaml
 
 from orchestrator.config import RetryPolicy, load_config, parse_duration
 from orchestrator.core.errors import ConfigError
+from orchestrator.intake import front_matter
 from orchestrator.intake import memo as memo_mod
 from orchestrator.intake.memo import (
     FRONT_MATTER_MAX_ALIASES,
@@ -241,15 +242,15 @@ def test_an_unforeseen_error_in_front_matter_is_a_warning(monkeypatch: pytest.Mo
     def broken(_block: str) -> None:
         raise RuntimeError("something nobody foresaw")
 
-    monkeypatch.setattr(memo_mod, "front_matter_problem", broken)
+    monkeypatch.setattr(front_matter, "front_matter_problem", broken)
     header = parse_front_matter("---\nid: A\n---\n")
     assert header.warning == "front matter could not be read: RuntimeError: something nobody foresaw"
     assert header.id is None
 
 
 def test_header_text_is_always_utf8() -> None:
-    assert memo_mod._text("\ud800 x ") == "\ufffd x"  # what the pure-Python YAML reader makes of "\\ud800"
-    assert memo_mod._text(" 日本 ") == "日本"
+    assert front_matter._text("\ud800 x ") == "\ufffd x"  # what the pure-Python YAML reader makes of "\\ud800"
+    assert front_matter._text(" 日本 ") == "日本"
 
 
 def test_the_real_memos_front_matter() -> None:
