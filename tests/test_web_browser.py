@@ -59,7 +59,9 @@ def open_dashboard(page: Any, board: Dashboard, path: str = "/") -> None:
     """Open ``path`` with the token in the fragment, as ``orchestrator web`` prints it: the page trades the token
     for its cookie, drops it from the address and loads again, live."""
     page.goto(board.url.rstrip("/") + path + f"#token={board.token}")
-    page.wait_for_function("!location.hash.includes('token')")
+    # the URL is watched from here, not by a predicate in the page: Playwright compiles a string predicate there,
+    # which the dashboard's Content-Security-Policy (no 'unsafe-eval') refuses once the page has loaded again
+    page.wait_for_url(lambda url: "token" not in url)
     page.wait_for_load_state()
     page.wait_for_selector("#conn.up")
 
