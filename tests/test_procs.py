@@ -52,8 +52,14 @@ if spec.get("setsid"):
     out["setsid"] = int(middle.stdout.readline())
     middle.wait()
 if spec.get("escape_on_term"):  # at SIGTERM: leave a setsid child behind (it keeps the run's marks), then exit
+    import psutil  # imported before the handler is set: a second SIGTERM (group, then pid) must not meet it half-imported
+
+    escaping = []
+
     def escape(*_):
-        import psutil
+        if escaping:  # the ladder may signal the group and the pid: act once (SIG_IGN would pass to the child)
+            return
+        escaping.append(True)
         p = subprocess.Popen(["sleep", "300"], start_new_session=True)
         with open(spec["escape_on_term"], "w") as f:
             f.write(f"{p.pid} {psutil.Process(p.pid).create_time()}")
