@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import wait_for
-from orchestrator.agents import keeper
+from orchestrator.agents import keeper, told
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
 from orchestrator.agents.backends.codex import command_of, login, model_of, provider_key, resumed
 from orchestrator.agents.handle import QUEUED
@@ -355,6 +355,58 @@ def test_tells_kept_for_a_turn_killed_by_a_signal_are_said_lost_beside_the_signa
     assert verdict.returncode == -9 and not verdict.succeeded
     assert verdict.failure_reason is not None, verdict  # not the supervisor's bare exit description, which drops them
     assert verdict.failure_reason.endswith("; 2 tell(s) kept for the end of its turn were not given to it")
+
+
+def test_tells_are_kept_on_disk_until_the_turn_that_carries_them_on_starts(tmp_path: Path) -> None:
+    """A restart of ``up`` during the turn finds them (``told.read``); once the next turn has them, it does not."""
+    stand_in(tmp_path)
+    spec = launch(tmp_path, "", codex_role(tmp_path, model="gpt-5-codex"))
+    seen: list[list[str]] = []
+    verdict, _, prompts = told_turns(tmp_path, before_go=lambda: seen.append(told.read(spec)))
+    assert seen == [["one", "two"]] and prompts == ["[wait] build it", "one\n\ntwo"], (seen, prompts)
+    assert verdict.succeeded and not told.told_path(spec).exists() and told.read(spec) == []
+
+
+def test_a_tell_that_cannot_be_kept_is_refused_not_promised(tmp_path: Path) -> None:
+    stand_in(tmp_path)
+    role = codex_role(tmp_path, model="gpt-5-codex")
+    told.told_path(launch(tmp_path, "", role)).mkdir(parents=True)  # in the way of the file the tell is kept in
+
+    async def main() -> tuple[str, list[str], AttemptVerdict]:
+        ended: asyncio.Future[AttemptVerdict] = asyncio.get_running_loop().create_future()
+        agent = await ProcessSpawner(tmp_path, keeper.locate()).start(
+            launch(tmp_path, "[wait] build it", role), lambda _, verdict: ended.set_result(verdict)
+        )
+        with pytest.raises(ControlError) as refused:
+            await agent.tell("one")
+        (tmp_path / "go").touch()
+        return str(refused.value), agent.told, await asyncio.wait_for(ended, DEADLINE)
+
+    why, kept, verdict = asyncio.run(main())
+    assert why.startswith(
+        f"run {launch(tmp_path, '', role).run_id}: the tell could not be kept for the end of its turn"
+    )
+    assert "\n" not in why and kept == [] and verdict.succeeded and verdict.warnings == (), verdict
+
+
+def test_tells_kept_before_a_restart_for_a_turn_that_ended_meanwhile_are_said_lost(tmp_path: Path) -> None:
+    """Its process is gone, and with it the environment a next turn needs: the run ends as its turn did, and its
+    warnings say what was not given to it."""
+    role = codex_role(tmp_path)
+    spec = launch(tmp_path, "", role)
+    spec.log_path.parent.mkdir(parents=True)
+    events = [{"type": "thread.started", "thread_id": "thread-8"}, {"type": "turn.started"}]
+    events.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
+    with open(spec.log_path, "w", encoding="utf-8") as log:
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + "".join(json.dumps(e) + "\n" for e in events))
+    told.write(spec, ["also write the docs"])
+    taken_back = backend_for(role).recorded(spec, None)
+    assert taken_back.activity == "1 tell(s) kept for the end of its turn"
+    verdict = taken_back.conclude(0)
+    assert verdict.succeeded and verdict.warnings == (
+        "1 tell(s) kept for the end of its turn were not given to it: the orchestrator restarted during its turn "
+        "and could not carry them on",
+    ), verdict
 
 
 def test_a_told_turn_that_cannot_start_fails_the_attempt_saying_why(tmp_path: Path) -> None:

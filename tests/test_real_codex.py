@@ -200,6 +200,32 @@ def test_a_told_turn_running_when_up_is_killed_is_taken_back_not_repeated_and_ta
     assert not told_turn.is_running() or told_turn.status() == psutil.STATUS_ZOMBIE
 
 
+def test_a_tell_kept_when_up_is_killed_is_carried_on_after_the_restart(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    """The receipt said "queued for the end of its turn": a SIGKILL of `up` before that end does not undo it."""
+    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
+    first = project.up(**env)
+    project.drop("builder", "B-10.md", body="[held] build it")
+    wait_for(lambda: stub.requests, SLOW, "the first turn's model call")
+    told = project.cli("tell", "B-10", "now also write the docs")
+    assert told.returncode == 0 and "queued for the end of its turn" in told.stdout, (told.stdout, told.stderr)
+    (running,) = project.status()["runs"]
+    first.signal(signal.SIGKILL)
+    first.wait()
+    again = project.up(**env)
+    again.wait_output("adopted its live agent")
+    (adopted,) = project.status()["runs"]
+    assert adopted["pid"] == running["pid"] and adopted["activity"] == "1 tell(s) kept for the end of its turn", adopted
+    stub.hold.set()
+    ended(project, "builder", "archive", "B-10.md")
+    assert len(stub.requests) == 2, [json.dumps(r["input"])[-200:] for r in stub.requests]
+    second = json.dumps(stub.requests[1]["input"])
+    assert second.index("build it") < second.index("Done: answer 1.") < second.index("now also write the docs")
+    row = history_row(project, "B-10.md")
+    assert row["state"] == "succeeded" and row["attempt"] == 1, row
+
+
 def test_the_dashboard_and_metrics_show_its_tokens_and_its_cost_as_estimated(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:

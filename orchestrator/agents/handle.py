@@ -111,7 +111,13 @@ class FollowUp(Protocol):
 
     async def next_turn(self, agent: Agent, session_id: str, text: str) -> tuple[Transport, Reader | None]:
         """Start the turn that carries on ``session_id`` with ``text`` as its prompt: its process's transport and
-        the reader of its output (whose figures are the attempt's so far). ``SpawnError`` when it cannot start."""
+        the reader of its output (whose figures are the attempt's so far). ``SpawnError`` when it cannot start.
+        The tells it carries on are no longer kept once it starts (``keep``)."""
+        ...
+
+    def keep(self, told: list[str]) -> None:
+        """Keep ``told``, the tells for the end of the running turn, where an orchestrator started after this one
+        finds them; raises ``OSError`` when it cannot (the tell is then refused, not promised)."""
         ...
 
 
@@ -203,6 +209,12 @@ class Agent:
             return None
         if not self.turn_open or self.stopping:
             raise ControlError(f"run {self.spec.run_id}'s agent has ended its turn and exited; nothing to tell")
+        try:  # kept on disk before the receipt: a restart of the orchestrator meanwhile must not lose it
+            self.followup.keep([*self.told, text])
+        except OSError as exc:
+            raise ControlError(
+                f"run {self.spec.run_id}: the tell could not be kept for the end of its turn: {exc.strerror or exc}"
+            ) from None
         self.told.append(text)
         return QUEUED
 
@@ -332,6 +344,11 @@ class Agent:
             lost = f"{len(self.told)} tell(s) kept for the end of its turn were not given to it"
             if code != 0 or reason or judged.failed:
                 reason = f"{reason or describe_exit(code)}; {lost}"
+            elif self.followup is None:  # told to an orchestrator before a restart, which cannot carry them on
+                warnings = (
+                    *warnings,
+                    f"{lost}: the orchestrator restarted during its turn and could not carry them on",
+                )
             else:
                 warnings = (*warnings, f"{lost}: it reported no thread to carry them on")
         self.verdict = AttemptVerdict(

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.agents import procs
+from orchestrator.agents import procs, told
 from orchestrator.agents.backends.base import Answer, Program
 from orchestrator.agents.backends.codex_events import CodexOutput
 from orchestrator.agents.backends.command import check_program
@@ -159,12 +159,16 @@ class CodexBackend:
         # was started with (its marks, its memos), which the record does not keep; without it, no tell
         env = procs.environ(ref.pid)
         followup = None if env is None else NextTurn(dataclasses.replace(spec, env=env, adopted=False), locate_keeper())
-        return adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps, reading=_reading, followup=followup)
+        agent = adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps, reading=_reading, followup=followup)
+        agent.told = told.read(spec)  # told before the restart: carried on at its turn's end (or said lost)
+        return agent
 
     def recorded(self, spec: LaunchSpec, pid: int | None) -> Agent:
         spec = _spec(spec)
         caps = self.capabilities(spec.role)
-        return recorded_command(spec, capabilities=caps, reading=_reading if caps.tokens else None)
+        agent = recorded_command(spec, capabilities=caps, reading=_reading if caps.tokens else None)
+        agent.told = told.read(spec)  # its turn ended while we were down: what was told to it is said lost
+        return agent
 
 
 def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
@@ -186,6 +190,9 @@ class NextTurn:
         self.spec = spec  # as the launcher gave it: its role's own command, before its keys are added
         self.keeper = keeper
 
+    def keep(self, texts: list[str]) -> None:
+        told.write(self.spec, texts)
+
     async def next_turn(self, agent: Agent, session_id: str, text: str) -> tuple[Transport, Reader | None]:
         earlier = dict(agent.result)  # Codex's usage is the thread's running total: the next turn's carries it on
 
@@ -195,6 +202,8 @@ class NextTurn:
         if self.keeper is not None:  # the ended turn's exit record: a restart must not take it for this turn's end
             with contextlib.suppress(FileNotFoundError):
                 record_path(self.spec).unlink()
+        # the tells go with this turn's prompt: a restart once it runs must not give them again
+        told.write(self.spec, [])
         process, reader, writing = await launch_command(
             resume_spec(self.spec, session_id, text), self.keeper, reading=reading
         )
