@@ -275,21 +275,32 @@ def test_a_codex_role_on_ray_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(refused.value)
 
 
+ENDED_TURN = [
+    {"type": "thread.started", "thread_id": "thread-8"},
+    {"type": "turn.started"},
+    {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}},
+]
+
+
+def ended_turn(root: Path, role: Role) -> LaunchSpec:
+    """The spec of run 3's attempt 1, whose log holds a turn that completed (``ENDED_TURN``) while we were down."""
+    spec = launch(root, "", role)
+    spec.log_path.parent.mkdir(parents=True)
+    with open(spec.log_path, "w", encoding="utf-8") as log:
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + "".join(json.dumps(e) + "\n" for e in ENDED_TURN))
+    return spec
+
+
 def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path: Path) -> None:
     role = codex_role(tmp_path)
-    spec = launch(tmp_path, "", role)
-    spec.log_path.parent.mkdir(parents=True)
-    events = [{"type": "thread.started", "thread_id": "thread-8"}, {"type": "turn.started"}]
-    events.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
-    with open(spec.log_path, "w", encoding="utf-8") as log:
-        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + "".join(json.dumps(e) + "\n" for e in events))
+    spec = ended_turn(tmp_path, role)
     taken_back = backend_for(role).recorded(spec, None)
     assert taken_back.capabilities == capabilities(role)
     found = taken_back.conclude(0)
     assert found.succeeded and found.session_id == "thread-8"
     assert taken_back.result["input_tokens"] == 10
     with open(spec.log_path, "a", encoding="utf-8") as log:  # the same attempt again (adopted, then ended)
-        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + json.dumps(events[0]) + "\n")
+        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + json.dumps(ENDED_TURN[0]) + "\n")
     cut = backend_for(role).recorded(launch(tmp_path, "", role), None)
     assert not cut.conclude(0).succeeded  # no completed turn after its header: a failure, whatever its exit
 
@@ -393,12 +404,7 @@ def test_tells_kept_before_a_restart_for_a_turn_that_ended_meanwhile_are_said_lo
     """Its process is gone, and with it the environment a next turn needs: the run ends as its turn did, and its
     warnings say what was not given to it."""
     role = codex_role(tmp_path)
-    spec = launch(tmp_path, "", role)
-    spec.log_path.parent.mkdir(parents=True)
-    events = [{"type": "thread.started", "thread_id": "thread-8"}, {"type": "turn.started"}]
-    events.append({"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}})
-    with open(spec.log_path, "w", encoding="utf-8") as log:
-        log.write("\n=== run 3 attempt 1: codex exec --json -\n" + "".join(json.dumps(e) + "\n" for e in events))
+    spec = ended_turn(tmp_path, role)
     told.write(spec, ["also write the docs"])
     taken_back = backend_for(role).recorded(spec, None)
     assert taken_back.activity == "1 tell(s) kept for the end of its turn"

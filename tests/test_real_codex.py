@@ -22,7 +22,7 @@ import psutil
 import pytest
 from codex_cli import ResponsesStub, codex_binary, provider
 
-from conftest import Project, wait_for
+from conftest import Orchestrator, Project, wait_for
 from web_harness import start
 
 pytestmark = pytest.mark.real_codex
@@ -168,14 +168,23 @@ def recorded_pid(project: Project, memo: str) -> int | None:
     return None if row is None else row[0]
 
 
+def told_during_a_held_turn(
+    project: Project, env: dict[str, str], stub: ResponsesStub, memo: str, text: str
+) -> Orchestrator:
+    """A codex builder's ``memo`` under way, its model call held (``[held]``), and ``text`` told to it: its `up`."""
+    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
+    first = project.up(**env)
+    project.drop("builder", f"{memo}.md", body="[held] build it")
+    wait_for(lambda: stub.requests, SLOW, "the first turn's model call")
+    told = project.cli("tell", memo, text)
+    assert told.returncode == 0 and "queued for the end of its turn" in told.stdout, (told.stdout, told.stderr)
+    return first
+
+
 def test_a_told_turn_running_when_up_is_killed_is_taken_back_not_repeated_and_takes_a_tell(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:
-    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
-    first = project.up(**env)
-    project.drop("builder", "B-9.md", body="[held] build it")
-    wait_for(lambda: stub.requests, SLOW, "the first turn's model call")
-    assert project.cli("tell", "B-9", "[later] now also write the docs").returncode == 0
+    first = told_during_a_held_turn(project, env, stub, "B-9", "[later] now also write the docs")
     stub.hold.set()
     wait_for(lambda: len(stub.requests) == 2, SLOW, "the told turn's model call")
     (running,) = project.status()["runs"]
@@ -204,12 +213,7 @@ def test_a_tell_kept_when_up_is_killed_is_carried_on_after_the_restart(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:
     """The receipt said "queued for the end of its turn": a SIGKILL of `up` before that end does not undo it."""
-    project.configure({"builder": codex_role(stub)}, prices={MODEL: PRICE})
-    first = project.up(**env)
-    project.drop("builder", "B-10.md", body="[held] build it")
-    wait_for(lambda: stub.requests, SLOW, "the first turn's model call")
-    told = project.cli("tell", "B-10", "now also write the docs")
-    assert told.returncode == 0 and "queued for the end of its turn" in told.stdout, (told.stdout, told.stderr)
+    first = told_during_a_held_turn(project, env, stub, "B-10", "now also write the docs")
     (running,) = project.status()["runs"]
     first.signal(signal.SIGKILL)
     first.wait()
