@@ -24,6 +24,7 @@ from orchestrator.config import Config, Role
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.ops.doctor import Host, roles
+from orchestrator.supervisor.adoption import _remove_records
 
 DEADLINE = 20.0
 STAND_IN = """\
@@ -397,7 +398,20 @@ def test_a_tell_that_cannot_be_kept_is_refused_not_promised(tmp_path: Path) -> N
     assert why.startswith(
         f"run {launch(tmp_path, '', role).run_id}: the tell could not be kept for the end of its turn"
     )
+    assert f"(writing {told.told_path(launch(tmp_path, '', role))}: Is a directory); nothing was queued" in why, why
     assert "\n" not in why and kept == [] and verdict.succeeded and verdict.warnings == (), verdict
+    assert sorted(p.name for p in told.told_path(launch(tmp_path, "", role)).parent.iterdir()) == ["1.exit", "1.told"]
+
+
+def test_tells_left_when_a_run_ends_go_with_its_folder(tmp_path: Path) -> None:
+    """Kept for a turn that failed or was stopped (or half-written by a crash): gone with the run's records."""
+    spec = launch(tmp_path, "", codex_role(tmp_path))
+    told.write(spec, ["also write the docs"])
+    folder = told.told_path(spec).parent
+    (folder / "1.told.partial").write_text("[", encoding="utf-8")
+    (folder / "1.exit").write_text("0\n", encoding="utf-8")
+    _remove_records(folder)
+    assert not folder.exists()
 
 
 def test_tells_kept_before_a_restart_for_a_turn_that_ended_meanwhile_are_said_lost(tmp_path: Path) -> None:

@@ -211,9 +211,12 @@ class Agent:
             raise ControlError(f"run {self.spec.run_id}'s agent has ended its turn and exited; nothing to tell")
         try:  # kept on disk before the receipt: a restart of the orchestrator meanwhile must not lose it
             self.followup.keep([*self.told, text])
-        except OSError as exc:
+        except OSError as exc:  # refused, not promised: the person may send it again once the cause is fixed
+            named = exc.filename2 or exc.filename  # a rename's target, else the file written
+            where = f" {named}" if named else ""
             raise ControlError(
-                f"run {self.spec.run_id}: the tell could not be kept for the end of its turn: {exc.strerror or exc}"
+                f"run {self.spec.run_id}: the tell could not be kept for the end of its turn (writing{where}: "
+                f"{exc.strerror or exc}); nothing was queued: send it again once that is fixed"
             ) from None
         self.told.append(text)
         return QUEUED

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, memo_list, procs
+from orchestrator.agents import keeper, memo_list, procs, told
 from orchestrator.agents.backends import backend_for, stall_seconds
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spawner import RemoteRuns, Spawner
@@ -335,13 +335,17 @@ def _remove_all(folders: list[Path]) -> None:
 
 
 def _remove_records(folder: Path) -> None:
-    """The run's exit records, sockets and memo list, then its folder unless something else (a transcript) lives there.
+    """The run's exit records, sockets, kept tells and memo list, then its folder unless something else (a transcript)
+    lives there.
 
     An SDK run's event logs and result files stay beside its transcript.
     """
     try:
         for name in os.listdir(folder):
-            if name.endswith((".exit", ".sock")) or name == memo_list.FILE_NAME:
+            if (
+                name.endswith((".exit", ".sock", told.SUFFIX, told.SUFFIX + told.PARTIAL))
+                or name == memo_list.FILE_NAME
+            ):
                 (folder / name).unlink(missing_ok=True)
         os.rmdir(folder)
     except OSError:
