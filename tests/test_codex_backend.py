@@ -389,9 +389,11 @@ def test_a_tell_that_cannot_be_kept_is_refused_not_promised(tmp_path: Path) -> N
         agent = await ProcessSpawner(tmp_path, keeper.locate()).start(
             launch(tmp_path, "[wait] build it", role), lambda _, verdict: ended.set_result(verdict)
         )
-        with pytest.raises(ControlError) as refused:
-            await agent.tell("one")
-        (tmp_path / "go").touch()
+        try:
+            with pytest.raises(ControlError) as refused:
+                await agent.tell("one")
+        finally:
+            (tmp_path / "go").touch()  # its turn ends whatever the tell did: no stand-in outlives a failing test
         return str(refused.value), agent.told, await asyncio.wait_for(ended, DEADLINE)
 
     why, kept, verdict = asyncio.run(main())
