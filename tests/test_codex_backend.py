@@ -306,6 +306,23 @@ def test_an_attempt_that_ended_while_we_were_down_is_read_from_its_log(tmp_path:
     assert not cut.conclude(0).succeeded  # no completed turn after its header: a failure, whatever its exit
 
 
+def test_an_attempt_taken_back_during_a_told_turn_counts_the_turns_before_it(tmp_path: Path) -> None:
+    """Each told turn is a process of its own under the same header: the running one is read from the last header,
+    after the turns the ones before it completed; its usage is already the thread's total."""
+    role = codex_role(tmp_path)
+    spec = ended_turn(tmp_path, role)
+    second = [ENDED_TURN[0], {"type": "turn.started"}]
+    second.append({"type": "turn.completed", "usage": {"input_tokens": 30, "output_tokens": 5}})
+    with open(spec.log_path, "a", encoding="utf-8") as log:
+        log.write("\n=== run 3 attempt 1: codex exec --json resume thread-8 -\n")
+        log.write("".join(json.dumps(e) + "\n" for e in second))
+    taken_back = backend_for(role).recorded(spec, None)
+    assert taken_back.conclude(0).succeeded
+    assert taken_back.result["num_turns"] == 2 and taken_back.result["input_tokens"] == 30, taken_back.result
+    only = backend_for(role).recorded(launch(tmp_path / "other", "", role), None)  # no log at all: nothing before
+    assert only.result.get("num_turns") is None
+
+
 def told_turns(
     root: Path, stop: bool = False, prompt: str = "[wait] build it", before_go: Callable[[], None] = lambda: None
 ) -> tuple[AttemptVerdict, dict[str, Any], list[str]]:

@@ -205,7 +205,7 @@ def test_a_told_turn_running_when_up_is_killed_is_taken_back_not_repeated_and_ta
     third = json.dumps(stub.requests[2]["input"])
     assert third.index("now also write the docs") < third.index("Done: answer 2.") < third.index("finally the tests")
     (row,) = [r for r in json.loads(project.cli("history", "--json").stdout)["runs"] if r["memo"] == "B-9.md"]
-    assert row["state"] == "succeeded" and row["attempt"] == 1, row
+    assert row["state"] == "succeeded" and row["attempt"] == 1 and row["num_turns"] == 3, row  # turns before it too
     assert not told_turn.is_running() or told_turn.status() == psutil.STATUS_ZOMBIE
 
 

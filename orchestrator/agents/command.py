@@ -62,7 +62,7 @@ async def launch_command(
     if executable is None:
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
-    header = f"\n=== run {spec.run_id} attempt {spec.attempt}: {' '.join(argv[:8])}\n"
+    header = f"{attempt_header(spec)}{' '.join(argv[:8])}\n"
     reader = None
     if reading is not None:  # its output starts after what the log holds now and the header
         try:
@@ -95,12 +95,29 @@ def recorded_command(spec: LaunchSpec, *, capabilities: Capabilities, reading: R
     return Agent(spec, process, capabilities=capabilities, reader=_taken_back(spec, reading))
 
 
+def attempt_header(spec: LaunchSpec) -> str:
+    """How each process of this attempt begins its part of the run's log (its command line follows)."""
+    return f"\n=== run {spec.run_id} attempt {spec.attempt}: "
+
+
+def earlier_processes(spec: LaunchSpec) -> str:
+    """What this attempt's processes before its last one wrote in the run's log (a program that runs one process a
+    turn: the turns before the running one), or "" when it has had only one."""
+    header = attempt_header(spec).encode()
+    try:
+        data = spec.log_path.read_bytes()
+    except OSError:
+        return ""
+    first, last = data.find(header), data.rfind(header)
+    return data[first:last].decode("utf-8", "replace") if 0 <= first < last else ""
+
+
 def _taken_back(spec: LaunchSpec, reading: Reading | None) -> Reader | None:
     """An agent taken back after a restart is read from its own output in the run's log: from the end of the last
     header line of its attempt on (all of the log when that is not there)."""
     if reading is None:
         return None
-    header = f"\n=== run {spec.run_id} attempt {spec.attempt}: ".encode()
+    header = attempt_header(spec).encode()
     try:
         data = spec.log_path.read_bytes()
     except OSError:
