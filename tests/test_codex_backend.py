@@ -18,13 +18,13 @@ from orchestrator.agents import keeper, told
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
 from orchestrator.agents.backends.codex import command_of, login, model_of, provider_key, resumed
 from orchestrator.agents.handle import QUEUED
+from orchestrator.agents.run_folder import remove_spent
 from orchestrator.agents.spawner import ProcessSpawner
 from orchestrator.agents.spec import LaunchSpec, agent_environment
 from orchestrator.config import Config, Role
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.ops.doctor import Host, roles
-from orchestrator.supervisor.adoption import _remove_records
 
 DEADLINE = 20.0
 STAND_IN = """\
@@ -429,7 +429,7 @@ def test_tells_left_when_a_run_ends_go_with_its_folder(tmp_path: Path) -> None:
     folder = told.told_path(spec).parent
     (folder / "1.told.partial").write_text("[", encoding="utf-8")
     (folder / "1.exit").write_text("0\n", encoding="utf-8")
-    _remove_records(folder)
+    remove_spent(folder)
     assert not folder.exists()
 
 

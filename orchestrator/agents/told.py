@@ -2,9 +2,9 @@
 
 A program agent that runs one process a turn (Codex's ``exec``) takes a tell as a promise: its receipt says it is
 queued for the end of the turn. The promise outlives the orchestrator: the list is written (whole, then renamed
-into place) before the receipt is given, read back when the run is taken back after a restart, and removed once
-the next turn that carries it on starts; whatever is left when the run ends goes with the run's folder under
-``.orchestrator/runs/`` (``supervisor/adoption.py``).
+into place) before the receipt is given, read back when the run is taken back after a restart, and removed just
+before the next turn that carries it on starts; whatever is left when the run ends goes with the run's folder under
+``.orchestrator/runs/`` (``run_folder``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agents import keeper, memo_list, procs, told
+from orchestrator.agents import keeper, procs, run_folder
 from orchestrator.agents.backends import backend_for, stall_seconds
 from orchestrator.agents.handle import Agent
 from orchestrator.agents.spawner import RemoteRuns, Spawner
@@ -331,25 +331,7 @@ def _marks(root: str, run_id: int, attempt: int) -> tuple[bytes, ...]:
 
 def _remove_all(folders: list[Path]) -> None:
     for folder in folders:
-        _remove_records(folder)
-
-
-def _remove_records(folder: Path) -> None:
-    """The run's exit records, sockets, kept tells and memo list, then its folder unless something else (a transcript)
-    lives there.
-
-    An SDK run's event logs and result files stay beside its transcript.
-    """
-    try:
-        for name in os.listdir(folder):
-            if (
-                name.endswith((".exit", ".sock", told.SUFFIX, told.SUFFIX + told.PARTIAL))
-                or name == memo_list.FILE_NAME
-            ):
-                (folder / name).unlink(missing_ok=True)
-        os.rmdir(folder)
-    except OSError:
-        pass  # not there, or it holds a transcript
+        run_folder.remove_spent(folder)
 
 
 def _keeper_marks(marks: tuple[bytes, ...]) -> tuple[bytes, ...]:
