@@ -23,11 +23,10 @@ from pathlib import Path
 
 from orchestrator.agents import procs, told
 from orchestrator.agents.backends.base import Answer, Program
-from orchestrator.agents.backends.codex_events import CodexOutput, read_events
+from orchestrator.agents.backends.codex_events import CodexOutput
 from orchestrator.agents.backends.command import check_program
 from orchestrator.agents.claude_errors import one_line
 from orchestrator.agents.command import (
-    Reading,
     adopt_command,
     earlier_processes,
     launch_command,
@@ -166,15 +165,14 @@ class CodexBackend:
         # was started with (its marks, its memos), which the record does not keep; without it, no tell
         env = procs.environ(ref.pid)
         followup = None if env is None else NextTurn(dataclasses.replace(spec, env=env, adopted=False), locate_keeper())
-        reading = _taken_back_reading(spec)
-        agent = adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps, reading=reading, followup=followup)
+        agent = adopt_command(_spec(spec), ref, keeper_pid, capabilities=caps, reading=_taken_back, followup=followup)
         agent.told = told.read(spec)  # told before the restart: carried on at its turn's end (or said lost)
         return agent
 
     def recorded(self, spec: LaunchSpec, pid: int | None) -> Agent:
         spec = _spec(spec)
         caps = self.capabilities(spec.role)
-        agent = recorded_command(spec, capabilities=caps, reading=_taken_back_reading(spec) if caps.tokens else None)
+        agent = recorded_command(spec, capabilities=caps, reading=_taken_back if caps.tokens else None)
         agent.told = told.read(spec)  # its turn ended while we were down: what was told to it is said lost
         return agent
 
@@ -183,18 +181,11 @@ def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
     return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)))
 
 
-def _taken_back_reading(spec: LaunchSpec) -> Reading:
-    """How an attempt taken back at a restart is read: its running turn's output, counted after the turns its
-    earlier processes completed (told turns; its usage is already the thread's total)."""
-    turns = read_events(earlier_processes(spec)).turns_completed
-    if not turns:
-        return _reading
-
-    def reading(spec: LaunchSpec, offset: int) -> CodexOutput:
-        price = spec.role.token_price(model_of(spec.role))
-        return CodexOutput(spec.log_path, offset, price=price, earlier={"num_turns": turns})
-
-    return reading
+def _taken_back(spec: LaunchSpec, offset: int) -> CodexOutput:
+    """An attempt taken back at a restart: its running turn's output, counted after the turns its earlier processes
+    completed (told turns; its usage is already the thread's total), which its end reads off the loop."""
+    price = spec.role.token_price(model_of(spec.role))
+    return CodexOutput(spec.log_path, offset, price=price, before=lambda: earlier_processes(spec))
 
 
 def resume_spec(spec: LaunchSpec, thread_id: str, prompt: str) -> LaunchSpec:

@@ -252,7 +252,9 @@ def describe(event: dict[str, Any]) -> list[str]:
 
 class CodexOutput:
     """One attempt's events in the run's log from ``offset``, read at its end in a worker thread (its tail only);
-    ``earlier``: the figures of the same attempt's turns before (a resumed thread's usage already counts them)."""
+    ``earlier``: the figures of the same attempt's turns before (a resumed thread's usage already counts them);
+    ``before``: for an attempt taken back at a restart, what its earlier processes wrote, read at the end (blocking)
+    for the turns they completed."""
 
     def __init__(
         self,
@@ -261,12 +263,14 @@ class CodexOutput:
         now: Now | None = None,
         price: TokenPrice | None = None,
         earlier: dict[str, Any] | None = None,
+        before: Callable[[], str] | None = None,
     ) -> None:
         self.log_path = log_path
         self.offset = offset
         self.price = price
         self.now = now or (lambda: datetime.now().astimezone())
         self.earlier = earlier or {}  # the figures of the attempt's turns before this one (a tell's next turn)
+        self.before = before
         self.result: dict[str, Any] = dict(self.earlier)
         self.events = Events()
 
@@ -286,6 +290,9 @@ class CodexOutput:
                     head = Events()
         except OSError:
             return Judgement()  # nothing to read: the exit status decides
+        if self.before is not None:
+            turns = read_events(self.before()).turns_completed
+            self.earlier = {"num_turns": turns} if turns else {}
         self.events = read_events(text)
         self.events.thread_id = self.events.thread_id or head.thread_id
         self.result = {**self.earlier, **figures(self.events, self.price)}  # its usage is the thread's total so far
