@@ -335,15 +335,17 @@ def told_turns(
         agent = await ProcessSpawner(root, keeper.locate()).start(
             launch(root, prompt, role), lambda _, verdict: ended.set_result(verdict)
         )
-        assert await agent.tell("one") == QUEUED and await agent.tell("two") == QUEUED
-        if stop:
-            until = asyncio.get_running_loop().time() + DEADLINE
-            while not (root / "prompts.jsonl").exists():  # its turn under way: the stop meets a running process
-                assert asyncio.get_running_loop().time() < until, "the stand-in never read its prompt"
-                await asyncio.sleep(0.02)
-            await agent.stop(1.0, lambda _: None, interrupt_first=False)
-        before_go()
-        (root / "go").touch()
+        try:
+            assert await agent.tell("one") == QUEUED and await agent.tell("two") == QUEUED
+            if stop:
+                until = asyncio.get_running_loop().time() + DEADLINE
+                while not (root / "prompts.jsonl").exists():  # its turn under way: the stop meets a running process
+                    assert asyncio.get_running_loop().time() < until, "the stand-in never read its prompt"
+                    await asyncio.sleep(0.02)
+                await agent.stop(1.0, lambda _: None, interrupt_first=False)
+            before_go()
+        finally:
+            (root / "go").touch()  # its turn ends whatever happened before: no stand-in outlives a failing test
         verdict = await asyncio.wait_for(ended, DEADLINE)
         with pytest.raises(ControlError, match="ended its turn and exited"):
             await agent.tell("too late")
