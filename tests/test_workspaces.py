@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,60 @@ def test_a_cancelled_run_leaves_its_file_only_in_an_attempt_ref(project: Project
     assert not (project.root / "half.txt").exists(), "not in the root"
     assert not (project.root / ".orchestrator-workspaces" / "cut" / "half.txt").exists(), "the workspace reset"
     assert "half.txt" in project.cli("diff", "cut", "--stat").stdout
+    assert project.procs[0].stop() == 0
+
+
+def attempts(project: Project) -> list[tuple[int, int, str | None, str | None]]:
+    with sqlite3.connect(project.root / ".orchestrator" / "state.db") as db:
+        return db.execute("SELECT run_id, attempt, outcome, ref FROM workspace_attempts ORDER BY run_id").fetchall()
+
+
+def test_a_git_error_names_the_file_git_names_and_what_to_do(tmp_path: Path) -> None:
+    git(tmp_path, "init", "--quiet")
+    (tmp_path / ".git" / "index.lock").write_text("", encoding="utf-8")
+    with pytest.raises(workspace_git.GitError) as caught:
+        workspace_git.git(tmp_path, "add", "--all")
+    said = str(caught.value)
+    assert "index.lock': File exists" in said and "remove the file manually" in said and "\n" not in said, said
+
+
+def test_a_failed_runs_work_its_end_could_not_settle_is_set_aside_at_the_next_start(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE, "retry": {"max": 0}}})
+    start(project)
+    body = "write x.txt failed work\ncommit\nwrite ../../.git/worktrees/w/index.lock x\nexit 1"
+    project.drop("builder", "a.md", {"id": "a", "workspace": "w"}, body=body)
+    wait_for(lambda: project.folder("builder", "failed") == ["a.md"], what="a failed")
+    wait_for(lambda: "index.lock': File exists" in project.procs[0].output, what="the error naming the lock")
+    assert "was not settled" in project.procs[0].output
+    assert show(project, "orchestrator/w", "x.txt") == "failed work", "its own commit left on the branch"
+    (project.root / ".git" / "worktrees" / "w" / "index.lock").unlink()  # a person removes the lock
+    project.drop("builder", "b.md", {"id": "b", "workspace": "w"}, body="see x.txt")
+    wait_for(lambda: project.folder("builder", "archive") == ["b.md"], what="b done")
+    assert records(project)[-1]["seen"] == {"x.txt": None}, "the next run starts where the failed one began"
+    assert git(project.root, "rev-parse", "orchestrator/w") == main, "the failed run's branch put back"
+    ref = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/w/")
+    assert ref.endswith("-1") and show(project, ref, "x.txt") == "failed work", ref
+    assert [row[2] for row in attempts(project)] == ["set aside", "unchanged"], attempts(project)
+    assert project.procs[0].stop() == 0
+
+
+def test_a_cancelled_waiting_memo_sets_its_work_aside_and_puts_the_branch_back(project: Project) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    body = "write c.txt committed\ncommit\nwrite u.txt uncommitted\nask-unless answered.flag Which?"
+    project.drop("builder", "a.md", {"id": "a", "workspace": "w"}, body=body)
+    wait_for((project.root / "memo/builder/waiting/a.question").exists, what="a.md waiting for a person")
+    assert project.cli("cancel", "a.md").returncode == 0
+    wait_for(lambda: project.folder("builder", "cancelled") == ["a.md"], what="a.md cancelled")
+    ref = wait_for(
+        lambda: git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/w/"),
+        what="its work set aside",
+    )
+    assert ref.endswith("-1") and show(project, ref, "c.txt") == "committed" and show(project, ref, "u.txt")
+    assert git(project.root, "rev-parse", "orchestrator/w") == main, "the branch as it was"
+    workspace = project.root / ".orchestrator-workspaces" / "w"
+    assert git(workspace, "status", "--porcelain") == "" and not (workspace / "u.txt").exists()
+    assert attempts(project)[0][2] == "set aside", attempts(project)
     assert project.procs[0].stop() == 0
 
 

@@ -216,13 +216,27 @@ class Workspaces(Extension):
             self.identity = await asyncio.to_thread(git.identity, self.root)
         folder = self.root / settings.root / name
         branch = git.BRANCH_PREFIX + name
-        previous = records.open_attempt(self.host.store.db, run.run_id)
+        db = self.host.store.db
+        previous = records.open_attempt(db, run.run_id)
+        live = self.host.runs()  # an ended run's attempt still open: its end's git work failed, or never ran
+        lost = [work for work in records.unsettled_in(db, name, run.run_id) if work.run_id not in live]
+        carried = records.waiting_in(db, name) if resumed else None  # its answered memo takes on its attempt's work
         try:
             async with self.making:  # one at a time: two `worktree add`s, or config writes, may meet on a lock
-                start, base, kept = await asyncio.to_thread(self._ready, run, name, folder, branch, previous, resumed)
+                start, base, kept, lost_kept = await asyncio.to_thread(
+                    self._ready, run, name, folder, branch, previous, resumed, lost
+                )
         except (git.GitError, OSError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         with self.host.store.batch():
+            for gone, commit in zip(lost, lost_kept, strict=True):
+                ref = attempt_ref(name, gone.run_id, gone.attempt) if commit else None
+                records.ended(db, gone.run_id, gone.attempt, "set aside" if commit else "unchanged", commit, ref)
+                if ref is not None:
+                    self.host.console.line(f"workspace {name}: run {gone.run_id}'s unsettled work set aside as {ref}")
+            if carried is not None:
+                records.ended(db, carried.run_id, carried.attempt, "carried on", None, None)
+                start = carried.start  # what the waiting run did is this attempt's: kept or put back with its own
             if previous is not None:
                 records.ended(
                     self.host.store.db,
@@ -263,15 +277,17 @@ class Workspaces(Extension):
         branch: str,
         previous: records.AttemptWork | None,
         resumed: bool = False,
-    ) -> tuple[str, str, str | None]:
+        lost: Sequence[records.AttemptWork] = (),
+    ) -> tuple[str, str, str | None, list[str | None]]:
         """On a thread: the workspace made or reused and clean; (the branch's commit, the base, the commit the
-        last attempt's work was set aside as)."""
+        last attempt's work was set aside as, the commits ended runs' unsettled attempts were set aside as)."""
         settings = run.role.workspace
         if git.ensure_worktree(self.root, folder, branch, settings.base or git.current_branch(self.root) or "HEAD"):
             git.exclude(self.root, self.root / settings.root)
             base = settings.base or git.current_branch(self.root) or "HEAD"
             git.git(self.root, "config", f"branch.{branch}.{BASE_KEY}", base)
         base = git.git(self.root, "config", f"branch.{branch}.{BASE_KEY}", check=False) or settings.base or "HEAD"
+        lost_kept = self._set_aside_lost(folder, lost)  # first: what they left is theirs, not a crash's
         kept = None
         if previous is not None and previous.name == name:
             ref = attempt_ref(name, previous.run_id, previous.attempt)
@@ -279,7 +295,21 @@ class Workspaces(Extension):
         elif not resumed and git.changed(folder):  # left by a run the orchestrator lost (a crash): kept aside
             head = git.git(folder, "rev-parse", "HEAD")
             git.set_aside(folder, head, attempt_ref(name, run.run_id, 0), "left in the workspace", self.identity or {})
-        return git.git(folder, "rev-parse", "HEAD"), base, kept
+        return git.git(folder, "rev-parse", "HEAD"), base, kept, lost_kept
+
+    def _set_aside_lost(self, folder: Path, lost: Sequence[records.AttemptWork]) -> list[str | None]:
+        """On a thread: the work of ended runs' attempts never settled (newest first) kept under their refs, and the
+        workspace and its branch put back where the oldest began; the commit each was kept as, or None."""
+        return [
+            git.set_aside(
+                folder,
+                work.start,
+                attempt_ref(work.name, work.run_id, work.attempt),
+                f"run {work.run_id}: its work, not settled at its end",
+                self.identity or {},
+            )
+            for work in lost
+        ]
 
     def _setup(self, role: Role, folder: Path) -> None:
         """The role's ``copy`` and ``setup`` once per workspace; a failure fails the attempt, and the next one does
@@ -318,13 +348,17 @@ class Workspaces(Extension):
         done on a thread while the run settles, so the memos move once it is on the branch or kept aside."""
         if not run.role.workspace.isolated:
             return None
+        parked: list[str] = []  # the workspaces a waiting memo cancelled or failed had its work in
         for memo in run.memos:
             self.names.pop(memo.path, None)
-            if memo.path.parent.name == WAITING:  # a waiting memo cancelled or failed: its workspace is free
+            if memo.path.parent.name == WAITING:
+                parked += [name for name, waits in self.waiting.items() if waits == memo.name]
                 self.waiting = {name: waits for name, waits in self.waiting.items() if waits != memo.name}
         self.where.pop(run.run_id, None)
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
+        if work is None and parked:  # its work is set aside from where its attempt began, and the workspace freed
+            work = records.waiting_in(db, parked[0])
         if work is None:
             return None
         if state is RunState.RETURNED and (reason or "").startswith(f"{WAITING}:") and run.memos:
@@ -355,7 +389,7 @@ class Workspaces(Extension):
         finally:
             self._free(work.name, run.run_id)
         outcome, commit, ref = done
-        records.ended(self.host.store.db, run.run_id, work.attempt, outcome, commit, ref)
+        records.ended(self.host.store.db, work.run_id, work.attempt, outcome, commit, ref)
         if outcome == "committed":
             line = f"its work committed on {work.branch} ({(commit or '')[:10]}, run {run.run_id})"
         elif outcome == "set aside":
@@ -373,6 +407,6 @@ class Workspaces(Extension):
             git.commit_all(folder, message(run), identity)
             head = git.git(folder, "rev-parse", "HEAD")
             return ("committed", head, None) if head != work.start else ("unchanged", None, None)
-        ref = attempt_ref(work.name, run.run_id, work.attempt)
+        ref = attempt_ref(work.name, work.run_id, work.attempt)
         kept = git.set_aside(folder, work.start, ref, message(run), identity)
         return ("set aside", kept, ref) if kept is not None else ("unchanged", None, None)

@@ -43,9 +43,21 @@ def git(folder: Path, *args: str, env: dict[str, str] | None = None, check: bool
     except subprocess.TimeoutExpired:
         raise GitError(f"git {' '.join(args[:2])} took longer than {TIMEOUT:g}s in {folder}; stopped") from None
     if check and done.returncode != 0:
-        words = (done.stderr or done.stdout).strip().splitlines()
-        raise GitError(f"git {' '.join(args[:2])} failed in {folder}: {words[-1] if words else done.returncode}")
+        words = account(done.stderr or done.stdout) or str(done.returncode)
+        raise GitError(f"git {' '.join(args[:2])} failed in {folder}: {words}")
     return done.stdout.strip()
+
+
+def account(output: str) -> str:
+    """Git's own account of a failure, in one line: its first ``fatal:`` or ``error:`` line (the one that names the
+    file, such as an ``index.lock`` left behind), then its last line when that is another (what to do: "remove the
+    file manually to continue."); its last line alone when it said neither; empty when it said nothing."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    said = next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1])
+    last = lines[-1]
+    return said if last == said or last.startswith("hint:") else f"{said} ({last})"
 
 
 def succeeds(folder: Path, *args: str) -> bool:

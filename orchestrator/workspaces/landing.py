@@ -104,8 +104,8 @@ def _land(plan: Plan, into: str, stopping: threading.Event) -> Result:
         git.git(folder, "rebase", "--abort", check=False)
         git.reset(folder, before)
         if not files:
-            words = (rebased.stderr or rebased.stdout).strip().splitlines()
-            raise Refused(f"landing {plan.name}: git rebase {into} failed: {words[-1] if words else '?'}")
+            words = git.account(rebased.stderr or rebased.stdout) or "?"
+            raise Refused(f"landing {plan.name}: git rebase {into} failed: {words}")
         return Result(
             "conflict",
             f"landing {plan.name} into {into}: {plan.branch} conflicts with {into} in {', '.join(files)}; nothing "

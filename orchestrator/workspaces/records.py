@@ -18,7 +18,8 @@ CREATE TABLE IF NOT EXISTS workspace_attempts (  -- each attempt run in a worksp
     branch    TEXT NOT NULL,
     base      TEXT NOT NULL,
     start     TEXT NOT NULL,      -- the branch's commit when the attempt began
-    outcome   TEXT,               -- null while it works; 'committed', 'unchanged' or 'set aside'
+    outcome   TEXT,               -- null while it works; 'committed', 'unchanged', 'set aside', 'waiting' (for a
+                                  -- person, its work left in the workspace) or 'carried on' (by its answered memo)
     commit_id TEXT,               -- the commit on the branch, or the set-aside commit
     ref       TEXT,               -- where a set-aside attempt is kept
     PRIMARY KEY (run_id, attempt)
@@ -71,6 +72,27 @@ def open_attempt(db: sqlite3.Connection, run_id: int) -> AttemptWork | None:
     row = db.execute(
         f"SELECT {COLUMNS} FROM workspace_attempts WHERE run_id = ? AND outcome IS NULL ORDER BY attempt DESC LIMIT 1",
         (run_id,),
+    ).fetchone()
+    return AttemptWork(*row) if row else None
+
+
+def unsettled_in(db: sqlite3.Connection, name: str, run_id: int) -> list[AttemptWork]:
+    """The attempts in workspace ``name`` of runs other than ``run_id`` whose work was never settled (their end's git
+    work failed, or the orchestrator ended under them), newest first."""
+    rows = db.execute(
+        f"SELECT {COLUMNS} FROM workspace_attempts WHERE name = ? AND run_id != ? AND outcome IS NULL "
+        "ORDER BY run_id DESC, attempt DESC",
+        (name, run_id),
+    ).fetchall()
+    return [AttemptWork(*row) for row in rows]
+
+
+def waiting_in(db: sqlite3.Connection, name: str) -> AttemptWork | None:
+    """The attempt whose run waits for a person with its work in workspace ``name`` (its start kept), if any."""
+    row = db.execute(
+        f"SELECT {COLUMNS} FROM workspace_attempts WHERE name = ? AND outcome = 'waiting' "
+        "ORDER BY run_id DESC, attempt DESC LIMIT 1",
+        (name,),
     ).fetchone()
     return AttemptWork(*row) if row else None
 
