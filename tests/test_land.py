@@ -334,3 +334,27 @@ def test_one_landing_into_a_branch_checked_out_nowhere_and_a_check_that_runs_too
     into_the_worktree = dataclasses.replace(plan, into="orchestrator/ws", branch="orchestrator/ws")
     refused = landing.land(into_the_worktree)
     assert refused.outcome == "refused" and f"is checked out in {folder}" in refused.reason, refused
+
+
+def test_a_landing_asked_while_a_run_waits_for_a_person_waits_for_its_answered_memo_then_lands(
+    project: Project,
+) -> None:
+    main = repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    body = "write half.txt begun\nask-unless answered.flag Which one?\nwrite done.txt done"
+    project.drop("builder", "a.md", {"id": "asks"}, body=body)
+    wait_for((project.root / "memo/builder/waiting/a.question").exists, what="a.md waiting for a person")
+    done = project.cli("land", "asks", "--wait", "1")
+    assert done.returncode == 11, done.stderr
+    assert "landing asks: still waiting for a run waiting for a person" in done.stderr, done.stderr
+    assert "landing asks waits for a run waiting for a person" in project.procs[0].output
+    assert "run 0" not in project.procs[0].output
+    shown = project.cli("status").stdout
+    assert "landing: asks into its base: queued, waits for a run waiting for a person" in shown, shown
+    assert git(project.root, "rev-parse", "main") == main, "not landed while the run waits"
+    (project.root / "answered.flag").touch()
+    assert project.cli("answer", "asks", "the first").returncode == 0
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the answered memo ran, not held")
+    wait_for(lambda: landings(project) == [("asks", "landed")], what="the landing, once the answered run ended")
+    assert show(project, "main", "half.txt") == "begun" and show(project, "main", "done.txt") == "done"
+    assert project.procs[0].stop() == 0

@@ -87,6 +87,7 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
         parts.append(f"held: {role}: " + "; ".join(held.values()))
     for landing in snap.get("landings") or ():  # the workspaces' landing queue, oldest first
         waits = f", waits for run {landing['waits_for_run']}" if landing.get("waits_for_run") else ""
+        waits = ", waits for a run waiting for a person" if landing.get("waits_for_person") else waits
         into = landing.get("into") or "its base"
         parts.append(f"landing: {landing['workspace']} into {into}: {landing['state']}{waits}")
     for role, wake in (snap.get("wakes") or {}).items():

@@ -190,7 +190,8 @@ class Workspaces(Extension):
             if owner is not None:
                 who = f"run {owner}" if owner else "a run waiting for a person"
                 self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} ({who})")
-            elif first is not None and self.landings.wanted(name):
+            elif first is not None and self.landings.wanted(name) and self.waiting.get(name) != first.name:
+                # (the memo of the run waiting for a person in it goes on first: the landing waits for that run)
                 self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (being landed)")
             else:
                 self.host.holds.release(role.name, HOLD, quiet=True)

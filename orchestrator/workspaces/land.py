@@ -67,8 +67,14 @@ class Job:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
+def who(owner: int) -> str:
+    """The run a landing waits for, in words (``busy``'s 0: a run waiting for a person with its work there)."""
+    return f"run {owner}" if owner else "a run waiting for a person"
+
+
 class LandQueue:
-    """The queue of landings of one orchestrator; ``busy(name)`` is the run working in a workspace, or None."""
+    """The queue of landings of one orchestrator; ``busy(name)`` is the run working in a workspace (0: a run waiting
+    for a person, which its answered memo carries on), or None."""
 
     def __init__(self, host: Host, busy: Callable[[str], int | None]) -> None:
         self.host = host
@@ -101,7 +107,8 @@ class LandQueue:
                     "workspace": job.plan.name,
                     "into": job.plan.into,
                     "state": job.state,
-                    "waits_for_run": job.waiting_for,
+                    "waits_for_run": job.waiting_for or None,
+                    "waits_for_person": job.waiting_for == 0,
                 }
                 for job in self.jobs
             ]
@@ -156,7 +163,7 @@ class LandQueue:
                 "landing": "still landing (its rebase or its check)",
             }.get(job.state, job.state)
             if job.waiting_for is not None and job.state == "queued":
-                where = f"still waiting for run {job.waiting_for}, which works in it"
+                where = f"still waiting for {who(job.waiting_for)}, which works in it"
             return f"landing {job.plan.name}: {where} after {within:g}s; it goes on (`orchestrator status` shows it)"
 
         return await replies.within(asyncio.shield(job.done), within, self.host.clock, still)
@@ -177,7 +184,7 @@ class LandQueue:
                 return
             if job.waiting_for != owner:
                 job.waiting_for = owner
-                self.host.console.line(f"landing {job.plan.name} waits for run {owner}, which works in it")
+                self.host.console.line(f"landing {job.plan.name} waits for {who(owner)}, which works in it")
 
     async def _work(self, job: Job, now: datetime) -> None:
         done = await asyncio.get_running_loop().run_in_executor(None, self._land, job, now)
