@@ -118,3 +118,14 @@ def test_a_folder_deleted_by_hand_is_repaired_and_status_and_doctor_count_the_wo
     wait_for(lambda: "again.md" in project.folder("builder", "archive"), what="a run in it makes it again")
     assert show(project, "orchestrator/gone", "g2.txt") == "y"
     assert project.procs[-1].stop() == 0
+
+
+def test_a_workspace_whose_run_waits_for_a_person_is_kept(project: Project) -> None:
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "asks"}, body="write half.txt begun\nask-unless answered.flag Which?")
+    wait_for((project.root / "memo/builder/waiting/a.question").exists, what="a.md waiting for a person")
+    assert project.procs[0].stop() == 0
+    done = collect(project, 30)
+    assert done["count"] == 0 and folder(project, "asks").is_dir(), done
+    assert collect(project, 30, dry_run=True)["kept"]["asks"] == "a memo in waiting/ (for a person) is for it"

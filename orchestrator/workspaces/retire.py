@@ -1,7 +1,8 @@
 """Which workspaces a retention pass removes (``retention: {workspaces: 14d}``), and removing them; what they hold
 on disk (``status``, ``doctor``).
 
-A workspace goes when its conversation has ended (no unfinished run worked there, no memo in an inbox is for it)
+A workspace goes when its conversation has ended (no unfinished run worked there, no memo in an inbox or in
+``waiting/`` is for it)
 and it has landed or been idle for the limit (since its last run ended). Never with work that exists nowhere
 else: changes left in its folder, or a HEAD no ref contains, keep it, and say so. Its folder goes
 (``git worktree remove``), its branch and its attempts' refs stay unless base contains them; a registration
@@ -19,7 +20,7 @@ from typing import Any
 
 from orchestrator.core.clock import iso
 from orchestrator.core.states import UNFINISHED
-from orchestrator.intake.memo import parse_front_matter, read_head
+from orchestrator.intake.memo import INBOX, WAITING, parse_front_matter, read_head
 from orchestrator.workspaces import git, land_records, ports
 from orchestrator.workspaces.git import safe_name
 from orchestrator.workspaces.naming import conversation
@@ -98,10 +99,11 @@ def known(db: sqlite3.Connection) -> list[Known]:
     return list(found.values())
 
 
-def waiting_for(root: Path, db: sqlite3.Connection) -> set[str]:
-    """The workspaces the memos in the inboxes would work in (by their front matter, id or conversation)."""
+def waiting_for(root: Path, db: sqlite3.Connection, folder: str = INBOX) -> set[str]:
+    """The workspaces the memos in the inboxes (or in another of the roles' folders, such as ``waiting/``) would
+    work in (by their front matter, id or conversation)."""
     names: set[str] = set()
-    for path in (root / "memo").glob("*/inbox/*.md"):
+    for path in (root / "memo").glob(f"*/{folder}/*.md"):
         header = parse_front_matter(read_head(path))
         named = header.extra.get("workspace")
         if isinstance(named, str | int) and str(named).strip():
@@ -141,6 +143,7 @@ def plan(root: Path, db: sqlite3.Connection, limit: float | None, now: datetime)
     if limit is None:
         return out
     waiting = waiting_for(root, db)
+    parked = waiting_for(root, db, WAITING)  # a run waiting for a person: its work is there, for its answered memo
     for work in known(db):
         folder = Path(work.folder)
         if not (folder / ".git").exists():
@@ -150,6 +153,9 @@ def plan(root: Path, db: sqlite3.Connection, limit: float | None, now: datetime)
             continue
         if work.name in waiting:
             out.kept[work.name] = "a memo in an inbox is for it"
+            continue
+        if work.name in parked:
+            out.kept[work.name] = "a memo in waiting/ (for a person) is for it"
             continue
         if work.last_end:
             since = datetime.fromisoformat(work.last_end)
