@@ -105,6 +105,18 @@ def test_up_refuses_a_worktree_role_in_a_folder_that_is_not_a_git_repository(pro
     assert "git init" in lines[0]
 
 
+def test_up_refuses_a_worktree_role_whose_project_root_is_a_folder_inside_the_repository(tmp_path: Path) -> None:
+    git(tmp_path, "init", "--quiet")  # the project is a folder inside a repository
+    (tmp_path / "team").mkdir()
+    project = Project(tmp_path / "team")
+    project.configure({"builder": {"workspace": WORKTREE}})
+    done = project.cli("up")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "roles.builder.workspace.mode: worktree needs the project root at the top" in lines[0]
+    assert "use mode: shared" in lines[0], lines
+
+
 def test_a_command_run_inside_a_workspace_acts_on_the_project_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

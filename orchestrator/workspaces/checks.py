@@ -1,5 +1,6 @@
 """The start-up check of the workspaces feature: a role that asks for a worktree needs a project root in a git
-repository with at least one commit, and a git new enough; otherwise ``up`` is refused with one line (fail closed:
+repository (at its top: a worktree is a checkout of the whole repository) with at least one commit, and a git new
+enough; otherwise ``up`` is refused with one line (fail closed:
 the runs would share one folder, the promise broken)."""
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ def check_workspaces(config: Config) -> None:
         raise ConfigError(
             f"{where} needs git {need} or newer (found {found[0]}.{found[1]}); upgrade git, or use mode: shared"
         )
-    if git.top_level(config.root) is None:
+    top = git.top_level(config.root)
+    if top is None:
         raise ConfigError(
             f"{where} needs a git repository, and {config.root} is not in one; run `git init` and commit there, or "
             "use mode: shared"
+        )
+    if top.resolve() != config.root.resolve():  # a worktree is the whole repository: its agent would start at its top
+        raise ConfigError(
+            f"{where} needs the project root at the top of its git repository, and {config.root} is a folder inside "
+            f"{top}; keep the team at {top}, or use mode: shared"
         )
     if git.commit_of(config.root, "HEAD") is None:
         raise ConfigError(
