@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.asks.extension import AnswerRequest, AskRequest, Asks
+from orchestrator.asks.extension import Asks
 from orchestrator.asks.hook import decision
+from orchestrator.asks.requests import AnswerRequest, AskRequest
 from orchestrator.asks.rules import matches, question_of
 from orchestrator.control.authority import Caller
 from orchestrator.core.agent import AttemptVerdict, DeferredCall

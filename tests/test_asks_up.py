@@ -113,10 +113,12 @@ def test_the_dashboards_answer_box_sends_what_orchestrator_answer_sends(project:
     )
     wait_for(question.exists, 30, "D.md waiting")
     page = board.get("/").text
-    assert "Needs input" in page and "Ship it?" in page and 'form class="answer" data-memo="D.md"' in page
+    assert "Needs input" in page and "Ship it?" in page
+    assert 'form class="answer" data-memo="memo/builder/waiting/D.md"' in page
     refused = board.post("/api/v1/requests/answer", {"memo": "D.md", "allow": True, "deny": True})
     assert refused.status_code == 400 and "not both" in refused.text, refused.text
-    answered = board.post("/api/v1/requests/answer", {"memo": "D.md", "text": "yes, ship it"})
+    # what the box sends: the memo's path, which names its role (a file name may wait in two roles)
+    answered = board.post("/api/v1/requests/answer", {"memo": "memo/builder/waiting/D.md", "text": "yes, ship it"})
     assert answered.status_code == 200 and answered.json()["decision"] == "allow", answered.text
     assert "D.md answered by a person at the dashboard" in board.orch.output
     wait_for(lambda: len(starts(project, "D.md")) == 2, 30, "D.md run again")

@@ -20,25 +20,22 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.asks import records
 from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV
 from orchestrator.asks.records import Ask
+from orchestrator.asks.requests import AnswerRequest, AskRequest, own_run
 from orchestrator.asks.rules import describe, question_of
 from orchestrator.asks.settings import hooked, settings_text
+from orchestrator.asks.texts import Pending, answer_how, answers_text, question_path, question_text
 from orchestrator.config import RoleRun
-from orchestrator.control.authority import Caller
-from orchestrator.control.protocol import FeatureRequest
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer
-from orchestrator.core.errors import UnknownMemoError, UsageError
+from orchestrator.core.errors import AmbiguousMemoError, UnknownMemoError, UsageError
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
@@ -50,29 +47,8 @@ from orchestrator.supervisor.extension import Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command, Needs
 from orchestrator.supervisor.outcomes import duration_text
 
-QUESTION_MAX = 4000
-ANSWER_MAX = 64 * 1024
 THEN = "`orchestrator answer` runs it again"
 ENDED_NOTE = "End your run now, without doing more: you will be run again with the answer in your prompt."
-
-
-class AskRequest(FeatureRequest):
-    """``ask``: the agent of run ``run_id`` asks a person ``question`` (an agent that is not the Claude CLI)."""
-
-    op: Literal["ask"] = "ask"
-    run_id: int
-    question: str = Field(min_length=1, max_length=QUESTION_MAX)
-
-
-class AnswerRequest(FeatureRequest):
-    """``answer``: a person answers the question ``memo`` waits on (``text``), or allows or denies its call."""
-
-    op: Literal["answer"] = "answer"
-    memo: str = Field(min_length=1)
-    text: str | None = Field(None, max_length=ANSWER_MAX)
-    allow: bool = False
-    deny: bool = False
-    note: str | None = Field(None, max_length=ANSWER_MAX)
 
 
 @dataclass(frozen=True)
@@ -80,56 +56,22 @@ class AskDue:
     """The feature's timer: an unanswered question may have passed its ``ask_timeout``."""
 
 
-@dataclass(frozen=True)
-class Pending:
-    """What a run's end will park: decided by ``decide_end``, recorded once its memos are in ``waiting/``."""
-
-    kind: str
-    question: str
-    tool: dict[str, Any] | None
-    session_id: str | None
-
-
-def answers_text(ask: Ask) -> str:
-    """``$answers``: the question the agent asked and the person's answer."""
-    answer = ask.answer or {}
-    said = answer.get("text") or ""
-    if answer.get("decision") == "deny":
-        said = f"(no answer: {answer.get('note') or 'a person declined to answer'})"
-    return f"# Answers\n\nYou asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n"
-
-
-def answer_how(kind: str, memo: str) -> str:
-    """The command that answers a question (or an approval) of ``memo``."""
-    if kind == "approval":
-        return f"orchestrator answer {memo} --allow (or --deny --note TEXT)"
-    return f'orchestrator answer {memo} "YOUR ANSWER"'
-
-
-def question_text(run: RoleRun, pending: Pending, memo: str, when: datetime) -> str:
-    """``<stem>.question``: the question (or the call), who asked and when, and how to answer."""
-    asked = when.isoformat(timespec="seconds")
-    return (
-        f"{pending.kind}: {pending.question}\nrole: {run.role.name}\nrun: {run.run_id}\nasked: {asked}\n"
-        f"answer: {answer_how(pending.kind, memo)}\n"
-    )
-
-
-def question_path(memo: Path) -> Path:
-    """``waiting/<stem>.question`` beside ``waiting/<stem>.md``."""
-    return memo.with_name(memo.name.removesuffix(".md") + ".question")
-
-
 class Asks(Extension):
-    """Questions and approvals: runs parked in ``waiting/``, answered, resumed; the one owner of the ``asks`` table."""
+    """Questions and approvals: runs parked in ``waiting/``, answered, resumed; the one owner of the ``asks`` table.
+
+    Each step is on record before the files move, so a restart of ``up`` at any point finds it: what an agent
+    asked (before its run ends), the question (committed with the run's end, before its memo is in ``waiting/``)
+    and the answer (before the memo goes back to its inbox; ``start`` finishes a move a restart cut short)."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.db = host.store.db
         records.ensure(self.db)
         self.folder = host.config.state_dir / "asks"
-        self.asked: dict[int, str] = {}  # run -> the question its agent asked with the `ask` request
+        # run -> the question its agent asked with the `ask` request (or its end parked: a restart may end it again)
+        self.asked = {ask.run_id: ask.question for ask in records.every(self.db) if ask.state in ("asked", "waiting")}
         self.parking: dict[int, Pending] = {}  # run -> what its end parks (decided, not yet recorded)
+        self.recorded: dict[int, tuple[int, list[str]]] = {}  # run -> its ask on record, and the names it expects
         self.resuming: dict[int, Ask] = {}  # run -> the answered ask it carries on
         self.notes_due: dict[int, list[str]] = {}
         self.timer: Timer | None = None
@@ -142,11 +84,26 @@ class Asks(Extension):
 
     def requests(self) -> Sequence[Command[Any]]:
         return [
-            Command(AskRequest, self.ask, Needs("ask", own=_own_run)),
+            Command(AskRequest, self.ask, Needs("ask", own=own_run)),
             Command(AnswerRequest, self.answer, Needs("answer")),
         ]
 
     def start(self) -> None:
+        """Finish the answers a restart cut short (on record, their memos still in ``waiting/``), tell again of
+        every question still waiting (no channel remembers it across a restart), then arm."""
+        for ask in records.every(self.db, "answered"):
+            if ask.role in self.host.config.roles and self._still_waiting(ask):
+                back = self._send_back(ask)
+                if back:
+                    self.host.put_back(ask.role, back)
+                    self.host.console.line(f"{ask.memo} was answered before the restart; queued to run again")
+        for ask in self._waiting():
+            if ask.role in self.host.config.roles:
+                self.host.tell(TeamEvent("needs_input", ask.role, ask.memo, ask.subject, ask.question))
+            else:
+                self.host.console.line(
+                    f"{ask.memo} waits in memo/{ask.role}/{WAITING}/, but role {ask.role} is no longer in roles.yaml"
+                )
         self._arm()
 
     def stop(self) -> None:
@@ -167,7 +124,9 @@ class Asks(Extension):
         run = self.host.runs().get(request.run_id)
         if run is None or not run.state.live:
             raise UsageError(f"orchestrator ask: run {request.run_id} is not running; ask from inside a run")
-        self.asked[run.run_id] = " ".join(request.question.split())
+        question = " ".join(request.question.split())
+        self.asked[run.run_id] = question
+        records.add(self.db, self._new_ask(run, "asked", Pending("question", question, None, None), []))
         return {"run_id": run.run_id, "memo": run.label, "recorded": True, "note": ENDED_NOTE}
 
     def decide_end(self, run: RoleRun, verdict: AttemptVerdict) -> EndDecision:
@@ -189,43 +148,62 @@ class Asks(Extension):
         return Park(f"{what}: {pending.question}", folder=WAITING, uses_attempt=False, then=THEN)
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
-        """A run about to be parked: its question written where its memo is about to appear (a person who sees the
-        memo in ``waiting/`` sees why). A waiting memo cancelled or failed (not by its answer): its question is over."""
+        """A run about to be parked: its question on record (committed with its end, before its memo is seen in
+        ``waiting/``) and written where its memo is about to appear. A waiting memo cancelled or failed (not by its
+        answer), or an answered one that ends without running: its question is over."""
         pending = self.parking.get(run.run_id)
         if pending is not None and state is RunState.RETURNED and run.memos:
-            target = self.host.config.role_dir(run.role.name) / WAITING / run.memos[0].name
-            if not target.exists():  # else the move gives it another name: ``_record`` writes that one's
-                with contextlib.suppress(OSError):
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    question_path(target).write_text(
-                        question_text(run, pending, target.name, self.host.clock.now()), encoding="utf-8"
-                    )
+            waiting = self.host.config.role_dir(run.role.name) / WAITING
+            names = [free_name(waiting, memo.name).name for memo in run.memos]  # where the move puts them
+            now = self.host.clock.now()
+            self.recorded[run.run_id] = (records.add(self.db, self._new_ask(run, "waiting", pending, names)), names)
+            self.waiting = None
+            with contextlib.suppress(OSError):
+                waiting.mkdir(parents=True, exist_ok=True)
+                question_path(waiting / names[0]).write_text(
+                    question_text(run, pending, names[0], now), encoding="utf-8"
+                )
         gone = {memo.name for memo in run.memos if memo.path.parent.name == WAITING}
         for ask in self._waiting():
             if ask.role == run.role.name and ask.memo in gone:
                 self._forget(ask)
+        queued = {memo.name for memo in run.memos if memo.path.parent.name == INBOX}
+        if queued and state is not RunState.RETURNED:  # cancelled or failed in its inbox: it never runs again
+            for ask in records.every(self.db, "answered"):
+                if ask.role == run.role.name and ask.memo in queued and not self._held_elsewhere(ask, run):
+                    self._forget(ask)
 
     def on_finished(self, event: RunFinished) -> None:
         run: RoleRun = event.run
         self.asked.pop(run.run_id, None)
         self.notes_due.pop(run.run_id, None)
         pending = self.parking.pop(run.run_id, None)
-        carried = self.resuming.pop(run.run_id, None)
+        recorded = self.recorded.pop(run.run_id, None)
+        if recorded is None:  # not parked: what it asked is over (or parked before a restart ended it otherwise)
+            records.drop_open(self.db, run.run_id)
+            self.waiting = None
+        carried = self.resuming.pop(run.run_id, None) or self._taken_by(run.run_id)
         if carried is not None and (event.state is not RunState.RETURNED or pending is not None):
             self._forget(carried)  # its answer was taken (a memo back in the inbox still carries it, as answered)
-        if pending is not None and event.state is RunState.RETURNED and event.moved:
-            self._record(run, pending, list(event.moved))
+        if recorded is not None and pending is not None:
+            ask_id, names = recorded
+            if event.state is RunState.RETURNED and event.moved:
+                self._announce(run, pending, ask_id, names, list(event.moved))
+            else:  # its memos did not reach waiting/: nothing waits
+                records.forget(self.db, ask_id)
+                self.waiting = None
 
-    def _record(self, run: RoleRun, pending: Pending, moved: list[Path]) -> None:
-        first = moved[0]
+    def _new_ask(self, run: RoleRun, state: str, pending: Pending, names: list[str]) -> Ask:
         now = self.host.clock.now()
-        ask = Ask(
+        first = run.memos[0] if run.memos else None
+        names = names or [memo.name for memo in run.memos]
+        return Ask(
             0,
             run.role.name,
-            first.name,
-            [path.name for path in moved],
-            run.memos[0].memo_id if run.memos else None,
-            run.memos[0].subject if run.memos else None,
+            names[0] if names else "",
+            names,
+            first.memo_id if first else None,
+            first.subject if first else None,
             run.run_id,
             pending.kind,
             pending.question,
@@ -233,16 +211,22 @@ class Asks(Extension):
             pending.session_id,
             now.isoformat(timespec="seconds"),
             now.timestamp() + run.role.ask_timeout,
-            "waiting",
+            state,
             None,
             None,
             None,
         )
-        records.add(self.db, ask)
+
+    def _announce(self, run: RoleRun, pending: Pending, ask_id: int, names: list[str], moved: list[Path]) -> None:
+        """The run's memos are in ``waiting/``: its question is told, and its timeout armed."""
+        first = moved[0]
+        if [path.name for path in moved] != names:  # a name there was taken meanwhile: the move chose another
+            records.named(self.db, ask_id, [path.name for path in moved])
         self.waiting = None
         how = answer_how(pending.kind, first.name)
         if not question_path(first).exists():
             with contextlib.suppress(OSError):
+                now = self.host.clock.now()
                 question_path(first).write_text(question_text(run, pending, first.name, now), encoding="utf-8")
         subject = run.memos[0].subject if run.memos else None
         self.host.tell(TeamEvent("needs_input", run.role.name, first.name, subject, pending.question))
@@ -254,6 +238,11 @@ class Asks(Extension):
         ask = self._find(request.memo)
         if request.allow and request.deny:
             raise UsageError("orchestrator answer: --allow or --deny, not both")
+        if ask.role not in self.host.config.roles:
+            raise UsageError(
+                f"orchestrator answer: {ask.memo} waits in memo/{ask.role}/{WAITING}/, but role {ask.role} is no "
+                "longer in roles.yaml: add it back to run the memo again"
+            )
         if ask.kind == "approval" and not (request.allow or request.deny):
             raise UsageError(
                 f"orchestrator answer: {ask.memo} waits for an approval of {ask.question}: "
@@ -265,18 +254,28 @@ class Asks(Extension):
         return self._answer(ask, decision, request.text or "", request.note, request.who)
 
     def _find(self, query: str) -> Ask:
-        name = os.path.basename(query)
-        found = [
-            ask
-            for ask in self._waiting()
-            if query in (ask.memo, ask.memo.removesuffix(".md"), ask.memo_id) or name == ask.memo
-        ]
+        """The waiting ask ``query`` names: its memo's file name, stem or id, or its path (``memo/<role>/waiting/<name>``,
+        absolute or not), which names the role too; ``AmbiguousMemoError`` when it names several."""
+        parts = Path(query).parts
+        if len(parts) > 1:
+            role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
+            found = [ask for ask in self._waiting() if ask.memo == parts[-1] and role in (None, ask.role)]
+            found = found or [ask for ask in self._waiting() if ask.memo_id == query]  # an id with a slash
+        else:
+            found = [ask for ask in self._waiting() if query in (ask.memo, ask.memo.removesuffix(".md"), ask.memo_id)]
         if not found:
             waiting = ", ".join(ask.memo for ask in self._waiting()) or "none"
             raise UnknownMemoError(f"orchestrator answer: no memo waiting for an answer matches {query!r} ({waiting})")
+        if len(found) > 1:
+            listing = ", ".join(f"memo/{ask.role}/{WAITING}/{ask.memo}" for ask in found)
+            raise AmbiguousMemoError(
+                f"orchestrator answer: {query!r} matches {len(found)} waiting memos ({listing}); name one by its path"
+            )
         return found[0]
 
     def _answer(self, ask: Ask, decision: str, text: str, note: str | None, who: str) -> dict[str, Any]:
+        """The answer on record (and in its file) before the memos go back to their inbox: a restart between the two
+        finishes the move (``start``), so the answer is never lost and never asked again."""
         tool_id = (ask.tool or {}).get("id") or ""
         answer = {"decision": decision, "text": text, "note": note, "tool_use_id": tool_id}
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -284,12 +283,30 @@ class Asks(Extension):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(answer, out)
+        inbox = self.host.config.role_dir(ask.role) / INBOX
+        target = free_name(inbox, ask.memos[0]).name  # the name the answered memo runs under, matched at its start
+        when = self.host.clock.now().isoformat(timespec="seconds")
+        records.answered(self.db, ask.ask_id, target, answer, who, when)
+        self.host.store.checkpoint()
+        self.waiting = None
+        back = self._send_back(dataclasses.replace(ask, memo=target))
+        if not back:
+            self._forget(ask)
+            raise UnknownMemoError(f"orchestrator answer: {ask.memo} is no longer in memo/{ask.role}/{WAITING}/")
+        self.host.put_back(ask.role, back)
+        said = "denied" if decision == "deny" else "allowed" if ask.kind == "approval" else "answered"
+        self.host.console.line(f"{ask.memo} {said} by {who}; queued to run again", role=ask.role)
+        return {**ask.to_json(), "state": "answered", "decision": decision, "queued": str(back[0]), "who": who}
+
+    def _send_back(self, ask: Ask) -> list[Path]:
+        """Move the answered ask's memos from ``waiting/`` to its inbox, the first under ``ask.memo`` (the name on
+        record, or the next free one, then on record); the paths moved."""
         role_dir = self.host.config.role_dir(ask.role)
         inbox = role_dir / INBOX
         back: list[Path] = []
-        for name in ask.memos:
+        for index, name in enumerate(ask.memos):
             src = role_dir / WAITING / name
-            target = free_name(inbox, name)
+            target = free_name(inbox, ask.memo if index == 0 else name)
             try:
                 os.rename(src, target)
             except FileNotFoundError:
@@ -298,16 +315,15 @@ class Asks(Extension):
             with contextlib.suppress(FileNotFoundError):
                 question_path(src).unlink()
             back.append(target)
-        if not back:
-            self._forget(ask)
-            raise UnknownMemoError(f"orchestrator answer: {ask.memo} is no longer in memo/{ask.role}/{WAITING}/")
-        when = self.host.clock.now().isoformat(timespec="seconds")
-        records.answered(self.db, ask.ask_id, back[0].name, answer, who, when)
-        self.waiting = None
-        self.host.put_back(ask.role, back)
-        said = "denied" if decision == "deny" else "allowed" if ask.kind == "approval" else "answered"
-        self.host.console.line(f"{ask.memo} {said} by {who}; queued to run again", role=ask.role)
-        return {**ask.to_json(), "state": "answered", "decision": decision, "queued": str(back[0]), "who": who}
+        if back and back[0].name != ask.memo:
+            self.db.execute("UPDATE asks SET memo = ? WHERE ask_id = ?", (back[0].name, ask.ask_id))
+        return back
+
+    def _still_waiting(self, ask: Ask) -> bool:
+        """An answered ask whose memos a restart left in ``waiting/`` (no waiting ask of the role names them)."""
+        folder = self.host.config.role_dir(ask.role) / WAITING
+        claimed = {name for other in self._waiting() if other.role == ask.role for name in other.memos}
+        return any((folder / name).exists() and name not in claimed for name in ask.memos)
 
     def _forget(self, ask: Ask) -> None:
         records.forget(self.db, ask.ask_id)
@@ -319,17 +335,27 @@ class Asks(Extension):
 
     # ------------------------------------------------------------ the run that takes the answer
     def _carried(self, run: RoleRun) -> Ask | None:
-        """The answered ask ``run`` carries on: its first memo is the one that waited."""
+        """The answered ask ``run`` carries on: its first memo is the one that waited (by the name it went back to
+        its inbox under, in the same role: a memo id may repeat), and no other live run carries it."""
         if run.run_id in self.resuming:
             return self.resuming[run.run_id]
         if not run.memos:
             return None
         first = run.memos[0]
         for ask in records.every(self.db, "answered"):
-            if ask.role == run.role.name and (ask.memo == first.name or (ask.memo_id and ask.memo_id == first.memo_id)):
+            if ask.role == run.role.name and ask.memo == first.name and not self._held_elsewhere(ask, run):
+                records.take(self.db, ask.ask_id, run.run_id)
                 self.resuming[run.run_id] = ask
                 return ask
         return None
+
+    def _held_elsewhere(self, ask: Ask, run: RoleRun) -> bool:
+        """Another run, still live, took this answer."""
+        return ask.taken_by is not None and ask.taken_by != run.run_id and ask.taken_by in self.host.runs()
+
+    def _taken_by(self, run_id: int) -> Ask | None:
+        """The answer a run took, as on record (a run taken back at a restart: ``resuming`` was lost with it)."""
+        return next((ask for ask in records.every(self.db, "answered") if ask.taken_by == run_id), None)
 
     def sections(self, run: RoleRun) -> dict[str, str]:
         ask = self._carried(run)
@@ -374,32 +400,36 @@ class Asks(Extension):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        waiting = self._waiting()
+        waiting = [ask for ask in self._waiting() if ask.role in self.host.config.roles]  # no rule times out the rest
         if not waiting:
             return
         delay = max(0.0, min(ask.due for ask in waiting) - self.host.clock.now().timestamp())
         self.timer = self.host.clock.call_later(delay + 0.5, self.host.post, AskDue())
 
     def due(self, _event: AskDue) -> None:
-        """End every question past its ``ask_timeout``: failed, or an approval denied (``on_timeout: deny``)."""
+        """End every question past its ``ask_timeout``: failed, or an approval denied (``on_timeout: deny``); one
+        that cannot be ended is forgotten with a line, and the others are still ended and armed."""
         self.timer = None
         now = self.host.clock.now().timestamp()
-        for ask in list(self._waiting()):
-            role = self.host.config.roles.get(ask.role)
-            if ask.due > now or role is None:
-                continue
-            waited = duration_text(role.ask_timeout)
-            if ask.kind == "approval" and role.on_timeout == "deny":
-                self._answer(ask, "deny", "", f"no answer within {waited}: denied", "orchestrator (ask_timeout)")
-                continue
-            self._forget(ask)
-            for name in ask.memos:
-                path = self.host.config.role_dir(ask.role) / WAITING / name
-                if path.exists():
-                    self.host.fail_memo(ask.role, path, f"no answer within {waited}")
-        self._arm()
+        try:
+            for ask in list(self._waiting()):
+                role = self.host.config.roles.get(ask.role)
+                if ask.due > now or role is None:
+                    continue
+                try:
+                    self._time_out(ask, duration_text(role.ask_timeout), role.on_timeout)
+                except (UnknownMemoError, OSError) as exc:
+                    self._forget(ask)
+                    self.host.console.line(f"{ask.memo}: its ask_timeout could not end it ({exc}); forgotten")
+        finally:
+            self._arm()
 
-
-def _own_run(request: AskRequest, caller: Caller) -> bool:
-    """An agent asks about its own run only."""
-    return caller.run_id == request.run_id
+    def _time_out(self, ask: Ask, waited: str, on_timeout: str) -> None:
+        if ask.kind == "approval" and on_timeout == "deny":
+            self._answer(ask, "deny", "", f"no answer within {waited}: denied", "orchestrator (ask_timeout)")
+            return
+        self._forget(ask)
+        for name in ask.memos:
+            path = self.host.config.role_dir(ask.role) / WAITING / name
+            if path.exists():
+                self.host.fail_memo(ask.role, path, f"no answer within {waited}")

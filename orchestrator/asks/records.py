@@ -1,7 +1,8 @@
-"""What the asks feature keeps in the database: each question or approval a run waits on, from the moment its
-memo is set aside in ``waiting/`` until the run that took the answer ends (or the memo is cancelled or failed).
+"""What the asks feature keeps in the database: each question an agent asked (``asked``) until its run ends, and
+each question or approval a run waits on, from the moment its end parks its memo in ``waiting/`` (``waiting``) until
+the run that took the answer ends (``answered``), or the memo is cancelled or failed.
 
-Functions over the store's connection, so the waiting survives a restart of ``up``.
+Functions over the store's connection, so the asking, the waiting and the answer all survive a restart of ``up``.
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ CREATE TABLE IF NOT EXISTS asks (  -- a run that asked a person (orchestrator/as
     session_id  TEXT,              -- the session to resume with the answer
     asked_at    TEXT NOT NULL,
     due         REAL NOT NULL,     -- epoch seconds: no answer by then ends it (ask_timeout)
-    state       TEXT NOT NULL,     -- 'waiting', 'answered', then deleted when its next run ends
+    state       TEXT NOT NULL,     -- 'asked' (its run still going), 'waiting', 'answered', then deleted
     answer      TEXT,              -- JSON: decision, text, note
     answered_by TEXT,
-    answered_at TEXT
+    answered_at TEXT,
+    taken_by    INTEGER            -- the run that took the answer (answered): no other run takes it meanwhile
 );
 """
 COLUMNS = (
     "ask_id, role, memo, memos, memo_id, subject, run_id, kind, question, tool, session_id, asked_at, due, state, "
-    "answer, answered_by, answered_at"
+    "answer, answered_by, answered_at, taken_by"
 )
 
 
@@ -59,6 +61,7 @@ class Ask:
     answer: dict[str, Any] | None
     answered_by: str | None
     answered_at: str | None
+    taken_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """What ``status --json`` and the answer's receipt show of it (no answer text: it may be a secret)."""
@@ -77,8 +80,10 @@ class Ask:
 
 
 def ensure(db: sqlite3.Connection) -> None:
-    """Make the feature's table when missing."""
+    """Make the feature's table when missing (and its later column, in a table made before it)."""
     db.executescript(SCHEMA)
+    if "taken_by" not in {row[1] for row in db.execute("PRAGMA table_info(asks)")}:
+        db.execute("ALTER TABLE asks ADD COLUMN taken_by INTEGER")
 
 
 def _row(row: tuple[Any, ...]) -> Ask:
@@ -90,9 +95,10 @@ def _row(row: tuple[Any, ...]) -> Ask:
 
 
 def add(db: sqlite3.Connection, ask: Ask) -> int:
-    """Record a new question; its id."""
+    """Record a new question of ``ask.run_id`` in ``ask.state``, in place of what that run asked before; its id."""
+    db.execute("DELETE FROM asks WHERE run_id = ? AND state IN ('asked', 'waiting')", (ask.run_id,))
     cursor = db.execute(
-        f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
+        f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)",
         (
             ask.role,
             ask.memo,
@@ -124,6 +130,22 @@ def answered(db: sqlite3.Connection, ask_id: int, memo: str, answer: dict[str, A
         "UPDATE asks SET state = 'answered', memo = ?, answer = ?, answered_by = ?, answered_at = ? WHERE ask_id = ?",
         (memo, json.dumps(answer), who, when, ask_id),
     )
+
+
+def named(db: sqlite3.Connection, ask_id: int, memos: list[str]) -> None:
+    """The names its memos were given in ``waiting/`` (when a name there was taken already)."""
+    db.execute("UPDATE asks SET memo = ?, memos = ? WHERE ask_id = ?", (memos[0], json.dumps(memos), ask_id))
+
+
+def take(db: sqlite3.Connection, ask_id: int, run_id: int) -> None:
+    """Run ``run_id`` carries the answer on."""
+    db.execute("UPDATE asks SET taken_by = ? WHERE ask_id = ?", (run_id, ask_id))
+
+
+def drop_open(db: sqlite3.Connection, run_id: int) -> None:
+    """The run ended without being parked: what it asked is over with it (or what a restart found it waiting on,
+    when the run was parked just before the restart and then ended otherwise)."""
+    db.execute("DELETE FROM asks WHERE run_id = ? AND state IN ('asked', 'waiting')", (run_id,))
 
 
 def forget(db: sqlite3.Connection, ask_id: int) -> None:

@@ -20,7 +20,7 @@ from orchestrator.notify.channels import DeliveryError
 
 QUEUE_MAX = 100  # events waiting for one channel; past it a new one is dropped with a line
 BACKOFF = (2.0, 10.0, 30.0)  # seconds before each retry: four tries in all
-SENT_KEPT = 10_000  # (event, memo) pairs remembered against sending twice
+SENT_KEPT = 10_000  # (event, memo, question) remembered against sending twice
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class Deliver:
 
     @property
     def key(self) -> tuple[str, str, str] | None:
-        """What makes it the same event again: its kind and memo (and question: a memo may ask again after an
-        answer), a ``stopped`` once; None: always sent (a pause, a budget: each one is news)."""
+        """What makes it the same event again: its kind and memo (and question), until the memo runs again or ends
+        (``Settle``); a ``stopped`` once; None: always sent (a pause, a budget: each one is news)."""
         memo = self.body.get("memo")
         if memo:
             return (self.body["event"], str(memo), str(self.body.get("question") or ""))
@@ -41,7 +41,8 @@ class Deliver:
 
 @dataclass(frozen=True)
 class Settle:
-    """The memos' questions are answered (or their runs ended): no more reminders for them."""
+    """The memos run again or their runs ended: no more reminders for their questions, and what was sent of them
+    is news again (the same question asked again after its answer, a later memo of the same name that fails)."""
 
     memos: tuple[str, ...]
 
@@ -72,6 +73,8 @@ class Deliveries:
         if isinstance(item, Settle):
             for memo in item.memos:
                 self.reminders.pop(memo, None)
+            for said in [said for said in self.sent if said[1] in item.memos]:
+                del self.sent[said]
             return
         key = item.key
         if key is not None:

@@ -87,9 +87,8 @@ class Notifier(Extension):
 
     def _settle(self, run: RoleRun) -> None:
         settle = Settle(tuple(memo.name for memo in run.memos))
-        for channel, worker in self.workers:
-            if channel.remind is not None and "needs_input" in channel.events:
-                worker.submit(settle)
+        for _channel, worker in self.workers:
+            worker.submit(settle)
 
     def start(self) -> None:
         for _channel, worker in self.workers:

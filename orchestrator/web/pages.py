@@ -405,7 +405,7 @@ def workspace_part(changes: dict[str, Any] | None) -> str:
 def answer_form(ask: dict[str, Any]) -> str:
     """The answer box of one waiting run: a text for a question, Allow and Deny (with a note) for an approval; it
     posts what ``orchestrator answer`` sends."""
-    memo = e(ask.get("memo"))
+    memo = e(f"memo/{ask.get('role')}/waiting/{ask.get('memo')}")  # its path: a file name may wait in two roles
     if ask.get("kind") == "approval":
         fields = (
             '<input name="note" placeholder="note, told with Deny">'

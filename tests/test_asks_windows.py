@@ -1,0 +1,246 @@
+"""The asks feature where it can go wrong: an answer meant for one role's memo, an answer outliving its memo, a
+restart of ``up`` between two steps, a timeout that cannot end its memo, a role gone from roles.yaml. Replayed through
+the real loop with fake agents and the injected clock (``tests/replay.py``); a restart is a second ``Replay`` over the
+same root, after a first one killed (``os._exit``) in a process of its own at the step under test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_asks import CLAUDE, defer, feature, play
+
+from orchestrator.asks import records
+from orchestrator.asks.extension import Asks
+from orchestrator.asks.requests import AnswerRequest, AskRequest
+from orchestrator.core.agent import AttemptVerdict, DeferredCall
+from orchestrator.core.errors import AmbiguousMemoError, UsageError
+from orchestrator.core.events import CancelRequested
+from orchestrator.core.team_events import TeamEvent
+from orchestrator.notify.delivery import Deliver, Deliveries, Settle
+from orchestrator.supervisor.decisions import Park
+from orchestrator.supervisor.loop import Ready
+from replay import Replay
+
+TESTS = Path(__file__).parent
+
+
+def rows(r: Replay) -> list[tuple[str, str, str]]:
+    return [(a.role, a.memo, a.state) for a in records.every(r.sup.extension(Asks).db)]
+
+
+async def asked(r: Replay, role: str, memo: str, question: str) -> None:
+    """``memo`` of ``role`` runs, its agent asks ``question`` and exits: the memo waits in ``waiting/``."""
+    await r.drop(role, memo)
+    await feature(r, AskRequest(run_id=r.agent(memo).spec.run_id, question=question))
+    await r.exit(memo, 0)
+
+
+def killed_at(root: Path, patch: str, script: str) -> None:
+    """In a process of its own: ``patch`` (a statement making the step under test die with ``os._exit(9)``, as a
+    SIGKILL would), then ``script`` (the body of ``async def first(r)``, with ``r`` a Replay of ``root``)."""
+    program = textwrap.dedent(
+        """
+        import asyncio, os, sys
+        from pathlib import Path
+        sys.path.insert(0, {tests!r})
+        from replay import Replay
+        from test_asks import feature
+        from orchestrator.asks.extension import Asks
+        from orchestrator.asks.requests import AnswerRequest, AskRequest
+
+        {patch}
+
+        async def first(r):
+        {body}
+            print("not killed")
+
+        async def main():
+            await first(Replay(Path({root!r}), {{"builder": {{"ask_timeout": "1h"}}}}))
+
+        asyncio.run(main())
+        """
+    ).format(tests=str(TESTS), root=str(root), patch=patch, body=textwrap.indent(textwrap.dedent(script), "    "))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, (done.returncode, done.stdout, done.stderr)
+
+
+# ------------------------------------------------------------------ which memo an answer is for
+def test_an_answer_by_path_goes_to_that_roles_memo_and_a_name_in_two_roles_is_refused(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "ops": {}})
+        await asked(r, "builder", "task.md", "Use library X?")
+        await asked(r, "ops", "task.md", "Delete the old bucket?")
+        with pytest.raises(
+            AmbiguousMemoError, match=r"'task.md' matches 2 waiting memos \(memo/builder/waiting/task.md"
+        ):
+            await feature(r, AnswerRequest(memo="task.md", text="yes"))
+        path = str(root / "memo/ops/waiting/task.md")
+        answered = await feature(r, AnswerRequest(memo=path, text="yes, delete it", who="pat"))
+        assert answered["role"] == "ops" and answered["question"] == "Delete the old bucket?"
+        assert r.folder("builder", "waiting") == ["task.md"] and r.folder("ops", "waiting") == []
+        assert "The answer (pat): yes, delete it" in r.agent("task").spec.prompt
+        assert r.agent("task").spec.role.name == "ops"
+        relative = await feature(r, AnswerRequest(memo="memo/builder/waiting/task.md", text="no", who="pat"))
+        assert relative["role"] == "builder", "the dashboard's answer box sends the memo's path, relative"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ an answer outliving its memo
+def test_an_answered_memo_cancelled_in_its_inbox_takes_its_answer_with_it(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"max_concurrent": 1}})
+        await asked(r, "builder", "a.md", "Deploy to prod?")
+        await r.drop("builder", "b.md")  # holds the only slot: the answered memo waits in the inbox
+        await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
+        assert rows(r) == [("builder", "a.md", "answered")]
+        assert (await r.request(CancelRequested, memo="a.md")).result()["state"] == "cancelled"
+        assert rows(r) == [], "its answer went with it"
+        await r.exit("b", 0)
+        await r.drop("builder", "a.md", body="a new task: do NOT deploy", front={"id": "a"})
+        assert "Deploy to prod?" not in r.agent("a").spec.prompt, "a later memo of the same name is not answered"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_answer_is_carried_by_its_memo_alone_not_by_another_with_the_same_id(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"command": CLAUDE, "max_concurrent": 2}})
+        await r.drop("builder", "a.md", front={"id": "T-1"})
+        defer(r, "a", DeferredCall("toolu_1", "Bash", {"command": 'orchestrator ask "Push?"'}))
+        await r.settle()
+        await feature(r, AnswerRequest(memo="a.md", text="push it"))
+        assert r.agent("a").spec.args[-2:] == ("--resume", "S-1")
+        await r.drop("builder", "c.md", front={"id": "T-1"})  # ids repeat in real teams
+        other = r.agent("c")
+        assert "--resume" not in other.spec.args and other.spec.prompt, "c.md runs its own text, in its own session"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ a restart between two steps
+def test_a_question_is_on_record_with_its_runs_end_so_a_restart_right_after_finds_it(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        "Asks.on_finished = lambda self, event: os._exit(9)  # once the run's end is committed, before the rest",
+        """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = Replay(root, {"builder": {"ask_timeout": "1h"}})
+        told: list[TeamEvent] = []
+        r.sup.lc.team_events.listeners.append(told.append)
+        r.sup.extension(Asks).start()
+        assert r.folder("builder", "waiting") == ["a.md"]
+        assert [n["question"] for n in r.sup.view(False).to_json()["needs_input"]] == ["Which design?"]
+        assert told == [TeamEvent("needs_input", "builder", "a.md", None, "Which design?")], "told again at a start"
+        await feature(r, AnswerRequest(memo="a", text="B", who="pat"))
+        assert "The answer (pat): B" in r.agent("a").spec.prompt
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_an_answer_is_on_record_before_its_memo_moves_so_a_restart_between_finishes_the_move(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        "Asks._send_back = lambda self, ask: os._exit(9)  # once the answer is committed, before the memo moves",
+        """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a", text="B, the smaller one", who="pat"))
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = Replay(root, {"builder": {"ask_timeout": "1h"}})
+        assert r.folder("builder", "waiting") == ["a.md"] and rows(r) == [("builder", "a.md", "answered")]
+        r.sup.extension(Asks).start()
+        r.sup.post(Ready())  # start-up is over, as `up` says once every feature has started
+        await r.settle()
+        assert r.folder("builder", "waiting") == [] and r.sup.view(False).to_json()["needs_input"] == []
+        assert "was answered before the restart; queued to run again" in r.console.text
+        assert "The answer (pat): B, the smaller one" in r.agent("a").spec.prompt
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_question_asked_is_on_record_so_the_run_taken_back_after_a_restart_is_parked(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        await r.drop("builder", "a.md")
+        run = r.run_of("a")
+        await feature(r, AskRequest(run_id=run.run_id, question="Which design?"))
+        again = Replay(root).sup.extension(Asks)  # a restart of `up` while the agent ends its run
+        decided = again.decide_end(run, AttemptVerdict(0))
+        assert isinstance(decided, Park) and decided.reason == "asks a person: Which design?", decided
+        await r.exit("a", 0)
+        assert rows(r) == [("builder", "a.md", "waiting")], "the asking went with the run's end"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+# ------------------------------------------------------------------ timeouts and roles
+def test_a_timeout_that_cannot_end_its_memo_does_not_keep_the_others_from_theirs(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        approve = {"command": CLAUDE, "approve": ["Bash"], "ask_timeout": "1h", "on_timeout": "deny"}
+        r = Replay(root, {"ops": approve, "builder": {"ask_timeout": "2h"}})
+        await r.drop("ops", "p.md")
+        defer(r, "p", DeferredCall("toolu_1", "Bash", {"command": "make deploy"}))
+        await r.settle()
+        await asked(r, "builder", "b.md", "Which design?")
+        (root / "memo/ops/waiting/p.md").rename(root / "p.md")  # a person moved it away by hand
+        await r.advance(3601)
+        assert "p.md: its ask_timeout could not end it" in r.console.text
+        await r.advance(7200)
+        assert r.folder("builder", "failed") == ["b.md"], "the other question still timed out"
+        assert rows(r) == []
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_question_of_a_role_gone_from_roles_yaml_is_said_once_and_answered_in_one_line(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "ops": {"ask_timeout": "1h"}})
+        await asked(r, "ops", "t.md", "Delete it?")
+        r.close()
+        r = Replay(root, {"builder": {}})  # ops removed, `up` started again
+        asks = r.sup.extension(Asks)
+        asks.start()
+        assert asks.timer is None, "nothing to time out: no rule of its role is left"
+        assert "t.md waits in memo/ops/waiting/, but role ops is no longer in roles.yaml" in r.console.text
+        with pytest.raises(UsageError, match=r"role ops is no longer in roles.yaml: add it back") as refused:
+            asks.answer(AnswerRequest(memo="t", text="yes"))
+        assert "\n" not in str(refused.value)
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_the_same_question_asked_again_after_its_answer_is_sent_again() -> None:
+    """A channel sends an event for a memo once, until the memo runs again or ends (``Settle``)."""
+    sent: list[dict[str, object]] = []
+    deliveries = Deliveries("hook", lambda body: sent.append(body) or "200", lambda _line: None)
+    body = {"event": "needs_input", "memo": "a.md", "question": "Bash: git push origin main"}
+    deliveries.take(Deliver(body))
+    deliveries.take(Deliver(body))
+    assert len(sent) == 1, "the same event twice is sent once"
+    deliveries.take(Settle(("a.md",)))  # denied, the memo ran again, and its agent asks the same again
+    deliveries.take(Deliver(body))
+    assert len(sent) == 2
