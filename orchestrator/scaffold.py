@@ -4,10 +4,11 @@ Beside roles.yaml goes ``roles.schema.json``, the JSON Schema of this version's 
 line of roles.yaml names for editors (``# yaml-language-server: $schema=./roles.schema.json``): offline, and
 relative, so the project can move.
 
-The builder works in git worktrees (``workspace: {mode: worktree}``), which need a repository with a commit: in a
-folder that is no repository yet, ``init`` runs ``git init`` and commits what it wrote (``.orchestrator/`` kept
-out by a ``.gitignore``); where git is missing or too old it writes ``mode: shared`` and says why, so the
-default team always starts.
+The builder works in git worktrees (``workspace: {mode: worktree}``), which need a repository with a commit, at
+the project's folder: in a folder that is no repository yet, ``init`` runs ``git init`` and commits what it wrote
+(``.orchestrator/`` kept out by a ``.gitignore``); where git is missing or too old, or the folder is inside a
+repository (a worktree would check out all of it), it writes ``mode: shared`` and says why, so the default team
+always starts.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ class Scaffolded:
     said: list[str] = field(default_factory=list)
 
 
-def _without_git(text: str, why: str) -> str:
-    """The roles.yaml template with the builder in the shared folder, saying why."""
+def _without_git(text: str, why: str, how: str) -> str:
+    """The roles.yaml template with the builder in the shared folder, saying why (and ``how`` to have worktrees)."""
     lines = []
     for line in text.splitlines(keepends=True):
         if line.startswith(WORKTREE_LINE):
-            lines.append(f"    # {why}, so the builder works in the project folder; with git, `git init`, commit,\n")
+            lines.append(f"    # {why}, so the builder works in the project folder; {how},\n")
             lines.append(
                 "    # then mode: worktree gives each conversation a worktree of its own (docs/workspaces.md)\n"
             )
@@ -76,9 +77,15 @@ def init_project(target: Path) -> Scaffolded:
     }
     texts[Path(SCHEMA_NAME)] = schema_text
     missing = git_missing()
+    how = "with git, `git init`, commit"
+    target.mkdir(parents=True, exist_ok=True)  # where git is asked from
+    top = git.top_level(target) if missing is None else None
+    inside = top is not None and top.resolve() != target.resolve()
+    if inside:  # a worktree is a checkout of the whole repository: its builder would start at the repository's top
+        missing, how = f"{target} is a folder inside the git repository {top}", "keep the team at its top"
     if missing is not None:
-        roles = texts[Path("roles.yaml")]
-        texts[Path("roles.yaml")] = lambda: _without_git(roles(), missing)
+        roles, why = texts[Path("roles.yaml")], missing
+        texts[Path("roles.yaml")] = lambda: _without_git(roles(), why, how)
     for rel, text in texts.items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,6 +103,11 @@ def init_project(target: Path) -> Scaffolded:
     if missing is not None:
         if target / "roles.yaml" in done.created:
             done.said.append(f"{missing}: the builder works in the project folder (workspace: {{mode: shared}})")
+        if inside:
+            try:
+                _ignore(target, done)
+            except (git.GitError, OSError) as exc:
+                done.said.append(f"{exc}; add {IGNORED} to a .gitignore yourself")
     else:
         try:
             _repository(target, done)
@@ -111,13 +123,7 @@ def _repository(target: Path, done: Scaffolded) -> None:
     if made:
         git.git(target, "init", "--quiet")
         done.said.append(f"made a git repository in {target} (the builder works in worktrees of it)")
-    ignore = target / ".gitignore"
-    if not _ignored(target):
-        with open(ignore, "a", encoding="utf-8") as handle:
-            if ignore.stat().st_size and not ignore.read_text(encoding="utf-8").endswith("\n"):
-                handle.write("\n")
-            handle.write(f"{IGNORED}\n")
-        done.said.append(f"added {IGNORED} to {ignore} (the orchestrator's state and the worktrees stay out of git)")
+    ignore = _ignore(target, done)
     if not made:
         if git.commit_of(target, "HEAD") is None:
             done.said.append(
@@ -130,6 +136,18 @@ def _repository(target: Path, done: Scaffolded) -> None:
     git.git(target, "add", "--", *wrote)
     git.git(target, "commit", "--quiet", "--no-verify", "-m", COMMIT_MESSAGE, env=git.identity(target))
     done.said.append(f"committed what it wrote ({git.git(target, 'rev-parse', '--short', 'HEAD')}: {COMMIT_MESSAGE})")
+
+
+def _ignore(target: Path, done: Scaffolded) -> Path:
+    """``.orchestrator/`` ignored by git at ``target`` (a line added to its ``.gitignore`` when it is not yet)."""
+    ignore = target / ".gitignore"
+    if not _ignored(target):
+        with open(ignore, "a", encoding="utf-8") as handle:
+            if ignore.stat().st_size and not ignore.read_text(encoding="utf-8").endswith("\n"):
+                handle.write("\n")
+            handle.write(f"{IGNORED}\n")
+        done.said.append(f"added {IGNORED} to {ignore} (the orchestrator's state and the worktrees stay out of git)")
+    return ignore
 
 
 def _ignored(target: Path) -> bool:

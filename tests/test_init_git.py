@@ -5,6 +5,7 @@ writes ``mode: shared`` saying why: the default team always starts."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -73,3 +74,28 @@ def test_init_where_git_is_not_installed_writes_mode_shared_saying_why_and_the_t
     wait_for(lambda: project.folder("builder", "archive") == ["task.md"], 60, "the builder's memo archived")
     assert (project.root / "built.txt").read_text(encoding="utf-8") == "yes\n", "in the shared folder"
     assert orchestrator.stop() == 0
+
+
+def test_init_in_a_folder_inside_a_repository_writes_mode_shared_saying_why_and_the_team_starts(
+    project: Project,
+) -> None:
+    """A worktree is a checkout of the whole repository: the team in a folder inside one works in its folder."""
+    git(project.root, "init", "--quiet")
+    git(project.root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "--allow-empty", "-m", "mine")
+    team = project.root / "team"
+    made = project.cli("init", str(team))
+    assert made.returncode == 0, made.stderr
+    why = f"{team} is a folder inside the git repository {project.root}"
+    assert f"{why}: the builder works in the project folder (workspace: {{mode: shared}})" in made.stdout
+    text = (team / "roles.yaml").read_text(encoding="utf-8")
+    assert f"# {why}, so the builder works in the project folder; keep the team at its top," in text
+    assert builder_workspace(team) == {"mode": "shared"}
+    assert (team / ".gitignore").read_text(encoding="utf-8") == ".orchestrator/\n"
+    assert git(project.root, "log", "--format=%s") == "mine", "nothing committed to the person's repository"
+    checked = subprocess.run(
+        [*project.command, "config", "check", "--root", str(team)],
+        capture_output=True,
+        text=True,
+        env=project.env(ORCHESTRATOR_SPAWN_CMD=shlex.join(AGENT)),
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
