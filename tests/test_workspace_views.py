@@ -70,3 +70,33 @@ def test_the_prompt_tells_the_agent_where_it_works(project: Project) -> None:
     assert prompt.startswith(f"You work in a git worktree of your own: {folder} (branch orchestrator/told)"), prompt
     assert f"never in the project root ({project.root})" in prompt
     assert project.procs[0].stop() == 0
+
+
+def test_diff_shows_a_working_and_a_waiting_runs_new_and_changed_files_without_touching_them(project: Project) -> None:
+    from test_workspaces import git
+
+    from orchestrator.workspaces.overview import run_changes
+
+    main = repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    body = "write shared.txt changed\nwrite new.txt brand new\nwait go.out\nask-unless answered.flag Which?"
+    project.drop("builder", "a.md", {"id": "live"}, body=body)
+    wait_for(lambda: records(project), what="the builder at work")
+    workspace = project.root / ".orchestrator-workspaces" / "live"
+    untouched = git(workspace, "status", "--porcelain")
+    assert untouched == "M shared.txt\n?? new.txt", untouched
+    run_id = project.status()["runs"][0]["run_id"]
+    for what in ("at work", "waiting for a person"):
+        patch = project.cli("diff", "live")
+        assert patch.returncode == 0, patch.stderr
+        assert "+brand new" in patch.stdout and "+changed" in patch.stdout, (what, patch.stdout)
+        stat = project.cli("diff", "live", "--stat").stdout
+        assert "new.txt" in stat and "2 files changed" in stat, (what, stat)
+        shown = run_changes(project.root, project.root / ".orchestrator" / "state.db", run_id)
+        assert shown is not None and "2 files changed" in shown["stat"], (what, shown)
+        assert sorted((f["status"], f["path"]) for f in shown["files"]) == [("A", "new.txt"), ("M", "shared.txt")]
+        assert git(workspace, "status", "--porcelain") == untouched, "its index and files as they were"
+        assert git(workspace, "rev-parse", "HEAD") == main and git(workspace, "symbolic-ref", "HEAD").endswith("/live")
+        (project.root / "go.out").touch()
+        wait_for((project.root / "memo/builder/waiting/a.question").exists, what="a.md waiting for a person")
+    assert project.procs[0].stop() == 0

@@ -186,12 +186,23 @@ def commit_all(folder: Path, message: str, identity: dict[str, str]) -> str | No
 
 def set_aside(folder: Path, start: str, ref: str, message: str, identity: dict[str, str]) -> str | None:
     """Keep what the attempt did since ``start`` (its commits and what it left) as one commit under ``ref``, then
-    put the workspace back at ``start``; the commit, or None when the attempt changed nothing.
-
-    The snapshot is made through a copy of the workspace's index, so the branch's index is not touched before the
-    reset, and the copy's file times spare ``add`` from reading every unchanged file again (a fresh index would
-    hash the whole checkout)."""
+    put the workspace back at ``start``; the commit, or None when the attempt changed nothing."""
     head = git(folder, "rev-parse", "HEAD")
+    tree = snapshot(folder)
+    if head == start and tree == git(folder, "rev-parse", "HEAD^{tree}"):
+        return None
+    commit = git(folder, "commit-tree", tree, "-p", head, "-m", message, env=identity)
+    git(folder, "update-ref", ref, commit)
+    reset(folder, start)
+    return commit
+
+
+def snapshot(folder: Path) -> str:
+    """The tree of everything at ``folder`` (tracked and untracked files, not ignored ones), written without
+    touching its files, its index or its branch: an agent may be at work there.
+
+    It is made through a copy of the workspace's index, whose file times spare ``add`` from reading every unchanged
+    file again (a fresh index would hash the whole checkout)."""
     own = folder / git(folder, "rev-parse", "--git-path", "index")  # `folder /` an absolute path: itself
     with tempfile.TemporaryDirectory(prefix="orchestrator-index-") as scratch:
         index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
@@ -200,13 +211,7 @@ def set_aside(folder: Path, start: str, ref: str, message: str, identity: dict[s
         else:
             git(folder, "read-tree", "HEAD", env=index)
         git(folder, "add", "--all", env=index)
-        tree = git(folder, "write-tree", env=index)
-    if head == start and tree == git(folder, "rev-parse", "HEAD^{tree}"):
-        return None
-    commit = git(folder, "commit-tree", tree, "-p", head, "-m", message, env=identity)
-    git(folder, "update-ref", ref, commit)
-    reset(folder, start)
-    return commit
+        return git(folder, "write-tree", env=index)
 
 
 def reset(folder: Path, start: str) -> None:
@@ -221,8 +226,3 @@ def identity(root: Path) -> dict[str, str]:
     if git(root, "config", "user.email", check=False) and git(root, "config", "user.name", check=False):
         return {}
     return dict(IDENTITY)
-
-
-def diff(root: Path, start: str, end: str, stat: bool) -> str:
-    """The changes from ``start`` to ``end``, as a patch or (``stat``) a summary."""
-    return git(root, "diff", "--stat" if stat else "--patch", start, end)

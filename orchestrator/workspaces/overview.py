@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.store import Store
-from orchestrator.workspaces import git, land_records, records, retire
+from orchestrator.workspaces import git, land_records, records, retire, show
 
 
 def _has_table(store: Store) -> bool:
@@ -19,8 +19,8 @@ def _has_table(store: Store) -> bool:
 
 
 def run_changes(root: Path, state_db: Path, run_id: int) -> dict[str, Any] | None:
-    """The workspace, branch and changes of run ``run_id``'s latest attempt (its work so far while it works), or
-    None when it worked in no workspace."""
+    """The workspace, branch and changes of run ``run_id``'s latest attempt (its work so far while it works or
+    waits for a person, as ``orchestrator diff`` shows it), or None when it worked in no workspace."""
     if not state_db.exists():
         return None
     store = Store(state_db, readonly=True)
@@ -42,15 +42,8 @@ def run_changes(root: Path, state_db: Path, run_id: int) -> dict[str, Any] | Non
         "files": [],
     }
     try:
-        if work.outcome is None:
-            folder = Path(work.folder)
-            out["stat"] = git.git(folder, "diff", "--stat", work.start)
-            names = git.git(folder, "diff", "--name-status", work.start)
-        elif work.commit_id is not None:
-            out["stat"] = git.diff(root, work.start, work.commit_id, stat=True)
-            names = git.git(root, "diff", "--name-status", work.start, work.commit_id)
-        else:
-            names = ""
+        out["stat"] = show.changes(root, work, "--stat")
+        names = show.changes(root, work, "--name-status")
     except (git.GitError, OSError) as exc:
         out["problem"] = str(exc)
         return out

@@ -50,8 +50,21 @@ def diff_of(root: Path, memo: str, attempt: int | None = None, stat: bool = Fals
             numbers = ", ".join(str(w.attempt) for w in found)
             raise UnknownMemoError(f"{memo} has no attempt {attempt} in a workspace; its attempts: {numbers}")
         work = chosen[-1]
-    if work.outcome is None:  # still at work: its changes so far, in its folder
-        return git.git(Path(work.folder), "diff", "--stat" if stat else "--patch", work.start)
+    try:
+        return changes(root, work, "--stat" if stat else "--patch")
+    except (git.GitError, OSError) as exc:
+        raise OrchestratorError(
+            f"{memo}: cannot read attempt {work.attempt}'s changes in workspace {work.name} ({work.folder}): {exc}"
+        ) from None
+
+
+def changes(root: Path, work: records.AttemptWork, how: str) -> str:
+    """``git diff how`` (``--patch``, ``--stat``, ``--name-status``) of an attempt's changes: its commit's once
+    settled; while it is at work or waits for a person, those so far in its folder, new files included (a snapshot,
+    its folder, index and branch untouched); "" when it left none."""
+    if work.outcome in (None, "waiting"):
+        folder = Path(work.folder)
+        return git.git(folder, "diff", how, work.start, git.snapshot(folder))
     if work.commit_id is None:
         return ""
-    return git.diff(root, work.start, work.commit_id, stat)
+    return git.git(root, "diff", how, work.start, work.commit_id)
