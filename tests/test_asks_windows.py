@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_asks import CLAUDE, defer, feature, play
 
-from orchestrator.asks import records
+from orchestrator.asks import records, restart
 from orchestrator.asks.extension import Asks
 from orchestrator.asks.requests import AnswerRequest, AskRequest
 from orchestrator.core.agent import AttemptVerdict, DeferredCall
@@ -24,6 +24,7 @@ from orchestrator.core.team_events import TeamEvent
 from orchestrator.notify.delivery import Deliver, Deliveries, Settle
 from orchestrator.supervisor.decisions import Park
 from orchestrator.supervisor.loop import Ready
+from orchestrator.supervisor.recovery import recover
 from replay import Replay
 
 TESTS = Path(__file__).parent
@@ -52,6 +53,9 @@ def killed_at(root: Path, patch: str, script: str) -> None:
         from test_asks import feature
         from orchestrator.asks.extension import Asks
         from orchestrator.asks.requests import AnswerRequest, AskRequest
+        from orchestrator.core.events import CancelRequested
+        from orchestrator.supervisor.lifecycle import Lifecycle
+        from orchestrator.supervisor.memo_moves import MemoMoves
 
         {patch}
 
@@ -67,6 +71,16 @@ def killed_at(root: Path, patch: str, script: str) -> None:
     ).format(tests=str(TESTS), root=str(root), patch=patch, body=textwrap.indent(textwrap.dedent(script), "    "))
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 9, (done.returncode, done.stdout, done.stderr)
+
+
+async def restarted(root: Path) -> Replay:
+    """``up`` started again over ``root``: recovery ends what the kill left, then the features start."""
+    r = Replay(root, {"builder": {"ask_timeout": "1h"}})
+    await recover(r.config, r.sup.store, r.console, r.sup.lc, None)
+    r.sup.extension(Asks).start()
+    r.sup.post(Ready())
+    await r.settle()
+    return r
 
 
 # ------------------------------------------------------------------ which memo an answer is for
@@ -156,7 +170,7 @@ def test_a_question_is_on_record_with_its_runs_end_so_a_restart_right_after_find
 def test_an_answer_is_on_record_before_its_memo_moves_so_a_restart_between_finishes_the_move(tmp_path: Path) -> None:
     killed_at(
         tmp_path,
-        "Asks._send_back = lambda self, ask: os._exit(9)  # once the answer is committed, before the memo moves",
+        "Asks._back = lambda self, ask: os._exit(9)  # once the answer is committed, before the memo moves",
         """
         await r.drop("builder", "a.md")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
@@ -244,3 +258,128 @@ def test_the_same_question_asked_again_after_its_answer_is_sent_again() -> None:
     deliveries.take(Settle(("a.md",)))  # denied, the memo ran again, and its agent asks the same again
     deliveries.take(Deliver(body))
     assert len(sent) == 2
+
+
+def test_a_kill_between_the_parked_memos_move_and_the_runs_end_leaves_it_waiting_and_answerable(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        "Lifecycle._settle_attempts = lambda *a, **k: os._exit(9)  # the memo is in waiting/, the end not committed",
+        """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root)
+        assert r.folder("builder", "waiting") == ["a.md"]
+        assert [n["question"] for n in r.sup.view(False).to_json()["needs_input"]] == ["Which design?"]
+        await feature(r, AnswerRequest(memo="a", text="B", who="pat"))
+        assert "The answer (pat): B" in r.agent("a").spec.prompt
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_kill_during_the_cancel_of_a_waiting_memo_leaves_it_waiting_with_its_question(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            moved = MemoMoves.move
+            def move(self, run, folder, text):
+                if folder == "cancelled":
+                    os._exit(9)  # the cancel's end is committed up to here; the memo has not moved
+                return moved(self, run, folder, text)
+            MemoMoves.move = move
+            """
+        ),
+        """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+        await r.request(CancelRequested, memo="a.md")
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root)
+        assert r.folder("builder", "waiting") == ["a.md"] and (root / "memo/builder/waiting/a.question").exists()
+        assert [n["question"] for n in r.sup.view(False).to_json()["needs_input"]] == ["Which design?"]
+        assert (await r.request(CancelRequested, memo="a.md")).result()["state"] == "cancelled"
+        assert rows(r) == [] and r.folder("builder", "cancelled") == ["a.md"]
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_kill_after_the_answered_runs_end_gives_its_answer_to_no_later_memo(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            finished = Asks.on_finished
+            def on_finished(self, event):
+                if event.run.run_id == 2:
+                    os._exit(9)  # the answered run's end is committed; what follows it never runs
+                return finished(self, event)
+            Asks.on_finished = on_finished
+            """
+        ),
+        """
+        await r.drop("builder", "a.md", body="deploy the service")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
+        await r.exit("a", 0)
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root)
+        assert rows(r) == [] and r.folder("builder", "archive") == ["a.md"]
+        await r.drop("builder", "a.md", body="a new, unrelated task: do NOT deploy", front={"id": "new"})
+        assert "YES deploy to prod" not in r.agent("a").spec.prompt
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_memo_found_waiting_with_no_record_is_read_back_from_its_question_file(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        waiting = root / "memo/builder/waiting"
+        waiting.mkdir(parents=True)
+        (waiting / "a.md").write_text("---\nid: a\n---\nbody\n", encoding="utf-8")
+        (waiting / "a.question").write_text("approval: Bash: make deploy\nrole: builder\nrun: 7\n", encoding="utf-8")
+        (waiting / "b.md").write_text("---\nid: b\n---\nbody\n", encoding="utf-8")
+        r = await restarted(root)
+        found = {n["memo"]: (n["kind"], n["question"]) for n in r.sup.view(False).to_json()["needs_input"]}
+        assert found == {"a.md": ("approval", "Bash: make deploy"), "b.md": ("question", restart.LOST)}, found
+        assert "b.md waits in memo/builder/waiting/ with no record (its question lost)" in r.console.text
+        await feature(r, AnswerRequest(memo="a.md", allow=True, who="pat"))
+        assert r.agent("a").alive, "answered, it runs again"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_answered_memo_renamed_on_its_way_back_keeps_its_answer_and_gives_it_to_no_namesake(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"max_concurrent": 3, "retry": {"max": 1, "backoff": ["1s"]}}})
+        await r.drop("builder", "a.md", body="first task", front={"id": "A1"})
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
+        await r.exit("a", 0)
+        await r.drop("builder", "a.md", body="second task, unrelated", front={"id": "A2"})
+        other = r.agent("a")
+        answered = await feature(r, AnswerRequest(memo="memo/builder/waiting/a.md", text="YES deploy", who="pat"))
+        assert answered["queued"].endswith("inbox/a.1.md"), "free in the inbox and in active/, where a.md runs"
+        assert "YES deploy" in r.agent("a.1").spec.prompt
+        other.exit(1)
+        await r.settle()
+        await r.advance(2)
+        retry = r.agent("a", attempt=2)
+        assert "YES deploy" not in retry.spec.prompt, "the other a.md's retry takes no answer"
+        r.close()
+
+    play(tmp_path, scenario)

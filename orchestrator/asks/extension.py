@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import LaunchSpec
-from orchestrator.asks import records
+from orchestrator.asks import moving, records, restart
 from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV
 from orchestrator.asks.records import Ask
 from orchestrator.asks.requests import AnswerRequest, AskRequest, own_run
@@ -39,8 +39,7 @@ from orchestrator.core.errors import AmbiguousMemoError, UnknownMemoError, Usage
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
-from orchestrator.intake import memo_index
-from orchestrator.intake.memo import INBOX, WAITING, free_name
+from orchestrator.intake.memo import ACTIVE, INBOX, WAITING, free_name
 from orchestrator.prompts import load_template
 from orchestrator.supervisor.decisions import DEFAULT, EndDecision, Park
 from orchestrator.supervisor.extension import Extension, Handler, Host
@@ -72,6 +71,7 @@ class Asks(Extension):
         self.asked = {ask.run_id: ask.question for ask in records.every(self.db) if ask.state in ("asked", "waiting")}
         self.parking: dict[int, Pending] = {}  # run -> what its end parks (decided, not yet recorded)
         self.recorded: dict[int, tuple[int, list[str]]] = {}  # run -> its ask on record, and the names it expects
+        self.leaving: dict[int, list[Ask]] = {}  # run -> the waiting asks whose memos it ends (a cancel, a timeout)
         self.resuming: dict[int, Ask] = {}  # run -> the answered ask it carries on
         self.notes_due: dict[int, list[str]] = {}
         self.timer: Timer | None = None
@@ -92,11 +92,13 @@ class Asks(Extension):
         """Finish the answers a restart cut short (on record, their memos still in ``waiting/``), tell again of
         every question still waiting (no channel remembers it across a restart), then arm."""
         for ask in records.every(self.db, "answered"):
-            if ask.role in self.host.config.roles and self._still_waiting(ask):
-                back = self._send_back(ask)
+            if ask.role in self.host.config.roles and moving.left_waiting(self.host.config, ask, self._waiting()):
+                back = self._back(ask)
                 if back:
                     self.host.put_back(ask.role, back)
                     self.host.console.line(f"{ask.memo} was answered before the restart; queued to run again")
+        restart.heal(self.db, self.host.config, self.host.runs().keys(), self.host.clock.now(), self.host.console.line)
+        self.waiting = None
         for ask in self._waiting():
             if ask.role in self.host.config.roles:
                 self.host.tell(TeamEvent("needs_input", ask.role, ask.memo, ask.subject, ask.question))
@@ -148,47 +150,60 @@ class Asks(Extension):
         return Park(f"{what}: {pending.question}", folder=WAITING, uses_attempt=False, then=THEN)
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
-        """A run about to be parked: its question on record (committed with its end, before its memo is seen in
-        ``waiting/``) and written where its memo is about to appear. A waiting memo cancelled or failed (not by its
-        answer), or an answered one that ends without running: its question is over."""
+        """What the run's end does to the asks, on record with the end itself (committed before its memos move): its
+        question parked (and written where its memo is about to appear), what it asked dropped, the answers it
+        carried, or its memo's, over. A waiting memo cancelled or failed: its question is over once it has left."""
+        role, db = run.role.name, self.db
+        waiting = self.host.config.role_dir(role) / WAITING
         pending = self.parking.get(run.run_id)
         if pending is not None and state is RunState.RETURNED and run.memos:
-            waiting = self.host.config.role_dir(run.role.name) / WAITING
-            names = [free_name(waiting, memo.name).name for memo in run.memos]  # where the move puts them
-            now = self.host.clock.now()
-            self.recorded[run.run_id] = (records.add(self.db, self._new_ask(run, "waiting", pending, names)), names)
-            self.waiting = None
-            with contextlib.suppress(OSError):
-                waiting.mkdir(parents=True, exist_ok=True)
-                question_path(waiting / names[0]).write_text(
-                    question_text(run, pending, names[0], now), encoding="utf-8"
-                )
+            self._park(run, pending, waiting)
+        else:
+            records.drop_asked(db, run.run_id)
         gone = {memo.name for memo in run.memos if memo.path.parent.name == WAITING}
-        for ask in self._waiting():
-            if ask.role == run.role.name and ask.memo in gone:
-                self._forget(ask)
-        queued = {memo.name for memo in run.memos if memo.path.parent.name == INBOX}
-        if queued and state is not RunState.RETURNED:  # cancelled or failed in its inbox: it never runs again
-            for ask in records.every(self.db, "answered"):
-                if ask.role == run.role.name and ask.memo in queued and not self._held_elsewhere(ask, run):
+        self.leaving[run.run_id] = [ask for ask in self._waiting() if ask.role == role and ask.memo in gone]
+        if state is not RunState.RETURNED or pending is not None:  # it will not run again with what it was answered
+            names = {memo.name for memo in run.memos} if pending is None else set()
+            for ask in records.every(db, "answered"):
+                mine = ask.memo in names and not self._held_elsewhere(ask, run)
+                if ask.role == role and (ask.taken_by == run.run_id or mine):
                     self._forget(ask)
+
+    def _park(self, run: RoleRun, pending: Pending, waiting: Path) -> None:
+        """The run's question on record, in place of what it asked, with the names its memos are about to take in
+        ``waiting/`` (or, parked already before a restart cut its end short, the names they have there)."""
+        already = [ask for ask in self._waiting() if ask.run_id == run.run_id and _any_in(waiting, ask.memos)]
+        if already:
+            self.recorded[run.run_id] = (already[0].ask_id, already[0].memos)
+            return
+        names = [free_name(waiting, memo.name).name for memo in run.memos]  # where the move puts them
+        now = self.host.clock.now()
+        self.recorded[run.run_id] = (records.add(self.db, self._new_ask(run, "waiting", pending, names)), names)
+        self.waiting = None
+        with contextlib.suppress(OSError):
+            waiting.mkdir(parents=True, exist_ok=True)
+            question_path(waiting / names[0]).write_text(question_text(run, pending, names[0], now), encoding="utf-8")
 
     def on_finished(self, event: RunFinished) -> None:
         run: RoleRun = event.run
         self.asked.pop(run.run_id, None)
         self.notes_due.pop(run.run_id, None)
+        self.resuming.pop(run.run_id, None)
         pending = self.parking.pop(run.run_id, None)
         recorded = self.recorded.pop(run.run_id, None)
-        if recorded is None:  # not parked: what it asked is over (or parked before a restart ended it otherwise)
-            records.drop_open(self.db, run.run_id)
-            self.waiting = None
-        carried = self.resuming.pop(run.run_id, None) or self._taken_by(run.run_id)
-        if carried is not None and (event.state is not RunState.RETURNED or pending is not None):
-            self._forget(carried)  # its answer was taken (a memo back in the inbox still carries it, as answered)
+        waiting = self.host.config.role_dir(run.role.name) / WAITING
+        for ask in self.leaving.pop(run.run_id, []):
+            if not _any_in(waiting, ask.memos):  # its memo left waiting/: its question is over
+                self._forget(ask)
+        if event.state is RunState.RETURNED and pending is None and event.moved:  # back in its inbox, with its answer
+            carried = self._taken_by(run.run_id)
+            if carried is not None and carried.memo != event.moved[0].name:
+                records.moved_to(self.db, carried.ask_id, event.moved[0].name)
         if recorded is not None and pending is not None:
             ask_id, names = recorded
-            if event.state is RunState.RETURNED and event.moved:
-                self._announce(run, pending, ask_id, names, list(event.moved))
+            moved = list(event.moved) or [waiting / name for name in names if (waiting / name).exists()]
+            if event.state is RunState.RETURNED and moved:
+                self._announce(run, pending, ask_id, names, moved)
             else:  # its memos did not reach waiting/: nothing waits
                 records.forget(self.db, ask_id)
                 self.waiting = None
@@ -257,9 +272,9 @@ class Asks(Extension):
         """The waiting ask ``query`` names: its memo's file name, stem or id, or its path (``memo/<role>/waiting/<name>``,
         absolute or not), which names the role too; ``AmbiguousMemoError`` when it names several."""
         parts = Path(query).parts
-        if len(parts) > 1:
+        if len(parts) > 1:  # a path names the role: memo/<role>/waiting/<name>
             role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
-            found = [ask for ask in self._waiting() if ask.memo == parts[-1] and role in (None, ask.role)]
+            found = [ask for ask in self._waiting() if role == ask.role and ask.memo == parts[-1]]
             found = found or [ask for ask in self._waiting() if ask.memo_id == query]  # an id with a slash
         else:
             found = [ask for ask in self._waiting() if query in (ask.memo, ask.memo.removesuffix(".md"), ask.memo_id)]
@@ -283,13 +298,15 @@ class Asks(Extension):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(answer, out)
-        inbox = self.host.config.role_dir(ask.role) / INBOX
-        target = free_name(inbox, ask.memos[0]).name  # the name the answered memo runs under, matched at its start
+        role_dir = self.host.config.role_dir(ask.role)
+        # the name the answered memo runs under, matched at its start: free in its inbox and in active/ (its claim
+        # would rename it on a clash there, and another memo of that name could then take its answer)
+        target = free_name(role_dir / INBOX, ask.memos[0], also=[role_dir / ACTIVE]).name
         when = self.host.clock.now().isoformat(timespec="seconds")
         records.answered(self.db, ask.ask_id, target, answer, who, when)
         self.host.store.checkpoint()
         self.waiting = None
-        back = self._send_back(dataclasses.replace(ask, memo=target))
+        back = self._back(dataclasses.replace(ask, memo=target))
         if not back:
             self._forget(ask)
             raise UnknownMemoError(f"orchestrator answer: {ask.memo} is no longer in memo/{ask.role}/{WAITING}/")
@@ -298,40 +315,17 @@ class Asks(Extension):
         self.host.console.line(f"{ask.memo} {said} by {who}; queued to run again", role=ask.role)
         return {**ask.to_json(), "state": "answered", "decision": decision, "queued": str(back[0]), "who": who}
 
-    def _send_back(self, ask: Ask) -> list[Path]:
-        """Move the answered ask's memos from ``waiting/`` to its inbox, the first under ``ask.memo`` (the name on
-        record, or the next free one, then on record); the paths moved."""
-        role_dir = self.host.config.role_dir(ask.role)
-        inbox = role_dir / INBOX
-        back: list[Path] = []
-        for index, name in enumerate(ask.memos):
-            src = role_dir / WAITING / name
-            target = free_name(inbox, ask.memo if index == 0 else name)
-            try:
-                os.rename(src, target)
-            except FileNotFoundError:
-                continue
-            memo_index.moved(self.db, src, target, self.host.clock.now().timestamp())
-            with contextlib.suppress(FileNotFoundError):
-                question_path(src).unlink()
-            back.append(target)
-        if back and back[0].name != ask.memo:
-            self.db.execute("UPDATE asks SET memo = ? WHERE ask_id = ?", (back[0].name, ask.ask_id))
-        return back
-
-    def _still_waiting(self, ask: Ask) -> bool:
-        """An answered ask whose memos a restart left in ``waiting/`` (no waiting ask of the role names them)."""
-        folder = self.host.config.role_dir(ask.role) / WAITING
-        claimed = {name for other in self._waiting() if other.role == ask.role for name in other.memos}
-        return any((folder / name).exists() and name not in claimed for name in ask.memos)
+    def _back(self, ask: Ask) -> list[Path]:
+        return moving.send_back(self.db, self.host.config, ask, self.host.clock.now().timestamp())
 
     def _forget(self, ask: Ask) -> None:
         records.forget(self.db, ask.ask_id)
         self.waiting = None
         with contextlib.suppress(OSError):
             (self.folder / f"{ask.ask_id}.json").unlink()
-        with contextlib.suppress(OSError):
-            question_path(self.host.config.role_dir(ask.role) / WAITING / ask.memo).unlink()
+        if ask.state == "waiting":  # an answered one's name is its inbox's: a question there is another memo's
+            with contextlib.suppress(OSError):
+                question_path(self.host.config.role_dir(ask.role) / WAITING / ask.memo).unlink()
 
     # ------------------------------------------------------------ the run that takes the answer
     def _carried(self, run: RoleRun) -> Ask | None:
@@ -433,3 +427,7 @@ class Asks(Extension):
             path = self.host.config.role_dir(ask.role) / WAITING / name
             if path.exists():
                 self.host.fail_memo(ask.role, path, f"no answer within {waited}")
+
+
+def _any_in(folder: Path, names: list[str]) -> bool:
+    return any((folder / name).exists() for name in names)

@@ -97,6 +97,11 @@ def _row(row: tuple[Any, ...]) -> Ask:
 def add(db: sqlite3.Connection, ask: Ask) -> int:
     """Record a new question of ``ask.run_id`` in ``ask.state``, in place of what that run asked before; its id."""
     db.execute("DELETE FROM asks WHERE run_id = ? AND state IN ('asked', 'waiting')", (ask.run_id,))
+    return insert(db, ask)
+
+
+def insert(db: sqlite3.Connection, ask: Ask) -> int:
+    """Record ``ask`` as it is; its id."""
     cursor = db.execute(
         f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)",
         (
@@ -142,10 +147,14 @@ def take(db: sqlite3.Connection, ask_id: int, run_id: int) -> None:
     db.execute("UPDATE asks SET taken_by = ? WHERE ask_id = ?", (run_id, ask_id))
 
 
-def drop_open(db: sqlite3.Connection, run_id: int) -> None:
-    """The run ended without being parked: what it asked is over with it (or what a restart found it waiting on,
-    when the run was parked just before the restart and then ended otherwise)."""
-    db.execute("DELETE FROM asks WHERE run_id = ? AND state IN ('asked', 'waiting')", (run_id,))
+def drop_asked(db: sqlite3.Connection, run_id: int) -> None:
+    """The run ends without being parked: what its agent asked is over with it."""
+    db.execute("DELETE FROM asks WHERE run_id = ? AND state = 'asked'", (run_id,))
+
+
+def moved_to(db: sqlite3.Connection, ask_id: int, memo: str) -> None:
+    """An answered ask's memo is in its inbox (or running) under another name: the name its answer is matched by."""
+    db.execute("UPDATE asks SET memo = ? WHERE ask_id = ?", (memo, ask_id))
 
 
 def forget(db: sqlite3.Connection, ask_id: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +137,22 @@ def read_memo(path: Path, max_bytes: int) -> str:
         raise BadMemo(f"it is not UTF-8 text (byte {exc.start})") from None
 
 
-def free_name(folder: Path, name: str) -> Path:
-    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken (the stem cut to fit ``NAME_MAX``)."""
-    target = folder / name
-    if not os.path.lexists(target):
-        return target
+def free_name(folder: Path, name: str, also: Sequence[Path] = ()) -> Path:
+    """``folder/name``, or ``folder/<stem>.<n>.md`` when that name is taken (the stem cut to fit ``NAME_MAX``); a
+    name taken in one of the folders ``also`` counts as taken too."""
+
+    def taken(candidate: str) -> bool:
+        return any(os.path.lexists(where / candidate) for where in (folder, *also))
+
+    if not taken(name):
+        return folder / name
     stem, dot, suffix = name.rpartition(".")
     if not dot:
         stem, suffix = name, ""
     for number in range(1, 100_000):
-        candidate = folder / fit_name(stem, f".{number}.{suffix}" if suffix else f".{number}")
-        if not os.path.lexists(candidate):
-            return candidate
+        candidate = fit_name(stem, f".{number}.{suffix}" if suffix else f".{number}")
+        if not taken(candidate):
+            return folder / candidate
     raise OSError(f"no free name for {name} in {folder}")
 
 
