@@ -358,3 +358,71 @@ def test_a_landing_asked_while_a_run_waits_for_a_person_waits_for_its_answered_m
     wait_for(lambda: landings(project) == [("asks", "landed")], what="the landing, once the answered run ended")
     assert show(project, "main", "half.txt") == "begun" and show(project, "main", "done.txt") == "done"
     assert project.procs[0].stop() == 0
+
+
+def test_a_landing_killed_while_its_check_runs_is_put_back_at_the_next_start(project: Project) -> None:
+    waits = (
+        "import os, pathlib, sys, time\n"
+        "pathlib.Path('checked.txt').write_text('left by the check')\n"
+        "root, parent, end = pathlib.Path(sys.argv[1]), os.getppid(), time.monotonic() + 30\n"
+        "(root / 'checking.out').touch()\n"
+        "while os.getppid() == parent and not (root / 'go.out').exists() and time.monotonic() < end:\n"
+        "    time.sleep(0.02)\n"
+    )
+    check = [sys.executable, "-c", waits, str(project.root)]
+    repository(project, {"builder": {"workspace": {**WORKTREE, "check": check}}})
+    up = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+    built(project, "one", "write new.txt built")
+    branch = git(project.root, "rev-parse", "orchestrator/one")
+    main = commit_on_main(project, "other.txt", "from main\n")  # the rebase moves the branch
+    asking = subprocess.Popen(
+        [*project.command, "land", "one", "--root", str(project.root)], env=project.env(), stdout=subprocess.DEVNULL
+    )
+    workspace = project.root / ".orchestrator-workspaces" / "one"
+    wait_for((project.root / "checking.out").exists, what="the landing's check at work")
+    up.proc.kill()  # SIGKILL: no end of its own
+    up.proc.wait(20)
+    asking.wait(20)
+    assert git(project.root, "rev-parse", "orchestrator/one") != branch, "rebased when it was killed"
+    assert (workspace / "checked.txt").exists()
+    again = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
+    again.wait_output("orchestrator up:")  # (the killed one's socket is left: not a sign of this one's start)
+    assert git(project.root, "rev-parse", "orchestrator/one") == branch, "the branch where the landing found it"
+    assert git(workspace, "symbolic-ref", "--short", "HEAD") == "orchestrator/one"
+    assert git(workspace, "status", "--porcelain") == "" and not (workspace / "checked.txt").exists()
+    assert "landing one into main was under way when the orchestrator ended: its rebase undone" in again.output
+    assert git(project.root, "rev-parse", "main") == main, "main untouched"
+    assert landings(project) == [("one", "refused")]
+    project.drop("builder", "next.md", {"id": "next", "workspace": "one"}, body="write more.txt more")
+    wait_for(lambda: "next.md" in project.folder("builder", "archive"), what="the next run in the workspace")
+    assert git(project.root, "log", "-1", "--format=%s", "orchestrator/one").startswith("builder: next (memo next")
+    assert git(project.root, "rev-parse", "orchestrator/one~1") == branch, (
+        "committed on its branch, not a detached head"
+    )
+    (project.root / "go.out").touch()
+    assert project.cli("land", "one").returncode == 0
+    assert show(project, "main", "more.txt") == "more" and show(project, "main", "other.txt") == "from main"
+    assert again.stop() == 0
+
+
+def test_a_landing_killed_while_its_rebase_stopped_on_a_conflict_is_aborted_and_put_back(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "--quiet", "--initial-branch=main")
+    (root / "a.txt").write_text("a\n", encoding="utf-8")
+    git(root, "add", "a.txt")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "first")
+    folder = tmp_path / "ws"
+    git(root, "worktree", "add", "--quiet", "-b", "orchestrator/ws", str(folder), "main")
+    for where, text in ((folder, "from the branch\n"), (root, "from main\n")):
+        (where / "a.txt").write_text(text, encoding="utf-8")
+        git(where, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-am", "edit")
+    start = git(folder, "rev-parse", "HEAD")
+    stopped = subprocess.run(["git", "rebase", "main"], cwd=folder, capture_output=True, text=True)
+    assert stopped.returncode != 0 and not git(folder, "branch", "--show-current"), "stopped on the conflict"
+    result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "main", start)
+    assert result.outcome == "refused" and "its rebase undone, orchestrator/ws put back at" in result.reason, result
+    assert git(folder, "branch", "--show-current") == "orchestrator/ws" and git(folder, "rev-parse", "HEAD") == start
+    assert git(folder, "status", "--porcelain") == ""
+    untouched = landing.interrupted(root, "ws", folder, "orchestrator/ws", "main", start)
+    assert "before it changed anything" in untouched.reason and git(folder, "rev-parse", "HEAD") == start

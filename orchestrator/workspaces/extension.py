@@ -80,6 +80,9 @@ class Workspaces(Extension):
     def handlers(self) -> Mapping[type, Handler]:
         return self.landings.handlers()
 
+    async def open(self) -> None:
+        await self.landings.recover()  # before any run starts: a landing `up` ended under is put back first
+
     def _isolated(self) -> list[Role]:
         return [role for role in self.host.config.roles.values() if role.workspace.isolated]
 

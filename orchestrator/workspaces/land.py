@@ -5,7 +5,8 @@ worker thread and comes back as a ``LandDone`` event. A workspace a run works in
 landing waits in the queue (others behind it go first) and, from the moment it is asked for, the workspace's next
 memo waits for it. A landing that stopped on a conflict or a failed check sends a memo to the role that last worked
 in the workspace, with the workspace in its front matter so that role works there again. The ``land`` request is
-answered when its landing ends, or at its deadline with a line saying where it still is.
+answered when its landing ends, or at its deadline with a line saying where it still is. Where the branch stood is
+recorded before the rebase, so a landing the orchestrator's end interrupted is put back at the next start.
 """
 
 from __future__ import annotations
@@ -187,8 +188,36 @@ class LandQueue:
                 self.host.console.line(f"landing {job.plan.name} waits for {who(owner)}, which works in it")
 
     async def _work(self, job: Job, now: datetime) -> None:
-        done = await asyncio.get_running_loop().run_in_executor(None, self._land, job, now)
+        loop = asyncio.get_running_loop()
+        into, start = await loop.run_in_executor(None, landing.where, job.plan)
+        if start is not None:  # on record before the rebase: a kill of `up` mid-landing is put back at its restart
+            land_records.began(self.host.store.db, job.seq, into, str(job.plan.folder), start)
+            job.plan = dataclasses.replace(job.plan, start=start)
+        done = await loop.run_in_executor(None, self._land, job, now)
         self.host.post(done)
+
+    async def recover(self) -> None:
+        """At the start: the landings a previous orchestrator ended under are closed as refused; one that was
+        under way has its workspace put back where it found it (a rebase aborted, the branch reset), in one line."""
+        db = self.host.store.db
+        for row in land_records.unfinished(db):
+            at = iso(self.host.clock.now())
+            if row.start is None or row.folder is None or row.target is None:  # queued, never begun: none touched
+                land_records.ended(
+                    db, row.seq, row.target, at, "refused", None, "the orchestrator ended before it landed"
+                )
+                continue
+            result = await asyncio.to_thread(
+                landing.interrupted,
+                self.host.config.root,
+                row.name,
+                Path(row.folder),
+                row.branch,
+                row.target,
+                row.start,
+            )
+            self.host.console.line(result.reason)
+            land_records.ended(db, row.seq, row.target, at, result.outcome, result.commit, result.reason)
 
     def _land(self, job: Job, now: datetime) -> LandDone:
         """On the worker thread: the git work, and the memo of a conflict or a failed check."""

@@ -23,7 +23,9 @@ CREATE TABLE IF NOT EXISTS workspace_landings (  -- each landing asked for (orch
     ended_at   TEXT,
     outcome    TEXT,               -- null while it waits or lands; 'landed', 'conflict', 'check failed', 'refused'
     commit_id  TEXT,               -- the target's new commit, once landed
-    reason     TEXT
+    reason     TEXT,
+    folder     TEXT,               -- the workspace's folder, and its branch's commit as the landing began (what a
+    start      TEXT                -- landing the orchestrator's end interrupted is put back at; null until then)
 );
 CREATE INDEX IF NOT EXISTS workspace_landings_name ON workspace_landings(name);
 """
@@ -43,17 +45,33 @@ class Landing:
     outcome: str | None
     commit_id: str | None
     reason: str | None
+    folder: str | None = None
+    start: str | None = None
 
 
-COLUMNS = "seq, name, branch, target, asked_at, who, ended_at, outcome, commit_id, reason"
+COLUMNS = "seq, name, branch, target, asked_at, who, ended_at, outcome, commit_id, reason, folder, start"
+ADDED = ("folder", "start")  # columns a table made by an older orchestrator lacks
 
 
 def ensure(db: sqlite3.Connection) -> None:
-    """Make the table when missing, and close what a previous orchestrator left waiting (it ended under them)."""
+    """Make the table when missing, or add the columns an older one lacks."""
     db.executescript(SCHEMA)
+    have = {row[1] for row in db.execute("PRAGMA table_info(workspace_landings)")}
+    for column in ADDED:
+        if column not in have:
+            db.execute(f"ALTER TABLE workspace_landings ADD COLUMN {column} TEXT")
+
+
+def unfinished(db: sqlite3.Connection) -> list[Landing]:
+    """The landings a previous orchestrator left queued or under way (it ended under them), oldest first."""
+    rows = db.execute(f"SELECT {COLUMNS} FROM workspace_landings WHERE outcome IS NULL ORDER BY seq").fetchall()
+    return [Landing(*row) for row in rows]
+
+
+def began(db: sqlite3.Connection, seq: int, into: str, folder: str, start: str) -> None:
+    """Landing ``seq`` begins: its target, and its workspace's folder and branch commit before it rebases."""
     db.execute(
-        "UPDATE workspace_landings SET outcome = 'refused', reason = 'the orchestrator ended before it landed' "
-        "WHERE outcome IS NULL"
+        "UPDATE workspace_landings SET target = ?, folder = ?, start = ? WHERE seq = ?", (into, folder, start, seq)
     )
 
 
@@ -66,8 +84,10 @@ def asked(db: sqlite3.Connection, name: str, branch: str, into: str | None, at: 
     return int(cursor.lastrowid or 0)
 
 
-def ended(db: sqlite3.Connection, seq: int, into: str, at: str, outcome: str, commit: str | None, reason: str) -> None:
-    """How landing ``seq`` ended."""
+def ended(
+    db: sqlite3.Connection, seq: int, into: str | None, at: str, outcome: str, commit: str | None, reason: str
+) -> None:
+    """How landing ``seq`` ended (``into`` None: its target never known)."""
     db.execute(
         "UPDATE workspace_landings SET target = ?, ended_at = ?, outcome = ?, commit_id = ?, reason = ? WHERE seq = ?",
         (into, at, outcome, commit, reason, seq),

@@ -3,7 +3,8 @@ run the role's ``check`` in the workspace, then fast-forward the target, and the
 the target is checked out there.
 
 Nothing changes on the target unless every step passed: a conflict or a failed check undoes the rebase (the branch
-back where it was), and a root with uncommitted changes to tracked files is refused before anything is touched.
+back where it was), and a root with uncommitted changes to tracked files is refused before anything is touched;
+a landing killed half-way (``interrupted``) is undone at the next start the same way.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Plan:
     check: tuple[str, ...] = ()
     check_timeout: float = 1800.0
     identity: dict[str, str] = field(default_factory=dict)
+    start: str | None = None  # the branch's commit as recorded when the landing began (``where``)
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,23 @@ def base_of(root: Path, branch: str) -> str | None:
     return git.git(root, "config", f"branch.{branch}.{BASE_KEY}", check=False) or None
 
 
+def target_of(plan: Plan) -> str:
+    """The branch ``plan`` lands into: the one it names, else its workspace's base."""
+    return plan.into or base_of(plan.root, plan.branch) or git.current_branch(plan.root) or "main"
+
+
+def where(plan: Plan) -> tuple[str, str | None]:
+    """(the target, the branch's commit) as a landing begins, recorded before it rebases, so that a landing the
+    orchestrator's end interrupts can be put back; the commit is None when there is no branch to land."""
+    try:
+        return target_of(plan), git.commit_of(plan.root, f"refs/heads/{plan.branch}")
+    except (git.GitError, OSError):
+        return plan.into or "?", None
+
+
 def land(plan: Plan, stopping: threading.Event | None = None) -> Result:
     """Land ``plan``; a ``Result`` whatever happened (a git failure is a refusal with git's words)."""
-    into = plan.into or base_of(plan.root, plan.branch) or git.current_branch(plan.root) or "main"
+    into = target_of(plan)
     try:
         return _land(plan, into, stopping or threading.Event())
     except (Refused, git.GitError, OSError) as exc:
@@ -89,6 +105,8 @@ def _land(plan: Plan, into: str, stopping: threading.Event) -> Result:
     if git.changed(folder):
         raise Refused(f"landing {plan.name}: {folder} has uncommitted changes; commit them on {plan.branch} first")
     before = git.git(folder, "rev-parse", "HEAD")
+    if plan.start is not None and before != plan.start:
+        raise Refused(f"landing {plan.name}: {plan.branch} moved as the landing began; land again")
     if _is_ancestor(root, before, old):
         raise Refused(f"landing {plan.name}: nothing to land, {plan.branch} has no commit that {into} lacks")
     rebased = subprocess.run(  # noqa: S603 - an argv list
@@ -143,6 +161,38 @@ def _land(plan: Plan, into: str, stopping: threading.Event) -> Result:
         commit=new,
         previous=old,
     )
+
+
+def interrupted(root: Path, name: str, folder: Path, branch: str, into: str, start: str) -> Result:
+    """A landing the orchestrator's end interrupted (killed while its rebase stopped, or while its check ran),
+    undone at the next start: a rebase in progress aborted and the workspace back on ``branch`` at ``start``, what
+    the check left removed; or, when ``into`` was fast-forwarded already, found ``landed``.
+
+    A workspace the landing had not moved yet is left as it is: what is in it may predate the landing (its checks
+    had not run), and the next start there sets it aside like anything found in a workspace."""
+    head = f"landing {name} into {into} was under way when the orchestrator ended"
+    if not (folder / ".git").exists():
+        return Result("refused", f"{head}; its folder {folder} is gone, nothing to put back", into)
+    try:
+        aborted = git.succeeds(folder, "rebase", "--abort")  # exit 0 only when a rebase was in progress
+        now = git.commit_of(root, f"refs/heads/{branch}")
+        landed = git.commit_of(root, f"refs/heads/{into}")
+        if now not in (None, start) and landed is not None and _is_ancestor(root, now, landed):
+            return Result("landed", f"landed {branch} into {into} as the orchestrator ended", into, commit=landed)
+        on_branch = git.current_branch(folder) == branch
+        if not aborted and on_branch and now == start:
+            return Result("refused", f"{head}, before it changed anything; land it again", into)
+        if not on_branch:
+            git.git(folder, "checkout", "--quiet", "--force", branch)
+        git.reset(folder, start)
+    except (git.GitError, OSError) as exc:
+        return Result(
+            "refused",
+            f"{head}; it could not be put back ({exc}): in {folder} run `git rebase --abort`, `git checkout {branch}` "
+            f"and `git reset --hard {start[:10]}`",
+            into,
+        )
+    return Result("refused", f"{head}: its rebase undone, {branch} put back at {start[:10]}; land it again", into)
 
 
 def _is_ancestor(root: Path, older: str, newer: str) -> bool:
