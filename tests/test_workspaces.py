@@ -77,11 +77,27 @@ def test_workspace_settings_merge_from_defaults_and_ray_is_refused(tmp_path: Pat
         load_config(tmp_path)
 
 
-def test_a_safe_name_is_one_path_component_and_a_branch_name() -> None:
-    assert safe_name("20260101-120000-ab12") == "20260101-120000-ab12"
-    assert safe_name("../../etc/passwd") == "etc-passwd"
-    assert safe_name("a..b.lock") == "a.b"
-    assert safe_name("...") == "workspace"
+def test_a_safe_name_is_one_path_component_and_a_branch_name(tmp_path: Path) -> None:
+    assert safe_name("20260101-120000-ab12") == "20260101-120000-ab12", "a safe key is its own name"
+    assert safe_name("../../etc/passwd").startswith("etc-passwd-")
+    assert safe_name("a..b.lock").startswith("a.b-") and safe_name("...").startswith("workspace-")
+    keys = [
+        "設計",
+        "テスト",
+        "設計-a",
+        "テスト-a",
+        "fix bug #1",
+        "fix bug #1!",
+        "x.lock.lock",
+        "x" * 80 + "1",
+        "x" * 81,
+    ]
+    names = [safe_name(key) for key in keys]
+    assert len(set(names)) == len(keys), names  # keys that clean to the same letters never share a workspace
+    git(tmp_path, "init", "--quiet")
+    for name in names:
+        assert safe_name(name) == name and len(name) <= 80, name  # what `orchestrator send` writes names it again
+        assert workspace_git.succeeds(tmp_path, "check-ref-format", f"refs/heads/orchestrator/{name}"), name
 
 
 def test_a_git_command_that_hangs_is_stopped_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ Every function here blocks (it runs git); the feature calls them off the loop wh
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -94,10 +95,17 @@ def current_branch(root: Path) -> str | None:
 
 
 def safe_name(key: str) -> str:
-    """``key`` as one path component and branch name: letters, digits, ``.``, ``_``, ``-``; at most 80."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", key).strip(".-")[:80].strip(".-")
+    """``key`` as one path component and branch name: letters, digits, ``.``, ``_``, ``-``; at most 80. A key that is
+    not such a name already gets a short hash of itself: two keys that clean to the same letters (``設計`` and
+    ``テスト``, ``fix #1`` and ``fix #1!``) never share a workspace, and a safe name stays what it is."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", key).strip(".-")
     name = re.sub(r"\.\.+", ".", name)
-    return name.removesuffix(".lock") or "workspace"
+    while name.endswith(".lock"):  # git refuses a ref component ending so
+        name = name.removesuffix(".lock").rstrip(".-")
+    if name == key and len(name) <= 80:
+        return name
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{name[:71].rstrip('.-') or 'workspace'}-{digest}"
 
 
 def commit_of(root: Path, name: str) -> str | None:
