@@ -6,6 +6,7 @@ same root, after a first one killed (``os._exit``) in a process of its own at th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ from orchestrator.asks.extension import Asks
 from orchestrator.asks.requests import AnswerRequest, AskRequest
 from orchestrator.core.agent import AttemptVerdict, DeferredCall
 from orchestrator.core.errors import AmbiguousMemoError, UsageError
-from orchestrator.core.events import CancelRequested
+from orchestrator.core.events import CancelRequested, MemoSeen
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.notify.delivery import Deliver, Deliveries, Settle
 from orchestrator.supervisor.decisions import Park
@@ -28,6 +29,7 @@ from orchestrator.supervisor.recovery import recover
 from replay import Replay
 
 TESTS = Path(__file__).parent
+BUILDER = '{"builder": {"ask_timeout": "1h"}}'  # the roles of a killed run and of its restart (JSON, and Python)
 
 
 def rows(r: Replay) -> list[tuple[str, str, str]]:
@@ -41,9 +43,10 @@ async def asked(r: Replay, role: str, memo: str, question: str) -> None:
     await r.exit(memo, 0)
 
 
-def killed_at(root: Path, patch: str, script: str) -> None:
+def killed_at(root: Path, patch: str, script: str, roles: str = BUILDER, more: str = "") -> None:
     """In a process of its own: ``patch`` (a statement making the step under test die with ``os._exit(9)``, as a
-    SIGKILL would), then ``script`` (the body of ``async def first(r)``, with ``r`` a Replay of ``root``)."""
+    SIGKILL would), then ``script`` (the body of ``async def first(r)``, with ``r`` a Replay of ``root`` with ``roles``,
+    and ``more`` features)."""
     program = textwrap.dedent(
         """
         import asyncio, os, sys
@@ -53,7 +56,10 @@ def killed_at(root: Path, patch: str, script: str) -> None:
         from test_asks import feature
         from orchestrator.asks.extension import Asks
         from orchestrator.asks.requests import AnswerRequest, AskRequest
+        from orchestrator.core.agent import UsageLimit
         from orchestrator.core.events import CancelRequested
+        from orchestrator.core.states import RunState
+        from orchestrator.supervisor.extension import Extension
         from orchestrator.supervisor.lifecycle import Lifecycle
         from orchestrator.supervisor.memo_moves import MemoMoves
 
@@ -64,21 +70,31 @@ def killed_at(root: Path, patch: str, script: str) -> None:
             print("not killed")
 
         async def main():
-            await first(Replay(Path({root!r}), {{"builder": {{"ask_timeout": "1h"}}}}))
+            await first(Replay(Path({root!r}), {roles}, more=[{more}]))
 
         asyncio.run(main())
         """
-    ).format(tests=str(TESTS), root=str(root), patch=patch, body=textwrap.indent(textwrap.dedent(script), "    "))
+    ).format(
+        tests=str(TESTS),
+        root=str(root),
+        patch=patch,
+        roles=roles,
+        more=more,
+        body=textwrap.indent(textwrap.dedent(script), "    "),
+    )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 9, (done.returncode, done.stdout, done.stderr)
 
 
-async def restarted(root: Path) -> Replay:
-    """``up`` started again over ``root``: recovery ends what the kill left, then the features start."""
-    r = Replay(root, {"builder": {"ask_timeout": "1h"}})
+async def restarted(root: Path, roles: str = BUILDER) -> Replay:
+    """``up`` started again over ``root``: recovery ends what the kill left, the first scan, then the features."""
+    r = Replay(root, json.loads(roles))
     await recover(r.config, r.sup.store, r.console, r.sup.lc, None)
+    r.sup.intake.rescan(initial=True)
     r.sup.extension(Asks).start()
     r.sup.post(Ready())
+    for memo in sorted((root / "memo/builder/inbox").glob("*.md")):  # the scan's memos, settled (not 2 s later)
+        r.sup.post(MemoSeen("builder", memo, complete=True))
     await r.settle()
     return r
 
@@ -380,6 +396,133 @@ def test_an_answered_memo_renamed_on_its_way_back_keeps_its_answer_and_gives_it_
         await r.advance(2)
         retry = r.agent("a", attempt=2)
         assert "YES deploy" not in retry.spec.prompt, "the other a.md's retry takes no answer"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_kill_during_the_timeout_of_a_waiting_memo_leaves_it_waiting_with_its_question(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            moved = MemoMoves.move
+            def move(self, run, folder, text):
+                if folder == "failed":
+                    os._exit(9)  # the timeout's end is committed up to here; the memo has not moved
+                return moved(self, run, folder, text)
+            MemoMoves.move = move
+            """
+        ),
+        """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+        await r.advance(3601)
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root)
+        assert [n["question"] for n in r.sup.view(False).to_json()["needs_input"]] == ["Which design?"]
+        await r.advance(3601)  # the restarted clock starts where the first one did
+        assert r.folder("builder", "failed") == ["a.md"] and rows(r) == [], "its timeout ends it still"
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_kill_after_an_answered_run_is_returned_under_another_name_keeps_the_answer_with_it(tmp_path: Path) -> None:
+    one = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            finished = Asks.on_finished
+            def on_finished(self, event):
+                if event.run.run_id == 2:
+                    os._exit(9)  # its end (returned as a.1.md) is committed; the answer's name has not followed
+                return finished(self, event)
+            Asks.on_finished = on_finished
+            """
+        ),
+        """
+        await r.drop("builder", "a.md", body="deploy the service", front={"id": "A1"})
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
+        await r.drop("builder", "a.md", body="unrelated: do NOT deploy", front={"id": "A2"})  # queued: one slot
+        r.agent("a").usage_limit = UsageLimit("five_hour", None, "limit")
+        await r.exit("a", 1)
+        """,
+        roles=one,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root, one)
+        assert rows(r) == [("builder", "a.1.md", "answered")]
+        carried = {}
+        for _ in range(2):
+            agent = next(agent for agent in r.spawner.agents if agent.alive)
+            carried[agent.spec.memo_paths[0].name] = "YES deploy to prod" in agent.spec.prompt
+            agent.exit(0)
+            await r.settle()
+        assert carried == {"a.1.md": True, "a.md": False}, carried
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_kill_while_an_answered_runs_end_settles_keeps_its_answer_for_its_next_run(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            class Settles(Extension):  # as a workspace's commit does: the end waits for work on a thread
+                def __init__(self, host):
+                    self.host = host
+                def before_finish(self, run, state, reason):
+                    if run.run_id == 2 and state is RunState.SUCCEEDED:
+                        async def commit():
+                            await asyncio.sleep(0)
+                            os._exit(9)  # killed during it: the run's end is not on record
+                        return commit()
+                    return None
+            """
+        ),
+        """
+        await r.drop("builder", "a.md", body="deploy the service")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
+        await r.exit("a", 0)
+        """,
+        more="Settles",
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root)
+        assert "YES deploy to prod" in r.agent("a").spec.prompt, "the memo runs again, and with its answer"
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_batch_run_of_answered_memos_carries_every_answer(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"batch": True}})
+        await asked(r, "builder", "a.md", "Question of a?")
+        await asked(r, "builder", "b.md", "Question of b?")
+        await r.drop("builder", "c.md")  # the batch role's one run, busy
+        await feature(r, AnswerRequest(memo="a", text="ANSWER-A", who="pat"))
+        await feature(r, AnswerRequest(memo="b", text="ANSWER-B", who="pat"))
+        await r.exit("c", 0)
+        both = next(agent for agent in r.spawner.agents if agent.alive)
+        assert sorted(p.name for p in both.spec.memo_paths) == ["a.md", "b.md"]
+        assert "ANSWER-A" in both.spec.prompt and "ANSWER-B" in both.spec.prompt
+        both.exit(0)
+        await r.settle()
+        assert rows(r) == [] and r.folder("builder", "archive") == ["a.md", "b.md", "c.md"]
         r.close()
 
     play(tmp_path, scenario)

@@ -31,7 +31,7 @@ from orchestrator.asks.records import Ask
 from orchestrator.asks.requests import AnswerRequest, AskRequest, own_run
 from orchestrator.asks.rules import describe, question_of
 from orchestrator.asks.settings import hooked, settings_text
-from orchestrator.asks.texts import Pending, answer_how, answers_text, question_path, question_text
+from orchestrator.asks.texts import Pending, answer_how, answers_text, new_ask, question_path, question_text
 from orchestrator.config import RoleRun
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer
@@ -72,7 +72,9 @@ class Asks(Extension):
         self.parking: dict[int, Pending] = {}  # run -> what its end parks (decided, not yet recorded)
         self.recorded: dict[int, tuple[int, list[str]]] = {}  # run -> its ask on record, and the names it expects
         self.leaving: dict[int, list[Ask]] = {}  # run -> the waiting asks whose memos it ends (a cancel, a timeout)
-        self.resuming: dict[int, Ask] = {}  # run -> the answered ask it carries on
+        self.ending: dict[int, list[tuple[str, str]]] = {}  # run -> its memos' names and folders before its end
+        self.timing_out: set[int] = set()  # asks whose memos their ask_timeout is failing
+        self.resuming: dict[int, list[Ask]] = {}  # run -> the answered asks it carries on (one per memo of it)
         self.notes_due: dict[int, list[str]] = {}
         self.timer: Timer | None = None
         self.waiting: list[Ask] | None = None  # the waiting asks, read again after each change
@@ -128,7 +130,9 @@ class Asks(Extension):
             raise UsageError(f"orchestrator ask: run {request.run_id} is not running; ask from inside a run")
         question = " ".join(request.question.split())
         self.asked[run.run_id] = question
-        records.add(self.db, self._new_ask(run, "asked", Pending("question", question, None, None), []))
+        records.add(
+            self.db, new_ask(run, "asked", Pending("question", question, None, None), [], self.host.clock.now())
+        )
         return {"run_id": run.run_id, "memo": run.label, "recorded": True, "note": ENDED_NOTE}
 
     def decide_end(self, run: RoleRun, verdict: AttemptVerdict) -> EndDecision:
@@ -150,24 +154,18 @@ class Asks(Extension):
         return Park(f"{what}: {pending.question}", folder=WAITING, uses_attempt=False, then=THEN)
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
-        """What the run's end does to the asks, on record with the end itself (committed before its memos move): its
-        question parked (and written where its memo is about to appear), what it asked dropped, the answers it
-        carried, or its memo's, over. A waiting memo cancelled or failed: its question is over once it has left."""
-        role, db = run.role.name, self.db
+        """A run about to be parked: its question on record (committed before its memos move) and written where its
+        memo is about to appear. Nothing is forgotten here: another hook may make the end wait (a workspace's
+        commit), and what is written now is committed before the end is; what the end makes over is forgotten once
+        it is done (``on_finished``), and a restart in between is put right at the start (``restart.heal``)."""
+        role = run.role.name
         waiting = self.host.config.role_dir(role) / WAITING
         pending = self.parking.get(run.run_id)
         if pending is not None and state is RunState.RETURNED and run.memos:
             self._park(run, pending, waiting)
-        else:
-            records.drop_asked(db, run.run_id)
         gone = {memo.name for memo in run.memos if memo.path.parent.name == WAITING}
-        self.leaving[run.run_id] = [ask for ask in self._waiting() if ask.role == role and ask.memo in gone]
-        if state is not RunState.RETURNED or pending is not None:  # it will not run again with what it was answered
-            names = {memo.name for memo in run.memos} if pending is None else set()
-            for ask in records.every(db, "answered"):
-                mine = ask.memo in names and not self._held_elsewhere(ask, run)
-                if ask.role == role and (ask.taken_by == run.run_id or mine):
-                    self._forget(ask)
+        self.leaving[run.run_id] = [ask for ask in self._waiting() if ask.role == role and gone & set(ask.memos)]
+        self.ending[run.run_id] = [(memo.name, memo.path.parent.name) for memo in run.memos]  # before the move
 
     def _park(self, run: RoleRun, pending: Pending, waiting: Path) -> None:
         """The run's question on record, in place of what it asked, with the names its memos are about to take in
@@ -178,7 +176,7 @@ class Asks(Extension):
             return
         names = [free_name(waiting, memo.name).name for memo in run.memos]  # where the move puts them
         now = self.host.clock.now()
-        self.recorded[run.run_id] = (records.add(self.db, self._new_ask(run, "waiting", pending, names)), names)
+        self.recorded[run.run_id] = (records.add(self.db, new_ask(run, "waiting", pending, names, now)), names)
         self.waiting = None
         with contextlib.suppress(OSError):
             waiting.mkdir(parents=True, exist_ok=True)
@@ -191,14 +189,15 @@ class Asks(Extension):
         self.resuming.pop(run.run_id, None)
         pending = self.parking.pop(run.run_id, None)
         recorded = self.recorded.pop(run.run_id, None)
+        before = self.ending.pop(run.run_id, [])
         waiting = self.host.config.role_dir(run.role.name) / WAITING
+        if recorded is None:  # not parked: what its agent asked is over
+            records.drop_asked(self.db, run.run_id)
         for ask in self.leaving.pop(run.run_id, []):
-            if not _any_in(waiting, ask.memos):  # its memo left waiting/: its question is over
+            self.timing_out.discard(ask.ask_id)
+            if not _any_in(waiting, ask.memos):  # its memos left waiting/: its question is over
                 self._forget(ask)
-        if event.state is RunState.RETURNED and pending is None and event.moved:  # back in its inbox, with its answer
-            carried = self._taken_by(run.run_id)
-            if carried is not None and carried.memo != event.moved[0].name:
-                records.moved_to(self.db, carried.ask_id, event.moved[0].name)
+        self._answers_after(run, event.state is RunState.RETURNED and pending is None, before)
         if recorded is not None and pending is not None:
             ask_id, names = recorded
             moved = list(event.moved) or [waiting / name for name in names if (waiting / name).exists()]
@@ -208,29 +207,19 @@ class Asks(Extension):
                 records.forget(self.db, ask_id)
                 self.waiting = None
 
-    def _new_ask(self, run: RoleRun, state: str, pending: Pending, names: list[str]) -> Ask:
-        now = self.host.clock.now()
-        first = run.memos[0] if run.memos else None
-        names = names or [memo.name for memo in run.memos]
-        return Ask(
-            0,
-            run.role.name,
-            names[0] if names else "",
-            names,
-            first.memo_id if first else None,
-            first.subject if first else None,
-            run.run_id,
-            pending.kind,
-            pending.question,
-            pending.tool,
-            pending.session_id,
-            now.isoformat(timespec="seconds"),
-            now.timestamp() + run.role.ask_timeout,
-            state,
-            None,
-            None,
-            None,
-        )
+    def _answers_after(self, run: RoleRun, returned: bool, before: list[tuple[str, str]]) -> None:
+        """The answers a run carried (or its memos') after its end: over, unless it was returned to its inbox, where
+        they go on with its memos, under the names the move gave them (``before``: the names and folders it had)."""
+        after = {name: memo.path.name for (name, _), memo in zip(before, run.memos, strict=False)}
+        names = {name for name, folder in before if folder != WAITING}  # a waiting memo's name is not an answer's
+        for ask in records.every(self.db, "answered"):
+            if ask.role != run.role.name:
+                continue
+            if returned:
+                if ask.taken_by == run.run_id and after.get(ask.memo, ask.memo) != ask.memo:
+                    records.moved_to(self.db, ask.ask_id, after[ask.memo])
+            elif ask.taken_by == run.run_id or (ask.memo in names and not self._held_elsewhere(ask, run)):
+                self._forget(ask)
 
     def _announce(self, run: RoleRun, pending: Pending, ask_id: int, names: list[str], moved: list[Path]) -> None:
         """The run's memos are in ``waiting/``: its question is told, and its timeout armed."""
@@ -328,34 +317,35 @@ class Asks(Extension):
                 question_path(self.host.config.role_dir(ask.role) / WAITING / ask.memo).unlink()
 
     # ------------------------------------------------------------ the run that takes the answer
-    def _carried(self, run: RoleRun) -> Ask | None:
-        """The answered ask ``run`` carries on: its first memo is the one that waited (by the name it went back to
-        its inbox under, in the same role: a memo id may repeat), and no other live run carries it."""
-        if run.run_id in self.resuming:
-            return self.resuming[run.run_id]
-        if not run.memos:
-            return None
-        first = run.memos[0]
-        for ask in records.every(self.db, "answered"):
-            if ask.role == run.role.name and ask.memo == first.name and not self._held_elsewhere(ask, run):
-                records.take(self.db, ask.ask_id, run.run_id)
-                self.resuming[run.run_id] = ask
-                return ask
-        return None
+    def _carried(self, run: RoleRun) -> list[Ask]:
+        """The answered asks ``run`` carries on: those of its memos (by the name each went back to its inbox under, in
+        the same role: a memo id may repeat) that no other live run carries."""
+        if run.run_id not in self.resuming:
+            names = {memo.name for memo in run.memos}
+            taken = []
+            for ask in records.every(self.db, "answered"):
+                if ask.role == run.role.name and ask.memo in names and not self._held_elsewhere(ask, run):
+                    records.take(self.db, ask.ask_id, run.run_id)
+                    taken.append(ask)
+            self.resuming[run.run_id] = taken
+        return self.resuming[run.run_id]
 
     def _held_elsewhere(self, ask: Ask, run: RoleRun) -> bool:
         """Another run, still live, took this answer."""
         return ask.taken_by is not None and ask.taken_by != run.run_id and ask.taken_by in self.host.runs()
 
-    def _taken_by(self, run_id: int) -> Ask | None:
-        """The answer a run took, as on record (a run taken back at a restart: ``resuming`` was lost with it)."""
-        return next((ask for ask in records.every(self.db, "answered") if ask.taken_by == run_id), None)
+    def _resumed(self, run: RoleRun) -> Ask | None:
+        """The ask whose session the run goes on with: the one it carries, when it carries one alone and has it."""
+        asks = self.resuming.get(run.run_id, [])
+        return asks[0] if len(asks) == 1 and asks[0].session_id else None
 
     def sections(self, run: RoleRun) -> dict[str, str]:
-        ask = self._carried(run)
-        if ask is None or ask.session_id:  # a resumed session is given the answer itself (``prepare``)
+        carried = self._carried(run)
+        resumed = self._resumed(run)
+        told = [ask for ask in carried if ask is not resumed]  # a resumed session is told in ``prepare``
+        if not told:
             return {"answers": ""}
-        text = answers_text(ask)
+        text = answers_text(told)
         if self._uses_answers(run):
             return {"answers": text}
         self.notes_due[run.run_id] = [text]
@@ -373,13 +363,13 @@ class Asks(Extension):
 
     async def prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
         role = run.role
-        ask = self.resuming.get(run.run_id)
+        ask = self._resumed(run)
         if spec.adopted:
             return spec
         if not hooked(role):
             if ask is None or not ask.session_id:
                 return spec
-            return dataclasses.replace(spec, resume=ask.session_id, prompt=answers_text(ask))  # its session goes on
+            return dataclasses.replace(spec, resume=ask.session_id, prompt=answers_text([ask]))  # its session goes on
         env = {**spec.env, APPROVE_ENV: json.dumps(role.approve)}
         args = (*spec.args, "--settings", settings_text(role, spec.cwd))
         prompt = spec.prompt
@@ -394,7 +384,9 @@ class Asks(Extension):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        waiting = [ask for ask in self._waiting() if ask.role in self.host.config.roles]  # no rule times out the rest
+        waiting = [  # no rule times out a gone role's; one being ended is no longer due
+            ask for ask in self._waiting() if ask.role in self.host.config.roles and ask.ask_id not in self.timing_out
+        ]
         if not waiting:
             return
         delay = max(0.0, min(ask.due for ask in waiting) - self.host.clock.now().timestamp())
@@ -408,7 +400,7 @@ class Asks(Extension):
         try:
             for ask in list(self._waiting()):
                 role = self.host.config.roles.get(ask.role)
-                if ask.due > now or role is None:
+                if ask.due > now or role is None or ask.ask_id in self.timing_out:
                     continue
                 try:
                     self._time_out(ask, duration_text(role.ask_timeout), role.on_timeout)
@@ -422,11 +414,14 @@ class Asks(Extension):
         if ask.kind == "approval" and on_timeout == "deny":
             self._answer(ask, "deny", "", f"no answer within {waited}: denied", "orchestrator (ask_timeout)")
             return
-        self._forget(ask)
+        folder = self.host.config.role_dir(ask.role) / WAITING
+        if not _any_in(folder, ask.memos):
+            self._forget(ask)
+            return
+        self.timing_out.add(ask.ask_id)  # forgotten once its memos have left waiting/ (``on_finished``)
         for name in ask.memos:
-            path = self.host.config.role_dir(ask.role) / WAITING / name
-            if path.exists():
-                self.host.fail_memo(ask.role, path, f"no answer within {waited}")
+            if (folder / name).exists():
+                self.host.fail_memo(ask.role, folder / name, f"no answer within {waited}")
 
 
 def _any_in(folder: Path, names: list[str]) -> bool:

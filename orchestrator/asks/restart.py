@@ -12,6 +12,7 @@ have cut any step short between a record and the move of a memo it names.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Callable, Collection
 from datetime import datetime
@@ -31,16 +32,22 @@ def heal(
 ) -> None:
     """Forget the rows nothing stands for, and record a question for each waiting memo no row names."""
     for ask in records.every(db):
+        if ask.role not in config.roles:  # kept as it is, for the role to be added back
+            continue
+        waiting = config.role_dir(ask.role) / WAITING
         if ask.state == "asked":
             over = ask.run_id not in live
         elif ask.state == "waiting":
-            over = not _any_in(config.role_dir(ask.role) / WAITING, ask.memos)
+            over = not _any_in(waiting, ask.memos)
         else:
             over = ask.taken_by not in live and not _still_carried(db, config, ask)
         if over:
             records.forget(db, ask.ask_id)
             with contextlib.suppress(OSError):
                 (config.state_dir / "asks" / f"{ask.ask_id}.json").unlink()
+            for name in ask.memos if ask.state == "waiting" else ():  # its question is no later namesake's
+                with contextlib.suppress(OSError):
+                    question_path(waiting / name).unlink()
     named = {(ask.role, name) for ask in records.every(db, "waiting") for name in ask.memos}
     for role in config.roles:
         for memo in sorted((config.role_dir(role) / WAITING).glob("*.md")):
@@ -78,9 +85,14 @@ def _any_in(folder: Path, names: list[str]) -> bool:
 def _still_carried(db: sqlite3.Connection, config: Config, ask: Ask) -> bool:
     """An answered ask whose memo still waits to run with it: in its inbox or ``held/``, and either not taken yet or
     taken by a run that was returned to its inbox (which carries its answer on)."""
+    memo = ask.memo
     if ask.taken_by is not None:
-        row = db.execute("SELECT state FROM runs WHERE run_id = ?", (ask.taken_by,)).fetchone()
+        row = db.execute("SELECT state, memos FROM runs WHERE run_id = ?", (ask.taken_by,)).fetchone()
         if row is None or row[0] != "returned":
             return False
+        names = json.loads(row[1] or "[]")
+        if len(names) == 1 and names[0] != memo:  # returned under another name, before its answer could follow it
+            memo = names[0]
+            records.moved_to(db, ask.ask_id, memo)
     role_dir = config.role_dir(ask.role)
-    return _any_in(role_dir / INBOX, [ask.memo]) or _any_in(role_dir / HELD, [ask.memo])
+    return _any_in(role_dir / INBOX, [memo]) or _any_in(role_dir / HELD, [memo])

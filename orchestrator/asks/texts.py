@@ -1,5 +1,5 @@
-"""What the asks feature writes for people and agents: ``$answers``, the ``<stem>.question`` file beside a waiting
-memo, and the command that answers it."""
+"""What the asks feature writes for people and agents (``$answers``, the ``<stem>.question`` file beside a waiting
+memo, the command that answers it), and the record of what a run asks."""
 
 from __future__ import annotations
 
@@ -22,13 +22,16 @@ class Pending:
     session_id: str | None
 
 
-def answers_text(ask: Ask) -> str:
-    """``$answers``: the question the agent asked and the person's answer."""
-    answer = ask.answer or {}
-    said = answer.get("text") or ""
-    if answer.get("decision") == "deny":
-        said = f"(no answer: {answer.get('note') or 'a person declined to answer'})"
-    return f"# Answers\n\nYou asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n"
+def answers_text(asks: list[Ask]) -> str:
+    """``$answers``: each question the agent asked and the person's answer (one per memo of its run that asked)."""
+    lines = []
+    for ask in asks:
+        answer = ask.answer or {}
+        said = answer.get("text") or ""
+        if answer.get("decision") == "deny":
+            said = f"(no answer: {answer.get('note') or 'a person declined to answer'})"
+        lines.append(f"You asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n")
+    return "# Answers\n\n" + "\n".join(lines)
 
 
 def answer_how(kind: str, memo: str) -> str:
@@ -50,3 +53,28 @@ def question_text(run: RoleRun, pending: Pending, memo: str, when: datetime) -> 
 def question_path(memo: Path) -> Path:
     """``waiting/<stem>.question`` beside ``waiting/<stem>.md``."""
     return memo.with_name(memo.name.removesuffix(".md") + ".question")
+
+
+def new_ask(run: RoleRun, state: str, pending: Pending, names: list[str], now: datetime) -> Ask:
+    """The record of what ``run`` asks (``pending``), in ``state``; ``names``: its memos' (default: as they are)."""
+    first = run.memos[0] if run.memos else None
+    names = names or [memo.name for memo in run.memos]
+    return Ask(
+        0,
+        run.role.name,
+        names[0] if names else "",
+        names,
+        first.memo_id if first else None,
+        first.subject if first else None,
+        run.run_id,
+        pending.kind,
+        pending.question,
+        pending.tool,
+        pending.session_id,
+        now.isoformat(timespec="seconds"),
+        now.timestamp() + run.role.ask_timeout,
+        state,
+        None,
+        None,
+        None,
+    )
