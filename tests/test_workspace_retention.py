@@ -92,6 +92,29 @@ def test_a_landed_workspace_goes_at_once_with_its_merged_branch(project: Project
     assert (project.root / "s.txt").read_text(encoding="utf-8") == "shipped\n", "main has it"
 
 
+def test_a_workspace_a_memo_came_for_after_the_plan_is_kept(project: Project) -> None:
+    """A pass plans, then removes old logs for a while, and ``gc`` runs beside ``up``: what it removes is read
+    again just before, so a conversation that came back meanwhile keeps its workspace."""
+    from orchestrator.store import Store
+    from orchestrator.workspaces import retire
+
+    repository(project, {"builder": {"workspace": WORKTREE}})
+    start(project)
+    run_to_end(project, "shipped", "write s.txt shipped")
+    assert project.cli("land", "shipped").returncode == 0
+    assert project.procs[0].stop() == 0
+    store = Store(project.root / ".orchestrator" / "state.db")
+    try:
+        todo = retire.plan(project.root, store.db, RULES.workspaces, datetime.now().astimezone())
+        assert [item.name for item in todo.retired] == ["shipped"]
+        project.drop("builder", "again.md", {"id": "again", "workspace": "shipped"}, body="write t.txt more")
+        retire.carry_out(project.root, store.db, todo)
+    finally:
+        store.close()
+    assert folder(project, "shipped").is_dir(), "kept: a memo is for it now"
+    assert git(project.root, "branch", "--list", "orchestrator/shipped") != "", "its branch too"
+
+
 def test_a_folder_deleted_by_hand_is_repaired_and_status_and_doctor_count_the_workspaces(project: Project) -> None:
     repository(project, {"builder": {"workspace": WORKTREE}})
     start(project)

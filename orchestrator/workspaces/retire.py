@@ -193,6 +193,8 @@ def carry_out(root: Path, db: sqlite3.Connection, todo: WorkspacePlan) -> None:
         git.git(root, "worktree", "prune")
     for item in todo.retired:
         folder = Path(item.folder)
+        if not _still_idle(root, db, item.name):  # a run or a memo came for it since the plan: kept, refs and all
+            continue
         if (folder / ".git").exists():
             if _unsaved(folder) is not None:  # changed since the plan: kept
                 continue
@@ -205,6 +207,14 @@ def carry_out(root: Path, db: sqlite3.Connection, todo: WorkspacePlan) -> None:
                 git.git(root, "update-ref", "-d", ref, check=False)
         if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workspace_ports'").fetchone():
             ports.release(db, item.name)
+
+
+def _still_idle(root: Path, db: sqlite3.Connection, name: str) -> bool:
+    """Read again just before the removal (a pass plans, then removes logs for a while first, and ``gc`` runs beside
+    ``up``): no unfinished run works in workspace ``name``, and no memo in an inbox or in ``waiting/`` is for it."""
+    if any(work.name == name and work.busy_run is not None for work in known(db)):
+        return False
+    return name not in waiting_for(root, db) and name not in waiting_for(root, db, WAITING)
 
 
 def summary(root: Path, db: sqlite3.Connection) -> dict[str, Any]:
