@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from test_workspaces import WORKTREE, git, records, repository, show, start
 
@@ -361,12 +362,12 @@ def test_a_landing_asked_while_a_run_waits_for_a_person_waits_for_its_answered_m
 
 
 def test_a_landing_killed_while_its_check_runs_is_put_back_at_the_next_start(project: Project) -> None:
-    waits = (
+    waits = (  # a long check that says nothing: its orchestrator's death does not end it
         "import os, pathlib, sys, time\n"
         "pathlib.Path('checked.txt').write_text('left by the check')\n"
-        "root, parent, end = pathlib.Path(sys.argv[1]), os.getppid(), time.monotonic() + 30\n"
-        "(root / 'checking.out').touch()\n"
-        "while os.getppid() == parent and not (root / 'go.out').exists() and time.monotonic() < end:\n"
+        "root, end = pathlib.Path(sys.argv[1]), time.monotonic() + 60\n"
+        "(root / 'checking.out').write_text(str(os.getpid()))\n"
+        "while not (root / 'go.out').exists() and time.monotonic() < end:\n"
         "    time.sleep(0.02)\n"
     )
     check = [sys.executable, "-c", waits, str(project.root)]
@@ -385,8 +386,12 @@ def test_a_landing_killed_while_its_check_runs_is_put_back_at_the_next_start(pro
     asking.wait(20)
     assert git(project.root, "rev-parse", "orchestrator/one") != branch, "rebased when it was killed"
     assert (workspace / "checked.txt").exists()
+    check_pid = int((project.root / "checking.out").read_text(encoding="utf-8"))
+    assert psutil.pid_exists(check_pid), "the check outlived its orchestrator"
     again = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
     again.wait_output("orchestrator up:")  # (the killed one's socket is left: not a sign of this one's start)
+    assert f"land it again; its check, still running, was stopped (pid {check_pid})" in again.output
+    wait_for(lambda: not psutil.pid_exists(check_pid) or psutil.Process(check_pid).status() == "zombie", 10, "gone")
     assert git(project.root, "rev-parse", "orchestrator/one") == branch, "the branch where the landing found it"
     assert git(workspace, "symbolic-ref", "--short", "HEAD") == "orchestrator/one"
     assert git(workspace, "status", "--porcelain") == "" and not (workspace / "checked.txt").exists()

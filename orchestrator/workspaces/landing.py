@@ -9,6 +9,8 @@ a landing killed half-way (``interrupted``) is undone at the next start the same
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,9 +19,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.agents import proc_table
 from orchestrator.workspaces import git
 
 BASE_KEY = "orchestratorbase"  # branch.<branch>.orchestratorbase: the base a workspace was made from
+LANDING_MARK = "ORCHESTRATOR_LANDING"  # in a check's environment: the landing it checks
 TAIL_LINES = 8  # of a failed check's output, in the answer and the memo
 TAIL_CHARS = 600
 POLL = 0.1  # how often a running check looks whether the orchestrator is ending
@@ -170,6 +174,15 @@ def interrupted(root: Path, name: str, folder: Path, branch: str, into: str, sta
 
     A workspace the landing had not moved yet is left as it is: what is in it may predate the landing (its checks
     had not run), and the next start there sets it aside like anything found in a workspace."""
+    stopped = stop_left_checks(name, folder)
+    result = _put_back(root, name, folder, branch, into, start)
+    if not stopped:
+        return result
+    said = f"; its check, still running, was stopped (pid {', '.join(map(str, stopped))})"
+    return dataclasses.replace(result, reason=result.reason + said)
+
+
+def _put_back(root: Path, name: str, folder: Path, branch: str, into: str, start: str) -> Result:
     head = f"landing {name} into {into} was under way when the orchestrator ended"
     if not (folder / ".git").exists():
         return Result("refused", f"{head}; its folder {folder} is gone, nothing to put back", into)
@@ -193,6 +206,19 @@ def interrupted(root: Path, name: str, folder: Path, branch: str, into: str, sta
             into,
         )
     return Result("refused", f"{head}: its rebase undone, {branch} put back at {start[:10]}; land it again", into)
+
+
+def stop_left_checks(name: str, folder: Path) -> list[int]:
+    """Kill the group of each check of landing ``name`` in ``folder`` still running (its orchestrator was killed: no
+    one else would stop it, and it would go on writing in the workspace put back under it); their pids."""
+    found = []
+    for pid in proc_table.all_pids():
+        env = proc_table.environ(pid)
+        if env and env.get(LANDING_MARK) == name and env.get("ORCHESTRATOR_WORKSPACE") == str(folder):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+                found.append(pid)
+    return found
 
 
 def _is_ancestor(root: Path, older: str, newer: str) -> bool:
@@ -254,6 +280,7 @@ def _check(plan: Plan, into: str, stopping: threading.Event) -> tuple[str, str] 
         "ORCHESTRATOR_WORKSPACE": str(plan.folder),
         "ORCHESTRATOR_BRANCH": plan.branch,
         "ORCHESTRATOR_BASE": into,
+        LANDING_MARK: plan.name,  # how a restart finds a check its killed orchestrator left running
     }
     try:
         child = subprocess.Popen(  # noqa: S603 - the role's argv, never a shell
