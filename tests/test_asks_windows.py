@@ -6,11 +6,13 @@ same root, after a first one killed (``os._exit``) in a process of its own at th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_asks import CLAUDE, defer, feature, play
@@ -18,12 +20,15 @@ from test_asks import CLAUDE, defer, feature, play
 from orchestrator.asks import records, restart
 from orchestrator.asks.extension import Asks
 from orchestrator.asks.requests import AnswerRequest, AskRequest
+from orchestrator.config import RoleRun
 from orchestrator.core.agent import AttemptVerdict, DeferredCall
 from orchestrator.core.errors import AmbiguousMemoError, UsageError
 from orchestrator.core.events import CancelRequested, MemoSeen
+from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.notify.delivery import Deliver, Deliveries, Settle
 from orchestrator.supervisor.decisions import Park
+from orchestrator.supervisor.extension import Extension, Host
 from orchestrator.supervisor.loop import Ready
 from orchestrator.supervisor.recovery import recover
 from replay import Replay
@@ -523,6 +528,149 @@ def test_a_batch_run_of_answered_memos_carries_every_answer(tmp_path: Path) -> N
         both.exit(0)
         await r.settle()
         assert rows(r) == [] and r.folder("builder", "archive") == ["a.md", "b.md", "c.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+class Settles(Extension):
+    """As a workspace's set-aside does: the end of a failed or cancelled waiting memo ``a.md`` waits for ``gate``."""
+
+    gate: asyncio.Event | None = None
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Any:
+        first = run.memos[0] if run.memos else None
+        if state.live or first is None or first.name != "a.md" or first.path.parent.name != "waiting":
+            return None
+        gate = Settles.gate
+        assert gate is not None
+        return gate.wait()
+
+
+def test_a_memo_whose_cancel_or_timeout_is_under_way_cannot_be_answered(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        Settles.gate = asyncio.Event()
+        r = Replay(root, {"builder": {"ask_timeout": "1h"}}, more=[Settles])
+        await asked(r, "builder", "a.md", "Deploy to prod?")
+        cancel = await r.request(CancelRequested, memo="a.md")
+        with pytest.raises(UsageError, match=r"^orchestrator answer: a.md is being cancelled or failed; nothing to"):
+            await feature(r, AnswerRequest(memo="a", text="YES deploy", who="pat"))
+        Settles.gate.set()
+        await r.settle()
+        assert cancel.result()["state"] == "cancelled" and r.folder("builder", "cancelled") == ["a.md"]
+        assert rows(r) == [] and r.folder("builder", "inbox") == []
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_batch_asks_timeout_fails_each_memo_once_while_one_of_their_ends_waits(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        Settles.gate = asyncio.Event()
+        r = Replay(root, {"builder": {"ask_timeout": "1h", "batch": True}}, more=[Settles])
+        await r.drop("builder", "c.md")  # the batch role's one run, busy: a.md and b.md wait to run together
+        inbox = root / "memo/builder/inbox"
+        for name in ("a.md", "b.md"):
+            (inbox / name).write_text(f"---\nid: {name[0]}\n---\nbody\n", encoding="utf-8")
+            r.sup.post(MemoSeen("builder", inbox / name, complete=True))
+        await r.exit("c", 0)
+        both = next(agent for agent in r.spawner.agents if agent.alive)
+        await feature(r, AskRequest(run_id=both.spec.run_id, question="Deploy?"))
+        both.exit(0)
+        await r.settle()
+        assert r.folder("builder", "waiting") == ["a.md", "b.md"]
+        await r.advance(3601)  # a.md's end waits, b.md's is done
+        await r.advance(1)  # the timer armed again
+        Settles.gate.set()
+        await r.settle()
+        failed = [row["memos"] for row in r.sup.store.history() if row["state"] == "failed"]
+        assert sorted(failed) == [["a.md"], ["b.md"]], failed
+        assert rows(r) == []
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_kill_after_an_answered_run_asked_again_gives_its_old_answer_to_no_namesake(tmp_path: Path) -> None:
+    one = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            finished = Asks.on_finished
+            def on_finished(self, event):
+                if event.run.run_id == 2:
+                    os._exit(9)  # run 2 parked again, its end committed; what follows it never runs
+                return finished(self, event)
+            Asks.on_finished = on_finished
+            """
+        ),
+        """
+        await r.drop("builder", "a.md", body="deploy the service", front={"id": "A1"})
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
+        await r.drop("builder", "a.md", body="unrelated: do NOT deploy", front={"id": "A2"})  # queued: one slot
+        await feature(r, AskRequest(run_id=2, question="Which region?"))
+        await r.exit("a", 0)
+        """,
+        roles=one,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root, one)
+        assert rows(r) == [("builder", "a.md", "waiting")]
+        assert "YES deploy to prod" not in r.agent("a").spec.prompt, "the unrelated a.md runs without it"
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_question_file_whose_memo_never_reached_waiting_is_not_left_there(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        textwrap.dedent(
+            """
+            park = Asks._park
+            def _park(self, run, pending, waiting):
+                park(self, run, pending, waiting)
+                os._exit(9)  # its question file is written; nothing of this end is committed
+            Asks._park = _park
+            """
+        ),
+        """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+        """,
+    )
+
+    async def after(root: Path) -> None:
+        r = await restarted(root)
+        assert sorted(p.name for p in (root / "memo/builder/waiting").iterdir()) == []
+        r.close()
+
+    play(tmp_path, after)
+
+
+def test_a_batch_run_of_an_answered_memo_and_another_starts_afresh_with_the_answer(tmp_path: Path) -> None:
+    """A session resumed with no new prompt would never see the other memo: the run starts afresh, both in it."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"command": CLAUDE, "batch": True}})
+        await r.drop("builder", "a.md")
+        defer(r, "a", DeferredCall("toolu_1", "Bash", {"command": 'orchestrator ask "Push?"'}))
+        await r.settle()
+        await r.drop("builder", "b.md")  # the batch role's one run, busy
+        await feature(r, AnswerRequest(memo="a.md", text="push it"))
+        await r.drop("builder", "c.md", body="C-TASK: write the changelog")
+        await r.exit("b", 0)
+        both = next(agent for agent in r.spawner.agents if agent.alive)
+        assert sorted(p.name for p in both.spec.memo_paths) == ["a.md", "c.md"]
+        assert "--resume" not in both.spec.args and "The answer (unknown): push it" in both.spec.prompt
         r.close()
 
     play(tmp_path, scenario)

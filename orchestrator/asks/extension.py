@@ -28,14 +28,14 @@ from orchestrator.agents.spec import LaunchSpec
 from orchestrator.asks import moving, records, restart
 from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV
 from orchestrator.asks.records import Ask
-from orchestrator.asks.requests import AnswerRequest, AskRequest, own_run
+from orchestrator.asks.requests import AnswerRequest, AskRequest, find, own_run
 from orchestrator.asks.rules import describe, question_of
 from orchestrator.asks.settings import hooked, settings_text
 from orchestrator.asks.texts import Pending, answer_how, answers_text, new_ask, question_path, question_text
 from orchestrator.config import RoleRun
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer
-from orchestrator.core.errors import AmbiguousMemoError, UnknownMemoError, UsageError
+from orchestrator.core.errors import UnknownMemoError, UsageError
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
@@ -156,8 +156,8 @@ class Asks(Extension):
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
         """A run about to be parked: its question on record (committed before its memos move) and written where its
         memo is about to appear. Nothing is forgotten here: another hook may make the end wait (a workspace's
-        commit), and what is written now is committed before the end is; what the end makes over is forgotten once
-        it is done (``on_finished``), and a restart in between is put right at the start (``restart.heal``)."""
+        commit), and what is written now is committed before the end is; what the end makes over is forgotten in
+        the end's own transaction (``on_transition``, once its memos have moved)."""
         role = run.role.name
         waiting = self.host.config.role_dir(role) / WAITING
         pending = self.parking.get(run.run_id)
@@ -182,6 +182,34 @@ class Asks(Extension):
             waiting.mkdir(parents=True, exist_ok=True)
             question_path(waiting / names[0]).write_text(question_text(run, pending, names[0], now), encoding="utf-8")
 
+    def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
+        """The run's end is being recorded, its memos moved: what it makes over is forgotten (and an answer follows
+        its memo's new name) in the same transaction, so no restart can find one without the other."""
+        if new.live or run.run_id not in self.ending:
+            return
+        before = self.ending.pop(run.run_id)
+        pending, recorded = self.parking.get(run.run_id), self.recorded.get(run.run_id)
+        waiting = self.host.config.role_dir(run.role.name) / WAITING
+        if recorded is None:  # not parked: what its agent asked is over
+            records.drop_asked(self.db, run.run_id)
+        for ask in self.leaving.pop(run.run_id, []):
+            if not _any_in(waiting, ask.memos):  # its memos left waiting/: its question is over
+                self.timing_out.discard(ask.ask_id)
+                self._forget(ask)
+        self._answers_after(run, new is RunState.RETURNED and pending is None, before)
+        if recorded is not None:
+            ask_id, names = recorded
+            moved = _parked(run, waiting, names)
+            if new is RunState.RETURNED and moved:
+                if [path.name for path in moved] != names:  # a name there was taken meanwhile: the move chose another
+                    records.named(self.db, ask_id, [path.name for path in moved])
+            else:  # its memos did not reach waiting/: nothing waits
+                records.forget(self.db, ask_id)
+                self.recorded.pop(run.run_id)
+                with contextlib.suppress(OSError):
+                    question_path(waiting / names[0]).unlink()
+            self.waiting = None
+
     def on_finished(self, event: RunFinished) -> None:
         run: RoleRun = event.run
         self.asked.pop(run.run_id, None)
@@ -189,23 +217,9 @@ class Asks(Extension):
         self.resuming.pop(run.run_id, None)
         pending = self.parking.pop(run.run_id, None)
         recorded = self.recorded.pop(run.run_id, None)
-        before = self.ending.pop(run.run_id, [])
-        waiting = self.host.config.role_dir(run.role.name) / WAITING
-        if recorded is None:  # not parked: what its agent asked is over
-            records.drop_asked(self.db, run.run_id)
-        for ask in self.leaving.pop(run.run_id, []):
-            self.timing_out.discard(ask.ask_id)
-            if not _any_in(waiting, ask.memos):  # its memos left waiting/: its question is over
-                self._forget(ask)
-        self._answers_after(run, event.state is RunState.RETURNED and pending is None, before)
         if recorded is not None and pending is not None:
-            ask_id, names = recorded
-            moved = list(event.moved) or [waiting / name for name in names if (waiting / name).exists()]
-            if event.state is RunState.RETURNED and moved:
-                self._announce(run, pending, ask_id, names, moved)
-            else:  # its memos did not reach waiting/: nothing waits
-                records.forget(self.db, ask_id)
-                self.waiting = None
+            waiting = self.host.config.role_dir(run.role.name) / WAITING
+            self._announce(run, pending, _parked(run, waiting, recorded[1]))
 
     def _answers_after(self, run: RoleRun, returned: bool, before: list[tuple[str, str]]) -> None:
         """The answers a run carried (or its memos') after its end: over, unless it was returned to its inbox, where
@@ -221,12 +235,11 @@ class Asks(Extension):
             elif ask.taken_by == run.run_id or (ask.memo in names and not self._held_elsewhere(ask, run)):
                 self._forget(ask)
 
-    def _announce(self, run: RoleRun, pending: Pending, ask_id: int, names: list[str], moved: list[Path]) -> None:
+    def _announce(self, run: RoleRun, pending: Pending, moved: list[Path]) -> None:
         """The run's memos are in ``waiting/``: its question is told, and its timeout armed."""
+        if not moved:
+            return
         first = moved[0]
-        if [path.name for path in moved] != names:  # a name there was taken meanwhile: the move chose another
-            records.named(self.db, ask_id, [path.name for path in moved])
-        self.waiting = None
         how = answer_how(pending.kind, first.name)
         if not question_path(first).exists():
             with contextlib.suppress(OSError):
@@ -258,24 +271,8 @@ class Asks(Extension):
         return self._answer(ask, decision, request.text or "", request.note, request.who)
 
     def _find(self, query: str) -> Ask:
-        """The waiting ask ``query`` names: its memo's file name, stem or id, or its path (``memo/<role>/waiting/<name>``,
-        absolute or not), which names the role too; ``AmbiguousMemoError`` when it names several."""
-        parts = Path(query).parts
-        if len(parts) > 1:  # a path names the role: memo/<role>/waiting/<name>
-            role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
-            found = [ask for ask in self._waiting() if role == ask.role and ask.memo == parts[-1]]
-            found = found or [ask for ask in self._waiting() if ask.memo_id == query]  # an id with a slash
-        else:
-            found = [ask for ask in self._waiting() if query in (ask.memo, ask.memo.removesuffix(".md"), ask.memo_id)]
-        if not found:
-            waiting = ", ".join(ask.memo for ask in self._waiting()) or "none"
-            raise UnknownMemoError(f"orchestrator answer: no memo waiting for an answer matches {query!r} ({waiting})")
-        if len(found) > 1:
-            listing = ", ".join(f"memo/{ask.role}/{WAITING}/{ask.memo}" for ask in found)
-            raise AmbiguousMemoError(
-                f"orchestrator answer: {query!r} matches {len(found)} waiting memos ({listing}); name one by its path"
-            )
-        return found[0]
+        ending = self.timing_out | {ask.ask_id for asks in self.leaving.values() for ask in asks}
+        return find(self._waiting(), query, ending)
 
     def _answer(self, ask: Ask, decision: str, text: str, note: str | None, who: str) -> dict[str, Any]:
         """The answer on record (and in its file) before the memos go back to their inbox: a restart between the two
@@ -335,9 +332,11 @@ class Asks(Extension):
         return ask.taken_by is not None and ask.taken_by != run.run_id and ask.taken_by in self.host.runs()
 
     def _resumed(self, run: RoleRun) -> Ask | None:
-        """The ask whose session the run goes on with: the one it carries, when it carries one alone and has it."""
+        """The ask whose session the run goes on with: the one it carries, when it carries one alone, with a session,
+        and the run holds no memo besides that ask's (a session resumed with no new prompt would never see it)."""
         asks = self.resuming.get(run.run_id, [])
-        return asks[0] if len(asks) == 1 and asks[0].session_id else None
+        alone = len(asks) == 1 and len(asks[0].memos) == len(run.memos)  # no other memo the session never saw
+        return asks[0] if alone and asks[0].session_id else None
 
     def sections(self, run: RoleRun) -> dict[str, str]:
         carried = self._carried(run)
@@ -426,3 +425,11 @@ class Asks(Extension):
 
 def _any_in(folder: Path, names: list[str]) -> bool:
     return any((folder / name).exists() for name in names)
+
+
+def _parked(run: RoleRun, waiting: Path, names: list[str]) -> list[Path]:
+    """Where the run's memos are in ``waiting/``: where its end moved them, or (parked before a restart cut its end
+    short) where they were already."""
+    return [memo.path for memo in run.memos if memo.path.parent == waiting] or [
+        waiting / name for name in names if (waiting / name).exists()
+    ]

@@ -1,13 +1,19 @@
-"""The asks feature's control requests: an agent's ``ask`` and a person's ``answer``."""
+"""The asks feature's control requests: an agent's ``ask`` and a person's ``answer``, and the waiting ask an
+answer names."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
+from orchestrator.asks.records import Ask
 from orchestrator.control.authority import Caller
 from orchestrator.control.protocol import FeatureRequest
+from orchestrator.core.errors import AmbiguousMemoError, UnknownMemoError, UsageError
+from orchestrator.intake.memo import WAITING
 
 QUESTION_MAX = 4000
 ANSWER_MAX = 64 * 1024
@@ -36,3 +42,28 @@ class AnswerRequest(FeatureRequest):
 def own_run(request: AskRequest, caller: Caller) -> bool:
     """An agent asks about its own run only."""
     return caller.run_id == request.run_id
+
+
+def find(waiting: list[Ask], query: str, ending: Collection[int]) -> Ask:
+    """The waiting ask ``query`` names: its memo's file name, stem or id, or its path (``memo/<role>/waiting/<name>``,
+    absolute or not), which names the role too; ``AmbiguousMemoError`` when it names several. ``ending``: the asks
+    whose memos a cancel or a timeout is ending (not to be answered any more)."""
+    parts = Path(query).parts
+    if len(parts) > 1:  # a path names the role: memo/<role>/waiting/<name>
+        role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
+        found = [ask for ask in waiting if role == ask.role and ask.memo == parts[-1]]
+        found = found or [ask for ask in waiting if ask.memo_id == query]  # an id with a slash
+    else:
+        found = [ask for ask in waiting if query in (ask.memo, ask.memo.removesuffix(".md"), ask.memo_id)]
+    if found and all(ask.ask_id in ending for ask in found):
+        raise UsageError(f"orchestrator answer: {found[0].memo} is being cancelled or failed; nothing to answer")
+    found = [ask for ask in found if ask.ask_id not in ending]
+    if not found:
+        names = ", ".join(ask.memo for ask in waiting) or "none"
+        raise UnknownMemoError(f"orchestrator answer: no memo waiting for an answer matches {query!r} ({names})")
+    if len(found) > 1:
+        listing = ", ".join(f"memo/{ask.role}/{WAITING}/{ask.memo}" for ask in found)
+        raise AmbiguousMemoError(
+            f"orchestrator answer: {query!r} matches {len(found)} waiting memos ({listing}); name one by its path"
+        )
+    return found[0]

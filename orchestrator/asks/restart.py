@@ -50,6 +50,10 @@ def heal(
                     question_path(waiting / name).unlink()
     named = {(ask.role, name) for ask in records.every(db, "waiting") for name in ask.memos}
     for role in config.roles:
+        for left in (config.role_dir(role) / WAITING).glob("*.question"):  # its memo is not there: no one's question
+            if not left.with_suffix(".md").exists():
+                with contextlib.suppress(OSError):
+                    left.unlink()
         for memo in sorted((config.role_dir(role) / WAITING).glob("*.md")):
             if (role, memo.name) not in named:
                 found = found_ask(role, memo, now, config.roles[role].ask_timeout)
@@ -87,9 +91,9 @@ def _still_carried(db: sqlite3.Connection, config: Config, ask: Ask) -> bool:
     taken by a run that was returned to its inbox (which carries its answer on)."""
     memo = ask.memo
     if ask.taken_by is not None:
-        row = db.execute("SELECT state, memos FROM runs WHERE run_id = ?", (ask.taken_by,)).fetchone()
-        if row is None or row[0] != "returned":
-            return False
+        row = db.execute("SELECT state, memos, reason FROM runs WHERE run_id = ?", (ask.taken_by,)).fetchone()
+        if row is None or row[0] != "returned" or (row[2] or "").startswith(f"{WAITING}:"):
+            return False  # ended, or parked again: its answer was used
         names = json.loads(row[1] or "[]")
         if len(names) == 1 and names[0] != memo:  # returned under another name, before its answer could follow it
             memo = names[0]
