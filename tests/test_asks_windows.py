@@ -19,6 +19,7 @@ from test_asks import CLAUDE, defer, feature, play
 
 from orchestrator.asks import records, restart
 from orchestrator.asks.extension import Asks
+from orchestrator.asks.hook import decision
 from orchestrator.asks.requests import AnswerRequest, AskRequest
 from orchestrator.config import RoleRun
 from orchestrator.core.agent import AttemptVerdict, DeferredCall
@@ -27,6 +28,7 @@ from orchestrator.core.events import CancelRequested, MemoSeen
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.notify.delivery import Deliver, Deliveries, Settle
+from orchestrator.notify.extension import Notifier
 from orchestrator.supervisor.decisions import Park
 from orchestrator.supervisor.extension import Extension, Host
 from orchestrator.supervisor.loop import Ready
@@ -671,6 +673,88 @@ def test_a_batch_run_of_an_answered_memo_and_another_starts_afresh_with_the_answ
         both = next(agent for agent in r.spawner.agents if agent.alive)
         assert sorted(p.name for p in both.spec.memo_paths) == ["a.md", "c.md"]
         assert "--resume" not in both.spec.args and "The answer (unknown): push it" in both.spec.prompt
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_allowed_approval_carried_into_a_fresh_session_is_allowed_there_not_asked_again(tmp_path: Path) -> None:
+    """A batch run of the answered memo and another starts afresh: its calls have new ids, so the hook answers the
+    same call by its tool and input, and ``$answers`` says it was allowed."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"command": CLAUDE, "batch": True, "approve": ["Bash(git push:*)"]}})
+        await r.drop("builder", "a.md")
+        push = {"command": "git push origin main"}
+        defer(r, "a", DeferredCall("toolu_1", "Bash", push))
+        await r.settle()
+        await r.drop("builder", "b.md")  # the batch role's one run, busy
+        await feature(r, AnswerRequest(memo="a.md", allow=True, who="pat"))
+        await r.drop("builder", "c.md")
+        await r.exit("b", 0)
+        fresh = next(agent for agent in r.spawner.agents if agent.alive)
+        assert "--resume" not in fresh.spec.args and "The answer (pat): allowed" in fresh.spec.prompt
+        event = {"tool_name": "Bash", "tool_input": push, "tool_use_id": "toolu_9", "cwd": str(root)}
+        assert decision(event, fresh.spec.env)["hookSpecificOutput"]["permissionDecision"] == "allow"
+        other = {**event, "tool_input": {"command": "git push origin other"}}
+        assert decision(other, fresh.spec.env)["hookSpecificOutput"]["permissionDecision"] == "defer"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_memo_still_being_parked_is_answered_once_it_waits_and_a_batch_ask_by_any_memo(tmp_path: Path) -> None:
+    class Slow(Extension):  # any hook may make a parking end wait
+        gate = asyncio.Event()
+
+        def __init__(self, host: Host) -> None:
+            self.host = host
+
+        def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Any:
+            return Slow.gate.wait() if state is RunState.RETURNED and reason and reason.startswith("waiting:") else None
+
+    async def scenario(root: Path) -> None:
+        Slow.gate = asyncio.Event()
+        r = Replay(root, {"builder": {"batch": True}}, more=[Slow])
+        await r.drop("builder", "c.md")  # busy: a.md and b.md run together next
+        inbox = root / "memo/builder/inbox"
+        for name in ("a.md", "b.md"):
+            (inbox / name).write_text(f"---\nid: {name[0]}\n---\nbody\n", encoding="utf-8")
+            r.sup.post(MemoSeen("builder", inbox / name, complete=True))
+        await r.exit("c", 0)
+        both = next(agent for agent in r.spawner.agents if agent.alive)
+        await feature(r, AskRequest(run_id=both.spec.run_id, question="Deploy?"))
+        both.exit(0)
+        await r.settle()
+        with pytest.raises(UsageError, match=r"^orchestrator answer: a.md is still being moved to waiting/"):
+            await feature(r, AnswerRequest(memo="a", text="yes"))
+        Slow.gate.set()
+        await r.settle()
+        assert r.folder("builder", "waiting") == ["a.md", "b.md"]
+        answered = await feature(r, AnswerRequest(memo="b", text="yes", who="pat"))  # either memo names the ask
+        assert answered["memo"] == "a.md" and r.folder("builder", "waiting") == []
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: Path) -> None:
+    """Its channel is told to settle the name it was asked under, not only the one the move gave it."""
+
+    async def scenario(root: Path) -> None:
+        channel = {"kind": "command", "argv": [sys.executable, "-c", "pass"], "remind": "4h"}
+        r = Replay(root, {"builder": {}}, notifications=[channel])
+        notifier = r.sup.extension(Notifier)
+        taken: list[object] = []
+        for _channel, worker in notifier.workers:
+            worker.submit = taken.append  # type: ignore[method-assign]
+        await asked(r, "builder", "c.md", "Which design?")
+        (root / "memo/builder/cancelled/c.md").write_text("an earlier c.md\n", encoding="utf-8")
+        taken.clear()  # what its start settled before it asked
+        assert (await r.request(CancelRequested, memo="c.md")).result()["state"] == "cancelled"
+        assert r.folder("builder", "cancelled") == ["c.1.md", "c.md"]
+        settled = [name for item in taken if isinstance(item, Settle) for name in item.memos]
+        assert "c.md" in settled, taken
         r.close()
 
     play(tmp_path, scenario)

@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.asks import moving, records, restart
-from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV
+from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV, BY_INPUT_ENV
 from orchestrator.asks.records import Ask
 from orchestrator.asks.requests import AnswerRequest, AskRequest, find, own_run
 from orchestrator.asks.rules import describe, question_of
@@ -272,13 +272,15 @@ class Asks(Extension):
 
     def _find(self, query: str) -> Ask:
         ending = self.timing_out | {ask.ask_id for asks in self.leaving.values() for ask in asks}
-        return find(self._waiting(), query, ending)
+        parking = {ask_id for ask_id, _ in self.recorded.values()}  # on record, its memo not in waiting/ yet
+        return find(self._waiting(), query, ending, parking)
 
     def _answer(self, ask: Ask, decision: str, text: str, note: str | None, who: str) -> dict[str, Any]:
         """The answer on record (and in its file) before the memos go back to their inbox: a restart between the two
         finishes the move (``start``), so the answer is never lost and never asked again."""
-        tool_id = (ask.tool or {}).get("id") or ""
-        answer = {"decision": decision, "text": text, "note": note, "tool_use_id": tool_id}
+        tool = ask.tool or {}
+        answer = {"decision": decision, "text": text, "note": note, "tool_use_id": tool.get("id") or ""}
+        answer.update(tool_name=tool.get("name"), tool_input=tool.get("input"))  # the same call in a fresh session
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"{ask.ask_id}.json"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -376,6 +378,9 @@ class Asks(Extension):
             env[ANSWER_ENV] = str(self.folder / f"{ask.ask_id}.json")
             args = (*args, "--resume", ask.session_id)
             prompt = ""  # no new prompt: the session goes on from the deferred call, which the hook now answers
+        elif self.resuming.get(run.run_id):  # a fresh session: the hook answers the same calls again (by their input)
+            env[ANSWER_ENV] = os.pathsep.join(str(self.folder / f"{a.ask_id}.json") for a in self.resuming[run.run_id])
+            env[BY_INPUT_ENV] = "1"
         return dataclasses.replace(spec, env=env, args=args, prompt=prompt)
 
     # ------------------------------------------------------------ ask_timeout

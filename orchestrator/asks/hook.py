@@ -4,8 +4,8 @@ once as waiting (the CLI's ``tool_deferred``); in the run resumed after ``orches
 call with the person's decision (``allow``: the call runs; ``deny``: the model is told the note).
 
 Standard library only (it runs at every tool call). It reads the rules from ``ORCHESTRATOR_APPROVE`` (a JSON list)
-and the answer from the file ``ORCHESTRATOR_ANSWER_FILE`` names; any other call gets no word from it, so the
-role's own permissions decide as usual.
+and the answers from the files ``ORCHESTRATOR_ANSWER_FILE`` names (joined by ``os.pathsep``); any other call gets
+no word from it, so the role's own permissions decide as usual.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from orchestrator.asks.rules import approval_needed, is_ask
 
 APPROVE_ENV = "ORCHESTRATOR_APPROVE"
 ANSWER_ENV = "ORCHESTRATOR_ANSWER_FILE"
+BY_INPUT_ENV = "ORCHESTRATOR_ANSWER_BY_INPUT"  # "1" in a fresh session: its calls have new ids
 
 
 def decision(event: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | None:
@@ -33,7 +34,8 @@ def decision(event: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | Non
     cwd = str(event.get("cwd") or os.getcwd())
     if not (is_ask(tool, given) or approval_needed(rules, tool, given, cwd)):
         return None
-    answer = _answer(env.get(ANSWER_ENV), str(event.get("tool_use_id") or ""))
+    same = (tool, given) if env.get(BY_INPUT_ENV) == "1" else None
+    answer = _answer(env.get(ANSWER_ENV), str(event.get("tool_use_id") or ""), same)
     out: dict[str, Any] = {"hookEventName": "PreToolUse", "permissionDecision": "defer"}
     if answer is not None:
         allowed = answer.get("decision") == "allow"
@@ -44,19 +46,25 @@ def decision(event: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | Non
     return {"hookSpecificOutput": out}
 
 
-def _answer(path: str | None, call_id: str) -> dict[str, Any] | None:
-    """The person's answer to the call ``call_id``, when the run was resumed with one."""
-    if not path:
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            answer = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(answer, dict):
-        return None
-    asked = answer.get("tool_use_id")
-    return answer if not asked or not call_id or asked == call_id else None
+def _answer(paths: str | None, call_id: str, same: tuple[str, dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The person's answer to this call, when the run was started with answers (``paths``, joined by ``os.pathsep``):
+    the one to the call ``call_id`` (a resumed session goes on from that very call), or, in a fresh session, whose
+    calls have new ids, to the same tool with the same input (``same``)."""
+    for path in (paths or "").split(os.pathsep):
+        if not path:
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                answer = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(answer, dict):
+            continue
+        asked = answer.get("tool_use_id")
+        again = same is not None and (answer.get("tool_name"), answer.get("tool_input")) == same
+        if not asked or not call_id or asked == call_id or again:
+            return answer
+    return None
 
 
 def main() -> int:

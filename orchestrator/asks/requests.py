@@ -44,20 +44,24 @@ def own_run(request: AskRequest, caller: Caller) -> bool:
     return caller.run_id == request.run_id
 
 
-def find(waiting: list[Ask], query: str, ending: Collection[int]) -> Ask:
-    """The waiting ask ``query`` names: its memo's file name, stem or id, or its path (``memo/<role>/waiting/<name>``,
-    absolute or not), which names the role too; ``AmbiguousMemoError`` when it names several. ``ending``: the asks
-    whose memos a cancel or a timeout is ending (not to be answered any more)."""
+def find(waiting: list[Ask], query: str, ending: Collection[int], parking: Collection[int] = ()) -> Ask:
+    """The waiting ask ``query`` names: the file name or stem of one of its memos, its memo id, or a memo's path
+    (``memo/<role>/waiting/<name>``, absolute or not), which names the role too; ``AmbiguousMemoError`` when it names
+    several. ``ending``: the asks whose memos a cancel or a timeout is ending (not to be answered any more);
+    ``parking``: those whose memos their run's end is still moving into ``waiting/`` (to be answered once there)."""
     parts = Path(query).parts
     if len(parts) > 1:  # a path names the role: memo/<role>/waiting/<name>
         role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
-        found = [ask for ask in waiting if role == ask.role and ask.memo == parts[-1]]
+        found = [ask for ask in waiting if role == ask.role and parts[-1] in ask.memos]
         found = found or [ask for ask in waiting if ask.memo_id == query]  # an id with a slash
     else:
-        found = [ask for ask in waiting if query in (ask.memo, ask.memo.removesuffix(".md"), ask.memo_id)]
+        found = [ask for ask in waiting if query in (*ask.memos, *(m.removesuffix(".md") for m in ask.memos))]
+        found = found or [ask for ask in waiting if ask.memo_id == query]
     if found and all(ask.ask_id in ending for ask in found):
         raise UsageError(f"orchestrator answer: {found[0].memo} is being cancelled or failed; nothing to answer")
-    found = [ask for ask in found if ask.ask_id not in ending]
+    if found and all(ask.ask_id in parking for ask in found):
+        raise UsageError(f"orchestrator answer: {found[0].memo} is still being moved to {WAITING}/; answer it there")
+    found = [ask for ask in found if ask.ask_id not in ending and ask.ask_id not in parking]
     if not found:
         names = ", ".join(ask.memo for ask in waiting) or "none"
         raise UnknownMemoError(f"orchestrator answer: no memo waiting for an answer matches {query!r} ({names})")

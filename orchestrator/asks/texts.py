@@ -28,7 +28,10 @@ def answers_text(asks: list[Ask]) -> str:
     for ask in asks:
         answer = ask.answer or {}
         said = answer.get("text") or ""
-        if answer.get("decision") == "deny":
+        denied = answer.get("decision") == "deny"
+        if ask.kind == "approval":
+            said = f"denied ({answer.get('note') or 'a person denied this call'})" if denied else "allowed"
+        elif denied:
             said = f"(no answer: {answer.get('note') or 'a person declined to answer'})"
         lines.append(f"You asked a person: {ask.question}\nThe answer ({ask.answered_by}): {said}\n")
     return "# Answers\n\n" + "\n".join(lines)

@@ -37,6 +37,7 @@ class Notifier(Extension):
     def __init__(self, host: Host) -> None:
         self.host = host
         self.workers: list[tuple[AnyChannel, ChannelWorker]] = []
+        self.named: dict[int, list[str]] = {}  # run -> its memos' names before its end moved them
         names = [getattr(c, key, None) for c in host.config.notifications for key in ("url_env", "secret_env")]
         self.secret_names = sorted({name for name in names if name})
         for index, channel in enumerate(host.config.notifications):
@@ -66,10 +67,14 @@ class Notifier(Extension):
             if event.kind in channel.events:
                 worker.submit(Deliver(body))
 
+    def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
+        self.named[run.run_id] = [memo.name for memo in run.memos]  # the move may rename them
+
     def on_finished(self, event: RunFinished) -> None:
         run: RoleRun = event.run
+        before = self.named.pop(run.run_id, [])
         if event.state is not RunState.RETURNED:
-            self._settle(run)
+            self._settle(run, before)
         if event.state in (RunState.FAILED, RunState.TIMED_OUT):
             first = run.memos[0]
             self.on_team_event(
@@ -85,8 +90,8 @@ class Notifier(Extension):
         if new is RunState.STARTING:  # a question answered runs its memo again
             self._settle(run)
 
-    def _settle(self, run: RoleRun) -> None:
-        settle = Settle(tuple(memo.name for memo in run.memos))
+    def _settle(self, run: RoleRun, before: list[str] | None = None) -> None:
+        settle = Settle(tuple(dict.fromkeys([*(before or ()), *(memo.name for memo in run.memos)])))
         for _channel, worker in self.workers:
             worker.submit(settle)
 
