@@ -135,3 +135,33 @@ def test_up_refuses_approve_on_a_role_whose_calls_no_hook_can_hold(project: Proj
     assert (
         len(lines) == 1 and "roles.builder.approve: only a Claude CLI role with --output-format stream-json" in lines[0]
     )
+
+
+def test_an_answered_memo_back_under_another_name_and_across_a_restart_still_carries_its_waiting_work(
+    project: Project,
+) -> None:
+    """The waiting memo is known by its id: its answer may put it back under another name (a memo of its name in
+    the inbox), and a restart may come before it starts; another memo of its name is not it."""
+    from test_workspaces import WORKTREE, records, repository, start
+
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 1}})
+    start(project)
+    body = "see half.txt\nwrite half.txt begun before asking\nask-unless answered.flag Which one?\nwrite done.txt done"
+    project.drop("builder", "a.md", {"id": "asks"}, body=body)
+    wait_for((project.root / "memo/builder/waiting/a.question").exists, 30, "a.md waiting")
+    project.drop("builder", "busy.md", {"id": "busy"}, body="wait go.out")  # the one slot, in another workspace
+    wait_for(lambda: len(records(project)) == 2, 30, "busy.md at work")
+    project.drop("builder", "a.md", {"id": "other", "workspace": "asks"}, body="see half.txt")  # its name, not it
+    (project.root / "answered.flag").touch()
+    answered = project.cli("answer", "asks", "the first", "--json")
+    assert answered.returncode == 0 and json.loads(answered.stdout)["queued"].endswith("inbox/a.1.md"), answered
+    project.procs[-1].proc.kill()  # SIGKILL before the answered memo could start
+    project.procs[-1].proc.wait(20)
+    start(project)
+    project.procs[-1].wait_output("orchestrator up:")
+    (project.root / "go.out").touch()
+    wait_for(lambda: sorted(project.folder("builder", "archive")) == ["a.1.md", "a.md", "busy.md"], 60, "all done")
+    by_memo = {record["memo"]: record for record in records(project)[2:]}
+    assert by_memo["a.1.md"]["seen"] == {"half.txt": "begun before asking"}, "its waiting work, carried on"
+    assert by_memo["a.md"]["seen"] == {"half.txt": "begun before asking"}, "the other ran after it, on its commit"
+    assert project.procs[-1].stop() == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import subprocess
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from orchestrator.supervisor.feature_requests import Command
 from orchestrator.workspaces import copying, git, ports, records, retire
 from orchestrator.workspaces.land import LandQueue
 from orchestrator.workspaces.landing import BASE_KEY
-from orchestrator.workspaces.naming import workspace_name
+from orchestrator.workspaces.naming import memo_key, workspace_and_memo
 
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
@@ -61,7 +62,7 @@ class Workspaces(Extension):
         self.root = host.config.root
         self.owners: dict[str, int] = {}  # workspace name -> the run working in it
         self.waiting: dict[str, str] = {}  # workspace name -> the memo waiting for a person with its work there
-        self.names: dict[Path, str] = {}  # a queued memo -> its workspace (read once)
+        self.names: dict[Path, tuple[str, str]] = {}  # a queued memo -> its workspace and its key (read once)
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
         self.disk: dict[str, Any] | None = None  # the last measure of the workspaces' folders (``status``)
@@ -86,15 +87,16 @@ class Workspaces(Extension):
     def _isolated(self) -> list[Role]:
         return [role for role in self.host.config.roles.values() if role.workspace.isolated]
 
-    def _name(self, role: Role, path: Path) -> str:
-        name = self.names.get(path)
-        if name is None:
-            name = self.names[path] = workspace_name(self.host.store.db, role, path)
-        return name
+    def _name(self, role: Role, path: Path) -> tuple[str, str]:
+        """The workspace of the memo at ``path`` and the memo's key (``naming.memo_key``), read once."""
+        known = self.names.get(path)
+        if known is None:
+            known = self.names[path] = workspace_and_memo(self.host.store.db, role, path)
+        return known
 
     def _busy(self, name: str, run_id: int | None, memo: str | None = None) -> int | None:
-        """The other live run working in workspace ``name`` (0: a run waiting for a person, unless ``memo`` is its
-        own memo), or None."""
+        """The other live run working in workspace ``name`` (0: a run waiting for a person, unless ``memo``, a memo's
+        key, is its own memo), or None."""
         if name in self.waiting and self.waiting[name] != memo:
             return 0
         owner = self.owners.get(name)
@@ -109,10 +111,18 @@ class Workspaces(Extension):
     def start(self) -> None:
         """The memos that wait for a person with their work in a workspace, as the folders say (a restart); then a
         first measure of the disk."""
+        db = self.host.store.db
         for role in self._isolated():
             folder = self.host.config.role_dir(role.name) / WAITING
             for path in sorted(folder.glob("*.md")) if folder.is_dir() else ():
-                self.waiting[workspace_name(self.host.store.db, role, path)] = path.name
+                name, memo = workspace_and_memo(db, role, path)
+                self.waiting[name] = memo
+        for work in records.all_waiting(db):  # answered before the restart, its memo not started yet: still its own
+            if work.name not in self.waiting:
+                row = db.execute("SELECT memo_ids, memos FROM runs WHERE run_id = ?", (work.run_id,)).fetchone()
+                ids, names = (json.loads(row[0] or "[]"), json.loads(row[1] or "[]")) if row else ([], [])
+                if names:
+                    self.waiting[work.name] = memo_key(ids[0] if ids else None, names[0])
         self._measure()
 
     def on_finished(self, event: RunFinished) -> None:
@@ -170,7 +180,7 @@ class Workspaces(Extension):
         root's, and a change made there by path would be on no branch."""
         if not run.role.workspace.isolated or not run.memos:
             return []
-        name = self._name(run.role, run.memos[0].path)
+        name = self._name(run.role, run.memos[0].path)[0]
         folder = self.root / run.role.workspace.root / name
         return [
             f"You work in a git worktree of your own: {folder} (branch {git.BRANCH_PREFIX}{name}), your working "
@@ -184,16 +194,16 @@ class Workspaces(Extension):
         queues = self.host.queues()
         roles = self._isolated()
         firsts = [next(iter(queues.get(role.name) or ()), None) for role in roles]
-        self.names = {path: name for path, name in self.names.items() if path in firsts}  # no stale entries
+        self.names = {path: known for path, known in self.names.items() if path in firsts}  # no stale entries
         for role, first in zip(roles, firsts, strict=True):
             owner = None
             if first is not None:
-                name = self._name(role, first)
-                owner = self._busy(name, None, first.name)
+                name, memo = self._name(role, first)
+                owner = self._busy(name, None, memo)
             if owner is not None:
                 who = f"run {owner}" if owner else "a run waiting for a person"
                 self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} ({who})")
-            elif first is not None and self.landings.wanted(name) and self.waiting.get(name) != first.name:
+            elif first is not None and self.landings.wanted(name) and self.waiting.get(name) != memo:
                 # (the memo of the run waiting for a person in it goes on first: the landing waits for that run)
                 self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (being landed)")
             else:
@@ -204,12 +214,13 @@ class Workspaces(Extension):
         settings = run.role.workspace
         if not settings.isolated or not run.memos:
             return spec
-        name = self._name(run.role, run.memos[0].path)
+        name = self._name(run.role, run.memos[0].path)[0]
+        memo = memo_key(run.memos[0].memo_id, run.memos[0].name)
         if spec.adopted:  # its agent runs already, in its workspace: it owns it
             self.owners[name] = run.run_id
             self.where[run.run_id] = (name, git.BRANCH_PREFIX + name)
             return spec
-        while self._busy(name, run.run_id, run.memos[0].name) is not None or self.landings.lands_now(name):
+        while self._busy(name, run.run_id, memo) is not None or self.landings.lands_now(name):
             # claimed in the same pass as the run working there, or before its landing began
             if run.state is not RunState.STARTING:  # cancelled or stopped meanwhile: the launcher calls it off
                 return spec
@@ -356,8 +367,9 @@ class Workspaces(Extension):
         for memo in run.memos:
             self.names.pop(memo.path, None)
             if memo.path.parent.name == WAITING:
-                parked += [name for name, waits in self.waiting.items() if waits == memo.name]
-                self.waiting = {name: waits for name, waits in self.waiting.items() if waits != memo.name}
+                key = memo_key(memo.memo_id, memo.name)
+                parked += [name for name, waits in self.waiting.items() if waits == key]
+                self.waiting = {name: waits for name, waits in self.waiting.items() if waits != key}
         self.where.pop(run.run_id, None)
         db = self.host.store.db
         work = records.open_attempt(db, run.run_id)
@@ -367,7 +379,7 @@ class Workspaces(Extension):
             return None
         if state is RunState.RETURNED and (reason or "").startswith(f"{WAITING}:") and run.memos:
             self._free(work.name, run.run_id)
-            self.waiting[work.name] = run.memos[0].name
+            self.waiting[work.name] = memo_key(run.memos[0].memo_id, run.memos[0].name)
             records.ended(db, run.run_id, work.attempt, "waiting", None, None)
             self.host.console.line(
                 f"{run.label}: its work stays in workspace {work.name} while it waits (run {run.run_id})",

@@ -17,14 +17,26 @@ CHAIN_MAX = 200  # reply_to links followed at most (the loop breaker holds deepe
 
 def workspace_name(db: sqlite3.Connection, role: Role, path: Path) -> str:
     """The safe name of the workspace the memo at ``path`` is worked on in, for ``role``."""
+    return workspace_and_memo(db, role, path)[0]
+
+
+def workspace_and_memo(db: sqlite3.Connection, role: Role, path: Path) -> tuple[str, str]:
+    """(the workspace the memo at ``path`` is worked on in, the memo itself: its id, else its file name), from one
+    read of its front matter; the memo is known by its id because an answer may put it back under another name."""
     header = parse_front_matter(read_head(path))
+    memo = memo_key(header.id, path.name)
     named = header.extra.get("workspace")
     if isinstance(named, str | int) and str(named).strip():
-        return safe_name(str(named).strip())
+        return safe_name(str(named).strip()), memo
     own = header.id or path.stem
     if role.workspace.key == "memo" or header.reply_to is None:
-        return safe_name(own)
-    return safe_name(conversation(db, header.reply_to))
+        return safe_name(own), memo
+    return safe_name(conversation(db, header.reply_to)), memo
+
+
+def memo_key(memo_id: str | None, name: str) -> str:
+    """How a memo is known across its moves: its id, else its file name."""
+    return f"id:{memo_id}" if memo_id else f"name:{name}"
 
 
 def conversation(db: sqlite3.Connection, reply_to: str) -> str:

@@ -87,6 +87,12 @@ def unsettled_in(db: sqlite3.Connection, name: str, run_id: int) -> list[Attempt
     return [AttemptWork(*row) for row in rows]
 
 
+def all_waiting(db: sqlite3.Connection) -> list[AttemptWork]:
+    """Every attempt whose run waits for a person (or was answered and not started again) with its work kept."""
+    rows = db.execute(f"SELECT {COLUMNS} FROM workspace_attempts WHERE outcome = 'waiting' ORDER BY run_id").fetchall()
+    return [AttemptWork(*row) for row in rows]
+
+
 def waiting_in(db: sqlite3.Connection, name: str) -> AttemptWork | None:
     """The attempt whose run waits for a person with its work in workspace ``name`` (its start kept), if any."""
     row = db.execute(
