@@ -452,3 +452,50 @@ def test_a_landing_killed_after_its_target_moved_is_found_landed_and_left_as_it_
     result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "release", start)
     assert result.outcome == "landed" and result.commit == landed, result
     assert git(folder, "rev-parse", "HEAD") == landed and (folder / "b.txt").exists(), "not put back"
+
+
+def scratch_workspace(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A repository with main, and a worktree on orchestrator/ws one commit ahead: (root, its folder, that commit)."""
+    root, folder = tmp_path / "repo", tmp_path / "ws"
+    root.mkdir()
+    git(root, "init", "--quiet", "--initial-branch=main")
+    (root / "a.txt").write_text("a\n", encoding="utf-8")
+    git(root, "add", "a.txt")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "first")
+    git(root, "worktree", "add", "--quiet", "-b", "orchestrator/ws", str(folder), "main")
+    (folder / "b.txt").write_text("from the branch\n", encoding="utf-8")
+    git(folder, "add", "b.txt")
+    git(folder, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "work")
+    return root, folder, git(folder, "rev-parse", "HEAD")
+
+
+def test_a_landing_killed_after_a_fast_forward_with_nothing_to_rebase_is_found_landed(tmp_path: Path) -> None:
+    """Its target had not moved: the rebase left the branch where it was, so the target holding it says it landed."""
+    root, folder, start = scratch_workspace(tmp_path)
+    git(root, "merge", "--quiet", "--ff-only", "orchestrator/ws")  # the fast-forward, then the kill
+    result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "main", start)
+    assert result.outcome == "landed", result
+    assert git(folder, "rev-parse", "HEAD") == start
+
+
+def test_a_landing_put_back_at_a_restart_keeps_what_a_person_did_in_the_workspace_meanwhile(tmp_path: Path) -> None:
+    root, folder, start = scratch_workspace(tmp_path)
+    (folder / "p.txt").write_text("a person's commit\n", encoding="utf-8")
+    git(folder, "add", "p.txt")
+    git(folder, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
+    (folder / "untracked.txt").write_text("in no commit\n", encoding="utf-8")
+    result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "main", start)
+    assert result.outcome == "refused" and git(folder, "rev-parse", "HEAD") == start, result
+    ref = result.reason.split("(what was there kept as ")[1].split(")")[0]
+    assert git(root, "show", f"{ref}:p.txt") == "a person's commit"
+    assert git(root, "show", f"{ref}:untracked.txt") == "in no commit" and not (folder / "untracked.txt").exists()
+
+
+def test_a_person_commit_alone_in_a_workspace_put_back_at_a_restart_is_kept(tmp_path: Path) -> None:
+    root, folder, start = scratch_workspace(tmp_path)
+    (folder / "p.txt").write_text("a person's commit\n", encoding="utf-8")
+    git(folder, "add", "p.txt")
+    git(folder, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
+    result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "main", start)
+    ref = result.reason.split("(what was there kept as ")[1].split(")")[0]
+    assert git(root, "show", f"{ref}:p.txt") == "a person's commit" and git(folder, "rev-parse", "HEAD") == start

@@ -105,14 +105,18 @@ def test_a_workspace_a_memo_came_for_after_the_plan_is_kept(project: Project) ->
     assert project.procs[0].stop() == 0
     store = Store(project.root / ".orchestrator" / "state.db")
     try:
-        todo = retire.plan(project.root, store.db, RULES.workspaces, datetime.now().astimezone())
-        assert [item.name for item in todo.retired] == ["shipped"]
-        project.drop("builder", "again.md", {"id": "again", "workspace": "shipped"}, body="write t.txt more")
-        retire.carry_out(project.root, store.db, todo)
+        # in an inbox, or claimed by a run whose attempt is not on record yet
+        for where in ("memo/builder/inbox", "memo/builder/active"):
+            todo = retire.plan(project.root, store.db, RULES.workspaces, datetime.now().astimezone())
+            assert [item.name for item in todo.retired] == ["shipped"]
+            memo = project.root / where / "again.md"
+            memo.write_text("---\nid: again\nworkspace: shipped\n---\nwrite t.txt more\n", encoding="utf-8")
+            retire.carry_out(project.root, store.db, todo)
+            assert folder(project, "shipped").is_dir(), f"kept: a memo in {where} is for it"
+            assert git(project.root, "branch", "--list", "orchestrator/shipped") != "", "its branch too"
+            memo.unlink()
     finally:
         store.close()
-    assert folder(project, "shipped").is_dir(), "kept: a memo is for it now"
-    assert git(project.root, "branch", "--list", "orchestrator/shipped") != "", "its branch too"
 
 
 def test_a_folder_deleted_by_hand_is_repaired_and_status_and_doctor_count_the_workspaces(project: Project) -> None:

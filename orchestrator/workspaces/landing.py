@@ -190,11 +190,15 @@ def _put_back(root: Path, name: str, folder: Path, branch: str, into: str, start
         aborted = git.succeeds(folder, "rebase", "--abort")  # exit 0 only when a rebase was in progress
         now = git.commit_of(root, f"refs/heads/{branch}")
         landed = git.commit_of(root, f"refs/heads/{into}")
-        if now not in (None, start) and landed is not None and _is_ancestor(root, now, landed):
+        if now is not None and landed is not None and _is_ancestor(root, now, landed):  # (a rebase with nothing to
+            # move leaves the branch at ``start``: the target holding it is what says the landing went through)
             return Result("landed", f"landed {branch} into {into} as the orchestrator ended", into, commit=landed)
         on_branch = git.current_branch(folder) == branch
         if not aborted and on_branch and now == start:
             return Result("refused", f"{head}, before it changed anything; land it again", into)
+        kept, ref = _keep(
+            root, name, folder, start
+        )  # whatever is there now (the rebase, the check's files, a person's work)
         if not on_branch:
             git.git(folder, "checkout", "--quiet", "--force", branch)
         git.reset(folder, start)
@@ -205,7 +209,24 @@ def _put_back(root: Path, name: str, folder: Path, branch: str, into: str, start
             f"and `git reset --hard {start[:10]}`",
             into,
         )
-    return Result("refused", f"{head}: its rebase undone, {branch} put back at {start[:10]}; land it again", into)
+    where = f" (what was there kept as {ref})" if kept else ""
+    return Result(
+        "refused", f"{head}: its rebase undone, {branch} put back at {start[:10]}{where}; land it again", into
+    )
+
+
+def _keep(root: Path, name: str, folder: Path, start: str) -> tuple[bool, str]:
+    """The workspace as it is (its HEAD and what no commit holds) kept as one commit under a ref, touching nothing,
+    unless it is the branch at ``start`` and nothing more; (whether it was kept, the ref)."""
+    head = git.git(folder, "rev-parse", "HEAD")
+    tree = git.snapshot(folder)
+    ref = f"refs/orchestrator/landings/{name}/{head[:10]}"
+    if head == start and tree == git.git(folder, "rev-parse", "HEAD^{tree}"):
+        return False, ref
+    message = f"landing {name}: the workspace as the restart found it"
+    commit = git.git(folder, "commit-tree", tree, "-p", head, "-m", message, env=git.identity(root))
+    git.git(folder, "update-ref", ref, commit)
+    return True, ref
 
 
 def stop_left_checks(name: str, folder: Path) -> list[int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.core.clock import iso
 from orchestrator.core.states import UNFINISHED
-from orchestrator.intake.memo import INBOX, WAITING, parse_front_matter, read_head
+from orchestrator.intake.memo import ACTIVE, INBOX, WAITING, parse_front_matter, read_head
 from orchestrator.workspaces import git, land_records, ports
 from orchestrator.workspaces.git import safe_name
 from orchestrator.workspaces.naming import conversation
@@ -214,7 +214,8 @@ def _still_idle(root: Path, db: sqlite3.Connection, name: str) -> bool:
     ``up``): no unfinished run works in workspace ``name``, and no memo in an inbox or in ``waiting/`` is for it."""
     if any(work.name == name and work.busy_run is not None for work in known(db)):
         return False
-    return name not in waiting_for(root, db) and name not in waiting_for(root, db, WAITING)
+    # active/: a run claimed its memo, and its attempt is not on record yet
+    return all(name not in waiting_for(root, db, folder) for folder in (INBOX, ACTIVE, WAITING))
 
 
 def summary(root: Path, db: sqlite3.Connection) -> dict[str, Any]:
