@@ -22,7 +22,7 @@ from conftest import Project, wait_for
 from orchestrator.core.errors import UnknownMemoError
 from orchestrator.core.events import FeatureRequested
 from orchestrator.supervisor.feature_requests import Command, FeatureRequests
-from orchestrator.workspaces import landing
+from orchestrator.workspaces import land_records, landing
 from orchestrator.workspaces.git import IDENTITY
 from orchestrator.workspaces.land import LandRequest
 
@@ -499,3 +499,31 @@ def test_a_person_commit_alone_in_a_workspace_put_back_at_a_restart_is_kept(tmp_
     result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "main", start)
     ref = result.reason.split("(what was there kept as ")[1].split(")")[0]
     assert git(root, "show", f"{ref}:p.txt") == "a person's commit" and git(folder, "rev-parse", "HEAD") == start
+
+
+def test_a_landing_asked_before_the_start_has_put_back_what_a_kill_left_waits_for_it(tmp_path: Path) -> None:
+    """`up`'s socket listens before its features open: a landing asked then must not start (nor be taken for one a
+    killed orchestrator left) before the put-back is done."""
+    from orchestrator.workspaces.extension import Workspaces
+    from orchestrator.workspaces.land import Job
+
+    async def scenario() -> None:
+        from replay import Replay
+
+        r = Replay(tmp_path, {"builder": {"workspace": {"mode": "worktree"}}})
+        queue = r.sup.extension(Workspaces).landings
+        plan = landing.Plan(tmp_path, "ws", tmp_path / "ws", "orchestrator/ws", None)
+        done: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        seq = land_records.asked(r.sup.store.db, "ws", "orchestrator/ws", None, "2026-12-04T00:00:00+00:00", "tester")
+        job = Job(seq, plan, [], None, done)
+        queue.jobs.append(job)
+        queue.pump()
+        assert job.state == "queued", "nothing lands before the put-back"
+        await queue.recover()
+        assert job.state == "landing", "then it lands"
+        assert [row.seq for row in land_records.unfinished(r.sup.store.db)] == [job.seq], "not closed as a leftover"
+        if job.task is not None:
+            await asyncio.wait_for(job.task, 30)
+        r.close()
+
+    asyncio.run(scenario())

@@ -82,6 +82,7 @@ class LandQueue:
         self.busy = busy
         self.jobs: list[Job] = []  # oldest first; the one landing is the one whose state is "landing"
         self.stopping = threading.Event()
+        self.recovered = False  # what a previous orchestrator left is put back first: nothing lands before
         land_records.ensure(host.store.db)
 
     # ------------------------------------------------------------ what the workspaces feature asks
@@ -175,7 +176,7 @@ class LandQueue:
     # ------------------------------------------------------------ one at a time
     def pump(self) -> None:
         """Start the oldest landing whose workspace no run works in, unless one lands already."""
-        if self.stopping.is_set() or any(job.state == "landing" for job in self.jobs):
+        if self.stopping.is_set() or not self.recovered or any(job.state == "landing" for job in self.jobs):
             return
         for job in self.jobs:
             owner = self.busy(job.plan.name)
@@ -200,7 +201,10 @@ class LandQueue:
         """At the start: the landings a previous orchestrator ended under are closed as refused; one that was
         under way has its workspace put back where it found it (a rebase aborted, the branch reset), in one line."""
         db = self.host.store.db
+        ours = {job.seq for job in self.jobs}  # asked of this orchestrator already (its socket listens first)
         for row in land_records.unfinished(db):
+            if row.seq in ours:
+                continue
             at = iso(self.host.clock.now())
             if row.start is None or row.folder is None or row.target is None:  # queued, never begun: none touched
                 land_records.ended(
@@ -218,6 +222,8 @@ class LandQueue:
             )
             self.host.console.line(result.reason)
             land_records.ended(db, row.seq, row.target, at, result.outcome, result.commit, result.reason)
+        self.recovered = True
+        self.pump()
 
     def _land(self, job: Job, now: datetime) -> LandDone:
         """On the worker thread: the git work, and the memo of a conflict or a failed check."""
