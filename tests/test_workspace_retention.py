@@ -96,7 +96,7 @@ def test_a_workspace_a_memo_came_for_after_the_plan_is_kept(project: Project) ->
     """A pass plans, then removes old logs for a while, and ``gc`` runs beside ``up``: what it removes is read
     again just before, so a conversation that came back meanwhile keeps its workspace."""
     from orchestrator.store import Store
-    from orchestrator.workspaces import retire
+    from orchestrator.workspaces import land_records, retire
 
     repository(project, {"builder": {"workspace": WORKTREE}})
     start(project)
@@ -115,6 +115,10 @@ def test_a_workspace_a_memo_came_for_after_the_plan_is_kept(project: Project) ->
             assert folder(project, "shipped").is_dir(), f"kept: a memo in {where} is for it"
             assert git(project.root, "branch", "--list", "orchestrator/shipped") != "", "its branch too"
             memo.unlink()
+        todo = retire.plan(project.root, store.db, RULES.workspaces, datetime.now().astimezone())
+        land_records.asked(store.db, "shipped", "orchestrator/shipped", None, "2026-12-04T00:00:00+00:00", "a person")
+        retire.carry_out(project.root, store.db, todo)  # its landing asked for meanwhile: it may be checking there
+        assert folder(project, "shipped").is_dir(), "kept: a landing of it waits"
     finally:
         store.close()
 

@@ -214,6 +214,8 @@ def _still_idle(root: Path, db: sqlite3.Connection, name: str) -> bool:
     ``up``): no unfinished run works in workspace ``name``, and no memo in an inbox or in ``waiting/`` is for it."""
     if any(work.name == name and work.busy_run is not None for work in known(db)):
         return False
+    if any(landing.name == name for landing in land_records.unfinished(db)):  # queued or landing: its check may run
+        return False
     # active/: a run claimed its memo, and its attempt is not on record yet
     return all(name not in waiting_for(root, db, folder) for folder in (INBOX, ACTIVE, WAITING))
 
