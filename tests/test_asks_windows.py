@@ -93,6 +93,20 @@ def killed_at(root: Path, patch: str, script: str, roles: str = BUILDER, more: s
     assert done.returncode == 9, (done.returncode, done.stdout, done.stderr)
 
 
+def killed_moving_to(folder: str) -> str:
+    """The patch of ``killed_at`` that dies when an end moves its memos into ``folder``: after the end's first commit."""
+    return textwrap.dedent(
+        f"""
+        moved = MemoMoves.move
+        def move(self, run, folder, text):
+            if folder == "{folder}":
+                os._exit(9)
+            return moved(self, run, folder, text)
+        MemoMoves.move = move
+        """
+    )
+
+
 async def restarted(root: Path, roles: str = BUILDER) -> Replay:
     """``up`` started again over ``root``: recovery ends what the kill left, the first scan, then the features."""
     r = Replay(root, json.loads(roles))
@@ -308,16 +322,7 @@ def test_a_kill_between_the_parked_memos_move_and_the_runs_end_leaves_it_waiting
 def test_a_kill_during_the_cancel_of_a_waiting_memo_leaves_it_waiting_with_its_question(tmp_path: Path) -> None:
     killed_at(
         tmp_path,
-        textwrap.dedent(
-            """
-            moved = MemoMoves.move
-            def move(self, run, folder, text):
-                if folder == "cancelled":
-                    os._exit(9)  # the cancel's end is committed up to here; the memo has not moved
-                return moved(self, run, folder, text)
-            MemoMoves.move = move
-            """
-        ),
+        killed_moving_to("cancelled"),  # the cancel's end is committed up to here; its memo has not moved
         """
         await r.drop("builder", "a.md")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
@@ -411,16 +416,7 @@ def test_an_answered_memo_renamed_on_its_way_back_keeps_its_answer_and_gives_it_
 def test_a_kill_during_the_timeout_of_a_waiting_memo_leaves_it_waiting_with_its_question(tmp_path: Path) -> None:
     killed_at(
         tmp_path,
-        textwrap.dedent(
-            """
-            moved = MemoMoves.move
-            def move(self, run, folder, text):
-                if folder == "failed":
-                    os._exit(9)  # the timeout's end is committed up to here; the memo has not moved
-                return moved(self, run, folder, text)
-            MemoMoves.move = move
-            """
-        ),
+        killed_moving_to("failed"),  # the timeout's end is committed up to here; its memo has not moved
         """
         await r.drop("builder", "a.md")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
