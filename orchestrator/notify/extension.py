@@ -38,10 +38,12 @@ class Notifier(Extension):
         self.host = host
         self.workers: list[tuple[AnyChannel, ChannelWorker]] = []
         self.named: dict[int, list[str]] = {}  # run -> its memos' names before its end moved them
+        self.told: list[set[str]] = []  # per channel, the memos it was sent something about (what a settle clears)
         names = [getattr(c, key, None) for c in host.config.notifications for key in ("url_env", "secret_env")]
         self.secret_names = sorted({name for name in names if name})
         for index, channel in enumerate(host.config.notifications):
             self.workers.append((channel, ChannelWorker(self._deliveries(index, channel))))
+            self.told.append(set())
 
     def _deliveries(self, index: int, channel: AnyChannel) -> Deliveries:
         secrets = secrets_of(channel, os.environ)
@@ -63,9 +65,11 @@ class Notifier(Extension):
 
     def on_team_event(self, event: TeamEvent) -> None:
         body = payload(event, self.host.config, self.host.clock.now())
-        for channel, worker in self.workers:
+        for (channel, worker), told in zip(self.workers, self.told, strict=True):
             if event.kind in channel.events:
                 worker.submit(Deliver(body))
+                if event.memo:
+                    told.add(event.memo)
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
         self.named[run.run_id] = [memo.name for memo in run.memos]  # the move may rename them
@@ -91,9 +95,15 @@ class Notifier(Extension):
             self._settle(run)
 
     def _settle(self, run: RoleRun, before: list[str] | None = None) -> None:
-        settle = Settle(tuple(dict.fromkeys([*(before or ()), *(memo.name for memo in run.memos)])))
-        for _channel, worker in self.workers:
-            worker.submit(settle)
+        """Tell each channel that was sent something about the run's memos (under their names before its end moved
+        them, or after) that it is over; the others are not queued anything, so a channel that is down fills its
+        queue with nothing but news."""
+        names = {*(before or ()), *(memo.name for memo in run.memos)}
+        for (_channel, worker), told in zip(self.workers, self.told, strict=True):
+            over = told & names
+            if over:
+                told -= over
+                worker.submit(Settle(tuple(sorted(over))))
 
     def start(self) -> None:
         for _channel, worker in self.workers:
