@@ -694,9 +694,22 @@ def test_an_allowed_approval_carried_into_a_fresh_session_is_allowed_there_not_a
         assert decision(event, fresh.spec.env)["hookSpecificOutput"]["permissionDecision"] == "allow"
         other = {**event, "tool_input": {"command": "git push origin other"}}
         assert decision(other, fresh.spec.env)["hookSpecificOutput"]["permissionDecision"] == "defer"
+        unnamed = {**other, "tool_use_id": ""}
+        assert decision(unnamed, fresh.spec.env)["hookSpecificOutput"]["permissionDecision"] == "defer"
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_in_a_fresh_session_an_answer_with_no_call_of_its_own_allows_no_call(tmp_path: Path) -> None:
+    """An answer found again from a .question file (or to a command agent's question) names no call: in a fresh
+    session, where calls are matched by their input, it must not allow whatever call needs an approval."""
+    answer = tmp_path / "1.json"
+    answer.write_text(json.dumps({"decision": "allow", "text": "", "note": None, "tool_use_id": ""}), encoding="utf-8")
+    env = {"ORCHESTRATOR_APPROVE": json.dumps(["Bash(git push:*)"]), "ORCHESTRATOR_ANSWER_FILE": str(answer)}
+    event = {"tool_name": "Bash", "tool_input": {"command": "git push"}, "tool_use_id": "toolu_9", "cwd": str(tmp_path)}
+    fresh = decision(event, {**env, "ORCHESTRATOR_ANSWER_BY_INPUT": "1"})
+    assert fresh is not None and fresh["hookSpecificOutput"]["permissionDecision"] == "defer"
 
 
 def test_a_memo_still_being_parked_is_answered_once_it_waits_and_a_batch_ask_by_any_memo(tmp_path: Path) -> None:

@@ -378,9 +378,9 @@ class Asks(Extension):
             env[ANSWER_ENV] = str(self.folder / f"{ask.ask_id}.json")
             args = (*args, "--resume", ask.session_id)
             prompt = ""  # no new prompt: the session goes on from the deferred call, which the hook now answers
-        elif self.resuming.get(run.run_id):  # a fresh session: the hook answers the same calls again (by their input)
-            env[ANSWER_ENV] = os.pathsep.join(str(self.folder / f"{a.ask_id}.json") for a in self.resuming[run.run_id])
-            env[BY_INPUT_ENV] = "1"
+        elif calls := [a for a in self.resuming.get(run.run_id, []) if a.tool]:  # a fresh session: the hook answers
+            env[ANSWER_ENV] = os.pathsep.join(str(self.folder / f"{a.ask_id}.json") for a in calls)  # the same calls
+            env[BY_INPUT_ENV] = "1"  # again, by their tool and input (a call's id is new)
         return dataclasses.replace(spec, env=env, args=args, prompt=prompt)
 
     # ------------------------------------------------------------ ask_timeout

@@ -60,9 +60,12 @@ def _answer(paths: str | None, call_id: str, same: tuple[str, dict[str, Any]] | 
             continue
         if not isinstance(answer, dict):
             continue
+        if same is not None:  # a fresh session: that very call (its tool and input) and no other
+            if answer.get("tool_name") and (answer.get("tool_name"), answer.get("tool_input")) == same:
+                return answer
+            continue
         asked = answer.get("tool_use_id")
-        again = same is not None and (answer.get("tool_name"), answer.get("tool_input")) == same
-        if not asked or not call_id or asked == call_id or again:
+        if not asked or not call_id or asked == call_id:
             return answer
     return None
 
