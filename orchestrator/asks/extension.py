@@ -170,7 +170,7 @@ class Asks(Extension):
     def _park(self, run: RoleRun, pending: Pending, waiting: Path) -> None:
         """The run's question on record, in place of what it asked, with the names its memos are about to take in
         ``waiting/`` (or, parked already before a restart cut its end short, the names they have there)."""
-        already = [ask for ask in self._waiting() if ask.run_id == run.run_id and _any_in(waiting, ask.memos)]
+        already = [ask for ask in self._waiting() if ask.run_id == run.run_id and moving.any_in(waiting, ask.memos)]
         if already:
             self.recorded[run.run_id] = (already[0].ask_id, already[0].memos)
             return
@@ -193,7 +193,7 @@ class Asks(Extension):
         if recorded is None:  # not parked: what its agent asked is over
             records.drop_asked(self.db, run.run_id)
         for ask in self.leaving.pop(run.run_id, []):
-            if not _any_in(waiting, ask.memos):  # its memos left waiting/: its question is over
+            if not moving.any_in(waiting, ask.memos):  # its memos left waiting/: its question is over
                 self.timing_out.discard(ask.ask_id)
                 self._forget(ask)
         self._answers_after(run, new is RunState.RETURNED and pending is None, before)
@@ -419,17 +419,13 @@ class Asks(Extension):
             self._answer(ask, "deny", "", f"no answer within {waited}: denied", "orchestrator (ask_timeout)")
             return
         folder = self.host.config.role_dir(ask.role) / WAITING
-        if not _any_in(folder, ask.memos):
+        if not moving.any_in(folder, ask.memos):
             self._forget(ask)
             return
         self.timing_out.add(ask.ask_id)  # forgotten once its memos have left waiting/ (``on_finished``)
         for name in ask.memos:
             if (folder / name).exists():
                 self.host.fail_memo(ask.role, folder / name, f"no answer within {waited}")
-
-
-def _any_in(folder: Path, names: list[str]) -> bool:
-    return any((folder / name).exists() for name in names)
 
 
 def _parked(run: RoleRun, waiting: Path, names: list[str]) -> list[Path]:

@@ -43,3 +43,8 @@ def left_waiting(config: Config, ask: Ask, waiting: list[Ask]) -> bool:
     folder = config.role_dir(ask.role) / WAITING
     claimed = {name for other in waiting if other.role == ask.role for name in other.memos}
     return any((folder / name).exists() and name not in claimed for name in ask.memos)
+
+
+def any_in(folder: Path, names: list[str]) -> bool:
+    """Whether one of the memos ``names`` is in ``folder``."""
+    return any((folder / name).exists() for name in names)

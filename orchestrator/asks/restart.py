@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from orchestrator.asks import records
+from orchestrator.asks.moving import any_in
 from orchestrator.asks.records import Ask
 from orchestrator.asks.texts import question_path
 from orchestrator.config import Config
@@ -38,7 +39,7 @@ def heal(
         if ask.state == "asked":
             over = ask.run_id not in live
         elif ask.state == "waiting":
-            over = not _any_in(waiting, ask.memos)
+            over = not any_in(waiting, ask.memos)
         else:
             over = ask.taken_by not in live and not _still_carried(db, config, ask)
         if over:
@@ -82,10 +83,6 @@ def found_ask(role: str, memo: Path, now: datetime, timeout: float) -> Ask:
                now.timestamp() + timeout, "waiting", None, None, None)  # fmt: skip
 
 
-def _any_in(folder: Path, names: list[str]) -> bool:
-    return any((folder / name).exists() for name in names)
-
-
 def _still_carried(db: sqlite3.Connection, config: Config, ask: Ask) -> bool:
     """An answered ask whose memo still waits to run with it: in its inbox or ``held/``, and either not taken yet or
     taken by a run that was returned to its inbox (which carries its answer on)."""
@@ -99,4 +96,4 @@ def _still_carried(db: sqlite3.Connection, config: Config, ask: Ask) -> bool:
             memo = names[0]
             records.moved_to(db, ask.ask_id, memo)
     role_dir = config.role_dir(ask.role)
-    return _any_in(role_dir / INBOX, [memo]) or _any_in(role_dir / HELD, [memo])
+    return (role_dir / INBOX / memo).exists() or (role_dir / HELD / memo).exists()
