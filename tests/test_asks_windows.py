@@ -107,6 +107,34 @@ def killed_moving_to(folder: str) -> str:
     )
 
 
+def killed_after_the_end_of(run_id: int) -> str:
+    """The patch of ``killed_at`` that dies once run ``run_id``'s end is committed, before the features hear of it."""
+    return textwrap.dedent(
+        f"""
+        finished = Asks.on_finished
+        def on_finished(self, event):
+            if event.run.run_id == {run_id}:
+                os._exit(9)
+            return finished(self, event)
+        Asks.on_finished = on_finished
+        """
+    )
+
+
+async def batch_asked(r: Replay) -> None:
+    """a.md and b.md of a batch role run together, their agent asks, and its run ends to be parked."""
+    await r.drop("builder", "c.md")  # the role's one run, busy: a.md and b.md wait to run together
+    inbox = r.config.role_dir("builder") / "inbox"
+    for name in ("a.md", "b.md"):
+        (inbox / name).write_text(f"---\nid: {name[0]}\n---\nbody\n", encoding="utf-8")
+        r.sup.post(MemoSeen("builder", inbox / name, complete=True))
+    await r.exit("c", 0)
+    both = next(agent for agent in r.spawner.agents if agent.alive)
+    await feature(r, AskRequest(run_id=both.spec.run_id, question="Deploy?"))
+    both.exit(0)
+    await r.settle()
+
+
 async def restarted(root: Path, roles: str = BUILDER) -> Replay:
     """``up`` started again over ``root``: recovery ends what the kill left, the first scan, then the features."""
     r = Replay(root, json.loads(roles))
@@ -345,16 +373,7 @@ def test_a_kill_during_the_cancel_of_a_waiting_memo_leaves_it_waiting_with_its_q
 def test_a_kill_after_the_answered_runs_end_gives_its_answer_to_no_later_memo(tmp_path: Path) -> None:
     killed_at(
         tmp_path,
-        textwrap.dedent(
-            """
-            finished = Asks.on_finished
-            def on_finished(self, event):
-                if event.run.run_id == 2:
-                    os._exit(9)  # the answered run's end is committed; what follows it never runs
-                return finished(self, event)
-            Asks.on_finished = on_finished
-            """
-        ),
+        killed_after_the_end_of(2),  # the answered run's end is committed; what follows it never runs
         """
         await r.drop("builder", "a.md", body="deploy the service")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
@@ -439,16 +458,7 @@ def test_a_kill_after_an_answered_run_is_returned_under_another_name_keeps_the_a
     one = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
     killed_at(
         tmp_path,
-        textwrap.dedent(
-            """
-            finished = Asks.on_finished
-            def on_finished(self, event):
-                if event.run.run_id == 2:
-                    os._exit(9)  # its end (returned as a.1.md) is committed; the answer's name has not followed
-                return finished(self, event)
-            Asks.on_finished = on_finished
-            """
-        ),
+        killed_after_the_end_of(2),  # its end (returned as a.1.md) is committed; the answer's name has not followed
         """
         await r.drop("builder", "a.md", body="deploy the service", front={"id": "A1"})
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
@@ -569,16 +579,7 @@ def test_a_batch_asks_timeout_fails_each_memo_once_while_one_of_their_ends_waits
     async def scenario(root: Path) -> None:
         Settles.gate = asyncio.Event()
         r = Replay(root, {"builder": {"ask_timeout": "1h", "batch": True}}, more=[Settles])
-        await r.drop("builder", "c.md")  # the batch role's one run, busy: a.md and b.md wait to run together
-        inbox = root / "memo/builder/inbox"
-        for name in ("a.md", "b.md"):
-            (inbox / name).write_text(f"---\nid: {name[0]}\n---\nbody\n", encoding="utf-8")
-            r.sup.post(MemoSeen("builder", inbox / name, complete=True))
-        await r.exit("c", 0)
-        both = next(agent for agent in r.spawner.agents if agent.alive)
-        await feature(r, AskRequest(run_id=both.spec.run_id, question="Deploy?"))
-        both.exit(0)
-        await r.settle()
+        await batch_asked(r)
         assert r.folder("builder", "waiting") == ["a.md", "b.md"]
         await r.advance(3601)  # a.md's end waits, b.md's is done
         await r.advance(1)  # the timer armed again
@@ -596,16 +597,7 @@ def test_a_kill_after_an_answered_run_asked_again_gives_its_old_answer_to_no_nam
     one = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
     killed_at(
         tmp_path,
-        textwrap.dedent(
-            """
-            finished = Asks.on_finished
-            def on_finished(self, event):
-                if event.run.run_id == 2:
-                    os._exit(9)  # run 2 parked again, its end committed; what follows it never runs
-                return finished(self, event)
-            Asks.on_finished = on_finished
-            """
-        ),
+        killed_after_the_end_of(2),  # run 2 parked again, its end committed; what follows it never runs
         """
         await r.drop("builder", "a.md", body="deploy the service", front={"id": "A1"})
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
@@ -725,16 +717,7 @@ def test_a_memo_still_being_parked_is_answered_once_it_waits_and_a_batch_ask_by_
     async def scenario(root: Path) -> None:
         Slow.gate = asyncio.Event()
         r = Replay(root, {"builder": {"batch": True}}, more=[Slow])
-        await r.drop("builder", "c.md")  # busy: a.md and b.md run together next
-        inbox = root / "memo/builder/inbox"
-        for name in ("a.md", "b.md"):
-            (inbox / name).write_text(f"---\nid: {name[0]}\n---\nbody\n", encoding="utf-8")
-            r.sup.post(MemoSeen("builder", inbox / name, complete=True))
-        await r.exit("c", 0)
-        both = next(agent for agent in r.spawner.agents if agent.alive)
-        await feature(r, AskRequest(run_id=both.spec.run_id, question="Deploy?"))
-        both.exit(0)
-        await r.settle()
+        await batch_asked(r)  # its parking end waits
         with pytest.raises(UsageError, match=r"^orchestrator answer: a.md is still being moved to waiting/"):
             await feature(r, AnswerRequest(memo="a", text="yes"))
         Slow.gate.set()
