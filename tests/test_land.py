@@ -433,27 +433,6 @@ def test_a_landing_killed_while_its_rebase_stopped_on_a_conflict_is_aborted_and_
     assert "before it changed anything" in untouched.reason and git(folder, "rev-parse", "HEAD") == start
 
 
-def test_a_landing_killed_after_its_target_moved_is_found_landed_and_left_as_it_is(tmp_path: Path) -> None:
-    root = tmp_path / "repo"
-    root.mkdir()
-    git(root, "init", "--quiet", "--initial-branch=main")
-    (root / "a.txt").write_text("a\n", encoding="utf-8")
-    git(root, "add", "a.txt")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "first")
-    git(root, "branch", "release")
-    folder = tmp_path / "ws"
-    git(root, "worktree", "add", "--quiet", "-b", "orchestrator/ws", str(folder), "main")
-    start = git(folder, "rev-parse", "HEAD")
-    (folder / "b.txt").write_text("b\n", encoding="utf-8")
-    git(folder, "add", "b.txt")
-    git(folder, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "rebased work")
-    landed = git(folder, "rev-parse", "HEAD")
-    git(root, "update-ref", "refs/heads/release", landed)  # fast-forwarded, then the kill before its record
-    result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "release", start)
-    assert result.outcome == "landed" and result.commit == landed, result
-    assert git(folder, "rev-parse", "HEAD") == landed and (folder / "b.txt").exists(), "not put back"
-
-
 def scratch_workspace(tmp_path: Path) -> tuple[Path, Path, str]:
     """A repository with main, and a worktree on orchestrator/ws one commit ahead: (root, its folder, that commit)."""
     root, folder = tmp_path / "repo", tmp_path / "ws"
@@ -467,6 +446,16 @@ def scratch_workspace(tmp_path: Path) -> tuple[Path, Path, str]:
     git(folder, "add", "b.txt")
     git(folder, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "work")
     return root, folder, git(folder, "rev-parse", "HEAD")
+
+
+def test_a_landing_killed_after_its_target_moved_is_found_landed_and_left_as_it_is(tmp_path: Path) -> None:
+    root, folder, landed = scratch_workspace(tmp_path)  # its one commit stands for the rebased work
+    start = git(folder, "rev-parse", "HEAD~1")
+    git(root, "branch", "release", start)
+    git(root, "update-ref", "refs/heads/release", landed)  # fast-forwarded, then the kill before its record
+    result = landing.interrupted(root, "ws", folder, "orchestrator/ws", "release", start)
+    assert result.outcome == "landed" and result.commit == landed, result
+    assert git(folder, "rev-parse", "HEAD") == landed and (folder / "b.txt").exists(), "not put back"
 
 
 def test_a_landing_killed_after_a_fast_forward_with_nothing_to_rebase_is_found_landed(tmp_path: Path) -> None:
