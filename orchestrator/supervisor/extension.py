@@ -83,7 +83,9 @@ class Extension:
     - ``before_finish``: a run is about to end (its memo not yet moved); it may return an awaitable (work that must
       not run on the loop: a workspace's commit), and the run settles until it is done (``supervisor.settling``);
       ``on_finished``: it has ended;
-    - ``on_transition``: a run changed state (recorded already); it only watches;
+    - ``on_transition``: a run changed state (recorded already, in the transaction of the change: at a run's end,
+      after its memos moved and before the end is committed, so what a feature writes of its own records here lands
+      with the end, as the asks feature's forgetting does); it never changes the run;
     - ``on_team_event``: the core announced a ``TeamEvent`` (a pause, a held memo, a stall, a crash loop, ...);
     - ``agent_env``: variables it adds to an attempt's agent environment (asked once the attempt is on record);
       a convenience for the common case of ``prepare``, and synchronous, so a feature's variables are read while
