@@ -26,12 +26,11 @@ from typing import Any
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import LaunchSpec
 from orchestrator.asks import moving, records, restart
-from orchestrator.asks.hook import ANSWER_ENV, APPROVE_ENV, BY_INPUT_ENV
+from orchestrator.asks.carrying import Carrying
 from orchestrator.asks.records import Ask
 from orchestrator.asks.requests import AnswerRequest, AskRequest, find, own_run
 from orchestrator.asks.rules import describe, question_of
-from orchestrator.asks.settings import hooked, settings_text
-from orchestrator.asks.texts import Pending, answer_how, answers_text, new_ask, question_path, question_text
+from orchestrator.asks.texts import Pending, answer_how, new_ask, question_path, question_text
 from orchestrator.config import RoleRun
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer
@@ -40,7 +39,6 @@ from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.intake.memo import ACTIVE, INBOX, WAITING, free_name
-from orchestrator.prompts import load_template
 from orchestrator.supervisor.decisions import DEFAULT, EndDecision, Park
 from orchestrator.supervisor.extension import Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command, Needs
@@ -74,11 +72,9 @@ class Asks(Extension):
         self.leaving: dict[int, list[Ask]] = {}  # run -> the waiting asks whose memos it ends (a cancel, a timeout)
         self.ending: dict[int, list[tuple[str, str]]] = {}  # run -> its memos' names and folders before its end
         self.timing_out: set[int] = set()  # asks whose memos their ask_timeout is failing
-        self.resuming: dict[int, list[Ask]] = {}  # run -> the answered asks it carries on (one per memo of it)
-        self.notes_due: dict[int, list[str]] = {}
+        self.carrying = Carrying(host, self.folder)
         self.timer: Timer | None = None
         self.waiting: list[Ask] | None = None  # the waiting asks, read again after each change
-        self.uses_answers: dict[str, bool] = {}
 
     # ------------------------------------------------------------ wiring
     def handlers(self) -> Mapping[type, Handler]:
@@ -213,8 +209,7 @@ class Asks(Extension):
     def on_finished(self, event: RunFinished) -> None:
         run: RoleRun = event.run
         self.asked.pop(run.run_id, None)
-        self.notes_due.pop(run.run_id, None)
-        self.resuming.pop(run.run_id, None)
+        self.carrying.over(run.run_id)
         pending = self.parking.pop(run.run_id, None)
         recorded = self.recorded.pop(run.run_id, None)
         if recorded is not None and pending is not None:
@@ -232,7 +227,7 @@ class Asks(Extension):
             if returned:
                 if ask.taken_by == run.run_id and after.get(ask.memo, ask.memo) != ask.memo:
                     records.moved_to(self.db, ask.ask_id, after[ask.memo])
-            elif ask.taken_by == run.run_id or (ask.memo in names and not self._held_elsewhere(ask, run)):
+            elif ask.taken_by == run.run_id or (ask.memo in names and not self.carrying.held_elsewhere(ask, run)):
                 self._forget(ask)
 
     def _announce(self, run: RoleRun, pending: Pending, moved: list[Path]) -> None:
@@ -315,73 +310,15 @@ class Asks(Extension):
             with contextlib.suppress(OSError):
                 question_path(self.host.config.role_dir(ask.role) / WAITING / ask.memo).unlink()
 
-    # ------------------------------------------------------------ the run that takes the answer
-    def _carried(self, run: RoleRun) -> list[Ask]:
-        """The answered asks ``run`` carries on: those of its memos (by the name each went back to its inbox under, in
-        the same role: a memo id may repeat) that no other live run carries."""
-        if run.run_id not in self.resuming:
-            names = {memo.name for memo in run.memos}
-            taken = []
-            for ask in records.every(self.db, "answered"):
-                if ask.role == run.role.name and ask.memo in names and not self._held_elsewhere(ask, run):
-                    records.take(self.db, ask.ask_id, run.run_id)
-                    taken.append(ask)
-            self.resuming[run.run_id] = taken
-        return self.resuming[run.run_id]
-
-    def _held_elsewhere(self, ask: Ask, run: RoleRun) -> bool:
-        """Another run, still live, took this answer."""
-        return ask.taken_by is not None and ask.taken_by != run.run_id and ask.taken_by in self.host.runs()
-
-    def _resumed(self, run: RoleRun) -> Ask | None:
-        """The ask whose session the run goes on with: the one it carries, when it carries one alone, with a session,
-        and the run holds no memo besides that ask's (a session resumed with no new prompt would never see it)."""
-        asks = self.resuming.get(run.run_id, [])
-        alone = len(asks) == 1 and len(asks[0].memos) == len(run.memos)  # no other memo the session never saw
-        return asks[0] if alone and asks[0].session_id else None
-
+    # ------------------------------------------------------------ the run that takes the answer (``Carrying``)
     def sections(self, run: RoleRun) -> dict[str, str]:
-        carried = self._carried(run)
-        resumed = self._resumed(run)
-        told = [ask for ask in carried if ask is not resumed]  # a resumed session is told in ``prepare``
-        if not told:
-            return {"answers": ""}
-        text = answers_text(told)
-        if self._uses_answers(run):
-            return {"answers": text}
-        self.notes_due[run.run_id] = [text]
-        return {"answers": ""}
+        return self.carrying.sections(run)
 
     def notes(self, run: RoleRun) -> list[str]:
-        return self.notes_due.pop(run.run_id, [])
-
-    def _uses_answers(self, run: RoleRun) -> bool:
-        name = run.role.name
-        if name not in self.uses_answers:
-            template = load_template(self.host.config.root / run.role.prompt)
-            self.uses_answers[name] = "answers" in template.template.get_identifiers()
-        return self.uses_answers[name]
+        return self.carrying.notes(run)
 
     async def prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
-        role = run.role
-        ask = self._resumed(run)
-        if spec.adopted:
-            return spec
-        if not hooked(role):
-            if ask is None or not ask.session_id:
-                return spec
-            return dataclasses.replace(spec, resume=ask.session_id, prompt=answers_text([ask]))  # its session goes on
-        env = {**spec.env, APPROVE_ENV: json.dumps(role.approve)}
-        args = (*spec.args, "--settings", settings_text(role, spec.cwd))
-        prompt = spec.prompt
-        if ask is not None and ask.session_id:
-            env[ANSWER_ENV] = str(self.folder / f"{ask.ask_id}.json")
-            args = (*args, "--resume", ask.session_id)
-            prompt = ""  # no new prompt: the session goes on from the deferred call, which the hook now answers
-        elif calls := [a for a in self.resuming.get(run.run_id, []) if a.tool]:  # a fresh session: the hook answers
-            env[ANSWER_ENV] = os.pathsep.join(str(self.folder / f"{a.ask_id}.json") for a in calls)  # the same calls
-            env[BY_INPUT_ENV] = "1"  # again, by their tool and input (a call's id is new)
-        return dataclasses.replace(spec, env=env, args=args, prompt=prompt)
+        return await self.carrying.prepare(run, spec)
 
     # ------------------------------------------------------------ ask_timeout
     def _arm(self) -> None:
