@@ -1,5 +1,6 @@
-"""``workspace.copy``: files from the project root copied into a new workspace (``.env``, ``node_modules``), the
-things a fresh checkout lacks. A copied file reaches the agent, secrets included.
+"""What a fresh checkout lacks, given to a new workspace once (``provision``): ``workspace.copy``, files from the
+project root copied in (``.env``, ``node_modules``), then ``workspace.setup``, a command run there. A copied file
+reaches the agent, secrets included.
 
 Only what git ignores in the workspace may be copied: anything else would be work like the agent's, committed on
 the branch with its first success (a ``.env`` on a branch that lands). So a copy git would see is undone and
@@ -11,10 +12,14 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
+from orchestrator.agents.spec import SpawnError
+from orchestrator.config.workspace import WorkspaceSettings
 from orchestrator.workspaces import git
 
+SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
 SKIPPED = (".git", ".orchestrator")  # never copied: the repository itself, the orchestrator's state and worktrees
 
 
@@ -60,3 +65,34 @@ def copy_in(root: Path, folder: Path, patterns: list[str]) -> list[Path]:
             ".gitignore, or remove it from workspace.copy"
         )
     return copied
+
+
+def provision(root: Path, settings: WorkspaceSettings, folder: Path) -> None:
+    """The role's ``copy`` and ``setup`` once per workspace; a failure fails the attempt, and the next one does
+    both again."""
+    if not settings.setup and not settings.copy_files:
+        return
+    marker = Path(git.git(folder, "rev-parse", "--absolute-git-dir")) / SETUP_DONE
+    if marker.exists():
+        return
+    copy_in(root, folder, settings.copy_files)
+    if not settings.setup:
+        marker.write_text("", encoding="utf-8")
+        return
+    try:
+        done = subprocess.run(  # noqa: S603 - the role's argv, never a shell
+            settings.setup,
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=settings.setup_timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise SpawnError(f"setup {settings.setup[0]!r} took longer than {settings.setup_timeout:g}s") from None
+    except OSError as exc:
+        raise SpawnError(f"setup {settings.setup[0]!r} could not start: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        tail = " ".join((done.stdout + done.stderr).strip().splitlines()[-3:])[-300:]
+        raise SpawnError(f"setup {settings.setup[0]!r} exited {done.returncode}: {tail}")
+    marker.write_text("", encoding="utf-8")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import subprocess
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,6 @@ from orchestrator.workspaces.naming import memo_key, workspace_and_memo
 
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
-SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
 MEASURE_EVERY = 60.0  # seconds between two measures of the workspaces' disk use, at most
 
 
@@ -268,7 +266,7 @@ class Workspaces(Extension):
             self.host.store.update_run(run.run_id, workspace=name, branch=branch)
         self.where[run.run_id] = (name, branch)
         try:
-            await asyncio.to_thread(self._setup, run.role, folder)
+            await asyncio.to_thread(copying.provision, self.root, run.role.workspace, folder)
         except (git.GitError, OSError, SpawnError, copying.CopyError) as exc:
             raise SpawnError(f"workspace {name}: {exc}") from None
         env = {
@@ -325,37 +323,6 @@ class Workspaces(Extension):
             )
             for work in lost
         ]
-
-    def _setup(self, role: Role, folder: Path) -> None:
-        """The role's ``copy`` and ``setup`` once per workspace; a failure fails the attempt, and the next one does
-        both again."""
-        settings = role.workspace
-        if not settings.setup and not settings.copy_files:
-            return
-        marker = Path(git.git(folder, "rev-parse", "--absolute-git-dir")) / SETUP_DONE
-        if marker.exists():
-            return
-        copying.copy_in(self.root, folder, settings.copy_files)
-        if not settings.setup:
-            marker.write_text("", encoding="utf-8")
-            return
-        try:
-            done = subprocess.run(  # noqa: S603 - the role's argv, never a shell
-                settings.setup,
-                cwd=folder,
-                capture_output=True,
-                text=True,
-                timeout=settings.setup_timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise SpawnError(f"setup {settings.setup[0]!r} took longer than {settings.setup_timeout:g}s") from None
-        except OSError as exc:
-            raise SpawnError(f"setup {settings.setup[0]!r} could not start: {exc.strerror or exc}") from None
-        if done.returncode != 0:
-            tail = " ".join((done.stdout + done.stderr).strip().splitlines()[-3:])[-300:]
-            raise SpawnError(f"setup {settings.setup[0]!r} exited {done.returncode}: {tail}")
-        marker.write_text("", encoding="utf-8")
 
     # ------------------------------------------------------------ the end of a run: commit, or set aside
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Awaitable[None] | None:
