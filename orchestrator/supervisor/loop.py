@@ -77,6 +77,7 @@ class Supervisor:
         self.until_idle = until_idle
         self.clock: Clock = clock or SystemClock()
         self.done = asyncio.Event()
+        self.opened = asyncio.Event()  # every feature started: control requests are carried out from then on
         self.loop: asyncio.AbstractEventLoop | None = None
         self.watcher: Any = None
         self.adopter: Any = None  # recovery's adopter; it keeps spent exit records to remove in batches
@@ -236,6 +237,7 @@ class Supervisor:
         for extension in self.extensions:
             extension.start()
         self.post(Ready())
+        self.opened.set()
         ticker = asyncio.ensure_future(self._tick())
         self.console.start_live(self.view)
         try:
@@ -310,9 +312,14 @@ class Supervisor:
     # ------------------------------------------------------------------ status
     async def answer(self, request: protocol.Request | protocol.FeatureRequest, peer: Peer) -> dict[str, Any]:
         """A control-channel request, posted to the loop as a typed event once the gate has let its caller through
-        (the gate answers ``authorize`` itself); its answer comes back on a future."""
+        (the gate answers ``authorize`` itself); its answer comes back on a future.
+
+        The socket listens before the features open (the dashboard's server opens then), and opening may take a
+        while (a landing a kill interrupted is put back): a request sent meanwhile waits until every feature has
+        started, so none is carried out before a feature has read back what a restart left half-done."""
         if isinstance(request, protocol.AuthorizeRequest):
             return self.gate.authorize(request, peer.pid)
+        await self.opened.wait()
         request = self.gate.admit(request, peer.pid)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.post(protocol.to_event(request, reply))

@@ -48,6 +48,8 @@ class Attachment(Extension):
         self.started_at = host.started_at
         self._listeners: list[Listener] = []
         self._env_hooks: list[Callable[[int], dict[str, str]]] = []
+        # set by ``start``: the server listens from ``open`` on, while other features may still be opening
+        self._started = asyncio.Event()
 
     # ------------------------------------------------------------ the port's hooks
     def on_transition(self, run: Run, old: RunState, new: RunState) -> None:
@@ -55,6 +57,9 @@ class Attachment(Extension):
 
     def on_finished(self, event: RunFinished) -> None:
         self._finished(event.run, event.state, event.reason)
+
+    def start(self) -> None:
+        self._started.set()
 
     def agent_env(self, run: Run) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -132,7 +137,10 @@ class Attachment(Extension):
         return PERSON if pid is None else self._host.identify(pid)
 
     async def ask(self, request: protocol.Request | protocol.FeatureRequest, caller: Caller) -> dict[str, Any]:
-        """A control request, through the gate and the loop exactly as ``Supervisor.answer`` posts the CLI's."""
+        """A control request, through the gate and the loop exactly as ``Supervisor.answer`` posts the CLI's, and like
+        it held until every feature has started (a request acted on before, an answer before the asks feature has
+        read back its questions, say, would find what a restart left half-done)."""
+        await self._started.wait()
         request = self._host.admit(request, caller)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._host.post(protocol.to_event(request, reply))
