@@ -730,6 +730,46 @@ def test_a_memo_still_being_parked_is_answered_once_it_waits_and_a_batch_ask_by_
     play(tmp_path, scenario)
 
 
+def test_an_unanswered_question_is_told_again_every_remind_on_the_supervisors_clock(tmp_path: Path) -> None:
+    """``remind: 4h`` is timed on the injected clock, so moving the clock tells the question again, numbered; its
+    answer (the memo runs again) ends the reminders; a channel without ``remind`` is told once."""
+
+    async def scenario(root: Path) -> None:
+        command = {"kind": "command", "argv": [sys.executable, "-c", "pass"]}
+        r = Replay(root, {"builder": {}}, notifications=[{**command, "remind": "4h"}, command])
+        notifier = r.sup.extension(Notifier)
+        taken: list[list[object]] = [[], []]
+        for (_channel, worker), into in zip(notifier.workers, taken, strict=True):
+            worker.submit = into.append  # type: ignore[method-assign]
+
+        def told(channel: int) -> list[object]:
+            return [
+                item.body.get("reminder")
+                for item in taken[channel]
+                if isinstance(item, Deliver) and item.body["event"] == "needs_input"
+            ]
+
+        await asked(r, "builder", "a.md", "Which design?")
+        assert told(0) == told(1) == [None]
+        await r.advance(4 * 3600 - 1)
+        assert told(0) == [None]
+        await r.advance(1)
+        assert told(0) == [None, 1]
+        await r.advance(4 * 3600)
+        assert told(0) == [None, 1, 2] and told(1) == [None], "a channel without remind is told once"
+        reminder = [item for item in taken[0] if isinstance(item, Deliver)][-1].body
+        assert reminder["question"] == "Which design?" and reminder["memo"] == "a.md"
+        await feature(r, AnswerRequest(memo="a", text="the first", who="pat"))
+        assert r.state("a.md") == "running", "answered: its memo runs again"
+        await r.advance(10 * 3600)
+        assert told(0) == [None, 1, 2] and notifier.reminders.waiting == {} and notifier.reminders.timer is None, (
+            "no reminder after the answer, and no timer of them left armed"
+        )
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: Path) -> None:
     """Its channel is told to settle the name it was asked under, not only the one the move gave it; a channel is
     queued a settle only for a memo it was sent something about (a channel that is down fills up with news only)."""
@@ -749,6 +789,7 @@ def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: P
         assert r.folder("builder", "cancelled") == ["c.1.md", "c.md"]
         settled = [name for item in taken if isinstance(item, Settle) for name in item.memos]
         assert "c.md" in settled, taken
+        assert notifier.reminders.waiting == {}, "its reminders end with it"
         r.close()
 
     play(tmp_path, scenario)

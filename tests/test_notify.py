@@ -23,7 +23,7 @@ from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
 from orchestrator.notify.channels import DeliveryError
 from orchestrator.notify.checks import check_channels, require_channels
-from orchestrator.notify.delivery import Deliver, Deliveries, Settle
+from orchestrator.notify.delivery import Deliver, Deliveries
 
 SECRET = "hmac-key-s3cr3t-0123456789"
 TOKEN = "tok-9f8e7d6c5b4a"  # in the webhook's URL path, as a service's token would be
@@ -218,12 +218,11 @@ class Recorder:
         return "HTTP 200"
 
 
-def deliveries(send: Recorder, **kwargs: Any) -> tuple[Deliveries, list[str], list[float], list[float]]:
+def deliveries(send: Recorder, **kwargs: Any) -> tuple[Deliveries, list[str], list[float]]:
     lines: list[str] = []
     slept: list[float] = []
-    now = [1000.0]
-    made = Deliveries("ch", send, lines.append, clock=lambda: now[0], sleep=slept.append, **kwargs)
-    return made, lines, slept, now
+    made = Deliveries("ch", send, lines.append, sleep=slept.append, **kwargs)
+    return made, lines, slept
 
 
 def event(kind: str, memo: str | None = "m.md") -> Deliver:
@@ -232,7 +231,7 @@ def event(kind: str, memo: str | None = "m.md") -> Deliver:
 
 def test_the_same_event_for_the_same_memo_is_sent_once() -> None:
     send = Recorder()
-    made, _lines, _slept, _now = deliveries(send)
+    made, _lines, _slept = deliveries(send)
     for item in (event("failed"), event("failed"), event("stalled"), event("failed", "n.md")):
         made.take(item)
     made.take(event("paused", None))
@@ -254,37 +253,25 @@ def test_the_same_event_for_the_same_memo_is_sent_once() -> None:
 
 def test_retries_back_off_then_give_up_in_one_line() -> None:
     send = Recorder(failures=10)
-    made, lines, slept, _now = deliveries(send, backoff=(1.0, 5.0))
+    made, lines, slept = deliveries(send, backoff=(1.0, 5.0))
     made.take(event("failed"))
     assert slept == [1.0, 5.0] and send.sent == []
     assert lines == ["ch: failed m.md not delivered after 3 tries: cannot reach it: refused"]
     send = Recorder(failures=1)
-    made, lines, slept, _now = deliveries(send, backoff=(1.0, 5.0))
+    made, lines, slept = deliveries(send, backoff=(1.0, 5.0))
     made.take(event("failed"))
     assert slept == [1.0] and len(send.sent) == 1 and lines == ["ch: told of failed m.md (HTTP 200)"]
 
 
-def test_an_unanswered_question_is_sent_again_until_it_is_answered() -> None:
+def test_a_reminder_is_sent_though_its_question_was_sent_already() -> None:
+    """When a question is told again is the loop's to say (``notify/reminders.py``, tested through the replay
+    harness in ``test_asks_windows.py``); the channel sends each numbered reminder it is handed."""
     send = Recorder()
-    made, _lines, _slept, now = deliveries(send, remind=4 * 3600.0)
+    made, _lines, _slept = deliveries(send)
     made.take(event("needs_input"))
-    assert made.next_due() == 4 * 3600.0
-    now[0] += 4 * 3600.0 - 1
-    made.remind_due()
-    assert len(send.sent) == 1
-    now[0] += 1
-    made.remind_due()
-    now[0] += 4 * 3600.0
-    made.remind_due()
+    made.take(Deliver({**event("needs_input").body, "reminder": 1}))
+    made.take(Deliver({**event("needs_input").body, "reminder": 2}))
     assert [b.get("reminder") for b in send.sent] == [None, 1, 2]
-    assert send.sent[2]["question"] == "why"
-    made.take(Settle(("m.md",)))  # answered: its memo runs again
-    now[0] += 10 * 3600.0
-    made.remind_due()
-    assert len(send.sent) == 3 and made.next_due() is None
-    unreminded, *_ = deliveries(Recorder())
-    unreminded.take(event("needs_input"))
-    assert unreminded.next_due() is None  # no `remind`: sent once
 
 
 def test_apprise_sends_through_the_service_its_url_names(project: Project, hook: Hook) -> None:

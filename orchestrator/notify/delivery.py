@@ -1,9 +1,9 @@
-"""Delivery off the loop: per channel a bounded queue and one worker thread, retries with backoff, dedupe and
-reminders.
+"""Delivery off the loop: per channel a bounded queue and one worker thread, retries with backoff and dedupe.
 
-``Deliveries`` is the logic (no thread, no real time: its clock and sleeper are given, so tests drive it
-directly); ``ChannelWorker`` runs one on a daemon thread fed by a bounded queue, so a channel that hangs or is down
-delays nothing but its own later notifications. The worker thread alone touches a ``Deliveries``.
+``Deliveries`` is the logic (no thread, no real time: its sleeper is given, so tests drive it directly);
+``ChannelWorker`` runs one on a daemon thread fed by a bounded queue, so a channel that hangs or is down delays
+nothing but its own later notifications. The worker thread alone touches a ``Deliveries``. When a question is told
+again (``remind:``) is the loop's to say, on its clock (``notify/reminders.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ class Deliver:
     @property
     def key(self) -> tuple[str, str, str] | None:
         """What makes it the same event again: its kind and memo (and question), until the memo runs again or ends
-        (``Settle``); a ``stopped`` once; None: always sent (a pause, a budget: each one is news)."""
+        (``Settle``); a ``stopped`` once; None: always sent (a pause, a budget: each one is news; a reminder)."""
         memo = self.body.get("memo")
+        if self.body.get("reminder"):
+            return None
         if memo:
             return (self.body["event"], str(memo), str(self.body.get("question") or ""))
         return ("stopped", "", "") if self.body["event"] == "stopped" else None
@@ -41,38 +43,26 @@ class Deliver:
 
 @dataclass(frozen=True)
 class Settle:
-    """The memos run again or their runs ended: no more reminders for their questions, and what was sent of them
-    is news again (the same question asked again after its answer, a later memo of the same name that fails)."""
+    """The memos run again or their runs ended: what was sent of them is news again (the same question asked again
+    after its answer, a later memo of the same name that fails)."""
 
     memos: tuple[str, ...]
 
 
 @dataclass
-class Reminder:
-    body: dict[str, Any]
-    due: float
-    count: int = 0
-
-
-@dataclass
 class Deliveries:
     """One channel's deliveries. ``send(body) -> answer`` raises ``DeliveryError``; ``log`` takes one line for
-    people (no secret in it: the caller scrubs); ``clock`` is monotonic seconds; ``remind`` in seconds or None."""
+    people (no secret in it: the caller scrubs)."""
 
     label: str
     send: Callable[[dict[str, Any]], str]
     log: Callable[[str], None]
-    clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
-    remind: float | None = None
     backoff: tuple[float, ...] = BACKOFF
     sent: OrderedDict[tuple[str, str, str], None] = field(default_factory=OrderedDict)
-    reminders: dict[str, Reminder] = field(default_factory=dict)
 
     def take(self, item: Deliver | Settle) -> None:
         if isinstance(item, Settle):
-            for memo in item.memos:
-                self.reminders.pop(memo, None)
             for said in [said for said in self.sent if said[1] in item.memos]:
                 del self.sent[said]
             return
@@ -84,9 +74,6 @@ class Deliveries:
             if len(self.sent) > SENT_KEPT:
                 self.sent.popitem(last=False)
         self.deliver(item.body)
-        asked = item.body.get("memo")
-        if self.remind is not None and item.body["event"] == "needs_input" and asked:
-            self.reminders[str(asked)] = Reminder(item.body, self.clock() + self.remind)
 
     def deliver(self, body: dict[str, Any]) -> bool:
         """Send with retries; one line either way."""
@@ -104,21 +91,6 @@ class Deliveries:
                 self.log(f"{self.label}: told of {what} ({answer})")
                 return True
         return False
-
-    def next_due(self) -> float | None:
-        """Seconds until the next reminder is due (0 when one is), None when none waits."""
-        if not self.reminders:
-            return None
-        return max(0.0, min(r.due for r in self.reminders.values()) - self.clock())
-
-    def remind_due(self) -> None:
-        """Send again every unanswered question whose reminder is due, and set its next one."""
-        now = self.clock()
-        for reminder in list(self.reminders.values()):
-            if reminder.due <= now and self.remind is not None:
-                reminder.count += 1
-                reminder.due = now + self.remind
-                self.deliver({**reminder.body, "reminder": reminder.count})
 
 
 _STOP = object()
@@ -160,15 +132,11 @@ class ChannelWorker:
 
     def _run(self) -> None:
         while True:
-            try:
-                item = self.queue.get(timeout=self.deliveries.next_due())
-            except queue.Empty:
-                item = None
+            item = self.queue.get()
             if item is _STOP:
                 return
             try:
                 if isinstance(item, Deliver | Settle):
                     self.deliveries.take(item)
-                self.deliveries.remind_due()
             except Exception as exc:  # noqa: BLE001 (a bug here must not end the channel's thread)
                 self.deliveries.log(f"{self.deliveries.label}: internal error: {type(exc).__name__}: {exc}")

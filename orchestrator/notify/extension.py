@@ -2,7 +2,8 @@
 
 It hears the core's ``TeamEvent`` (a pause, a held memo, a stall, a crash loop, a stop) and every run's end (a
 failure), builds the payload on the loop (cheap) and hands it to each channel that wants that kind of event; the
-sending happens on the channel's thread. A question's reminders stop once its memo runs again or its run ends.
+sending happens on the channel's thread. A question is told again every ``remind`` (``Reminders``, on the loop's
+clock) until its memo runs again or its run ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from orchestrator.core.team_events import TeamEvent
 from orchestrator.notify.channels import AnyChannel, scrub, secrets_of, send
 from orchestrator.notify.delivery import ChannelWorker, Deliver, Deliveries, Settle
 from orchestrator.notify.payload import payload
+from orchestrator.notify.reminders import Reminders, RemindersDue
 from orchestrator.supervisor.extension import Extension, Handler, Host
 
 JOIN_AT_END = 5.0  # seconds the end waits for what is still queued (a `stopped` notice) before it goes
@@ -39,6 +41,7 @@ class Notifier(Extension):
         self.workers: list[tuple[AnyChannel, ChannelWorker]] = []
         self.named: dict[int, list[str]] = {}  # run -> its memos' names before its end moved them
         self.told: list[set[str]] = []  # per channel, the memos it was sent something about (what a settle clears)
+        self.reminders = Reminders(host.clock, host.post)
         names = [getattr(c, key, None) for c in host.config.notifications for key in ("url_env", "secret_env")]
         self.secret_names = sorted({name for name in names if name})
         for index, channel in enumerate(host.config.notifications):
@@ -56,20 +59,28 @@ class Notifier(Extension):
             channel_label(index, channel),
             lambda body: send(channel, body, os.environ, root),
             log,
-            remind=channel.remind,
             backoff=tuple(channel.backoff),
         )
 
     def handlers(self) -> dict[type, Handler]:
-        return {NotifyLine: lambda event: self.host.console.line(f"notify: {event.text}")}
+        return {
+            NotifyLine: lambda event: self.host.console.line(f"notify: {event.text}"),
+            RemindersDue: self._remind,
+        }
 
     def on_team_event(self, event: TeamEvent) -> None:
         body = payload(event, self.host.config, self.host.clock.now())
-        for (channel, worker), told in zip(self.workers, self.told, strict=True):
+        for index, ((channel, worker), told) in enumerate(zip(self.workers, self.told, strict=True)):
             if event.kind in channel.events:
                 worker.submit(Deliver(body))
                 if event.memo:
                     told.add(event.memo)
+                    if event.kind == "needs_input" and channel.remind is not None:
+                        self.reminders.asked(index, event.memo, body, channel.remind)
+
+    def _remind(self, _event: RemindersDue) -> None:
+        for index, body in self.reminders.due():
+            self.workers[index][1].submit(Deliver(body))
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> None:
         self.named[run.run_id] = [memo.name for memo in run.memos]  # the move may rename them
@@ -99,7 +110,8 @@ class Notifier(Extension):
         them, or after) that it is over; the others are not queued anything, so a channel that is down fills its
         queue with nothing but news."""
         names = {*(before or ()), *(memo.name for memo in run.memos)}
-        for (_channel, worker), told in zip(self.workers, self.told, strict=True):
+        for index, ((_channel, worker), told) in enumerate(zip(self.workers, self.told, strict=True)):
+            self.reminders.settled(index, names)
             over = told & names
             if over:
                 told -= over
@@ -108,6 +120,9 @@ class Notifier(Extension):
     def start(self) -> None:
         for _channel, worker in self.workers:
             worker.start()
+
+    def stop(self) -> None:
+        self.reminders.stop()
 
     async def close(self) -> None:
         for _channel, worker in self.workers:
