@@ -23,9 +23,10 @@ def starts(project: Project, memo: str) -> list[dict[str, Any]]:
 
 
 def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_answer(project: Project) -> None:
-    told = project.root / "told.json"
-    record = "import sys, pathlib\npathlib.Path(sys.argv[1]).write_bytes(sys.stdin.buffer.read())\n"
-    channel = {"kind": "command", "argv": [sys.executable, "-c", record, str(told)], "events": ["needs_input"]}
+    told = project.root / "told.jsonl"
+    record = "import sys\nopen(sys.argv[1], 'ab').write(sys.stdin.buffer.read() + b'\\n')\n"  # a line per event
+    argv = [sys.executable, "-c", record, str(told)]
+    channel = {"kind": "command", "argv": argv, "events": ["needs_input"], "remind": "1s"}
     project.configure({"builder": {"max_concurrent": 1}}, notifications=[channel])
     said = project.root / "said.jsonl"
     agent = {
@@ -40,9 +41,10 @@ def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_ans
     assert asked["code"] == 0 and "Your question is recorded. End your run now" in asked["stdout"], asked
     assert answered["code"] == 13 and "`orchestrator answer` is for people" in answered["stderr"], answered
     assert question.read_text().startswith("question: Which design, A or B?")
-    wait_for(told.exists, 30, "the needs_input event sent")
-    event = json.loads(told.read_text(encoding="utf-8"))
+    wait_for(lambda: len(results(told)) >= 2 if told.exists() else False, 30, "the question told, then reminded")
+    event, reminder = results(told)[:2]
     assert (event["event"], event["memo"], event["question"]) == ("needs_input", "A.md", "Which design, A or B?")
+    assert "reminder" not in event and reminder == {**event, "reminder": 1}, reminder
     project.drop("builder", "B.md", front={"id": "B"})
     wait_for(lambda: "B.md" in project.folder("builder", "archive"), 30, "B.md run while A.md waits")
 
