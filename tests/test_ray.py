@@ -10,6 +10,7 @@ every process it started is checked dead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -61,6 +62,14 @@ def history(project: Project) -> list[dict[str, Any]]:
     assert result.returncode == 0, result.stderr
     runs: list[dict[str, Any]] = json.loads(result.stdout)["runs"]
     return runs
+
+
+def gone(pid: int) -> bool:
+    """No such process, or a zombie (its parent has not reaped it yet)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def stop(orch: Orchestrator) -> None:
@@ -206,10 +215,40 @@ def test_a_result_after_a_simulated_partition_is_ignored_and_the_memo_archived_o
     assert [r["attempt"] for r in records(project, "p.md")] == [1, 2]
     assert project.folder("builder", "archive") == ["p.md"] and project.folder("builder", "failed") == []
     first = records(project, "p.md")[0]
-    assert dead(first["pid"], 0.0) or not psutil.pid_exists(first["pid"])
+    assert gone(first["pid"]), "the silent wrapper stopped its agent when asked"
     stop(orch)
     (done,) = history(project)
     assert done["state"] == "succeeded" and done["attempt"] == 2
+
+
+def test_a_hung_wrapper_given_up_has_its_actor_killed_and_its_agent_swept_before_the_retry_runs(
+    project: Project, cluster: LocalCluster
+) -> None:
+    """A wrapper that hangs (SIGSTOP: Ray still reaches its node) hears no stop: after ``lost_after`` and a bounded
+    wait for its word, the head kills its actor through Ray, then ends the attempt; the retry's wrapper, on the same
+    node (the role's ``node_labels``), kills the agent left behind before it starts its own. Before, the hung
+    wrapper's agent ran on beside the retry's for ``reconnect_within``."""
+    pinned = {"cpu": 0.5, "node_labels": {"pool": "builders"}}
+    roles = {"builder": {"resources": pinned, "retry": {"max": 1, "backoff": ["0.1s"]}}}
+    configure(project, cluster, roles, lost_after="3s", reconnect_within="2m")
+    orch = project.up(**ENV)
+    project.drop("builder", "h.md", {"agent": {"sleep_by_attempt": {1: 120, 2: 0.2}}})
+    (first,) = wait_for(lambda: records(project, "h.md"), START, "attempt 1 on a worker")
+    agent = psutil.Process(first["pid"])
+    wrapper = agent.parent()
+    assert wrapper is not None and "orchestrator" not in " ".join(wrapper.cmdline())  # the Ray worker, not the head
+    wrapper.suspend()
+    try:
+        wait_for(lambda: project.folder("builder", "archive") == ["h.md"], 90, "h.md archived by attempt 2")
+        assert [r["attempt"] for r in records(project, "h.md")] == [1, 2]
+        assert "attempt 1 failed: no word from the wrapper" in orch.output
+        assert f"killed orphaned agent processes [{first['pid']}]" in orch.output, orch.output
+        assert dead(agent.pid, agent.create_time()), "the hung wrapper's agent was killed before the retry's started"
+        wait_for(lambda: dead(wrapper.pid, wrapper.create_time()), 30, "the hung wrapper's worker killed by Ray")
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            wrapper.resume()
+    stop(orch)
 
 
 # ---------------------------------------------------------------- sdk roles on Ray

@@ -168,6 +168,37 @@ def test_orphans_of_a_dead_wrapper_are_killed_and_live_wrappers_agents_spared(tm
         orphan.wait()
 
 
+def test_an_agent_of_an_earlier_attempt_of_the_same_run_is_killed_though_its_wrapper_lives(tmp_path: Path) -> None:
+    """The head gave that attempt up (its wrapper hung, or was cut off from the head): the retry's wrapper kills its
+    agent before starting its own, whatever its wrapper; another run's agent, or a later attempt's, is spared."""
+    me = procs.ProcRef.of(os.getpid())  # a live "wrapper" for each of them
+    assert me is not None
+    base = {
+        "ORCHESTRATOR_ROOT": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        wrapper.WRAPPER_ENV: f"{me.pid}:{me.create_time}",
+    }
+    agents = {
+        (run, attempt): subprocess.Popen(
+            ["sleep", "60"],
+            env={**base, "ORCHESTRATOR_RUN_ID": str(run), "ORCHESTRATOR_ATTEMPT": str(attempt)},
+            start_new_session=True,
+        )
+        for run, attempt in ((5, 1), (5, 3), (6, 1))
+    }
+    try:
+        wait_for(lambda: all(procs.environ(a.pid) for a in agents.values()), what="their environments")
+        ended = wrapper.sweep_orphans(str(tmp_path), 5, 2)
+        assert ended == [agents[(5, 1)].pid]
+        agents[(5, 1)].wait(5)
+        assert agents[(5, 3)].poll() is None and agents[(6, 1)].poll() is None
+        assert wrapper.sweep_orphans(str(tmp_path)) == [], "with no run named, live wrappers' agents are spared"
+    finally:
+        for agent in agents.values():
+            agent.kill()
+            agent.wait()
+
+
 def test_messages_are_typed_and_a_bad_one_names_its_field() -> None:
     assert isinstance(parse({"type": "beat", "lease": "x"}), Beat)
     with pytest.raises(Exception, match="code"):

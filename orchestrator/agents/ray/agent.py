@@ -48,6 +48,7 @@ class RayAttempt:
         self.report: KillReport | None = None  # set when the wrapper reports having stopped the tree
         self.finished = False
         self.lost: str | None = None  # why the head gave the attempt up without a report of the tree's end
+        self.given_up: str | None = None  # why ``lost_after`` gave it up: its end, once its agent is stopped
         self.exit_pids: list[int] = []  # what the wrapper swept after the agent exited by itself
         self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
         self.watchdog: Any = None  # the lost_after timer

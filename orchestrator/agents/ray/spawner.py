@@ -200,11 +200,29 @@ class RaySpawner(HandleStops):
             if quiet < lost_after:
                 attempt.watchdog = self.clock.call_later(lost_after - quiet, check)
                 return
-            why = f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)"
-            self._end(attempt, None, why)
-            self._ask_stop(attempt, 0.0)
+            attempt.watchdog = None
+            attempt.given_up = (
+                f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)"
+            )
+            self._revoke(attempt)  # from now on its words are logged, never acted on
+            _pending(self._settle_given_up(attempt))
 
         attempt.watchdog = self.clock.call_later(lost_after, check)
+
+    async def _settle_given_up(self, attempt: RayAttempt) -> None:
+        """End an attempt given up for its silence once its agent is stopped, so that its retry never runs beside
+        it: the wrapper is asked to stop the tree at once (one that is only silent does, and says so); one that
+        does not say so within the bound (hung) has its actor killed through Ray, and the agent it leaves is
+        killed by the next wrapper that starts on that node, before its own agent. Its actor is let go either way.
+        """
+        self._ask_stop(attempt, 0.0)
+        if attempt.pump is not None:
+            await asyncio.wait({attempt.pump}, timeout=procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
+            if not attempt.pump.done():
+                self._cancel(attempt)
+                await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
+        self._cancel(attempt)
+        self._end(attempt, None, attempt.given_up)
 
     async def _pump(self, attempt: RayAttempt) -> None:
         """Read the wrapper's messages to its last; the attempt ends once, at the first of its report, Ray's error or
@@ -264,7 +282,10 @@ class RaySpawner(HandleStops):
         return False
 
     def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
-        """End the attempt and give its lease up, once (``reason``: why it failed)."""
+        """End the attempt and give its lease up, once (``reason``: why it failed; an attempt given up for its
+        silence ends as such, whatever ended its stream)."""
+        if attempt.given_up is not None:
+            code, reason = None, attempt.given_up
         if attempt.end(code, reason):
             self._revoke(attempt)
 

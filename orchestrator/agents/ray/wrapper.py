@@ -47,16 +47,23 @@ def _wrapper_alive(mark: str | None) -> bool:
     return ref.process() is not None
 
 
-def sweep_orphans(root: str) -> list[int]:
-    """Kill every agent of this project root on this node whose wrapper is dead; return the pids ended."""
+def sweep_orphans(root: str, run_id: int | None = None, attempt: int = 0) -> list[int]:
+    """Kill every agent of this project root on this node whose wrapper is dead, and every agent of an earlier
+    attempt of run ``run_id`` than ``attempt`` (the head gave that one up: its wrapper hung or was cut off, and may
+    outlive even its actor's kill by seconds); return the pids ended."""
     targets: dict[tuple[str, str], procs.Target] = {}
     for pid in procs.all_pids():
         env = procs.environ(pid)
-        if not env or env.get("ORCHESTRATOR_ROOT") != root or _wrapper_alive(env.get(WRAPPER_ENV)):
+        if not env or env.get("ORCHESTRATOR_ROOT") != root:
             continue
         key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
+        if not key[0].isdigit() or not key[1].isdigit():
+            continue
+        superseded = int(key[0]) == run_id and int(key[1]) < attempt
+        if not superseded and _wrapper_alive(env.get(WRAPPER_ENV)):
+            continue
         stat = procs.proc_stat(pid)
-        if stat is None or not key[0].isdigit() or not key[1].isdigit():
+        if stat is None:
             continue
         targets.setdefault(key, procs.Target(None, stat[0], int(key[0]), root, attempt=int(key[1])))
     ended: list[int] = []
@@ -72,7 +79,7 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
     transcript lines and the answers to the controls ``inbox`` brings travel as messages of their own.
     """
     lease = payload.lease
-    orphans = sweep_orphans(payload.root)
+    orphans = sweep_orphans(payload.root, payload.run_id, payload.attempt)
     folder = Path(tempfile.mkdtemp(prefix=f"orchestrator-run{payload.run_id}-{payload.attempt}-"))
     proc: subprocess.Popen[bytes] | None = None
     target: procs.Target | None = None
