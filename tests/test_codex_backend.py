@@ -21,7 +21,7 @@ from orchestrator.agents.handle import QUEUED
 from orchestrator.agents.run_folder import remove_spent
 from orchestrator.agents.spawner import ProcessSpawner
 from orchestrator.agents.spec import LaunchSpec, agent_environment
-from orchestrator.config import Config, Role
+from orchestrator.config import Config, Role, load_config
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.errors import ConfigError, ControlError
 from orchestrator.ops.doctor import Host, roles
@@ -87,7 +87,8 @@ def test_the_registry_runs_codex_roles_by_its_name_or_its_program() -> None:
     named = Role(name="a", prompt="p.md", backend="codex")
     by_program = Role(name="b", prompt="p.md", command=["/opt/bin/codex", "exec", "--json", "-"])
     plain = Role(name="c", prompt="p.md", command=["codex", "exec", "-"])
-    assert named.command == ["codex", "exec", "--json", "--sandbox", "workspace-write", "-"]
+    assert named.command == ["codex", "exec", "--json", "-"]
+    assert command_of(named) == ["codex", "exec", "--json", "--sandbox", "workspace-write", "-"]  # the default's
     assert [backend_for(r).name for r in (named, by_program, plain)] == ["codex", "codex", "codex"]
     can = capabilities(named)
     assert can.session and can.resume and can.tell and can.tokens and can.usage_limits
@@ -110,14 +111,16 @@ def test_its_role_keys_become_arguments_before_the_prompt_and_never_twice() -> N
         }
     )
     assert command_of(role) == [
-        "codex", "exec", "--json", "--sandbox", "workspace-write",  # its command's sandbox stands
-        "--model", "gpt-5-codex", "--profile", "fast",
+        "codex", "exec", "--json",
+        "--model", "gpt-5-codex", "--sandbox", "read-only", "--profile", "fast",  # its sandbox, not the default's
         "-c", "model_reasoning_effort=high", "-c", "hide_agent_reasoning=true",
         "-",
     ]  # fmt: skip
-    own = Role(name="b", prompt="p.md", backend="codex", model="gpt-5", command=["codex", "exec", "-m", "o3", "--json"])
+    own = Role(name="b", prompt="p.md", backend="codex", model="o3", command=["codex", "exec", "-m", "o3", "--json"])
     assert command_of(own) == ["codex", "exec", "-m", "o3", "--json"]  # Codex refuses -m given twice
-    assert model_of(own) == "gpt-5" and model_of(own.model_copy(update={"model": None})) == "o3"
+    assert model_of(own) == "o3" and model_of(own.model_copy(update={"model": None})) == "o3"
+    mine = Role(name="c", prompt="p.md", backend="codex", command=["codex", "exec", "--json", "--ephemeral", "-"])
+    assert command_of(mine) == mine.command, "a command of its own keeps Codex's own sandbox"
     assert resumed(["codex", "exec", "--json", "-"], "t-1") == ["codex", "exec", "--json", "resume", "t-1", "-"]
 
 
@@ -265,6 +268,50 @@ def test_a_per_run_budget_is_refused_since_nothing_could_stop_a_run_at_it(tmp_pa
     role = codex_role(tmp_path, budget={"per_run_usd": 1})
     with pytest.raises(ConfigError, match=r"roles\.builder\.budget\.per_run_usd: Codex reports no spend"):
         backend_for(role).check(config_of(tmp_path, role), role)
+
+
+def test_a_key_its_command_gives_otherwise_is_refused_at_start_never_ignored(tmp_path: Path) -> None:
+    """A ``sandbox: read-only`` beside a command giving ``--sandbox workspace-write`` would fail open, and a
+    ``model`` beside another ``-m`` would be priced as the other model: one of the two must go."""
+    stand_in(tmp_path)
+    where = f"{tmp_path / 'roles.yaml'}: roles.builder"
+    for keys, said in (
+        ({"sandbox": "read-only"}, "sandbox: read-only is not what its command gives (--sandbox workspace-write)"),
+        ({"model": "gpt-5-mini"}, "model: gpt-5-mini is not what its command gives (--model gpt-5.1-codex-max)"),
+    ):
+        command = [
+            str(tmp_path / "bin" / "codex"),
+            "exec",
+            "--json",
+            "-m",
+            "gpt-5.1-codex-max",
+            "-s",
+            "workspace-write",
+        ]
+        role = codex_role(tmp_path, command=[*command, "-"], **keys)
+        with pytest.raises(ConfigError) as refused:
+            backend_for(role).check(config_of(tmp_path, role), role)
+        assert str(refused.value) == f"{where}.{said}; remove one of the two"
+
+
+def test_a_codex_role_runs_codex_though_the_teams_default_command_is_another_agents(tmp_path: Path) -> None:
+    (tmp_path / "roles.yaml").write_text(
+        "defaults: {command: [claude, -p, --permission-mode, acceptEdits]}\n"
+        "roles:\n"
+        "  writer: {}\n"
+        "  builder: {backend: codex, sandbox: read-only}\n"
+        "  wrapped: {backend: codex, command: [my-codex, exec, --json, -]}\n",
+        encoding="utf-8",
+    )
+    roles = load_config(tmp_path).roles
+    assert roles["writer"].command == ["claude", "-p", "--permission-mode", "acceptEdits"]
+    assert command_of(roles["builder"]) == ["codex", "exec", "--json", "--sandbox", "read-only", "-"]
+    assert roles["wrapped"].command == ["my-codex", "exec", "--json", "-"], "its own command stands"
+    (tmp_path / "roles.yaml").write_text(
+        "defaults: {command: [/opt/codex, exec, --json, --skip-git-repo-check, -]}\nroles: {builder: {backend: codex}}\n",
+        encoding="utf-8",
+    )
+    assert load_config(tmp_path).roles["builder"].command[:2] == ["/opt/codex", "exec"], "a default that runs codex"
 
 
 def test_a_codex_role_on_ray_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -232,6 +232,11 @@ def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _runs_codex(command: Any) -> bool:
+    """Whether a command (from ``defaults``) starts the Codex CLI."""
+    return isinstance(command, list) and bool(command) and Path(str(command[0])).name == "codex"
+
+
 def _spawn_command_override() -> list[str] | None:
     """``ORCHESTRATOR_SPAWN_CMD`` replaces every role's command (for dry runs)."""
     raw = os.environ.get(SPAWN_CMD_ENV)
@@ -278,7 +283,10 @@ def load_config(root: Path) -> Config:
                 f"{path}: roles.{name}: a role name must start with a letter or digit and hold only letters, "
                 "digits, '.', '_' and '-' (it names a folder)"
             )
-        merged = _merge(defaults, settings.model_dump(exclude_none=True))
+        own = settings.model_dump(exclude_none=True)
+        merged = _merge(defaults, own)
+        if merged.get("backend") == "codex" and "command" not in own and not _runs_codex(merged.get("command")):
+            merged.pop("command", None)  # the team's default is another agent's (`claude -p`): it runs `codex exec`
         merged.setdefault("prompt", f"prompts/{name}.md")
         if override is not None:
             merged["command"] = override

@@ -13,7 +13,8 @@ from pydantic import Field, PrivateAttr
 
 from orchestrator.core.units import Strict
 
-CODEX_COMMAND = ("codex", "exec", "--json", "--sandbox", "workspace-write", "-")  # a codex role's default command
+CODEX_COMMAND = ("codex", "exec", "--json", "-")  # a codex role's default command, with its ``sandbox``:
+DEFAULT_SANDBOX = "workspace-write"  # the sandbox of a role that runs the default command and names none
 
 
 class TokenPrice(Strict):

@@ -38,6 +38,7 @@ from orchestrator.agents.keeper import locate as locate_keeper
 from orchestrator.agents.local import record_path
 from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
 from orchestrator.config import Config, Role
+from orchestrator.config.codex import CODEX_COMMAND, DEFAULT_SANDBOX
 from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ConfigError
 
@@ -55,13 +56,15 @@ _checked: dict[str, str] = {}
 
 def command_of(role: Role) -> list[str]:
     """The role's ``codex exec`` command (``CODEX_COMMAND`` unless it sets one) with its keys as arguments; a key
-    its command already gives is left out. The prompt's ``-`` stays last."""
+    its command already gives is left out (``conflict`` refuses one it gives otherwise). The default command runs in
+    the role's ``sandbox``, else in ``DEFAULT_SANDBOX``. The prompt's ``-`` stays last."""
     argv = list(role.command)
     tail = [argv.pop()] if argv and argv[-1] == "-" else []
     if role.model and not _gives(argv, "-m", "--model"):
         argv += ["--model", role.model]
-    if role.sandbox and not _gives(argv, "-s", "--sandbox"):
-        argv += ["--sandbox", role.sandbox]
+    sandbox = role.sandbox or (DEFAULT_SANDBOX if tuple(role.command) == CODEX_COMMAND else None)
+    if sandbox and not _gives(argv, "-s", "--sandbox"):
+        argv += ["--sandbox", sandbox]
     if role.profile and not _gives(argv, "-p", "--profile"):
         argv += ["--profile", role.profile]
     for key, value in role.config.items():
@@ -70,7 +73,28 @@ def command_of(role: Role) -> list[str]:
 
 
 def _gives(argv: list[str], *flags: str) -> bool:
-    return any(a in flags or any(a.startswith(f + "=") for f in flags if f.startswith("--")) for a in argv)
+    return _given(argv, *flags) is not None
+
+
+def _given(argv: list[str], *flags: str) -> str | None:
+    """The value ``argv`` gives one of ``flags`` (``-m X``, ``--model X``, ``--model=X``); None when it gives none."""
+    for index, arg in enumerate(argv):
+        if arg in flags:
+            return argv[index + 1] if index + 1 < len(argv) else ""
+        for flag in flags:
+            if flag.startswith("--") and arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def conflict(role: Role) -> str | None:
+    """A key of the role that its own command gives another value (so one of the two would be ignored: a sandbox
+    that fails open, a model priced as another), said for a person; None when there is none."""
+    for key, value, flags in (("sandbox", role.sandbox, ("-s", "--sandbox")), ("model", role.model, ("-m", "--model"))):
+        given = _given(list(role.command), *flags)
+        if value and given is not None and given != value:
+            return f"{key}: {value} is not what its command gives ({flags[-1]} {given}); remove one of the two"
+    return None
 
 
 def reads_json(role: Role) -> bool:
@@ -132,6 +156,9 @@ class CodexBackend:
                 f"{config.path}: roles.{role.name}: a codex role is not yet supported with `executor: ray` (its "
                 "model, sandbox, thread and reading would be lost on the worker); use the local executor"
             )
+        problem = conflict(role)
+        if problem:
+            raise ConfigError(f"{config.path}: roles.{role.name}.{problem}")
         check_price(config, role)
         role = _with_command(role)
         check_program(config, role)
