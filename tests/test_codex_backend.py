@@ -94,6 +94,8 @@ def test_the_registry_runs_codex_roles_by_its_name_or_its_program() -> None:
     assert can.session and can.resume and can.tell and can.tokens and can.usage_limits
     assert not (can.cost or can.interrupt)
     assert capabilities(by_program) == can
+    ephemeral = capabilities(Role(name="e", prompt="p.md", command=["codex", "exec", "--json", "--ephemeral", "-"]))
+    assert ephemeral.tokens and not (ephemeral.session or ephemeral.resume or ephemeral.tell), "it keeps no thread"
     assert not capabilities(plain).tokens  # without --json its exit status is the verdict
     assert [stall_seconds(r) for r in (named, plain)] == [600.0, None]
 

@@ -71,6 +71,16 @@ def test_a_completed_turn_succeeds_with_its_thread_tokens_and_last_words(tmp_pat
     assert words.result == "Done. Made made.txt"
 
 
+def test_a_thread_codex_keeps_not_is_no_session_to_resume(tmp_path: Path) -> None:
+    """``--ephemeral``: Codex keeps no rollout, so a retry or an answer that resumed its thread would fail."""
+    log = tmp_path / "run.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in [THREAD, TURN, ANSWER, DONE]), encoding="utf-8")
+    kept, ephemeral = CodexOutput(log, 0, now=lambda: NOW), CodexOutput(log, 0, now=lambda: NOW, thread_kept=False)
+    assert not kept.judge(0).failed and not ephemeral.judge(0).failed
+    assert kept.result["session_id"] == THREAD["thread_id"] and "session_id" not in ephemeral.result
+    assert ephemeral.result["num_turns"] == 1
+
+
 def test_no_completed_turn_is_a_failure_whatever_the_exit_status(tmp_path: Path) -> None:
     _, judgement = judged(tmp_path, [THREAD, TURN, SHELL], 0)
     assert judgement.failed and judgement.reason == "Codex completed no turn"
@@ -89,6 +99,21 @@ def test_an_auth_failure_is_permanent(tmp_path: Path) -> None:
     _, judgement = judged(tmp_path, failure(message), 1)
     assert judgement.failed and judgement.permanent
     assert judgement.reason is not None and "codex login" in judgement.reason and "401" in judgement.reason
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Quota exceeded. Check your plan and billing details.",
+        "To use Codex with your ChatGPT plan, upgrade to Plus: https://openai.com/chatgpt/pricing.",
+        "Your workspace is out of credits. Add credits to continue.",
+        "You hit your spend cap for this workspace.",
+    ],
+)
+def test_an_account_that_cannot_pay_is_permanent_as_a_claude_billing_error_is(tmp_path: Path, message: str) -> None:
+    _, judgement = judged(tmp_path, failure(message), 1)
+    assert judgement.failed and judgement.permanent and judgement.usage_limit is None
+    assert judgement.reason == f"the OpenAI account cannot run it ({message}); see its plan, credits or spend limit"
 
 
 def test_a_usage_limit_pauses_until_its_local_time(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ ASK_SECONDS = 20.0
 STALL_DEFAULT = 600.0  # --json writes an event at every item
 KEYS = ("OPENAI_API_KEY", "CODEX_API_KEY")
 JSON = Capabilities(session=True, resume=True, tell=True, tokens=True, usage_limits=True)
+EPHEMERAL = Capabilities(tokens=True, usage_limits=True)  # --ephemeral keeps no thread: nothing to resume or tell
 PLAIN = Capabilities()
 _VERSION = re.compile(r"codex-cli (\d+)\.(\d+)\.(\d+)")
 _PROVIDER = re.compile(r"^model_provider\s*=\s*\"?([\w.-]+)\"?$")
@@ -103,6 +104,11 @@ def reads_json(role: Role) -> bool:
     return "exec" in argv and "--json" in argv
 
 
+def keeps_thread(role: Role) -> bool:
+    """Whether Codex keeps the agent's thread to resume (``--ephemeral`` keeps none: no tell, no resumed retry)."""
+    return "--ephemeral" not in command_of(role)
+
+
 def resumed(argv: list[str], thread_id: str) -> list[str]:
     """``argv`` carrying on thread ``thread_id``: ``codex exec [its options] resume <thread> -``."""
     argv = list(argv)
@@ -145,7 +151,9 @@ class CodexBackend:
     name = "codex"
 
     def capabilities(self, role: Role) -> Capabilities:
-        return JSON if reads_json(role) else PLAIN
+        if not reads_json(role):
+            return PLAIN
+        return JSON if keeps_thread(role) else EPHEMERAL
 
     def stall_default(self, role: Role) -> float | None:
         return STALL_DEFAULT if reads_json(role) else None
@@ -205,14 +213,16 @@ class CodexBackend:
 
 
 def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
-    return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)))
+    price = spec.role.token_price(model_of(spec.role))
+    return CodexOutput(spec.log_path, offset, price=price, thread_kept=keeps_thread(spec.role))
 
 
 def _taken_back(spec: LaunchSpec, offset: int) -> CodexOutput:
     """An attempt taken back at a restart: its running turn's output, counted after the turns its earlier processes
     completed (told turns; its usage is already the thread's total), which its end reads off the loop."""
     price = spec.role.token_price(model_of(spec.role))
-    return CodexOutput(spec.log_path, offset, price=price, before=lambda: earlier_processes(spec))
+    kept = keeps_thread(spec.role)
+    return CodexOutput(spec.log_path, offset, price=price, before=lambda: earlier_processes(spec), thread_kept=kept)
 
 
 def resume_spec(spec: LaunchSpec, thread_id: str, prompt: str) -> LaunchSpec:

@@ -40,6 +40,10 @@ _AUTH = re.compile(
     r"missing environment variable|authentication|refresh token",
     re.I,
 )
+# the account cannot pay for any run (as a billing error is for Claude): no retry helps, until a person acts
+_ACCOUNT = re.compile(
+    r"quota exceeded|insufficient_quota|plan and billing|upgrade to (?:plus|pro)|out of credits|spend cap", re.I
+)
 _AT_TIME = re.compile(
     r"try again at (?:(?P<date>[A-Z][a-z]{2,8} \d{1,2}(?:st|nd|rd|th)?, \d{4}) )?(?P<time>\d{1,2}:\d{2} ?[AP]M)", re.I
 )
@@ -172,6 +176,9 @@ def judge(events: Events, code: int, now: datetime) -> Judgement:
         reason = f"Codex hit the account's usage limit ({limit.detail})"
         return Judgement(True, reason, usage_limit=limit, last_words=words)
     last_error = one_line(events.errors[-1], 200) if events.errors else None
+    if last_error and _ACCOUNT.search(events.errors[-1]):
+        reason = f"the OpenAI account cannot run it ({last_error}); see its plan, credits or spend limit"
+        return Judgement(True, reason, permanent=True, last_words=words)
     if last_error and _AUTH.search(said):
         return Judgement(
             True,
@@ -254,7 +261,8 @@ class CodexOutput:
     """One attempt's events in the run's log from ``offset``, read at its end in a worker thread (its tail only);
     ``earlier``: the figures of the same attempt's turns before (a resumed thread's usage already counts them);
     ``before``: for an attempt taken back at a restart, what its earlier processes wrote, read at the end (blocking)
-    for the turns they completed."""
+    for the turns they completed; ``thread_kept`` False: Codex keeps no thread (``--ephemeral``), so none is told as
+    a session to resume."""
 
     def __init__(
         self,
@@ -264,6 +272,7 @@ class CodexOutput:
         price: TokenPrice | None = None,
         earlier: dict[str, Any] | None = None,
         before: Callable[[], str] | None = None,
+        thread_kept: bool = True,
     ) -> None:
         self.log_path = log_path
         self.offset = offset
@@ -271,6 +280,7 @@ class CodexOutput:
         self.now = now or (lambda: datetime.now().astimezone())
         self.earlier = earlier or {}  # the figures of the attempt's turns before this one (a tell's next turn)
         self.before = before
+        self.thread_kept = thread_kept
         self.result: dict[str, Any] = dict(self.earlier)
         self.events = Events()
 
@@ -296,6 +306,8 @@ class CodexOutput:
         self.events = read_events(text)
         self.events.thread_id = self.events.thread_id or head.thread_id
         self.result = {**self.earlier, **figures(self.events, self.price)}  # its usage is the thread's total so far
+        if not self.thread_kept:
+            self.result.pop("session_id", None)
         if self.events.turns_completed and self.earlier.get("num_turns"):
             self.result["num_turns"] = self.earlier["num_turns"] + self.events.turns_completed
         return judge(self.events, code, self.now())
