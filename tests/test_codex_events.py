@@ -81,6 +81,20 @@ def test_a_thread_codex_keeps_not_is_no_session_to_resume(tmp_path: Path) -> Non
     assert ephemeral.result["num_turns"] == 1
 
 
+def test_a_failure_codex_says_only_on_its_standard_error_is_the_reason(tmp_path: Path) -> None:
+    """Before any event: a resume of a thread that is gone, a configuration Codex cannot read (no retry helps)."""
+    for said, permanent in (
+        ("Error: thread/resume failed: no rollout found for thread id t-1", False),
+        ("Error loading config.toml: unknown variant `bogus`, expected one of `read-only`", True),
+    ):
+        log = tmp_path / "run.log"
+        log.write_text(
+            f"=== run 1 attempt 2: codex exec --json -\nReading prompt from stdin...\n{said}\n", encoding="utf-8"
+        )
+        judgement = CodexOutput(log, 0, now=lambda: NOW).judge(1)
+        assert judgement.failed and judgement.reason == f"Codex failed: {said}" and judgement.permanent is permanent
+
+
 def test_no_completed_turn_is_a_failure_whatever_the_exit_status(tmp_path: Path) -> None:
     _, judgement = judged(tmp_path, [THREAD, TURN, SHELL], 0)
     assert judgement.failed and judgement.reason == "Codex completed no turn"

@@ -44,6 +44,7 @@ _AUTH = re.compile(
 _ACCOUNT = re.compile(
     r"quota exceeded|insufficient_quota|plan and billing|upgrade to (?:plus|pro)|out of credits|spend cap", re.I
 )
+_CONFIG = re.compile(r"^Error loading config|config\.toml", re.I)  # its configuration: no retry helps
 _AT_TIME = re.compile(
     r"try again at (?:(?P<date>[A-Z][a-z]{2,8} \d{1,2}(?:st|nd|rd|th)?, \d{4}) )?(?P<time>\d{1,2}:\d{2} ?[AP]M)", re.I
 )
@@ -65,14 +66,17 @@ class Events:
     last_command: str | None = None
     last_text: str | None = None
     items: int = 0
+    said_error: str | None = None  # the last ``Error...`` line outside the events (Codex's standard error)
 
 
 def read_events(text: str) -> Events:
-    """The events of ``text`` (one JSON object a line; anything else is skipped)."""
+    """The events of ``text`` (one JSON object a line; of the rest, only the last line that says an error)."""
     events = Events()
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
+            if line.startswith("Error"):
+                events.said_error = line
             continue
         try:
             event = json.loads(line)
@@ -189,6 +193,10 @@ def judge(events: Events, code: int, now: datetime) -> Judgement:
         )
     if last_error:
         return Judgement(True, f"Codex failed: {last_error}", last_words=words)
+    if events.said_error and not events.turns_completed:  # it failed before any event said why (its config, a resume)
+        said_error = one_line(events.said_error, 200)
+        permanent = _CONFIG.search(said_error) is not None
+        return Judgement(True, f"Codex failed: {said_error}", permanent=permanent, last_words=words)
     if not events.items and not events.turns_started:
         return Judgement(True, NO_MODEL_CALL, last_words=words)
     return Judgement(True, "Codex completed no turn", last_words=words)
