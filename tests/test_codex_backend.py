@@ -16,7 +16,8 @@ import pytest
 from conftest import wait_for
 from orchestrator.agents import keeper, told
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
-from orchestrator.agents.backends.codex import command_of, login, model_of, provider_key, resumed
+from orchestrator.agents.backends.codex import command_of, model_of, provider_key, resumed
+from orchestrator.agents.backends.codex_program import login
 from orchestrator.agents.handle import QUEUED
 from orchestrator.agents.run_folder import remove_spent
 from orchestrator.agents.spawner import ProcessSpawner
@@ -270,6 +271,25 @@ def test_a_per_run_budget_is_refused_since_nothing_could_stop_a_run_at_it(tmp_pa
     role = codex_role(tmp_path, budget={"per_run_usd": 1})
     with pytest.raises(ConfigError, match=r"roles\.builder\.budget\.per_run_usd: Codex reports no spend"):
         backend_for(role).check(config_of(tmp_path, role), role)
+
+
+def test_a_model_provider_chosen_in_codexs_own_config_is_its_login(tmp_path: Path) -> None:
+    """Azure, OpenRouter or Ollama set in ``CODEX_HOME/config.toml``: its ``env_key`` is the credential, and a
+    provider that reads none needs nothing; ``login status`` (which says "not logged in") is not asked."""
+    program = stand_in(tmp_path)  # its `login status` exits 1 unless STAND_IN_LOGGED_IN is set
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    toml = home / "config.toml"
+    toml.write_text('model_provider = "azure"\n[model_providers.azure]\nenv_key = "AZURE_KEY"\n', encoding="utf-8")
+    env = {"CODEX_HOME": str(home)}
+    missing = login(str(program), env)
+    assert missing.status == "fail" and "reads its key from AZURE_KEY, which is not set" in missing.detail
+    assert str(toml) in missing.detail and missing.fix.startswith("set AZURE_KEY")
+    assert login(str(program), {**env, "AZURE_KEY": "k"}).status == "ok"
+    toml.write_text('model_provider = "ollama"\n', encoding="utf-8")
+    assert login(str(program), env).status == "ok", "a provider that reads no key"
+    toml.write_text('model_provider = "openai"\n', encoding="utf-8")
+    assert login(str(program), env).status == "fail", "OpenAI's own: its login is asked"
 
 
 def test_a_key_its_command_gives_otherwise_is_refused_at_start_never_ignored(tmp_path: Path) -> None:

@@ -15,17 +15,15 @@ import dataclasses
 import functools
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from orchestrator.agents import procs, told
-from orchestrator.agents.backends.base import Answer, Program
+from orchestrator.agents.backends.base import Program
 from orchestrator.agents.backends.codex_events import CodexOutput
+from orchestrator.agents.backends.codex_program import check_version, login
 from orchestrator.agents.backends.command import check_program
-from orchestrator.agents.claude_errors import one_line
 from orchestrator.agents.command import (
     adopt_command,
     earlier_processes,
@@ -42,17 +40,12 @@ from orchestrator.config.codex import CODEX_COMMAND, DEFAULT_SANDBOX
 from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ConfigError
 
-MIN_VERSION = (0, 169, 0)  # the oldest version its reading is tested with
-ASK_SECONDS = 20.0
 STALL_DEFAULT = 600.0  # --json writes an event at every item
-KEYS = ("OPENAI_API_KEY", "CODEX_API_KEY")
 JSON = Capabilities(session=True, resume=True, tell=True, tokens=True, usage_limits=True)
 EPHEMERAL = Capabilities(tokens=True, usage_limits=True)  # --ephemeral keeps no thread: nothing to resume or tell
 PLAIN = Capabilities()
-_VERSION = re.compile(r"codex-cli (\d+)\.(\d+)\.(\d+)")
 _PROVIDER = re.compile(r"^model_provider\s*=\s*\"?([\w.-]+)\"?$")
 _ENV_KEY = re.compile(r"env_key\s*=\s*\"([A-Za-z_][A-Za-z0-9_]*)\"")
-_checked: dict[str, str] = {}
 
 
 def command_of(role: Role) -> list[str]:
@@ -310,65 +303,3 @@ def our_program() -> Path | None:
         return beside
     found = shutil.which("orchestrator")
     return Path(found) if found else None
-
-
-def check_version(path: str, where: str) -> str:
-    """The CLI's ``--version`` line; ``ConfigError`` (naming ``where``) when it is not Codex or is too old."""
-    if path in _checked:
-        return _checked[path]
-    fix = f"install @openai/codex {'.'.join(map(str, MIN_VERSION))} or later (npm install -g @openai/codex)"
-    try:
-        done = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=ASK_SECONDS, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        raise ConfigError(f"{where}: {path} did not answer --version within {ASK_SECONDS:g}s; {fix}") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot run {path} --version ({exc.strerror or exc}); {fix}") from None
-    found = _VERSION.search(done.stdout or "")
-    if done.returncode != 0 or found is None:
-        said = one_line((done.stdout or done.stderr or "nothing").strip(), 120)
-        raise ConfigError(f"{where}: {path} does not answer --version like the Codex CLI (said {said}); {fix}")
-    version = tuple(int(n) for n in found.groups())
-    if version < MIN_VERSION:
-        raise ConfigError(f"{where}: {path} is Codex {found.group(0)}, too old; {fix}")
-    _checked[path] = found.group(0)
-    return _checked[path]
-
-
-def login(cli: str, env: dict[str, str], env_key: str | None = None) -> Answer:
-    """Codex has credentials: the ``env_key`` of the provider the role selects, an API key, or a login."""
-    if env_key is not None:
-        if env.get(env_key):
-            return Answer("ok", f"{env_key} is set, as its model provider's env_key asks")
-        return Answer(
-            "fail",
-            f"the role's model provider reads its key from {env_key}, which is not set",
-            f"set {env_key} in the role's `env` or the orchestrator's environment",
-        )
-    given = [k for k in KEYS if env.get(k)]
-    if given:
-        return Answer("ok", f"{given[0]} is set: Codex uses it (login status not asked)")
-    asked = f"`{shlex.quote(cli)} login status`"
-    fix = (
-        f"run `{shlex.quote(cli)} login` as the user the orchestrator runs as, or set OPENAI_API_KEY "
-        "(or CODEX_API_KEY) in the role's `env` or the orchestrator's environment"
-    )
-    try:
-        done = subprocess.run(
-            [cli, "login", "status"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=ASK_SECONDS,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return Answer("warn", f"cannot tell: {asked} did not answer within {ASK_SECONDS:g}s", f"run {asked} yourself")
-    except OSError as exc:
-        return Answer("warn", f"cannot tell: {asked} cannot run ({exc.strerror or exc})", f"run {asked} yourself")
-    said = one_line(done.stdout.strip() or "logged in", 160)
-    if done.returncode == 0 and "not logged in" not in said.lower():
-        return Answer("ok", said)
-    return Answer("fail", f"Codex is not logged in ({asked} exited {done.returncode})", fix)
