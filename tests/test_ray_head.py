@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import Project
 from orchestrator.agents.ray.agent import LOST_EXIT, RayAttempt
+from orchestrator.agents.ray.names import Names, prefix
 from orchestrator.agents.ray.spawner import RaySpawner
 from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, Output, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
@@ -79,6 +81,8 @@ def spawner(clock: ManualClock, stream: FakeActor, **settings: Any) -> tuple[Ray
     spawn = RaySpawner.__new__(RaySpawner)
     spawn.root, spawn.settings, spawn.say, spawn.clock = "/nowhere", ExecutorSettings(**settings), print, clock
     spawn.leases, spawn.session_nodes = set(), {}
+    spawn.names = Names.__new__(Names)  # this project's key, as a state folder would keep it
+    spawn.names.key, spawn.names.prefixes = "k", [prefix("/nowhere", "k")]
     spawn.ray = SimpleNamespace(
         exceptions=SimpleNamespace(RayError=RuntimeError), kill=lambda *a, **k: calls.append(("kill", a))
     )
@@ -137,11 +141,74 @@ def test_lost_after_on_the_supervisors_clock_fails_the_attempt_and_a_beat_puts_i
         clock.advance(1.0)
         await settle()
         attempt = agent.transport
-        assert exits == [LOST_EXIT] and attempt.lost is not None and "no word from the wrapper" in attempt.lost
-        assert ("stop", (0.0,)) in calls  # and the wrapper is told to stop, should it still hear us
-        stream.put(Ended(lease=attempt.lease, code=0))  # its late result: ignored, the attempt ended once
+        assert ("stop", (0.0,)) in calls  # given up: the wrapper is told to stop its tree, should it still hear us
+        assert exits == [] and spawn.leases == set(), "its words are ignored from now on; it ends once stopped"
+        stream.put(Ended(lease=attempt.lease, code=0, stopped=True))  # it did: its word is ignored, not acted on
         await asyncio.wait_for(asyncio.shield(attempt.pump), 5)
-        assert exits == [LOST_EXIT] and ("kill", (stream,)) in calls  # its actor, read to its end, is let go
+        await settle()
+        assert exits == [LOST_EXIT] and attempt.lost is not None and "no word from the wrapper" in attempt.lost
+        assert ("kill", (stream,)) in calls  # its actor, read to its end, is let go
+
+    asyncio.run(scenario())
+
+
+def test_a_hung_wrapper_given_up_has_its_actor_killed_before_the_attempt_ends(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No word comes back from the stop either: after the bound (real time, as every wait for Ray itself), its actor
+    is killed, then the attempt ends, so its retry never runs while the hung wrapper's agent may."""
+    from orchestrator.agents import procs
+    from orchestrator.agents.ray import spawner as module
+
+    monkeypatch.setattr(module, "BOARD_WAIT", 0.05)
+    monkeypatch.setattr(module, "CANCEL_WAIT", 0.05)
+    monkeypatch.setattr(procs, "KILL_WAIT", 0.05)
+
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeActor()
+        spawn, calls = spawner(clock, stream, lost_after=30.0, poll=0.01)
+        exits: list[int] = []
+        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
+        await settle()
+        stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
+        agent = await starting
+        clock.advance(30.0)
+        await settle()
+        assert exits == [] and ("stop", (0.0,)) in calls and ("kill", (stream,)) not in calls
+        deadline = time.monotonic() + 10
+        while not exits and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert exits == [LOST_EXIT] and "no word from the wrapper" in (agent.transport.lost or "")
+        assert ("kill", (stream,)) in calls, "its actor was killed before the attempt ended"
+
+    asyncio.run(scenario())
+
+
+def test_an_error_reading_the_wrappers_messages_ends_the_attempt_and_stops_its_agent(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk under the run's log (or a message the head cannot read): the pump used to die with the error
+    unretrieved, and the run stayed running for ever, its slot held."""
+    from orchestrator.agents.ray import spawner as module
+
+    def full(_fd: int, _data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    async def scenario() -> None:
+        clock, stream = ManualClock(), FakeActor()
+        spawn, calls = spawner(clock, stream)
+        exits: list[int] = []
+        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
+        await settle()
+        stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
+        agent = await starting
+        monkeypatch.setattr(module.os, "write", full)
+        stream.put(Output(lease=agent.transport.lease, data="hello\n"))
+        await asyncio.wait_for(asyncio.shield(agent.transport.pump), 5)
+        monkeypatch.undo()
+        await settle()
+        assert exits == [LOST_EXIT] and ("stop", (0.0,)) in calls and ("kill", (stream,)) in calls
+        assert "No space left on device" in (agent.transport.lost or "")
 
     asyncio.run(scenario())
 

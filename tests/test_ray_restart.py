@@ -10,10 +10,13 @@ with the same three kills.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 import pytest
@@ -197,3 +200,60 @@ def claude(project: Project, key: str) -> list[Any]:
     path = project.root / "claude.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     return [entry[key] for entry in map(json.loads, filter(str.strip, lines)) if key in entry]
+
+
+def test_two_projects_at_the_same_path_on_two_machines_never_touch_each_others_runs(
+    project: Project, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Each ``up`` in a mount namespace of its own with its project bind-mounted at the same path (two containers'
+    ``/app``), on one cluster. Both number their runs from 1: B's run 1 took the actor name of A's running run 1 (both
+    named from the path alone) and halted it, or B's wrapper swept A's agent as its own run's leftover (the same root
+    and run id in its environment), so A's memo failed; B's next start would have stopped it too. A key kept in each
+    project's state folder now tells their actors' names and their agents apart."""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -m` (root): the two machines are two mount namespaces")
+    shared = Path(f"/tmp/orch-same-path-{uuid.uuid4().hex[:8]}")  # the path both projects are at
+    teams = {name: Project(tmp_path / name) for name in "BA"}  # B is up, idle, before A's run starts
+
+    def start(name: str) -> None:
+        team = teams[name]
+        command = " ".join(shlex.quote(part) for part in [*team.command, "up", "--plain", "--root", str(shared)])
+        boot = f"mkdir -p {shared} && mount --bind {shlex.quote(str(team.root))} {shared} && exec {command}"
+        out = open(team.root / "up.out", "ab")  # noqa: SIM115 - the process writes it until the end
+        opened.append(out)
+        starts = (team.root / "up.out").read_text().count("orchestrator up:")
+        up = subprocess.Popen(
+            ["unshare", "-m", "sh", "-c", boot], stdout=out, stderr=subprocess.STDOUT, env=team.env(**ENV)
+        )
+        ups[name] = up
+        wait_for(lambda: (team.root / "up.out").read_text().count("orchestrator up:") > starts, START, f"{name} up")
+
+    ups: dict[str, subprocess.Popen[bytes]] = {}
+    opened: list[IO[bytes]] = []
+    try:
+        for name, team in teams.items():
+            team.configure(
+                {"builder": {"env": {"STANDIN_RECORD": str(team.record)}, "resources": {"cpu": 0.5}}},
+                executor={"kind": "ray", "address": cluster.address},
+            )
+            (team.root / "up.out").touch()
+            if name == "A":
+                team.drop("builder", "A.md", {"agent": {"sleep": 20}})
+            start(name)
+        wait_for(teams["A"].records, START, "A's agent on the cluster")
+        teams["B"].drop("builder", "B.md", {"agent": {"sleep": 1}})  # B's run 1, while A's run 1 runs
+        wait_for(lambda: teams["B"].folder("builder", "archive") == ["B.md"], 60, "B.md archived")
+        ups["B"].terminate()  # and B's next start looks for what its last one left, while A's run 1 runs
+        assert ups["B"].wait(60) == 0
+        start("B")
+        assert teams["A"].folder("builder", "active") == ["A.md"], "A's run 1 still runs after B's start"
+        wait_for(lambda: teams["A"].folder("builder", "archive") == ["A.md"], 60, "A.md archived, its run untouched")
+        assert [len(team.records()) for team in teams.values()] == [1, 1], "each ran once"
+    finally:
+        for up in ups.values():
+            up.terminate()
+        for up in ups.values():
+            up.wait(60)
+        for out in opened:
+            out.close()
+        shared.rmdir()

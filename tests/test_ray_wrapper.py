@@ -22,8 +22,10 @@ import yaml
 
 from conftest import STAND_IN, Project, dead, pid_alive, wait_for
 from orchestrator.agents import procs
+from orchestrator.agents.proc_table import identity
 from orchestrator.agents.ray import cluster as ray_cluster
 from orchestrator.agents.ray import wrapper
+from orchestrator.agents.ray.names import KEY_FILE, Names, prefix
 from orchestrator.agents.ray.wire import Beat, Ended, Output, Payload, Started, StartFailed, parse
 from orchestrator.agents.spawner import ProcessSpawner, choose_spawner
 from orchestrator.config import load_config
@@ -197,6 +199,24 @@ def test_an_agent_of_an_earlier_attempt_of_the_same_run_is_killed_though_its_wra
         for agent in agents.values():
             agent.kill()
             agent.wait()
+
+
+def test_a_projects_names_and_agents_are_its_own_though_another_is_at_the_same_path(tmp_path: Path) -> None:
+    """Two projects at one path on two machines (each container's ``/app``) keep different keys, so their actors'
+    names and their agents' marks differ; the start that makes the key also knows the names made before it."""
+    root = "/app"
+    first, other = Names(root, tmp_path / "a"), Names(root, tmp_path / "b")
+    assert first.actor(1, 1) != other.actor(1, 1) and first.parse(other.actor(1, 1)) is None
+    assert first.legacy and first.candidates(1, 1)[1] == prefix(root, "") + "1-1", "the names of before the key"
+    assert first.parse(prefix(root, "") + "7-2") == (7, 2)
+    again = Names(root, tmp_path / "a")  # the next start: the same key, and no more names of before it
+    assert again.key == first.key and again.actor(1, 1) == first.actor(1, 1) and not again.legacy
+    assert again.parse(prefix(root, "") + "7-2") is None and again.parse(again.actor(7, 2)) == (7, 2)
+    assert identity(root, first.key) != identity(root, other.key) and identity(root, None) == root
+    (tmp_path / "a" / KEY_FILE).write_text("\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"ray-project-key: empty; remove it") as refused:
+        Names(root, tmp_path / "a")
+    assert "\n" not in str(refused.value)
 
 
 def test_messages_are_typed_and_a_bad_one_names_its_field() -> None:

@@ -108,9 +108,19 @@ class Target:
     attempt: int | None = None  # set: only processes of that attempt of the run
 
 
+KEY_ENV = "ORCHESTRATOR_PROJECT_KEY"  # a Ray agent's: its project among those at the same path (ray/names.py)
+
+
+def identity(root: str, key: str | None) -> str:
+    """What tells a project's processes from another's: its root, and for Ray agents its key (two projects at the
+    same path on two machines run agents on the same nodes)."""
+    return f"{root}\0{key}" if key else root
+
+
 @dataclass(frozen=True)
 class Marks:
-    """The run an environment names: ``ORCHESTRATOR_RUN_ID``, ``ORCHESTRATOR_ROOT`` and ``ORCHESTRATOR_ATTEMPT``."""
+    """The run an environment names: ``ORCHESTRATOR_RUN_ID``, ``ORCHESTRATOR_ROOT`` (with ``KEY_ENV``: ``identity``)
+    and ``ORCHESTRATOR_ATTEMPT``."""
 
     run_id: str
     root: str
@@ -132,7 +142,7 @@ def read_marks(pid: int) -> Marks | None:
     root = _value(env, b"ORCHESTRATOR_ROOT")
     if run_id is None or root is None:
         return None
-    return Marks(run_id, root, _value(env, b"ORCHESTRATOR_ATTEMPT"))
+    return Marks(run_id, identity(root, _value(env, KEY_ENV.encode())), _value(env, b"ORCHESTRATOR_ATTEMPT"))
 
 
 _MISSING = Marks("", "", None)

@@ -63,7 +63,7 @@ def choose_spawner(config: Config, say: Log, clock: Clock | None = None) -> Spaw
         return ProcessSpawner(config.root, keeper.locate())
     from orchestrator.agents.ray.spawner import RaySpawner
 
-    return RaySpawner(config.root, config.executor, say, clock)
+    return RaySpawner(config.root, config.state_dir, config.executor, say, clock)
 
 
 class ProcessSpawner(HandleStops):

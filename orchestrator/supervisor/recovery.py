@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from orchestrator.agents import procs
+from orchestrator.agents.proc_table import KEY_ENV
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.run import CancelOrder, MemoRef
@@ -49,6 +50,9 @@ def _ancestors() -> set[int]:
     return out
 
 
+KEY_MARK = f"\0{KEY_ENV}=".encode()  # on a Ray agent, which may be another project's at the same path
+
+
 def orphan_run_ids(project_root: str) -> set[int]:
     """Run ids carried by live processes of this project root that are not ours."""
     mark = f"ORCHESTRATOR_ROOT={project_root}\0".encode()
@@ -62,7 +66,7 @@ def orphan_run_ids(project_root: str) -> set[int]:
                 env = b"\0" + handle.read()
         except OSError:
             continue
-        if b"\0" + mark not in env:
+        if b"\0" + mark not in env or KEY_MARK in env:  # a Ray agent: its wrappers and Ray's names find it
             continue
         start = env.find(b"\0ORCHESTRATOR_RUN_ID=")
         if start >= 0:

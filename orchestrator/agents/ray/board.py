@@ -2,8 +2,8 @@
 word until a head takes it.
 
 Detached, so the attempt outlives the orchestrator that started it (a Ray task dies with its driver); named from the
-project root, the run id and the attempt, so the next ``up`` finds it from the run's record alone and Ray's own
-directory says whether it still lives. It keeps every message the wrapper said that no head has taken yet, the
+project (``names``), the run id and the attempt, so the next ``up`` finds it from the run's record alone and Ray's
+own directory says whether it still lives. It keeps every message the wrapper said that no head has taken yet, the
 ``ended`` one included, and an sdk session's events whole, so a head that comes back rebuilds the session's figures.
 With no head taking its messages for ``reconnect_within`` (or ``lost_after`` when that is 0) it kills its agent,
 drops its end and leaves: the next ``up`` finds no actor and the attempt counts as failed.
@@ -11,34 +11,13 @@ drops its end and leaves: the next ``up`` finds no actor and the attempt counts 
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from typing import Any
 
 from orchestrator.agents.ray.wire import Payload
 
-NAMESPACE = "orchestrator"
 TAKE_WAIT = 1.0  # the longest one ``take`` waits for a new message: the head's long poll
-
-
-def actor_prefix(root: str) -> str:
-    """The first part of the names of this project root's attempts: a digest of the root, so two roots never mix."""
-    return "orch-" + hashlib.sha256(root.encode("utf-8")).hexdigest()[:16] + "-"
-
-
-def actor_name(root: str, run_id: int, attempt: int) -> str:
-    """The name of one attempt's actor."""
-    return f"{actor_prefix(root)}{run_id}-{attempt}"
-
-
-def parse_name(root: str, name: str) -> tuple[int, int] | None:
-    """(run id, attempt) of one of this root's actor names; None for any other name."""
-    prefix = actor_prefix(root)
-    run_id, _, attempt = name.removeprefix(prefix).partition("-")
-    if not name.startswith(prefix) or not run_id.isdigit() or not attempt.isdigit():
-        return None
-    return int(run_id), int(attempt)
 
 
 class HeadGone(Exception):

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.agents import memo_list
+from orchestrator.agents.proc_table import KEY_ENV
 from orchestrator.agents.ray.wire import Payload
 from orchestrator.agents.sdk.backend import runner_spec, session_header
 from orchestrator.agents.sdk.protocol import explain
@@ -20,7 +21,7 @@ from orchestrator.agents.spec import LaunchSpec, SpawnError, transcript_path
 from orchestrator.config.ray import ExecutorSettings
 
 
-def payload_of(spec: LaunchSpec, lease: str, root: str, settings: ExecutorSettings) -> Payload:
+def payload_of(spec: LaunchSpec, lease: str, root: str, settings: ExecutorSettings, key: str) -> Payload:
     """Everything the wrapper needs for the attempt; ``SpawnError`` when a memo cannot be read."""
     role = spec.role
     memos = {}
@@ -33,8 +34,9 @@ def payload_of(spec: LaunchSpec, lease: str, root: str, settings: ExecutorSettin
         raise SpawnError("no memo to send to the worker")
     # what differs from the head's own environment: the role's env and the ORCHESTRATOR_* variables
     env = {k: v for k, v in spec.env.items() if os.environ.get(k) != v or k in role.env}
-    for key in memo_list.MEMO_KEYS:  # the wrapper names its own copies
-        env.pop(key, None)
+    for name in memo_list.MEMO_KEYS:  # the wrapper names its own copies
+        env.pop(name, None)
+    env[KEY_ENV] = key  # the project's key (``names``): its agents are told from those of a project at the same path
     sdk: dict[str, Any] = {}
     if role.backend == "sdk":
         sdk = {"backend": "sdk", "sdk_spec": _sdk_spec(spec), "cli_path": role.cli_path}

@@ -21,8 +21,9 @@ from orchestrator.agents.backends import capabilities
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
 from orchestrator.agents.ray import first_line
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
-from orchestrator.agents.ray.board import NAMESPACE, TAKE_WAIT, WrapperActor, actor_name, parse_name
+from orchestrator.agents.ray.board import TAKE_WAIT, WrapperActor
 from orchestrator.agents.ray.cluster import connect
+from orchestrator.agents.ray.names import NAMESPACE, Names
 from orchestrator.agents.ray.payload import log_header, options_of, payload_of
 from orchestrator.agents.ray.wire import (
     AnyMessage,
@@ -53,8 +54,11 @@ END_TOLD_WAIT = 5.0  # after a stop, how long to wait for the attempt's end to b
 class RaySpawner(HandleStops):
     """Agents as Ray actors, one per attempt, under the head's limits, retry policy and logs."""
 
-    def __init__(self, root: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None) -> None:
+    def __init__(
+        self, root: Path, state_dir: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None
+    ) -> None:
         self.root = str(root)
+        self.names = Names(self.root, state_dir)
         self.settings = settings
         self.say = say
         self.clock: Clock = clock or SystemClock()
@@ -67,7 +71,7 @@ class RaySpawner(HandleStops):
     async def start(self, spec: LaunchSpec, on_exit: OnExit) -> Agent:
         """Create the attempt's actor; return once its wrapper has started the agent on a worker."""
         lease = uuid.uuid4().hex
-        payload = payload_of(spec, lease, self.root, self.settings)
+        payload = payload_of(spec, lease, self.root, self.settings, self.names.key)
         attempt = RayAttempt(self.stop_attempt, self._release, spec, lease, None)
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(lease)
@@ -85,7 +89,7 @@ class RaySpawner(HandleStops):
     async def _create(self, spec: LaunchSpec, payload: Payload) -> Any:
         """The attempt's detached actor, named after it, told to start its wrapper. A name already taken is an
         actor of this attempt that no head took back: halted first, since only one may run the memo."""
-        name = actor_name(self.root, spec.run_id, spec.attempt)
+        name = self.names.actor(spec.run_id, spec.attempt)
         options = dict(
             options_of(spec, self.session_nodes.get(spec.run_id)),
             name=name,
@@ -244,6 +248,11 @@ class RaySpawner(HandleStops):
                 for seq, data in batch:
                     attempt.seq = seq
                     said_last = self._read(attempt, parse(data), log_fd) or said_last
+        except Exception as exc:  # noqa: BLE001 - a full disk, a message of another version: the run must still end
+            why = f"reading the wrapper's messages on {attempt.node} failed: {type(exc).__name__}: {exc}"
+            self.say(f"run {attempt.spec.run_id}: {why}; its agent is stopped")
+            self._ask_stop(attempt, 0.0)
+            self._end(attempt, None, why)
         finally:
             os.close(log_fd)
             if attempt.watchdog is not None:
@@ -299,10 +308,15 @@ class RaySpawner(HandleStops):
     async def reattach(self, spec: LaunchSpec) -> Agent | None:
         """The attempt of ``spec`` as an earlier head left it: its live agent, or its kept end, read from its actor;
         None when no actor of it lives (its wrapper, its node or its wait for a head is over)."""
-        try:
-            actor = self.ray.get_actor(actor_name(self.root, spec.run_id, spec.attempt), namespace=NAMESPACE)
-            kept = await asyncio.wait_for(actor.resume.remote(), BOARD_WAIT + self.settings.poll * 10)
-        except Exception:  # noqa: BLE001 - no such actor, or one that no longer answers: nothing to take back
+        kept = None
+        for name in self.names.candidates(spec.run_id, spec.attempt):
+            try:
+                actor = self.ray.get_actor(name, namespace=NAMESPACE)
+                kept = await asyncio.wait_for(actor.resume.remote(), BOARD_WAIT + self.settings.poll * 10)
+                break
+            except Exception:  # noqa: BLE001 - no such actor, or one that no longer answers: nothing to take back
+                continue
+        if kept is None:
             return None
         attempt = RayAttempt(self.stop_attempt, self._release, spec, kept["lease"], actor)
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
@@ -326,7 +340,7 @@ class RaySpawner(HandleStops):
         return agent
 
     async def halt_others(self, kept: set[tuple[int, int]]) -> list[str]:
-        """Halt every actor of this project root but the attempts in ``kept`` (run id, attempt): those of runs
+        """Halt every actor of this project but the attempts in ``kept`` (run id, attempt): those of runs
         recovery did not take back, or whose attempt had moved on. Return their names."""
         try:
             named = self.ray.util.list_named_actors(all_namespaces=True)
@@ -336,7 +350,7 @@ class RaySpawner(HandleStops):
             entry["name"]
             for entry in named
             if entry.get("namespace") == NAMESPACE
-            and (found := parse_name(self.root, entry["name"])) is not None
+            and (found := self.names.parse(entry["name"])) is not None
             and found not in kept
         ]
         await asyncio.gather(*(self._halt(name) for name in names))

@@ -23,6 +23,7 @@ from typing import Any
 
 from orchestrator.agents import memo_list, procs
 from orchestrator.agents.posix_child import popen_session
+from orchestrator.agents.proc_table import KEY_ENV, identity
 from orchestrator.agents.ray.wire import AnyMessage, Beat, Ended, Output, Payload, Started, StartFailed
 
 WRAPPER_ENV = "ORCHESTRATOR_WRAPPER"  # "<pid>:<create time>" of the wrapper that started the agent
@@ -47,14 +48,19 @@ def _wrapper_alive(mark: str | None) -> bool:
     return ref.process() is not None
 
 
+def who(payload: Payload) -> str:
+    """The project the payload's agent belongs to, as its processes' marks say it (``proc_table.identity``)."""
+    return identity(payload.root, payload.env.get(KEY_ENV))
+
+
 def sweep_orphans(root: str, run_id: int | None = None, attempt: int = 0) -> list[int]:
-    """Kill every agent of this project root on this node whose wrapper is dead, and every agent of an earlier
+    """Kill every agent of this project (``root``: its ``identity``) on this node whose wrapper is dead, and every agent of an earlier
     attempt of run ``run_id`` than ``attempt`` (the head gave that one up: its wrapper hung or was cut off, and may
     outlive even its actor's kill by seconds); return the pids ended."""
     targets: dict[tuple[str, str], procs.Target] = {}
     for pid in procs.all_pids():
         env = procs.environ(pid)
-        if not env or env.get("ORCHESTRATOR_ROOT") != root:
+        if not env or identity(env.get("ORCHESTRATOR_ROOT", ""), env.get(KEY_ENV)) != root:
             continue
         key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
         if not key[0].isdigit() or not key[1].isdigit():
@@ -79,7 +85,7 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
     transcript lines and the answers to the controls ``inbox`` brings travel as messages of their own.
     """
     lease = payload.lease
-    orphans = sweep_orphans(payload.root, payload.run_id, payload.attempt)
+    orphans = sweep_orphans(who(payload), payload.run_id, payload.attempt)
     folder = Path(tempfile.mkdtemp(prefix=f"orchestrator-run{payload.run_id}-{payload.attempt}-"))
     proc: subprocess.Popen[bytes] | None = None
     target: procs.Target | None = None
@@ -103,7 +109,7 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
         if feed is not None:
             threading.Thread(target=_feed, args=(proc, feed), daemon=True).start()
         ref = procs.ProcRef.of(proc.pid)
-        target = procs.Target(ref, proc.pid, payload.run_id, payload.root, attempt=payload.attempt)
+        target = procs.Target(ref, proc.pid, payload.run_id, who(payload), attempt=payload.attempt)
         yield Started(
             lease=lease, pid=proc.pid, create_time=ref.create_time if ref else 0.0, node=node, orphans=orphans
         )
