@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_for
 from orchestrator.agents import keeper, told
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
-from orchestrator.agents.backends.codex import command_of, model_of, provider_key, resumed
+from orchestrator.agents.backends.codex import chooses_provider, command_of, model_of, provider_key, resumed
 from orchestrator.agents.backends.codex_program import login
 from orchestrator.agents.handle import QUEUED
 from orchestrator.agents.run_folder import remove_spent
@@ -122,8 +122,9 @@ def test_its_role_keys_become_arguments_before_the_prompt_and_never_twice() -> N
     own = Role(name="b", prompt="p.md", backend="codex", model="o3", command=["codex", "exec", "-m", "o3", "--json"])
     assert command_of(own) == ["codex", "exec", "-m", "o3", "--json"]  # Codex refuses -m given twice
     assert model_of(own) == "o3" and model_of(own.model_copy(update={"model": None})) == "o3"
-    mine = Role(name="c", prompt="p.md", backend="codex", command=["codex", "exec", "--json", "--ephemeral", "-"])
-    assert command_of(mine) == mine.command, "a command of its own keeps Codex's own sandbox"
+    for argv in (["codex", "exec", "--json", "--ephemeral", "-"], ["codex", "exec", "--json", "-"]):
+        mine = Role(name="c", prompt="p.md", backend="codex", command=argv)
+        assert command_of(mine) == argv, "a command of its own (even the default's words) keeps Codex's own sandbox"
     assert resumed(["codex", "exec", "--json", "-"], "t-1") == ["codex", "exec", "--json", "resume", "t-1", "-"]
 
 
@@ -290,6 +291,15 @@ def test_a_model_provider_chosen_in_codexs_own_config_is_its_login(tmp_path: Pat
     assert login(str(program), env).status == "ok", "a provider that reads no key"
     toml.write_text('model_provider = "openai"\n', encoding="utf-8")
     assert login(str(program), env).status == "fail", "OpenAI's own: its login is asked"
+    toml.write_text('model_provider = "ollama"\n', encoding="utf-8")
+    assert login(str(program), env, own_config=False).status == "fail", "a role that picks its own: login asked"
+    picks = [
+        codex_role(tmp_path, profile="personal"),
+        codex_role(tmp_path, config={"model_provider": "openai"}),
+        codex_role(tmp_path, command=[str(program), "exec", "-c", "model_provider=openai", "--json", "-"]),
+    ]
+    assert [chooses_provider(role) for role in picks] == [True, True, True]
+    assert not chooses_provider(codex_role(tmp_path))
 
 
 def test_a_key_its_command_gives_otherwise_is_refused_at_start_never_ignored(tmp_path: Path) -> None:
@@ -329,11 +339,14 @@ def test_a_codex_role_runs_codex_though_the_teams_default_command_is_another_age
     assert roles["writer"].command == ["claude", "-p", "--permission-mode", "acceptEdits"]
     assert command_of(roles["builder"]) == ["codex", "exec", "--json", "--sandbox", "read-only", "-"]
     assert roles["wrapped"].command == ["my-codex", "exec", "--json", "-"], "its own command stands"
-    (tmp_path / "roles.yaml").write_text(
-        "defaults: {command: [/opt/codex, exec, --json, --skip-git-repo-check, -]}\nroles: {builder: {backend: codex}}\n",
-        encoding="utf-8",
-    )
-    assert load_config(tmp_path).roles["builder"].command[:2] == ["/opt/codex", "exec"], "a default that runs codex"
+    for defaults, kept in (
+        ("{command: [/opt/codex, exec, --json, --skip-git-repo-check, -]}", ["/opt/codex", "exec"]),  # named codex
+        ("{backend: codex, command: [npx, -y, '@openai/codex', exec, --json, -]}", ["npx", "-y"]),  # Codex's team
+    ):
+        (tmp_path / "roles.yaml").write_text(
+            f"defaults: {defaults}\nroles: {{builder: {{backend: codex}}}}\n", encoding="utf-8"
+        )
+        assert load_config(tmp_path).roles["builder"].command[:2] == kept, f"a default meant for codex: {defaults}"
 
 
 def test_a_codex_role_on_ray_is_refused_in_one_line(tmp_path: Path) -> None:

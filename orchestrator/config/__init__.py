@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, mo
 
 from orchestrator.config.asks import AskKeys
 from orchestrator.config.claude import ClaudeKeys
-from orchestrator.config.codex import CODEX_COMMAND, CodexSettings, TokenPrice
+from orchestrator.config.codex import CODEX_COMMAND, DEFAULT_SANDBOX, CodexSettings, TokenPrice
 from orchestrator.config.continuity import ContinuityKeys
 from orchestrator.config.errors import describe_validation_error
 from orchestrator.config.memory import MemorySettings
@@ -148,7 +148,7 @@ class Role(SdkSettings, ClaudeKeys, CodexSettings, ScheduleKeys, ContinuityKeys,
     def _codex_command(cls, data: Any) -> Any:
         """A ``codex`` role that names no command runs ``codex exec --json`` (not the default ``claude -p``)."""
         if isinstance(data, dict) and data.get("backend") == "codex" and "command" not in data:
-            return {**data, "command": list(CODEX_COMMAND)}
+            return {**data, "command": list(CODEX_COMMAND), "sandbox": data.get("sandbox") or DEFAULT_SANDBOX}
         return data
 
     @property
@@ -232,9 +232,13 @@ def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _runs_codex(command: Any) -> bool:
-    """Whether a command (from ``defaults``) starts the Codex CLI."""
-    return isinstance(command, list) and bool(command) and Path(str(command[0])).name == "codex"
+def _another_agents(defaults: dict[str, Any]) -> bool:
+    """Whether the ``defaults``' command is another agent's than Codex's: written for another backend (``defaults``
+    do not say ``backend: codex``), and not starting a program named ``codex``."""
+    command = defaults.get("command")
+    if not isinstance(command, list) or not command or defaults.get("backend") == "codex":
+        return False
+    return Path(str(command[0])).name != "codex"
 
 
 def _spawn_command_override() -> list[str] | None:
@@ -285,7 +289,7 @@ def load_config(root: Path) -> Config:
             )
         own = settings.model_dump(exclude_none=True)
         merged = _merge(defaults, own)
-        if merged.get("backend") == "codex" and "command" not in own and not _runs_codex(merged.get("command")):
+        if merged.get("backend") == "codex" and "command" not in own and _another_agents(defaults):
             merged.pop("command", None)  # the team's default is another agent's (`claude -p`): it runs `codex exec`
         merged.setdefault("prompt", f"prompts/{name}.md")
         if override is not None:

@@ -14,7 +14,8 @@ from pydantic import Field, PrivateAttr
 from orchestrator.core.units import Strict
 
 CODEX_COMMAND = ("codex", "exec", "--json", "-")  # a codex role's default command, with its ``sandbox``:
-DEFAULT_SANDBOX = "workspace-write"  # the sandbox of a role that runs the default command and names none
+DEFAULT_SANDBOX = "workspace-write"  # the sandbox of a role that runs the default command and names none (a command
+# of its own and no ``sandbox``: the one Codex's own config.toml chooses)
 
 
 class TokenPrice(Strict):

@@ -36,7 +36,6 @@ from orchestrator.agents.keeper import locate as locate_keeper
 from orchestrator.agents.local import record_path
 from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
 from orchestrator.config import Config, Role
-from orchestrator.config.codex import CODEX_COMMAND, DEFAULT_SANDBOX
 from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ConfigError
 
@@ -50,15 +49,14 @@ _ENV_KEY = re.compile(r"env_key\s*=\s*\"([A-Za-z_][A-Za-z0-9_]*)\"")
 
 def command_of(role: Role) -> list[str]:
     """The role's ``codex exec`` command (``CODEX_COMMAND`` unless it sets one) with its keys as arguments; a key
-    its command already gives is left out (``conflict`` refuses one it gives otherwise). The default command runs in
-    the role's ``sandbox``, else in ``DEFAULT_SANDBOX``. The prompt's ``-`` stays last."""
+    its command already gives is left out (``conflict`` refuses one it gives otherwise). A role with the default
+    command has a ``sandbox`` (``DEFAULT_SANDBOX`` unless it names one). The prompt's ``-`` stays last."""
     argv = list(role.command)
     tail = [argv.pop()] if argv and argv[-1] == "-" else []
     if role.model and not _gives(argv, "-m", "--model"):
         argv += ["--model", role.model]
-    sandbox = role.sandbox or (DEFAULT_SANDBOX if tuple(role.command) == CODEX_COMMAND else None)
-    if sandbox and not _gives(argv, "-s", "--sandbox"):
-        argv += ["--sandbox", sandbox]
+    if role.sandbox and not _gives(argv, "-s", "--sandbox"):
+        argv += ["--sandbox", role.sandbox]
     if role.profile and not _gives(argv, "-p", "--profile"):
         argv += ["--profile", role.profile]
     for key, value in role.config.items():
@@ -123,6 +121,16 @@ def model_of(role: Role) -> str | None:
     return None
 
 
+def chooses_provider(role: Role) -> bool:
+    """Whether the role picks its model provider itself (``model_provider`` through ``-c`` or ``config``) or a
+    profile, over what Codex's own ``config.toml`` selects."""
+    overrides = [b for a, b in zip(role.command, role.command[1:], strict=False) if a in ("-c", "--config")]
+    overrides += [f"{k}={v}" for k, v in role.config.items()]
+    if any(_PROVIDER.match(o.strip()) for o in overrides):
+        return True
+    return bool(role.profile) or _gives(list(role.command), "-p", "--profile")
+
+
 def provider_key(role: Role) -> str | None:
     """The variable the ``env_key`` of the model provider the role's command or ``config`` selects names."""
     overrides = [b for a, b in zip(role.command, role.command[1:], strict=False) if a in ("-c", "--config")]
@@ -168,14 +176,17 @@ class CodexBackend:
         path = resolve_command(role.command, role_folder(config.root, role.cwd))
         assert path is not None  # checked above
         check_version(path, f"{config.path}: roles.{role.name}.command")
-        answer = login(path, {**os.environ, **role.env}, provider_key(role))
+        answer = login(path, {**os.environ, **role.env}, provider_key(role), own_config=not chooses_provider(role))
         if answer.status == "fail":
             raise ConfigError(f"{config.path}: roles.{role.name}: {answer.detail}; {answer.fix}")
 
     def program(self, config: Config, role: Role) -> Program:
-        key = provider_key(role)
+        key, own_config = provider_key(role), not chooses_provider(role)
         return Program(
-            "command", command_of(role)[0], version=check_version, login=lambda cli, env: login(cli, env, key)
+            "command",
+            command_of(role)[0],
+            version=check_version,
+            login=lambda cli, env: login(cli, env, key, own_config),
         )
 
     async def start(self, spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:

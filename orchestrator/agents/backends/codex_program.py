@@ -63,8 +63,10 @@ def configured_provider(env: dict[str, str]) -> tuple[str, str | None, str] | No
     return name, key if isinstance(key, str) and key else None, str(path)
 
 
-def login(cli: str, env: dict[str, str], env_key: str | None = None) -> Answer:
-    """Codex has credentials: the ``env_key`` of the provider the role selects, an API key, or a login."""
+def login(cli: str, env: dict[str, str], env_key: str | None = None, own_config: bool = True) -> Answer:
+    """Codex has credentials: the ``env_key`` of the provider the role selects, an API key, the key of the provider
+    Codex's own ``config.toml`` selects (unless ``own_config`` is False: the role picks a provider or a profile of
+    its own), or a login."""
     if env_key is not None:
         if env.get(env_key):
             return Answer("ok", f"{env_key} is set, as its model provider's env_key asks")
@@ -76,7 +78,7 @@ def login(cli: str, env: dict[str, str], env_key: str | None = None) -> Answer:
     given = [k for k in KEYS if env.get(k)]
     if given:
         return Answer("ok", f"{given[0]} is set: Codex uses it (login status not asked)")
-    configured = configured_provider(env)
+    configured = configured_provider(env) if own_config else None
     if configured is not None:
         name, key, where = configured
         if key is None or env.get(key):
