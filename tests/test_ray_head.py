@@ -82,7 +82,8 @@ def spawner(clock: ManualClock, stream: FakeActor, **settings: Any) -> tuple[Ray
     spawn.root, spawn.settings, spawn.say, spawn.clock = "/nowhere", ExecutorSettings(**settings), print, clock
     spawn.leases, spawn.session_nodes = set(), {}
     spawn.names = Names.__new__(Names)  # this project's key, as a state folder would keep it
-    spawn.names.key, spawn.names.prefixes = "k", [prefix("/nowhere", "k")]
+    spawn.names.key, spawn.names.made = "k", False
+    spawn.names.current, spawn.names.before = prefix("/nowhere", "k"), prefix("/nowhere", "")
     spawn.ray = SimpleNamespace(
         exceptions=SimpleNamespace(RayError=RuntimeError), kill=lambda *a, **k: calls.append(("kill", a))
     )
@@ -204,10 +205,14 @@ def test_an_error_reading_the_wrappers_messages_ends_the_attempt_and_stops_its_a
         agent = await starting
         monkeypatch.setattr(module.os, "write", full)
         stream.put(Output(lease=agent.transport.lease, data="hello\n"))
-        await asyncio.wait_for(asyncio.shield(agent.transport.pump), 5)
-        monkeypatch.undo()
         await settle()
-        assert exits == [LOST_EXIT] and ("stop", (0.0,)) in calls and ("kill", (stream,)) in calls
+        monkeypatch.undo()
+        assert ("stop", (0.0,)) in calls and ("kill", (stream,)) not in calls, "its wrapper stops its tree first"
+        assert exits == [], "and the attempt ends after"
+        stream.put(Ended(lease=agent.transport.lease, code=-15, stopped=True))
+        await asyncio.wait_for(asyncio.shield(agent.transport.pump), 5)
+        await settle()
+        assert exits == [LOST_EXIT] and ("kill", (stream,)) in calls
         assert "No space left on device" in (agent.transport.lost or "")
 
     asyncio.run(scenario())

@@ -22,7 +22,7 @@ import yaml
 
 from conftest import STAND_IN, Project, dead, pid_alive, wait_for
 from orchestrator.agents import procs
-from orchestrator.agents.proc_table import identity
+from orchestrator.agents.proc_table import KEY_ENV, identity
 from orchestrator.agents.ray import cluster as ray_cluster
 from orchestrator.agents.ray import wrapper
 from orchestrator.agents.ray.names import KEY_FILE, Names, prefix
@@ -170,6 +170,33 @@ def test_orphans_of_a_dead_wrapper_are_killed_and_live_wrappers_agents_spared(tm
         orphan.wait()
 
 
+def test_a_keyed_wrapper_sweeps_orphans_of_before_the_keys_and_never_another_projects(tmp_path: Path) -> None:
+    """After an upgrade (`ray stop`, install, `ray start`), agents started before projects had a key are orphans of
+    this root: swept. An orphan carrying another project's key (the same path on another machine) is spared."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    base = {
+        "ORCHESTRATOR_ROOT": str(tmp_path),
+        "ORCHESTRATOR_RUN_ID": "5",
+        "ORCHESTRATOR_ATTEMPT": "1",
+        "PATH": "/usr/bin:/bin",
+        wrapper.WRAPPER_ENV: f"{gone.pid}:1.0",
+    }
+    agents = {
+        key: subprocess.Popen(["sleep", "60"], env={**base, **extra}, start_new_session=True)
+        for key, extra in (("none", {}), ("theirs", {KEY_ENV: "other"}), ("ours", {KEY_ENV: "mine"}))
+    }
+    try:
+        wait_for(lambda: all(procs.environ(a.pid) for a in agents.values()), what="their environments")
+        ended = wrapper.sweep_orphans(str(tmp_path), "mine", 6, 1)
+        assert sorted(ended) == sorted([agents["none"].pid, agents["ours"].pid])
+        assert agents["theirs"].poll() is None
+    finally:
+        for agent in agents.values():
+            agent.kill()
+            agent.wait()
+
+
 def test_an_agent_of_an_earlier_attempt_of_the_same_run_is_killed_though_its_wrapper_lives(tmp_path: Path) -> None:
     """The head gave that attempt up (its wrapper hung, or was cut off from the head): the retry's wrapper kills its
     agent before starting its own, whatever its wrapper; another run's agent, or a later attempt's, is spared."""
@@ -190,7 +217,7 @@ def test_an_agent_of_an_earlier_attempt_of_the_same_run_is_killed_though_its_wra
     }
     try:
         wait_for(lambda: all(procs.environ(a.pid) for a in agents.values()), what="their environments")
-        ended = wrapper.sweep_orphans(str(tmp_path), 5, 2)
+        ended = wrapper.sweep_orphans(str(tmp_path), None, 5, 2)
         assert ended == [agents[(5, 1)].pid]
         agents[(5, 1)].wait(5)
         assert agents[(5, 3)].poll() is None and agents[(6, 1)].poll() is None
@@ -207,10 +234,11 @@ def test_a_projects_names_and_agents_are_its_own_though_another_is_at_the_same_p
     root = "/app"
     first, other = Names(root, tmp_path / "a"), Names(root, tmp_path / "b")
     assert first.actor(1, 1) != other.actor(1, 1) and first.parse(other.actor(1, 1)) is None
-    assert first.legacy and first.candidates(1, 1)[1] == prefix(root, "") + "1-1", "the names of before the key"
-    assert first.parse(prefix(root, "") + "7-2") == (7, 2)
-    again = Names(root, tmp_path / "a")  # the next start: the same key, and no more names of before it
-    assert again.key == first.key and again.actor(1, 1) == first.actor(1, 1) and not again.legacy
+    assert first.made and first.candidates(1, 1)[1] == prefix(root, "") + "1-1", "the names of before the key"
+    assert first.parse(prefix(root, "") + "7-2") == (7, 2), "halted by the start that makes the key"
+    again = Names(root, tmp_path / "a")  # the next start: the same key
+    assert again.key == first.key and again.actor(1, 1) == first.actor(1, 1) and not again.made
+    assert again.candidates(1, 1) == first.candidates(1, 1), "a run on record is still taken back under either name"
     assert again.parse(prefix(root, "") + "7-2") is None and again.parse(again.actor(7, 2)) == (7, 2)
     assert identity(root, first.key) != identity(root, other.key) and identity(root, None) == root
     (tmp_path / "a" / KEY_FILE).write_text("\n", encoding="utf-8")
@@ -283,6 +311,9 @@ def test_unreachable_cluster_fails_at_start_up_in_one_line(project: Project) -> 
     assert any("cannot reach the Ray cluster at '127.0.0.1:1'" in line for line in lines), result.stderr
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 120
+    assert not (project.root / ".orchestrator" / KEY_FILE).exists(), (
+        "a start that never reached the cluster makes no key"
+    )
     assert dead  # the helper is shared with the cluster tests
 
 

@@ -2,8 +2,9 @@
 
 ``<project>`` is a digest of the project root and of a random key kept in its state folder (``KEY_FILE``): two
 projects at the same path on two machines (each container's ``/app``) share a cluster without sharing names, so one
-never halts or takes over the other's attempts. Actors named before the key existed were named from the root alone;
-the start that makes the key also finds those (``Names.legacy``), then never again.
+never halts or takes over the other's attempts. Actors named before the key existed were named from the root alone:
+a run of its own record is taken back under that name at any start (``candidates``), and the start that makes the
+key also halts the others named so (``parse``), which later may as well be another project's at the same path.
 """
 
 from __future__ import annotations
@@ -29,24 +30,21 @@ class Names:
     """This project's actor names: the one an attempt gets, and the ones an earlier head may have given it."""
 
     def __init__(self, root: str, state_dir: Path) -> None:
-        self.key, made = _project_key(state_dir)  # carried in its agents' environment too (proc_table.KEY_ENV)
-        self.prefixes = [prefix(root, self.key)] + ([prefix(root, "")] if made else [])
-
-    @property
-    def legacy(self) -> bool:
-        return len(self.prefixes) > 1
+        self.key, self.made = _project_key(state_dir)  # carried in its agents' environment too (proc_table.KEY_ENV)
+        self.current, self.before = prefix(root, self.key), prefix(root, "")
 
     def actor(self, run_id: int, attempt: int) -> str:
         """The name of one attempt's actor."""
-        return f"{self.prefixes[0]}{run_id}-{attempt}"
+        return f"{self.current}{run_id}-{attempt}"
 
     def candidates(self, run_id: int, attempt: int) -> list[str]:
-        """The names an earlier head may have given the attempt, newest scheme first."""
-        return [f"{p}{run_id}-{attempt}" for p in self.prefixes]
+        """The names an earlier head may have given an attempt of this project's record, newest scheme first."""
+        return [f"{start}{run_id}-{attempt}" for start in (self.current, self.before)]
 
     def parse(self, name: str) -> tuple[int, int] | None:
-        """(run id, attempt) of one of this project's actor names; None for any other name."""
-        for start in self.prefixes:
+        """(run id, attempt) of one of this project's actor names (of before the key only at the start that made
+        it); None for any other name."""
+        for start in (self.current, self.before) if self.made else (self.current,):
             run_id, _, attempt = name.removeprefix(start).partition("-")
             if name.startswith(start) and run_id.isdigit() and attempt.isdigit():
                 return int(run_id), int(attempt)

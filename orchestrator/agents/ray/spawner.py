@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.agents import procs
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
-from orchestrator.agents.ray import first_line
+from orchestrator.agents.ray import first_line, lost_reason, pending
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import TAKE_WAIT, WrapperActor
 from orchestrator.agents.ray.cluster import connect
@@ -58,11 +58,11 @@ class RaySpawner(HandleStops):
         self, root: Path, state_dir: Path, settings: ExecutorSettings, say: Log, clock: Clock | None = None
     ) -> None:
         self.root = str(root)
-        self.names = Names(self.root, state_dir)
         self.settings = settings
         self.say = say
         self.clock: Clock = clock or SystemClock()
         self.ray = connect(settings)
+        self.names = Names(self.root, state_dir)  # once the cluster is reached: the start that makes the key counts
         self.leases: set[str] = set()  # the attempts whose results the head still accepts
         self.session_nodes: dict[int, str] = {}  # run id -> the node of its last sdk attempt (its session files)
         self.actor = self.ray.remote(WrapperActor)  # one per attempt; its retries are the role's, never Ray's
@@ -123,7 +123,7 @@ class RaySpawner(HandleStops):
 
     async def _started(self, attempt: RayAttempt) -> Started:
         """The wrapper's first message, which says the agent started; else ``SpawnError`` with why not."""
-        first_word = _pending(self._first(attempt))
+        first_word = pending(self._first(attempt))
         if not await self._within(first_word, self.settings.start_timeout):
             self._cancel(attempt)
             raise SpawnError(
@@ -209,7 +209,7 @@ class RaySpawner(HandleStops):
                 f"no word from the wrapper on {attempt.node} for {lost_after:g}s (a partition or a lost node)"
             )
             self._revoke(attempt)  # from now on its words are logged, never acted on
-            _pending(self._settle_given_up(attempt))
+            pending(self._settle_given_up(attempt))
 
         attempt.watchdog = self.clock.call_later(lost_after, check)
 
@@ -238,12 +238,12 @@ class RaySpawner(HandleStops):
         try:
             said_last = False
             while not said_last:
-                word = _pending(self._take(attempt))
+                word = pending(self._take(attempt))
                 await asyncio.wait({word})
                 try:
                     batch = word.result()
                 except self.ray.exceptions.RayError as exc:
-                    self._end(attempt, None, _lost_reason(exc, attempt.node))
+                    self._end(attempt, None, lost_reason(exc, attempt.node))
                     break
                 for seq, data in batch:
                     attempt.seq = seq
@@ -251,7 +251,10 @@ class RaySpawner(HandleStops):
         except Exception as exc:  # noqa: BLE001 - a full disk, a message of another version: the run must still end
             why = f"reading the wrapper's messages on {attempt.node} failed: {type(exc).__name__}: {exc}"
             self.say(f"run {attempt.spec.run_id}: {why}; its agent is stopped")
-            self._ask_stop(attempt, 0.0)
+            attempt.given_up = why
+            self._revoke(attempt)
+            self._ask_stop(attempt, 0.0)  # then its actor is killed (``finally``): once it said it stopped, or late
+            await self._heard_last(attempt, procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
             self._end(attempt, None, why)
         finally:
             os.close(log_fd)
@@ -261,6 +264,20 @@ class RaySpawner(HandleStops):
                 self._cancel(attempt)
         if not attempt.finished:
             self._end(attempt, None, f"the wrapper on {attempt.node} ended without reporting the agent's exit")
+
+    async def _heard_last(self, attempt: RayAttempt, bound: float) -> None:
+        """Take the wrapper's words, acted on no more, until its last (its tree stopped), for at most ``bound``
+        seconds (real time, as every wait for Ray itself)."""
+        deadline = time.monotonic() + bound
+        while (left := deadline - time.monotonic()) > 0:
+            word = pending(self._take(attempt))
+            done, _ = await asyncio.wait({word}, timeout=left)
+            if not done or word.exception() is not None:
+                return
+            for seq, data in word.result():
+                attempt.seq = seq
+                if data.get("type") == "ended":
+                    return
 
     def _read(self, attempt: RayAttempt, message: AnyMessage, log_fd: int) -> bool:
         """Act on one of the wrapper's messages; True for its last (``ended``)."""
@@ -419,23 +436,3 @@ class RaySpawner(HandleStops):
         )
         pids = [attempt.pid] if attempt.pid else []
         return KillReport(pids=pids, survivors=list(pids))
-
-
-def _pending(coro: Any) -> asyncio.Future[Any]:
-    """A task whose error is always retrieved, even when nobody waits for it any more (a start given up): asyncio
-    would otherwise print it with a traceback at exit."""
-    task = asyncio.ensure_future(coro)
-    task.add_done_callback(lambda done: done.cancelled() or done.exception())
-    return task
-
-
-def _lost_reason(exc: BaseException, node: str | None) -> str:
-    """A Ray error as a failed attempt's reason."""
-    name = type(exc).__name__
-    if "NodeDied" in name:
-        return f"the Ray node {node} died"
-    if "WorkerCrashed" in name or "ActorDied" in name or "OwnerDied" in name:
-        return f"the Ray worker on {node} died (its agent is killed by the next wrapper on that node)"
-    if "Cancelled" in name:
-        return f"the Ray actor on {node} was cancelled"
-    return f"Ray lost the task on {node}: {name}: {first_line(exc)}"

@@ -53,25 +53,30 @@ def who(payload: Payload) -> str:
     return identity(payload.root, payload.env.get(KEY_ENV))
 
 
-def sweep_orphans(root: str, run_id: int | None = None, attempt: int = 0) -> list[int]:
-    """Kill every agent of this project (``root``: its ``identity``) on this node whose wrapper is dead, and every agent of an earlier
-    attempt of run ``run_id`` than ``attempt`` (the head gave that one up: its wrapper hung or was cut off, and may
-    outlive even its actor's kill by seconds); return the pids ended."""
-    targets: dict[tuple[str, str], procs.Target] = {}
+def sweep_orphans(root: str, key: str | None = None, run_id: int | None = None, attempt: int = 0) -> list[int]:
+    """Kill every agent of this project (``root`` and its ``key``) on this node whose wrapper is dead, and every agent
+    of an earlier attempt of run ``run_id`` than ``attempt`` (the head gave that one up: its wrapper hung or was cut
+    off, and may outlive even its actor's kill by seconds); return the pids ended. An orphan that carries no key (an
+    agent started before projects had one) is this root's too."""
+    mine = identity(root, key)
+    targets: dict[tuple[str, str, str], procs.Target] = {}
     for pid in procs.all_pids():
         env = procs.environ(pid)
-        if not env or identity(env.get("ORCHESTRATOR_ROOT", ""), env.get(KEY_ENV)) != root:
+        if not env:
             continue
-        key = (env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", ""))
-        if not key[0].isdigit() or not key[1].isdigit():
+        theirs = identity(env.get("ORCHESTRATOR_ROOT", ""), env.get(KEY_ENV))
+        if theirs != mine and theirs != root:
             continue
-        superseded = int(key[0]) == run_id and int(key[1]) < attempt
+        run, tried = env.get("ORCHESTRATOR_RUN_ID", ""), env.get("ORCHESTRATOR_ATTEMPT", "")
+        if not run.isdigit() or not tried.isdigit():
+            continue
+        superseded = theirs == mine and int(run) == run_id and int(tried) < attempt
         if not superseded and _wrapper_alive(env.get(WRAPPER_ENV)):
             continue
         stat = procs.proc_stat(pid)
         if stat is None:
             continue
-        targets.setdefault(key, procs.Target(None, stat[0], int(key[0]), root, attempt=int(key[1])))
+        targets.setdefault((theirs, run, tried), procs.Target(None, stat[0], int(run), theirs, attempt=int(tried)))
     ended: list[int] = []
     for target in targets.values():
         ended += asyncio.run(procs.stop_tree(target, 0.0)).pids
@@ -85,7 +90,7 @@ def run(payload: Payload, ask: Ask, node: str, inbox: Inbox | None = None) -> It
     transcript lines and the answers to the controls ``inbox`` brings travel as messages of their own.
     """
     lease = payload.lease
-    orphans = sweep_orphans(who(payload), payload.run_id, payload.attempt)
+    orphans = sweep_orphans(payload.root, payload.env.get(KEY_ENV), payload.run_id, payload.attempt)
     folder = Path(tempfile.mkdtemp(prefix=f"orchestrator-run{payload.run_id}-{payload.attempt}-"))
     proc: subprocess.Popen[bytes] | None = None
     target: procs.Target | None = None
