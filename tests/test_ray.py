@@ -64,6 +64,16 @@ def history(project: Project) -> list[dict[str, Any]]:
     return runs
 
 
+def on_a_worker(project: Project, memo: str) -> tuple[dict[str, Any], psutil.Process, psutil.Process]:
+    """The first attempt of ``memo`` once its agent runs: its record, its process, and the Ray worker (its wrapper's
+    process) that started it."""
+    (first,) = wait_for(lambda: records(project, memo), START, "attempt 1 on a worker")
+    agent = psutil.Process(first["pid"])
+    worker = agent.parent()
+    assert worker is not None and "orchestrator" not in " ".join(worker.cmdline())  # the Ray worker, not the head
+    return first, agent, worker
+
+
 def gone(pid: int) -> bool:
     """No such process, or a zombie (its parent has not reaped it yet)."""
     try:
@@ -185,10 +195,7 @@ def test_a_worker_killed_mid_run_fails_the_attempt_which_is_retried_once_and_its
     configure(project, cluster, {"builder": {"retry": {"max": 2, "backoff": ["0.2s"]}}})
     orch = project.up(**ENV)
     project.drop("builder", "k.md", {"agent": {"sleep_by_attempt": {1: 120, 2: 0.2}}})
-    (first,) = wait_for(lambda: records(project, "k.md"), START, "attempt 1 on a worker")
-    orphan = psutil.Process(first["pid"])
-    worker = orphan.parent()
-    assert worker is not None and "orchestrator" not in " ".join(worker.cmdline())  # the Ray worker, not the head
+    first, orphan, worker = on_a_worker(project, "k.md")
     worker.send_signal(signal.SIGKILL)
 
     wait_for(lambda: project.folder("builder", "archive") == ["k.md"], 60, "k.md archived after the retry")
@@ -233,10 +240,7 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_and_its_agent_swept_before
     configure(project, cluster, roles, lost_after="3s", reconnect_within="2m")
     orch = project.up(**ENV)
     project.drop("builder", "h.md", {"agent": {"sleep_by_attempt": {1: 120, 2: 0.2}}})
-    (first,) = wait_for(lambda: records(project, "h.md"), START, "attempt 1 on a worker")
-    agent = psutil.Process(first["pid"])
-    wrapper = agent.parent()
-    assert wrapper is not None and "orchestrator" not in " ".join(wrapper.cmdline())  # the Ray worker, not the head
+    first, agent, wrapper = on_a_worker(project, "h.md")
     wrapper.suspend()
     try:
         wait_for(lambda: project.folder("builder", "archive") == ["h.md"], 90, "h.md archived by attempt 2")

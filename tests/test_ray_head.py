@@ -124,15 +124,20 @@ def lease_of(spawn: RaySpawner) -> str:
     return lease
 
 
+async def started(spawn: RaySpawner, stream: FakeActor, project: Project, exits: list[int]) -> Any:
+    """An attempt of ``project``'s memo started through ``spawn``, its wrapper saying its agent runs on a worker."""
+    starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
+    await settle()
+    stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
+    return await starting
+
+
 def test_lost_after_on_the_supervisors_clock_fails_the_attempt_and_a_beat_puts_it_off(project: Project) -> None:
     async def scenario() -> None:
         clock, stream = ManualClock(), FakeActor()
         spawn, calls = spawner(clock, stream, lost_after=30.0)
         exits: list[int] = []
-        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
-        await settle()
-        stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
-        agent = await starting
+        agent = await started(spawn, stream, project, exits)
         clock.advance(20.0)
         stream.put(Beat(lease=agent.transport.lease))
         await settle()
@@ -169,10 +174,7 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_before_the_attempt_ends(
         clock, stream = ManualClock(), FakeActor()
         spawn, calls = spawner(clock, stream, lost_after=30.0, poll=0.01)
         exits: list[int] = []
-        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
-        await settle()
-        stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
-        agent = await starting
+        agent = await started(spawn, stream, project, exits)
         clock.advance(30.0)
         await settle()
         assert exits == [] and ("stop", (0.0,)) in calls and ("kill", (stream,)) not in calls
@@ -199,10 +201,7 @@ def test_an_error_reading_the_wrappers_messages_ends_the_attempt_and_stops_its_a
         clock, stream = ManualClock(), FakeActor()
         spawn, calls = spawner(clock, stream)
         exits: list[int] = []
-        starting = asyncio.ensure_future(launch(spawn, launch_spec(project), exits))
-        await settle()
-        stream.put(Started(lease=lease_of(spawn), pid=4242, create_time=1.0, node="10.0.0.2/abc"))
-        agent = await starting
+        agent = await started(spawn, stream, project, exits)
         monkeypatch.setattr(module.os, "write", full)
         stream.put(Output(lease=agent.transport.lease, data="hello\n"))
         await settle()
