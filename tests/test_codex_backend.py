@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_for
 from orchestrator.agents import keeper, told
 from orchestrator.agents.backends import backend_for, capabilities, stall_seconds
-from orchestrator.agents.backends.codex import chooses_provider, command_of, model_of, provider_key, resumed
+from orchestrator.agents.backends.codex import choice_of, command_of, model_of, provider_key, resumed
 from orchestrator.agents.backends.codex_program import login
 from orchestrator.agents.handle import QUEUED
 from orchestrator.agents.run_folder import remove_spent
@@ -291,15 +291,21 @@ def test_a_model_provider_chosen_in_codexs_own_config_is_its_login(tmp_path: Pat
     assert login(str(program), env).status == "ok", "a provider that reads no key"
     toml.write_text('model_provider = "openai"\n', encoding="utf-8")
     assert login(str(program), env).status == "fail", "OpenAI's own: its login is asked"
-    toml.write_text('model_provider = "ollama"\n', encoding="utf-8")
-    assert login(str(program), env, own_config=False).status == "fail", "a role that picks its own: login asked"
-    picks = [
-        codex_role(tmp_path, profile="personal"),
-        codex_role(tmp_path, config={"model_provider": "openai"}),
-        codex_role(tmp_path, command=[str(program), "exec", "-c", "model_provider=openai", "--json", "-"]),
-    ]
-    assert [chooses_provider(role) for role in picks] == [True, True, True]
-    assert not chooses_provider(codex_role(tmp_path))
+    toml.write_text(
+        'model_provider = "azure"\n[model_providers.azure]\nenv_key = "AZURE_KEY"\n'
+        '[profiles.fast]\nmodel = "gpt-5-mini"\n[profiles.personal]\nmodel_provider = "openai"\n',
+        encoding="utf-8",
+    )
+    keyed = {**env, "AZURE_KEY": "k"}
+    for keys, status in (
+        ({"profile": "fast"}, "ok"),  # a profile that keeps the file's provider
+        ({"profile": "personal"}, "fail"),  # one that picks OpenAI's: its login is asked
+        ({"config": {"model_provider": "openai"}}, "fail"),
+        ({"config": {"model_provider": "azure"}}, "ok"),
+        ({"command": [str(program), "exec", "-p", "personal", "--json", "-"]}, "fail"),
+    ):
+        role = codex_role(tmp_path, **keys)
+        assert login(str(program), keyed, provider_key(role), choice_of(role)).status == status, keys
 
 
 def test_a_key_its_command_gives_otherwise_is_refused_at_start_never_ignored(tmp_path: Path) -> None:

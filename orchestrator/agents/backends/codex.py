@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.agents import procs, told
 from orchestrator.agents.backends.base import Program
 from orchestrator.agents.backends.codex_events import CodexOutput
-from orchestrator.agents.backends.codex_program import check_version, login
+from orchestrator.agents.backends.codex_program import Choice, check_version, login
 from orchestrator.agents.backends.command import check_program
 from orchestrator.agents.command import (
     adopt_command,
@@ -121,14 +121,13 @@ def model_of(role: Role) -> str | None:
     return None
 
 
-def chooses_provider(role: Role) -> bool:
-    """Whether the role picks its model provider itself (``model_provider`` through ``-c`` or ``config``) or a
-    profile, over what Codex's own ``config.toml`` selects."""
+def choice_of(role: Role) -> Choice:
+    """What the role picks over Codex's own ``config.toml``: a model provider (``model_provider`` through ``-c`` or
+    ``config``) and a profile (``profile``, or its command's ``-p``)."""
     overrides = [b for a, b in zip(role.command, role.command[1:], strict=False) if a in ("-c", "--config")]
     overrides += [f"{k}={v}" for k, v in role.config.items()]
-    if any(_PROVIDER.match(o.strip()) for o in overrides):
-        return True
-    return bool(role.profile) or _gives(list(role.command), "-p", "--profile")
+    provider = next((m.group(1) for o in overrides if (m := _PROVIDER.match(o.strip()))), None)
+    return Choice(provider, role.profile or _given(list(role.command), "-p", "--profile") or None)
 
 
 def provider_key(role: Role) -> str | None:
@@ -176,17 +175,17 @@ class CodexBackend:
         path = resolve_command(role.command, role_folder(config.root, role.cwd))
         assert path is not None  # checked above
         check_version(path, f"{config.path}: roles.{role.name}.command")
-        answer = login(path, {**os.environ, **role.env}, provider_key(role), own_config=not chooses_provider(role))
+        answer = login(path, {**os.environ, **role.env}, provider_key(role), choice_of(role))
         if answer.status == "fail":
             raise ConfigError(f"{config.path}: roles.{role.name}: {answer.detail}; {answer.fix}")
 
     def program(self, config: Config, role: Role) -> Program:
-        key, own_config = provider_key(role), not chooses_provider(role)
+        key, choice = provider_key(role), choice_of(role)
         return Program(
             "command",
             command_of(role)[0],
             version=check_version,
-            login=lambda cli, env: login(cli, env, key, own_config),
+            login=lambda cli, env: login(cli, env, key, choice),
         )
 
     async def start(self, spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:

@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents.backends.base import Answer
@@ -45,17 +46,27 @@ def check_version(path: str, where: str) -> str:
     return _checked[path]
 
 
-def configured_provider(env: dict[str, str]) -> tuple[str, str | None, str] | None:
-    """The model provider other than OpenAI's that Codex's own ``config.toml`` (in ``CODEX_HOME``, else ``~/.codex``)
-    selects: its name, the variable its ``env_key`` names (None: it reads none) and the file; None when it selects
-    none, or the file cannot be read (then the login is asked)."""
+@dataclass(frozen=True)
+class Choice:
+    """What a role picks over Codex's own ``config.toml``: a model provider (``-c model_provider=...``), a profile."""
+
+    provider: str | None = None
+    profile: str | None = None
+
+
+def configured_provider(env: dict[str, str], choice: Choice = Choice()) -> tuple[str, str | None, str] | None:
+    """The model provider other than OpenAI's that the agent will use, as Codex's own ``config.toml`` (in
+    ``CODEX_HOME``, else ``~/.codex``) defines it: the role's choice, else its profile's, else the file's own. Its
+    name, the variable its ``env_key`` names (None: it reads none) and the file; None for OpenAI's, or when the file
+    cannot be read (then the login is asked)."""
     home = env.get("CODEX_HOME") or str(Path(env.get("HOME") or Path.home()) / ".codex")
     path = Path(home) / "config.toml"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
-    name = data.get("model_provider")
+    profile = (data.get("profiles") or {}).get(choice.profile) if choice.profile else None
+    name = choice.provider or (profile or {}).get("model_provider") or data.get("model_provider")
     if not isinstance(name, str) or name == "openai":
         return None
     provider = (data.get("model_providers") or {}).get(name)
@@ -63,10 +74,9 @@ def configured_provider(env: dict[str, str]) -> tuple[str, str | None, str] | No
     return name, key if isinstance(key, str) and key else None, str(path)
 
 
-def login(cli: str, env: dict[str, str], env_key: str | None = None, own_config: bool = True) -> Answer:
+def login(cli: str, env: dict[str, str], env_key: str | None = None, choice: Choice = Choice()) -> Answer:
     """Codex has credentials: the ``env_key`` of the provider the role selects, an API key, the key of the provider
-    Codex's own ``config.toml`` selects (unless ``own_config`` is False: the role picks a provider or a profile of
-    its own), or a login."""
+    it uses as Codex's own ``config.toml`` defines it (``choice``: what the role picks over that file), or a login."""
     if env_key is not None:
         if env.get(env_key):
             return Answer("ok", f"{env_key} is set, as its model provider's env_key asks")
@@ -78,7 +88,7 @@ def login(cli: str, env: dict[str, str], env_key: str | None = None, own_config:
     given = [k for k in KEYS if env.get(k)]
     if given:
         return Answer("ok", f"{given[0]} is set: Codex uses it (login status not asked)")
-    configured = configured_provider(env) if own_config else None
+    configured = configured_provider(env, choice)
     if configured is not None:
         name, key, where = configured
         if key is None or env.get(key):
