@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 from conftest import Project
 from orchestrator.agents.ray.agent import LOST_EXIT, RayAttempt
-from orchestrator.agents.ray.names import Names, prefix
+from orchestrator.agents.ray.names import Names
 from orchestrator.agents.ray.spawner import RaySpawner
 from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, Output, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
@@ -81,9 +83,7 @@ def spawner(clock: ManualClock, stream: FakeActor, **settings: Any) -> tuple[Ray
     spawn = RaySpawner.__new__(RaySpawner)
     spawn.root, spawn.settings, spawn.say, spawn.clock = "/nowhere", ExecutorSettings(**settings), print, clock
     spawn.leases, spawn.session_nodes = set(), {}
-    spawn.names = Names.__new__(Names)  # this project's key, as a state folder would keep it
-    spawn.names.key, spawn.names.made = "k", False
-    spawn.names.current, spawn.names.before = prefix("/nowhere", "k"), prefix("/nowhere", "")
+    spawn.names = Names("/nowhere", Path(tempfile.mkdtemp(prefix="ray-head-")))  # a state folder of its own
     spawn.ray = SimpleNamespace(
         exceptions=SimpleNamespace(RayError=RuntimeError), kill=lambda *a, **k: calls.append(("kill", a))
     )
@@ -199,7 +199,7 @@ def test_an_error_reading_the_wrappers_messages_ends_the_attempt_and_stops_its_a
 
     async def scenario() -> None:
         clock, stream = ManualClock(), FakeActor()
-        spawn, calls = spawner(clock, stream)
+        spawn, calls = spawner(clock, stream, lost_after=5.0)
         exits: list[int] = []
         agent = await started(spawn, stream, project, exits)
         monkeypatch.setattr(module.os, "write", full)
@@ -208,6 +208,9 @@ def test_an_error_reading_the_wrappers_messages_ends_the_attempt_and_stops_its_a
         monkeypatch.undo()
         assert ("stop", (0.0,)) in calls and ("kill", (stream,)) not in calls, "its wrapper stops its tree first"
         assert exits == [], "and the attempt ends after"
+        clock.advance(6.0)  # past lost_after while it waits: given up already, not given up again
+        await settle()
+        assert calls.count(("stop", (0.0,))) == 1
         stream.put(Ended(lease=agent.transport.lease, code=-15, stopped=True))
         await asyncio.wait_for(asyncio.shield(agent.transport.pump), 5)
         await settle()

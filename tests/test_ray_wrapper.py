@@ -230,17 +230,24 @@ def test_an_agent_of_an_earlier_attempt_of_the_same_run_is_killed_though_its_wra
 
 def test_a_projects_names_and_agents_are_its_own_though_another_is_at_the_same_path(tmp_path: Path) -> None:
     """Two projects at one path on two machines (each container's ``/app``) keep different keys, so their actors'
-    names and their agents' marks differ; the start that makes the key also knows the names made before it."""
-    root = "/app"
+    names and their agents' marks differ. Names of before the key are looked for until a start has halted those it
+    did not take back; then only those of the attempts it took back under them, which may still run."""
+    root, old = "/app", prefix("/app", "")
     first, other = Names(root, tmp_path / "a"), Names(root, tmp_path / "b")
     assert first.actor(1, 1) != other.actor(1, 1) and first.parse(other.actor(1, 1)) is None
-    assert first.made and first.candidates(1, 1)[1] == prefix(root, "") + "1-1", "the names of before the key"
-    assert first.parse(prefix(root, "") + "7-2") == (7, 2), "halted by the start that makes the key"
-    again = Names(root, tmp_path / "a")  # the next start: the same key
-    assert again.key == first.key and again.actor(1, 1) == first.actor(1, 1) and not again.made
-    assert again.candidates(1, 1) == first.candidates(1, 1), "a run on record is still taken back under either name"
-    assert again.parse(prefix(root, "") + "7-2") is None and again.parse(again.actor(7, 2)) == (7, 2)
     assert identity(root, first.key) != identity(root, other.key) and identity(root, None) == root
+    assert first.candidates(1, 1) == [first.actor(1, 1), old + "1-1"] and first.parse(old + "7-2") == (7, 2)
+    again = Names(root, tmp_path / "a")  # a start that failed before its recovery halted anything: the same
+    assert again.key == first.key and again.candidates(1, 1) == first.candidates(1, 1) and again.parse(old + "7-2")
+    again.took_back(old + "7-2", 7, 2)
+    again.took_back(again.actor(8, 1), 8, 1)
+    again.settle()
+    later = Names(root, tmp_path / "a")
+    assert later.candidates(7, 2) == [later.actor(7, 2), old + "7-2"], "taken back under it: still looked for"
+    assert later.candidates(1, 1) == [later.actor(1, 1)] and later.parse(old + "1-1") is None, "another's now"
+    assert later.parse(later.actor(7, 2)) == (7, 2)
+    later.settle()  # a start that took nothing back under an old name: the last one is over
+    assert Names(root, tmp_path / "a").candidates(7, 2) == [later.actor(7, 2)]
     (tmp_path / "a" / KEY_FILE).write_text("\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"ray-project-key: empty; remove it") as refused:
         Names(root, tmp_path / "a")

@@ -3,8 +3,7 @@
 ``<project>`` is a digest of the project root and of a random key kept in its state folder (``KEY_FILE``): two
 projects at the same path on two machines (each container's ``/app``) share a cluster without sharing names, so one
 never halts or takes over the other's attempts. Actors named before the key existed were named from the root alone:
-a run of its own record is taken back under that name at any start (``candidates``), and the start that makes the
-key also halts the others named so (``parse``), which later may as well be another project's at the same path.
+see ``Names`` for when such a name is still looked for.
 """
 
 from __future__ import annotations
@@ -27,11 +26,20 @@ def prefix(root: str, key: str) -> str:
 
 
 class Names:
-    """This project's actor names: the one an attempt gets, and the ones an earlier head may have given it."""
+    """This project's actor names: the one an attempt gets, and the ones an earlier head may have given it.
+
+    Its key file (``KEY_FILE``) holds the key, then which names of before the key may still be this project's: all of
+    them (``old: *``) until a start has halted those it did not take back, then the attempts it took back under such a
+    name (``old: RUN-ATTEMPT``), which later starts may have to take back again. Any other actor named so may be
+    another project's at the same path, and is left alone."""
 
     def __init__(self, root: str, state_dir: Path) -> None:
-        self.key, self.made = _project_key(state_dir)  # carried in its agents' environment too (proc_table.KEY_ENV)
+        self.path = state_dir / KEY_FILE
+        self.key, lines = _project_key(state_dir)  # carried in its agents' environment too (proc_table.KEY_ENV)
         self.current, self.before = prefix(root, self.key), prefix(root, "")
+        self.all_before = OLD_ALL in lines
+        self.old = {found for line in lines if (found := _attempt(line.removeprefix(OLD))) is not None}
+        self.taken_back: set[tuple[int, int]] = set()  # taken back under a name of before the key, this start
 
     def actor(self, run_id: int, attempt: int) -> str:
         """The name of one attempt's actor."""
@@ -39,37 +47,66 @@ class Names:
 
     def candidates(self, run_id: int, attempt: int) -> list[str]:
         """The names an earlier head may have given an attempt of this project's record, newest scheme first."""
-        return [f"{start}{run_id}-{attempt}" for start in (self.current, self.before)]
+        old = self.all_before or (run_id, attempt) in self.old
+        return [f"{start}{run_id}-{attempt}" for start in (self.current, *((self.before,) if old else ()))]
+
+    def took_back(self, name: str, run_id: int, attempt: int) -> None:
+        """The attempt was taken back under ``name``: one of before the key is looked for again at the next start."""
+        if not name.startswith(self.current):
+            self.taken_back.add((run_id, attempt))
 
     def parse(self, name: str) -> tuple[int, int] | None:
-        """(run id, attempt) of one of this project's actor names (of before the key only at the start that made
-        it); None for any other name."""
-        for start in (self.current, self.before) if self.made else (self.current,):
-            run_id, _, attempt = name.removeprefix(start).partition("-")
-            if name.startswith(start) and run_id.isdigit() and attempt.isdigit():
-                return int(run_id), int(attempt)
+        """(run id, attempt) of one of this project's actor names (of before the key only until a start halted
+        them); None for any other name."""
+        for start in (self.current, self.before) if self.all_before else (self.current,):
+            found = _attempt(name.removeprefix(start)) if name.startswith(start) else None
+            if found is not None:
+                return found
         return None
 
+    def settle(self) -> None:
+        """The start has halted what it did not take back: from now on only the attempts it took back under a name of
+        before the key are looked for under it. Raises ``OSError``."""
+        if not self.all_before and self.taken_back == self.old:
+            return
+        old = [f"{OLD}{run}-{attempt}" for run, attempt in sorted(self.taken_back)]
+        _write(self.path, [self.key, *old])
+        self.all_before, self.old = False, set(self.taken_back)
 
-def _project_key(state_dir: Path) -> tuple[str, bool]:
-    """This project's key, and whether it was made now; ``ConfigError`` when it can be neither read nor kept."""
+
+OLD = "old: "
+OLD_ALL = OLD + "*"
+
+
+def _attempt(text: str) -> tuple[int, int] | None:
+    run_id, _, attempt = text.strip().partition("-")
+    return (int(run_id), int(attempt)) if run_id.isdigit() and attempt.isdigit() else None
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    partial = path.with_name(KEY_FILE + ".partial")
+    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _project_key(state_dir: Path) -> tuple[str, list[str]]:
+    """This project's key and the lines after it, made now when there is none (``old: *``: every actor named before
+    the key may be this project's); ``ConfigError`` when it can be neither read nor kept."""
     path = state_dir / KEY_FILE
     try:
-        key = path.read_text(encoding="utf-8").strip()
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     except FileNotFoundError:
-        key = None
+        lines = None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read this project's key on the cluster: {exc}") from None
-    if key == "":
-        raise ConfigError(f"{path}: empty; remove it (with no run under way on the cluster) to make a new key")
-    if key is not None:
-        return key, False
+    if lines is not None:
+        if not lines or not lines[0]:
+            raise ConfigError(f"{path}: empty; remove it (with no run under way on the cluster) to make a new key")
+        return lines[0], lines[1:]
     key = secrets.token_hex(8)
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(KEY_FILE + ".partial")
-        partial.write_text(key + "\n", encoding="utf-8")
-        os.replace(partial, path)
+        _write(path, [key, OLD_ALL])
     except OSError as exc:
         raise ConfigError(f"{path}: cannot keep this project's key on the cluster: {exc.strerror or exc}") from None
-    return key, True
+    return key, [OLD_ALL]

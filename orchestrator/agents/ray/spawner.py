@@ -198,7 +198,7 @@ class RaySpawner(HandleStops):
         lost_after = self.settings.lost_after
 
         def check() -> None:
-            if attempt.finished:
+            if attempt.finished or attempt.given_up is not None:
                 return
             quiet = self.clock.monotonic() - attempt.heard
             if quiet < lost_after:
@@ -253,6 +253,8 @@ class RaySpawner(HandleStops):
             self.say(f"run {attempt.spec.run_id}: {why}; its agent is stopped")
             attempt.given_up = why
             self._revoke(attempt)
+            if attempt.watchdog is not None:  # given up already: no silence gives it up again, with another reason
+                attempt.watchdog.cancel()
             self._ask_stop(attempt, 0.0)  # then its actor is killed (``finally``): once it said it stopped, or late
             await self._heard_last(attempt, procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
             self._end(attempt, None, why)
@@ -330,6 +332,7 @@ class RaySpawner(HandleStops):
             try:
                 actor = self.ray.get_actor(name, namespace=NAMESPACE)
                 kept = await asyncio.wait_for(actor.resume.remote(), BOARD_WAIT + self.settings.poll * 10)
+                self.names.took_back(name, spec.run_id, spec.attempt)
                 break
             except Exception:  # noqa: BLE001 - no such actor, or one that no longer answers: nothing to take back
                 continue
@@ -371,6 +374,10 @@ class RaySpawner(HandleStops):
             and found not in kept
         ]
         await asyncio.gather(*(self._halt(name) for name in names))
+        try:
+            self.names.settle()
+        except OSError as exc:  # the next start looks for them again: harmless
+            self.say(f"recovery: cannot note in {self.names.path} which names of before the key are over: {exc}")
         return names
 
     async def _halt(self, name: str) -> None:
