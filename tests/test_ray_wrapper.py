@@ -254,6 +254,17 @@ def test_a_projects_names_and_agents_are_its_own_though_another_is_at_the_same_p
     assert "\n" not in str(refused.value)
 
 
+def test_a_local_agent_never_inherits_a_ray_agents_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``up`` running inside a Ray agent (its key in our environment) starts local agents marked by their root
+    alone, as its own stops and recovery look for them."""
+    from orchestrator.agents.spec import agent_environment
+    from orchestrator.config import Role
+
+    monkeypatch.setenv(KEY_ENV, "the-outer-project")
+    env = agent_environment(Role(name="b", prompt="p.md"), tmp_path, 1, 1, [tmp_path / "m.md"])
+    assert KEY_ENV not in env and env["ORCHESTRATOR_ROOT"] == str(tmp_path)
+
+
 def test_messages_are_typed_and_a_bad_one_names_its_field() -> None:
     assert isinstance(parse({"type": "beat", "lease": "x"}), Beat)
     with pytest.raises(Exception, match="code"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.agents import memo_list
+from orchestrator.agents.proc_table import KEY_ENV
 from orchestrator.config import Role
 
 ARG_MAX_SINGLE = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument
@@ -89,7 +90,7 @@ def agent_environment(
             "ORCHESTRATOR_SEQ": str(seq or ""),
         }
     )
-    for key in memo_list.MEMO_KEYS:  # ours, when we run inside an agent
+    for key in (*memo_list.MEMO_KEYS, KEY_ENV):  # ours, when we run inside an agent (a Ray agent's key too)
         env.pop(key, None)
     file = memos_file or memo_list.list_path(root / ".orchestrator", run_id)
     env.update(memo_list.memo_environment(role.batch, memo_paths, file))
