@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from conftest import Project, pid_alive, wait_for
+from orchestrator.agents.proc_table import KEY_ENV
 from orchestrator.config import load_config
 from orchestrator.console import Console
 from orchestrator.core.clock import SystemClock
@@ -64,9 +65,11 @@ class Rig:
     def run(self, role: str, state: str, memos: list[str], attempt: int = 1) -> int:
         return self.store.insert_run(role=role, memos=memos, memo_ids=[None] * len(memos), state=state, attempt=attempt)
 
-    def agent(self, run_id: int, root: Path | None = None) -> tuple[int, int]:
-        """A live agent of ``run_id`` (in its own session, like ours) and its grandchild: (pid, grandchild)."""
+    def agent(self, run_id: int, root: Path | None = None, key: str | None = None) -> tuple[int, int]:
+        """A live agent of ``run_id`` (in its own session, like ours) and its grandchild: (pid, grandchild); with a
+        ``key``, a Ray agent of the project of that key."""
         env = {**os.environ, "ORCHESTRATOR_ROOT": str(root or self.config.root), "ORCHESTRATOR_RUN_ID": str(run_id)}
+        env.update({KEY_ENV: key} if key else {})
         proc = subprocess.Popen(
             [sys.executable, "-c", AGENT], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
@@ -225,10 +228,12 @@ def test_leftover_processes_of_unknown_runs_are_stopped_but_not_other_projects(r
     pid, grandchild = rig.agent(4242)  # a run id the database does not know
     other_root = tmp_path_factory.mktemp("other-project")
     foreign, foreign_grandchild = rig.agent(4242, root=other_root)
+    same_path = rig.agent(4343, key="another-project")  # a Ray agent of a project at the same path elsewhere
     out = rig.recover()
     wait_for(lambda: not pid_alive(pid) and not pid_alive(grandchild), timeout=5, what="the leftover tree dead")
     assert "recovery: stopped 2 leftover process(es) of run 4242" in out
     assert pid_alive(foreign) and pid_alive(foreign_grandchild), "another project's agents are not ours"
+    assert all(pid_alive(p) for p in same_path) and "run 4343" not in out, "nor those of one at the same path"
 
 
 def test_a_cancel_under_way_when_the_orchestrator_died_is_finished_at_restart(project: Project) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from orchestrator.agents import procs
-from orchestrator.agents.proc_table import KEY_ENV
+from orchestrator.agents.proc_table import read_marks
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
 from orchestrator.core.run import CancelOrder, MemoRef
@@ -50,29 +50,16 @@ def _ancestors() -> set[int]:
     return out
 
 
-KEY_MARK = f"\0{KEY_ENV}=".encode()  # on a Ray agent, which may be another project's at the same path
-
-
 def orphan_run_ids(project_root: str) -> set[int]:
-    """Run ids carried by live processes of this project root that are not ours."""
-    mark = f"ORCHESTRATOR_ROOT={project_root}\0".encode()
+    """Run ids carried by live processes of this project root that are not ours. Their marks are read as every stop
+    reads them (``read_marks``): a Ray agent's carry its project's key too, so they are never this root's alone (its
+    wrappers and Ray's names find it)."""
     skip = _ancestors()
     found: set[int] = set()
     for pid in procs.all_pids():
-        if pid in skip:
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                env = b"\0" + handle.read()
-        except OSError:
-            continue
-        if b"\0" + mark not in env or KEY_MARK in env:  # a Ray agent: its wrappers and Ray's names find it
-            continue
-        start = env.find(b"\0ORCHESTRATOR_RUN_ID=")
-        if start >= 0:
-            value = env[start + 21 : env.find(b"\0", start + 1)]
-            if value.isdigit():
-                found.add(int(value))
+        marks = None if pid in skip else read_marks(pid)
+        if marks is not None and marks.root == project_root and marks.run_id.isdigit():
+            found.add(int(marks.run_id))
     return found
 
 
