@@ -50,6 +50,14 @@ async def asked(r: Replay, role: str, memo: str, question: str) -> None:
     await r.exit(memo, 0)
 
 
+# a.md runs, its agent asks "Which design?" and exits: a script's start for ``killed_at``
+ASKED_WHICH_DESIGN = """
+        await r.drop("builder", "a.md")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.exit("a", 0)
+"""
+
+
 def killed_at(root: Path, patch: str, script: str, roles: str = BUILDER, more: str = "") -> None:
     """In a process of its own: ``patch`` (a statement making the step under test die with ``os._exit(9)``, as a
     SIGKILL would), then ``script`` (the body of ``async def first(r)``, with ``r`` a Replay of ``root`` with ``roles``,
@@ -210,11 +218,7 @@ def test_a_question_is_on_record_with_its_runs_end_so_a_restart_right_after_find
     killed_at(
         tmp_path,
         "Asks.on_finished = lambda self, event: os._exit(9)  # once the run's end is committed, before the rest",
-        """
-        await r.drop("builder", "a.md")
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.exit("a", 0)
-        """,
+        ASKED_WHICH_DESIGN,
     )
 
     async def after(root: Path) -> None:
@@ -236,10 +240,8 @@ def test_an_answer_is_on_record_before_its_memo_moves_so_a_restart_between_finis
     killed_at(
         tmp_path,
         "Asks._back = lambda self, ask: os._exit(9)  # once the answer is committed, before the memo moves",
-        """
-        await r.drop("builder", "a.md")
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.exit("a", 0)
+        ASKED_WHICH_DESIGN
+        + """
         await feature(r, AnswerRequest(memo="a", text="B, the smaller one", who="pat"))
         """,
     )
@@ -329,11 +331,7 @@ def test_a_kill_between_the_parked_memos_move_and_the_runs_end_leaves_it_waiting
     killed_at(
         tmp_path,
         "Lifecycle._settle_attempts = lambda *a, **k: os._exit(9)  # the memo is in waiting/, the end not committed",
-        """
-        await r.drop("builder", "a.md")
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.exit("a", 0)
-        """,
+        ASKED_WHICH_DESIGN,
     )
 
     async def after(root: Path) -> None:
@@ -351,10 +349,8 @@ def test_a_kill_during_the_cancel_of_a_waiting_memo_leaves_it_waiting_with_its_q
     killed_at(
         tmp_path,
         killed_moving_to("cancelled"),  # the cancel's end is committed up to here; its memo has not moved
-        """
-        await r.drop("builder", "a.md")
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.exit("a", 0)
+        ASKED_WHICH_DESIGN
+        + """
         await r.request(CancelRequested, memo="a.md")
         """,
     )
@@ -436,10 +432,8 @@ def test_a_kill_during_the_timeout_of_a_waiting_memo_leaves_it_waiting_with_its_
     killed_at(
         tmp_path,
         killed_moving_to("failed"),  # the timeout's end is committed up to here; its memo has not moved
-        """
-        await r.drop("builder", "a.md")
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.exit("a", 0)
+        ASKED_WHICH_DESIGN
+        + """
         await r.advance(3601)
         """,
     )
@@ -454,25 +448,31 @@ def test_a_kill_during_the_timeout_of_a_waiting_memo_leaves_it_waiting_with_its_
     play(tmp_path, after)
 
 
-def test_a_kill_after_an_answered_run_is_returned_under_another_name_keeps_the_answer_with_it(tmp_path: Path) -> None:
-    one = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
-    killed_at(
-        tmp_path,
-        killed_after_the_end_of(2),  # its end (returned as a.1.md) is committed; the answer's name has not followed
-        """
+ONE_SLOT = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
+# a.md asks, is answered "YES deploy to prod", and an unrelated a.md (another id) waits for the one slot
+ANSWERED_THEN_A_NAMESAKE = """
         await r.drop("builder", "a.md", body="deploy the service", front={"id": "A1"})
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
         await r.exit("a", 0)
         await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
         await r.drop("builder", "a.md", body="unrelated: do NOT deploy", front={"id": "A2"})  # queued: one slot
+"""
+
+
+def test_a_kill_after_an_answered_run_is_returned_under_another_name_keeps_the_answer_with_it(tmp_path: Path) -> None:
+    killed_at(
+        tmp_path,
+        killed_after_the_end_of(2),  # its end (returned as a.1.md) is committed; the answer's name has not followed
+        ANSWERED_THEN_A_NAMESAKE
+        + """
         r.agent("a").usage_limit = UsageLimit("five_hour", None, "limit")
         await r.exit("a", 1)
         """,
-        roles=one,
+        roles=ONE_SLOT,
     )
 
     async def after(root: Path) -> None:
-        r = await restarted(root, one)
+        r = await restarted(root, ONE_SLOT)
         assert rows(r) == [("builder", "a.1.md", "answered")]
         carried = {}
         for _ in range(2):
@@ -594,24 +594,19 @@ def test_a_batch_asks_timeout_fails_each_memo_once_while_one_of_their_ends_waits
 
 
 def test_a_kill_after_an_answered_run_asked_again_gives_its_old_answer_to_no_namesake(tmp_path: Path) -> None:
-    one = '{"builder": {"ask_timeout": "1h", "max_concurrent": 1}}'
     killed_at(
         tmp_path,
         killed_after_the_end_of(2),  # run 2 parked again, its end committed; what follows it never runs
-        """
-        await r.drop("builder", "a.md", body="deploy the service", front={"id": "A1"})
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Deploy to prod?"))
-        await r.exit("a", 0)
-        await feature(r, AnswerRequest(memo="a", text="YES deploy to prod", who="pat"))
-        await r.drop("builder", "a.md", body="unrelated: do NOT deploy", front={"id": "A2"})  # queued: one slot
+        ANSWERED_THEN_A_NAMESAKE
+        + """
         await feature(r, AskRequest(run_id=2, question="Which region?"))
         await r.exit("a", 0)
         """,
-        roles=one,
+        roles=ONE_SLOT,
     )
 
     async def after(root: Path) -> None:
-        r = await restarted(root, one)
+        r = await restarted(root, ONE_SLOT)
         assert rows(r) == [("builder", "a.md", "waiting")]
         assert "YES deploy to prod" not in r.agent("a").spec.prompt, "the unrelated a.md runs without it"
         r.close()
@@ -631,11 +626,7 @@ def test_a_question_file_whose_memo_never_reached_waiting_is_not_left_there(tmp_
             Asks._park = _park
             """
         ),
-        """
-        await r.drop("builder", "a.md")
-        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.exit("a", 0)
-        """,
+        ASKED_WHICH_DESIGN,
     )
 
     async def after(root: Path) -> None:
