@@ -88,7 +88,7 @@ def test_a_run_waiting_in_a_workspace_keeps_its_work_there_across_a_restart_and_
     body = "see half.txt\nwrite half.txt begun before asking\nask-unless answered.flag Which one?\nwrite done.txt done"
     project.drop("builder", "a.md", {"id": "asks"}, body=body)
     wait_for((project.root / "memo/builder/waiting/a.question").exists, 30, "a.md waiting")
-    assert "its work stays in workspace asks while it waits" in project.procs[0].output
+    project.procs[0].wait_output("its work stays in workspace asks while it waits")
     assert project.procs[0].stop() == 0
     start(project)  # the waiting workspace is known again from waiting/
     project.drop("builder", "b.md", {"id": "other", "workspace": "asks"}, body="see half.txt")

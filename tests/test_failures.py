@@ -338,7 +338,7 @@ def test_the_sweep_of_an_attempts_leftovers_spares_the_retry(project):
     first = next(r for r in project.records() if r["attempt"] == 1)
     wait_for(lambda: all_dead(first["children"]), what="attempt 1's leftover child killed after the grace")
     assert [r["attempt"] for r in project.records()] == [1, 2]
-    assert "processes left in its group after exit" in orch.output
+    orch.wait_output("processes left in its group after exit")
     assert orch.stop() == 0
 
 

@@ -223,7 +223,7 @@ def test_an_agent_that_ends_while_the_orchestrator_is_down_is_not_run_again(proj
     orch = restart(project, STANDIN_ENDS=str(project.root / "ends.jsonl"))
     wait_for(lambda: project.folder("builder", "archive") == ["A-1.md"], what="A-1 archived")
     assert len(project.records()) == 1, "never run again"
-    assert "ended while the orchestrator was down (exit status 0)" in orch.output
+    orch.wait_output("ended while the orchestrator was down (exit status 0)")
     wait_for(lambda: not exit_file.exists(), timeout=5, what="the spent record removed with its run")
     assert orch.stop() == 0
 
@@ -285,7 +285,7 @@ def test_recovery_restart_stops_and_requeues_as_before(project):
     gate.touch()
     wait_for(lambda: project.folder("builder", "archive") == ["R-1.md"], what="R-1 archived")
     assert len(project.records()) == 2, "run again from the inbox"
-    assert "stopped its agent" in orch.output
+    orch.wait_output("stopped its agent")
     assert orch.stop() == 0
 
 

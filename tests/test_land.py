@@ -395,7 +395,7 @@ def test_a_landing_killed_while_its_check_runs_is_put_back_at_the_next_start(pro
     assert git(project.root, "rev-parse", "orchestrator/one") == branch, "the branch where the landing found it"
     assert git(workspace, "symbolic-ref", "--short", "HEAD") == "orchestrator/one"
     assert git(workspace, "status", "--porcelain") == "" and not (workspace / "checked.txt").exists()
-    assert "landing one into main was under way when the orchestrator ended: its rebase undone" in again.output
+    again.wait_output("landing one into main was under way when the orchestrator ended: its rebase undone")
     assert git(project.root, "rev-parse", "main") == main, "main untouched"
     assert landings(project) == [("one", "refused")]
     project.drop("builder", "next.md", {"id": "next", "workspace": "one"}, body="write more.txt more")

@@ -201,7 +201,8 @@ def test_a_worker_killed_mid_run_fails_the_attempt_which_is_retried_once_and_its
     wait_for(lambda: project.folder("builder", "archive") == ["k.md"], 60, "k.md archived after the retry")
     assert [r["attempt"] for r in records(project, "k.md")] == [1, 2]
     wait_for(lambda: not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE, what="the orphan killed")
-    assert "killed orphaned agent processes" in orch.output and str(first["pid"]) in orch.output
+    orch.wait_output("killed orphaned agent processes")
+    assert str(first["pid"]) in orch.output
     assert "attempt 1 failed: the Ray worker" in orch.output
     stop(orch)
     (done,) = history(project)
@@ -245,8 +246,8 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_and_its_agent_swept_before
     try:
         wait_for(lambda: project.folder("builder", "archive") == ["h.md"], 90, "h.md archived by attempt 2")
         assert [r["attempt"] for r in records(project, "h.md")] == [1, 2]
-        assert "attempt 1 failed: no word from the wrapper" in orch.output
-        assert f"killed orphaned agent processes [{first['pid']}]" in orch.output, orch.output
+        orch.wait_output("attempt 1 failed: no word from the wrapper")
+        orch.wait_output(f"killed orphaned agent processes [{first['pid']}]")
         assert dead(agent.pid, agent.create_time()), "the hung wrapper's agent was killed before the retry's started"
         wait_for(lambda: dead(wrapper.pid, wrapper.create_time()), 30, "the hung wrapper's worker killed by Ray")
     finally:

@@ -138,7 +138,7 @@ def test_an_agent_that_ended_with_no_head_up_is_finished_from_its_kept_end_at_th
 
     orch = up(project)
     wait_for(lambda: project.folder("builder", "archive") == ["k.md"], START, "k.md archived from its kept end")
-    assert "re-attached to its wrapper" in orch.output
+    orch.wait_output("re-attached to its wrapper")
     assert orch.stop() == 0, orch.output
     assert [memo_of(r) for r in project.records()] == ["k.md"]  # not run again
     (run,) = history(project)

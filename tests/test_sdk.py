@@ -256,7 +256,7 @@ def test_tell_while_a_turn_runs_is_answered_in_the_same_session(project: Project
     assert row["state"] == "succeeded" and row["num_turns"] == 2 and row["cost_usd"] == 0.5
     results = [line for line in transcript(project, row["run_id"]) if line["type"] == "result"]
     assert [r["session_id"] for r in results] == [row["session_id"]] * 2
-    assert "told W-1" in orch.output
+    orch.wait_output("told W-1")
     assert orch.stop() == 0, orch.output
 
 
@@ -292,7 +292,7 @@ def test_interrupt_ends_the_turn_and_the_run_is_cancelled(project: Project, fake
     assert not pid_alive(live["pid"])
     wait_for(lambda: not pid_alive(cli_pid), what="the fake CLI to end")
     assert len(recorded(project, "argv")) == 1  # never retried
-    assert "interrupted W-1" in orch.output
+    orch.wait_output("interrupted W-1")
     one_line_error(project.cli("interrupt", "W-1"), 7)  # it has ended
     assert orch.stop() == 0, orch.output
 

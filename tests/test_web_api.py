@@ -307,7 +307,8 @@ def test_a_failed_run_shows_its_reason_and_retry_runs_it_again(project: Project,
     wait_for(lambda: project.folder("builder", "failed") == ["B-5.md"], what="the rerun to fail again")
     rows = [r for r in project.status()["recent"] if r["memo"] == "B-5.md"]
     assert rows[0]["attempt"] == 1, "the retry did not reset the memo's attempts"
-    assert "retry of run" in dash.orch.output and "a person at the dashboard" in dash.orch.output
+    dash.orch.wait_output("retry of run")
+    dash.orch.wait_output("a person at the dashboard")
     again = dash.post(f"/api/v1/runs/{rows[0]['run_id']}/cancel")
     assert again.status_code in (404, 409)
     assert dash.orch.stop() == 0
@@ -360,7 +361,7 @@ def test_an_agent_holding_the_token_still_has_an_agents_authority(project: Proje
     answer = json.loads(out.read_text())
     assert answer["code"] == 403 and "refused" in answer["body"], answer
     assert board.run_of("B-6.md")["state"] == "running", "an agent cancelled another role's work via the dashboard"
-    assert "refused cancel --role from an agent of run" in board.orch.output
+    board.orch.wait_output("refused cancel --role from an agent of run")
     assert board.post("/api/v1/cancel", {"role": "builder"}).status_code == 200  # this test's client is a person
     board.close()
     assert board.orch.stop() == 0

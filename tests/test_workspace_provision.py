@@ -41,7 +41,7 @@ def test_a_copy_git_would_see_fails_the_attempt_with_one_line_and_is_undone(proj
     start(project)
     project.drop("builder", "a.md", {"id": "seen"}, body="write out.txt done")
     wait_for(lambda: project.folder("builder", "failed") == ["a.md"], what="the attempt failed")
-    assert "copy: notes.txt is not ignored by git in the workspace" in project.procs[0].output
+    project.procs[0].wait_output("copy: notes.txt is not ignored by git in the workspace")
     assert records(project) == [], "no agent started"
     assert not (project.root / ".orchestrator-workspaces" / "seen" / "notes.txt").exists()
     refs = git(project.root, "for-each-ref", "refs/orchestrator/attempts/")

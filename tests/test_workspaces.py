@@ -213,7 +213,7 @@ def test_a_failed_runs_work_its_end_could_not_settle_is_set_aside_at_the_next_st
     project.drop("builder", "a.md", {"id": "a", "workspace": "w"}, body=body)
     wait_for(lambda: project.folder("builder", "failed") == ["a.md"], what="a failed")
     wait_for(lambda: "index.lock': File exists" in project.procs[0].output, what="the error naming the lock")
-    assert "was not settled" in project.procs[0].output
+    project.procs[0].wait_output("was not settled")
     assert show(project, "orchestrator/w", "x.txt") == "failed work", "its own commit left on the branch"
     (project.root / ".git" / "worktrees" / "w" / "index.lock").unlink()  # a person removes the lock
     project.drop("builder", "b.md", {"id": "b", "workspace": "w"}, body="see x.txt")
