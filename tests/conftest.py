@@ -46,6 +46,21 @@ def wait_for(
     return harness.wait_for(condition, timeout, what, interval)
 
 
+def read_found(folder: Path, pattern: str, what: str, timeout: float = DEADLINE) -> tuple[Path, str]:
+    """The first file matching ``pattern`` under ``folder`` and its text, read whole even when an agent moves it on
+    meanwhile (a notice goes inbox -> active -> archive as its role's agent takes it)."""
+
+    def found() -> tuple[Path, str] | None:
+        for path in sorted(folder.glob(pattern)):
+            try:
+                return path, path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+        return None
+
+    return wait_for(found, timeout, what)
+
+
 class Orchestrator(UpProcess):
     """A running `orchestrator up` subprocess of a test's project."""
 

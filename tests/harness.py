@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +24,25 @@ import psutil
 import yaml
 
 SOCKET = Path(".orchestrator") / "control.sock"
+
+
+def _accepts(path: Path) -> bool:
+    """A server listens on the Unix socket at ``path`` (a connection that sends nothing is dropped in silence).
+
+    Through ``/proc/self/fd`` of its folder, as the client does, since a test's path can pass AF_UNIX's 108 bytes.
+    """
+    try:
+        folder = os.open(path.parent, os.O_PATH)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(f"/proc/self/fd/{folder}/{path.name}")
+    except OSError:
+        return False
+    finally:
+        os.close(folder)
+    return True
 
 
 def wait_for(
@@ -121,9 +141,12 @@ class UpProcess:
         return self.proc.poll()
 
     def wait_ready(self, timeout: float, error: type[Exception] = AssertionError) -> None:
-        """Its control socket exists (the watcher runs, the first scan is under way); ``error`` if it ended first."""
+        """Its control socket answers (the watcher runs, the first scan is under way); ``error`` if it ended first.
+
+        A socket file alone is not enough: one left by an ``up`` killed with SIGKILL is there before this one binds.
+        """
         wait_for(
-            lambda: (self.root / SOCKET).exists() or self.proc.poll() is not None,
+            lambda: _accepts(self.root / SOCKET) or self.proc.poll() is not None,
             timeout,
             "the control socket",
             error=error,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Project, wait_for
+from conftest import Project, read_found, wait_for
 from orchestrator.agents import memo_list
 from orchestrator.config import load_config
 from orchestrator.core.errors import ConfigError
@@ -124,8 +124,7 @@ def test_a_failed_batch_reason_names_20_memos_and_stays_under_16_kb(project: Pro
         assert memos == f"memos: {', '.join(names[:20])} and 40 more"
         assert reason.startswith("failed: exit code 1"), reason[:200]
     lead = project.root / "memo" / "lead"
-    notice = wait_for(lambda: list(lead.glob("*/*-failed-*.md")), what="the failure notice")
-    body = notice[0].read_text(encoding="utf-8")
+    _, body = read_found(lead, "*/*-failed-*.md", "the failure notice")
     assert body.count("- m-") == 20 and "- and 40 more, in memo/pm/failed" in body
     assert orch.stop() == 0
 

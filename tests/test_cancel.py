@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import Project, dead, wait_for
+from conftest import Project, dead, read_found, wait_for
 from orchestrator.core.events import CancelRequested
 from replay import Replay
 
@@ -87,7 +87,10 @@ def live_runs(project: Project) -> list[dict[str, Any]]:
 
 
 def front_matter(path: Path) -> tuple[dict[str, Any], str]:
-    text = path.read_text(encoding="utf-8")
+    return split_front(path.read_text(encoding="utf-8"))
+
+
+def split_front(text: str) -> tuple[dict[str, Any], str]:
     _, head, body = text.split("---\n", 2)
     return yaml.safe_load(head), body
 
@@ -399,9 +402,9 @@ def test_cancellation_is_recorded_told_to_the_coordinator_and_flagged_on_late_re
 
     # the notice memo in the coordinator's inbox (its own agent may already have moved it on)
     pm = project.root / "memo" / "project-manager"
-    notice = wait_for(lambda: next(iter(pm.glob("*/*-cancelled-*.md")), None), what="the notice memo")
+    notice, text = read_found(pm, "*/*-cancelled-*.md", "the notice memo")
     assert answer["notice"] and Path(answer["notice"]).name == notice.name
-    front, body = front_matter(notice)
+    front, body = split_front(text)
     assert front["from"] == "orchestrator" and front["to"] == "project-manager"
     assert front["reply_to"] == "B-031" and front["subject"] == "Cancelled: three articles"
     assert front["tags"] == ["cancelled"] and front.get("id")

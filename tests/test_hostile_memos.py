@@ -106,8 +106,9 @@ def test_front_matter_python_rejects_is_text_and_delivered_with_the_batch(projec
     orch = project.up()
     wait_for(lambda: len(names(project, "archive")) == len(memos), what=f"all memos archived:\n{orch.output}")
     assert names(project, "active") == [] and names(project, "failed") == []
-    done = runs(project)
-    assert len(done) == 1 and done[0]["state"] == "succeeded", done
+    # the memos move before the run's end is committed: the row says succeeded a moment after
+    done = wait_for(lambda: (r := runs(project)) and r[0]["state"] == "succeeded" and r, what="the run's end recorded")
+    assert len(done) == 1, done
     assert done[0]["memo_ids"] == ["ok-1", "month", "day", "clock", big, "abc", "ok-2"]
     assert len(project.records()) == 1 and len(project.records()[0]["env_memos"].splitlines()) == len(memos)
     clean_stop(orch)
@@ -202,7 +203,7 @@ def test_a_255_byte_name_arriving_twice_gets_a_clash_name_cut_to_fit(project):
     assert sorted(names(project, "archive")) == sorted([longest.encode(), clash.encode()])
     archive = project.root / "memo" / "builder" / "archive"
     assert (archive / clash).read_text(encoding="utf-8").endswith("second\n")
-    assert [r["state"] for r in runs(project)] == ["succeeded", "succeeded"]
+    wait_for(lambda: [r["state"] for r in runs(project)] == ["succeeded", "succeeded"], what="both ends recorded")
     no_name_too_long(project)
     clean_stop(orch)
 

@@ -344,7 +344,8 @@ try:
     body = ""
 except urllib.error.HTTPError as exc:
     code, body = exc.code, exc.read().decode()
-open(os.path.join(root, "agent-web.json"), "w").write(json.dumps({"code": code, "body": body}))
+open(os.path.join(root, ".agent-web.json"), "w").write(json.dumps({"code": code, "body": body}))
+os.replace(os.path.join(root, ".agent-web.json"), os.path.join(root, "agent-web.json"))  # whole when it shows
 """
 
 

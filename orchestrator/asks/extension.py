@@ -38,7 +38,7 @@ from orchestrator.core.errors import UnknownMemoError, UsageError
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
-from orchestrator.intake.memo import ACTIVE, INBOX, WAITING, free_name
+from orchestrator.intake.memo import ACTIVE, INBOX, WAITING, free_name, write_atomically
 from orchestrator.supervisor.decisions import DEFAULT, EndDecision, Park
 from orchestrator.supervisor.extension import Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command, Needs
@@ -176,7 +176,7 @@ class Asks(Extension):
         self.waiting = None
         with contextlib.suppress(OSError):
             waiting.mkdir(parents=True, exist_ok=True)
-            question_path(waiting / names[0]).write_text(question_text(run, pending, names[0], now), encoding="utf-8")
+            write_atomically(question_path(waiting / names[0]), question_text(run, pending, names[0], now), sync=False)
 
     def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
         """The run's end is being recorded, its memos moved: what it makes over is forgotten (and an answer follows
@@ -239,7 +239,7 @@ class Asks(Extension):
         if not question_path(first).exists():
             with contextlib.suppress(OSError):
                 now = self.host.clock.now()
-                question_path(first).write_text(question_text(run, pending, first.name, now), encoding="utf-8")
+                write_atomically(question_path(first), question_text(run, pending, first.name, now), sync=False)
         subject = run.memos[0].subject if run.memos else None
         self.host.tell(TeamEvent("needs_input", run.role.name, first.name, subject, pending.question))
         self.host.console.line(f"{first.name} needs input: {pending.question}; {how}", role=run.role.name)
