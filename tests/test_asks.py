@@ -239,3 +239,34 @@ def records_of(asks: Asks) -> list[Any]:
     from orchestrator.asks import records
 
     return records.every(asks.db)
+
+
+def test_a_retry_of_an_answered_sdk_run_resumes_the_session_that_went_on_with_the_answer(tmp_path: Path) -> None:
+    """The answer resumes the asking session (S-1) once; a retry that resumes goes on from the failed attempt's own
+    session (S-2), which already holds the answer and the work done since, not from S-1 again: that would do the
+    work twice and count the spend of S-2 as if S-3 carried it on."""
+
+    async def scenario(root: Path) -> None:
+        role = {"backend": "sdk", "retry_resumes": True, "retry": {"max": 2, "backoff": ["1s"]}}
+        r = Replay(root, {"builder": role})
+        await r.drop("builder", "a.md")
+        asking = r.agent("a")
+        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
+        asking.session_id = "S-1"
+        await r.exit("a", 0)
+        assert r.folder("builder", "waiting") == ["a.md"]
+        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
+        answered = r.agent("a")
+        assert (answered.spec.attempt, answered.spec.resume) == (1, "S-1"), "the asking session goes on"
+        assert "the small one" in answered.spec.prompt
+        answered.session_id = "S-2"
+        await r.exit("a", 1)
+        await r.advance(1)
+        retry = r.agent("a")
+        assert retry is not answered and retry.spec.attempt == 2
+        assert retry.spec.resume == "S-2", "the retry resumes the attempt that went on with the answer"
+        await r.exit("a", 0)
+        assert r.folder("builder", "archive") == ["a.md"]
+        r.close()
+
+    play(tmp_path, scenario)

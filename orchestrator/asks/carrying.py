@@ -87,6 +87,10 @@ class Carrying:
         ask = self.resumed(run)
         if spec.adopted:
             return spec
+        if spec.resume is not None:
+            # a retry going on from its failed attempt's session, which went on from the ask's with the answer:
+            # resuming the ask's again would redo that attempt's work and count its spend as carried on
+            ask = None
         if not hooked(role):
             if ask is None or not ask.session_id:
                 return spec
