@@ -270,3 +270,55 @@ def test_a_retry_of_an_answered_sdk_run_resumes_the_session_that_went_on_with_th
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_an_answered_codex_thread_retried_counts_the_asking_runs_spend_once(tmp_path: Path) -> None:
+    """A thread keeps its id when it goes on: the asking run, the answered attempt and its retry all report running
+    totals of the same session T. The asking run recorded 1.0 of them; the run that took the answer records the rest,
+    at each of its attempts, not only the first."""
+
+    async def scenario(root: Path) -> None:
+        role = {"backend": "sdk", "retry_resumes": True, "retry": {"max": 2, "backoff": ["1s"]}}
+        r = Replay(root, {"builder": role})
+        await r.drop("builder", "a.md")
+        asking = r.agent("a")
+        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
+        asking.result = {"session_id": "T", "cost_usd": 1.0}
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
+        answered = r.agent("a")
+        answered.result = {"session_id": "T", "cost_usd": 1.5}
+        await r.exit("a", 1)
+        await r.advance(1)
+        retry = r.agent("a")
+        assert retry.spec.attempt == 2 and retry.spec.resume == "T"
+        assert "the small one" in retry.spec.prompt, "the same session again: it is told the answer again"
+        retry.result = {"session_id": "T", "cost_usd": 2.0}
+        await r.exit("a", 0)
+        costs = sorted(row["cost_usd"] for row in r.sup.store.history())
+        assert costs == [1.0, 1.0], "T spent 2.0 in all: 1.0 before the question, 1.0 after"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_memo_with_the_longest_name_waits_with_its_question_beside_it(tmp_path: Path) -> None:
+    """``.question`` is longer than ``.md``: its name is cut to fit, and no temporary is left in waiting/."""
+
+    async def scenario(root: Path) -> None:
+        name = "x" * 252 + ".md"
+        r = Replay(root, {"builder": {}})
+        await r.drop("builder", name)
+        await feature(r, AskRequest(run_id=r.agent(name).spec.run_id, question="Which design?"))
+        await r.exit(name, 0)
+        waiting = root / "memo/builder/waiting"
+        (question,) = waiting.glob("*.question")
+        assert sorted(p.name for p in waiting.iterdir()) == sorted([name, question.name])
+        assert question.read_text().startswith("question: Which design?")
+        answered = await feature(r, AnswerRequest(memo=name, text="the small one", who="pat"))
+        assert answered["decision"] == "allow" and list(waiting.iterdir()) == []
+        await r.exit(name, 0)
+        assert r.folder("builder", "archive") == [name]
+        r.close()
+
+    play(tmp_path, scenario)

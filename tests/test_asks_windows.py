@@ -784,3 +784,20 @@ def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: P
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_a_start_removes_the_questions_of_no_waiting_memo_and_a_write_a_kill_cut_short(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        waiting = root / "memo/builder/waiting"
+        waiting.mkdir(parents=True)
+        kept = "y" * 252 + ".md"  # its question's name is cut to fit
+        (waiting / kept).write_text("---\nid: y\n---\nbody\n")
+        (waiting / ("y" * 246 + ".question")).write_text("question: Which one?\nrun: 1\n")
+        for left in ("gone.question", ".a.question.4242.tmp"):
+            (waiting / left).write_text("question: half")
+        r = await restarted(root)
+        assert sorted(p.name for p in waiting.iterdir()) == sorted([kept, "y" * 246 + ".question"])
+        assert r.sup.view(False).to_json()["needs_input"][0]["question"] == "Which one?"
+        r.close()
+
+    play(tmp_path, scenario)

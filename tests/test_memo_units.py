@@ -431,6 +431,13 @@ def test_write_atomically_leaves_no_temporary(tmp_path: Path) -> None:
     assert [p.name for p in target.parent.iterdir()] == ["m.md"]
 
 
+def test_write_atomically_that_fails_leaves_no_temporary(tmp_path: Path) -> None:
+    """Its temporary's name is cut to fit, the target's is not: the rename fails, and takes the temporary with it."""
+    with pytest.raises(OSError, match="too long"):
+        write_atomically(tmp_path / ("x" * 256), "whole")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_open_for_writing_sees_writers_only(tmp_path: Path) -> None:
     writing, reading, closed = tmp_path / "w.md", tmp_path / "r.md", tmp_path / "c.md"
     for path in (writing, reading, closed):

@@ -87,7 +87,7 @@ class Carrying:
         ask = self.resumed(run)
         if spec.adopted:
             return spec
-        if spec.resume is not None:
+        if ask is not None and spec.resume not in (None, ask.session_id):
             # a retry going on from its failed attempt's session, which went on from the ask's with the answer:
             # resuming the ask's again would redo that attempt's work and count its spend as carried on
             ask = None

@@ -51,8 +51,11 @@ def heal(
                     question_path(waiting / name).unlink()
     named = {(ask.role, name) for ask in records.every(db, "waiting") for name in ask.memos}
     for role in config.roles:
-        for left in (config.role_dir(role) / WAITING).glob("*.question"):  # its memo is not there: no one's question
-            if not left.with_suffix(".md").exists():
+        waiting = config.role_dir(role) / WAITING
+        questions = {question_path(memo).name for memo in waiting.glob("*.md")}
+        # a question whose memo is not there is no one's; a hidden temporary, a write cut short by a kill
+        for left in [*waiting.glob("*.question"), *waiting.glob(".*.question.*.tmp")]:
+            if left.name not in questions:
                 with contextlib.suppress(OSError):
                     left.unlink()
         for memo in sorted((config.role_dir(role) / WAITING).glob("*.md")):

@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.asks.records import Ask
 from orchestrator.config import RoleRun
+from orchestrator.intake.memo import fit_name
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,9 @@ def question_text(run: RoleRun, pending: Pending, memo: str, when: datetime) -> 
 
 
 def question_path(memo: Path) -> Path:
-    """``waiting/<stem>.question`` beside ``waiting/<stem>.md``."""
-    return memo.with_name(memo.name.removesuffix(".md") + ".question")
+    """``waiting/<stem>.question`` beside ``waiting/<stem>.md``, the stem cut to fit ``NAME_MAX`` (``.question`` is
+    longer than ``.md``)."""
+    return memo.with_name(fit_name(memo.name.removesuffix(".md"), ".question"))
 
 
 def new_ask(run: RoleRun, state: str, pending: Pending, names: list[str], now: datetime) -> Ask:

@@ -9,6 +9,7 @@ whatever a person or an agent wrote, the memo is still delivered.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -189,12 +190,17 @@ def write_atomically(path: Path, text: str, sync: bool = True) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / fit_name(f".{path.name}", f".{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        if sync:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.rename(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            if sync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.rename(tmp, path)
+    except BaseException:  # a full disk, a name too long for its folder: nothing half-done is left behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def sync_file(path: Path) -> None:

@@ -265,7 +265,7 @@ class Lifecycle:
         if not result:
             return False
         resumed = result.get("session_id")
-        if resumed and resumed not in run.sessions:  # a session another run began (a question's, answered)
+        if resumed:  # a session another run began (a question's, answered) carries that run's spend in its totals
             result = figures.less(result, self.store.session_spent(resumed, run.run_id))
         key, run.sessions, totals = figures.merged(run.sessions, run.resumed_from, result, run.attempt)
         self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
