@@ -322,3 +322,31 @@ def test_a_memo_with_the_longest_name_waits_with_its_question_beside_it(tmp_path
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_a_live_answered_session_counts_against_the_day_only_what_it_added(tmp_path: Path) -> None:
+    """The session's running totals carry the asking run's 1.0 again: while the answered run is live, the day's
+    spend is 1.0 recorded plus what it added, not plus its whole total."""
+
+    async def scenario(root: Path) -> None:
+        from orchestrator.core.events import Tick
+
+        r = Replay(root, {"builder": {"backend": "sdk", "budget": {"per_day_usd": 2.0}}})
+        await r.drop("builder", "a.md")
+        asking = r.agent("a")
+        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
+        asking.result = {"session_id": "T", "cost_usd": 1.0}
+        await r.exit("a", 0)
+        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
+        answered = r.agent("a")
+        answered.session_id, answered.cost_usd = "T", 1.6  # 0.6 of it its own
+        r.sup.post(Tick())
+        await r.settle()
+        assert r.sup.budgets.current == {}, "1.6 spent today, not 2.6"
+        answered.cost_usd = 2.1
+        r.sup.post(Tick())
+        await r.settle()
+        assert "role builder spent $2.10 of its $2.00" in r.sup.budgets.current["builder"]
+        r.close()
+
+    play(tmp_path, scenario)

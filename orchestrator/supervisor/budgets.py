@@ -71,6 +71,7 @@ class Budgets:
         self.store = store
         self.console = console
         self.current: dict[str, str] = {}
+        self.inherited: dict[tuple[int, str], float] = {}  # (live run, its session) -> what earlier runs spent of it
 
     def refresh(self, now: datetime, runs: Iterable[RoleRun]) -> None:
         """Recompute which daily budgets are spent (costs reported, or estimated from `prices`; finished and
@@ -80,7 +81,7 @@ class Budgets:
         if not caps and not team_cap:
             return
         since = day_start(now).isoformat(timespec="milliseconds")
-        running = _running_costs(runs)
+        running = _running_costs(runs, self._inherited(runs))
         spent = {name: self.store.spent_since(since, name) + running.get(name, 0.0) for name in caps}
         team = self.store.spent_since(since) + sum(running.values()) if team_cap else 0.0
         over = [name for name in caps if spent[name] >= caps[name]] + ([TEAM] if team_cap and team >= team_cap else [])
@@ -96,6 +97,16 @@ class Budgets:
             )
         self.current = new
 
+    def _inherited(self, runs: Iterable[RoleRun]) -> dict[tuple[int, str], float]:
+        """What earlier runs spent of each live run's session (a question's session, resumed with its answer,
+        reports their part in its running totals again), read once per run and session."""
+        live = {(run.run_id, run.agent.session_id) for run in runs if run.agent is not None and run.agent.session_id}
+        kept = {key: spent for key, spent in self.inherited.items() if key in live}
+        for run_id, session in live - kept.keys():
+            kept[run_id, session] = self.store.session_spent(session, run_id).get("cost_usd") or 0.0
+        self.inherited = kept
+        return kept
+
     def blocked(self) -> list[str]:
         return blocked_roles(self.current, list(self.config.roles))
 
@@ -106,8 +117,9 @@ class Budgets:
         return self.current.get(role) or self.current.get("*", "")
 
 
-def _running_costs(runs: Iterable[RoleRun]) -> dict[str, float]:
-    """What each role's live sessions spent beyond what is already on record for their runs."""
+def _running_costs(runs: Iterable[RoleRun], inherited: dict[tuple[int, str], float]) -> dict[str, float]:
+    """What each role's live sessions spent beyond what is already on record for their runs, and beyond what
+    earlier runs spent of their session (``inherited``)."""
     out: dict[str, float] = {}
     for run in runs:
         agent = run.agent
@@ -115,6 +127,7 @@ def _running_costs(runs: Iterable[RoleRun]) -> dict[str, float]:
             # nothing once its exit recorded its figures (the run is still live then), else beyond the session it resumed
             key = agent.session_id or f"attempt-{run.attempt}"
             recorded = run.sessions.get(key) or run.sessions.get(run.resumed_from or "") or {}
-            live = max(0.0, agent.cost_usd - (recorded.get("cost_usd") or 0.0))
+            earlier = inherited.get((run.run_id, agent.session_id), 0.0) if agent.session_id else 0.0
+            live = max(0.0, agent.cost_usd - (recorded.get("cost_usd") or 0.0) - earlier)
             out[run.role.name] = out.get(run.role.name, 0.0) + live
     return out
