@@ -46,6 +46,19 @@ def defer(r: Replay, memo: str, call: DeferredCall, session: str = "S-1") -> Non
     agent.on_exit(agent, AttemptVerdict(0, session_id=session, deferred=call))
 
 
+async def asked_and_answered(r: Replay, result: dict[str, Any]) -> Any:
+    """a.md dropped, its agent asks and ends with ``result`` (its session and figures), a person answers: the agent
+    that runs it again."""
+    await r.drop("builder", "a.md")
+    asking = r.agent("a")
+    await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
+    asking.result = result
+    await r.exit("a", 0)
+    assert r.folder("builder", "waiting") == ["a.md"]
+    await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
+    return r.agent("a")
+
+
 def attempts(r: Replay, memo: str) -> list[int]:
     return [a.spec.attempt for a in r.spawner.agents if any(p.name == memo for p in a.spec.memo_paths)]
 
@@ -249,14 +262,7 @@ def test_a_retry_of_an_answered_sdk_run_resumes_the_session_that_went_on_with_th
     async def scenario(root: Path) -> None:
         role = {"backend": "sdk", "retry_resumes": True, "retry": {"max": 2, "backoff": ["1s"]}}
         r = Replay(root, {"builder": role})
-        await r.drop("builder", "a.md")
-        asking = r.agent("a")
-        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
-        asking.session_id = "S-1"
-        await r.exit("a", 0)
-        assert r.folder("builder", "waiting") == ["a.md"]
-        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
-        answered = r.agent("a")
+        answered = await asked_and_answered(r, {"session_id": "S-1"})
         assert (answered.spec.attempt, answered.spec.resume) == (1, "S-1"), "the asking session goes on"
         assert "the small one" in answered.spec.prompt
         answered.session_id = "S-2"
@@ -280,13 +286,7 @@ def test_an_answered_codex_thread_retried_counts_the_asking_runs_spend_once(tmp_
     async def scenario(root: Path) -> None:
         role = {"backend": "sdk", "retry_resumes": True, "retry": {"max": 2, "backoff": ["1s"]}}
         r = Replay(root, {"builder": role})
-        await r.drop("builder", "a.md")
-        asking = r.agent("a")
-        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
-        asking.result = {"session_id": "T", "cost_usd": 1.0}
-        await r.exit("a", 0)
-        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
-        answered = r.agent("a")
+        answered = await asked_and_answered(r, {"session_id": "T", "cost_usd": 1.0})
         answered.result = {"session_id": "T", "cost_usd": 1.5}
         await r.exit("a", 1)
         await r.advance(1)
@@ -332,13 +332,7 @@ def test_a_live_answered_session_counts_against_the_day_only_what_it_added(tmp_p
         from orchestrator.core.events import Tick
 
         r = Replay(root, {"builder": {"backend": "sdk", "budget": {"per_day_usd": 2.0}}})
-        await r.drop("builder", "a.md")
-        asking = r.agent("a")
-        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
-        asking.result = {"session_id": "T", "cost_usd": 1.0}
-        await r.exit("a", 0)
-        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
-        answered = r.agent("a")
+        answered = await asked_and_answered(r, {"session_id": "T", "cost_usd": 1.0})
         answered.session_id, answered.cost_usd = "T", 1.6  # 0.6 of it its own
         r.sup.post(Tick())
         await r.settle()
