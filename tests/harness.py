@@ -3,7 +3,7 @@
 Both start the orchestrator as a person would and fake only the agent: the tests with a
 Python stand-in (``tests/conftest.py``), the benchmark with a compiled no-op (``bench/``).
 What they share is here: polling with a deadline, writing a team's roles.yaml, the `up`
-process itself (started, ready when its control socket exists, stopped by SIGTERM) and
+process itself (started, ready when its control socket answers, stopped by SIGTERM) and
 killing what a test or a scenario left behind. It imports nothing of pytest; the tests
 import it as ``harness``, the benchmark as ``tests.harness`` (the checkout's ``tests/``,
 a folder without ``__init__.py``, is a namespace package from the repository's root).

@@ -52,13 +52,14 @@ def heal(
     named = {(ask.role, name) for ask in records.every(db, "waiting") for name in ask.memos}
     for role in config.roles:
         waiting = config.role_dir(role) / WAITING
-        questions = {question_path(memo).name for memo in waiting.glob("*.md")}
+        memos = sorted(waiting.glob("*.md"))
+        questions = {question_path(memo).name for memo in memos}
         # a question whose memo is not there is no one's; a hidden temporary, a write cut short by a kill
         for left in [*waiting.glob("*.question"), *waiting.glob(".*.question.*.tmp")]:
             if left.name not in questions:
                 with contextlib.suppress(OSError):
                     left.unlink()
-        for memo in sorted((config.role_dir(role) / WAITING).glob("*.md")):
+        for memo in memos:
             if (role, memo.name) not in named:
                 found = found_ask(role, memo, now, config.roles[role].ask_timeout)
                 records.insert(db, found)
