@@ -344,3 +344,31 @@ def test_a_live_answered_session_counts_against_the_day_only_what_it_added(tmp_p
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_an_answered_runs_per_run_budget_counts_on_top_of_what_the_asking_run_spent(tmp_path: Path) -> None:
+    """The session T's running totals hold the asking run's 1.0: the run that takes the answer, and its retry that
+    goes on in T, are started with it as carried (their per-run budget on top of it); a run that resumes no
+    session carries nothing."""
+
+    async def scenario(root: Path) -> None:
+        role = {
+            "backend": "sdk",
+            "retry_resumes": True,
+            "retry": {"max": 2, "backoff": ["1s"]},
+            "budget": {"per_run_usd": 0.5},
+        }
+        r = Replay(root, {"builder": role})
+        answered = await asked_and_answered(r, {"session_id": "T", "cost_usd": 1.0})
+        assert (answered.spec.resume, answered.spec.carried_usd) == ("T", 1.0)
+        answered.result = {"session_id": "T", "cost_usd": 1.3}
+        await r.exit("a", 1)
+        await r.advance(1)
+        retry = r.agent("a")
+        assert (retry.spec.attempt, retry.spec.resume, retry.spec.carried_usd) == (2, "T", 1.0)
+        await r.exit("a", 0)
+        await r.drop("builder", "b.md")
+        assert r.agent("b").spec.carried_usd == 0.0
+        r.close()
+
+    play(tmp_path, scenario)

@@ -9,6 +9,7 @@ this process's), and through the spawner for the attempts ``up`` cannot show wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import re
@@ -221,3 +222,18 @@ def test_the_supervisor_asks_a_backend_what_it_can_do_not_its_name(tmp_path: Pat
         asyncio.run(scenario())
     finally:
         unregister(talker)
+
+
+def test_a_claude_session_resumed_by_a_later_run_is_capped_on_top_of_what_earlier_runs_spent(tmp_path: Path) -> None:
+    """The CLI's ``--max-budget-usd`` counts the session's running total, which holds what the asking run spent
+    (``carried_usd``): the per-run budget is given on top of it, or the answered run would stop early."""
+    claude = tmp_path / "bin" / "claude"
+    claude.parent.mkdir(parents=True)
+    claude.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.argv"\n', encoding="utf-8")
+    claude.chmod(0o755)
+    role = Role(name="builder", prompt="p.md", command=[str(claude), "-p"], budget={"per_run_usd": 0.1})
+    given = launch(tmp_path, "go on")
+    for carried, cap in ((0.0, "0.1"), (0.2, "0.3")):
+        start(tmp_path, dataclasses.replace(given, role=role, carried_usd=carried))
+        argv = (tmp_path / "bin" / "claude.argv").read_text().splitlines()
+        assert argv[argv.index("--max-budget-usd") + 1] == cap, argv

@@ -45,9 +45,7 @@ def last_result(log: Path) -> dict[str, Any]:
 def test_a_claude_run_asks_and_waits_for_an_approval_and_the_same_session_goes_on(
     project: Project, env: dict[str, str], api: MessagesApi
 ) -> None:
-    shim = Path(env["PATH"].split(os.pathsep)[0]) / "orchestrator"  # an `orchestrator` the agent's Bash can run
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m orchestrator "$@"\n', encoding="utf-8")
-    shim.chmod(0o755)
+    orchestrator_shim(env)
     project.configure({"builder": {"command": CLAUDE, "max_concurrent": 1, "approve": ["Bash(touch:*)"]}})
     project.up(**env)
     question = project.root / "memo/builder/waiting/B-ask.question"
@@ -80,12 +78,17 @@ def test_a_claude_run_asks_and_waits_for_an_approval_and_the_same_session_goes_o
     assert project.status()["needs_input"] == []
 
 
-def test_an_sdk_run_that_asks_goes_on_in_its_session_with_the_answer(
-    project: Project, env: dict[str, str], api: MessagesApi
-) -> None:
+def orchestrator_shim(env: dict[str, str]) -> None:
+    """An ``orchestrator`` the agent's Bash can run."""
     shim = Path(env["PATH"].split(os.pathsep)[0]) / "orchestrator"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m orchestrator "$@"\n', encoding="utf-8")
     shim.chmod(0o755)
+
+
+def test_an_sdk_run_that_asks_goes_on_in_its_session_with_the_answer(
+    project: Project, env: dict[str, str], api: MessagesApi
+) -> None:
+    orchestrator_shim(env)
     project.configure({"writer": real.sdk_role()})
     project.up(**env)
     question = project.root / "memo/writer/waiting/W-ask.question"
@@ -104,3 +107,22 @@ def test_an_sdk_run_that_asks_goes_on_in_its_session_with_the_answer(
     assert first == second, "the sdk session goes on"
     last = messages(api, "[bash:orchestrator ask")[-1]
     assert any("Which title?" in t for t in last["user_texts"]), "the whole conversation, the first prompt included"
+
+
+def test_an_answered_sdk_runs_per_run_budget_is_on_top_of_what_the_asking_run_spent(
+    project: Project, env: dict[str, str], api: MessagesApi
+) -> None:
+    """On the stand-in the asking run spends about $0.0088 and the answered run $0.0044 more; the resumed session
+    reports $0.0132 in all. With a per-run budget of $0.011 each run is within it, and the answered run ends well
+    (it was failed for its budget when the session's whole total was counted)."""
+    orchestrator_shim(env)
+    project.configure({"writer": real.sdk_role(budget={"per_run_usd": 0.011})})
+    project.up(**env)
+    project.drop("writer", "W-ask.md", body='[bash:orchestrator ask "Which title?"] write')
+    wait_for((project.root / "memo/writer/waiting/W-ask.question").exists, SLOW, "W-ask.md waiting")
+    assert project.cli("answer", "W-ask", "Call it Dawn").returncode == 0
+    ended(project, "writer", "archive", "W-ask.md")
+    asking, answered = sorted((r for r in history_runs(project) if r["memo"] == "W-ask.md"), key=lambda r: r["run_id"])
+    assert asking["session_id"] == answered["session_id"], "the session goes on"
+    assert answered["state"] == "succeeded", answered
+    assert asking["cost_usd"] < 0.011 < asking["cost_usd"] + answered["cost_usd"], (asking, answered)

@@ -195,10 +195,12 @@ def test_runner_spec_is_a_valid_spec(tmp_path: Path) -> None:
         cwd=tmp_path,
         env={},
         resume="s-9",
+        carried_usd=0.25,
     )
     wire = runner_spec(launch, "/bin/claude", tmp_path, tmp_path / "t.jsonl")
     spec = parse_spec(json.dumps(wire))
     assert (spec.prompt, spec.resume, spec.per_run_usd) == ("do it", "s-9", 0.5)
+    assert (spec.carried_usd, spec.session_cap) == (0.25, 0.75), "the budget is on top of what s-9 spent before"
     assert spec.transcript == str(tmp_path / "t.jsonl")
     assert spec.options.system_prompt == SystemPromptPreset(preset="claude_code", append="Be brief.")
     assert spec.options.add_dirs == [str(tmp_path / "docs")] and spec.options.max_turns == 4

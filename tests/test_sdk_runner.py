@@ -345,6 +345,25 @@ def test_per_run_budget_stops_the_run(tmp_path: Path, fake_cli: Path, start: Sta
     assert argv[argv.index("--max-budget-usd") + 1] == "0.1"  # so the CLI can also stop a turn that overspends
 
 
+def test_a_resumed_sessions_per_run_budget_counts_only_what_this_run_adds(
+    tmp_path: Path, fake_cli: Path, start: Start
+) -> None:
+    """A session resumed by a later run (a question's, answered) reports running totals that hold what the earlier
+    run spent (``carried_usd``): the per-run budget, the CLI's cap and the reason count on top of it."""
+    sessions = tmp_path / "sessions.json"
+    for cost, code in (("0.05", 0), ("0.15", 4)):
+        sessions.write_text(json.dumps({"sess-1": {"cost": 0.2, "tokens": [100, 10]}}), encoding="utf-8")
+        spec = make_spec(tmp_path, fake_cli, resume="sess-1", per_run_usd=0.1, carried_usd=0.2)
+        runner = start(spec, cost=cost, sessions=str(sessions))
+        finished(runner, code)
+        argv = runner.recorded("argv")[0]
+        assert argv[argv.index("--max-budget-usd") + 1] == "0.3"
+        assert runner.of("result")[-1]["cost_usd"] == pytest.approx(0.2 + float(cost)), "the session's running total"
+    assert runner.of("failure") == [
+        {"event": "failure", "reason": "per-run budget of $0.10 exceeded ($0.15 spent)", "budget": True}
+    ]
+
+
 def test_resume_passes_the_session_to_the_cli(tmp_path: Path, fake_cli: Path, start: Start) -> None:
     runner = start(make_spec(tmp_path, fake_cli, resume="sess-1234"))
     finished(runner, 0)

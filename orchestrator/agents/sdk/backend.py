@@ -66,6 +66,7 @@ def runner_spec(
         transcript=str(transcript),
         resume=spec.resume,
         per_run_usd=role.budget.per_run_usd,
+        carried_usd=spec.carried_usd,
         price_per_mtok=(role.price_per_mtok.input, role.price_per_mtok.output) if role.price_per_mtok else None,
         on_denied=role.on_denied,
         **(transport or {}),

@@ -46,10 +46,10 @@ class _Call:
 class Fuse:
     """The running estimate of one session's cost; ``estimate()`` in dollars."""
 
-    def __init__(self, price_per_mtok: tuple[float, float] | None = None) -> None:
+    def __init__(self, price_per_mtok: tuple[float, float] | None = None, spent: float = 0.0) -> None:
         self.override = price_per_mtok
         self.learned: dict[str, tuple[float, float]] = {}
-        self.reported = 0.0  # the session's total at its last result
+        self.reported = spent  # the session's total at its last result (``spent``: before this run, if resumed)
         self.calls: dict[str, _Call] = {}  # model calls since the last result, by message id
         self._current = ""  # the call being streamed
 

@@ -87,6 +87,7 @@ class RunnerSpec(_SpecPart):
     transcript: str | None = None
     resume: str | None = None
     per_run_usd: float | None = None
+    carried_usd: float = Field(0.0, ge=0)  # earlier runs' part of the resumed session's totals (LaunchSpec's)
     price_per_mtok: tuple[float, float] | None = None
     on_denied: Literal["fail", "warn"] = "fail"  # a result listing tool calls the permissions refused
     options: SpecOptions = Field(default_factory=SpecOptions)
@@ -94,6 +95,13 @@ class RunnerSpec(_SpecPart):
     socket_path: str | None = None  # where it is bound (removed at exit)
     events_path: str | None = None  # the event log, appended to
     result_path: str | None = None  # the ``RunnerResult``, written at exit
+
+    @property
+    def session_cap(self) -> float | None:
+        """The per-run budget as the session's running total reaches it: on top of what earlier runs spent."""
+        if self.per_run_usd is None or not self.carried_usd:
+            return self.per_run_usd
+        return round(self.per_run_usd + self.carried_usd, 9)  # 0.1 + 0.2 is 0.3, as the CLI's argument says
 
 
 def parse_spec(line: str) -> RunnerSpec:

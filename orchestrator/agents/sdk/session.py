@@ -76,7 +76,7 @@ class Session:
         self.error_kind: str | None = None  # the last assistant message's ``error``, for the result's reason
         self.limit_hit: tuple[str, float | None] | None = None  # a ``rate_limit_event`` said rejected: kind, reset
         self.activity: str | None = None
-        self.fuse = Fuse(spec.price_per_mtok)
+        self.fuse = Fuse(spec.price_per_mtok, spec.carried_usd)
         self.fuse_blown: float | None = None  # the estimate when the fuse interrupted the turn
         self.shown_cost = 0.0
         self._reported_tells = 0
@@ -238,7 +238,7 @@ class Session:
 
     async def _on_stream(self, event: dict[str, Any]) -> None:
         """A model call's stream: update the estimate, and blow the fuse when it passes the per-run cap."""
-        cap = self.spec.per_run_usd
+        cap = self.spec.session_cap
         if cap is None or not isinstance(event, dict):
             return
         self.fuse.observe(event)
@@ -248,7 +248,10 @@ class Session:
             self.out.event(CostEvent(usd=round(estimate, 6)))
         if estimate > cap and self.fuse_blown is None and self.phase in (Phase.TURN, Phase.PAUSING):
             self.fuse_blown = estimate
-            self.out.note(f"budget fuse: about {usd(estimate)} spent, over the per-run budget of {usd(cap)}")
+            self.out.note(
+                f"budget fuse: about {usd(self._ours(estimate))} spent, "
+                f"over the per-run budget of {usd(self.spec.per_run_usd or 0)}"
+            )
             self.pending.clear()
             await self._send_interrupt(keep=False)
 
@@ -275,10 +278,11 @@ class Session:
         )
         error_kind, self.error_kind = self.error_kind, None
         if self.fuse_blown is not None or self._over_budget(result):
-            reported = usd(self.totals.cost_usd)
+            reported = usd(self._ours(self.totals.cost_usd))
             how = f" ({reported} spent)"
             if self.fuse_blown is not None:
-                how = f": the turn was interrupted at about {usd(self.fuse_blown)} spent (Claude Code reported {reported})"
+                blown = usd(self._ours(self.fuse_blown))
+                how = f": the turn was interrupted at about {blown} spent (Claude Code reported {reported})"
             self.fail(f"per-run budget of {usd(self.spec.per_run_usd or 0)} exceeded{how}", code=EXIT_BUDGET)
         elif self.phase is Phase.INTERRUPTING:
             self.finish(EXIT_INTERRUPTED)
@@ -312,11 +316,15 @@ class Session:
     def _over_budget(self, result: Any) -> bool:
         """Spent past the per-run budget, or stopped by the CLI's --max-budget-usd where that is the per-run
         budget (the role's own cap is not tighter)."""
-        per_run, cap = self.spec.per_run_usd, self.options.max_budget_usd
+        per_run, cap = self.spec.session_cap, self.options.max_budget_usd
         if per_run is None:
             return False
         stopped = result.subtype == "error_max_budget_usd" and (cap is None or cap >= per_run)
         return self.totals.cost_usd > per_run or stopped
+
+    def _ours(self, total: float) -> float:
+        """This run's part of a running total of the session (a resumed one reports earlier runs' spend again)."""
+        return max(total - self.spec.carried_usd, 0.0)
 
     async def _send_turn(self, text: str, tell: bool = False) -> None:
         self._enter(Phase.TURN)
