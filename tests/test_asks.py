@@ -346,10 +346,10 @@ def test_a_live_answered_session_counts_against_the_day_only_what_it_added(tmp_p
     play(tmp_path, scenario)
 
 
-def test_an_answered_runs_per_run_budget_counts_on_top_of_what_the_asking_run_spent(tmp_path: Path) -> None:
-    """The session T's running totals hold the asking run's 1.0: the run that takes the answer, and its retry that
-    goes on in T, are started with it as carried (their per-run budget on top of it); a run that resumes no
-    session carries nothing."""
+def test_an_answered_runs_per_run_budget_counts_on_top_of_what_the_asking_session_reported(tmp_path: Path) -> None:
+    """The session T reported a running cost of 1.0 when its run ended asking, and reports it again once resumed:
+    the run that takes the answer, and its retry that goes on in T, are started with it as carried (their per-run
+    budget on top of it); a run that resumes no session carries nothing."""
 
     async def scenario(root: Path) -> None:
         role = {
@@ -372,3 +372,47 @@ def test_an_answered_runs_per_run_budget_counts_on_top_of_what_the_asking_run_sp
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_an_answered_run_carries_only_the_asking_sessions_cost_not_the_asking_runs_other_sessions(
+    tmp_path: Path,
+) -> None:
+    """The asking run spent 0.4 in a first attempt's session S, then 0.3 in its retry's fresh session T, where it
+    asked: its record says 0.7 in all, but T goes on reporting 0.3, so that is what the answered run carries (0.7
+    would let it spend 0.4 past its per-run budget)."""
+
+    async def scenario(root: Path) -> None:
+        role = {"backend": "sdk", "retry": {"max": 2, "backoff": ["1s"]}, "budget": {"per_run_usd": 0.5}}
+        r = Replay(root, {"builder": role})
+        await r.drop("builder", "a.md")
+        r.agent("a").result = {"session_id": "S", "cost_usd": 0.4}
+        await r.exit("a", 1)
+        await r.advance(1)
+        asking = r.agent("a")
+        assert asking.spec.attempt == 2 and asking.spec.resume is None
+        await feature(r, AskRequest(run_id=asking.spec.run_id, question="Which design?"))
+        asking.result = {"session_id": "T", "cost_usd": 0.3}
+        await r.exit("a", 0)
+        assert [row["cost_usd"] for row in r.sup.store.history()] == [pytest.approx(0.7)]
+        await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
+        answered = r.agent("a")
+        assert (answered.spec.resume, answered.spec.carried_usd) == ("T", pytest.approx(0.3))
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_an_asks_table_made_before_its_later_columns_gets_them(tmp_path: Path) -> None:
+    """A project whose asks table predates ``taken_by`` and ``session_cost`` keeps its questions and records both."""
+    import sqlite3
+
+    from orchestrator.asks import records
+
+    db = sqlite3.connect(tmp_path / "state.db")
+    schema = records.SCHEMA
+    db.executescript(schema[: schema.index("    answered_at")] + "    answered_at TEXT\n);\n")
+    records.ensure(db)
+    fields = (0, "builder", "a.md", ["a.md"], None, None, 1, "question", "Which?", None, "T", "now", 0.0, "waiting")
+    records.insert(db, records.Ask(*fields, None, None, None, session_cost=0.3))
+    (got,) = records.every(db)
+    assert (got.memo, got.session_id, got.session_cost, got.taken_by) == ("a.md", "T", 0.3, None)

@@ -349,14 +349,16 @@ def test_a_resumed_sessions_per_run_budget_counts_only_what_this_run_adds(
     tmp_path: Path, fake_cli: Path, start: Start
 ) -> None:
     """A session resumed by a later run (a question's, answered) reports running totals that hold what the earlier
-    run spent (``carried_usd``): the per-run budget, the CLI's cap and the reason count on top of it."""
+    run spent (``carried_usd``): the per-run budget, the role's own ``max_budget_usd``, the CLI's cap and the
+    reason all count on top of it."""
     sessions = tmp_path / "sessions.json"
+    options = {"max_budget_usd": 0.1}
     for cost, code in (("0.05", 0), ("0.15", 4)):
         sessions.write_text(json.dumps({"sess-1": {"cost": 0.2, "tokens": [100, 10]}}), encoding="utf-8")
-        spec = make_spec(tmp_path, fake_cli, resume="sess-1", per_run_usd=0.1, carried_usd=0.2)
-        runner = start(spec, cost=cost, sessions=str(sessions))
+        spec = make_spec(tmp_path, fake_cli, resume="sess-1", per_run_usd=0.1, carried_usd=0.2, options=options)
+        runner = start(spec, cost=cost, sessions=str(sessions), honor_budget="1")
         finished(runner, code)
-        argv = runner.recorded("argv")[0]
+        argv = runner.recorded("argv")[-1]
         assert argv[argv.index("--max-budget-usd") + 1] == "0.3"
         assert runner.of("result")[-1]["cost_usd"] == pytest.approx(0.2 + float(cost)), "the session's running total"
     assert runner.of("failure") == [

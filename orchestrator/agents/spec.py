@@ -47,9 +47,9 @@ class LaunchSpec:
     ``env``: its whole environment; ``resume``: the session an sdk attempt resumes (``retry_resumes``);
     ``args``: arguments added after the role's ``command`` (and the caps the orchestrator adds), before a prompt
     given as an argument (``command`` roles only: an sdk start refuses them); ``adopted``: the agent already runs
-    (taken back at a restart), so what ``prepare`` returns changes nothing; ``carried_usd``: what earlier runs spent
-    of the session the attempt resumes (a question's, answered), which its running totals report again: the
-    per-run budget counts on top of it."""
+    (taken back at a restart), so what ``prepare`` returns changes nothing; ``carried_usd``: the running cost of the
+    session the attempt resumes when an earlier run left it (a question's, answered), which its totals report
+    again: the run's caps count on top of it."""
 
     run_id: int
     attempt: int

@@ -31,12 +31,13 @@ CREATE TABLE IF NOT EXISTS asks (  -- a run that asked a person (orchestrator/as
     answer      TEXT,              -- JSON: decision, text, note
     answered_by TEXT,
     answered_at TEXT,
-    taken_by    INTEGER            -- the run that took the answer (answered): no other run takes it meanwhile
+    taken_by    INTEGER,           -- the run that took the answer (answered): no other run takes it meanwhile
+    session_cost REAL              -- the session's running cost when its run ended asking: what it reports again
 );
 """
 COLUMNS = (
     "ask_id, role, memo, memos, memo_id, subject, run_id, kind, question, tool, session_id, asked_at, due, state, "
-    "answer, answered_by, answered_at, taken_by"
+    "answer, answered_by, answered_at, taken_by, session_cost"
 )
 
 
@@ -62,6 +63,7 @@ class Ask:
     answered_by: str | None
     answered_at: str | None
     taken_by: int | None = None
+    session_cost: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """What ``status --json`` and the answer's receipt show of it (no answer text: it may be a secret)."""
@@ -80,10 +82,12 @@ class Ask:
 
 
 def ensure(db: sqlite3.Connection) -> None:
-    """Make the feature's table when missing (and its later column, in a table made before it)."""
+    """Make the feature's table when missing (and its later columns, in a table made before them)."""
     db.executescript(SCHEMA)
-    if "taken_by" not in {row[1] for row in db.execute("PRAGMA table_info(asks)")}:
-        db.execute("ALTER TABLE asks ADD COLUMN taken_by INTEGER")
+    have = {row[1] for row in db.execute("PRAGMA table_info(asks)")}
+    for column, kind in (("taken_by", "INTEGER"), ("session_cost", "REAL")):
+        if column not in have:
+            db.execute(f"ALTER TABLE asks ADD COLUMN {column} {kind}")
 
 
 def _row(row: tuple[Any, ...]) -> Ask:
@@ -103,7 +107,7 @@ def add(db: sqlite3.Connection, ask: Ask) -> int:
 def insert(db: sqlite3.Connection, ask: Ask) -> int:
     """Record ``ask`` as it is; its id."""
     cursor = db.execute(
-        f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)",
+        f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
         (
             ask.role,
             ask.memo,
@@ -118,6 +122,7 @@ def insert(db: sqlite3.Connection, ask: Ask) -> int:
             ask.asked_at,
             ask.due,
             ask.state,
+            ask.session_cost,
         ),
     )
     return int(cursor.lastrowid or 0)

@@ -64,9 +64,7 @@ class ClaudeBackend:
 
     async def start(self, spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
         role = spec.role
-        per_run = role.budget.per_run_usd
-        # a resumed session's total holds what earlier runs spent of it: the cap is on top of that
-        arguments = cap_arguments(role, per_run + spec.carried_usd if per_run is not None else None)
+        arguments = cap_arguments(role, role.budget.per_run_usd, spec.carried_usd)
         caps = self.capabilities(role)
         return await start_command(spec, on_exit, keeper, capabilities=caps, arguments=arguments, reading=reading)
 

@@ -243,7 +243,7 @@ class Session:
             return
         self.fuse.observe(event)
         estimate = self.fuse.estimate()
-        if estimate - self.shown_cost >= max(cap / 50, 1e-6):
+        if estimate - self.shown_cost >= max((self.spec.per_run_usd or cap) / 50, 1e-6):
             self.shown_cost = estimate
             self.out.event(CostEvent(usd=round(estimate, 6)))
         if estimate > cap and self.fuse_blown is None and self.phase in (Phase.TURN, Phase.PAUSING):
@@ -316,7 +316,7 @@ class Session:
     def _over_budget(self, result: Any) -> bool:
         """Spent past the per-run budget, or stopped by the CLI's --max-budget-usd where that is the per-run
         budget (the role's own cap is not tighter)."""
-        per_run, cap = self.spec.session_cap, self.options.max_budget_usd
+        per_run, cap = self.spec.session_cap, self.spec.on_top(self.options.max_budget_usd)
         if per_run is None:
             return False
         stopped = result.subtype == "error_max_budget_usd" and (cap is None or cap >= per_run)
