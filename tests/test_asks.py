@@ -378,8 +378,9 @@ def test_an_answered_run_carries_only_the_asking_sessions_cost_not_the_asking_ru
     tmp_path: Path,
 ) -> None:
     """The asking run spent 0.4 in a first attempt's session S, then 0.3 in its retry's fresh session T, where it
-    asked: its record says 0.7 in all, but T goes on reporting 0.3, so that is what the answered run carries (0.7
-    would let it spend 0.4 past its per-run budget)."""
+    asked: its record says 0.7 in all, but T goes on from 0.3, so that is what the answered run carries (0.7 would
+    let it spend 0.4 past its per-run budget) and what its record leaves out (0.7 would hide 0.4 of its spend from
+    `history` and the day's budget)."""
 
     async def scenario(root: Path) -> None:
         role = {"backend": "sdk", "retry": {"max": 2, "backoff": ["1s"]}, "budget": {"per_run_usd": 0.5}}
@@ -397,22 +398,10 @@ def test_an_answered_run_carries_only_the_asking_sessions_cost_not_the_asking_ru
         await feature(r, AnswerRequest(memo="a.md", text="the small one", who="pat"))
         answered = r.agent("a")
         assert (answered.spec.resume, answered.spec.carried_usd) == ("T", pytest.approx(0.3))
+        answered.result = {"session_id": "T", "cost_usd": 0.8}
+        await r.exit("a", 0)
+        costs = [row["cost_usd"] for row in r.sup.store.history()]
+        assert costs == [pytest.approx(0.7), pytest.approx(0.5)], "T went on from 0.3: the answered run spent 0.5"
         r.close()
 
     play(tmp_path, scenario)
-
-
-def test_an_asks_table_made_before_its_later_columns_gets_them(tmp_path: Path) -> None:
-    """A project whose asks table predates ``taken_by`` and ``session_cost`` keeps its questions and records both."""
-    import sqlite3
-
-    from orchestrator.asks import records
-
-    db = sqlite3.connect(tmp_path / "state.db")
-    schema = records.SCHEMA
-    db.executescript(schema[: schema.index("    answered_at")] + "    answered_at TEXT\n);\n")
-    records.ensure(db)
-    fields = (0, "builder", "a.md", ["a.md"], None, None, 1, "question", "Which?", None, "T", "now", 0.0, "waiting")
-    records.insert(db, records.Ask(*fields, None, None, None, session_cost=0.3))
-    (got,) = records.every(db)
-    assert (got.memo, got.session_id, got.session_cost, got.taken_by) == ("a.md", "T", 0.3, None)

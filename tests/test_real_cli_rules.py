@@ -113,6 +113,17 @@ def test_the_fuse_estimates_a_streaming_call_and_learns_prices_from_results() ->
     assert Fuse().price("claude-unheard-of") == (15.0, 75.0)  # unknown: the highest, so it blows early
 
 
+def test_a_resumed_sessions_fuse_starts_from_what_the_session_had_spent() -> None:
+    """A session an answered run resumes reports its earlier runs' spend again (``carried_usd``): the estimate of its
+    first call is on top of it, as the CLI's totals will be, and so is the cap it is held to."""
+    fuse = Fuse(spent=0.2)
+    fuse.observe(start("m1", "claude-sonnet-4-5", 1000))
+    assert fuse.estimate() == pytest.approx(0.2 + (1000 * 3 + 1 * 15) / 1e6)
+    spec = RunnerSpec(prompt="p", per_run_usd=0.1, carried_usd=0.2, options={"max_budget_usd": 0.05})
+    assert (spec.session_cap, spec.on_top(spec.options.max_budget_usd), spec.on_top(None)) == (0.3, 0.25, None)
+    assert RunnerSpec(prompt="p", per_run_usd=0.1).session_cap == 0.1
+
+
 class UuidClient:
     """The SDK client as the session sees it: messages go as dicts with a uuid."""
 

@@ -92,11 +92,11 @@ class Carrying:
             # resuming the ask's again would redo that attempt's work and count its spend as carried on
             ask = None
         if not hooked(role):
-            if ask is None or not ask.session_id:
-                return spec
-            return dataclasses.replace(  # its session goes on
-                spec, resume=ask.session_id, prompt=answers_text([ask]), carried_usd=ask.session_cost or 0.0
-            )
+            if ask is not None and ask.session_id:  # its session goes on
+                spec = dataclasses.replace(spec, resume=ask.session_id, prompt=answers_text([ask]))
+            if spec.resume and self.resuming.get(run.run_id):  # the ask's session, or a retry's that went on from it
+                return dataclasses.replace(spec, carried_usd=self._spent(run, spec.resume))
+            return spec
         env = {**spec.env, APPROVE_ENV: json.dumps(role.approve)}
         args = (*spec.args, "--settings", settings_text(role, spec.cwd))
         prompt = spec.prompt
@@ -104,8 +104,13 @@ class Carrying:
             env[ANSWER_ENV] = str(self.folder / f"{ask.ask_id}.json")
             args = (*args, "--resume", ask.session_id)
             prompt = ""  # no new prompt: the session goes on from the deferred call, which the hook now answers
-            spec = dataclasses.replace(spec, carried_usd=ask.session_cost or 0.0)
+            spec = dataclasses.replace(spec, carried_usd=self._spent(run, ask.session_id))
         elif calls := [a for a in self.resuming.get(run.run_id, []) if a.tool]:  # a fresh session: the hook answers
             env[ANSWER_ENV] = os.pathsep.join(str(self.folder / f"{a.ask_id}.json") for a in calls)  # the same calls
             env[BY_INPUT_ENV] = "1"  # again, by their tool and input (a call's id is new)
         return dataclasses.replace(spec, env=env, args=args, prompt=prompt)
+
+    def _spent(self, run: RoleRun, session: str) -> float:
+        """What the runs before ``run`` spent of ``session``: its running totals report it again, so ``run``'s
+        per-run budget counts on top of it."""
+        return float(self.host.store.session_spent(session, run.run_id).get("cost_usd") or 0.0)

@@ -139,10 +139,10 @@ class Asks(Extension):
             kind = "question" if asked is not None else "approval"
             question = (asked or "(no question given)") if kind == "question" else describe(call.name, call.input)
             tool = {"id": call.id, "name": call.name, "input": call.input}
-            pending = Pending(kind, question, tool, verdict.session_id, session_cost(run, verdict.session_id))
+            pending = Pending(kind, question, tool, verdict.session_id)
         elif run.run_id in self.asked:  # an agent that can go on in its session (sdk) is resumed with the answer
             session = verdict.session_id if capabilities(run.role).resume else None
-            pending = Pending("question", self.asked.pop(run.run_id), None, session, session_cost(run, session))
+            pending = Pending("question", self.asked.pop(run.run_id), None, session)
         else:
             return DEFAULT
         self.parking[run.run_id] = pending
@@ -371,13 +371,3 @@ def _parked(run: RoleRun, waiting: Path, names: list[str]) -> list[Path]:
     return [memo.path for memo in run.memos if memo.path.parent == waiting] or [
         waiting / name for name in names if (waiting / name).exists()
     ]
-
-
-def session_cost(run: RoleRun, session: str | None) -> float | None:
-    """The running cost ``session`` reported at the end of ``run``'s attempt (None: unknown): resumed with the
-    answer, it reports that again, whatever the run spent in other sessions before."""
-    result = run.agent.result if run.agent is not None else None
-    if not session or not result or result.get("session_id") != session:
-        return None
-    cost = result.get("cost_usd")
-    return float(cost) if isinstance(cost, (int, float)) else None

@@ -31,13 +31,12 @@ CREATE TABLE IF NOT EXISTS asks (  -- a run that asked a person (orchestrator/as
     answer      TEXT,              -- JSON: decision, text, note
     answered_by TEXT,
     answered_at TEXT,
-    taken_by    INTEGER,           -- the run that took the answer (answered): no other run takes it meanwhile
-    session_cost REAL              -- the session's running cost when its run ended asking: what it reports again
+    taken_by    INTEGER            -- the run that took the answer (answered): no other run takes it meanwhile
 );
 """
 COLUMNS = (
     "ask_id, role, memo, memos, memo_id, subject, run_id, kind, question, tool, session_id, asked_at, due, state, "
-    "answer, answered_by, answered_at, taken_by, session_cost"
+    "answer, answered_by, answered_at, taken_by"
 )
 
 
@@ -63,7 +62,6 @@ class Ask:
     answered_by: str | None
     answered_at: str | None
     taken_by: int | None = None
-    session_cost: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """What ``status --json`` and the answer's receipt show of it (no answer text: it may be a secret)."""
@@ -82,12 +80,10 @@ class Ask:
 
 
 def ensure(db: sqlite3.Connection) -> None:
-    """Make the feature's table when missing (and its later columns, in a table made before them)."""
+    """Make the feature's table when missing (and its later column, in a table made before it)."""
     db.executescript(SCHEMA)
-    have = {row[1] for row in db.execute("PRAGMA table_info(asks)")}
-    for column, kind in (("taken_by", "INTEGER"), ("session_cost", "REAL")):
-        if column not in have:
-            db.execute(f"ALTER TABLE asks ADD COLUMN {column} {kind}")
+    if "taken_by" not in {row[1] for row in db.execute("PRAGMA table_info(asks)")}:
+        db.execute("ALTER TABLE asks ADD COLUMN taken_by INTEGER")
 
 
 def _row(row: tuple[Any, ...]) -> Ask:
@@ -107,7 +103,7 @@ def add(db: sqlite3.Connection, ask: Ask) -> int:
 def insert(db: sqlite3.Connection, ask: Ask) -> int:
     """Record ``ask`` as it is; its id."""
     cursor = db.execute(
-        f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
+        f"INSERT INTO asks ({COLUMNS}) VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL)",
         (
             ask.role,
             ask.memo,
@@ -122,7 +118,6 @@ def insert(db: sqlite3.Connection, ask: Ask) -> int:
             ask.asked_at,
             ask.due,
             ask.state,
-            ask.session_cost,
         ),
     )
     return int(cursor.lastrowid or 0)

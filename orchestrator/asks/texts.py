@@ -21,7 +21,6 @@ class Pending:
     question: str
     tool: dict[str, Any] | None
     session_id: str | None
-    session_cost: float | None = None  # the session's running cost at the end: what it reports again, resumed
 
 
 def answers_text(asks: list[Ask]) -> str:
@@ -83,5 +82,4 @@ def new_ask(run: RoleRun, state: str, pending: Pending, names: list[str], now: d
         None,
         None,
         None,
-        session_cost=pending.session_cost,
     )

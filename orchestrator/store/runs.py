@@ -133,6 +133,7 @@ _RUN_COLUMNS = {
     *(FIGURES := ("cached_input_tokens", "cache_write_input_tokens", "reasoning_output_tokens", "cost_estimated")),
     "num_turns",
     "session_id",
+    "session_figures",
     "is_error",
     "log_pruned_at",
     "transcript_pruned_at",
@@ -155,15 +156,15 @@ def _safe(value: Any) -> Any:
 
 
 def _encode(key: str, value: Any) -> Any:
-    if key in ("memos", "memo_ids", "pids") and not isinstance(value, str):
+    if key in ("memos", "memo_ids", "pids", "session_figures") and not isinstance(value, str):
         return json.dumps(_safe(value), ensure_ascii=False)
     return _safe(value)
 
 
 def run_row(row: sqlite3.Row) -> dict[str, Any]:
-    """A row as the rest of the code takes it: a dict, its JSON lists (memos, memo ids, pids) read."""
+    """A row as the rest of the code takes it: a dict, its JSON (memos, memo ids, pids, session figures) read."""
     out = dict(row)
-    for key in ("memos", "memo_ids", "pids"):
+    for key in ("memos", "memo_ids", "pids", "session_figures"):
         if isinstance(out.get(key), str):
             out[key] = json.loads(out[key])
     return out
@@ -231,13 +232,21 @@ class RunRecords:
         return run_row(row) if row else None
 
     def session_spent(self, session_id: str, before_run: int) -> dict[str, Any]:
-        """What the runs before ``before_run`` recorded for ``session_id`` (a session resumed by a later run, as
-        an answer to a question resumes it), summed: the part of its running totals that is theirs."""
-        names = ", ".join(f"SUM({name})" for name in SESSION_FIGURES)
-        row = self.db.execute(
-            f"SELECT {names} FROM runs WHERE session_id = ? AND run_id < ?", (session_id, before_run)
-        ).fetchone()
-        return {name: value for name, value in zip(SESSION_FIGURES, row, strict=True) if value}
+        """What the runs before ``before_run`` spent in ``session_id`` (a session resumed by a later run, as an
+        answer to a question resumes it), summed: the part of its running totals that is theirs. Each run's own
+        part of its last session (``session_figures``), not its whole spend: an attempt before the one that
+        asked may have spent in another session; a run recorded before that column counts whole."""
+        rows = self.db.execute(
+            f"SELECT session_figures, {', '.join(SESSION_FIGURES)} FROM runs WHERE session_id = ? AND run_id < ?",
+            (session_id, before_run),
+        )
+        spent: dict[str, Any] = {}
+        for own, *whole in rows:
+            figures = json.loads(own) if own else dict(zip(SESSION_FIGURES, whole, strict=True))
+            for name in SESSION_FIGURES:
+                if figures.get(name):
+                    spent[name] = spent.get(name, 0) + figures[name]
+        return spent
 
     def runs_in_states(self, states: Iterable[str]) -> list[dict[str, Any]]:
         states = list(states)
@@ -389,8 +398,9 @@ def migrate(db: sqlite3.Connection) -> None:
     if "node" not in columns:  # the Ray node that ran it (orchestrator/agents/ray)
         db.execute("ALTER TABLE runs ADD COLUMN node TEXT")
     db.execute("CREATE INDEX IF NOT EXISTS runs_role_seq ON runs(role, seq)")
-    for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at", "workspace", "branch"):  # retention
-        # removed; a restart took back; the workspace and branch it worked in (orchestrator/workspaces)
+    for column in ("log_pruned_at", "transcript_pruned_at", "adopted_at", "workspace", "branch", "session_figures"):
+        # retention removed; a restart took back; the workspace and branch it worked in (orchestrator/workspaces);
+        # JSON: the run's own part of its last session's running totals (``session_spent``)
         if column not in columns:
             db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
     for column in FIGURES:  # the tokens Codex reports beside input and output; a cost estimated from `prices`

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.store.runs import SESSION_FIGURES
+
 TOKENS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "reasoning_output_tokens")
 SUMMED = ("cost_usd", *TOKENS, "num_turns")
 
@@ -58,3 +60,9 @@ def recorded(row: dict[str, Any], retry_resumes: bool) -> tuple[str | None, str 
     if sessions and row.get("cost_estimated"):
         figures["cost_estimated"] = True
     return session, resumed_from, sessions
+
+
+def session_part(figures: dict[str, Any]) -> dict[str, Any]:
+    """Of one session's figures, its running totals (cost and tokens): what the store keeps of a run's last session,
+    so a later run that resumes it subtracts exactly this run's part (``Store.session_spent``)."""
+    return {name: figures[name] for name in SESSION_FIGURES if figures.get(name) is not None}

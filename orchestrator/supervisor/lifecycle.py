@@ -268,7 +268,10 @@ class Lifecycle:
         if resumed:  # a session another run began (a question's, answered) carries that run's spend in its totals
             result = figures.less(result, self.store.session_spent(resumed, run.run_id))
         key, run.sessions, totals = figures.merged(run.sessions, run.resumed_from, result, run.attempt)
-        self.store.update_run(run.run_id, **totals, session_id=key, is_error=int(bool(result.get("is_error"))))
+        own = figures.session_part(run.sessions[key])
+        self.store.update_run(
+            run.run_id, **totals, session_id=key, session_figures=own, is_error=int(bool(result.get("is_error")))
+        )
         return True
 
     def end_attempt(self, run: RoleRun, outcome: str, reason: str | None, exit_code: int | None) -> None:
