@@ -35,8 +35,9 @@ be seen. Behaviour comes from the environment:
 ``FAKE_CLAUDE_DEAF``           1: acknowledge an interrupt but keep working (a CLI stuck in a tool)
 ``FAKE_CLAUDE_LINGER``         seconds to stay after the end of stdin before exiting (a CLI saving its session);
                                the end of stdin is recorded as ``{"eof": true}``
-``FAKE_CLAUDE_HONOR_BUDGET``   1: a turn that leaves the total at or over ``--max-budget-usd`` ends with a
-                               result of subtype ``error_max_budget_usd``, as Claude Code does
+``FAKE_CLAUDE_HONOR_BUDGET``   1: a turn that leaves this process's spend at or over ``--max-budget-usd`` ends
+                               with a result of subtype ``error_max_budget_usd``, as Claude Code does (a resumed
+                               session's total goes on from its saved one; the cap counts only the spend since)
 
 and from the prompt: a prompt containing ``[slow]`` makes that turn slow, and one containing
 ``[wait:<path>]`` makes that turn work until the file at ``<path>`` exists (at most 60 s).
@@ -114,6 +115,7 @@ class FakeClaude:
             saved = load_sessions().get(self.session_id)
             if saved:
                 self.cost, self.tokens = saved["cost"], list(saved["tokens"])
+        self.restored = self.cost  # what the cap does not count
 
     def read_stdin(self) -> None:
         for line in sys.stdin:
@@ -329,7 +331,7 @@ class FakeClaude:
             self.assistant([{"type": "text", "text": text}], error="overloaded")
             self.result("success", True, text, api_error_status=529)
             return
-        if HONOR_BUDGET and self.max_budget is not None and self.cost >= self.max_budget:
+        if HONOR_BUDGET and self.max_budget is not None and self.cost - self.restored >= self.max_budget:
             self.result("error_max_budget_usd", True, None, errors=[f"Reached maximum budget (${self.max_budget})"])
             return
         answer = f"echo: {prompt}"

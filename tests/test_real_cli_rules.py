@@ -119,9 +119,9 @@ def test_a_resumed_sessions_fuse_starts_from_what_the_session_had_spent() -> Non
     fuse = Fuse(spent=0.2)
     fuse.observe(start("m1", "claude-sonnet-4-5", 1000))
     assert fuse.estimate() == pytest.approx(0.2 + (1000 * 3 + 1 * 15) / 1e6)
-    spec = RunnerSpec(prompt="p", per_run_usd=0.1, carried_usd=0.2, options={"max_budget_usd": 0.05})
-    assert (spec.session_cap, spec.on_top(spec.options.max_budget_usd), spec.on_top(None)) == (0.3, 0.25, None)
+    assert RunnerSpec(prompt="p", per_run_usd=0.1, carried_usd=0.2).session_cap == 0.3  # 0.1 + 0.2, rounded
     assert RunnerSpec(prompt="p", per_run_usd=0.1).session_cap == 0.1
+    assert RunnerSpec(prompt="p", carried_usd=0.2).session_cap is None
 
 
 class UuidClient:

@@ -349,8 +349,8 @@ def test_a_resumed_sessions_per_run_budget_counts_only_what_this_run_adds(
     tmp_path: Path, fake_cli: Path, start: Start
 ) -> None:
     """A session resumed by a later run (a question's, answered) reports running totals that hold what the earlier
-    run spent (``carried_usd``): the per-run budget, the role's own ``max_budget_usd``, the CLI's cap and the
-    reason all count on top of it."""
+    run spent (``carried_usd``): the per-run budget and its reason count on top of it. The CLI's own cap counts
+    only what its process spends, so it is given as it is (0.1 here, not 0.3, which would let 0.3 be spent)."""
     sessions = tmp_path / "sessions.json"
     options = {"max_budget_usd": 0.1}
     for cost, code in (("0.05", 0), ("0.15", 4)):
@@ -359,7 +359,7 @@ def test_a_resumed_sessions_per_run_budget_counts_only_what_this_run_adds(
         runner = start(spec, cost=cost, sessions=str(sessions), honor_budget="1")
         finished(runner, code)
         argv = runner.recorded("argv")[-1]
-        assert argv[argv.index("--max-budget-usd") + 1] == "0.3"
+        assert argv[argv.index("--max-budget-usd") + 1] == "0.1"
         assert runner.of("result")[-1]["cost_usd"] == pytest.approx(0.2 + float(cost)), "the session's running total"
     assert runner.of("failure") == [
         {"event": "failure", "reason": "per-run budget of $0.10 exceeded ($0.15 spent)", "budget": True}

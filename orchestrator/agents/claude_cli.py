@@ -45,17 +45,16 @@ def _given(argv: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
-def cap_arguments(role: Role, per_run_usd: float | None, carried_usd: float = 0.0) -> list[str]:
+def cap_arguments(role: Role, per_run_usd: float | None) -> list[str]:
     """The role's caps as Claude CLI arguments, so the CLI stops itself at them (the live fuse stays the outer guard):
-    ``--max-turns``, and ``--max-budget-usd`` the tighter of ``max_budget_usd`` and the per-run budget, each on top of
-    ``carried_usd`` (what earlier runs spent of a session it resumes, which its running total holds). An argument
+    ``--max-turns``, and ``--max-budget-usd`` the tighter of ``max_budget_usd`` and the per-run budget. An argument
     the role's command already gives is left out."""
     if not is_claude_command(role.command):
         return []
     extra: list[str] = []
     if role.max_turns is not None and not _given(role.command, "--max-turns"):
         extra += ["--max-turns", str(role.max_turns)]
-    caps = [v + carried_usd for v in (role.max_budget_usd, per_run_usd) if v is not None]
+    caps = [v for v in (role.max_budget_usd, per_run_usd) if v is not None]
     if caps and not _given(role.command, "--max-budget-usd"):
         extra += ["--max-budget-usd", f"{min(caps):g}"]
     return extra

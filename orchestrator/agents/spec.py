@@ -49,7 +49,7 @@ class LaunchSpec:
     given as an argument (``command`` roles only: an sdk start refuses them); ``adopted``: the agent already runs
     (taken back at a restart), so what ``prepare`` returns changes nothing; ``carried_usd``: the running cost of the
     session the attempt resumes when an earlier run left it (a question's, answered), which its totals report
-    again: the run's caps count on top of it."""
+    again: a budget read from those totals counts on top of it."""
 
     run_id: int
     attempt: int

@@ -64,7 +64,7 @@ class ClaudeBackend:
 
     async def start(self, spec: LaunchSpec, on_exit: OnExit, keeper: Path | None) -> Agent:
         role = spec.role
-        arguments = cap_arguments(role, role.budget.per_run_usd, spec.carried_usd)
+        arguments = cap_arguments(role, role.budget.per_run_usd)
         caps = self.capabilities(role)
         return await start_command(spec, on_exit, keeper, capabilities=caps, arguments=arguments, reading=reading)
 

@@ -39,7 +39,7 @@ def build_options(spec: RunnerSpec, output: Output) -> Any:
         value = getattr(options, key)
         if value is not None:
             kwargs[key] = value
-    caps = [v for v in (spec.on_top(options.max_budget_usd), spec.session_cap) if v is not None]
+    caps = [v for v in (options.max_budget_usd, spec.per_run_usd) if v is not None]
     if caps:
         kwargs["max_budget_usd"] = min(caps)  # the CLI's own --max-budget-usd: the tighter cap
     if spec.per_run_usd is not None:

@@ -96,17 +96,14 @@ class RunnerSpec(_SpecPart):
     events_path: str | None = None  # the event log, appended to
     result_path: str | None = None  # the ``RunnerResult``, written at exit
 
-    def on_top(self, cap: float | None) -> float | None:
-        """``cap``, a budget of this run's, as the session's running total reaches it: on top of what earlier runs
-        spent of it (a resumed session reports that again)."""
-        if cap is None or not self.carried_usd:
-            return cap
-        return round(cap + self.carried_usd, 9)  # 0.1 + 0.2 is 0.3, as the CLI's argument says
-
     @property
     def session_cap(self) -> float | None:
-        """The per-run budget as the session's running total reaches it."""
-        return self.on_top(self.per_run_usd)
+        """The per-run budget as the session's running totals (the fuse's estimate, the results) reach it: on top of
+        what earlier runs spent of it, which a resumed session reports again. Not the CLI's ``--max-budget-usd``:
+        that counts only what its own process spends."""
+        if self.per_run_usd is None or not self.carried_usd:
+            return self.per_run_usd
+        return round(self.per_run_usd + self.carried_usd, 9)
 
 
 def parse_spec(line: str) -> RunnerSpec:
