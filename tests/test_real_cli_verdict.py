@@ -214,3 +214,35 @@ def test_on_denied_warn_archives_an_sdk_run_with_a_warning_and_a_notice(
     ended(project, "writer", "archive", "W-warn.md")
     orch.wait_output("warning: W-warn: 1 tool call refused by the permissions: Bash: echo hi > made.txt")
     wait_for(lambda: [n for n in project.folder("lead", "archive") if "-warning-" in n], what="the warning notice")
+
+
+def test_the_clis_budget_counts_only_what_its_own_process_spends_in_a_resumed_session(
+    env: dict[str, str],  # noqa: F811
+    cli: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """What the orchestrator relies on when an answered run resumes the asking session: the session's result reports
+    a running total from its start, but ``--max-budget-usd`` counts only the spend since this process started, so
+    the cap given to the answered run is its per-run budget as it is (the runner's own check adds the carried part)."""
+    import subprocess
+
+    def turn(*args: str) -> dict[str, object]:
+        done = subprocess.run(
+            [str(cli), "-p", "--output-format", "stream-json", "--verbose", *args],
+            cwd=tmp_path,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        return next(line for line in reversed(lines) if line.get("type") == "result")
+
+    first = turn("[answer] hello")
+    spent, session = float(first["total_cost_usd"]), str(first["session_id"])  # type: ignore[arg-type]
+    assert spent > 0
+    wide = turn("--resume", session, "--max-budget-usd", f"{spent * 1.5:.6f}", "[answer] again")
+    assert (wide["subtype"], wide["session_id"]) == ("success", session), wide
+    assert float(wide["total_cost_usd"]) == pytest.approx(2 * spent), "a running total"  # type: ignore[arg-type]
+    tight = turn("--resume", session, "--max-budget-usd", f"{spent * 0.5:.6f}", "[answer] once more")
+    assert tight["subtype"] == "error_max_budget_usd", tight
