@@ -104,7 +104,7 @@ class Carrying:
             env[ANSWER_ENV] = str(self.folder / f"{ask.ask_id}.json")
             args = (*args, "--resume", ask.session_id)
             prompt = ""  # no new prompt: the session goes on from the deferred call, which the hook now answers
-            spec = dataclasses.replace(spec, carried_usd=self._spent(run, ask.session_id))
+            # nothing carried: the CLI's only cap (--max-budget-usd) counts what its own process spends
         elif calls := [a for a in self.resuming.get(run.run_id, []) if a.tool]:  # a fresh session: the hook answers
             env[ANSWER_ENV] = os.pathsep.join(str(self.folder / f"{a.ask_id}.json") for a in calls)  # the same calls
             env[BY_INPUT_ENV] = "1"  # again, by their tool and input (a call's id is new)
