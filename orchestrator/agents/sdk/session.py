@@ -238,19 +238,18 @@ class Session:
 
     async def _on_stream(self, event: dict[str, Any]) -> None:
         """A model call's stream: update the estimate, and blow the fuse when it passes the per-run cap."""
-        cap = self.spec.session_cap
-        if cap is None or not isinstance(event, dict):
+        per_run, cap = self.spec.per_run_usd, self.spec.session_cap
+        if per_run is None or cap is None or not isinstance(event, dict):
             return
         self.fuse.observe(event)
         estimate = self.fuse.estimate()
-        if estimate - self.shown_cost >= max((self.spec.per_run_usd or cap) / 50, 1e-6):
+        if estimate - self.shown_cost >= max(per_run / 50, 1e-6):
             self.shown_cost = estimate
             self.out.event(CostEvent(usd=round(estimate, 6)))
         if estimate > cap and self.fuse_blown is None and self.phase in (Phase.TURN, Phase.PAUSING):
             self.fuse_blown = estimate
             self.out.note(
-                f"budget fuse: about {usd(self._ours(estimate))} spent, "
-                f"over the per-run budget of {usd(self.spec.per_run_usd or 0)}"
+                f"budget fuse: about {usd(self._ours(estimate))} spent, over the per-run budget of {usd(per_run)}"
             )
             self.pending.clear()
             await self._send_interrupt(keep=False)
