@@ -315,11 +315,11 @@ class Session:
     def _over_budget(self, result: Any) -> bool:
         """Spent past the per-run budget (on top of what a resumed session had spent before), or stopped by the CLI's
         --max-budget-usd where that is the per-run budget (the role's own cap is not tighter)."""
-        per_run, cap = self.spec.per_run_usd, self.options.max_budget_usd
-        if per_run is None:
+        per_run, session, cap = self.spec.per_run_usd, self.spec.session_cap, self.options.max_budget_usd
+        if per_run is None or session is None:
             return False
         stopped = result.subtype == "error_max_budget_usd" and (cap is None or cap >= per_run)
-        return self.totals.cost_usd > (self.spec.session_cap or per_run) or stopped
+        return self.totals.cost_usd > session or stopped
 
     def _ours(self, total: float) -> float:
         """This run's part of a running total of the session (a resumed one reports earlier runs' spend again)."""
