@@ -227,6 +227,61 @@ def test_a_price_makes_an_estimated_cost(tmp_path: Path) -> None:
     assert "cost_usd" not in unpriced.result
 
 
+def rollout(home: Path, thread: str, *totals: dict[str, int], day: str = "2026/12/03") -> Path:
+    """A rollout file as Codex 0.169 writes one: a ``token_count`` event with the thread's totals after each model
+    response, among the thread's other records."""
+    path = home / "sessions" / day / f"rollout-2026-12-03T15-00-00-{thread}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [{"type": "session_meta", "payload": {"id": thread}}]
+    for total in totals:
+        count = {"type": "token_count", "info": {"total_token_usage": {**total, "total_tokens": 1}}}
+        lines += [
+            {"type": "response_item", "payload": {"type": "function_call"}},
+            {"type": "event_msg", "payload": count},
+        ]
+    lines.append({"type": "event_msg", "payload": {"type": "task_complete"}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_a_turn_that_failed_counts_what_its_thread_spent_by_codexs_rollout(tmp_path: Path) -> None:
+    from orchestrator.config.codex import TokenPrice
+
+    home, thread = tmp_path / "codex-home", str(THREAD["thread_id"])
+    first = {**USAGE, "input_tokens": 600, "output_tokens": 100}
+    rollout(home, thread, first, USAGE)
+    rollout(home, "0199a213-0000-7800-8aa1-bbab2a035a53", {**USAGE, "input_tokens": 99999})  # another thread's
+    log = tmp_path / "run.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, SHELL, *failure("500")[2:])), encoding="utf-8")
+    price = TokenPrice(input=1.25, cached_input=0.125, output=10.0)
+    output = CodexOutput(log, 0, now=lambda: NOW, price=price, rollouts=home)
+    assert output.judge(1).failed
+    assert {k: output.result[k] for k in USAGE} == USAGE  # the thread's last totals, not the other thread's
+    assert output.result["cost_usd"] == pytest.approx((1000 * 1.25 + 200 * 0.125 + 300 * 10.0) / 1e6)
+    assert "num_turns" not in output.result  # no turn completed
+
+    stopped = CodexOutput(log, 0, now=lambda: NOW, rollouts=home)
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, SHELL)), encoding="utf-8")
+    stopped.judge(-15)  # cancelled or timed out in the middle of its turn: what it spent counts the same
+    assert stopped.result["input_tokens"] == 1200 and stopped.result["output_tokens"] == 300
+
+
+def test_a_completed_turn_and_a_thread_codex_keeps_no_file_of_read_no_rollout(tmp_path: Path) -> None:
+    home, thread = tmp_path / "codex-home", str(THREAD["thread_id"])
+    rollout(home, thread, {**USAGE, "input_tokens": 5000})  # a later turn's count: not this attempt's to take
+    log = tmp_path / "run.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, ANSWER, DONE)), encoding="utf-8")
+    done = CodexOutput(log, 0, now=lambda: NOW, rollouts=home)
+    assert not done.judge(0).failed and done.result["input_tokens"] == 1200  # the stream's own, when it says them
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, *failure("500")[2:])), encoding="utf-8")
+    ephemeral = CodexOutput(log, 0, now=lambda: NOW, rollouts=home, thread_kept=False)
+    ephemeral.judge(1)
+    assert "input_tokens" not in ephemeral.result
+    nowhere = CodexOutput(log, 0, now=lambda: NOW, rollouts=tmp_path / "no-such-home")
+    nowhere.judge(1)  # a thread run on another machine (Ray), or whose file is gone: nothing, as before
+    assert "input_tokens" not in nowhere.result
+
+
 def test_orchestrator_logs_renders_codex_events_for_a_person() -> None:
     from orchestrator.tools.logs import render
 

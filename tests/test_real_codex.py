@@ -263,11 +263,15 @@ def test_a_budget_over_a_model_with_no_price_is_refused_at_start_in_one_line(
 def test_a_run_that_dies_leaves_its_last_command_and_thread_in_the_handoff_and_logs_shows_it(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:
-    project.configure({"builder": codex_role(stub, retry={"max": 0})})
+    project.configure({"builder": codex_role(stub, retry={"max": 0})}, prices={MODEL: PRICE})
     project.up(**env)
     project.drop("builder", "B-9.md", body="[then500] [shell: echo checked > seen.txt] build it")
     ended(project, "builder", "failed", "B-9.md")
-    thread = history_row(project, "B-9.md")["session_id"]
+    row = history_row(project, "B-9.md")
+    thread = row["session_id"]
+    # the turn failed, so Codex's events gave no tokens: the model call it paid for counts by its rollout
+    assert (row["input_tokens"], row["output_tokens"]) == (1200, 300), row
+    assert row["cost_usd"] == pytest.approx((1000 * 1.25 + 200 * 0.125 + 300 * 10.0) / 1e6), row
     note = (project.root / "memo" / "builder" / "handoff.md").read_text(encoding="utf-8")
     assert f"- Session: {thread}" in note and "- Why: Codex failed: " in note, note
     shown = project.cli("logs", "B-9")

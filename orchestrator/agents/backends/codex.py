@@ -23,6 +23,7 @@ from orchestrator.agents import procs, told
 from orchestrator.agents.backends.base import Program
 from orchestrator.agents.backends.codex_events import CodexOutput
 from orchestrator.agents.backends.codex_program import Choice, check_version, login
+from orchestrator.agents.backends.codex_rollout import codex_home
 from orchestrator.agents.backends.command import check_program
 from orchestrator.agents.command import (
     adopt_command,
@@ -217,7 +218,9 @@ class CodexBackend:
 
 def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
     price = spec.role.token_price(model_of(spec.role))
-    return CodexOutput(spec.log_path, offset, price=price, thread_kept=keeps_thread(spec.role))
+    return CodexOutput(
+        spec.log_path, offset, price=price, thread_kept=keeps_thread(spec.role), rollouts=codex_home(spec.env)
+    )
 
 
 def _taken_back(spec: LaunchSpec, offset: int) -> CodexOutput:
@@ -225,7 +228,14 @@ def _taken_back(spec: LaunchSpec, offset: int) -> CodexOutput:
     completed (told turns; its usage is already the thread's total), which its end reads off the loop."""
     price = spec.role.token_price(model_of(spec.role))
     kept = keeps_thread(spec.role)
-    return CodexOutput(spec.log_path, offset, price=price, before=lambda: earlier_processes(spec), thread_kept=kept)
+    return CodexOutput(
+        spec.log_path,
+        offset,
+        price=price,
+        before=lambda: earlier_processes(spec),
+        thread_kept=kept,
+        rollouts=codex_home(spec.env),
+    )
 
 
 def resume_spec(spec: LaunchSpec, thread_id: str, prompt: str) -> LaunchSpec:
@@ -250,7 +260,8 @@ class NextTurn:
         earlier = dict(agent.result)  # Codex's usage is the thread's running total: the next turn's carries it on
 
         def reading(spec: LaunchSpec, offset: int) -> CodexOutput:
-            return CodexOutput(spec.log_path, offset, price=spec.role.token_price(model_of(spec.role)), earlier=earlier)
+            price = spec.role.token_price(model_of(spec.role))
+            return CodexOutput(spec.log_path, offset, price=price, earlier=earlier, rollouts=codex_home(spec.env))
 
         if self.keeper is not None:  # the ended turn's exit record: a restart must not take it for this turn's end
             with contextlib.suppress(FileNotFoundError):

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.backends.codex_rollout import thread_spent
 from orchestrator.agents.claude_errors import one_line
 from orchestrator.config.codex import TokenPrice
 from orchestrator.core.agent import Judgement, LastWords, UsageLimit
@@ -270,7 +271,8 @@ class CodexOutput:
     ``earlier``: the figures of the same attempt's turns before (a resumed thread's usage already counts them);
     ``before``: for an attempt taken back at a restart, what its earlier processes wrote, read at the end (blocking)
     for the turns they completed; ``thread_kept`` False: Codex keeps no thread (``--ephemeral``), so none is told as
-    a session to resume."""
+    a session to resume; ``rollouts``: the Codex home whose rollout of the thread says what a turn that did not
+    complete spent (``codex_rollout``)."""
 
     def __init__(
         self,
@@ -281,6 +283,7 @@ class CodexOutput:
         earlier: dict[str, Any] | None = None,
         before: Callable[[], str] | None = None,
         thread_kept: bool = True,
+        rollouts: Path | None = None,
     ) -> None:
         self.log_path = log_path
         self.offset = offset
@@ -289,6 +292,7 @@ class CodexOutput:
         self.earlier = earlier or {}  # the figures of the attempt's turns before this one (a tell's next turn)
         self.before = before
         self.thread_kept = thread_kept
+        self.rollouts = rollouts if thread_kept else None
         self.result: dict[str, Any] = dict(self.earlier)
         self.events = Events()
 
@@ -313,9 +317,26 @@ class CodexOutput:
             self.earlier = {"num_turns": turns} if turns else {}
         self.events = read_events(text)
         self.events.thread_id = self.events.thread_id or head.thread_id
+        self._count_unfinished_turn()
         self.result = {**self.earlier, **figures(self.events, self.price)}  # its usage is the thread's total so far
         if not self.thread_kept:
             self.result.pop("session_id", None)
         if self.events.turns_completed and self.earlier.get("num_turns"):
             self.result["num_turns"] = self.earlier["num_turns"] + self.events.turns_completed
         return judge(self.events, code, self.now())
+
+    def _count_unfinished_turn(self) -> None:
+        """A turn that failed or was stopped spent what its model responses cost, which only the thread's rollout
+        says: its totals, when they are past those of the last completed turn."""
+        events = self.events
+        if self.rollouts is None or not events.thread_id:
+            return
+        if not events.failed_after_last_turn and events.turns_started <= events.turns_completed:
+            return
+        spent = thread_spent(self.rollouts, events.thread_id, TOKEN_KEYS)
+        if _tokens(spent) > _tokens(events.usage):
+            events.usage = spent
+
+
+def _tokens(usage: dict[str, int]) -> int:
+    return usage.get("input_tokens", 0) + usage.get("output_tokens", 0)

@@ -9,9 +9,9 @@ import shlex
 import subprocess
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 
 from orchestrator.agents.backends.base import Answer
+from orchestrator.agents.backends.codex_rollout import codex_home
 from orchestrator.agents.claude_errors import one_line
 from orchestrator.core.errors import ConfigError
 
@@ -59,8 +59,7 @@ def configured_provider(env: dict[str, str], choice: Choice = Choice()) -> tuple
     ``CODEX_HOME``, else ``~/.codex``) defines it: the role's choice, else its profile's, else the file's own. Its
     name, the variable its ``env_key`` names (None: it reads none) and the file; None for OpenAI's, or when the file
     cannot be read (then the login is asked)."""
-    home = env.get("CODEX_HOME") or str(Path(env.get("HOME") or Path.home()) / ".codex")
-    path = Path(home) / "config.toml"
+    path = codex_home(env) / "config.toml"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
