@@ -283,6 +283,19 @@ def test_a_run_that_dies_leaves_its_last_command_and_thread_in_the_handoff_and_l
         assert "→ shell: " in shown.stdout, shown.stdout
 
 
+def test_a_run_in_a_thread_codex_keeps_not_records_its_tokens_and_no_session(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    command = ["codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check", "--sandbox", "workspace-write", "-"]
+    project.configure({"builder": codex_role(stub, command=command)}, prices={MODEL: PRICE})
+    project.up(**env)
+    project.drop("builder", "B-11.md", body="[shell: touch made-by-codex.txt] build it")
+    ended(project, "builder", "archive", "B-11.md")
+    row = history_row(project, "B-11.md")
+    assert row["input_tokens"] == 2400 and row["output_tokens"] == 600, row
+    assert row["session_id"] is None, row  # no thread anyone could resume, and none a restart would take as one
+
+
 def test_a_silent_stream_is_stopped_as_stalled(project: Project, env: dict[str, str], stub: ResponsesStub) -> None:
     project.configure({"builder": codex_role(stub, stall_timeout="2s", retry={"max": 0})})
     project.up(**env)

@@ -269,8 +269,9 @@ class Lifecycle:
             result = figures.less(result, self.store.session_spent(resumed, run.run_id))
         key, run.sessions, totals = figures.merged(run.sessions, run.resumed_from, result, run.attempt)
         own = figures.session_part(run.sessions[key])
+        session_id = result.get("session_id") or None  # ``key`` names a session only when the result did
         self.store.update_run(
-            run.run_id, **totals, session_id=key, session_figures=own, is_error=int(bool(result.get("is_error")))
+            run.run_id, **totals, session_id=session_id, session_figures=own, is_error=int(bool(result.get("is_error")))
         )
         return True
 
