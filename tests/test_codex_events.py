@@ -282,6 +282,37 @@ def test_a_completed_turn_and_a_thread_codex_keeps_no_file_of_read_no_rollout(tm
     assert "input_tokens" not in nowhere.result
 
 
+def test_a_rollout_that_cannot_be_read_leaves_the_verdict_as_the_events_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    home, thread = tmp_path / "codex-home", str(THREAD["thread_id"])
+    path = rollout(home, thread, USAGE)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    empty = {"type": "event_msg", "payload": {"type": "token_count", "info": None}}  # Codex writes such counts too
+    path.write_text("\n".join([*lines[:-1], json.dumps(empty), lines[-1]]) + "\n", encoding="utf-8")
+    log = tmp_path / "run.log"
+    log.write_text("".join(json.dumps(e) + "\n" for e in (THREAD, TURN, *failure(LIMIT_TEXT)[2:])), encoding="utf-8")
+    counted = CodexOutput(log, 0, now=lambda: NOW, rollouts=home)
+    assert counted.judge(1).usage_limit is not None and counted.result["input_tokens"] == 1200
+
+    def broken(self: Path, pattern: str) -> Any:
+        raise OSError(5, "Input/output error", str(self))  # a home on a network disk that failed under us
+
+    monkeypatch.setattr(Path, "glob", broken)
+    unread = CodexOutput(log, 0, now=lambda: NOW, rollouts=home)
+    judgement = unread.judge(1)
+    assert judgement.usage_limit is not None, judgement  # still a usage limit, not an error reading the report
+    assert unread.result["session_id"] == thread and "input_tokens" not in unread.result
+    monkeypatch.undo()
+
+    path.unlink()
+    os.mkfifo(path)  # a pipe in its place: not read, so nothing waits on a writer that never comes
+    fifo = CodexOutput(log, 0, now=lambda: NOW, rollouts=home)
+    assert fifo.judge(1).usage_limit is not None and "input_tokens" not in fifo.result
+
+
 def test_orchestrator_logs_renders_codex_events_for_a_person() -> None:
     from orchestrator.tools.logs import render
 
