@@ -2,7 +2,7 @@
 
 For each count a fresh `orchestrator up` starts that many sleeping stand-in agents (each under its keeper), then
 measures, with all of them running: the latency of a new memo for another role, `status` and `cancel` of one
-run (a fresh CLI process each, median of 5), the orchestrator's RSS and its CPU while nothing happens, and at
+run (a fresh CLI process each, median of 11), the orchestrator's RSS and its CPU while nothing happens, and at
 the end `cancel --role` of all of them, from the command's start until it answers (every run ended: it waits for
 them all), and beside it until none of their agents runs. The baseline
 of every figure is the same figure at the smallest count: what grows with the number of agents shows as a ratio.
@@ -31,7 +31,9 @@ from bench.harness import (
 
 COUNTS = (20, 100, 300)
 SMOKE_COUNTS = (2, 4)
-CLIENT_RUNS = 5  # `status` and `cancel` of one run, each a fresh process: the median of these
+# `status` and `cancel` of one run, each a fresh process: the median of these (of 5, a row swung from 1.2x to 1.6x
+# between runs on the same wheel)
+CLIENT_RUNS = 11
 NEW_MEMOS = 20  # memos for another role while the agents run, one every PACE seconds
 PACE = 0.05
 IDLE_WINDOW = 15.0  # seconds of CPU measured with every agent running and nothing else to do (smoke: 1 s)
