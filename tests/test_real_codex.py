@@ -283,6 +283,24 @@ def test_a_run_that_dies_leaves_its_last_command_and_thread_in_the_handoff_and_l
         assert "→ shell: " in shown.stdout, shown.stdout
 
 
+def test_a_retry_that_resumes_a_failed_turns_thread_counts_its_spend_once(
+    project: Project, env: dict[str, str], stub: ResponsesStub
+) -> None:
+    role = codex_role(stub, retry={"max": 1, "backoff": ["0.1s"]}, retry_resumes=True)
+    project.configure({"builder": role}, prices={MODEL: PRICE})
+    project.up(**env)
+    project.drop("builder", "B-12.md", body="[then500] [shell: echo checked > seen.txt] build it")
+    ended(project, "builder", "failed", "B-12.md")
+    row = history_row(project, "B-12.md")
+    assert row["attempt"] == 2, row
+    # one model call was paid for, in the first attempt; the second resumed its thread and failed at its first call:
+    # the thread's totals, counted once, not once an attempt
+    assert (row["input_tokens"], row["output_tokens"]) == (1200, 300), row
+    calls = [r for r in stub.requests if "B-12" in json.dumps(r)]
+    assert len(calls) >= 3, len(calls)  # the command, the 500 after it, and the resumed attempt's call
+    assert '"function_call_output"' in json.dumps(calls[-1])  # it carried the first attempt's thread on
+
+
 def test_a_run_in_a_thread_codex_keeps_not_records_its_tokens_and_no_session(
     project: Project, env: dict[str, str], stub: ResponsesStub
 ) -> None:
