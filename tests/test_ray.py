@@ -233,9 +233,9 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_and_its_agent_swept_before
     project: Project, cluster: LocalCluster
 ) -> None:
     """A wrapper that hangs (SIGSTOP: Ray still reaches its node) hears no stop: after ``lost_after`` and a bounded
-    wait for its word, the head kills its actor through Ray, then ends the attempt; the retry's wrapper, on the same
-    node (the role's ``node_labels``), kills the agent left behind before it starts its own. Before, the hung
-    wrapper's agent ran on beside the retry's for ``reconnect_within``."""
+    wait for its word, the head kills its actor through Ray and a task on its node kills the agent left behind, then
+    it ends the attempt, so the retry (on the same node: the role's ``node_labels``) starts only once that agent is
+    dead. Before, the hung wrapper's agent ran on beside the retry's for ``reconnect_within``."""
     pinned = {"cpu": 0.5, "node_labels": {"pool": "builders"}}
     roles = {"builder": {"resources": pinned, "retry": {"max": 1, "backoff": ["0.1s"]}}}
     configure(project, cluster, roles, lost_after="3s", reconnect_within="2m")
@@ -247,8 +247,35 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_and_its_agent_swept_before
         wait_for(lambda: project.folder("builder", "archive") == ["h.md"], 90, "h.md archived by attempt 2")
         assert [r["attempt"] for r in records(project, "h.md")] == [1, 2]
         orch.wait_output("attempt 1 failed: no word from the wrapper")
-        orch.wait_output(f"killed orphaned agent processes [{first['pid']}]")
+        orch.wait_output("killed what it left: ")  # a task on the hung wrapper's node, before the retry started
         assert dead(agent.pid, agent.create_time()), "the hung wrapper's agent was killed before the retry's started"
+        wait_for(lambda: dead(wrapper.pid, wrapper.create_time()), 30, "the hung wrapper's worker killed by Ray")
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            wrapper.resume()
+    stop(orch)
+
+
+def test_a_cancel_of_a_hung_wrapper_kills_its_actor_and_a_task_on_its_node_kills_its_agent(
+    project: Project, cluster: LocalCluster
+) -> None:
+    """A wrapper that hangs (SIGSTOP) never hears the stop: after the bound, the head kills its actor through Ray, and
+    a task pinned to its node kills the agent it left before the cancel answers. Before, that agent ran on until the
+    next wrapper started on its node, for this run never, and the receipt named it a survivor."""
+    configure(project, cluster, {"builder": {"grace": "0.5s", "retry": {"max": 0}}})
+    orch = project.up(**ENV)
+    project.drop("builder", "k.md", {"id": "K-1", "agent": {"sleep": 120, "grandchild": True}})
+    first, agent, wrapper = on_a_worker(project, "k.md")
+    tree = {pid: psutil.Process(pid).create_time() for pid in [first["pid"], *first["children"]]}
+    wrapper.suspend()
+    try:
+        result = project.cli("cancel", "K-1")
+        # the bound on a stop's word from the wrapper is longer than the cancel's own answer: it says the stop goes on
+        assert result.returncode in (0, 11), result.stderr
+        wait_for(lambda: project.folder("builder", "cancelled") == ["k.md"], 60, "k.md cancelled")
+        assert [pid for pid, created in tree.items() if not dead(pid, created)] == []  # dead once the run ended
+        assert "did not report the tree dead" in orch.output and "killed what it left" in orch.output, orch.output
+        assert "is killed by the next wrapper" not in orch.output
         wait_for(lambda: dead(wrapper.pid, wrapper.create_time()), 30, "the hung wrapper's worker killed by Ray")
     finally:
         with contextlib.suppress(psutil.NoSuchProcess):

@@ -45,6 +45,7 @@ class RayAttempt:
         self.pid: int | None = None
         self.create_time: float | None = None
         self.node: str | None = None  # where it runs, or the node that refused its start
+        self.node_id: str | None = None  # Ray's id of the node it runs on (as its wrapper said)
         self.report: KillReport | None = None  # set when the wrapper reports having stopped the tree
         self.finished = False
         self.lost: str | None = None  # why the head gave the attempt up without a report of the tree's end

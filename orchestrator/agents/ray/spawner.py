@@ -25,6 +25,7 @@ from orchestrator.agents.ray.board import TAKE_WAIT, WrapperActor
 from orchestrator.agents.ray.cluster import connect
 from orchestrator.agents.ray.names import NAMESPACE, Names
 from orchestrator.agents.ray.payload import log_header, options_of, payload_of
+from orchestrator.agents.ray.sweep import sweep_report
 from orchestrator.agents.ray.wire import (
     AnyMessage,
     ControlAnswer,
@@ -112,7 +113,7 @@ class RaySpawner(HandleStops):
     def _begin(self, attempt: RayAttempt, first: Started) -> None:
         """The wrapper has started the agent: note where, and read its messages from now on."""
         spec = attempt.spec
-        attempt.pid, attempt.node = first.pid, first.node
+        attempt.pid, attempt.node, attempt.node_id = first.pid, first.node, first.node_id
         if spec.role.backend == "sdk" and first.node_id:
             self.session_nodes[spec.run_id] = first.node_id
             while len(self.session_nodes) > SESSION_NODES:
@@ -183,7 +184,7 @@ class RaySpawner(HandleStops):
         self.leases.discard(attempt.lease)
 
     def _cancel(self, attempt: RayAttempt) -> None:
-        """Kill the attempt's actor (and so its wrapper; an agent it leaves is killed by the next wrapper there)."""
+        """Kill the attempt's actor, and so its wrapper (``sweep`` kills an agent it leaves)."""
         with contextlib.suppress(Exception):
             self.ray.kill(attempt.actor, no_restart=True)
 
@@ -217,14 +218,16 @@ class RaySpawner(HandleStops):
         """End an attempt given up for its silence once its agent is stopped, so that its retry never runs beside
         it: the wrapper is asked to stop the tree at once (one that is only silent does, and says so); one that
         does not say so within the bound (hung) has its actor killed through Ray, and the agent it leaves is
-        killed by the next wrapper that starts on that node, before its own agent. Its actor is let go either way.
-        """
+        killed by a task on its node (``sweep``), else by the next wrapper that starts there, before its own agent.
+        Its actor is let go either way."""
         self._ask_stop(attempt, 0.0)
         if attempt.pump is not None:
             await asyncio.wait({attempt.pump}, timeout=procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
             if not attempt.pump.done():
                 self._cancel(attempt)
                 await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
+                said = f"run {attempt.spec.run_id}: "
+                await sweep_report(self.ray, attempt, self.root, self.names.key, lambda t: self.say(said + t))
         self._cancel(attempt)
         self._end(attempt, None, attempt.given_up)
 
@@ -436,10 +439,6 @@ class RaySpawner(HandleStops):
         self._cancel(attempt)
         if attempt.pump is not None:
             await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
+        report = await sweep_report(self.ray, attempt, self.root, self.names.key, log, started)
         self._end(attempt, None, why)
-        log(
-            f"ray.kill of the wrapper's actor done; the agent (pid {attempt.pid}) could not be checked and is killed by "
-            f"the next wrapper that runs on {attempt.node}"
-        )
-        pids = [attempt.pid] if attempt.pid else []
-        return KillReport(pids=pids, survivors=list(pids))
+        return report
