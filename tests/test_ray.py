@@ -247,8 +247,12 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_and_its_agent_swept_before
         wait_for(lambda: project.folder("builder", "archive") == ["h.md"], 90, "h.md archived by attempt 2")
         assert [r["attempt"] for r in records(project, "h.md")] == [1, 2]
         orch.wait_output("attempt 1 failed: no word from the wrapper")
-        orch.wait_output("killed what it left: ")  # a task on the hung wrapper's node, before the retry started
-        assert dead(agent.pid, agent.create_time()), "the hung wrapper's agent was killed before the retry's started"
+        lines = orch.output.splitlines()
+        swept = next(i for i, line in enumerate(lines) if "killed what the wrapper left: " in line)
+        assert str(first["pid"]) in lines[swept].split("killed what the wrapper left: ", 1)[1], lines[swept]
+        retry = next(i for i, line in enumerate(lines) if "(run 1, attempt 2)" in line)
+        assert swept < retry, "the hung wrapper's agent was killed before the retry started"
+        assert dead(agent.pid, agent.create_time())
         wait_for(lambda: dead(wrapper.pid, wrapper.create_time()), 30, "the hung wrapper's worker killed by Ray")
     finally:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -274,7 +278,8 @@ def test_a_cancel_of_a_hung_wrapper_kills_its_actor_and_a_task_on_its_node_kills
         assert result.returncode in (0, 11), result.stderr
         wait_for(lambda: project.folder("builder", "cancelled") == ["k.md"], 60, "k.md cancelled")
         assert [pid for pid, created in tree.items() if not dead(pid, created)] == []  # dead once the run ended
-        assert "did not report the tree dead" in orch.output and "killed what it left" in orch.output, orch.output
+        assert "did not report the tree dead" in orch.output, orch.output
+        assert f"killed what the wrapper left: [{first['pid']}" in orch.output, orch.output
         assert "is killed by the next wrapper" not in orch.output
         wait_for(lambda: dead(wrapper.pid, wrapper.create_time()), 30, "the hung wrapper's worker killed by Ray")
     finally:

@@ -187,6 +187,65 @@ def test_a_hung_wrapper_given_up_has_its_actor_killed_before_the_attempt_ends(
     asyncio.run(scenario())
 
 
+class FakeSweep:
+    """``ray`` as the sweep uses it: ``ray.remote(fn).options(...).remote(*args)``, answering ``answer`` (an
+    exception is raised, None never answers)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer, self.calls = answer, []
+
+    def remote(self, *args: Any) -> Any:
+        if len(args) == 1 and callable(args[0]):  # ray.remote(fn)
+            self.calls.append(("function", args[0].__name__))
+            return self
+        self.calls.append(("task", args))
+        return self._answer()
+
+    def options(self, **options: Any) -> FakeSweep:
+        self.calls.append(("options", options))
+        return self
+
+    async def _answer(self) -> Any:
+        if self.answer is None:
+            await asyncio.sleep(3600)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def test_a_task_on_its_node_kills_what_a_hung_wrapper_left_else_the_log_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("ray")
+    from orchestrator.agents.ray import sweep
+
+    monkeypatch.setattr(sweep, "SWEEP_WAIT", 0.05)
+    node = "ab" * 28  # Ray's node ids are 28 bytes
+    attempt = SimpleNamespace(node="10.0.0.2/abc", node_id=node, pid=4242, spec=SimpleNamespace(run_id=7, attempt=2))
+    cases = {
+        "killed": [4242, 4243],
+        "refused": RuntimeError(f"Node {node[:8]} is dead\n(the rest of Ray's words)"),
+        "silent": None,
+    }
+    for case, answer in cases.items():
+        ray, said = FakeSweep(answer), []
+        report = asyncio.run(sweep.sweep_report(ray, attempt, "/root", "k", said.append, time.monotonic()))
+        assert ray.calls[-1] == ("task", ("/root", "k", 7, 2)), ray.calls  # this attempt of this run, on its node
+        options = next(call[1] for call in ray.calls if call[0] == "options")
+        assert options["num_cpus"] == 0 and options["scheduling_strategy"].node_id == node
+        assert options["scheduling_strategy"].soft is False
+        if case == "killed":
+            assert report.pids == [4242, 4243] and report.survivors == []
+            assert said == ["a task on 10.0.0.2/abc killed what the wrapper left: [4242, 4243]"]
+        else:
+            assert report.pids == [4242] and report.survivors == [4242]
+            why = f"Node {node[:8]} is dead" if case == "refused" else "no answer within 0.05s"
+            assert said == [
+                f"no task could kill what the wrapper left on 10.0.0.2/abc ({why}): the agent (pid 4242) is killed "
+                "by the next wrapper that runs there"
+            ]
+
+
 def test_an_error_reading_the_wrappers_messages_ends_the_attempt_and_stops_its_agent(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:

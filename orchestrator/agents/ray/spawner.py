@@ -217,17 +217,17 @@ class RaySpawner(HandleStops):
     async def _settle_given_up(self, attempt: RayAttempt) -> None:
         """End an attempt given up for its silence once its agent is stopped, so that its retry never runs beside
         it: the wrapper is asked to stop the tree at once (one that is only silent does, and says so); one that
-        does not say so within the bound (hung) has its actor killed through Ray, and the agent it leaves is
-        killed by a task on its node (``sweep``), else by the next wrapper that starts there, before its own agent.
-        Its actor is let go either way."""
+        does not say so within the bound (hung) has its agent killed by a task on its node (``sweep``; else by the
+        next wrapper that starts there, before its own agent), then its actor killed through Ray, which ends the
+        attempt. Its actor is let go either way."""
         self._ask_stop(attempt, 0.0)
         if attempt.pump is not None:
             await asyncio.wait({attempt.pump}, timeout=procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
             if not attempt.pump.done():
-                self._cancel(attempt)
-                await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
                 said = f"run {attempt.spec.run_id}: "
                 await sweep_report(self.ray, attempt, self.root, self.names.key, lambda t: self.say(said + t))
+                self._cancel(attempt)
+                await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
         self._cancel(attempt)
         self._end(attempt, None, attempt.given_up)
 
@@ -435,10 +435,10 @@ class RaySpawner(HandleStops):
         if attempt.finished and attempt.lost is None:
             return KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
         why = attempt.lost or f"no report within {grace + procs.KILL_WAIT:g}s"
-        log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); ray.kill of its actor")
+        log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); a task on its node, then ray.kill")
+        report = await sweep_report(self.ray, attempt, self.root, self.names.key, log, started)
         self._cancel(attempt)
         if attempt.pump is not None:
             await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
-        report = await sweep_report(self.ray, attempt, self.root, self.names.key, log, started)
         self._end(attempt, None, why)
         return report
