@@ -264,14 +264,13 @@ class Lifecycle:
         result = agent.result
         if not result:
             return False
-        resumed = result.get("session_id")
-        if resumed:  # a session another run began (a question's, answered) carries that run's spend in its totals
-            result = figures.less(result, self.store.session_spent(resumed, run.run_id))
+        reported = result.get("session_id") or None  # on record as the run's session: ``key`` may be a placeholder
+        if reported:  # a session another run began (a question's, answered) carries that run's spend in its totals
+            result = figures.less(result, self.store.session_spent(reported, run.run_id))
         key, run.sessions, totals = figures.merged(run.sessions, run.resumed_from, result, run.attempt)
         own = figures.session_part(run.sessions[key])
-        session_id = result.get("session_id") or None  # ``key`` names a session only when the result did
         self.store.update_run(
-            run.run_id, **totals, session_id=session_id, session_figures=own, is_error=int(bool(result.get("is_error")))
+            run.run_id, **totals, session_id=reported, session_figures=own, is_error=int(bool(result.get("is_error")))
         )
         return True
 
