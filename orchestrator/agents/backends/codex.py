@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from orchestrator.agents import procs, told
 from orchestrator.agents.backends.base import Program
@@ -216,26 +217,18 @@ class CodexBackend:
         return agent
 
 
-def _reading(spec: LaunchSpec, offset: int) -> CodexOutput:
+def _reading(spec: LaunchSpec, offset: int, **more: Any) -> CodexOutput:
+    """The reader of an attempt's events from ``offset`` of its log, priced by its role's model, with the Codex home
+    whose rollout says what a turn that did not complete spent; ``more``: the reader's other settings."""
     price = spec.role.token_price(model_of(spec.role))
-    return CodexOutput(
-        spec.log_path, offset, price=price, thread_kept=keeps_thread(spec.role), rollouts=codex_home(spec.env)
-    )
+    kept = keeps_thread(spec.role)
+    return CodexOutput(spec.log_path, offset, price=price, thread_kept=kept, rollouts=codex_home(spec.env), **more)
 
 
 def _taken_back(spec: LaunchSpec, offset: int) -> CodexOutput:
     """An attempt taken back at a restart: its running turn's output, counted after the turns its earlier processes
     completed (told turns; its usage is already the thread's total), which its end reads off the loop."""
-    price = spec.role.token_price(model_of(spec.role))
-    kept = keeps_thread(spec.role)
-    return CodexOutput(
-        spec.log_path,
-        offset,
-        price=price,
-        before=lambda: earlier_processes(spec),
-        thread_kept=kept,
-        rollouts=codex_home(spec.env),
-    )
+    return _reading(spec, offset, before=lambda: earlier_processes(spec))
 
 
 def resume_spec(spec: LaunchSpec, thread_id: str, prompt: str) -> LaunchSpec:
@@ -260,8 +253,7 @@ class NextTurn:
         earlier = dict(agent.result)  # Codex's usage is the thread's running total: the next turn's carries it on
 
         def reading(spec: LaunchSpec, offset: int) -> CodexOutput:
-            price = spec.role.token_price(model_of(spec.role))
-            return CodexOutput(spec.log_path, offset, price=price, earlier=earlier, rollouts=codex_home(spec.env))
+            return _reading(spec, offset, earlier=earlier)
 
         if self.keeper is not None:  # the ended turn's exit record: a restart must not take it for this turn's end
             with contextlib.suppress(FileNotFoundError):
