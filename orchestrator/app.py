@@ -19,6 +19,7 @@ from orchestrator.continuity.context import check_context
 from orchestrator.core.errors import AlreadyRunningError, ConfigError, OrchestratorError
 from orchestrator.notify.checks import require_channels
 from orchestrator.ops.doctor import Host, start_checks
+from orchestrator.ops.executor_switch import check_executor
 from orchestrator.prompts import load_template
 from orchestrator.supervisor.extension import ExtensionFactory
 from orchestrator.workspaces.checks import check_workspaces
@@ -139,10 +140,12 @@ def run_up(
     host: Host | None = None,
     web: str | None = None,
     more: Sequence[ExtensionFactory] = (),
+    rerun_unfinished: bool = False,
 ) -> int:
     """``host``: what the start checks read of the machine (``ops.doctor.Host``; tests give their own);
     ``web``: ``up --web [HOST:]PORT``, over the file's ``web:``; ``more``: features plugged in after the team's
-    (``compose.build_supervisor``; a test's own extension)."""
+    (``compose.build_supervisor``; a test's own extension); ``rerun_unfinished``: ``up --rerun-unfinished``, a start
+    under another executor than the last one although runs it started are under way (``ops.executor_switch``)."""
     from orchestrator.compose import build_supervisor
 
     config = load_config(root)
@@ -151,9 +154,12 @@ def run_up(
     preflight(config)
     warnings = start_checks(config, host)
     with root_lock(config):
+        switched = check_executor(config, rerun_unfinished)  # under the lock: no other start reads or writes it
         console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
         for finding in warnings:
             console.line(f"warning: {finding.text}")
+        for line in switched:
+            console.line(line)
         supervisor = build_supervisor(config, console, until_idle=until_idle, more=more)
         try:
             code = asyncio.run(supervisor.serve())

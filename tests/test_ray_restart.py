@@ -257,3 +257,49 @@ def test_two_projects_at_the_same_path_on_two_machines_never_touch_each_others_r
         for out in opened:
             out.close()
         shared.rmdir()
+
+
+def test_a_start_here_is_refused_while_a_run_is_under_way_on_the_cluster_and_rerun_unfinished_runs_it_here(
+    project: Project, cluster: LocalCluster
+) -> None:
+    """``executor: local`` after a kill on Ray: the local start cannot see the actor, so it would run the memo again
+    beside its agent. Refused; Ray again takes the run back; ``--rerun-unfinished`` (a cluster gone) runs it here."""
+    configure(project, cluster, reconnect_within="2m")
+    gate = project.root / "gate"
+    project.drop("builder", "r.md", {"id": "R-1", "agent": {"until": str(gate)}})
+    orch = up(project)
+    (record,) = wait_for(project.records, START, "the agent to start on a worker")
+    orch.signal(signal.SIGKILL)
+    orch.wait(30)
+
+    project.configure({"builder": {"env": {"STANDIN_ENDS": str(project.root / "ends.jsonl")}}})
+    refused = project.cli("up", "--plain")
+    assert refused.returncode == 2, refused.stderr
+    assert "executor: local, but the last `up` started with executor: ray, and run 1 (builder: r.md) is still " in (
+        refused.stderr
+    )
+    assert "if that cluster is gone, `orchestrator up --rerun-unfinished` runs its memo again here" in refused.stderr
+    assert [memo_of(r) for r in project.records()] == ["r.md"] and psutil.pid_exists(record["pid"])
+
+    configure(project, cluster, reconnect_within="2m")  # the way out: Ray again takes it back
+    orch = up(project)
+    orch.wait_output("re-attached to its wrapper", START)
+    gate.touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["r.md"], START, "r.md archived by its one agent")
+    assert orch.stop() == 0, orch.output
+    assert [memo_of(r) for r in project.records()] == ["r.md"]
+
+    gate.unlink()  # a cluster given up for gone: the memo runs again here, beside its agent there
+    project.drop("builder", "s.md", {"id": "S-1", "agent": {"until": str(gate)}})
+    orch = up(project)
+    wait_for(lambda: len(project.records()) == 2, START, "s.md's agent to start on a worker")
+    orch.signal(signal.SIGKILL)
+    orch.wait(30)
+    project.configure({"builder": {"env": {"STANDIN_ENDS": str(project.root / "ends.jsonl")}}})
+    orch = project.up("--rerun-unfinished")
+    orch.wait_output("warning: up --rerun-unfinished: run 2 (builder: s.md) of executor: ray end as at a restart")
+    wait_for(lambda: len(project.records()) == 3, START, "s.md run again here")
+    gate.touch()
+    wait_for(lambda: "s.md" in project.folder("builder", "archive"), START, "s.md archived by its run here")
+    assert orch.stop() == 0, orch.output
+    assert [memo_of(r) for r in project.records()] == ["r.md", "s.md", "s.md"]

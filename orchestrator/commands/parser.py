@@ -34,6 +34,11 @@ def build() -> argparse.ArgumentParser:
     up.add_argument("--until-idle", action="store_true", help="exit 0 once nothing is queued or running")
     up.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
     up.add_argument("--web", metavar="[HOST:]PORT", help="serve the dashboard there (port 0: any free port)")
+    up.add_argument(
+        "--rerun-unfinished",
+        action="store_true",
+        help="start although the last up used another executor and runs it started are under way: their memos run again",
+    )
 
     web = sub.add_parser("web", parents=[common], help="the running dashboard's URL (with its token)")
     web.add_argument("--open", action="store_true", help="open it in a browser")

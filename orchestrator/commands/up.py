@@ -12,7 +12,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     # the supervisor loads only for `up`: the full parser (a TAB in the shell asks it) stays light
     from orchestrator.app import run_up
 
-    return run_up(project_root(args), until_idle=args.until_idle, plain=args.plain, web=args.web)
+    return run_up(
+        project_root(args),
+        until_idle=args.until_idle,
+        plain=args.plain,
+        web=args.web,
+        rerun_unfinished=args.rerun_unfinished,
+    )
 
 
 def cmd_web(args: argparse.Namespace) -> int:
