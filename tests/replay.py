@@ -53,6 +53,7 @@ class FakeAgent:
         self.pid = 4_000_000 + spec.run_id * 100 + spec.attempt  # above any real pid: signals reach nobody
         self.create_time: float | None = None
         self.node: str | None = None
+        self.stop_slack = 0.0
         self.activity: str | None = None
         self.cost_usd: float | None = None
         self.result: dict[str, Any] = {}

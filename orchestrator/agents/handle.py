@@ -49,6 +49,7 @@ class Transport(Protocol):
     pid: int | None
     create_time: float | None
     node: str | None
+    stop_slack: float  # seconds its stop may take beyond the ladder's own (``AgentHandle.stop_slack``)
 
     async def ended(self) -> Ending: ...
 
@@ -171,6 +172,10 @@ class Agent:
     @property
     def node(self) -> str | None:
         return self.transport.node
+
+    @property
+    def stop_slack(self) -> float:
+        return self.transport.stop_slack
 
     @property
     def activity(self) -> str | None:

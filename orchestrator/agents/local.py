@@ -66,6 +66,7 @@ class LocalProcess:
         self.pid = pid
         self.create_time = ref.create_time if ref is not None else None
         self.node: str | None = None
+        self.stop_slack = 0.0
 
     @classmethod
     def adopted(cls, spec: LaunchSpec, ref: procs.ProcRef, keeper_pid: int | None) -> LocalProcess:

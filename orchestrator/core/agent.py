@@ -178,6 +178,13 @@ class AgentHandle(Protocol):
         ...
 
     @property
+    def stop_slack(self) -> float:
+        """Seconds its stop may take beyond the ladder's own (an interrupt's grace, then the kill's): the waits for
+        the place it runs (a Ray wrapper's word, a task on its node); 0 for a local agent. A cancel's answer waits
+        this much longer, so a stop that is still keeping its bounds is not reported as late."""
+        ...
+
+    @property
     def activity(self) -> str | None:
         """What its session is doing now (an SDK agent), for ``status`` and the live view."""
         ...

@@ -63,9 +63,11 @@ def refuse(run: RoleRun) -> None:
 
 
 def stop_deadline(runs: list[RoleRun]) -> float:
-    """How long a cancel waits for the runs it stops: twice the longest grace and some, at most ``ANSWER_WITHIN``."""
-    grace = max((run.role.grace for run in runs), default=0.0)
-    return min(ANSWER_WITHIN, 2 * grace + STOP_SLACK)
+    """How long a cancel waits for the runs it stops: twice the grace and some, and what its agent's stop may wait
+    for where it runs (a Ray wrapper that does not answer: ``stop_slack``), for the longest; at most
+    ``ANSWER_WITHIN``."""
+    longest = max((2 * run.role.grace + (run.agent.stop_slack if run.agent else 0.0) for run in runs), default=0.0)
+    return min(ANSWER_WITHIN, longest + STOP_SLACK)
 
 
 async def within(work: Awaitable[_T], seconds: float, clock: Clock, still: Callable[[], str]) -> _T:

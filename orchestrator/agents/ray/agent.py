@@ -33,8 +33,12 @@ Post = Callable[["RayAttempt", dict[str, Any]], Awaitable[None]]
 class RayAttempt:
     """One attempt's Ray actor as the head sees it (its ``pid`` is on a remote node: ``create_time`` is None)."""
 
-    def __init__(self, stopper: Stopper, release: Release, spec: LaunchSpec, lease: str, actor: Any) -> None:
+    def __init__(
+        self, stopper: Stopper, release: Release, spec: LaunchSpec, lease: str, actor: Any, stop_slack: float
+    ) -> None:
+        """``stop_slack``: how long the stopper may wait for Ray beyond the ladder's own (``AgentHandle``)."""
         self.stopper = stopper
+        self.stop_slack = stop_slack
         self.release = release
         self.spec = spec
         self.lease = lease

@@ -25,7 +25,7 @@ from orchestrator.agents.ray.board import TAKE_WAIT, WrapperActor
 from orchestrator.agents.ray.cluster import connect
 from orchestrator.agents.ray.names import NAMESPACE, Names
 from orchestrator.agents.ray.payload import log_header, options_of, payload_of
-from orchestrator.agents.ray.sweep import sweep_report
+from orchestrator.agents.ray.sweep import SWEEP_WAIT, sweep_report
 from orchestrator.agents.ray.wire import (
     AnyMessage,
     ControlAnswer,
@@ -73,7 +73,7 @@ class RaySpawner(HandleStops):
         """Create the attempt's actor; return once its wrapper has started the agent on a worker."""
         lease = uuid.uuid4().hex
         payload = payload_of(spec, lease, self.root, self.settings, self.names.key)
-        attempt = RayAttempt(self.stop_attempt, self._release, spec, lease, None)
+        attempt = RayAttempt(self.stop_attempt, self._release, spec, lease, None, self.stop_slack)
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(lease)
         os.close(open_log(spec.log_path, log_header(spec)))
@@ -341,7 +341,7 @@ class RaySpawner(HandleStops):
                 continue
         if kept is None:
             return None
-        attempt = RayAttempt(self.stop_attempt, self._release, spec, kept["lease"], actor)
+        attempt = RayAttempt(self.stop_attempt, self._release, spec, kept["lease"], actor, self.stop_slack)
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(attempt.lease)
         if attempt.follow is not None:
@@ -395,6 +395,11 @@ class RaySpawner(HandleStops):
             self.ray.kill(actor, no_restart=True)
 
     # ------------------------------------------------------------ stop
+    @property
+    def stop_slack(self) -> float:
+        """What a stop may wait for beyond its ladder: each bound of ``_stop_tree`` and ``stop_attempt`` in turn."""
+        return 2 * BOARD_WAIT + procs.KILL_WAIT + self.settings.poll * 10 + SWEEP_WAIT + CANCEL_WAIT + END_TOLD_WAIT
+
     async def stop_attempt(
         self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
     ) -> KillReport:
