@@ -496,3 +496,41 @@ def test_a_second_cancel_of_the_same_memo_waits_for_the_first(project: Project) 
     db = sqlite3.connect(project.root / ".orchestrator" / "state.db")
     assert db.execute("SELECT COUNT(*) FROM cancellations WHERE memo_id = 'S-2'").fetchone()[0] == 1
     db.close()
+
+
+def test_a_cancel_whose_orchestrator_crashes_says_it_may_yet_happen_and_the_next_start_finishes_it(
+    project: Project,
+) -> None:
+    """The client cannot tell a crash from a refusal by the closed connection alone: it says the request may have
+    taken effect (exit 11, as for any answer that did not come), never that it failed (exit 1). It did: the cancel
+    was recorded, and the next start finishes it as cancelled."""
+    project.configure({"builder": {"grace": "5s"}})  # the crash lands within it; the restart's stop waits it out
+    orch = project.up()
+    project.drop("builder", "stubborn.md", {"id": "S-3", "agent": {"sleep": LONG, "ignore_term": True}})
+    tree = tree_of(started(project, "stubborn.md"))
+    asked = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "cancel", "S-3", "--root", str(project.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=project.env(),
+    )
+    try:
+        wait_for(lambda: [r["state"] for r in live_runs(project)] == ["cancelling"], what="the cancel under way")
+        orch.signal(9)
+        orch.wait()
+        _out, err = asked.communicate(timeout=60)
+    finally:
+        if asked.poll() is None:
+            asked.kill()
+            asked.communicate()
+    assert asked.returncode == 11, err
+    (line,) = err.splitlines()
+    assert "closed the connection without an answer: still waiting for its answer to `cancel S-3`" in line, line
+    assert "may have taken effect" in line and "Traceback" not in err
+
+    orch = project.up(wait_ready=False)
+    wait_for(lambda: project.folder("builder", "cancelled") == ["stubborn.md"], what="the cancel finished at restart")
+    assert alive_of(tree) == []
+    orch.wait_output("finished at restart: the orchestrator stopped during the cancel")
+    drain_and_stop(project, orch)

@@ -115,19 +115,25 @@ def call(root: Path, op: str, timeout: float = 30.0, **args: Any) -> dict[str, A
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
             if not chunk:
-                raise ControlError(f"the orchestrator of {root} closed the connection without an answer")
+                raise DeadlineError(_unanswered(root, op, args, "closed the connection without an answer"))
             data += chunk
     except TimeoutError:
-        raise DeadlineError(
-            f"the orchestrator of {root} did not answer within {timeout:g}s: still waiting for its answer to "
-            f"`{_request(op, args)}` (the request may yet take effect: `orchestrator status` shows what runs, "
-            ".orchestrator/orchestrator.log what it did)"
-        ) from None
+        raise DeadlineError(_unanswered(root, op, args, f"did not answer within {timeout:g}s")) from None
     except ConnectionError as exc:
-        raise ControlError(f"lost the connection to the orchestrator of {root}: {exc.strerror or exc}") from None
+        raise DeadlineError(_unanswered(root, op, args, f"lost the connection ({exc.strerror or exc})")) from None
     finally:
         sock.close()
     return _result(root, data)
+
+
+def _unanswered(root: Path, op: str, args: dict[str, Any], how: str) -> str:
+    """The line of a request sent and never answered (exit 11): it may have taken effect, or yet take it (a cancel
+    of an orchestrator that crashed is finished by its next start)."""
+    return (
+        f"the orchestrator of {root} {how}: still waiting for its answer to `{_request(op, args)}` (the request may "
+        "have taken effect or yet take it: `orchestrator status` shows what runs, .orchestrator/orchestrator.log "
+        "what it did)"
+    )
 
 
 def _request(op: str, args: dict[str, Any]) -> str:
