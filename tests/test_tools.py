@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -64,6 +65,34 @@ def test_send_writes_a_complete_memo_and_refuses_with_distinct_statuses(project:
     warned = project.cli("send", "--to", "builder", "text", "--reply-to", "no-such-id")
     assert warned.returncode == 0 and "warning: --reply-to no-such-id: no memo" in warned.stderr
     assert Path(warned.stdout.strip()).exists()
+
+
+def test_text_that_is_not_utf8_is_refused_in_one_line_writing_nothing(project: Project) -> None:
+    """Bytes that are not UTF-8 (from stdin, or in an argument) arrive as lone surrogates: refused in one line (exit
+    2) before anything is sent or written, never an internal error from the YAML writer or SQLite deep inside."""
+    project.configure({"builder": {}})
+    for argv, stdin, said in (
+        (["send", "--to", "builder", "-"], b"\xff\xfe broken", "orchestrator send: standard input is not UTF-8"),
+        (["send", "--to", "builder", b"x\xffy"], None, "the argument 'x\\xffy' is not UTF-8 text"),
+        (["send", "--to", "builder", "fine", "--subject", b"\xc3("], None, "the argument '\\xc3(' is not UTF-8"),
+        (["tell", "X-1"], b"\xff", "orchestrator tell: standard input is not UTF-8 text; nothing was sent"),
+        (["answer", "X-1", "-"], b"\xff", "orchestrator answer: standard input is not UTF-8 text"),
+        (["history", "--role", b"\xff"], None, "the argument '\\xff' is not UTF-8 text"),
+        (["task", "add", "builder", b"\xff"], None, "the argument '\\xff' is not UTF-8 text"),
+        (["logs", b"\xff"], None, "the argument '\\xff' is not UTF-8 text"),
+    ):
+        done = subprocess.run(
+            [*project.command, *argv, "--root", str(project.root)],
+            input=stdin,
+            capture_output=True,
+            env=project.env(),
+            timeout=60,
+        )
+        err = done.stderr.decode()
+        assert done.returncode == 2 and err.count("\n") == 1, (argv, err)
+        assert said in err and "Traceback" not in err, (argv, err)
+    inbox = project.root / "memo" / "builder" / "inbox"
+    assert not inbox.exists() or list(inbox.iterdir()) == []
 
 
 def test_send_ids_get_a_suffix_when_a_memo_already_carries_them(tmp_path: Path) -> None:

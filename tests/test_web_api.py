@@ -86,6 +86,11 @@ def test_bad_requests_get_one_json_error(project: Project, dash: Dashboard) -> N
         (dash.post("/api/v1/runs/999/cancel"), 400, "usage"),
         (dash.post("/api/v1/send", {"to": "builder"}), 400, "usage"),
         (dash.post("/api/v1/send", {"to": "nobody", "text": "hi"}), 404, "unknown_role"),
+        (
+            dash.client.post("/api/v1/send", content=rb'{"to": "builder", "text": "ok", "subject": "\ud800"}'),
+            400,
+            "usage",
+        ),
         (dash.post("/api/v1/cancel", {}), 400, "usage"),
         (dash.client.post("/api/v1/send", content=b"{not json"), 400, "usage"),
         (dash.get("/api/v1/trace/NOPE-1"), 404, "unknown_memo"),

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, who
+from orchestrator.commands.common import project_root, stdin_text, who
 from orchestrator.control import client as control
 from orchestrator.core.errors import UsageError
 
@@ -25,7 +24,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """``orchestrator ask QUESTION``: the answer when the run carries one, else the question recorded."""
     question = " ".join(args.question).strip()
     if question == "-":
-        question = sys.stdin.read().strip()
+        question = stdin_text("ask").strip()
     answer = _carried_answer()
     if answer is not None:
         if answer.get("decision") == "deny":
@@ -59,7 +58,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     """``orchestrator answer MEMO [TEXT] [--allow | --deny] [--note TEXT]``."""
     text = args.text
     if text == "-":
-        text = sys.stdin.read()
+        text = stdin_text("answer")
     result = control.call(
         project_root(args),
         "answer",

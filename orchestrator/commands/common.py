@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import console
+from orchestrator.core.errors import UsageError
 
 
 def project_root(args: argparse.Namespace) -> Path:
@@ -23,6 +24,30 @@ def project_root(args: argparse.Namespace) -> Path:
     if workspace and root and here.is_relative_to(Path(workspace).resolve()):
         return Path(root).resolve()
     return here
+
+
+def stdin_text(command: str) -> str:
+    """Standard input as text; bytes that are not UTF-8 are refused here, before anything is sent or written."""
+    import sys
+
+    try:
+        return sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"orchestrator {command}: standard input is not UTF-8 text; nothing was sent") from None
+
+
+def not_utf8(words: list[str]) -> str | None:
+    """The first of ``words`` that is not UTF-8 (bytes Python read with surrogateescape), but ``--root``'s value,
+    a path; None when all are."""
+    for i, word in enumerate(words):
+        if i and words[i - 1] == "--root":
+            continue
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            if not word.startswith("--root="):
+                return word
+    return None
 
 
 def who() -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, who
+from orchestrator.commands.common import project_root, stdin_text, who
 from orchestrator.core.errors import OrchestratorError
 
 
@@ -20,7 +19,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     # an agent runs anywhere: its own root comes from its environment when --root is not given
     root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
     permission.require(root, "send")
-    text = sys.stdin.read() if args.text == "-" else args.text
+    text = stdin_text("send") if args.text == "-" else args.text
     result = send(
         root,
         args.to,

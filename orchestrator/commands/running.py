@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, show, who
+from orchestrator.commands.common import project_root, show, stdin_text, who
 from orchestrator.control import client as control
 from orchestrator.control.status import collect as collect_status
 from orchestrator.control.status_view import print_status
@@ -209,7 +209,7 @@ def cmd_interrupt(args: argparse.Namespace) -> int:
 def cmd_tell(args: argparse.Namespace) -> int:
     """``orchestrator tell``: send a follow-up message into an agent's session (an SDK agent's, or a Codex run's
     next turn)."""
-    text = args.text if args.text is not None else sys.stdin.read()
+    text = args.text if args.text is not None else stdin_text("tell")
     if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
         raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
     result = control.call(project_root(args), "tell", memo=args.memo, text=text, who=who())
