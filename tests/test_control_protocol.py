@@ -94,6 +94,8 @@ def test_defaults_are_filled_in() -> None:
         (b"this is not json", "expected one JSON object per line"),
         (b'{"op": "status"', "expected one JSON object per line"),
         (b"\xff\xfe\x00 not utf-8", "expected one JSON object per line"),
+        (b'{"op": "cancel", "memo": "x\\ud800"}', "a text in it is not Unicode (a lone surrogate)"),
+        (b'{"op": "tell", "memo": "x", "text": "\\udfff"}', "a text in it is not Unicode"),
         (b"", "expected one JSON object per line"),
     ],
 )
@@ -485,3 +487,8 @@ def test_the_client_turns_a_broken_answer_into_one_clear_error(
     finally:
         thread.join(10)
         server.close()
+
+
+def test_a_pair_of_surrogates_is_one_character_and_passes() -> None:
+    request = protocol.parse_request(b'{"op": "tell", "memo": "x", "text": "\\ud83d\\ude00 done"}')
+    assert request.model_dump()["text"] == "\U0001f600 done"

@@ -230,6 +230,7 @@ def parse_request(line: bytes, more: Mapping[str, type[FeatureRequest]] | None =
         raise UsageError("malformed request: expected one JSON object per line") from None
     if not isinstance(data, dict):
         raise UsageError('malformed request: expected a JSON object such as {"op": "status"}')
+    refuse_lone_surrogates(data)
     if "op" not in data:
         raise UsageError('malformed request: field "op": Field required')
     more = more or {}
@@ -241,6 +242,17 @@ def parse_request(line: bytes, more: Mapping[str, type[FeatureRequest]] | None =
         return REQUESTS.validate_python(data)
     except ValidationError as exc:
         raise UsageError(f"malformed request: {describe(exc)}") from None
+
+
+def refuse_lone_surrogates(data: dict[str, Any]) -> None:
+    """``UsageError`` when a text of ``data`` holds a lone surrogate (JSON's ``"\\ud800"``): it is no Unicode, and
+    no record (SQLite, a memo's YAML, a log line) can hold it."""
+    if "\\ud" not in json.dumps(data):  # ``ensure_ascii``: every surrogate is written as one
+        return
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("malformed request: a text in it is not Unicode (a lone surrogate)") from None
 
 
 def describe(exc: ValidationError) -> str:

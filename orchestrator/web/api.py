@@ -356,6 +356,7 @@ async def _object(request: Request) -> dict[str, Any]:
         raise UsageError("malformed request: expected a JSON object") from None
     if not isinstance(data, dict):
         raise UsageError("malformed request: expected a JSON object")
+    protocol.refuse_lone_surrogates(data)
     return data
 
 
