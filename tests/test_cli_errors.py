@@ -70,3 +70,25 @@ def test_an_orchestrator_error_keeps_its_own_status(one_line) -> None:
 
     code, line, kept = one_line(refused)
     assert (code, line, kept) == (2, "orchestrator: memory list: no", None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history", "--limit", "99999999999999999999999"],
+        ["history", "--before", "99999999999999999999999"],
+        ["task", "add", "builder", "hi", "--priority", "99999999999999999999999"],
+        ["memory", "show", "99999999999999999999999"],
+        ["memory", "forget", "99999999999999999999999", "--why", "x"],
+        ["journal", "--last", "-99999999999999999999999"],
+    ],
+)
+def test_a_number_no_record_can_hold_is_a_usage_error_not_an_internal_one(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite's integers are 64 bits: a larger one was refused only when a query bound it (OverflowError, exit 70)."""
+    (tmp_path / "roles.yaml").write_text("roles:\n  builder: {command: [sleep, '1'], prompt: p.md}\n")
+    (tmp_path / "p.md").write_text("$memo\n")
+    assert cli.main([*argv, "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is too large (at most 9223372036854775807)" in err, err

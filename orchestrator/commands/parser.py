@@ -21,6 +21,7 @@ from orchestrator.commands.arguments import (
     root_option,
     top_parser,
 )
+from orchestrator.core.text import whole_number
 from orchestrator.memory import command as memory_command
 
 
@@ -51,26 +52,34 @@ def build() -> argparse.ArgumentParser:
     history.add_argument("--since", help="a date (YYYY-MM-DD) or ISO time (default: 7 days ago)")
     history.add_argument("--until", help="a date (up to its end) or ISO time")
     history.add_argument(
-        "--limit", type=int, metavar="N", help="the newest N runs (default 50 of the last 7 days; no 7-day window)"
+        "--limit",
+        type=whole_number,
+        metavar="N",
+        help="the newest N runs (default 50 of the last 7 days; no 7-day window)",
     )
     history.add_argument("--all", action="store_true", help="every run on record (no 7-day window, no limit)")
     history.add_argument(
-        "--before", type=int, metavar="RUN_ID", help="the page of runs before this one (`next_before` of --json)"
+        "--before",
+        type=whole_number,
+        metavar="RUN_ID",
+        help="the page of runs before this one (`next_before` of --json)",
     )
     history.add_argument("--json", action="store_true")
 
     journal = sub.add_parser("journal", parents=[common], help="the journal: one entry per ended run")
     journal.add_argument("--role")
     journal.add_argument("--since", help="a date (YYYY-MM-DD)")
-    journal.add_argument("--last", type=int, help="only the newest N entries")
+    journal.add_argument("--last", type=whole_number, help="only the newest N entries")
     journal.add_argument("--json", action="store_true")
 
     handoff = sub.add_parser("handoff", parents=[common], help="a role's handoff file and its kept versions")
     handoff.add_argument("role")
     which = handoff.add_mutually_exclusive_group()
     which.add_argument("--history", action="store_true", help="list the versions with the run (seq) that wrote each")
-    which.add_argument("--show", type=int, metavar="SEQ", help="print the version written by run SEQ")
-    which.add_argument("--restore", type=int, metavar="SEQ", help="make the version of run SEQ the handoff again")
+    which.add_argument("--show", type=whole_number, metavar="SEQ", help="print the version written by run SEQ")
+    which.add_argument(
+        "--restore", type=whole_number, metavar="SEQ", help="make the version of run SEQ the handoff again"
+    )
     handoff.add_argument("--json", action="store_true")
     add_send(sub, common)
 
@@ -88,7 +97,7 @@ def build() -> argparse.ArgumentParser:
 
     diff = sub.add_parser("diff", parents=[common], help="what an attempt of a memo changed in its workspace")
     diff.add_argument("memo", help="front-matter id, file name (with or without .md), or path")
-    diff.add_argument("--attempt", type=int, metavar="N", help="this attempt (default: the latest)")
+    diff.add_argument("--attempt", type=whole_number, metavar="N", help="this attempt (default: the latest)")
     diff.add_argument("--stat", action="store_true", help="a summary of the files changed")
 
     land = sub.add_parser("land", parents=[common], help="land a workspace's branch into its base, through the queue")
@@ -120,7 +129,7 @@ def build() -> argparse.ArgumentParser:
     task_add.add_argument("role")
     task_add.add_argument("text")
     task_add.add_argument("--due", help="ISO 8601 time, or +DURATION such as +2h (default: now)")
-    task_add.add_argument("--priority", type=int, default=None, help="higher first (default 100, as `once`)")
+    task_add.add_argument("--priority", type=whole_number, default=None, help="higher first (default 100, as `once`)")
     task_add.add_argument("--json", action="store_true")
     task_list = task_sub.add_parser("list", parents=[common], help="the ledger's tasks, open and done")
     task_list.add_argument("--role")
@@ -141,7 +150,7 @@ def _add_ops(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     service_sub.add_parser("status", parents=[common], help="systemctl --user status of the unit")
     logs = service_sub.add_parser("logs", parents=[common], help="journalctl --user -u of the unit")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.add_argument("-n", "--lines", type=int, metavar="N", help="only the last N lines")
+    logs.add_argument("-n", "--lines", type=whole_number, metavar="N", help="only the last N lines")
     uninstall = service_sub.add_parser("uninstall", parents=[common], help="stop and disable it, remove the unit")
     uninstall.add_argument("--dry-run", action="store_true", help="print the commands; change nothing")
 

@@ -1,4 +1,4 @@
-"""Text that every UTF-8 stream and SQLite accept, from names that may not be UTF-8."""
+"""Text that every UTF-8 stream and SQLite accept, from names that may not be UTF-8; numbers SQLite accepts."""
 
 from __future__ import annotations
 
@@ -17,3 +17,20 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a lone surrogate no file name holds: shown as its code point
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+SQLITE_MAX = 2**63 - 1  # SQLite's INTEGER is 64 bits: a larger one is refused when it is bound (OverflowError)
+
+
+def whole_number(text: str) -> int:
+    """A command line's whole number (argparse's ``type``) that a query can take; a larger one is refused there, in
+    argparse's one line, instead of by SQLite deep inside."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if abs(value) > SQLITE_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is too large (at most {SQLITE_MAX})")
+    return value

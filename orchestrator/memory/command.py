@@ -19,6 +19,7 @@ from typing import Any
 
 from orchestrator import console
 from orchestrator.core.errors import ConfigError, UsageError
+from orchestrator.core.text import whole_number
 
 ROOT_ENV = "ORCHESTRATOR_ROOT"
 READS = ("search", "list", "show")
@@ -56,7 +57,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument("text")
     add.add_argument("--role")
     add.add_argument("--layer")
-    add.add_argument("--importance", type=int, default=3)
+    add.add_argument("--importance", type=whole_number, default=3)
     add.add_argument("--category", default="other")
     add.add_argument("--source", default="agent")
     add.add_argument("--period")
@@ -70,27 +71,27 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     _filters(search)
     search.add_argument("--since", help="created on or after this day (YYYY-MM-DD)")
     search.add_argument("--until", help="created on or before this day (YYYY-MM-DD)")
-    search.add_argument("--min-importance", type=int)
+    search.add_argument("--min-importance", type=whole_number)
 
     listing = verbs.add_parser("list", parents=[common], help="entries, newest first")
     _filters(listing)
     listing.add_argument("--forgotten", action="store_true", help="the tombstones instead")
 
     show = verbs.add_parser("show", parents=[common], help="one entry with its changes")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=whole_number)
     show.add_argument("--json", action="store_true")
 
     forget = verbs.add_parser("forget", parents=[common], help="take a memory back (kept as a tombstone)")
-    forget.add_argument("id", type=int)
+    forget.add_argument("id", type=whole_number)
     forget.add_argument("--why", required=True)
     forget.add_argument("--source", default="agent")
     forget.add_argument("--json", action="store_true")
 
     replace = verbs.add_parser("replace", parents=[common], help="correct a memory (the growth log keeps both)")
-    replace.add_argument("id", type=int, nargs="?")
+    replace.add_argument("id", type=whole_number, nargs="?")
     replace.add_argument("text", nargs="?")
     replace.add_argument("--why", default="")
-    replace.add_argument("--approve", type=int, metavar="ID", help="approve the latest change of entry ID")
+    replace.add_argument("--approve", type=whole_number, metavar="ID", help="approve the latest change of entry ID")
     replace.add_argument("--source", default="agent")
     replace.add_argument("--json", action="store_true")
 
@@ -103,7 +104,7 @@ def _filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role")
     parser.add_argument("--layer")
     parser.add_argument("--category")
-    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--limit", type=whole_number, default=20)
     parser.add_argument("--json", action="store_true")
 
 
