@@ -96,6 +96,18 @@ CASES: list[tuple[str, Mutate, list[str]]] = [
         ["defaults.timeout: expected a duration that is not negative"],
     ),
     ("duration as a boolean", _set("rescan_interval", value=True), ["rescan_interval: expected a duration"]),
+    # NaN passes every "not negative" comparison: every run timed out as it started ("timeout of nans")
+    (
+        "duration not a number",
+        _set("roles", "builder", "timeout", value=float("nan")),
+        ["timeout: expected", "got .nan"],
+    ),
+    (
+        "zero timeout",
+        _set("roles", "builder", "timeout", value=0),
+        ["roles.builder.timeout: expected a duration longer than 0", "got 0"],
+    ),
+    ("zero rescan", _set("rescan_interval", value="0s"), ["rescan_interval: expected a duration longer than 0"]),
     (
         "integer as text",
         _set("max_concurrent", value="many"),

@@ -122,7 +122,7 @@ class Role(SdkSettings, ClaudeKeys, CodexSettings, ScheduleKeys, ContinuityKeys,
     prompt: str
     command: list[str] = Field(default_factory=lambda: ["claude", "-p"], min_length=1)
     prompt_via: Literal["stdin", "arg"] = "stdin"
-    timeout: Duration = 1800.0
+    timeout: Duration = Field(1800.0, gt=0)  # 0 would stop every run as it starts
     grace: Duration = 10.0
     retry: RetryPolicy = Field(default_factory=RetryPolicy)  # retry, crash, env, budget: merged key by key
     crash: CrashPolicy = Field(default_factory=CrashPolicy)
@@ -182,7 +182,7 @@ class Team(Strict):
 
     max_concurrent: int = Field(10, ge=1)
     notify: str | None = None
-    rescan_interval: Duration = 5.0
+    rescan_interval: Duration = Field(5.0, gt=0)
     max_memo_bytes: int = Field(1024 * 1024, ge=1)
     # at a restart: adopt live agents and read exit records, or stop and requeue
     recovery: Literal["adopt", "restart"] = "adopt"

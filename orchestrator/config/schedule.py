@@ -178,7 +178,7 @@ class SignalSettings(Strict):
     """A signal: a command whose trimmed standard output is its news."""
 
     command: list[str] = Field(min_length=1)
-    timeout: Duration = 30.0
+    timeout: Duration = Field(30.0, gt=0)
 
 
 def resolve(argv0: str, root: Path) -> str | None:

@@ -19,6 +19,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected {DURATION_EXPECTED}, got {str(value).lower()}")
     if isinstance(value, (int, float)):
+        if value != value:  # YAML's .nan: no comparison holds, so every timer would fire at once
+            raise ValueError(f"expected {DURATION_EXPECTED}, got .nan")
         if value < 0:
             raise ValueError(f"expected a duration that is not negative, got {value!r}")
         return float(value)
