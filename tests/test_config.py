@@ -96,6 +96,25 @@ CASES: list[tuple[str, Mutate, list[str]]] = [
         ["defaults.timeout: expected a duration that is not negative"],
     ),
     ("duration as a boolean", _set("rescan_interval", value=True), ["rescan_interval: expected a duration"]),
+    # YAML keeps the last of two equal keys silently: a pasted role, or a second top-level key, lost what came first
+    (
+        "a role written twice",
+        _raw(
+            "max_concurrent: 5\nroles:\n  builder: {prompt: p.md, max_concurrent: 1}\n  reviewer: {prompt: p.md}\n"
+            "  builder: {prompt: p.md}\n"
+        ),
+        ["roles.yaml: roles.builder: written twice (lines 3 and 5); YAML would keep the second alone"],
+    ),
+    (
+        "a top-level key written twice",
+        _raw("max_concurrent: 5\nroles:\n  builder: {prompt: p.md}\nmax_concurrent: 50\n"),
+        ["roles.yaml: max_concurrent: written twice (lines 1 and 4)"],
+    ),
+    (
+        "an env variable written twice on one line",
+        _raw("roles:\n  builder: {prompt: p.md, env: {A: '1', A: '2'}}\n"),
+        ["roles.yaml: roles.builder.env.A: written twice (line 2)"],
+    ),
     # NaN passes every "not negative" comparison: every run timed out as it started ("timeout of nans")
     (
         "duration not a number",

@@ -29,6 +29,7 @@ from orchestrator.config.schedule import ScheduleKeys, check_team, check_timezon
 from orchestrator.config.sdk import SdkSettings
 from orchestrator.config.web import WebSettings
 from orchestrator.config.workspace import WorkspaceKeys
+from orchestrator.config.yaml_file import load_yaml
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.grants import check_may
 from orchestrator.core.run import Run
@@ -258,7 +259,7 @@ def load_config(root: Path) -> Config:
     root = root.resolve()
     path = root / CONFIG_NAME
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw, twice = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: not found; create one with `orchestrator init {root}`") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -267,6 +268,8 @@ def load_config(root: Path) -> Config:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         raise ConfigError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if twice is not None:
+        raise ConfigError(f"{path}: {twice}")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with a `roles` key at the top level")
     if isinstance(raw.get("memory"), dict) and "keeper" in raw["memory"]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config import when
@@ -191,9 +190,6 @@ def resolve(argv0: str, root: Path) -> str | None:
 
 def check_team(path: Path, root: Path, roles: dict[str, Any]) -> str | None:
     """The cross-key checks pydantic cannot make alone; a one-line error naming the key, or None."""
-    duplicate = _duplicate_task(path)
-    if duplicate:
-        return duplicate
     for name, role in roles.items():
         for signal, spec in (role.signals or {}).items():
             if resolve(spec.command[0], root) is None:
@@ -203,32 +199,6 @@ def check_team(path: Path, root: Path, roles: dict[str, Any]) -> str | None:
                     "fix the path or make it executable"
                 )
     return None
-
-
-def _duplicate_task(path: Path) -> str | None:
-    """YAML keeps the last of two equal keys silently: a task name written twice is found in the node tree."""
-    try:
-        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (OSError, yaml.YAMLError):
-        return None
-    for role_name, role in _items(_get(node, "roles")):
-        for key in ("tasks", "signals"):
-            seen: set[str] = set()
-            for task_name, _ in _items(_get(role, key)):
-                if task_name in seen:
-                    return f"{path}: roles.{role_name}.{key}.{task_name}: the name is used twice; give each its own"
-                seen.add(task_name)
-    return None
-
-
-def _items(node: Any) -> list[tuple[str, Any]]:
-    if not isinstance(node, yaml.MappingNode):
-        return []
-    return [(str(k.value), v) for k, v in node.value if isinstance(k, yaml.ScalarNode)]
-
-
-def _get(node: Any, key: str) -> Any:
-    return next((v for k, v in _items(node) if k == key), None)
 
 
 class ScheduleKeys(Strict):
