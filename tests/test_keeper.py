@@ -9,11 +9,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -220,10 +222,18 @@ def test_an_agent_that_ends_while_the_orchestrator_is_down_is_not_run_again(proj
     exit_file = project.root / ".orchestrator" / "runs" / str(record["run_id"]) / "1.exit"
     # the keeper writes its record just after the agent's end: wait for it rather than race it
     assert wait_for(lambda: keeper.read_exit(exit_file), what="the keeper's record") == keeper.ExitRecord(0, False)
+    down = 2.0  # the orchestrator stays down past the agent's end: its run's end and time are still the agent's
+    wait_for(lambda: time.time() - json.loads((project.root / "ends.jsonl").read_text())["end"] > down, what="a wait")
     orch = restart(project, STANDIN_ENDS=str(project.root / "ends.jsonl"))
     wait_for(lambda: project.folder("builder", "archive") == ["A-1.md"], what="A-1 archived")
     assert len(project.records()) == 1, "never run again"
     orch.wait_output("ended while the orchestrator was down (exit status 0)")
+    (end,) = [json.loads(line) for line in (project.root / "ends.jsonl").read_text().splitlines()]
+    (run,) = json.loads(project.cli("history", "--json").stdout)["runs"]
+    ended = datetime.fromisoformat(run["ended_at"]).timestamp()
+    assert abs(ended - end["end"]) < 1.0, (run["ended_at"], end)  # not the restart's time, 2 s or more later
+    done = re.search(r"done A-1 in ([0-9.]+)s", orch.output)
+    assert done and float(done.group(1)) < end["end"] - end["start"] + 1.0, orch.output
     wait_for(lambda: not exit_file.exists(), timeout=5, what="the spent record removed with its run")
     assert orch.stop() == 0
 

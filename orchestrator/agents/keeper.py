@@ -11,7 +11,7 @@ import functools
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.agents.posix_child import fd_ready
@@ -124,6 +124,7 @@ class ExitRecord:
 
     returncode: int
     timed_out: bool
+    at: float | None = field(default=None, compare=False)  # when it was written (the agent's end), epoch seconds
 
 
 def read_exit(path: Path) -> ExitRecord | None:
@@ -131,7 +132,7 @@ def read_exit(path: Path) -> ExitRecord | None:
     try:  # os-level: it is read at the end of every run, and pathlib's text layer cost more than the read
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            data = os.read(fd, 256)
+            data, at = os.read(fd, 256), os.fstat(fd).st_mtime
         finally:
             os.close(fd)
         words = data.decode("ascii").split()
@@ -140,7 +141,7 @@ def read_exit(path: Path) -> ExitRecord | None:
         return None
     if kind not in ("exit", "signal"):
         return None
-    return ExitRecord(number if kind == "exit" else -number, "timeout" in words[2:])
+    return ExitRecord(number if kind == "exit" else -number, "timeout" in words[2:], at)
 
 
 def keeper_argv(

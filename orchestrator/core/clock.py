@@ -46,6 +46,18 @@ def iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
+def mono_at(clock: Clock, stamp: str | float | None) -> float:
+    """``clock``'s monotonic reading at ``stamp`` (ISO 8601 text, or epoch seconds): a recorded time (a run's start,
+    an exit a keeper recorded) on the clock that times runs; never after now, and now for no readable stamp."""
+    try:
+        at = datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else stamp
+    except ValueError:
+        return clock.monotonic()
+    if at is None:
+        return clock.monotonic()
+    return clock.monotonic() - max(0.0, clock.now().timestamp() - at)
+
+
 class SystemClock:
     """The real clocks, with timers on the running asyncio loop."""
 

@@ -85,6 +85,9 @@ class Run(Generic[RoleT]):
     resumed_from: str | None = None
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # latest figures of each SDK session
     last_ran: float | None = None  # seconds the last ended attempt ran
+    # the monotonic time its attempt's agent ended, when that came before its end was handled: an exit its keeper
+    # recorded while the orchestrator was down (its run's time and end are the agent's, not the restart's)
+    ended_mono: float | None = None
     cancel: CancelOrder | None = None  # given with the move into CANCELLING or INTERRUPTING, or a cancelled end
     stop_report: KillReport | None = None  # the last stop task's report
     stalled: str | None = None  # why the attempt being stopped as TIMING_OUT was stalled (no output), not timed out
@@ -105,8 +108,9 @@ class Run(Generic[RoleT]):
         return self.agent.pid if self.agent is not None else None
 
     def elapsed(self, now: float) -> float:
-        """Seconds the current attempt has run, by the monotonic clock reading ``now``."""
-        return now - self.started_mono if self.started_mono is not None else 0.0
+        """Seconds the current attempt has run, by the monotonic clock reading ``now`` (up to its agent's end)."""
+        end = now if self.ended_mono is None else min(now, self.ended_mono)
+        return max(0.0, end - self.started_mono) if self.started_mono is not None else 0.0
 
     def cancel_timers(self, *names: str) -> None:
         for name in names or list(self.timers):

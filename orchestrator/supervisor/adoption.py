@@ -106,7 +106,8 @@ class Adopter(Extension):
         if record is not None:
             how = f"exit status {record.returncode}" if record.returncode >= 0 else f"signal {-record.returncode}"
             timed_out = record.timed_out or state is RunState.TIMING_OUT
-            run = self.lc.rebuild(row, role, memos, RunState.TIMING_OUT if timed_out else RunState.RUNNING, live=True)
+            as_now = RunState.TIMING_OUT if timed_out else RunState.RUNNING
+            run = self.lc.rebuild(row, role, memos, as_now, live=True, exited=record.at)  # its end: the agent's
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) ended while the orchestrator was down ({how}"
                 f"{', stopped by its keeper at its timeout' if record.timed_out else ''}); "

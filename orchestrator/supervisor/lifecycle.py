@@ -27,7 +27,7 @@ import asyncio
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from orchestrator.agents.backends import capabilities
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, KillReport
-from orchestrator.core.clock import Clock, iso
+from orchestrator.core.clock import Clock, iso, mono_at
 from orchestrator.core.events import RetryDue, RunFinished
 from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState, check_transition
@@ -92,8 +92,9 @@ class Lifecycle:
         self.touched: dict[int, RoleRun] = {}  # the runs whose state changed since the loop last cleared it
         self.retry_ready: dict[str, deque[RoleRun]] = {name: deque() for name in config.roles}
 
-    def now(self) -> str:
-        return iso(self.clock.now())
+    def now(self, mono: float | None = None) -> str:
+        """The time now, or at the clock's monotonic time ``mono`` (a run's ``ended_mono``)."""
+        return iso(self.clock.now() - timedelta(seconds=self.clock.monotonic() - mono if mono is not None else 0.0))
 
     # ------------------------------------------------------------ beginnings
     def open(self, role: Role, memos: list[MemoRef], *, arrival: int, attempt: int, numbered: bool = False) -> RoleRun:
@@ -116,12 +117,20 @@ class Lifecycle:
         return run
 
     def rebuild(
-        self, row: dict[str, Any], role: Role, memos: list[MemoRef], state: RunState, *, live: bool = False
+        self,
+        row: dict[str, Any],
+        role: Role,
+        memos: list[MemoRef],
+        state: RunState,
+        *,
+        live: bool = False,
+        exited: float | None = None,
     ) -> RoleRun:
         """A run as its record says (recovery), in ``state``, not yet in the table.
 
         ``live``: its attempt goes on (adopted), so it keeps its start time and, when its backend reports a
-        session, what its earlier attempts spent, so this attempt's figures add to them.
+        session, what its earlier attempts spent, so this attempt's figures add to them; ``exited``: when its agent
+        ended while nobody watched (a keeper's record, epoch seconds), its run's end and duration then.
         """
         run = RoleRun(
             run_id=row["run_id"],
@@ -135,7 +144,8 @@ class Lifecycle:
         run.log_path = self.config.state_dir / "logs" / f"{run.run_id}-{role.name}.log"
         if live:
             run.started_at = row.get("started_at")
-            run.started_mono = self.clock.monotonic() - _seconds_since(row.get("started_at"), self.clock.now())
+            run.started_mono = mono_at(self.clock, row.get("started_at"))
+            run.ended_mono = mono_at(self.clock, exited) if exited is not None else None
             can = capabilities(role)
             if can.session:
                 run.session_id, run.resumed_from, run.sessions = figures.recorded(
@@ -210,7 +220,7 @@ class Lifecycle:
         run.agent = None
         run.stop_report = None
         run.stalled = None
-        run.started_mono = self.clock.monotonic()
+        run.started_mono, run.ended_mono = self.clock.monotonic(), None
         run.started_at = self.now()
         resumes = role.retry_resumes and run.attempt > 1 and capabilities(role).resume
         run.resumed_from = run.session_id if resumes else None
@@ -281,7 +291,7 @@ class Lifecycle:
             run.run_id,
             run.attempt,
             started_at=run.started_at,
-            ended_at=self.now(),
+            ended_at=self.now(run.ended_mono),
             exit_code=exit_code,
             outcome=outcome,
             reason=reason,
@@ -371,9 +381,8 @@ class Lifecycle:
         self.store.checkpoint()  # the attempt's outcome is on record before the memo is seen in its folder
         renamed = self.memo_moves.move(run, folder, text)
         self._settle_attempts(run, previous, state, renamed, attempts_used)
-        self.transition(
-            run, state, ended_at=self.now(), exit_code=exit_code, reason=reason, memos=[m.name for m in run.memos]
-        )
+        ended, memos = self.now(run.ended_mono), [m.name for m in run.memos]
+        self.transition(run, state, ended_at=ended, exit_code=exit_code, reason=reason, memos=memos)
         self.store.checkpoint()  # and the end itself, at once, not when the event's handling is over
         self.runs.pop(run.run_id, None)
         moved = [m.path for m in run.memos if m.path.parent.name == folder]
@@ -419,15 +428,6 @@ class Lifecycle:
                 self.store.set_memo_attempts(role, new, max(0, used))
         else:
             self.store.forget_memo_attempts(role, [old for old, _ in renamed] + [m.name for m in run.memos])
-
-
-def _seconds_since(stamp: str | None, now: datetime) -> float:
-    if not stamp:
-        return 0.0
-    try:
-        return max(0.0, (now - datetime.fromisoformat(stamp)).total_seconds())
-    except (ValueError, TypeError):
-        return 0.0
 
 
 def active_ref(config: Config, role: str, name: str, memo_id: str | None = None, subject: str | None = None) -> MemoRef:
