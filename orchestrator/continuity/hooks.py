@@ -27,6 +27,7 @@ from orchestrator.continuity import journal as jn
 from orchestrator.continuity.context import ContextProblem, context_paths, read_context
 from orchestrator.continuity.handoff_writes import HandoffWrites
 from orchestrator.core.agent import LastWords
+from orchestrator.core.clock import wall_at
 from orchestrator.core.states import RunState
 from orchestrator.intake import notices
 from orchestrator.intake.memo import header_tasks, parse_front_matter
@@ -249,7 +250,7 @@ class Continuity(Extension):
         if run.attempt != 1 or started is None:
             attempts = self.store.attempts(run.run_id)
             started = next((a["started_at"] for a in attempts if a.get("started_at")), run.started_at)
-        now = self.clock.now().astimezone()
+        now = wall_at(self.clock, run.ended_mono).astimezone()  # its agent's end (earlier when recorded while down)
         text = self.entry_text(run, state, reason, warning, started, now)
         since = None
         if started:

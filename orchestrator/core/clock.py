@@ -46,6 +46,11 @@ def iso(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
+def wall_at(clock: Clock, mono: float | None) -> datetime:
+    """The time at ``clock``'s monotonic reading ``mono`` (a run's ``ended_mono``); now when it is None."""
+    return clock.now() - timedelta(seconds=clock.monotonic() - mono if mono is not None else 0.0)
+
+
 def mono_at(clock: Clock, stamp: str | float | None) -> float:
     """``clock``'s monotonic reading at ``stamp`` (ISO 8601 text, or epoch seconds): a recorded time (a run's start,
     an exit a keeper recorded) on the clock that times runs; never after now, and now for no readable stamp."""

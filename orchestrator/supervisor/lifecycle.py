@@ -35,7 +35,7 @@ from orchestrator.agents.backends import capabilities
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, KillReport
-from orchestrator.core.clock import Clock, iso, mono_at
+from orchestrator.core.clock import Clock, iso, mono_at, wall_at
 from orchestrator.core.events import RetryDue, RunFinished
 from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState, check_transition
@@ -94,7 +94,7 @@ class Lifecycle:
 
     def now(self, mono: float | None = None) -> str:
         """The time now, or at the clock's monotonic time ``mono`` (a run's ``ended_mono``)."""
-        return iso(self.clock.now() - timedelta(seconds=self.clock.monotonic() - mono if mono is not None else 0.0))
+        return iso(wall_at(self.clock, mono))
 
     # ------------------------------------------------------------ beginnings
     def open(self, role: Role, memos: list[MemoRef], *, arrival: int, attempt: int, numbered: bool = False) -> RoleRun:
