@@ -234,3 +234,18 @@ def test_a_name_starting_with_a_hash_is_delivered_and_editor_files_are_not(proje
     assert sorted(os.listdir(inbox(project))) == ["#42-issue.md#", ".#42-issue.md", "42-issue.md~"]
     assert [Path(r["memo"]).name for r in project.records()] == ["#42-issue.md"]
     clean_stop(orch)
+
+
+def test_a_name_with_a_line_break_or_an_escape_cannot_forge_a_log_line_or_drive_the_terminal(project):
+    """A file name may hold any byte but ``/``: a line break in it made the rest of the name a line of the log that
+    read as an event of its own, and an ESC in it reached the terminal as a control sequence."""
+    project.configure({"builder": {}})
+    orch = project.up()
+    forged = "x\n2026-12-05 10:00:00.000 [builder] done FORGED.md in 1.0s (run 99); archived 1 memo(s)\x1b[2J.md"
+    project.drop("builder", forged, {"id": "F-1"})
+    wait_for(lambda: len(names(project, "archive")) == 1, what=f"the memo archived:\n{orch.output}")
+    clean_stop(orch)
+    for text in (orch.output, (project.root / ".orchestrator" / "orchestrator.log").read_text(encoding="utf-8")):
+        assert "\x1b" not in text and "\\x1b[2J" in text
+        lines = [line for line in text.splitlines() if "FORGED" in line]
+        assert lines and all(line.startswith("    2026-12-05 10:00:00.000 [builder] done FORGED") for line in lines)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from orchestrator import tables
 from orchestrator.console.log import LOG_BACKUPS, LOG_MAX_BYTES, RotatingLog, open_log
+from orchestrator.core.text import one_event
 from orchestrator.core.text import printable as _printable
 from orchestrator.core.turn import at_turn_end
 
@@ -124,7 +125,7 @@ class Console:
 
     def line(self, text: str, role: str | None = None) -> None:
         """One event, for people: the log file, and the terminal."""
-        out = _printable(f"{stamp()} [{role}] {text}" if role else f"{stamp()} {text}")
+        out = one_event(_printable(f"{stamp()} [{role}] {text}" if role else f"{stamp()} {text}"))
         self._write_log(out)
         self.recent.append(out)
         if self._live is None:

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+_CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if c not in (0x09, 0x0A)})
+
+
+def one_event(text: str) -> str:
+    """A log line's text that reads as one event: control characters written ``\\x1b`` (a name cannot move the
+    terminal's cursor or colour it), and a line break followed by an indent, so what a memo's name or an agent's
+    words hold after it never starts a line of its own that looks like an event."""
+    return text.translate(_CONTROL).replace("\n", "\n    ")
+
 
 def printable(text: str) -> str:
     """``text`` as valid UTF-8: the bytes of a file name that are not UTF-8 written ``\\xff``.
