@@ -20,7 +20,7 @@ from orchestrator.asks.requests import AnswerRequest, AskRequest
 from orchestrator.asks.rules import matches, question_of
 from orchestrator.control.authority import Caller
 from orchestrator.core.agent import AttemptVerdict, DeferredCall
-from orchestrator.core.errors import RefusedError, UsageError
+from orchestrator.core.errors import MemoFinishedError, RefusedError, UsageError
 from orchestrator.core.events import CancelRequested, FeatureRequested
 from orchestrator.core.team_events import TeamEvent
 from replay import Replay
@@ -91,6 +91,8 @@ def test_a_command_agent_that_asks_waits_without_a_slot_and_runs_again_with_the_
         again = r.agent("a")
         assert again.alive and attempts(r, "c.md") == [], "the answered memo runs first in its role's queue"
         assert again.spec.attempt == 1, "asking used no attempt"
+        with pytest.raises(MemoFinishedError, match="a.md was answered already, by pat at .*; its run goes on"):
+            await feature(r, AnswerRequest(memo="a", text="A after all", who="sam"))  # not "no memo matches" (6)
         assert "# Answers" in again.spec.prompt and "The answer (pat): B, the smaller one" in again.spec.prompt
         assert "Which design, A or B?" in again.spec.prompt
         await r.exit("a", 0)

@@ -670,7 +670,7 @@ def test_status_shows_retry_wait_with_next_attempt_and_failed_reasons(project):
         return runs[0] if runs else None
 
     run = wait_for(waiting, what="V-1 in retry_wait")
-    assert run["next_attempt_at"] and run["attempt"] == 1
+    assert run["next_attempt_at"] and run["attempt"] == 1 and run["pid"] is None  # not its dead agent's
     human = project.cli("status")
     assert human.returncode == 0
     assert "retry_wait" in human.stdout and run["next_attempt_at"][:19] in human.stdout

@@ -268,7 +268,7 @@ class Asks(Extension):
     def _find(self, query: str) -> Ask:
         ending = self.timing_out | {ask.ask_id for asks in self.leaving.values() for ask in asks}
         parking = {ask_id for ask_id, _ in self.recorded.values()}  # on record, its memo not in waiting/ yet
-        return find(self._waiting(), query, ending, parking)
+        return find(self._waiting(), query, ending, parking, lambda: records.every(self.db, "answered"))
 
     def _answer(self, ask: Ask, decision: str, text: str, note: str | None, who: str) -> dict[str, Any]:
         """The answer on record (and in its file) before the memos go back to their inbox: a restart between the two

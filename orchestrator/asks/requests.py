@@ -3,7 +3,7 @@ answer names."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Literal
 
@@ -12,7 +12,7 @@ from pydantic import Field
 from orchestrator.asks.records import Ask
 from orchestrator.control.authority import Caller
 from orchestrator.control.protocol import FeatureRequest
-from orchestrator.core.errors import AmbiguousMemoError, UnknownMemoError, UsageError
+from orchestrator.core.errors import AmbiguousMemoError, MemoFinishedError, UnknownMemoError, UsageError
 from orchestrator.intake.memo import WAITING
 
 QUESTION_MAX = 4000
@@ -44,24 +44,29 @@ def own_run(request: AskRequest, caller: Caller) -> bool:
     return caller.run_id == request.run_id
 
 
-def find(waiting: list[Ask], query: str, ending: Collection[int], parking: Collection[int] = ()) -> Ask:
+def find(
+    waiting: list[Ask],
+    query: str,
+    ending: Collection[int],
+    parking: Collection[int] = (),
+    answered: Callable[[], list[Ask]] = list,
+) -> Ask:
     """The waiting ask ``query`` names: the file name or stem of one of its memos, its memo id, or a memo's path
     (``memo/<role>/waiting/<name>``, absolute or not), which names the role too; ``AmbiguousMemoError`` when it names
     several. ``ending``: the asks whose memos a cancel or a timeout is ending (not to be answered any more);
-    ``parking``: those whose memos their run's end is still moving into ``waiting/`` (to be answered once there)."""
-    parts = Path(query).parts
-    if len(parts) > 1:  # a path names the role: memo/<role>/waiting/<name>
-        role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
-        found = [ask for ask in waiting if role == ask.role and parts[-1] in ask.memos]
-        found = found or [ask for ask in waiting if ask.memo_id == query]  # an id with a slash
-    else:
-        found = [ask for ask in waiting if query in (*ask.memos, *(m.removesuffix(".md") for m in ask.memos))]
-        found = found or [ask for ask in waiting if ask.memo_id == query]
+    ``parking``: those whose memos their run's end is still moving into ``waiting/`` (to be answered once there);
+    ``answered``: the asks answered already, whose run has yet to end with the answer (``MemoFinishedError``)."""
+    found = _named(waiting, query)
     if found and all(ask.ask_id in ending for ask in found):
         raise UsageError(f"orchestrator answer: {found[0].memo} is being cancelled or failed; nothing to answer")
     if found and all(ask.ask_id in parking for ask in found):
         raise UsageError(f"orchestrator answer: {found[0].memo} is still being moved to {WAITING}/; answer it there")
     found = [ask for ask in found if ask.ask_id not in ending and ask.ask_id not in parking]
+    if not found and (done := _named(answered(), query)):
+        raise MemoFinishedError(
+            f"orchestrator answer: {done[0].memo} was answered already, by {done[0].answered_by or '?'} at "
+            f"{done[0].answered_at or '?'}; its run goes on with that answer"
+        )
     if not found:
         names = ", ".join(ask.memo for ask in waiting) or "none"
         raise UnknownMemoError(f"orchestrator answer: no memo waiting for an answer matches {query!r} ({names})")
@@ -71,3 +76,14 @@ def find(waiting: list[Ask], query: str, ending: Collection[int], parking: Colle
             f"orchestrator answer: {query!r} matches {len(found)} waiting memos ({listing}); name one by its path"
         )
     return found[0]
+
+
+def _named(asks: list[Ask], query: str) -> list[Ask]:
+    """The asks ``query`` names (``find``)."""
+    parts = Path(query).parts
+    if len(parts) > 1:  # a path names the role: memo/<role>/waiting/<name>
+        role = parts[-3] if len(parts) >= 3 and parts[-2] == WAITING else None
+        found = [ask for ask in asks if role == ask.role and parts[-1] in ask.memos]
+        return found or [ask for ask in asks if ask.memo_id == query]  # an id with a slash
+    found = [ask for ask in asks if query in (*ask.memos, *(m.removesuffix(".md") for m in ask.memos))]
+    return found or [ask for ask in asks if ask.memo_id == query]

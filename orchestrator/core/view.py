@@ -206,7 +206,7 @@ class RunView(BaseModel):
             memos=[m.name for m in run.memos],
             subject=(first.subject or first.name) if first else "",
             state=state.value,
-            pid=run.pid,
+            pid=None if state is RunState.RETRY_WAIT else run.pid,  # its last agent is dead: no pid is its now
             attempt=run.attempt,
             started_at=run.started_at,
             elapsed=round(run.elapsed(now), 3) if state.live else None,
