@@ -430,6 +430,10 @@ def test_cancellation_is_recorded_told_to_the_coordinator_and_flagged_on_late_re
     project.drop("project-manager", "plain.md", {"id": "P-1", "reply_to": "something-else"})
     assert "NOTE FROM THE ORCHESTRATOR" not in started(project, "plain.md")["prompt"]
     drain_and_stop(project, orch)
+    # trace flags the late report, not the orchestrator's own notice (it flagged both)
+    report = json.loads(project.cli("trace", "B-031", "--json").stdout)
+    replies = {n["name"]: n["late_reply_to_cancelled"] for root in report["roots"] for n in root["replies"]}
+    assert replies == {notice.name: False, "late-report.md": True}, replies
 
     # after the orchestrator is gone: status from the database, and the cancellation row
     snap = project.status()

@@ -27,6 +27,7 @@ LOG_TAIL_LINES = 20
 NAMES_SHOWN = 20  # memo names a reason file or a notice lists; "and N more" stands for the rest
 REASON_MAX = 16 * 1024  # bytes: every reason file stays under this
 LINE_MAX = 1000  # characters of one line of a reason (a log line, an attempt's reason) before it is cut
+SENDER = "orchestrator"  # the "from" of the notices the orchestrator writes itself
 
 
 def name_list(names: Sequence[str], shown: int = NAMES_SHOWN) -> str:
@@ -136,7 +137,7 @@ def _about_run(notify: str, first: MemoRef, subject: str, tag: str) -> dict[str,
     """The front matter of a notice about a run: from the orchestrator, in reply to the run's first memo."""
     return {
         "subject": subject,
-        "from": "orchestrator",
+        "from": SENDER,
         "to": notify,
         "reply_to": first.memo_id or first.label,
         "tags": [tag],
@@ -276,5 +277,5 @@ def write_pause_notice(
             "- Memos wait in their inboxes, with no attempt used; runs already going keep going.",
         ]
     )
-    header = {"subject": subject, "from": "orchestrator", "to": notify, "tags": ["usage-limit"]}
+    header = {"subject": subject, "from": SENDER, "to": notify, "tags": ["usage-limit"]}
     return _write_notice(config, notify, header, "usage-limit", account, body, now)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.core.errors import UnknownMemoError
+from orchestrator.intake import notices
 from orchestrator.intake.catalog import Entry
 from orchestrator.store import Store
 from orchestrator.tools.conversation_memos import memos_of
@@ -159,7 +160,7 @@ class _Conversation:
             state = "held"
         parents = self.memos.with_id(header.reply_to) if header.reply_to else []
         late = False
-        for parent in parents:
+        for parent in parents if header.sender != notices.SENDER else []:  # its own notice of a cancel: no late work
             cancelled = self.cancelled_at(parent)
             if cancelled is not None:
                 at, created = _when(cancelled), _when(header.created_at)
