@@ -154,12 +154,13 @@ def run_up(
     preflight(config)
     warnings = start_checks(config, host)
     with root_lock(config):
-        switched = check_executor(config, rerun_unfinished)  # under the lock: no other start reads or writes it
+        switch = check_executor(config, rerun_unfinished)  # under the lock: no other start reads or writes it
         console = Console(config.state_dir / "orchestrator.log", live=False if plain else None)
         for finding in warnings:
             console.line(f"warning: {finding.text}")
-        for line in switched:
+        for line in switch.lines:
             console.line(line)
+        more = (*more, switch.record) if switch.record else more
         supervisor = build_supervisor(config, console, until_idle=until_idle, more=more)
         try:
             code = asyncio.run(supervisor.serve())

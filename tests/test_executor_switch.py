@@ -68,3 +68,9 @@ def test_up_rerun_unfinished_starts_under_the_new_executor_and_says_what_it_leav
     assert "warning: up --rerun-unfinished: runs 1 (builder: B-1.md), 2 (builder: B-2.md) of executor: local" in (
         started.stdout + started.stderr
     )
+    # that start failed before its recovery took the runs over: they are still local ones, and local takes them back
+    project.configure({"builder": {}})
+    orch = project.up()
+    wait_for(lambda: orch.output.count("adopted its live agent") == 2, what=f"both taken back:\n{orch.output}")
+    orch.signal(signal.SIGKILL)
+    orch.wait()

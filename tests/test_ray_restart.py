@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import signal
+import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -303,3 +304,6 @@ def test_a_start_here_is_refused_while_a_run_is_under_way_on_the_cluster_and_rer
     wait_for(lambda: "s.md" in project.folder("builder", "archive"), START, "s.md archived by its run here")
     assert orch.stop() == 0, orch.output
     assert [memo_of(r) for r in project.records()] == ["r.md", "s.md", "s.md"]
+    db = sqlite3.connect(project.root / ".orchestrator" / "state.db")
+    assert db.execute("SELECT value FROM meta WHERE key = 'executor'").fetchone() == ("local",)  # once recovered
+    db.close()

@@ -10,20 +10,29 @@ them back, or ``up --rerun-unfinished`` once the person has decided (a cluster t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestrator.config import Config
 from orchestrator.core.errors import ConfigError
 from orchestrator.core.states import LIVE
 from orchestrator.store import Store
+from orchestrator.supervisor.extension import Extension, ExtensionFactory, Host
 
 KEY = "executor"  # the store's meta: the executor of the last start
 SHOWN = 5  # runs named in the refusal; the rest are counted
 
 
-def check_executor(config: Config, rerun_unfinished: bool = False) -> list[str]:
-    """Refuse a start under another executor than the last one while runs are under way (``ConfigError``), or
-    record this start's executor; the lines to log (the runs left to the other executor, with the flag)."""
+class Switch(NamedTuple):
+    """What ``check_executor`` found: the lines to log, and, for runs handed over, the feature that records the new
+    executor once recovery has ended them (before, a start that failed would leave the wrong executor on record)."""
+
+    lines: list[str]
+    record: ExtensionFactory | None
+
+
+def check_executor(config: Config, rerun_unfinished: bool = False) -> Switch:
+    """Refuse a start under another executor than the last one while runs are under way (``ConfigError``), else
+    record this start's executor: at once, or, with runs handed over (``--rerun-unfinished``), once recovery is done."""
     kind = config.executor.kind
     store = Store(config.state_dir / "state.db")
     try:
@@ -31,20 +40,32 @@ def check_executor(config: Config, rerun_unfinished: bool = False) -> list[str]:
         runs = store.runs_in_states(s.value for s in LIVE) if last not in (None, kind) else []
         if runs and not rerun_unfinished:
             raise ConfigError(_refusal(config, str(last), runs))
-        store.set_meta(KEY, kind)
+        if not runs:
+            store.set_meta(KEY, kind)
     finally:
         store.close()
     if not runs:
-        return []
+        return Switch([], None)
     if last == "ray":
         fate = "an agent of theirs still on the cluster is left to its wrapper, which ends it reconnect_within after "
         fate += "its head left"
     else:
         fate = "an agent of theirs still running here is stopped first"
-    return [
+    line = (
         f"warning: up --rerun-unfinished: {_named(runs)} of executor: {last} end as at a restart and their memos "
         f"run again; {fate}"
-    ]
+    )
+    return Switch([line], lambda host: _Recorded(host, kind))
+
+
+class _Recorded(Extension):
+    """The new executor on record once recovery has ended the runs handed over (``open``: after recovery)."""
+
+    def __init__(self, host: Host, kind: str) -> None:
+        self.store, self.kind = host.store, kind
+
+    async def open(self) -> None:
+        self.store.set_meta(KEY, self.kind)
 
 
 def _named(runs: list[dict[str, Any]]) -> str:
