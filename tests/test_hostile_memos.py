@@ -241,11 +241,11 @@ def test_a_name_with_a_line_break_or_an_escape_cannot_forge_a_log_line_or_drive_
     read as an event of its own, and an ESC in it reached the terminal as a control sequence."""
     project.configure({"builder": {}})
     orch = project.up()
-    forged = "x\n2026-12-05 10:00:00.000 [builder] done FORGED.md in 1.0s (run 99); archived 1 memo(s)\x1b[2J.md"
-    project.drop("builder", forged, {"id": "F-1"})
+    forged = "x\n2026-12-05 10:00:00.000 [builder] done FORGED.md in 1.0s (run 99); archived 1 memo(s)\x1b[2J\x85.md"
+    project.drop("builder", forged)  # no id: its name is its label in every line, the state changes' included
     wait_for(lambda: len(names(project, "archive")) == 1, what=f"the memo archived:\n{orch.output}")
     clean_stop(orch)
     for text in (orch.output, (project.root / ".orchestrator" / "orchestrator.log").read_text(encoding="utf-8")):
-        assert "\x1b" not in text and "\\x1b[2J" in text
+        assert "\x1b" not in text and "\x85" not in text and "\\x1b[2J\\x85" in text
         lines = [line for line in text.splitlines() if "FORGED" in line]
         assert lines and all(line.startswith("    2026-12-05 10:00:00.000 [builder] done FORGED") for line in lines)

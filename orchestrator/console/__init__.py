@@ -148,7 +148,7 @@ class Console:
     def error(self, text: str) -> None:
         """An internal error: its first line on the terminal, the whole text (a traceback) in the log file."""
         text = _printable(text)
-        first = text.splitlines()[0] if text else "error"
+        first = one_event(text.splitlines()[0]) if text else "error"
         self._write_log(f"{stamp()} ERROR {text}")
         self.recent.append(f"{stamp()} ERROR {first}")
         if self._live is None:
@@ -156,7 +156,8 @@ class Console:
 
     def event(self, run: Run, old: RunState, new: RunState) -> None:
         """A run's state change: always in the log file."""
-        self._write_log(f"{stamp()} [{run.role.name}] run {run.run_id} {run.label}: {old.value} -> {new.value}")
+        label = one_event(_printable(run.label))
+        self._write_log(f"{stamp()} [{run.role.name}] run {run.run_id} {label}: {old.value} -> {new.value}")
 
     def _write_log(self, text: str) -> None:
         if self._log is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-_CONTROL = str.maketrans({c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if c not in (0x09, 0x0A)})
+# C0 and C1 controls (ESC, CSI, NEL, ...) but tab and line feed, and the Unicode line and paragraph separators
+_ESCAPED = [c for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029] if c not in (0x09, 0x0A)]
+_CONTROL = str.maketrans({c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _ESCAPED})
 
 
 def one_event(text: str) -> str:
@@ -28,7 +30,7 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-SQLITE_MAX = 2**63 - 1  # SQLite's INTEGER is 64 bits: a larger one is refused when it is bound (OverflowError)
+SQLITE_MIN, SQLITE_MAX = -(2**63), 2**63 - 1  # SQLite's INTEGER: beyond, binding it raises OverflowError
 
 
 def whole_number(text: str) -> int:
@@ -40,6 +42,6 @@ def whole_number(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if abs(value) > SQLITE_MAX:
-        raise argparse.ArgumentTypeError(f"{text} is too large (at most {SQLITE_MAX})")
+    if not SQLITE_MIN <= value <= SQLITE_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is out of range ({SQLITE_MIN} to {SQLITE_MAX})")
     return value
