@@ -121,6 +121,11 @@ CASES: list[tuple[str, Mutate, list[str]]] = [
         _set("roles", "builder", "timeout", value=float("nan")),
         ["timeout: expected", "got .nan"],
     ),
+    (  # .inf passed too, and overflowed the date of the first retry: an internal error, the memo in failed/
+        "endless backoff",
+        _set("roles", "builder", "retry", value={"max": 1, "backoff": [float("inf")]}),
+        ["roles.builder.retry.backoff.0: expected a duration of at most 100 years (36500d), got inf"],
+    ),
     (
         "zero timeout",
         _set("roles", "builder", "timeout", value=0),
@@ -320,3 +325,15 @@ def test_the_scaffolded_team_runs_with_the_stand_in(project: Project) -> None:
     prompts = {r["role"]: r["prompt"] for r in project.records()}
     assert "subject: build it" in prompts["builder"]  # the builder's template hands over $memo
     assert str(project.root / "memo" / "project-manager" / "active" / "kickoff.md") in prompts["project-manager"]
+
+
+def test_merge_keys_may_come_twice_and_anchors_are_checked_once() -> None:
+    """``<<`` is YAML's merge, not a key: two of them in one mapping merge both (PyYAML does), no key is written
+    twice; an alias's mapping is checked where it was anchored."""
+    from orchestrator.config.yaml_file import load_yaml
+
+    text = "a: &a {x: 1}\nb: &b {y: 2}\nc:\n  <<: *a\n  <<: *b\n  z: 3\nd: *a\n"
+    assert load_yaml(text) == ({"a": {"x": 1}, "b": {"y": 2}, "c": {"x": 1, "y": 2, "z": 3}, "d": {"x": 1}}, None)
+    assert load_yaml("c:\n  <<: {x: 1}\n  z: 3\n  z: 4\n")[1] == (
+        "c.z: written twice (lines 3 and 4); YAML would keep the second alone, so give each its own name or merge them"
+    )

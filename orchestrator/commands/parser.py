@@ -21,6 +21,7 @@ from orchestrator.commands.arguments import (
     root_option,
     top_parser,
 )
+from orchestrator.core.durations import duration_argument
 from orchestrator.core.text import whole_number
 from orchestrator.memory import command as memory_command
 
@@ -104,7 +105,11 @@ def build() -> argparse.ArgumentParser:
     land.add_argument("target", metavar="MEMO|WORKSPACE", help="a workspace's name, or a memo worked on in it")
     land.add_argument("--into", metavar="BRANCH", default="", help="the branch to land into (default: its base)")
     land.add_argument(
-        "--wait", type=float, default=900.0, metavar="SECONDS", help="how long to wait for the landing (default 900)"
+        "--wait",
+        type=duration_argument,
+        default=900.0,
+        metavar="DURATION",
+        help="how long to wait for the landing (default 900 s; 15m, 1h, ...)",
     )
     land.add_argument("--json", action="store_true")
 

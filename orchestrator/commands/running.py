@@ -68,7 +68,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_land(args: argparse.Namespace) -> int:
     """``orchestrator land``: land a workspace's branch through the queue; exit 1 when it did not land."""
     if args.wait <= 0:
-        raise UsageError("orchestrator land: --wait takes a number of seconds above 0")
+        raise UsageError("orchestrator land: --wait takes a duration above 0 (900, 15m, ...)")
     root = project_root(args)
     try:
         result = control.call(

@@ -39,7 +39,7 @@ def _twice(node: yaml.Node, path: list[str], seen: set[int]) -> str | None:
         return None
     first: dict[str, int] = {}
     for key, value in node.value:
-        if isinstance(key, yaml.ScalarNode):
+        if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":  # ``<<`` may come twice
             name, line = str(key.value), key.start_mark.line + 1
             if name in first:
                 lines = f"line {line}" if first[name] == line else f"lines {first[name]} and {line}"
