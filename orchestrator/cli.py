@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 
 from orchestrator import console
 from orchestrator.commands import arguments, asking, memos, running
-from orchestrator.commands.common import not_utf8
+from orchestrator.commands.common import utf8_only
 from orchestrator.commands.completion import ASKING
-from orchestrator.core.errors import OrchestratorError, UsageError
+from orchestrator.core.errors import OrchestratorError
 
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: what no error of ours is
 PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -52,20 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``orchestrator`` command; every error becomes one line and an exit status."""
     try:
         words = sys.argv[1:] if argv is None else argv
-        odd = not_utf8(list(words))
-        if odd is not None:  # a name or a text no record can hold: one line, not an encoder's error deep inside
-            word = odd.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            raise UsageError(f"the argument '{word}' is not UTF-8 text: names and texts are UTF-8 here")
         command = client_command(words)
         if command is not None:
-            return CLIENT[command](arguments.client_parser(command).parse_args(words))
+            return CLIENT[command](utf8_only(arguments.client_parser(command).parse_args(words)))
         if list(words[:1]) == ["memory"] and ASKING not in os.environ:
             # an agent's memory call starts without the rest of the CLI: memory's own parser, memory's own code
             from orchestrator.memory import command as memory_command
 
             memory_args = memory_command.parse_alone(words)
             if memory_args is not None:
-                return memory_command.run(memory_args)
+                return memory_command.run(utf8_only(memory_args))
         # every other command needs the whole CLI; importing it here keeps it off the client commands' path
         from orchestrator.commands import dispatch
 

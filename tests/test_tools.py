@@ -4,6 +4,7 @@ and a two-role ping-pong of real agents that the loop breaker stops with nothing
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -73,13 +74,18 @@ def test_text_that_is_not_utf8_is_refused_in_one_line_writing_nothing(project: P
     project.configure({"builder": {}})
     for argv, stdin, said in (
         (["send", "--to", "builder", "-"], b"\xff\xfe broken", "orchestrator send: standard input is not UTF-8"),
-        (["send", "--to", "builder", b"x\xffy"], None, "the argument 'x\\xffy' is not UTF-8 text"),
-        (["send", "--to", "builder", "fine", "--subject", b"\xc3("], None, "the argument '\\xc3(' is not UTF-8"),
+        (["send", "--to", "builder", b"x\xffy"], None, "text: 'x\\xffy' is not UTF-8 text"),
+        (["send", "--to", "builder", "fine", "--subject", b"\xc3("], None, "subject: '\\xc3(' is not UTF-8"),
         (["tell", "X-1"], b"\xff", "orchestrator tell: standard input is not UTF-8 text; nothing was sent"),
         (["answer", "X-1", "-"], b"\xff", "orchestrator answer: standard input is not UTF-8 text"),
-        (["history", "--role", b"\xff"], None, "the argument '\\xff' is not UTF-8 text"),
-        (["task", "add", "builder", b"\xff"], None, "the argument '\\xff' is not UTF-8 text"),
-        (["logs", b"\xff"], None, "the argument '\\xff' is not UTF-8 text"),
+        (
+            ["history", "--role", b"\xff"],
+            None,
+            "role: '\\xff' is not UTF-8 text (names and texts are); nothing was done",
+        ),
+        (["task", "add", "builder", b"\xff"], None, "text: '\\xff' is not UTF-8 text"),
+        (["logs", b"\xff"], None, "memo: '\\xff' is not UTF-8 text"),
+        (["memory", "add", b"\xff"], None, "text: '\\xff' is not UTF-8 text"),
     ):
         done = subprocess.run(
             [*project.command, *argv, "--root", str(project.root)],
@@ -93,6 +99,10 @@ def test_text_that_is_not_utf8_is_refused_in_one_line_writing_nothing(project: P
         assert said in err and "Traceback" not in err, (argv, err)
     inbox = project.root / "memo" / "builder" / "inbox"
     assert not inbox.exists() or list(inbox.iterdir()) == []
+    # a path is no text: a folder named with any bytes is still a project's folder
+    folder = os.fsencode(project.root.parent) + b"/caf\xe9"
+    made = subprocess.run([*project.command, "init", folder], capture_output=True, env=project.env(), timeout=60)
+    assert made.returncode == 0 and os.path.exists(folder + b"/roles.yaml"), made.stderr
 
 
 def test_send_ids_get_a_suffix_when_a_memo_already_carries_them(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from orchestrator import console
 from orchestrator.core.errors import UsageError
+from orchestrator.core.text import printable
 
 
 def project_root(args: argparse.Namespace) -> Path:
@@ -36,18 +37,18 @@ def stdin_text(command: str) -> str:
         raise UsageError(f"orchestrator {command}: standard input is not UTF-8 text; nothing was sent") from None
 
 
-def not_utf8(words: list[str]) -> str | None:
-    """The first of ``words`` that is not UTF-8 (bytes Python read with surrogateescape), but ``--root``'s value,
-    a path; None when all are."""
-    for i, word in enumerate(words):
-        if i and words[i - 1] == "--root":
-            continue
-        try:
-            word.encode("utf-8")
-        except UnicodeEncodeError:
-            if not word.startswith("--root="):
-                return word
-    return None
+def utf8_only(args: argparse.Namespace) -> argparse.Namespace:
+    """``args``, unless a text in them is not UTF-8 (bytes Python read with surrogateescape): refused in one line
+    before anything is sent or written, as no record (SQLite, a memo's YAML) can hold it. Paths (``--root``,
+    ``init DIR``) are ``Path`` objects, not texts: a folder's name may be any bytes."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and printable(item) != item:
+                shown = name.replace("_", "-")
+                raise UsageError(
+                    f"{shown}: '{printable(item)}' is not UTF-8 text (names and texts are); nothing was done"
+                )
+    return args
 
 
 def who() -> str:

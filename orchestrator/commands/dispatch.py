@@ -24,6 +24,7 @@ from orchestrator.commands import (
     up,
     upkeep,
 )
+from orchestrator.commands.common import utf8_only
 from orchestrator.commands.doctor import cmd_doctor
 from orchestrator.memory import command as memory_command
 
@@ -65,4 +66,5 @@ def run(argv: Sequence[str] | None) -> int:
     """Parse ``argv`` with the full parser and run its command (errors are ``cli.main``'s to report)."""
     completion.answer_if_asked(parser.build)  # a TAB in the shell: answers and exits
     args = memory_command.parse_alone(argv) or parser.build().parse_args(argv)  # an agent's memory call starts fast
+    utf8_only(args)
     return COMMANDS[args.command](args)

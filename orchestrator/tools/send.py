@@ -145,7 +145,7 @@ def send(
         )
     if not text.strip():
         raise UsageError("orchestrator send: the memo is empty: give its text as an argument, or `-` and stdin")
-    given = {"the text": text, "--subject": subject, "--reply-to": reply_to, "--sender": sender}
+    given = {"the text": text, "--subject": subject, "--reply-to": reply_to, "--from": sender}
     for what, value in [*given.items(), *(("--tag", tag) for tag in tags)]:
         if value is not None and not is_utf8(value):  # bytes that are not UTF-8, read with surrogateescape
             raise UsageError(f"orchestrator send: {what} is not UTF-8 text; nothing was sent")
