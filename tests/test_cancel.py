@@ -530,8 +530,8 @@ def test_a_cancel_whose_orchestrator_crashes_says_it_may_yet_happen_and_the_next
             asked.communicate()
     assert asked.returncode == 11, err
     (line,) = err.splitlines()
-    assert "closed the connection without an answer: still waiting for its answer to `cancel S-3`" in line, line
-    assert "may have taken effect" in line and "Traceback" not in err
+    assert "closed the connection without answering `cancel S-3`: the request may have taken effect" in line, line
+    assert "Traceback" not in err
 
     orch = project.up(wait_ready=False)
     wait_for(lambda: project.folder("builder", "cancelled") == ["stubborn.md"], what="the cancel finished at restart")

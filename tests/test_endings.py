@@ -319,7 +319,7 @@ def test_cancel_and_interrupt_give_up_on_a_lost_reply_in_one_line(
         server.close()
     assert ended == [11]
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "did not answer within 0.5s" in err and request_line in err, err
+    assert err.count("\n") == 1 and f"did not answer {request_line} within 0.5s" in err, err
 
 
 def test_a_cancel_answered_with_another_end_is_printed_as_that_end() -> None:
@@ -376,3 +376,19 @@ def test_every_shutdown_step_runs_when_one_raises(project: Project, step: str) -
     assert log.count(f"RuntimeError: injected fault in {qualname}") >= 1
     result = project.cli("status", "--json")
     assert result.returncode == 0 and json.loads(result.stdout)["running"] is False, result.stderr
+
+
+def test_a_cancels_deadline_counts_what_its_agents_stop_may_wait_for_where_it_runs() -> None:
+    """Twice the grace and 10 s, plus the agent's ``stop_slack`` (a Ray wrapper's word, a task on its node; 0 for a
+    local agent), for the longest of the runs stopped; 60 s at most."""
+    from types import SimpleNamespace
+
+    from orchestrator.supervisor.replies import stop_deadline
+
+    def run(grace: float, slack: float | None) -> Any:
+        agent = SimpleNamespace(stop_slack=slack) if slack is not None else None
+        return SimpleNamespace(role=SimpleNamespace(grace=grace), agent=agent)
+
+    assert stop_deadline([run(5.0, None)]) == 20.0
+    assert stop_deadline([run(5.0, 0.0), run(2.0, 36.0)]) == 50.0  # the Ray run's bound, not the longest grace's
+    assert stop_deadline([run(30.0, 36.0)]) == 60.0

@@ -115,24 +115,24 @@ def call(root: Path, op: str, timeout: float = 30.0, **args: Any) -> dict[str, A
         while not data.endswith(b"\n"):
             chunk = sock.recv(65536)
             if not chunk:
-                raise DeadlineError(_unanswered(root, op, args, "closed the connection without an answer"))
+                raise DeadlineError(_unanswered(root, op, args, "closed the connection without answering"))
             data += chunk
     except TimeoutError:
-        raise DeadlineError(_unanswered(root, op, args, f"did not answer within {timeout:g}s")) from None
+        raise DeadlineError(_unanswered(root, op, args, "did not answer", f" within {timeout:g}s")) from None
     except ConnectionError as exc:
-        raise DeadlineError(_unanswered(root, op, args, f"lost the connection ({exc.strerror or exc})")) from None
+        how = f"lost the connection ({exc.strerror or exc}) before answering"
+        raise DeadlineError(_unanswered(root, op, args, how)) from None
     finally:
         sock.close()
     return _result(root, data)
 
 
-def _unanswered(root: Path, op: str, args: dict[str, Any], how: str) -> str:
+def _unanswered(root: Path, op: str, args: dict[str, Any], how: str, after: str = "") -> str:
     """The line of a request sent and never answered (exit 11): it may have taken effect, or yet take it (a cancel
     of an orchestrator that crashed is finished by its next start)."""
     return (
-        f"the orchestrator of {root} {how}: still waiting for its answer to `{_request(op, args)}` (the request may "
-        "have taken effect or yet take it: `orchestrator status` shows what runs, .orchestrator/orchestrator.log "
-        "what it did)"
+        f"the orchestrator of {root} {how} `{_request(op, args)}`{after}: the request may have taken effect or yet "
+        "take it (`orchestrator status` shows what runs, .orchestrator/orchestrator.log what it did)"
     )
 
 
