@@ -91,4 +91,4 @@ def test_a_number_no_record_can_hold_is_a_usage_error_not_an_internal_one(
     (tmp_path / "p.md").write_text("$memo\n")
     assert cli.main([*argv, "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is too large (at most 9223372036854775807)" in err, err
+    assert err.count("\n") == 1 and "is out of range (-9223372036854775808 to 9223372036854775807)" in err, err

@@ -688,3 +688,16 @@ def test_status_shows_retry_wait_with_next_attempt_and_failed_reasons(project):
     # the database still answers with the orchestrator gone
     [recent] = [r for r in project.status()["recent"] if r["memo"] == "V-1.md"]
     assert recent["state"] == "failed" and recent["reason"] == "exit code 4"
+
+
+def test_status_with_no_orchestrator_shows_no_pid_for_a_run_waiting_for_its_retry(project):
+    """Its last agent is dead; the database keeps that pid until the next attempt, and status read it from there."""
+    project.configure({"builder": {"retry": {"max": 1, "backoff": ["1h"]}}})
+    orch = project.up()
+    project.drop("builder", "W-1.md", {"id": "W-1", "agent": {"exit": 4}})
+    wait_for(lambda: [r["state"] for r in project.status()["runs"]] == ["retry_wait"], what="W-1 waiting to retry")
+    orch.signal(signal.SIGKILL)
+    orch.wait()
+    offline = project.status()
+    assert offline["running"] is False
+    assert [(r["memo"], r["state"], r["pid"]) for r in offline["runs"]] == [("W-1.md", "retry_wait", None)]

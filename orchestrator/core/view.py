@@ -164,7 +164,7 @@ class RunView(BaseModel):
             memos=memos,
             subject=row.get("subject"),
             state=row["state"],
-            pid=row.get("pid"),
+            pid=None if row["state"] == RunState.RETRY_WAIT.value else row.get("pid"),  # as ``from_run``
             attempt=row.get("attempt"),
             started_at=row.get("started_at"),
             ended_at=row.get("ended_at"),
