@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from orchestrator.config import load_config
 from orchestrator.control import history, status
 from orchestrator.core.errors import ConfigError
@@ -219,6 +221,10 @@ def test_retention_keys_are_checked_at_load(tmp_path: Path) -> None:
         assert "retention.runs: shorter than logs (60d)" in str(exc) and "\n" not in str(exc)
     else:
         raise AssertionError("a record shorter-lived than its log was accepted")
+    # a record kept less than a day: a restart would forget the day's spend, and a daily budget let runs past it
+    config.write_text("roles: {builder: {}}\nretention: {logs: 1s, transcripts: 1s, runs: 12h}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"retention.runs: shorter than a day \(12h\): a daily budget counts"):
+        load_config(tmp_path)
     config.write_text("roles: {builder: {}}\nretention: {archive: 30d, held: keep}\n", encoding="utf-8")
     rules = load_config(tmp_path).retention
     assert (rules.archive, rules.held, rules.logs, rules.runs) == (30 * DAY, None, 30 * DAY, 400 * DAY)

@@ -64,6 +64,11 @@ class RetentionSettings(Strict):
     @field_validator("runs")
     @classmethod
     def _record_outlives_files(cls, runs: float | None, info: ValidationInfo) -> float | None:
+        if runs is not None and runs < DAY:
+            raise ValueError(
+                f"shorter than a day ({describe(runs)}): a daily budget counts the day's runs from their records, so "
+                "a restart would forget what the day spent; make it at least 1d or keep"
+            )
         for name in ("logs", "transcripts"):
             files = info.data.get(name)
             if runs is not None and files is not None and files > runs:
