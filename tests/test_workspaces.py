@@ -266,6 +266,36 @@ def test_a_failed_attempts_file_is_not_seen_by_its_retry_and_a_success_is_commit
     assert project.procs[0].stop() == 0
 
 
+def test_an_attempt_that_ends_mid_rebase_fails_its_work_set_aside_and_its_retry_starts_on_the_branch(
+    project: Project,
+) -> None:
+    """A rebase stopped at a conflict leaves HEAD detached and conflict markers in the files: committing that put a
+    commit on no branch while the log said "committed on orchestrator/...". It is a failed attempt now, its work
+    kept under its attempt's ref, the rebase undone, and the retry works on the branch."""
+    repository(project, {"builder": {"workspace": WORKTREE, "retry": {"max": 1, "backoff": ["0.1s"]}}})
+    git(project.root, "checkout", "--quiet", "-b", "other")
+    (project.root / "shared.txt").write_text("as on other\n", encoding="utf-8")
+    git(project.root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-am", "other's line")
+    git(project.root, "checkout", "--quiet", "main")
+    start(project)
+    body = "see shared.txt\nwrite shared.txt the builder's line\ncommit\nrebase-first other\nwrite done.txt done"
+    project.drop("builder", "r.md", {"id": "clash"}, body=body)
+    wait_for(lambda: project.folder("builder", "archive") == ["r.md"], what="the retry's success")
+    out = project.procs[0].output
+    assert "it left its workspace clash in the middle of a rebase: nothing was committed on orchestrator/clash" in out
+    first, second = records(project)
+    assert second["seen"] == {"shared.txt": "as on main"}, "the retry starts on the branch, the rebase undone"
+    (kept,) = git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/clash/").split()
+    assert "<<<<<<<" in (show(project, kept, "shared.txt") or ""), "the attempt's work, conflict and all, is kept"
+    assert show(project, "orchestrator/clash", "done.txt") == "done"
+    assert show(project, "orchestrator/clash", "shared.txt") == "the builder's line"
+    folder = Path(second["cwd"])
+    assert git(folder, "status", "--porcelain") == "" and git(folder, "rev-parse", "--abbrev-ref", "HEAD") == (
+        "orchestrator/clash"
+    )
+    assert project.procs[0].stop() == 0
+
+
 def test_an_agent_that_committed_its_work_itself_gets_no_second_commit(project: Project) -> None:
     repository(project, {"builder": {"workspace": WORKTREE}})
     start(project)

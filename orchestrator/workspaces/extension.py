@@ -24,16 +24,19 @@ from typing import Any
 
 from orchestrator.agents.spec import LaunchSpec, SpawnError
 from orchestrator.config import Role, RoleRun
+from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer, iso
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import WAITING
+from orchestrator.supervisor.decisions import DEFAULT, EndDecision, Fail
 from orchestrator.supervisor.extension import Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command
 from orchestrator.workspaces import copying, git, ports, records, retire
 from orchestrator.workspaces.land import LandQueue
 from orchestrator.workspaces.landing import BASE_KEY
 from orchestrator.workspaces.naming import memo_key, workspace_and_memo
+from orchestrator.workspaces.unfinished import unfinished
 
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
@@ -325,6 +328,15 @@ class Workspaces(Extension):
         ]
 
     # ------------------------------------------------------------ the end of a run: commit, or set aside
+    def decide_end(self, run: RoleRun, verdict: AttemptVerdict) -> EndDecision:
+        """An attempt that ended well but left its workspace mid-rebase (or off its branch) failed: its work is no
+        commit on the branch; it is set aside, and a retry starts on the branch (``unfinished``)."""
+        work = records.open_attempt(self.host.store.db, run.run_id) if run.role.workspace.isolated else None
+        why = unfinished(Path(work.folder), work.branch) if work is not None and verdict.succeeded else None
+        if work is None or why is None:
+            return DEFAULT
+        return Fail(f"it left its workspace {work.name} {why}: nothing was committed on {work.branch}", retry=True)
+
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Awaitable[None] | None:
         """Its workspace's bookkeeping now; its git work (the commit, or the set-aside) returned as an awaitable,
         done on a thread while the run settles, so the memos move once it is on the branch or kept aside."""
@@ -391,5 +403,5 @@ class Workspaces(Extension):
             head = git.git(folder, "rev-parse", "HEAD")
             return ("committed", head, None) if head != work.start else ("unchanged", None, None)
         ref = attempt_ref(work.name, work.run_id, work.attempt)
-        kept = git.set_aside(folder, work.start, ref, message(run), identity)
+        kept = git.set_aside(folder, work.start, ref, message(run), identity, work.branch)
         return ("set aside", kept, ref) if kept is not None else ("unchanged", None, None)

@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from orchestrator.workspaces.unfinished import ABORT, operation
+
 MIN_VERSION = (2, 17)  # `git worktree remove`, `worktree add` of an existing branch
 IDENTITY = {  # who commits when the repository names no one: the commit must not fail for want of a name
     "GIT_AUTHOR_NAME": "orchestrator",
@@ -192,15 +194,23 @@ def commit_all(folder: Path, message: str, identity: dict[str, str]) -> str | No
     return git(folder, "rev-parse", "HEAD")
 
 
-def set_aside(folder: Path, start: str, ref: str, message: str, identity: dict[str, str]) -> str | None:
+def set_aside(
+    folder: Path, start: str, ref: str, message: str, identity: dict[str, str], branch: str | None = None
+) -> str | None:
     """Keep what the attempt did since ``start`` (its commits and what it left) as one commit under ``ref``, then
-    put the workspace back at ``start``; the commit, or None when the attempt changed nothing."""
+    put the workspace back at ``start`` (on ``branch``, wherever the attempt left its HEAD); the commit, or None
+    when the attempt changed nothing."""
     head = git(folder, "rev-parse", "HEAD")
     tree = snapshot(folder)
     if head == start and tree == git(folder, "rev-parse", "HEAD^{tree}"):
         return None
     commit = git(folder, "commit-tree", tree, "-p", head, "-m", message, env=identity)
     git(folder, "update-ref", ref, commit)
+    under_way = operation(folder)  # a rebase stopped at a conflict: undone, so the branch is its own again
+    if under_way is not None:
+        git(folder, *ABORT[under_way], check=False)
+    if branch is not None:
+        git(folder, "checkout", "--quiet", "--force", branch)
     reset(folder, start)
     return commit
 

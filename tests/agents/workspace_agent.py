@@ -6,7 +6,8 @@ whether FILE is in its folder and what it holds; ``send ROLE TEXT`` runs ``orche
 folder (no ``--root``); ``land TARGET`` runs ``orchestrator land TARGET`` and records its exit and error;
 ``wait NAME`` waits until NAME exists in the project root; ``ask-unless NAME QUESTION`` runs ``orchestrator ask
 QUESTION`` and ends the run (exit 0) unless NAME exists in the project root; ``fail-first`` exits 1 on
-the first attempt (doing no more); ``exit N`` exits N. Its record is one JSON line in ``$WS_RECORD``, written before it waits.
+the first attempt (doing no more); ``rebase-first BRANCH`` runs ``git rebase BRANCH`` on the first attempt and ends
+there (exit 0, a rebase stopped at a conflict left as it is); ``exit N`` exits N. Its record is one JSON line in ``$WS_RECORD``, written before it waits.
 """
 
 import json
@@ -64,6 +65,9 @@ def main() -> int:
                 time.sleep(0.02)
         elif words[0] == "ask-unless" and not (root / words[1]).exists():
             subprocess.run([sys.executable, "-m", "orchestrator", "ask", words[2]], check=True, capture_output=True)
+            break
+        elif words[0] == "rebase-first" and env["ORCHESTRATOR_ATTEMPT"] == "1":
+            subprocess.run(["git", "rebase", words[1]], capture_output=True)
             break
         elif words[0] == "fail-first" and env["ORCHESTRATOR_ATTEMPT"] == "1":
             code = 1
