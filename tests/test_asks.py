@@ -128,7 +128,7 @@ def test_a_waiting_memo_is_cancelled_like_a_queued_one(tmp_path: Path) -> None:
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="May I?"))
         await r.exit("a", 0)
         reply = await r.request(CancelRequested, memo="a")
-        assert reply.result()["state"] == "cancelled" and reply.result()["previous_state"] == "queued"
+        assert reply.result()["state"] == "cancelled" and reply.result()["previous_state"] == "waiting"
         assert r.folder("builder", "cancelled") == ["a.md"]
         assert not (root / "memo/builder/waiting/a.question").exists()
         assert r.sup.view(False).to_json()["needs_input"] == []

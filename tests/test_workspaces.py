@@ -232,7 +232,9 @@ def test_a_cancelled_waiting_memo_sets_its_work_aside_and_puts_the_branch_back(p
     body = "write c.txt committed\ncommit\nwrite u.txt uncommitted\nask-unless answered.flag Which?"
     project.drop("builder", "a.md", {"id": "a", "workspace": "w"}, body=body)
     wait_for((project.root / "memo/builder/waiting/a.question").exists, what="a.md waiting for a person")
-    assert project.cli("cancel", "a.md").returncode == 0
+    cancelled = project.cli("cancel", "a.md")
+    assert cancelled.returncode == 0 and "(builder, was waiting): its question is withdrawn" in cancelled.stdout
+    assert "it never ran" not in cancelled.stdout, cancelled.stdout  # it ran, and its work is set aside
     wait_for(lambda: project.folder("builder", "cancelled") == ["a.md"], what="a.md cancelled")
     ref = wait_for(
         lambda: git(project.root, "for-each-ref", "--format=%(refname)", "refs/orchestrator/attempts/w/"),

@@ -105,7 +105,10 @@ def _describe_cancel(item: dict[str, Any]) -> str:
             " (needed SIGKILL)" if item.get("escalated") else ""
         )
     else:
-        how = "it never ran" if item.get("previous_state") == "queued" else "its retry will not happen"
+        how = {
+            "queued": "it never ran",
+            "waiting": "its question is withdrawn (a workspace's work is set aside: the log names its ref)",
+        }.get(item.get("previous_state") or "", "its retry will not happen")
     survivors = f"; WARNING: still alive after SIGKILL: {item['survivors']}" if item.get("survivors") else ""
     return (
         f"cancelled {item.get('memo_id') or item['memo']} ({item['role']}, was {item['previous_state']}): {how}{held}; "

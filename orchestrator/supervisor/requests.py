@@ -32,6 +32,7 @@ from orchestrator.core.errors import (
 from orchestrator.core.events import CancelRequested, Event, InterruptRefused, InterruptRequested, TellRequested
 from orchestrator.core.run import CancelOrder, MemoRef
 from orchestrator.core.states import RunState
+from orchestrator.intake.memo import WAITING
 from orchestrator.intake.queue import Intake
 from orchestrator.store import Store
 from orchestrator.supervisor import replies
@@ -85,8 +86,9 @@ class Requests:
         # stop) would otherwise let the scheduler claim a memo that was found queued and is about to be cancelled
         answers: dict[int, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
         for cand in targets:
-            if cand.run is None:
-                answers[id(cand)] = self._cancel_queued(cand, event), {}
+            if cand.run is None:  # in its inbox, or in waiting/ (its run asked a person): its receipt says which
+                waited = {"previous_state": "waiting"} if cand.path.parent.name == WAITING else {}
+                answers[id(cand)] = self._cancel_queued(cand, event), waited
         for cand in targets:
             if cand.run is not None:
                 answers[id(cand)] = self._cancel_run(cand, event)
