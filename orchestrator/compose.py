@@ -134,6 +134,7 @@ def core_parts(sup: Supervisor, spawner: Spawner | None) -> Parts:
     pauses = Pauses(config, lc, intake, console, clock, post)
     outcomes.pauses = pauses
     launcher.gates.append(pauses.blocked)
+    launcher.gates.append(lambda: list(holds.current))  # a hold a start put on (its workspace taken), in its pass
     batch_roles = [name for name, role in config.roles.items() if role.batch]
     if batch_roles:
         launcher.gates.append(lambda: intake.settling(batch_roles))

@@ -344,6 +344,32 @@ def test_a_second_memo_for_a_busy_workspace_waits_for_its_run(project: Project) 
     assert project.procs[0].stop() == 0
 
 
+def test_memos_for_a_busy_workspace_stay_in_the_inbox_even_when_one_pass_could_claim_them_all(
+    project: Project,
+) -> None:
+    """When the run working in a workspace ends, one scheduling pass starts its next memo there, then an
+    independent one, and stops at the next memo for the workspace that start took: that memo stays in the inbox.
+    Before, the pass claimed it too, and it waited in its start holding a slot of the role (`starting`)."""
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 3}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "busy"}, body="write x.txt from a\nwait go1.out")
+    wait_for(lambda: records(project), what="the first run at work")
+    project.drop("builder", "b.md", {"id": "b", "workspace": "busy"}, body="wait go2.out")
+    project.drop("builder", "c.md", {"id": "free"}, body="write y.txt y")
+    project.drop("builder", "d.md", {"id": "d", "workspace": "busy"}, body="see x.txt")
+    wait_for(lambda: "waits for workspace busy" in project.procs[0].output, what="b.md waiting for the workspace")
+    (project.root / "go1.out").touch()
+    wait_for(lambda: "c.md" in project.folder("builder", "archive"), what="the independent memo run meanwhile")
+    runs = project.status()["runs"]
+    assert [(r["memo"], r["state"]) for r in runs] == [("b.md", "running")], runs  # d.md holds no slot
+    assert project.folder("builder", "inbox") == ["d.md"], "it waits in the inbox"
+    (project.root / "go2.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md", "c.md", "d.md"], what="all done")
+    last = records(project)[-1]
+    assert last["memo"] == "d.md" and last["cwd"] == records(project)[0]["cwd"]
+    assert project.procs[0].stop() == 0
+
+
 def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
     repository(project, {"builder": {"workspace": WORKTREE}})
     orchestrator = project.up(WS_RECORD=str(project.root / "ws.jsonl"))

@@ -210,6 +210,16 @@ class Workspaces(Extension):
             else:
                 self.host.holds.release(role.name, HOLD, quiet=True)
 
+    def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
+        """A start takes its workspace at once, not when prepared: the role's next memo for it is held in the same
+        scheduling pass (the holds are a gate of the launcher), instead of being claimed to wait holding a slot."""
+        if new is not RunState.STARTING or not run.role.workspace.isolated or not run.memos:
+            return
+        name, memo = self._name(run.role, run.memos[0].path)
+        if self._busy(name, run.run_id, memo) is None and not self.landings.lands_now(name):
+            self.owners[name] = run.run_id
+            self.check_holds()
+
     # ------------------------------------------------------------ before every start
     async def prepare(self, run: RoleRun, spec: LaunchSpec) -> LaunchSpec:
         settings = run.role.workspace
