@@ -20,7 +20,6 @@ from pathlib import Path
 from orchestrator.config import load_config
 from orchestrator.core.errors import UnknownMemoError, UnknownRoleError, UsageError
 from orchestrator.intake import catalog, memo_index, outbox
-from orchestrator.intake.front_matter import is_utf8
 from orchestrator.intake.memo import INBOX, parse_front_matter, read_head
 from orchestrator.store import Store
 
@@ -145,10 +144,6 @@ def send(
         )
     if not text.strip():
         raise UsageError("orchestrator send: the memo is empty: give its text as an argument, or `-` and stdin")
-    given = {"the text": text, "--subject": subject, "--reply-to": reply_to, "--from": sender}
-    for what, value in [*given.items(), *(("--tag", tag) for tag in tags)]:
-        if value is not None and not is_utf8(value):  # bytes that are not UTF-8, read with surrogateescape
-            raise UsageError(f"orchestrator send: {what} is not UTF-8 text; nothing was sent")
     subject = (subject or "").strip() or outbox.first_line(text)
     warning = None
     if reply_to is not None:
