@@ -143,6 +143,24 @@ def test_loading_only_what_the_budget_can_hold_renders_the_same_text(db: MemoryD
         assert render_for(db, "builder", today, lines, size) == rules.render_memory(every, lines, size), (lines, size)
 
 
+def test_the_load_orders_its_candidates_in_the_index_that_holds_their_columns(db: MemoryDB) -> None:
+    """``$memory`` picks each group's entries by importance and age from ``entries_load``: SQLite's own choice,
+    ``entries_scope``, lacks those columns and read the table's row of every candidate (twice the time at 100,000)."""
+    today = date(2026, 12, 1)
+    for n in range(30):
+        db.add(entry(f"entry {n}", layer=["core", "daily", "weekly"][n % 3], importance=1 + n % 5), 1000)
+    ordered: list[str] = []
+    db.conn.set_trace_callback(lambda sql: ordered.append(sql) if "ORDER BY e.importance" in sql else None)
+    try:
+        db.prompt_groups(["builder", "team"], today, most=450)
+    finally:
+        db.conn.set_trace_callback(None)
+    assert len(ordered) == 3  # core, daily, weekly (no monthly entry)
+    for sql in ordered:
+        plan = " ".join(row[3] for row in db.conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+        assert "USING INDEX entries_load" in plan, plan
+
+
 def test_bigram_tokens() -> None:
     assert grams.tokens("記憶") == f"{ord('記'):x}g{ord('憶'):x} {ord('憶'):x}gz"
     assert grams.tokens("Ab ab") == grams.tokens("ab") == "61g62 62gz"

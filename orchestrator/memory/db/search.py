@@ -174,7 +174,10 @@ class Search(Connection):
                 ids = [
                     i
                     for (i,) in self.conn.execute(
-                        f"SELECT e.id FROM entries e WHERE {where} ORDER BY e.importance DESC, e.created_at DESC, e.id"
+                        # entries_load holds every column this reads (SQLite's planner takes entries_scope, which
+                        # does not, as the partial index's own condition names a column it lacks: a read per row)
+                        f"SELECT e.id FROM entries e INDEXED BY entries_load WHERE {where}"
+                        " ORDER BY e.importance DESC, e.created_at DESC, e.id"
                         + ("" if room is None else f" LIMIT {max(0, room)}"),
                         args,
                     )
