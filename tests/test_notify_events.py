@@ -67,3 +67,44 @@ def test_a_stall_is_announced(tmp_path: Path) -> None:
         r.close()
 
     asyncio.run(scenario())
+
+
+def test_a_daily_budget_is_announced_once_a_day_across_restarts(tmp_path: Path) -> None:
+    """Defect: every start of ``up`` on a day the budget was spent told the team again (the notice came anew)."""
+    from orchestrator.core.events import Tick
+
+    role = {"builder": {"budget": {"per_day_usd": 1.0}}}
+
+    async def scenario() -> None:
+        r = Replay(tmp_path, role)
+        heard = listen(r)
+        await r.drop("builder", "c1.md")
+        r.agent("c1").result = {"cost_usd": 1.5, "session_id": "s1"}
+        await r.exit("c1", 0)
+        r.sup.post(Tick())
+        await r.settle()
+        assert [e.kind for e in heard] == ["budget"] and "builder" in r.sup.budgets.current
+        r.close()
+
+        again = Replay(tmp_path, role, start=r.clock.now())  # the same day, a new orchestrator
+        heard = listen(again)
+        again.sup.post(Tick())
+        await again.settle()
+        assert "builder" in again.sup.budgets.current, "still blocked"
+        assert heard == [], "told once already today"
+        assert "budget: role builder spent $1.50" in again.console.text, "the new start's log still says why"
+        again.close()
+
+        later = Replay(tmp_path, role, start=r.clock.now())
+        heard = listen(later)
+        await later.advance(24 * 3600)  # the next day: the block is gone, then spent again
+        later.sup.post(Tick())
+        await later.drop("builder", "c2.md")
+        later.agent("c2").result = {"cost_usd": 1.5, "session_id": "s2"}
+        await later.exit("c2", 0)
+        later.sup.post(Tick())
+        await later.settle()
+        assert [e.kind for e in heard] == ["budget"], "a new day's block is news"
+        later.close()
+
+    asyncio.run(scenario())

@@ -6,6 +6,7 @@ day, tested without a database or a clock; ``Budgets`` gathers the figures.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
@@ -15,6 +16,7 @@ from orchestrator.core.team_events import TeamEvent
 from orchestrator.store import Store
 
 TEAM = "*"
+TOLD = "budget_told"  # the store's meta: the blocks already announced, ``{key: day}`` (a restart does not tell again)
 
 
 def day_start(now: datetime) -> datetime:
@@ -71,6 +73,7 @@ class Budgets:
         self.store = store
         self.console = console
         self.current: dict[str, str] = {}
+        self.told: dict[str, str] = _read_told(store.meta(TOLD))
         self.inherited: dict[tuple[int, str], float] = {}  # (live run, its session) -> what earlier runs spent of it
 
     def refresh(self, now: datetime, runs: Iterable[RoleRun]) -> None:
@@ -79,6 +82,7 @@ class Budgets:
         caps = {name: r.budget.per_day_usd for name, r in self.config.roles.items() if r.budget.per_day_usd}
         team_cap = self.config.budget.per_day_usd
         if not caps and not team_cap:
+            self._told({})
             return
         since = day_start(now).isoformat(timespec="milliseconds")
         running = _running_costs(runs, self._inherited(runs))
@@ -87,15 +91,23 @@ class Budgets:
         over = [name for name in caps if spent[name] >= caps[name]] + ([TEAM] if team_cap and team >= team_cap else [])
         estimated = frozenset(k for k in over if self.store.estimated_since(since, None if k == TEAM else k))
         new = blocks(now, caps, team_cap, spent, team, estimated)
+        day = day_start(now).date().isoformat()
         for key, why in new.items():
             if self.current.get(key) is None:
                 self.console.line(f"budget: {why}", role=None if key == TEAM else key)
-                self.tell(TeamEvent("budget", role=None if key == TEAM else key, reason=why))
+                if self.told.get(key) != day:  # once a day: the start after a restart logs it, tells no one again
+                    self.tell(TeamEvent("budget", role=None if key == TEAM else key, reason=why))
+        self._told(dict.fromkeys(new, day))
         for key in self.current.keys() - new.keys():
             self.console.line(
                 "budget: new day or budget raised; starting runs again", role=None if key == TEAM else key
             )
         self.current = new
+
+    def _told(self, told: dict[str, str]) -> None:
+        if told != self.told:
+            self.told = told
+            self.store.set_meta(TOLD, json.dumps(told, sort_keys=True) if told else None)
 
     def _inherited(self, runs: Iterable[RoleRun]) -> dict[tuple[int, str], float]:
         """What earlier runs spent of each live run's session (a question's session, resumed with its answer,
@@ -131,3 +143,12 @@ def _running_costs(runs: Iterable[RoleRun], inherited: dict[tuple[int, str], flo
             live = max(0.0, agent.cost_usd - (recorded.get("cost_usd") or 0.0) - earlier)
             out[run.role.name] = out.get(run.role.name, 0.0) + live
     return out
+
+
+def _read_told(value: str | None) -> dict[str, str]:
+    """The blocks announced on record (nothing from a database before them, or a value that is not one)."""
+    try:
+        told = json.loads(value) if value else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in told.items()} if isinstance(told, dict) else {}
