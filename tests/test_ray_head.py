@@ -22,6 +22,7 @@ from conftest import Project
 from orchestrator.agents.ray.agent import LOST_EXIT, RayAttempt
 from orchestrator.agents.ray.names import Names
 from orchestrator.agents.ray.spawner import RaySpawner
+from orchestrator.agents.ray.stopping import AttemptStops
 from orchestrator.agents.ray.wire import Beat, ControlAnswer, Ended, Output, SdkEvent, Started, TranscriptLines
 from orchestrator.agents.sdk.follow import SdkFollow
 from orchestrator.agents.spec import LaunchSpec, SpawnError
@@ -93,6 +94,7 @@ def spawner(clock: ManualClock, stream: FakeActor, **settings: Any) -> tuple[Ray
         return stream
 
     spawn.actor = SimpleNamespace(options=lambda **_: SimpleNamespace(remote=create))
+    spawn.stops = AttemptStops(spawn.ray, spawn.root, spawn.names, spawn.settings, spawn._end, spawn._cancel)
 
     def get_actor(name: str, namespace: str) -> FakeActor:
         calls.append(("get_actor", (name, namespace)))

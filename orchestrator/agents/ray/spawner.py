@@ -18,14 +18,15 @@ from typing import Any
 
 from orchestrator.agents import procs
 from orchestrator.agents.backends import capabilities
-from orchestrator.agents.handle import Agent, HandleStops, OnExit, end_turn_first
+from orchestrator.agents.handle import Agent, HandleStops, OnExit
 from orchestrator.agents.ray import first_line, lost_reason, pending
 from orchestrator.agents.ray.agent import BoardCarrier, RayAttempt, append_transcript
 from orchestrator.agents.ray.board import TAKE_WAIT, WrapperActor
 from orchestrator.agents.ray.cluster import connect
 from orchestrator.agents.ray.names import NAMESPACE, Names
 from orchestrator.agents.ray.payload import log_header, options_of, payload_of
-from orchestrator.agents.ray.sweep import SWEEP_WAIT, sweep_report
+from orchestrator.agents.ray.stopping import BOARD_WAIT, CANCEL_WAIT, AttemptStops, ask_stop, stop_slack
+from orchestrator.agents.ray.sweep import sweep_report
 from orchestrator.agents.ray.wire import (
     AnyMessage,
     ControlAnswer,
@@ -44,12 +45,9 @@ from orchestrator.config.ray import ExecutorSettings
 from orchestrator.core.agent import KillReport, Log
 from orchestrator.core.clock import Clock, SystemClock
 
-BOARD_WAIT = 5.0  # how long a stop request or a control may take to reach the wrapper's actor
-CANCEL_WAIT = 5.0  # after ray.kill of the actor, how long to wait for Ray to say it is gone
 SESSION_NODES = 1000  # how many runs' last sdk node are remembered (for a retry that resumes the session)
 ACTOR_CALLS = 8  # calls one wrapper actor serves at once: the head's take, a stop, a control, a halt
 HALT_WAIT = 10.0  # how long a halted actor of an earlier head may take to report its agent dead
-END_TOLD_WAIT = 5.0  # after a stop, how long to wait for the attempt's end to be read and told to the loop
 
 
 class RaySpawner(HandleStops):
@@ -67,13 +65,14 @@ class RaySpawner(HandleStops):
         self.leases: set[str] = set()  # the attempts whose results the head still accepts
         self.session_nodes: dict[int, str] = {}  # run id -> the node of its last sdk attempt (its session files)
         self.actor = self.ray.remote(WrapperActor)  # one per attempt; its retries are the role's, never Ray's
+        self.stops = AttemptStops(self.ray, self.root, self.names, settings, self._end, self._cancel)
 
     # ------------------------------------------------------------ start
     async def start(self, spec: LaunchSpec, on_exit: OnExit) -> Agent:
         """Create the attempt's actor; return once its wrapper has started the agent on a worker."""
         lease = uuid.uuid4().hex
         payload = payload_of(spec, lease, self.root, self.settings, self.names.key)
-        attempt = RayAttempt(self.stop_attempt, self._release, spec, lease, None, self.stop_slack)
+        attempt = RayAttempt(self.stops.stop, self._release, spec, lease, None, stop_slack(self.settings))
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(lease)
         os.close(open_log(spec.log_path, log_header(spec)))
@@ -220,7 +219,7 @@ class RaySpawner(HandleStops):
         does not say so within the bound (hung) has its agent killed by a task on its node (``sweep``; else by the
         next wrapper that starts there, before its own agent), then its actor killed through Ray, which ends the
         attempt. Its actor is let go either way."""
-        self._ask_stop(attempt, 0.0)
+        ask_stop(attempt, 0.0)
         if attempt.pump is not None:
             await asyncio.wait({attempt.pump}, timeout=procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
             if not attempt.pump.done():
@@ -258,7 +257,7 @@ class RaySpawner(HandleStops):
             self._revoke(attempt)
             if attempt.watchdog is not None:  # given up already: no silence gives it up again, with another reason
                 attempt.watchdog.cancel()
-            self._ask_stop(attempt, 0.0)  # then its actor is killed (``finally``): once it said it stopped, or late
+            ask_stop(attempt, 0.0)  # then its actor is killed (``finally``): once it said it stopped, or late
             await self._heard_last(attempt, procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT)
             self._end(attempt, None, why)
         finally:
@@ -320,12 +319,6 @@ class RaySpawner(HandleStops):
         if attempt.end(code, reason):
             self._revoke(attempt)
 
-    def _ask_stop(self, attempt: RayAttempt, grace: float) -> Any:
-        try:
-            return attempt.actor.stop.remote(grace)
-        except Exception:  # noqa: BLE001 - the actor is unreachable: the wrapper fences itself after lost_after
-            return None
-
     # ------------------------------------------------------------ a restart
     async def reattach(self, spec: LaunchSpec) -> Agent | None:
         """The attempt of ``spec`` as an earlier head left it: its live agent, or its kept end, read from its actor;
@@ -341,7 +334,7 @@ class RaySpawner(HandleStops):
                 continue
         if kept is None:
             return None
-        attempt = RayAttempt(self.stop_attempt, self._release, spec, kept["lease"], actor, self.stop_slack)
+        attempt = RayAttempt(self.stops.stop, self._release, spec, kept["lease"], actor, stop_slack(self.settings))
         agent = Agent(spec, attempt, capabilities=capabilities(spec.role), follower=self._follow(attempt))
         self.leases.add(attempt.lease)
         if attempt.follow is not None:
@@ -393,57 +386,3 @@ class RaySpawner(HandleStops):
             await asyncio.wait_for(actor.halt.remote(HALT_WAIT), HALT_WAIT + BOARD_WAIT)
         with contextlib.suppress(Exception):
             self.ray.kill(actor, no_restart=True)
-
-    # ------------------------------------------------------------ stop
-    @property
-    def stop_slack(self) -> float:
-        """What a stop may wait for beyond its ladder: each bound of ``_stop_tree`` and ``stop_attempt`` in turn."""
-        return 2 * BOARD_WAIT + procs.KILL_WAIT + self.settings.poll * 10 + SWEEP_WAIT + CANCEL_WAIT + END_TOLD_WAIT
-
-    async def stop_attempt(
-        self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
-    ) -> KillReport:
-        """Stop the attempt's tree (``_stop_tree``), then wait (bounded) for its end to be told, as a local stop
-        does: the run records the attempt's exit status and figures before the stop's outcome ends it."""
-        report = await self._stop_tree(attempt, agent, grace, log, interrupt_first)
-        await agent.wait_done(END_TOLD_WAIT)
-        return report
-
-    async def _stop_tree(
-        self, attempt: RayAttempt, agent: Agent, grace: float, log: Log, interrupt_first: bool
-    ) -> KillReport:
-        """Ask the wrapper to stop the tree and wait for its report; if it is gone, ``ray.kill`` its actor.
-
-        An sdk agent is first asked to end its turn (as locally); if the runner then exits by itself within
-        ``grace``, the wrapper's sweep of what it left is the last step."""
-        started = time.monotonic()
-        if interrupt_first and agent.capabilities.interrupt and not attempt.finished:
-            await end_turn_first(agent, grace, log)
-            if attempt.finished and attempt.lost is None and attempt.report is None:
-                log(f"the session on {attempt.node} ended its turn; the wrapper swept what it left")
-                pids = sorted(pid for pid in {attempt.pid, *attempt.exit_pids} if pid is not None)
-                return KillReport(pids=pids, seconds=time.monotonic() - started)
-        if not attempt.finished and attempt.pump is not None:
-            sent = self._ask_stop(attempt, grace)
-            if sent is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(sent, BOARD_WAIT)
-            log(f"asked the wrapper on {attempt.node} to stop the agent's tree (SIGTERM, {grace:g}s grace, SIGKILL)")
-            bound = grace + procs.KILL_WAIT + self.settings.poll * 10 + BOARD_WAIT
-            await asyncio.wait({attempt.pump}, timeout=bound)
-        if attempt.report is not None:
-            log(
-                f"the wrapper on {attempt.node} reported the tree dead: {len(attempt.report.pids)} process(es) "
-                f"{attempt.report.pids} in {attempt.report.seconds:.2f}s"
-            )
-            return attempt.report
-        if attempt.finished and attempt.lost is None:
-            return KillReport()  # it exited by itself before the stop reached it; the wrapper swept its group
-        why = attempt.lost or f"no report within {grace + procs.KILL_WAIT:g}s"
-        log(f"the wrapper on {attempt.node} did not report the tree dead ({why}); a task on its node, then ray.kill")
-        report = await sweep_report(self.ray, attempt, self.root, self.names.key, log, started)
-        self._cancel(attempt)
-        if attempt.pump is not None:
-            await asyncio.wait({attempt.pump}, timeout=CANCEL_WAIT)
-        self._end(attempt, None, why)
-        return report
