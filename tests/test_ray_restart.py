@@ -10,12 +10,15 @@ with the same three kills.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import sqlite3
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -136,6 +139,8 @@ def test_an_agent_that_ended_with_no_head_up_is_finished_from_its_kept_end_at_th
     project.drop("builder", "k.md", {"id": "K-1", "agent": {"sleep": 2, "say": "said while nobody listened"}})
     record, wrapper = kill_while_running_until_it_ends(project)
     assert wrapper.is_running()  # it keeps the end for a head
+    down = 2.0  # the head stays down past the agent's end: the run's end and time are still the agent's
+    wait_for(lambda: time.time() - ends(project)[0]["end"] > down, 10, "a wait")
 
     orch = up(project)
     wait_for(lambda: project.folder("builder", "archive") == ["k.md"], START, "k.md archived from its kept end")
@@ -144,6 +149,11 @@ def test_an_agent_that_ended_with_no_head_up_is_finished_from_its_kept_end_at_th
     assert [memo_of(r) for r in project.records()] == ["k.md"]  # not run again
     (run,) = history(project)
     assert (run["state"], run["attempt"]) == ("succeeded", 1) and run["adopted_at"]
+    (end,) = ends(project)
+    ended = datetime.fromisoformat(run["ended_at"]).timestamp()
+    assert abs(ended - end["end"]) < 1.0, (run["ended_at"], end)  # not the restart's time, 2 s or more later
+    done = re.search(r"done \S+ in ([0-9.]+)s", orch.output)
+    assert done and float(done.group(1)) < end["end"] - end["start"] + 1.0, orch.output
     log = "".join(p.read_text() for p in (project.root / ".orchestrator" / "logs").glob("*builder*"))
     assert "said while nobody listened" in log  # its output, kept while no head was up, reached the log
     wait_for(lambda: not wrapper.is_running() or wrapper.status() == psutil.STATUS_ZOMBIE, 30, "the actor let go")

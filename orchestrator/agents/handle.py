@@ -41,6 +41,7 @@ class Ending:
 
     code: int
     reason: str | None = None
+    at: float | None = None  # when it ended (epoch seconds), when that was before it was told (kept while no head was)
 
 
 class Transport(Protocol):
@@ -269,9 +270,9 @@ class Agent:
             while True:
                 try:
                     ending = await self.transport.ended()
-                    code, reason = ending.code, ending.reason
+                    code, reason, at = ending.code, ending.reason, ending.at
                 except Exception as exc:  # noqa: BLE001 - told as the attempt's end, with the error as its reason
-                    code, reason = UNKNOWN_EXIT, _internal("reading the agent's end", exc)
+                    code, reason, at = UNKNOWN_EXIT, _internal("reading the agent's end", exc), None
                 self.turn_open = False
                 for task in self._tasks:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -285,10 +286,10 @@ class Agent:
                     started, judged = await self._next_turn(code, reason, judged)
                     if started:
                         continue
-                    verdict = self.conclude(code, reason, judged)
+                    verdict = self.conclude(code, reason, judged, at)
                 except Exception as exc:  # noqa: BLE001 - likewise
                     verdict = AttemptVerdict(
-                        code, failure_reason=reason or _internal("reading the agent's report", exc)
+                        code, failure_reason=reason or _internal("reading the agent's report", exc), ended_at=at
                     )
                     self.verdict = verdict
                 on_exit(self, verdict)
@@ -337,9 +338,11 @@ class Agent:
             return Judgement(last_words=self.follower.last_words())
         return Judgement()
 
-    def conclude(self, code: int, reason: str | None = None, judged: Judgement | None = None) -> AttemptVerdict:
+    def conclude(
+        self, code: int, reason: str | None = None, judged: Judgement | None = None, at: float | None = None
+    ) -> AttemptVerdict:
         """The verdict of an end with exit status ``code`` (``reason``: the transport's own, which comes first;
-        ``judged``: its output's reading, read now when not given)."""
+        ``judged``: its output's reading, read now when not given; ``at``: when it ended, if not as it is told)."""
         follower = self.follower
         judged = judged if judged is not None else self.read_end(code, reason)
         if follower is not None:
@@ -371,6 +374,7 @@ class Agent:
             warnings=warnings,
             last_words=judged.last_words,
             deferred=judged.deferred,
+            ended_at=at,
         )
         return self.verdict
 

@@ -104,7 +104,8 @@ class AttemptVerdict:
     ``warnings``: lines for a person about an attempt that succeeded (tool calls refused under ``on_denied: warn``);
     ``usage_limit``: the usage or rate limit it ran into; ``last_words``: what it last did and said, when its
     output can tell (None: only its log's last lines can); ``deferred``: the tool call it ended on, deferred to a
-    person (a question, an approval)."""
+    person (a question, an approval); ``ended_at``: when its agent ended (epoch seconds), when that was before its
+    end was told (an end its wrapper kept while no orchestrator was there to hear it)."""
 
     returncode: int
     interrupted: bool = False
@@ -117,6 +118,7 @@ class AttemptVerdict:
     usage_limit: UsageLimit | None = None
     last_words: LastWords | None = None
     deferred: DeferredCall | None = None
+    ended_at: float | None = None
 
     @property
     def succeeded(self) -> bool:

@@ -243,8 +243,11 @@ class Lifecycle:
         run.cancel_timers(name)
         run.timers[name] = self.clock.call_later(delay, self.post, event)
 
-    def exited(self, run: RoleRun, code: int) -> None:
-        """The attempt's agent exited with ``code``: its timeout and stall checks are over."""
+    def exited(self, run: RoleRun, code: int, at: float | None = None) -> None:
+        """The attempt's agent exited with ``code`` (``at``: when, if it was before now): its timeout and stall
+        checks are over."""
+        if at is not None and run.ended_mono is None and run.started_mono is not None:
+            run.ended_mono = max(run.started_mono, mono_at(self.clock, at))
         run.exit_codes.append(code)
         run.cancel_timers("timeout", "stall")
 

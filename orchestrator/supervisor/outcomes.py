@@ -131,7 +131,7 @@ class Outcomes:
             return
         verdict = event.verdict
         code = verdict.returncode
-        self.lc.exited(run, code)
+        self.lc.exited(run, code, verdict.ended_at)
         agent = run.agent
         if agent is not None:
             if self.lc.record_figures(run, agent, verdict.session_id):

@@ -58,19 +58,20 @@ class RayAttempt:
         self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
         self.watchdog: Any = None  # the lost_after timer
         self.pump: asyncio.Future[None] | None = None  # reads the wrapper's stream to its end
+        self.reattached = False  # taken back by a head that came back (``RaySpawner.reattach``)
         self.follow: SdkFollow | None = None  # an sdk attempt's session
         self.board: BoardCarrier | None = None  # an sdk attempt's mailbox in its actor
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()
 
-    def end(self, code: int | None, reason: str | None) -> bool:
-        """End the attempt once (``code`` None: the wrapper was lost; ``reason``: why it failed); False when it had
-        ended already."""
+    def end(self, code: int | None, reason: str | None, at: float | None = None) -> bool:
+        """End the attempt once (``code`` None: the wrapper was lost; ``reason``: why it failed; ``at``: when, if it
+        was not now); False when it had ended already."""
         if self.finished:
             return False
         self.finished = True
         if reason is not None and (code is None or self.report is None):
             self.lost = reason
-        self._ending.set_result(Ending(code if code is not None else LOST_EXIT, reason))
+        self._ending.set_result(Ending(code if code is not None else LOST_EXIT, reason, at))
         return True
 
     async def ended(self) -> Ending:

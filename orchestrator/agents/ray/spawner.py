@@ -307,16 +307,18 @@ class RaySpawner(HandleStops):
             else:
                 attempt.exit_pids = list(message.pids)
             lost = f"the wrapper on {attempt.node} could not reach the head"
-            self._end(attempt, message.code, lost if message.why == "lost the head" else None)
+            # an attempt taken back ends when its wrapper saw it end: maybe while no head was there to hear it
+            at = message.at if attempt.reattached else None
+            self._end(attempt, message.code, lost if message.why == "lost the head" else None, at)
             return True
         return False
 
-    def _end(self, attempt: RayAttempt, code: int | None, reason: str | None) -> None:
+    def _end(self, attempt: RayAttempt, code: int | None, reason: str | None, at: float | None = None) -> None:
         """End the attempt and give its lease up, once (``reason``: why it failed; an attempt given up for its
-        silence ends as such, whatever ended its stream)."""
+        silence ends as such, whatever ended its stream; ``at``: when it ended, if not now)."""
         if attempt.given_up is not None:
-            code, reason = None, attempt.given_up
-        if attempt.end(code, reason):
+            code, reason, at = None, attempt.given_up, None
+        if attempt.end(code, reason, at):
             self._revoke(attempt)
 
     # ------------------------------------------------------------ a restart
@@ -341,6 +343,7 @@ class RaySpawner(HandleStops):
             for data in kept["events"]:  # the session's figures, from its first event
                 attempt.follow.apply_line(parse(data).line)  # type: ignore[union-attr]
         attempt.floor, attempt.backlog = kept["last"], [tuple(item) for item in kept["said"]]
+        attempt.reattached = True
         if not kept["first"]:  # the last head may have died before it told the wrapper to start: started once
             attempt.actor.start.remote()
         try:

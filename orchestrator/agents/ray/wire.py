@@ -81,6 +81,7 @@ class Ended(_Message):
     seconds: float = 0.0
     escalated: bool = False
     survivors: list[int] = []
+    at: float | None = None  # when the tree was found dead (epoch seconds, the node's clock); None: a wrapper before it
 
 
 class SdkEvent(_Message):

@@ -246,6 +246,7 @@ def _watch(
         if now - last_said >= payload.beat:
             yield Beat(lease=lease)
             last_said = now
+    ended_at = time.time()  # kept with its end: a head that comes back later records the run's end at this time
     if grace is None:
         # what the agent left in its group or under its run id after it exited (only this attempt's): killed
         # before the output is read to its end, since a leftover may hold the pipe open
@@ -268,4 +269,5 @@ def _watch(
         seconds=round(report.seconds, 3),
         escalated=report.escalated and stopped,
         survivors=report.survivors if stopped else [],
+        at=ended_at,
     )
