@@ -224,11 +224,58 @@ def test_the_rules_read_claude_codes_permission_syntax(tmp_path: Path) -> None:
     assert not matches("Bash(npm publish)", "Bash", {"command": "npm publish --tag x"}, cwd)
     assert matches("Write(migrations/**)", "Write", {"file_path": f"{cwd}/migrations/0001/up.sql"}, cwd)
     assert not matches("Write(migrations/*)", "Write", {"file_path": f"{cwd}/migrations/0001/up.sql"}, cwd)
-    assert not matches("Write(migrations/**)", "Edit", {"file_path": f"{cwd}/migrations/x.sql"}, cwd)
     assert matches("WebFetch", "WebFetch", {"url": "https://example.com"}, cwd)
     assert question_of('orchestrator ask "Which one?"') == "Which one?"
     assert question_of("/usr/bin/orchestrator ask may I") == "may I"
     assert question_of("echo orchestrator ask") is None
+
+
+def test_a_rule_holds_every_command_of_a_shell_line_every_spelling_of_a_path_and_every_file_editing_tool(
+    tmp_path: Path,
+) -> None:
+    """Defect: only a command that began with the rule's words was held, so ``cd . && git push`` ran unapproved, as
+    did ``./migrations/x.sql`` and an ``Edit`` of a file a ``Write`` rule names."""
+    cwd = str(tmp_path)
+    held = [
+        "cd . && git push origin main",
+        "echo hi; git push",
+        "make || git push",
+        "git log | git push",
+        "sleep 1 & git push",
+        "ls\ngit push",
+        "git  push  origin",
+        "GIT_SSH=x git push",
+        "bash -c 'git push origin main'",
+        'sh -c "cd /x && git push"',
+        "eval git push",
+        'echo "$(git push)"',
+        "echo `git push`",
+        "(git push)",
+        "{ git push; }",
+    ]
+    for command in held:
+        assert matches("Bash(git push:*)", "Bash", {"command": command}, cwd), command
+    for command in ("git status", "echo 'git push'", "git pull && git status", "echo 'a && git push'"):
+        assert not matches("Bash(git push:*)", "Bash", {"command": command}, cwd), command
+    assert matches("Bash(npm publish)", "Bash", {"command": "cd pkg && npm publish"}, cwd)
+    assert not matches("Bash(npm publish)", "Bash", {"command": "cd pkg && npm publish --tag x"}, cwd)
+    for path in ("./migrations/x.sql", "sub/../migrations/x.sql", f"{cwd}/sub/../migrations/0001/up.sql"):
+        for tool in ("Write", "Edit", "MultiEdit", "NotebookEdit"):
+            assert matches("Write(migrations/**)", tool, {"file_path": path}, cwd), (tool, path)
+    assert not matches("Write(migrations/**)", "Edit", {"file_path": "migrations/../src/x.py"}, cwd)
+    assert not matches("Edit(migrations/**)", "Bash", {"command": "touch migrations/x"}, cwd)
+
+
+def test_the_hook_is_asked_for_every_file_editing_tool_a_rule_holds(tmp_path: Path) -> None:
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"command": CLAUDE, "approve": ["Write(migrations/**)"]}})
+        await r.drop("builder", "a.md")
+        args = r.agent("a").spec.args
+        (hook,) = json.loads(args[args.index("--settings") + 1])["hooks"]["PreToolUse"]
+        assert set(hook["matcher"].split("|")) == {"Bash", "Edit", "MultiEdit", "NotebookEdit", "Write"}
+        r.close()
+
+    play(tmp_path, scenario)
 
 
 def test_an_answered_run_returned_to_its_inbox_still_carries_the_answer(tmp_path: Path) -> None:

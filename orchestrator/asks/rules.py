@@ -4,6 +4,11 @@ Standard library only: the ``PreToolUse`` hook (``asks/hook.py``) imports it at 
 written as Claude Code writes permission rules: ``Tool`` (any call), ``Bash(git push:*)`` (a command that starts
 with ``git push``), ``Bash(make deploy)`` (that command, ``*`` matching anything), ``Write(migrations/**)`` (a path
 glob, relative to the agent's folder: ``**`` crosses folders, ``*`` does not).
+
+A rule holds more calls than it names, never fewer: a shell command is held when any command in it matches (each side
+of ``&&``, ``||``, ``;``, ``|``, a line, a ``$(...)``, the text of ``sh -c``, ``eval``), as Claude Code reads it; a
+path is compared once ``.`` and ``..`` are resolved; and a rule of one file-editing tool (``Write``, ``Edit``,
+``MultiEdit``, ``NotebookEdit``) holds all four, as each can change the same file.
 """
 
 from __future__ import annotations
@@ -16,6 +21,17 @@ from typing import Any
 ASK = ("orchestrator", "ask")
 _PATH_KEYS = ("file_path", "notebook_path", "path")
 _TEXT_KEYS = ("command", "url", "pattern", "query", "prompt")
+EDITS = ("Edit", "MultiEdit", "NotebookEdit", "Write")  # the tools that change a file: a rule of one holds them all
+_OPERATORS = {"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "{", "}", "!"}
+_SHELLS = {"sh", "bash", "zsh", "dash", "ksh"}
+_NESTED = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")  # a command substitution's text (one level at a time)
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def tools_of(rule: str) -> set[str]:
+    """The tools a rule holds: its own, or every file-editing tool for one of them."""
+    name = rule.partition("(")[0]
+    return set(EDITS) if name in EDITS else {name}
 
 
 def ask_words(command: str) -> list[str] | None:
@@ -60,10 +76,44 @@ def _glob(pattern: str, *, paths: bool) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
+def commands(text: str, depth: int = 0) -> list[str]:
+    """The whole of a shell command line, then each simple command in it, its words joined by one space: each side
+    of its operators and lines, without leading ``VAR=value`` words, and, nested, what ``$(...)``, backquotes,
+    ``sh -c`` and ``eval`` run. Text the shell could not parse is split as well as it can be."""
+    out = [" ".join(text.split())]
+    if depth > 3:
+        return out
+    for match in _NESTED.finditer(text):
+        out += commands(match.group(1) or match.group(2) or "", depth + 1)
+    for line in text.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|(){}!")
+        lexer.whitespace_split = True
+        try:
+            words = list(lexer)
+        except ValueError:  # an open quote: the words as they stand
+            words = line.split()
+        part: list[str] = []
+        for word in [*words, ";"]:
+            if word not in _OPERATORS:
+                part.append(word)
+                continue
+            while part and _ASSIGNMENT.match(part[0]):
+                part.pop(0)
+            if part:
+                out.append(" ".join(part))
+                program = os.path.basename(part[0])
+                if program in _SHELLS and "-c" in part[1:-1]:
+                    out += commands(part[part.index("-c", 1) + 1], depth + 1)
+                elif program == "eval" and len(part) > 1:
+                    out += commands(" ".join(part[1:]), depth + 1)
+            part = []
+    return out
+
+
 def matches(rule: str, tool: str, given: dict[str, Any], cwd: str) -> bool:
     """Whether the call of ``tool`` with ``given`` input (made in ``cwd``) is one ``rule`` names."""
-    name, _, rest = rule.partition("(")
-    if name != tool:
+    _, _, rest = rule.partition("(")
+    if tool not in tools_of(rule):
         return False
     if not rest:
         return True
@@ -71,16 +121,20 @@ def matches(rule: str, tool: str, given: dict[str, Any], cwd: str) -> bool:
     for key in _PATH_KEYS:
         value = given.get(key)
         if isinstance(value, str):
-            relative = os.path.relpath(value, cwd) if os.path.isabs(value) and not spec.startswith("/") else value
-            return bool(_glob(spec.removeprefix("./"), paths=True).match(relative))
+            if spec.startswith("/"):
+                path = os.path.normpath(os.path.join(cwd, value))
+            else:
+                path = os.path.relpath(os.path.normpath(os.path.join(cwd, value)), cwd)
+            return bool(_glob(spec.removeprefix("./"), paths=True).match(path))
     text = next((given[k] for k in _TEXT_KEYS if isinstance(given.get(k), str)), None)
     if text is None:
         return False
-    text = text.strip()
+    each = commands(text) if tool == "Bash" else [text.strip()]
     if spec.endswith(":*"):
-        prefix = spec[:-2]
-        return text == prefix or text.startswith(prefix + " ") or text.startswith(prefix)
-    return bool(_glob(spec, paths=False).match(text))
+        prefix = " ".join(spec[:-2].split())
+        return any(part.startswith(prefix) for part in each)
+    pattern = _glob(spec, paths=False)
+    return any(pattern.match(part) for part in each)
 
 
 def approval_needed(rules: list[str], tool: str, given: dict[str, Any], cwd: str) -> str | None:

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from orchestrator.agents.backends import capabilities
 from orchestrator.agents.spec import SpawnError
+from orchestrator.asks.rules import tools_of
 from orchestrator.config import Role
 
 HOOK_MODULE = "orchestrator.asks.hook"
@@ -50,7 +50,7 @@ def settings_text(role: Role, cwd: Path) -> str:
     """The ``--settings`` JSON of an attempt: the role's own, with the hook added to its ``PreToolUse`` hooks."""
     settings = own_settings(role, cwd)
     hooks = settings.setdefault("hooks", {})
-    tools = sorted({"Bash", *(re.split(r"[(]", rule, maxsplit=1)[0] for rule in role.approve)})
+    tools = sorted({"Bash"}.union(*(tools_of(rule) for rule in role.approve)))
     command = f"{shlex.quote(sys.executable)} -m {HOOK_MODULE}"
     hooks.setdefault("PreToolUse", []).append(
         {"matcher": "|".join(tools), "hooks": [{"type": "command", "command": command}]}
