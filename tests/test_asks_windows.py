@@ -27,7 +27,7 @@ from orchestrator.core.errors import AmbiguousMemoError, UsageError
 from orchestrator.core.events import CancelRequested, MemoSeen
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
-from orchestrator.notify.delivery import Deliver, Deliveries, Settle
+from orchestrator.notify.delivery import Deliver, Deliveries, Settle, memo_key
 from orchestrator.notify.extension import Notifier
 from orchestrator.supervisor.decisions import Park
 from orchestrator.supervisor.extension import Extension, Host
@@ -318,11 +318,11 @@ def test_the_same_question_asked_again_after_its_answer_is_sent_again() -> None:
     """A channel sends an event for a memo once, until the memo runs again or ends (``Settle``)."""
     sent: list[dict[str, object]] = []
     deliveries = Deliveries("hook", lambda body: sent.append(body) or "200", lambda _line: None)
-    body = {"event": "needs_input", "memo": "a.md", "question": "Bash: git push origin main"}
+    body = {"event": "needs_input", "role": "builder", "memo": "a.md", "question": "Bash: git push origin main"}
     deliveries.take(Deliver(body))
     deliveries.take(Deliver(body))
     assert len(sent) == 1, "the same event twice is sent once"
-    deliveries.take(Settle(("a.md",)))  # denied, the memo ran again, and its agent asks the same again
+    deliveries.take(Settle((memo_key("builder", "a.md"),)))  # denied, the memo ran again, and it asks the same again
     deliveries.take(Deliver(body))
     assert len(sent) == 2
 
@@ -761,6 +761,44 @@ def test_an_unanswered_question_is_told_again_every_remind_on_the_supervisors_cl
     play(tmp_path, scenario)
 
 
+def test_two_roles_questions_in_memos_of_one_name_are_each_told_and_reminded(tmp_path: Path) -> None:
+    """Defect: notifications knew a memo by its name alone, so a second role's question in a memo of the same name
+    was never sent, only one of the two was reminded, and the answer to one ended the other's reminders."""
+
+    async def scenario(root: Path) -> None:
+        channel = {"kind": "command", "argv": [sys.executable, "-c", "pass"], "remind": "4h"}
+        r = Replay(root, {"builder": {}, "reviewer": {}}, notifications=[channel])
+        notifier = r.sup.extension(Notifier)
+        taken: list[object] = []
+        for _channel, worker in notifier.workers:
+            worker.submit = taken.append  # type: ignore[method-assign]
+        made = Deliveries("ch", lambda body: "ok", lambda _line: None)  # the channel's own dedupe, fed what it gets
+        sent: list[tuple[str, object]] = []
+        made.deliver = lambda body: (  # type: ignore[method-assign]
+            body["event"] != "needs_input" or sent.append((body["role"], body.get("reminder"))) or True
+        )
+
+        def feed() -> None:
+            for item in taken:
+                made.take(item)  # type: ignore[arg-type]
+            taken.clear()
+
+        await asked(r, "builder", "same.md", "Same question?")
+        await asked(r, "reviewer", "same.md", "Same question?")
+        feed()
+        assert sent == [("builder", None), ("reviewer", None)], "each role's question is sent"
+        await r.advance(4 * 3600)
+        feed()
+        assert sorted(sent[2:]) == [("builder", 1), ("reviewer", 1)], "and each is reminded"
+        await feature(r, AnswerRequest(memo=str(root / "memo/builder/waiting/same.md"), text="yes", who="pat"))
+        await r.advance(4 * 3600)
+        feed()
+        assert sent[4:] == [("reviewer", 2)], "the other role's question is still reminded"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: Path) -> None:
     """Its channel is told to settle the name it was asked under, not only the one the move gave it; a channel is
     queued a settle only for a memo it was sent something about (a channel that is down fills up with news only)."""
@@ -779,7 +817,7 @@ def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: P
         assert (await r.request(CancelRequested, memo="c.md")).result()["state"] == "cancelled"
         assert r.folder("builder", "cancelled") == ["c.1.md", "c.md"]
         settled = [name for item in taken if isinstance(item, Settle) for name in item.memos]
-        assert "c.md" in settled, taken
+        assert "builder/c.md" in settled, taken
         assert notifier.reminders.waiting == {}, "its reminders end with it"
         r.close()
 

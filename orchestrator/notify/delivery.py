@@ -23,6 +23,11 @@ BACKOFF = (2.0, 10.0, 30.0)  # seconds before each retry: four tries in all
 SENT_KEPT = 10_000  # (event, memo, question) remembered against sending twice
 
 
+def memo_key(role: str | None, memo: str) -> str:
+    """A memo as notifications tell one from another: its role and name (two roles may hold one name)."""
+    return f"{role or ''}/{memo}"
+
+
 @dataclass(frozen=True)
 class Deliver:
     """Send ``body`` (the payload) unless this event was sent for this memo already."""
@@ -37,14 +42,18 @@ class Deliver:
         if self.body.get("reminder"):
             return None
         if memo:
-            return (self.body["event"], str(memo), str(self.body.get("question") or ""))
+            return (
+                self.body["event"],
+                memo_key(self.body.get("role"), str(memo)),
+                str(self.body.get("question") or ""),
+            )
         return ("stopped", "", "") if self.body["event"] == "stopped" else None
 
 
 @dataclass(frozen=True)
 class Settle:
     """The memos run again or their runs ended: what was sent of them is news again (the same question asked again
-    after its answer, a later memo of the same name that fails)."""
+    after its answer, a later memo of the same name that fails), each as ``memo_key`` gives it."""
 
     memos: tuple[str, ...]
 

@@ -18,7 +18,7 @@ from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.notify.channels import AnyChannel, scrub, secrets_of, send
-from orchestrator.notify.delivery import ChannelWorker, Deliver, Deliveries, Settle
+from orchestrator.notify.delivery import ChannelWorker, Deliver, Deliveries, Settle, memo_key
 from orchestrator.notify.payload import payload
 from orchestrator.notify.reminders import Reminders, RemindersDue
 from orchestrator.supervisor.extension import Extension, Handler, Host
@@ -40,7 +40,7 @@ class Notifier(Extension):
         self.host = host
         self.workers: list[tuple[AnyChannel, ChannelWorker]] = []
         self.named: dict[int, list[str]] = {}  # run -> its memos' names before its end moved them
-        self.told: list[set[str]] = []  # per channel, the memos it was sent something about (what a settle clears)
+        self.told: list[set[str]] = []  # per channel, the memos (``memo_key``) it was sent something about
         self.reminders = Reminders(host.clock, host.post)
         names = [getattr(c, key, None) for c in host.config.notifications for key in ("url_env", "secret_env")]
         self.secret_names = sorted({name for name in names if name})
@@ -74,9 +74,10 @@ class Notifier(Extension):
             if event.kind in channel.events:
                 worker.submit(Deliver(body))
                 if event.memo:
-                    told.add(event.memo)
+                    key = memo_key(event.role, event.memo)
+                    told.add(key)
                     if event.kind == "needs_input" and channel.remind is not None:
-                        self.reminders.asked(index, event.memo, body, channel.remind)
+                        self.reminders.asked(index, key, body, channel.remind)
 
     def _remind(self, _event: RemindersDue) -> None:
         for index, body in self.reminders.due():
@@ -109,7 +110,7 @@ class Notifier(Extension):
         """Tell each channel that was sent something about the run's memos (under their names before its end moved
         them, or after) that it is over; the others are not queued anything, so a channel that is down fills its
         queue with nothing but news."""
-        names = {*(before or ()), *(memo.name for memo in run.memos)}
+        names = {memo_key(run.role.name, name) for name in (*(before or ()), *(memo.name for memo in run.memos))}
         for index, ((_channel, worker), told) in enumerate(zip(self.workers, self.told, strict=True)):
             self.reminders.settled(index, names)
             over = told & names

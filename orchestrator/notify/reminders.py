@@ -28,7 +28,8 @@ class Reminder:
 
 
 class Reminders:
-    """Per channel and memo, the question still waiting and when it is told again."""
+    """Per channel and memo (its role and name: ``delivery.memo_key``), the question still waiting and when it is told
+    again."""
 
     def __init__(self, clock: Clock, post: Callable[[object], None]) -> None:
         self.clock = clock
