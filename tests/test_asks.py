@@ -122,13 +122,23 @@ def test_an_unanswered_question_fails_after_ask_timeout(tmp_path: Path) -> None:
 
 
 def test_a_waiting_memo_is_cancelled_like_a_queued_one(tmp_path: Path) -> None:
+    """And every record says it was waiting (defect: the log, the cancellation's row and the notice said "queued",
+    "it had not started", and named the log of the cancel's own run, which never existed)."""
+
     async def scenario(root: Path) -> None:
-        r = Replay(root)
+        r = Replay(root, {"builder": {}, "pm": {}}, notify="pm")
         await r.drop("builder", "a.md")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="May I?"))
         await r.exit("a", 0)
         reply = await r.request(CancelRequested, memo="a")
         assert reply.result()["state"] == "cancelled" and reply.result()["previous_state"] == "waiting"
+        assert "cancelled a (was waiting, run 2)" in r.console.text
+        rows = r.sup.store.db.execute("SELECT previous_state FROM cancellations").fetchall()
+        assert [row[0] for row in rows] == ["waiting"]
+        (notice,) = (root / "memo/pm/inbox").iterdir()
+        body = notice.read_text(encoding="utf-8")
+        assert "State when cancelled: waiting" in body and "a question for a person" in body, body
+        assert "2-builder.log" not in body, "no log of the cancel's own run, which never ran"
         assert r.folder("builder", "cancelled") == ["a.md"]
         assert not (root / "memo/builder/waiting/a.question").exists()
         assert r.sup.view(False).to_json()["needs_input"] == []

@@ -107,7 +107,7 @@ def _describe_cancel(item: dict[str, Any]) -> str:
     else:
         how = {
             "queued": "it never ran",
-            "waiting": "its question is withdrawn (a workspace's work is set aside: the log names its ref)",
+            "waiting": "its question is withdrawn (a worktree role's work is set aside: the log names its ref)",
         }.get(item.get("previous_state") or "", "its retry will not happen")
     survivors = f"; WARNING: still alive after SIGKILL: {item['survivors']}" if item.get("survivors") else ""
     return (

@@ -52,11 +52,18 @@ class MemoRef:
 
 @dataclass(frozen=True)
 class CancelOrder:
-    """Who asked to stop a run and why; ``previous`` is the state it was in when asked."""
+    """Who asked to stop a run and why; ``previous`` is the state it was in when asked, ``was`` what a person calls it
+    when that is no run state (``waiting``: its memo waited for a person, its run over)."""
 
     who: str
     reason: str
     previous: RunState
+    was: str | None = None
+
+    @property
+    def found(self) -> str:
+        """What the cancel found, as its receipt, its record and its notice say it."""
+        return self.was or self.previous.value
 
     @property
     def line(self) -> str:

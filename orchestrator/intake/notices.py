@@ -173,7 +173,12 @@ def write_cancel_notice(
     """Tell the coordinator that work was called off, so it remembers after any restart."""
     first = run.memos[0]
     subject = first.subject or first.name
-    ran = f"{ran_seconds:.1f} s" if ran_seconds is not None else "it had not started"
+    if previous == "waiting":
+        ran = "its run had ended with a question for a person, now withdrawn"
+        log = "the asking run's (`orchestrator trace` names it)"
+    else:
+        ran = f"{ran_seconds:.1f} s" if ran_seconds is not None else "it had not started"
+        log = str(run.log_path) if run.log_path and ran_seconds is not None else "none (it never started)"
     body = "\n".join(
         [
             f"The orchestrator cancelled work of role **{run.role.name}** on request.",
@@ -184,7 +189,7 @@ def write_cancel_notice(
             f"- State when cancelled: {previous} (run {run.run_id}, attempt {run.attempt})",
             f"- How long the agent had run: {ran}",
             f"- Processes ended: {', '.join(map(str, pids)) or 'none'}",
-            f"- Agent log: {run.log_path or 'none (it never started)'}",
+            f"- Agent log: {log}",
             "",
             "Memos of this work:",
             *_memo_lines(run, moved, config.root),

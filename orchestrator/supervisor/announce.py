@@ -79,6 +79,7 @@ class Announcer:
         who = order.who if order else "unknown"
         reason = order.reason if order else ""
         previous = order.previous if order else event.previous
+        found = order.found if order else previous.value  # "waiting" for a memo whose run asked a person
         report = run.stop_report
         pids = list(report.pids) if report is not None else []
         seconds = round(report.seconds, 3) if report is not None else 0.0
@@ -96,7 +97,7 @@ class Announcer:
                 event.moved,
                 who=who,
                 reason=reason,
-                previous=previous.value,
+                previous=found,
                 ran_seconds=ran,
                 pids=pids,
                 when=when,
@@ -112,7 +113,7 @@ class Announcer:
                 cancelled_at=when,
                 who=who,
                 reason=reason,
-                previous_state=previous.value,
+                previous_state=found,
                 pids=pids,
                 seconds=seconds,
                 ran_seconds=ran,
@@ -121,16 +122,14 @@ class Announcer:
             )
         how = f"; {len(pids)} process(es) ended in {seconds:.2f}s" if report is not None else ""
         self.console.line(
-            f"cancelled {run.label} (was {previous.value}, run {run.run_id}) by {who}"
-            + (f": {reason}" if reason else "")
-            + how,
+            f"cancelled {run.label} (was {found}, run {run.run_id}) by {who}" + (f": {reason}" if reason else "") + how,
             role=run.role.name,
         )
         return CancelView.from_run(
             run,
             self.clock.monotonic(),
             state=RunState.CANCELLED.value,
-            previous_state=previous.value,
+            previous_state=found,
             pids=pids,
             seconds=seconds,
             escalated=bool(report.escalated) if report is not None else False,

@@ -26,8 +26,9 @@ _T = TypeVar("_T")
 def ended(run: RoleRun, previous: RunState, state: RunState, reason: str | None) -> dict[str, Any]:
     """The plain answer of a run that ended without its receipt: what it was, and how it ended."""
     first = run.memos[0] if run.memos else None
+    found = previous.value
     if state is RunState.CANCELLED and run.cancel is not None:
-        previous = run.cancel.previous  # what the cancel found, as the receipt would say
+        found = run.cancel.found  # what the cancel found, as the receipt would say
     return {
         "memo": first.name if first else None,
         "memo_id": first.memo_id if first else None,
@@ -35,7 +36,7 @@ def ended(run: RoleRun, previous: RunState, state: RunState, reason: str | None)
         "run_id": run.run_id,
         "role": run.role.name,
         "state": state.value,
-        "previous_state": previous.value,
+        "previous_state": found,
         "reason": reason,
         "note": f"ended as {state.value}; its receipt could not be made (see {LOG})",
     }

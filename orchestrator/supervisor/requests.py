@@ -87,8 +87,7 @@ class Requests:
         answers: dict[int, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
         for cand in targets:
             if cand.run is None:  # in its inbox, or in waiting/ (its run asked a person): its receipt says which
-                waited = {"previous_state": "waiting"} if cand.path.parent.name == WAITING else {}
-                answers[id(cand)] = self._cancel_queued(cand, event), waited
+                answers[id(cand)] = self._cancel_queued(cand, event), {}
         for cand in targets:
             if cand.run is not None:
                 answers[id(cand)] = self._cancel_run(cand, event)
@@ -151,7 +150,9 @@ class Requests:
         header = lookup.read_header(cand.path)
         ref = MemoRef(cand.name, cand.path, header.id, header.subject, header.reply_to, header.sender)
         run = self.lc.open(self.config.roles[cand.role], [ref], arrival=0, attempt=0)
-        order = CancelOrder(event.who, event.reason, RunState.QUEUED)
+        order = CancelOrder(
+            event.who, event.reason, RunState.QUEUED, "waiting" if cand.path.parent.name == WAITING else None
+        )
         self.lc.wait_for_end(run, reply)
         self.lc.finish(run, RunState.CANCELLED, reason=order.line, order=order)
         return reply
