@@ -103,8 +103,11 @@ def test_a_command_agent_that_asks_waits_without_a_slot_and_runs_again_with_the_
 
 
 def test_an_unanswered_question_fails_after_ask_timeout(tmp_path: Path) -> None:
+    """And the ``notify`` role is told, as of every failure (defect: a memo failed with no attempt of its own, as a
+    question timed out is, wrote no notice)."""
+
     async def scenario(root: Path) -> None:
-        r = Replay(root, {"builder": {"ask_timeout": "2h"}})
+        r = Replay(root, {"builder": {"ask_timeout": "2h"}, "pm": {}}, notify="pm")
         await r.drop("builder", "a.md")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="May I?"))
         await r.exit("a", 0)
@@ -116,6 +119,9 @@ def test_an_unanswered_question_fails_after_ask_timeout(tmp_path: Path) -> None:
         assert (root / "memo/builder/failed/a.reason").read_text().startswith("no answer within 2h")
         assert [row["reason"] for row in r.sup.store.history() if row["state"] == "failed"] == ["no answer within 2h"]
         assert not (root / "memo/builder/waiting/a.question").exists()
+        (notice,) = (root / "memo/pm/inbox").iterdir()
+        body = notice.read_text(encoding="utf-8")
+        assert "Failed: a.md" in body and "no answer within 2h" in body and "with no attempt of its own" in body
         r.close()
 
     play(tmp_path, scenario)

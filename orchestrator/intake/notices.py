@@ -214,14 +214,16 @@ def write_failure_notice(
     """Tell the coordinator that work failed for good (retries ran out, timed out, undeliverable)."""
     first = run.memos[0]
     subject = first.subject or first.name
-    tail = log_tail(run.log_path, 10)
+    ran = run.attempt > 0  # else a memo that could not run, or whose question nobody answered in time
+    tail = log_tail(run.log_path, 10) if ran else []
     body = "\n".join(
         [
-            f"Work of role **{run.role.name}** ended as `{state.value}` after {run.attempt} attempt(s).",
+            f"Work of role **{run.role.name}** ended as `{state.value}` "
+            + (f"after {run.attempt} attempt(s)." if ran else "with no attempt of its own (the reason says why)."),
             "",
             f"- Reason: {reason}",
             f"- Run: {run.run_id}",
-            f"- Agent log: {run.log_path}",
+            f"- Agent log: {run.log_path if ran else 'none of this run'}",
             "",
             "Memos of this work (a `.reason` file beside each says more):",
             *_memo_lines(run, moved, config.root),

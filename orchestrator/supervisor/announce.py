@@ -59,12 +59,13 @@ class Announcer:
                 self.console.line(f"told {notify}: {notice.name}", role=role)
         elif state is RunState.RETURNED and event.announce:
             self.console.line(f"returned {names} to the inbox: {event.reason} (run {run.run_id})", role=role)
-        elif state in (RunState.FAILED, RunState.TIMED_OUT) and run.attempt == 0:
-            self.console.line(f"{names or run.label} {event.reason}; moved to failed/", role=role)
         elif state in (RunState.FAILED, RunState.TIMED_OUT):
-            self.console.line(
-                f"{state.value} {run.label}: {event.reason}; moved to failed/ (run {run.run_id})", role=role
-            )
+            if run.attempt == 0:  # a memo that could not run, or whose question nobody answered in time
+                self.console.line(f"{names or run.label} {event.reason}; moved to failed/", role=role)
+            else:
+                self.console.line(
+                    f"{state.value} {run.label}: {event.reason}; moved to failed/ (run {run.run_id})", role=role
+                )
             notify = self.config.notify
             if notify and notify != role:
                 notice = notices.write_failure_notice(
