@@ -682,6 +682,7 @@ def test_an_unsplittable_spawn_cmd(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ({"roles": {".x": {}}}, "roles..x: a role name must start with a letter or digit"),
         ({"roles": {"x": {"max_concurrent": 1.5}}}, "roles.x.max_concurrent:"),
         ({"roles": {"x": {"env": ["A=1"]}}}, "roles.x.env:"),
+        ({"roles": {"x": {"workspace": {"copy_files": [".env"]}}}}, "roles.x.workspace.copy_files: unknown key"),
     ],
 )
 def test_config_errors_name_the_file_and_key(tmp_path: Path, data: dict[str, object], message: str) -> None:

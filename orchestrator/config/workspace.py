@@ -24,7 +24,7 @@ class WorkspaceSettings(Strict):
     of the block of ports each live workspace gets; ``check`` runs in the workspace before its branch lands
     (``orchestrator land``), for at most ``check_timeout``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)  # ``copy`` only: the field's own name is no key
 
     mode: Literal["shared", "worktree"] = "shared"
     key: Literal["conversation", "memo"] = "conversation"

@@ -143,7 +143,7 @@ def effective(config: Config) -> dict[str, Any]:
     """The configuration in force: defaults merged into every role, durations in seconds, rates as
     [count, window in seconds], ``null`` where a key is off or unset; a webhook's ``url`` as its scheme and host
     only (its path may hold a token)."""
-    values = config.model_dump(mode="json")
+    values = config.model_dump(mode="json", by_alias=True)  # the keys as roles.yaml writes them (``copy``)
     for shown in values.get("notifications", []):
         if shown.get("url"):
             shown["url"] = url_shown(shown["url"])
