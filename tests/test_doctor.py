@@ -297,7 +297,8 @@ def test_the_folder_check_leaves_nothing_behind_and_says_what_start_makes(projec
     assert found == Finding(
         "folders",
         "ok",
-        "memo/builder/: inbox writable; active, archive, failed, cancelled, held made at start",
+        "memo/builder/: inbox writable; active, archive, failed, cancelled made at start; held made when a memo is first "
+        "held",
         role="builder",
     )
     assert sorted(p.name for p in (project.root / "memo" / "builder" / "inbox").iterdir()) == ["M-1.md"]

@@ -83,7 +83,7 @@ def add_stop(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     stop.add_argument(
         "--timeout",
         metavar="DURATION",
-        help="wait at most this long (5s, 10m, ...; implies --wait), then exit 1 naming what still runs "
+        help="wait at most this long (5s, 10m, ...; implies --wait), then exit 11 naming what still runs "
         "(default: the longest role timeout + grace + 30s)",
     )
 

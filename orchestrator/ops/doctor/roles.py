@@ -173,7 +173,9 @@ def check_folders(config: Config, role: Role, probed: set[int] | None = None) ->
             return fail("folders", *problem, role=role.name)
     there = [name for name in MEMO_FOLDERS if name not in missing]
     said = [f"{', '.join(there)} writable"] if there else []
-    said += [f"{', '.join(missing)} made at start"] if missing else []
+    later = [name for name in missing if name == HELD]  # made by the first hold, as waiting/ by the first question
+    said += [f"{', '.join(n for n in missing if n != HELD)} made at start"] if len(missing) > len(later) else []
+    said += [f"{HELD} made when a memo is first held"] if later else []
     return ok("folders", f"{folder.relative_to(config.root)}/: {'; '.join(said)}", role.name)
 
 
