@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -623,3 +624,20 @@ def test_a_paused_account_is_a_warning_naming_its_roles_and_its_reset(project: P
     assert found.status == "warn"
     assert found.detail == "paused: team: usage limit (five_hour) until 2026-12-02T14:10:00+00:00 (builder)"
     assert team.check_accounts(config, lambda _config: {"paused": {}}).status == "ok"
+
+
+def test_a_ray_executor_without_ray_fails_config_check_and_doctor_as_it_fails_up(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect: `config check` said "valid" and `doctor` found nothing, and `up` then refused (Ray is checked at its
+    connection only). Run in the process, with Ray reported missing."""
+    import orchestrator.agents.ray as ray_package
+    from orchestrator.commands.configuration import cmd_config
+    from orchestrator.ops.doctor import diagnose
+
+    monkeypatch.setattr(ray_package, "ray_installed", lambda: False)
+    project.configure({"builder": {}}, executor={"kind": "ray", "address": "127.0.0.1:1"})
+    (finding,) = [f for f in diagnose(project.root) if f.check == "ray"]
+    assert finding.status == "fail" and "needs the Ray package, which is not installed" in finding.detail
+    with pytest.raises(ConfigError, match=r"needs the Ray package.*run `pip install 'orchestrator\[ray\]'`"):
+        cmd_config(SimpleNamespace(config_command="check", root=project.root, json=True))

@@ -30,6 +30,8 @@ def test_a_start_on_ray_is_refused_while_a_run_started_here_is_under_way_and_loc
     orch.wait()
 
     project.configure({"builder": {}}, executor=NOBODY)
+    checked = project.cli("config", "check")  # the same refusal, before anyone tries (defect: it said "valid")
+    assert checked.returncode == 2 and "run 1 (builder: A-1.md) is still under way here" in checked.stderr, checked
     refused = project.cli("up", "--plain")
     assert refused.returncode == 2, refused.stderr
     (line,) = refused.stderr.splitlines()

@@ -56,6 +56,8 @@ def test_doctor_and_up_say_when_the_token_is_missing(project: Project, cluster: 
     assert doctor.returncode != 0
     (finding,) = [f for f in json.loads(doctor.stdout) if f["check"] == "ray-token"]
     assert finding["status"] == "fail" and "RAY_AUTH_MODE=token is set, but there is no token" in finding["detail"]
+    checked = project.cli("config", "check", **no_token)  # defect: it said "valid", and `up` refused
+    assert checked.returncode == 2 and "there is no token" in checked.stderr, checked.stderr
     up = project.up(wait_ready=False, **no_token)
     assert up.wait(START) == 2
     lines = up.output.strip().splitlines()

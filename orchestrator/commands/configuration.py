@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from orchestrator import console
 from orchestrator.commands.common import project_root
@@ -17,9 +18,18 @@ def cmd_config(args: argparse.Namespace) -> int:
         return 0
     from orchestrator.app import preflight
     from orchestrator.config import load_config
+    from orchestrator.core.errors import ConfigError
+    from orchestrator.ops.doctor import start_checks
+    from orchestrator.ops.executor_switch import refusal
 
     config = load_config(project_root(args))
     preflight(config)
+    warnings = start_checks(config)  # the machine's part of `up`'s checks: folders, state, inotify, disk, keeper, Ray
+    refused = refusal(config)
+    if refused:
+        raise ConfigError(refused)
+    for finding in warnings:
+        console.say(f"warning: {finding.text}", sys.stderr)
     values = configuration.effective(config)
     if args.json:
         console.print_json(values)

@@ -30,6 +30,20 @@ class Switch(NamedTuple):
     record: ExtensionFactory | None
 
 
+def refusal(config: Config) -> str | None:
+    """Why ``up`` would refuse this executor now (runs of the last one under way), read only: ``config check``."""
+    path = config.state_dir / "state.db"
+    if not path.exists():
+        return None
+    store = Store(path, readonly=True)
+    try:
+        last = store.meta(KEY)
+        runs = store.runs_in_states(s.value for s in LIVE) if last not in (None, config.executor.kind) else []
+    finally:
+        store.close()
+    return _refusal(config, str(last), runs) if runs else None
+
+
 def check_executor(config: Config, rerun_unfinished: bool = False) -> Switch:
     """Refuse a start under another executor than the last one while runs are under way (``ConfigError``), else
     record this start's executor: at once, or, with runs handed over (``--rerun-unfinished``), once recovery is done."""

@@ -54,11 +54,17 @@ def check_keeper(config: Config) -> Finding:
 
 
 def check_ray_token(config: Config) -> list[Finding]:
-    """On a Ray cluster with token authentication on (``RAY_AUTH_MODE=token``), the token ``up`` must send; no
-    finding for agents on this machine."""
+    """On a Ray cluster: the Ray package, and with token authentication on (``RAY_AUTH_MODE=token``), the token
+    ``up`` must send; no finding for agents on this machine."""
     if config.executor.kind != "ray":
         return []
+    from orchestrator.agents.ray import INSTALL_HINT, ray_installed
     from orchestrator.agents.ray.cluster import token_missing  # imports no Ray
+
+    if not ray_installed():
+        return [
+            fail("ray", "executor: kind ray needs the Ray package, which is not installed", f"run `{INSTALL_HINT}`")
+        ]
 
     problem = token_missing(dict(os.environ), Path.home())
     if problem:
