@@ -89,6 +89,13 @@ def test_the_schema_refuses_what_the_orchestrator_refuses() -> None:
     assert _problems({"limits": {"pair_rate": "often"}, "roles": {"b": {}}})
     assert _problems({"roles": {"-b": {}}})  # a role name names a folder
     assert _problems({"max_concurrent": 10})  # `roles` is required
+    # the mappings that merge with `defaults` key by key are checked key by key too (defect: any mapping passed)
+    assert _problems({"roles": {"b": {"workspace": {"mode": "sideways"}}}})
+    assert _problems({"roles": {"b": {"workspace": {"copy_files": [".env"]}}}})
+    assert _problems({"roles": {"b": {"retry": {"max": -5}}}})
+    assert _problems({"roles": {"b": {"crash": {"window": "banana"}}}})
+    assert _problems({"defaults": {"budget": {"per_week_usd": 3}}, "roles": {"b": {}}})
+    assert not _problems({"defaults": {"retry": {"max": 5}}, "roles": {"b": {"retry": {"backoff": ["1s"]}}}})
 
 
 def _custom_inputs(schema: Any, found: set[str]) -> set[str]:

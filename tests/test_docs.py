@@ -119,7 +119,9 @@ def test_the_check_can_fail() -> None:
         assert "wake.never" in str(error)
     else:
         raise AssertionError("a stale row went unnoticed")
-    assert free_form("retry.max", role_schema, defs) and not free_form("wake.never", role_schema, defs)
+    open_object = {"properties": {"x": {"type": "object", "additionalProperties": True}}}
+    assert free_form("x.y", open_object, {}) and not free_form("wake.never", role_schema, defs)
+    assert not free_form("retry.max", role_schema, defs), "a mapping merged with defaults is described key by key"
 
 
 LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")

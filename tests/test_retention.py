@@ -229,7 +229,9 @@ def test_retention_keys_are_checked_at_load(tmp_path: Path) -> None:
     config.write_text("roles: {builder: {}}\nretention: {logs: keep, runs: 100d}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"retention.runs: shorter than logs \(keep\): .*; make it keep, got"):
         load_config(tmp_path)
-    config.write_text("roles: {builder: {}}\nretention: {logs: keep, transcripts: keep, runs: keep}\n", encoding="utf-8")
+    config.write_text(
+        "roles: {builder: {}}\nretention: {logs: keep, transcripts: keep, runs: keep}\n", encoding="utf-8"
+    )
     assert load_config(tmp_path).retention.runs is None
     config.write_text("roles: {builder: {}}\nretention: {archive: 30d, held: keep}\n", encoding="utf-8")
     rules = load_config(tmp_path).retention

@@ -20,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     create_model,
@@ -96,6 +97,10 @@ class Shaped:
         if value is not None:
             self.shape.model_validate(value)
         return value
+
+    def __get_pydantic_json_schema__(self, _schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> Any:
+        """In the JSON Schema, the shape's own keys (an editor completes and checks them), not any mapping."""
+        return {"anyOf": [handler(self.shape.__pydantic_core_schema__), {"type": "null"}]}
 
 
 def _admits_none(annotation: Any) -> bool:
