@@ -799,6 +799,31 @@ def test_two_roles_questions_in_memos_of_one_name_are_each_told_and_reminded(tmp
     play(tmp_path, scenario)
 
 
+def test_the_command_that_answers_works_when_pasted(tmp_path: Path) -> None:
+    """Defect: the hint said ``orchestrator answer two words.md "YOUR ANSWER"`` (two arguments to a shell), and named
+    a memo whose name waits in another role too by that name alone (exit 8, ambiguous)."""
+    from orchestrator.control.status_view import status_view
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {}, "reviewer": {}})
+        await asked(r, "builder", "two words.md", "Which one?")
+        said = (root / "memo/builder/waiting/two words.question").read_text(encoding="utf-8")
+        assert "answer: orchestrator answer 'two words.md' \"YOUR ANSWER\"" in said, said
+        await asked(r, "reviewer", "two words.md", "And here?")
+        said = (root / "memo/reviewer/waiting/two words.question").read_text(encoding="utf-8")
+        path = root / "memo/reviewer/waiting/two words.md"
+        assert f"answer: orchestrator answer '{path}' " in said, said
+        snap = r.sup.view(False).to_json()
+        lines = [line for line in status_view({**snap, "root": str(root)}) if isinstance(line, str)]
+        hints = [line.split("(`", 1)[1] for line in lines if line.startswith("needs input:")]
+        assert sorted(hints) == sorted(
+            f"orchestrator answer '{root}/memo/{role}/waiting/two words.md' TEXT`)" for role in ("builder", "reviewer")
+        ), hints
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_cancelled_question_renamed_on_its_way_is_reminded_no_more(tmp_path: Path) -> None:
     """Its channel is told to settle the name it was asked under, not only the one the move gave it; a channel is
     queued a settle only for a memo it was sent something about (a channel that is down fills up with news only)."""

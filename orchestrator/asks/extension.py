@@ -176,7 +176,14 @@ class Asks(Extension):
         self.waiting = None
         with contextlib.suppress(OSError):
             waiting.mkdir(parents=True, exist_ok=True)
-            write_atomically(question_path(waiting / names[0]), question_text(run, pending, names[0], now), sync=False)
+            named = self._named(run.role.name, waiting / names[0])
+            write_atomically(question_path(waiting / names[0]), question_text(run, pending, named, now), sync=False)
+
+    def _named(self, role: str, memo: Path) -> str:
+        """How ``answer`` is told which memo: its name, or its path when another role's question has that name."""
+        others = [other for other in self.host.config.roles if other != role]
+        namesake = any((self.host.config.role_dir(other) / WAITING / memo.name).exists() for other in others)
+        return str(memo) if namesake else memo.name
 
     def on_transition(self, run: RoleRun, old: RunState, new: RunState) -> None:
         """The run's end is being recorded, its memos moved: what it makes over is forgotten (and an answer follows
@@ -235,11 +242,12 @@ class Asks(Extension):
         if not moved:
             return
         first = moved[0]
-        how = answer_how(pending.kind, first.name)
+        named = self._named(run.role.name, first)
+        how = answer_how(pending.kind, named)
         if not question_path(first).exists():
             with contextlib.suppress(OSError):
                 now = self.host.clock.now()
-                write_atomically(question_path(first), question_text(run, pending, first.name, now), sync=False)
+                write_atomically(question_path(first), question_text(run, pending, named, now), sync=False)
         subject = run.memos[0].subject if run.memos else None
         self.host.tell(TeamEvent("needs_input", run.role.name, first.name, subject, pending.question))
         self.host.console.line(f"{first.name} needs input: {pending.question}; {how}", role=run.role.name)

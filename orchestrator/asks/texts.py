@@ -3,6 +3,7 @@ memo, the command that answers it), and the record of what a run asks."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,7 +40,9 @@ def answers_text(asks: list[Ask]) -> str:
 
 
 def answer_how(kind: str, memo: str) -> str:
-    """The command that answers a question (or an approval) of ``memo``."""
+    """The command that answers a question (or an approval) of ``memo`` (a name, or a path when the name is not
+    enough), as a shell reads it: quoted when it holds a space or a character the shell would act on."""
+    memo = shlex.quote(memo)
     if kind == "approval":
         return f"orchestrator answer {memo} --allow (or --deny --note TEXT)"
     return f'orchestrator answer {memo} "YOUR ANSWER"'

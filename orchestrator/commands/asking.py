@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
 from orchestrator import console
 from orchestrator.commands.common import project_root, stdin_text, who
@@ -59,10 +60,11 @@ def cmd_answer(args: argparse.Namespace) -> int:
     text = args.text
     if text == "-":
         text = stdin_text("answer")
+    memo = str(Path(args.memo).resolve()) if os.sep in args.memo else args.memo  # a path from here, as `cancel`'s
     result = control.call(
         project_root(args),
         "answer",
-        memo=args.memo,
+        memo=memo,
         text=text,
         allow=args.allow,
         deny=args.deny,

@@ -5,6 +5,8 @@ Drawn by ``tables`` as rich would draw it (the same text): status is a client co
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 from typing import Any, TextIO
 
@@ -105,11 +107,16 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
     if snap.get("waiting"):
         waiting = ", ".join(f"{role} {n}" for role, n in snap["waiting"].items())
         parts.append(f"waiting for a person: {waiting} (memo/<role>/waiting/; `orchestrator answer` once `up` runs)")
-    for ask in snap.get("needs_input") or []:
+    asks = snap.get("needs_input") or []
+    names = [ask.get("memo") for ask in asks]
+    for ask in asks:
         how = "--allow or --deny" if ask.get("kind") == "approval" else "TEXT"
+        memo = str(ask.get("memo"))
+        if names.count(memo) > 1:  # the same name waits in two roles: its path says which
+            memo = os.path.join(str(snap.get("root") or "."), "memo", str(ask.get("role")), "waiting", memo)
         parts.append(
             f"needs input: {ask.get('role')}/{ask.get('memo')} since {ask.get('asked_at')}: {ask.get('question')} "
-            f"(`orchestrator answer {ask.get('memo')} {how}`)"
+            f"(`orchestrator answer {shlex.quote(memo)} {how}`)"
         )
     parts += memory_lines(snap.get("memory"))
     if snap.get("workspaces"):
