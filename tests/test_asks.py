@@ -102,6 +102,27 @@ def test_a_command_agent_that_asks_waits_without_a_slot_and_runs_again_with_the_
     play(tmp_path, scenario)
 
 
+def test_a_run_that_asks_twice_asks_both_questions(tmp_path: Path) -> None:
+    """Defect: the second ``orchestrator ask`` of a run replaced the first, which never reached a person."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        await r.drop("builder", "a.md")
+        run_id = r.agent("a").spec.run_id
+        await feature(r, AskRequest(run_id=run_id, question="Which design, A or B?"))
+        await feature(r, AskRequest(run_id=run_id, question="May I deploy on Friday?"))
+        with pytest.raises(UsageError, match="questions together pass 4000 characters"):
+            await feature(r, AskRequest(run_id=run_id, question="x" * 3990))
+        await r.exit("a", 0)
+        (waiting,) = r.sup.view(False).to_json()["needs_input"]
+        assert waiting["question"] == "Which design, A or B? Also: May I deploy on Friday?"
+        said = (root / "memo/builder/waiting/a.question").read_text(encoding="utf-8")
+        assert said.startswith("question: Which design, A or B? Also: May I deploy on Friday?\n"), said
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_an_unanswered_question_fails_after_ask_timeout(tmp_path: Path) -> None:
     """And the ``notify`` role is told, as of every failure (defect: a memo failed with no attempt of its own, as a
     question timed out is, wrote no notice)."""

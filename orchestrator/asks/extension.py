@@ -28,7 +28,7 @@ from orchestrator.agents.spec import LaunchSpec
 from orchestrator.asks import moving, records, restart
 from orchestrator.asks.carrying import Carrying
 from orchestrator.asks.records import Ask
-from orchestrator.asks.requests import AnswerRequest, AskRequest, find, own_run
+from orchestrator.asks.requests import QUESTION_MAX, AnswerRequest, AskRequest, find, own_run
 from orchestrator.asks.rules import describe, question_of
 from orchestrator.asks.texts import Pending, answer_how, new_ask, question_path, question_text
 from orchestrator.config import RoleRun
@@ -125,6 +125,14 @@ class Asks(Extension):
         if run is None or not run.state.live:
             raise UsageError(f"orchestrator ask: run {request.run_id} is not running; ask from inside a run")
         question = " ".join(request.question.split())
+        earlier = self.asked.get(run.run_id)
+        if earlier is not None:  # a second question of the same run: asked together, none lost
+            question = f"{earlier} Also: {question}"
+            if len(question) > QUESTION_MAX:
+                raise UsageError(
+                    f"orchestrator ask: this run's questions together pass {QUESTION_MAX} characters; they stay as "
+                    "they were: end your run, or ask once what matters most"
+                )
         self.asked[run.run_id] = question
         records.add(
             self.db, new_ask(run, "asked", Pending("question", question, None, None), [], self.host.clock.now())
