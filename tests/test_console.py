@@ -328,6 +328,7 @@ def test_from_row_reads_a_store_row(tmp_path: Path) -> None:
     }
     history = view.to_history_json()
     assert list(history) == list(HISTORY_KEYS)
+    assert history["log"] == "/team/.orchestrator/logs/1-builder.log", "history names each run's log, as status does"
     assert (history["num_turns"], history["session_id"], history["is_error"]) == (3, "s-1", True)
     assert RunView.of(json.loads(json.dumps(view.to_json()))).to_json() == view.to_json()  # the channel's round trip
 

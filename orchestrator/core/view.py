@@ -82,6 +82,7 @@ HISTORY_KEYS = (
     "started_at",
     "ended_at",
     "node",
+    "log",
     "log_pruned_at",
     "adopted_at",
 )
