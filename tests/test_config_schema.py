@@ -182,3 +182,23 @@ def test_config_check_says_the_first_problem_in_one_line(
         assert result.stdout == ""
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and expected in lines[0] and lines[0].startswith("orchestrator: "), lines
+
+
+def test_config_check_prints_the_stall_timeout_in_force(tmp_path: Path) -> None:
+    """Defect: a role that sets none printed null, though its backend's default (10m for a stream-json `claude`) is
+    in force, and `off` printed 0.0, where the docs promise null for a key that is off."""
+    from orchestrator.config import load_config
+    from orchestrator.ops.configuration import effective
+
+    roles = {
+        "streams": {"command": ["claude", "-p", "--output-format", "stream-json", "--verbose"]},
+        "off": {"stall_timeout": "off"},
+        "own": {"stall_timeout": "5m"},
+        "plain": {},
+    }
+    (tmp_path / "prompts").mkdir()
+    for name in roles:
+        (tmp_path / "prompts" / f"{name}.md").write_text("x", encoding="utf-8")
+    (tmp_path / "roles.yaml").write_text(yaml.safe_dump({"roles": roles}), encoding="utf-8")
+    shown = {name: role["stall_timeout"] for name, role in effective(load_config(tmp_path))["roles"].items()}
+    assert shown == {"streams": 600.0, "off": None, "own": 300.0, "plain": None}

@@ -143,7 +143,11 @@ def effective(config: Config) -> dict[str, Any]:
     """The configuration in force: defaults merged into every role, durations in seconds, rates as
     [count, window in seconds], ``null`` where a key is off or unset; a webhook's ``url`` as its scheme and host
     only (its path may hold a token)."""
+    from orchestrator.agents.backends import stall_seconds
+
     values = config.model_dump(mode="json", by_alias=True)  # the keys as roles.yaml writes them (``copy``)
+    for name, role in config.roles.items():  # in force: its backend's default when unset, null when off
+        values["roles"][name]["stall_timeout"] = stall_seconds(role)
     for shown in values.get("notifications", []):
         if shown.get("url"):
             shown["url"] = url_shown(shown["url"])
