@@ -82,7 +82,8 @@ def test_a_thread_codex_keeps_not_is_no_session_to_resume(tmp_path: Path) -> Non
 
 
 def test_a_failure_codex_says_only_on_its_standard_error_is_the_reason(tmp_path: Path) -> None:
-    """Before any event: a resume of a thread that is gone, a configuration Codex cannot read (no retry helps)."""
+    """Before any event: a resume of a thread that is gone (retried as any failure), a configuration Codex cannot read
+    (no retry helps: permanent)."""
     for said, permanent in (
         ("Error: thread/resume failed: no rollout found for thread id t-1", False),
         ("Error loading config.toml: unknown variant `bogus`, expected one of `read-only`", True),
