@@ -20,8 +20,9 @@ import pytest
 
 from orchestrator.config import load_config
 from orchestrator.control import history, status
-from orchestrator.core.errors import ConfigError
+from orchestrator.core.errors import ConfigError, OrchestratorError
 from orchestrator.retention import daily
+from orchestrator.tools import logs
 from replay import Replay
 
 DAY = 86400.0
@@ -91,6 +92,8 @@ def test_the_daily_pass_removes_exactly_what_the_rules_say_and_nothing_of_unfini
         assert pruned["A.md"] and pruned["B.md"] and pruned["P.md"] and pruned["C.md"] is None
         recent = {run["memo"]: run for run in status.collect(root)["recent"]}
         assert recent["A.md"]["log_pruned_at"] == pruned["A.md"] and recent["A.md"]["state"] == "succeeded"
+        with pytest.raises(OrchestratorError, match=r"its log was removed by retention \(retention.logs\) at 20"):
+            logs.log_of(root, "A.md")  # defect: "cannot read the run's log: No such file or directory"
 
         # two days: their transcript folders
         line = await next_pass(r)

@@ -34,6 +34,11 @@ def log_of(root: Path, memo: str) -> Path:
         raise UnknownMemoError(f"no run has held a memo {memo!r} in {root}; see `orchestrator history`")
     if not row.get("log_path"):
         raise OrchestratorError(f"run {row['run_id']} of {memo} has no log (its agent never started)")
+    if row.get("log_pruned_at"):
+        raise OrchestratorError(
+            f"run {row['run_id']} of {memo}: its log was removed by retention (retention.logs) at "
+            f"{row['log_pruned_at']}; `orchestrator history --json` keeps the run's record"
+        )
     return Path(row["log_path"])
 
 
