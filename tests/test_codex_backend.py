@@ -97,6 +97,16 @@ def test_the_registry_runs_codex_roles_by_its_name_or_its_program() -> None:
     assert capabilities(by_program) == can
     ephemeral = capabilities(Role(name="e", prompt="p.md", command=["codex", "exec", "--json", "--ephemeral", "-"]))
     assert ephemeral.tokens and not (ephemeral.session or ephemeral.resume or ephemeral.tell), "it keeps no thread"
+    from types import SimpleNamespace
+
+    from orchestrator.supervisor.requests import _unsupported
+
+    run = SimpleNamespace(
+        role=SimpleNamespace(name="e", backend="codex"), agent=SimpleNamespace(capabilities=ephemeral)
+    )
+    said = _unsupported(run, "tell")  # type: ignore[arg-type]
+    assert said.endswith("drop --ephemeral from its command: Codex then takes a tell after its turn"), said
+    assert "backend: sdk" not in said, "a tell to an ephemeral Codex role: not another backend (defect: it said so)"
     assert not capabilities(plain).tokens  # without --json its exit status is the verdict
     assert [stall_seconds(r) for r in (named, plain)] == [600.0, None]
 

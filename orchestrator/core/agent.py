@@ -53,7 +53,8 @@ class Capabilities:
     next turn of a program that runs one turn a process); ``interrupt``: its turn can be ended on
     request; ``cost``: it reports what it cost in dollars; ``tokens``: it reports the tokens it used (dollars or
     not); ``usage_limits``: it recognises an account's usage limit and its reset; ``defers``: a permission hook
-    can defer its tool call to a person, ending its run, and its end says which call (``DeferredCall``)."""
+    can defer its tool call to a person, ending its run, and its end says which call (``DeferredCall``); ``instead``:
+    what a person can change to get a ``tell`` it lacks, when its backend knows better than ``backend: sdk``."""
 
     session: bool = False
     resume: bool = False
@@ -63,6 +64,7 @@ class Capabilities:
     tokens: bool = False
     usage_limits: bool = False
     defers: bool = False
+    instead: str | None = None
 
 
 @dataclass(frozen=True)

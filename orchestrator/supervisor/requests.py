@@ -299,9 +299,12 @@ def _runs_line(runs: list[RoleRun]) -> str:
 
 def _unsupported(run: RoleRun, what: str) -> str:
     backend = run.role.backend
+    instead = run.agent.capabilities.instead if run.agent is not None else None  # its backend's own advice
     if what == "interrupt":
         return (
             f"role {run.role.name} uses the {backend} backend, which cannot interrupt a turn; "
-            "use `orchestrator cancel` to stop it, or set `backend: sdk`"
+            "use `orchestrator cancel` to stop it" + ("" if instead else ", or set `backend: sdk`")
         )
-    return f"role {run.role.name} uses the {backend} backend, which cannot take follow-up messages; set `backend: sdk` for that"
+    return f"role {run.role.name} uses the {backend} backend, which cannot take follow-up messages; " + (
+        instead or "set `backend: sdk` for that"
+    )

@@ -43,7 +43,9 @@ from orchestrator.core.errors import ConfigError
 
 STALL_DEFAULT = 600.0  # --json writes an event at every item
 JSON = Capabilities(session=True, resume=True, tell=True, tokens=True, usage_limits=True)
-EPHEMERAL = Capabilities(tokens=True, usage_limits=True)  # --ephemeral keeps no thread: nothing to resume or tell
+EPHEMERAL = Capabilities(  # --ephemeral keeps no thread: nothing to resume or tell
+    tokens=True, usage_limits=True, instead="drop --ephemeral from its command: Codex then takes a tell after its turn"
+)
 PLAIN = Capabilities()
 _PROVIDER = re.compile(r"^model_provider\s*=\s*\"?([\w.-]+)\"?$")
 _ENV_KEY = re.compile(r"env_key\s*=\s*\"([A-Za-z_][A-Za-z0-9_]*)\"")
