@@ -143,6 +143,8 @@ def test_an_unanswered_question_fails_after_ask_timeout(tmp_path: Path) -> None:
         (notice,) = (root / "memo/pm/inbox").iterdir()
         body = notice.read_text(encoding="utf-8")
         assert "Failed: a.md" in body and "no answer within 2h" in body and "with no attempt of its own" in body
+        with pytest.raises(MemoFinishedError, match=r"already finished: failed at .*\(no answer within 2h"):
+            await feature(r, AnswerRequest(memo="a.md", text="too late"))
         r.close()
 
     play(tmp_path, scenario)
@@ -169,8 +171,8 @@ def test_a_waiting_memo_is_cancelled_like_a_queued_one(tmp_path: Path) -> None:
         assert r.folder("builder", "cancelled") == ["a.md"]
         assert not (root / "memo/builder/waiting/a.question").exists()
         assert r.sup.view(False).to_json()["needs_input"] == []
-        with pytest.raises(Exception, match="no memo waiting for an answer matches 'a'"):
-            await feature(r, AnswerRequest(memo="a", text="late"))
+        with pytest.raises(MemoFinishedError, match="memo a already finished: cancelled at .* of role builder"):
+            await feature(r, AnswerRequest(memo="a", text="late"))  # defect: exit 6, "no memo waiting ... matches"
         r.close()
 
     play(tmp_path, scenario)

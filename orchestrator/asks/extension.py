@@ -32,9 +32,10 @@ from orchestrator.asks.requests import QUESTION_MAX, AnswerRequest, AskRequest, 
 from orchestrator.asks.rules import describe, question_of
 from orchestrator.asks.texts import Pending, answer_how, new_ask, question_path, question_text
 from orchestrator.config import RoleRun
+from orchestrator.control.lookup import finished_message
 from orchestrator.core.agent import AttemptVerdict
 from orchestrator.core.clock import Timer
-from orchestrator.core.errors import UnknownMemoError, UsageError
+from orchestrator.core.errors import MemoFinishedError, UnknownMemoError, UsageError
 from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.core.team_events import TeamEvent
@@ -45,6 +46,7 @@ from orchestrator.supervisor.feature_requests import Command, Needs
 from orchestrator.supervisor.outcomes import duration_text
 
 THEN = "`orchestrator answer` runs it again"
+ENDED = {state.value for state in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT)}
 ENDED_NOTE = "End your run now, without doing more: you will be run again with the answer in your prompt."
 
 
@@ -284,7 +286,14 @@ class Asks(Extension):
     def _find(self, query: str) -> Ask:
         ending = self.timing_out | {ask.ask_id for asks in self.leaving.values() for ask in asks}
         parking = {ask_id for ask_id, _ in self.recorded.values()}  # on record, its memo not in waiting/ yet
-        return find(self._waiting(), query, ending, parking, lambda: records.every(self.db, "answered"))
+        try:
+            return find(self._waiting(), query, ending, parking, lambda: records.every(self.db, "answered"))
+        except UnknownMemoError:
+            # a memo that was waiting and has ended since (cancelled, failed at its ask_timeout): say how, as cancel does
+            row = self.host.store.last_run_of_memo(os.path.basename(query))
+            if row is None or row["state"] not in ENDED:
+                raise
+            raise MemoFinishedError(f"orchestrator answer: {finished_message(self.host.store, query)}") from None
 
     def _answer(self, ask: Ask, decision: str, text: str, note: str | None, who: str) -> dict[str, Any]:
         """The answer on record (and in its file) before the memos go back to their inbox: a restart between the two
