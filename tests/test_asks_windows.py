@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,27 @@ def test_a_question_is_on_record_with_its_runs_end_so_a_restart_right_after_find
         r.close()
 
     play(tmp_path, after)
+
+
+def test_a_question_past_its_ask_timeout_at_a_start_is_ended_without_a_page_first(tmp_path: Path) -> None:
+    """Defect: a start after a long downtime told people of a question already past its ``ask_timeout``, then
+    failed it half a second later: two pages for a question nobody could answer any more."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"ask_timeout": "1h"}})
+        await asked(r, "builder", "a.md", "Which design?")
+        later = r.clock.now() + timedelta(hours=2)
+        r.close()
+        again = Replay(root, {"builder": {"ask_timeout": "1h"}}, start=later)
+        told: list[TeamEvent] = []
+        again.sup.lc.team_events.listeners.append(told.append)
+        again.sup.extension(Asks).start()
+        await again.advance(1)
+        assert again.folder("builder", "failed") == ["a.md"]
+        assert told == [], "no needs_input for it"
+        again.close()
+
+    play(tmp_path, scenario)
 
 
 def test_an_answer_is_on_record_before_its_memo_moves_so_a_restart_between_finishes_the_move(tmp_path: Path) -> None:

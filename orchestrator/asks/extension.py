@@ -99,9 +99,11 @@ class Asks(Extension):
                     self.host.console.line(f"{ask.memo} was answered before the restart; queued to run again")
         restart.heal(self.db, self.host.config, self.host.runs().keys(), self.host.clock.now(), self.host.console.line)
         self.waiting = None
+        now = self.host.clock.now().timestamp()
         for ask in self._waiting():
             if ask.role in self.host.config.roles:
-                self.host.tell(TeamEvent("needs_input", ask.role, ask.memo, ask.subject, ask.question))
+                if ask.due > now:  # one past its ask_timeout is ended at once (``due``): no page for it first
+                    self.host.tell(TeamEvent("needs_input", ask.role, ask.memo, ask.subject, ask.question))
             else:
                 self.host.console.line(
                     f"{ask.memo} waits in memo/{ask.role}/{WAITING}/, but role {ask.role} is no longer in roles.yaml"
