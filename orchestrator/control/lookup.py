@@ -7,7 +7,7 @@ answer ``cancel``, ``interrupt`` and ``tell``; they change nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +85,23 @@ def role_candidates(runs: Iterable[RoleRun], role: str, role_dir: Path) -> list[
     ]
     out += [Candidate(role, p.name, p, read_header(p).id) for p in inbox_files(role_dir)]
     return out
+
+
+def waiting_in_gone_role(root: Path, roles: Collection[str], query: str) -> str | None:
+    """A line for a memo ``query`` names that waits for a person in a role no longer in roles.yaml, or None."""
+    name = os.path.basename(query)
+    try:
+        folders = [entry.name for entry in os.scandir(root / "memo") if entry.is_dir() and entry.name not in roles]
+    except OSError:
+        return None
+    for role in sorted(folders):
+        for candidate in (name, name + ".md"):
+            if is_memo_name(candidate) and os.path.lexists(root / "memo" / role / WAITING / candidate):
+                return (
+                    f"memo {candidate} waits in memo/{role}/{WAITING}/, but role {role} is no longer in roles.yaml: "
+                    "add the role back to cancel or answer it, or move the memo out of that folder yourself"
+                )
+    return None
 
 
 def finished_message(store: Store, query: str) -> str | None:

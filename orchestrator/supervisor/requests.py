@@ -128,6 +128,9 @@ class Requests:
             raise UsageError("name a memo to cancel (its id, file name or path), or use --role ROLE")
         targets = self.find(query)
         if not targets:
+            gone = lookup.waiting_in_gone_role(self.config.root, self.config.roles, query)
+            if gone:
+                raise UsageError(gone)
             finished = lookup.finished_message(self.store, query)
             if finished:
                 raise MemoFinishedError(finished)
