@@ -167,3 +167,11 @@ def test_an_answered_memo_back_under_another_name_and_across_a_restart_still_car
     assert by_memo["a.1.md"]["seen"] == {"half.txt": "begun before asking"}, "its waiting work, carried on"
     assert by_memo["a.md"]["seen"] == {"half.txt": "begun before asking"}, "the other ran after it, on its commit"
     assert project.procs[-1].stop() == 0
+
+
+def test_ask_outside_a_run_says_what_its_run_id_is(project: Project) -> None:
+    """Defect: ``ORCHESTRATOR_RUN_ID=abc`` was said to be "not set"."""
+    project.configure({"builder": {}})
+    for value, said in (("abc", "ORCHESTRATOR_RUN_ID is 'abc', not a run's number"), ("", "is not set")):
+        result = project.cli("ask", "Which one?", ORCHESTRATOR_RUN_ID=value)
+        assert result.returncode == 2 and said in result.stderr, result.stderr

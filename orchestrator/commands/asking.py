@@ -37,7 +37,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise UsageError('orchestrator ask: give the question, as in orchestrator ask "Which design?"')
     run_id = os.environ.get("ORCHESTRATOR_RUN_ID", "")
     if not run_id.isdigit():
-        raise UsageError("orchestrator ask: only an agent asks, from inside its run (ORCHESTRATOR_RUN_ID is not set)")
+        said = f"is {run_id!r}, not a run's number" if run_id else "is not set"
+        raise UsageError(f"orchestrator ask: only an agent asks, from inside its run (ORCHESTRATOR_RUN_ID {said})")
     result = control.call(project_root(args), "ask", run_id=int(run_id), question=question, who=who())
     console.say(f"Your question is recorded. {result.get('note', '')}".strip())
     return 0
