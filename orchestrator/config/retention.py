@@ -70,15 +70,11 @@ class RetentionSettings(Strict):
                 "a restart would forget what the day spent; make it at least 1d or keep"
             )
         for name in ("logs", "transcripts"):
-            if runs is None or name not in info.data:  # kept, or the other rule is wrong itself (said on its own)
-                continue
-            files = info.data[name]
-            if files is None or files > runs:
-                kept = "keep" if files is None else describe(files)
+            files = info.data.get(name)
+            if runs is not None and files is not None and files > runs:
                 raise ValueError(
-                    f"shorter than {name} ({kept}): a run's record must outlive its files (a file whose record is "
-                    f"gone can never be dated again); make it {'keep' if files is None else 'at least ' + kept}"
-                    + ("" if files is None else " or keep")
+                    f"shorter than {name} ({describe(files)}): a run's record must outlive its files (a file "
+                    f"whose record is gone can never be dated again); make it at least {describe(files)} or keep"
                 )
         return runs
 
