@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import Project, wait_for
 
 
@@ -175,3 +177,21 @@ def test_ask_outside_a_run_says_what_its_run_id_is(project: Project) -> None:
     for value, said in (("abc", "ORCHESTRATOR_RUN_ID is 'abc', not a run's number"), ("", "is not set")):
         result = project.cli("ask", "Which one?", ORCHESTRATOR_RUN_ID=value)
         assert result.returncode == 2 and said in result.stderr, result.stderr
+
+
+def test_answer_takes_a_path_from_here_and_an_id_with_a_slash_as_it_is(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from orchestrator.commands import asking
+
+    sent: list[str] = []
+    monkeypatch.setattr(asking.control, "call", lambda _root, _what, **fields: sent.append(fields["memo"]) or {})
+    monkeypatch.chdir(project.root)
+    (project.root / "memo/builder/waiting").mkdir(parents=True)
+    (project.root / "memo/builder/waiting/a.md").write_text("x", encoding="utf-8")
+    for memo in ("memo/builder/waiting/a.md", "team/B-1"):
+        args = SimpleNamespace(memo=memo, text="yes", allow=False, deny=False, note=None, json=True, root=project.root)
+        asking.cmd_answer(args)  # type: ignore[arg-type]
+    assert sent == [str(project.root / "memo/builder/waiting/a.md"), "team/B-1"]  # defect: the id made a path

@@ -107,6 +107,7 @@ def test_the_registry_runs_codex_roles_by_its_name_or_its_program() -> None:
     said = _unsupported(run, "tell")  # type: ignore[arg-type]
     assert said.endswith("drop --ephemeral from its command: Codex then takes a tell after its turn"), said
     assert "backend: sdk" not in said, "a tell to an ephemeral Codex role: not another backend (defect: it said so)"
+    assert (capabilities(plain).instead or "").startswith("add --json to its command"), "nor to one without --json"
     assert not capabilities(plain).tokens  # without --json its exit status is the verdict
     assert [stall_seconds(r) for r in (named, plain)] == [600.0, None]
 

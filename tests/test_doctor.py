@@ -641,3 +641,15 @@ def test_a_ray_executor_without_ray_fails_config_check_and_doctor_as_it_fails_up
     assert finding.status == "fail" and "needs the Ray package, which is not installed" in finding.detail
     with pytest.raises(ConfigError, match=r"needs the Ray package.*run `pip install 'orchestrator\[ray\]'`"):
         cmd_config(SimpleNamespace(config_command="check", root=project.root, json=True))
+
+
+def test_config_check_of_a_damaged_database_prints_the_configuration(project: Project) -> None:
+    """Defect (the review's): the executor record was read without a guard, so a damaged state.db made `config check`
+    an internal error (exit 70); `doctor`'s `database` check is the one that says what is wrong with it."""
+    from orchestrator.commands.configuration import cmd_config
+
+    project.configure({"builder": {}})
+    state = project.root / ".orchestrator"
+    state.mkdir(exist_ok=True)
+    (state / "state.db").write_bytes(b"not a database at all" * 100)
+    assert cmd_config(SimpleNamespace(config_command="check", root=project.root, json=True)) == 0

@@ -61,7 +61,8 @@ def cmd_answer(args: argparse.Namespace) -> int:
     text = args.text
     if text == "-":
         text = stdin_text("answer")
-    memo = str(Path(args.memo).resolve()) if os.sep in args.memo else args.memo  # a path from here, as `cancel`'s
+    # a path from here, as `cancel`'s; an id that holds a slash stays as it is
+    memo = str(Path(args.memo).resolve()) if os.sep in args.memo and os.path.lexists(args.memo) else args.memo
     result = control.call(
         project_root(args),
         "answer",

@@ -10,6 +10,7 @@ them back, or ``up --rerun-unfinished`` once the person has decided (a cluster t
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, NamedTuple
 
 from orchestrator.config import Config
@@ -35,12 +36,15 @@ def refusal(config: Config) -> str | None:
     path = config.state_dir / "state.db"
     if not path.exists():
         return None
-    store = Store(path, readonly=True)
     try:
-        last = store.meta(KEY)
-        runs = store.runs_in_states(s.value for s in LIVE) if last not in (None, config.executor.kind) else []
-    finally:
-        store.close()
+        store = Store(path, readonly=True)
+        try:
+            last = store.meta(KEY)
+            runs = store.runs_in_states(s.value for s in LIVE) if last not in (None, config.executor.kind) else []
+        finally:
+            store.close()
+    except sqlite3.DatabaseError:  # a damaged database: `doctor` says so (its `database` check), not this one
+        return None
     return _refusal(config, str(last), runs) if runs else None
 
 

@@ -46,7 +46,7 @@ JSON = Capabilities(session=True, resume=True, tell=True, tokens=True, usage_lim
 EPHEMERAL = Capabilities(  # --ephemeral keeps no thread: nothing to resume or tell
     tokens=True, usage_limits=True, instead="drop --ephemeral from its command: Codex then takes a tell after its turn"
 )
-PLAIN = Capabilities()
+PLAIN = Capabilities(instead="add --json to its command: Codex then takes a tell after its turn")
 _PROVIDER = re.compile(r"^model_provider\s*=\s*\"?([\w.-]+)\"?$")
 _ENV_KEY = re.compile(r"env_key\s*=\s*\"([A-Za-z_][A-Za-z0-9_]*)\"")
 
