@@ -291,10 +291,35 @@ def test_a_rule_holds_every_command_of_a_shell_line_every_spelling_of_a_path_and
         "echo `git push`",
         "(git push)",
         "{ git push; }",
+        # the review's: punctuation run together, keywords, wrappers, shell flags, a shell fed text, a path, lines
+        "X=$(git status --porcelain); git push",
+        "(git fetch);git push",
+        "echo hi!; git push",
+        "if true; then git push; fi",
+        "for b in a; do git push; done",
+        "sudo -u me git push",
+        "env X=1 git push",
+        "xargs git push",
+        "timeout 5 git push",
+        "nice -n 5 git push",
+        "find . -exec git push \\;",
+        "bash -lc 'git push'",
+        "bash -c -- 'git push'",
+        "echo 'git push' | bash",
+        "bash <<< 'git push'",
+        "/usr/bin/git push",
+        "git \\\npush",
+        "git commit -m 'a\nb'; git push",
     ]
     for command in held:
         assert matches("Bash(git push:*)", "Bash", {"command": command}, cwd), command
-    for command in ("git status", "echo 'git push'", "git pull && git status", "echo 'a && git push'"):
+    for command in (
+        "git status",
+        "echo 'git push'",
+        "git pull && git status",
+        "echo 'a && git push'",
+        "git commit -m 'git push'",
+    ):
         assert not matches("Bash(git push:*)", "Bash", {"command": command}, cwd), command
     assert matches("Bash(npm publish)", "Bash", {"command": "cd pkg && npm publish"}, cwd)
     assert not matches("Bash(npm publish)", "Bash", {"command": "cd pkg && npm publish --tag x"}, cwd)
@@ -302,6 +327,15 @@ def test_a_rule_holds_every_command_of_a_shell_line_every_spelling_of_a_path_and
         for tool in ("Write", "Edit", "MultiEdit", "NotebookEdit"):
             assert matches("Write(migrations/**)", tool, {"file_path": path}, cwd), (tool, path)
     assert not matches("Write(migrations/**)", "Edit", {"file_path": "migrations/../src/x.py"}, cwd)
+    (tmp_path / "migrations").mkdir()
+    (tmp_path / "db").symlink_to(tmp_path / "migrations")  # another name for the same folder
+    assert matches("Write(migrations/**)", "Write", {"file_path": f"{cwd}/db/x.sql"}, cwd)
+    # the session went into migrations/ (its cwd follows a `cd`): the rule still reads from the agent's folder
+    event = {"tool_name": "Write", "tool_input": {"file_path": f"{cwd}/migrations/x.sql"}, "cwd": f"{cwd}/migrations"}
+    env = {"ORCHESTRATOR_APPROVE": '["Write(migrations/**)"]', "CLAUDE_PROJECT_DIR": cwd}
+    assert decision(event, env) == {
+        "hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "defer"}
+    }
     assert not matches("Edit(migrations/**)", "Bash", {"command": "touch migrations/x"}, cwd)
 
 

@@ -31,8 +31,10 @@ def decision(event: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | Non
         rules = [str(r) for r in json.loads(env.get(APPROVE_ENV) or "[]")]
     except ValueError:
         rules = []
-    cwd = str(event.get("cwd") or os.getcwd())
-    if not (is_ask(tool, given) or approval_needed(rules, tool, given, cwd)):
+    # a path rule is relative to the agent's folder, where its session began; the session's own cwd follows its
+    # `cd`s: a call is held when its path matches from either
+    folders = {str(event.get("cwd") or os.getcwd()), env.get("CLAUDE_PROJECT_DIR") or os.getcwd()}
+    if not (is_ask(tool, given) or any(approval_needed(rules, tool, given, folder) for folder in folders)):
         return None
     same = (tool, given) if env.get(BY_INPUT_ENV) == "1" else None
     answer = _answer(env.get(ANSWER_ENV), str(event.get("tool_use_id") or ""), same)

@@ -22,7 +22,32 @@ ASK = ("orchestrator", "ask")
 _PATH_KEYS = ("file_path", "notebook_path", "path")
 _TEXT_KEYS = ("command", "url", "pattern", "query", "prompt")
 EDITS = ("Edit", "MultiEdit", "NotebookEdit", "Write")  # the tools that change a file: a rule of one holds them all
-_OPERATORS = {"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "{", "}", "!"}
+_PUNCTUATION = ";&|(){}!\n"  # a word made of these alone separates two commands
+_KEYWORDS = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "time", "!", "{", "}", "(", ")"}
+_WRAPPERS = {  # programs that run the command their later words name
+    "sudo",
+    "doas",
+    "env",
+    "xargs",
+    "nohup",
+    "timeout",
+    "nice",
+    "ionice",
+    "command",
+    "exec",
+    "watch",
+    "stdbuf",
+    "setsid",
+    "flock",
+    "find",
+    "parallel",
+    "strace",
+    "unbuffer",
+    "busybox",
+    "chronic",
+    "caffeinate",
+    "time",
+}
 _SHELLS = {"sh", "bash", "zsh", "dash", "ksh"}
 _NESTED = re.compile(r"\$\(([^()]*)\)|`([^`]*)`")  # a command substitution's text (one level at a time)
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -77,37 +102,58 @@ def _glob(pattern: str, *, paths: bool) -> re.Pattern[str]:
 
 
 def commands(text: str, depth: int = 0) -> list[str]:
-    """The whole of a shell command line, then each simple command in it, its words joined by one space: each side
-    of its operators and lines, without leading ``VAR=value`` words, and, nested, what ``$(...)``, backquotes,
-    ``sh -c`` and ``eval`` run. Text the shell could not parse is split as well as it can be."""
+    """The whole of a shell command line, then each simple command in it, its words joined by one space and its
+    program by its name (``/usr/bin/git`` as ``git``): each side of its operators and lines, past leading ``VAR=value``
+    words and keywords (``if``, ``then``, ``do``, ...), each command a wrapper runs (``sudo``, ``env``, ``xargs``,
+    ``timeout 5``, ...: every tail of its words), and, nested, what ``$(...)``, backquotes, ``sh -c`` (``bash -lc``),
+    ``eval`` and a shell fed text on its input run. Text the shell could not parse is split as well as it can be."""
     out = [" ".join(text.split())]
     if depth > 3:
         return out
     for match in _NESTED.finditer(text):
         out += commands(match.group(1) or match.group(2) or "", depth + 1)
-    for line in text.splitlines():
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|(){}!")
-        lexer.whitespace_split = True
-        try:
-            words = list(lexer)
-        except ValueError:  # an open quote: the words as they stand
-            words = line.split()
-        part: list[str] = []
-        for word in [*words, ";"]:
-            if word not in _OPERATORS:
-                part.append(word)
-                continue
-            while part and _ASSIGNMENT.match(part[0]):
-                part.pop(0)
-            if part:
-                out.append(" ".join(part))
-                program = os.path.basename(part[0])
-                if program in _SHELLS and "-c" in part[1:-1]:
-                    out += commands(part[part.index("-c", 1) + 1], depth + 1)
-                elif program == "eval" and len(part) > 1:
-                    out += commands(" ".join(part[1:]), depth + 1)
-            part = []
+    lexer = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=_PUNCTUATION)
+    lexer.whitespace, lexer.whitespace_split = " \t\r", True  # a line's end splits commands, as `;` does
+    try:
+        words = list(lexer)
+    except ValueError:  # an open quote: the words as they stand
+        words = text.replace(";", " ; ").replace("|", " | ").replace("&", " & ").split()
+    part: list[str] = []
+    fed = False  # a shell that reads its commands from its input (``echo 'git push' | bash``)
+    for word in [*words, ";"]:
+        if not all(char in _PUNCTUATION for char in word):
+            part.append(word)
+            continue
+        while part and (_ASSIGNMENT.match(part[0]) or part[0] in _KEYWORDS):
+            part.pop(0)
+        if part:
+            part[0] = os.path.basename(part[0]) or part[0]
+            out.append(" ".join(part))
+            if part[0] in _WRAPPERS:
+                out += [" ".join([os.path.basename(part[i]), *part[i + 1 :]]) for i in range(1, len(part))]
+            script = _shell_script(part)
+            if script is not None:
+                out += commands(script, depth + 1)
+            elif part[0] in _SHELLS:
+                fed = True
+            elif part[0] == "eval" and len(part) > 1:
+                out += commands(" ".join(part[1:]), depth + 1)
+        part = []
+    if fed:
+        out += [found for word in words if " " in word for found in commands(word, depth + 1)]
     return out
+
+
+def _shell_script(part: list[str]) -> str | None:
+    """The text a shell command runs with ``-c`` (``bash -lc 'git push'``, ``sh -c -- '...'``), or None."""
+    if part[0] not in _SHELLS:
+        return None
+    for i, word in enumerate(part[1:], 1):
+        if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+            rest = part[i + 1 :]
+            rest = rest[1:] if rest[:1] == ["--"] else rest
+            return rest[0] if rest else None
+    return None
 
 
 def matches(rule: str, tool: str, given: dict[str, Any], cwd: str) -> bool:
@@ -121,11 +167,15 @@ def matches(rule: str, tool: str, given: dict[str, Any], cwd: str) -> bool:
     for key in _PATH_KEYS:
         value = given.get(key)
         if isinstance(value, str):
-            if spec.startswith("/"):
-                path = os.path.normpath(os.path.join(cwd, value))
-            else:
-                path = os.path.relpath(os.path.normpath(os.path.join(cwd, value)), cwd)
-            return bool(_glob(spec.removeprefix("./"), paths=True).match(path))
+            pattern = _glob(spec.removeprefix("./"), paths=True)
+            spelled = os.path.normpath(os.path.join(cwd, value))  # as written, then with its links resolved
+            paths = {spelled, os.path.realpath(spelled)}
+            if not spec.startswith("/"):
+                paths = {
+                    os.path.relpath(spelled, cwd),
+                    os.path.relpath(os.path.realpath(spelled), os.path.realpath(cwd)),
+                }
+            return any(pattern.match(path) for path in paths)
     text = next((given[k] for k in _TEXT_KEYS if isinstance(given.get(k), str)), None)
     if text is None:
         return False

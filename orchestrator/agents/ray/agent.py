@@ -58,7 +58,6 @@ class RayAttempt:
         self.heard = 0.0  # the clock's monotonic time of the wrapper's last message
         self.watchdog: Any = None  # the lost_after timer
         self.pump: asyncio.Future[None] | None = None  # reads the wrapper's stream to its end
-        self.reattached = False  # taken back by a head that came back (``RaySpawner.reattach``)
         self.follow: SdkFollow | None = None  # an sdk attempt's session
         self.board: BoardCarrier | None = None  # an sdk attempt's mailbox in its actor
         self._ending: asyncio.Future[Ending] = asyncio.get_running_loop().create_future()

@@ -307,8 +307,9 @@ class RaySpawner(HandleStops):
             else:
                 attempt.exit_pids = list(message.pids)
             lost = f"the wrapper on {attempt.node} could not reach the head"
-            # an attempt taken back ends when its wrapper saw it end: maybe while no head was there to hear it
-            at = message.at if attempt.reattached else None
+            # an end said before a head came back (at most its last number then) ended while no head heard it: at its
+            # wrapper's time; any later one is heard now, on the head's own clock
+            at = message.at if attempt.seq <= attempt.floor else None
             self._end(attempt, message.code, lost if message.why == "lost the head" else None, at)
             return True
         return False
@@ -343,7 +344,6 @@ class RaySpawner(HandleStops):
             for data in kept["events"]:  # the session's figures, from its first event
                 attempt.follow.apply_line(parse(data).line)  # type: ignore[union-attr]
         attempt.floor, attempt.backlog = kept["last"], [tuple(item) for item in kept["said"]]
-        attempt.reattached = True
         if not kept["first"]:  # the last head may have died before it told the wrapper to start: started once
             attempt.actor.start.remote()
         try:
