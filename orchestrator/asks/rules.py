@@ -5,10 +5,11 @@ written as Claude Code writes permission rules: ``Tool`` (any call), ``Bash(git 
 with ``git push``), ``Bash(make deploy)`` (that command, ``*`` matching anything), ``Write(migrations/**)`` (a path
 glob, relative to the agent's folder: ``**`` crosses folders, ``*`` does not).
 
-A rule holds more calls than it names, never fewer: a shell command is held when any command in it matches (each side
-of ``&&``, ``||``, ``;``, ``|``, a line, a ``$(...)``, the text of ``sh -c``, ``eval``), as Claude Code reads it; a
-path is compared once ``.`` and ``..`` are resolved; and a rule of one file-editing tool (``Write``, ``Edit``,
-``MultiEdit``, ``NotebookEdit``) holds all four, as each can change the same file.
+A rule holds more calls than it names, never fewer: a shell line is held when any command in it matches (``commands``
+says which it reads: each side of its operators and lines, what wrappers, ``sh -c``, ``eval`` and substitutions run);
+a path is compared with ``.``, ``..`` and links resolved; and a rule of one file-editing tool (``Write``, ``Edit``,
+``MultiEdit``, ``NotebookEdit``) holds all four, as each can change the same file. What no text rule can see (a
+script the agent writes, then runs) is for ``--disallowedTools`` or a sandbox.
 """
 
 from __future__ import annotations
