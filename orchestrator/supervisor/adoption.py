@@ -107,7 +107,7 @@ class Adopter(Extension):
             how = f"exit status {record.returncode}" if record.returncode >= 0 else f"signal {-record.returncode}"
             timed_out = record.timed_out or state is RunState.TIMING_OUT
             as_now = RunState.TIMING_OUT if timed_out else RunState.RUNNING
-            run = self.lc.rebuild(row, role, memos, as_now, live=True, exited=record.at)  # its end: the agent's
+            run = self.lc.rebuild(row, role, memos, as_now, live=True)
             self.console.line(
                 f"recovery: run {run_id} ({run.label}) ended while the orchestrator was down ({how}"
                 f"{', stopped by its keeper at its timeout' if record.timed_out else ''}); "
@@ -117,7 +117,8 @@ class Adopter(Extension):
             ended = self._recorded(run, row)
             self.lc.adopt(run, ended)
             await self._show(run, ended.spec)
-            self.pending.append(RunExited(run_id, attempt, ended.conclude(record.returncode)))
+            # its end at the agent's time, as the keeper recorded it, through the verdict as a Ray wrapper's kept end
+            self.pending.append(RunExited(run_id, attempt, ended.conclude(record.returncode, at=record.at)))
             if timed_out:
                 self.pending.append(StopDone(run_id, attempt, procs.KillReport()))
         else:

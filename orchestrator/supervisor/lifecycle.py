@@ -124,13 +124,12 @@ class Lifecycle:
         state: RunState,
         *,
         live: bool = False,
-        exited: float | None = None,
     ) -> RoleRun:
         """A run as its record says (recovery), in ``state``, not yet in the table.
 
         ``live``: its attempt goes on (adopted), so it keeps its start time and, when its backend reports a
-        session, what its earlier attempts spent, so this attempt's figures add to them; ``exited``: when its agent
-        ended while nobody watched (a keeper's record, epoch seconds), its run's end and duration then.
+        session, what its earlier attempts spent, so this attempt's figures add to them (an end while nobody watched
+        comes with its verdict's ``ended_at``, as every kept end does: ``exited``).
         """
         run = RoleRun(
             run_id=row["run_id"],
@@ -145,7 +144,6 @@ class Lifecycle:
         if live:
             run.started_at = row.get("started_at")
             run.started_mono = mono_at(self.clock, row.get("started_at"))
-            run.ended_mono = mono_at(self.clock, exited) if exited is not None else None
             can = capabilities(role)
             if can.session:
                 run.session_id, run.resumed_from, run.sessions = figures.recorded(
