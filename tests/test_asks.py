@@ -111,6 +111,7 @@ def test_a_run_that_asks_twice_asks_both_questions(tmp_path: Path) -> None:
         run_id = r.agent("a").spec.run_id
         await feature(r, AskRequest(run_id=run_id, question="Which design, A or B?"))
         await feature(r, AskRequest(run_id=run_id, question="May I deploy on Friday?"))
+        await feature(r, AskRequest(run_id=run_id, question="Which design,  A or B?"))  # asked already: once
         with pytest.raises(UsageError, match="questions together pass 4000 characters"):
             await feature(r, AskRequest(run_id=run_id, question="x" * 3990))
         await r.exit("a", 0)

@@ -48,6 +48,7 @@ from orchestrator.supervisor.outcomes import duration_text
 THEN = "`orchestrator answer` runs it again"
 ENDED = {state.value for state in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.TIMED_OUT)}
 ENDED_NOTE = "End your run now, without doing more: you will be run again with the answer in your prompt."
+JOIN = " Also: "  # between two questions of one run, asked together
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,10 @@ class Asks(Extension):
             raise UsageError(f"orchestrator ask: run {request.run_id} is not running; ask from inside a run")
         question = " ".join(request.question.split())
         earlier = self.asked.get(run.run_id)
-        if earlier is not None:  # a second question of the same run: asked together, none lost
-            question = f"{earlier} Also: {question}"
+        if earlier is not None and question in earlier.split(JOIN):  # asked already: a person reads it once
+            question = earlier
+        elif earlier is not None:  # a second question of the same run: asked together, none lost
+            question = f"{earlier}{JOIN}{question}"
             if len(question) > QUESTION_MAX:
                 raise UsageError(
                     f"orchestrator ask: this run's questions together pass {QUESTION_MAX} characters; they stay as "
