@@ -96,10 +96,15 @@ def test_a_run_waiting_in_a_workspace_keeps_its_work_there_across_a_restart_and_
     project.drop("builder", "b.md", {"id": "other", "workspace": "asks"}, body="see half.txt")
     wait_for(lambda: "(a run waiting for a person)" in project.procs[-1].output, 30, "b.md held back")
     assert project.folder("builder", "inbox") == ["b.md"] and len(records(project)) == 1
+    # the follow-up waits for the answer, but holds no memo for another workspace behind it
+    project.drop("builder", "c.md", {"id": "elsewhere"}, body="write c.txt c")
+    wait_for(lambda: project.folder("builder", "archive") == ["c.md"], 30, "c.md run while b.md waits")
+    assert project.folder("builder", "inbox") == ["b.md"]
     (project.root / "answered.flag").touch()
     assert project.cli("answer", "asks", "the first").returncode == 0
-    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], 30, "both done, the answered first")
-    first, again, other = records(project)
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md", "c.md"], 30, "all done, a.md before b.md")
+    first, elsewhere, again, other = records(project)
+    assert elsewhere["memo"] == "c.md" and elsewhere["cwd"] != first["cwd"]
     assert again["seen"] == {"half.txt": "begun before asking"}, "the waiting run's work was kept for it"
     assert other["memo"] == "b.md" and show(project, "orchestrator/asks", "done.txt") == "done"
     assert project.procs[-1].stop() == 0

@@ -344,12 +344,10 @@ def test_a_second_memo_for_a_busy_workspace_waits_for_its_run(project: Project) 
     assert project.procs[0].stop() == 0
 
 
-def test_memos_for_a_busy_workspace_stay_in_the_inbox_even_when_one_pass_could_claim_them_all(
-    project: Project,
-) -> None:
-    """When the run working in a workspace ends, one scheduling pass starts its next memo there, then an
-    independent one, and stops at the next memo for the workspace that start took: that memo stays in the inbox.
-    Before, the pass claimed it too, and it waited in its start holding a slot of the role (`starting`)."""
+def test_memos_for_another_workspace_pass_the_memos_that_wait_for_a_busy_one(project: Project) -> None:
+    """A memo for a workspace a run works in waits in the inbox, holding no slot; the role's memo for another
+    workspace behind it starts meanwhile (before, the wait was in order and held it too), and the memos for the busy
+    workspace keep their order: when its run ends, one pass starts the next there and leaves the one after queued."""
     repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 3}})
     start(project)
     project.drop("builder", "a.md", {"id": "busy"}, body="write x.txt from a\nwait go1.out")
@@ -357,16 +355,36 @@ def test_memos_for_a_busy_workspace_stay_in_the_inbox_even_when_one_pass_could_c
     project.drop("builder", "b.md", {"id": "b", "workspace": "busy"}, body="wait go2.out")
     project.drop("builder", "c.md", {"id": "free"}, body="write y.txt y")
     project.drop("builder", "d.md", {"id": "d", "workspace": "busy"}, body="see x.txt")
-    wait_for(lambda: "waits for workspace busy" in project.procs[0].output, what="b.md waiting for the workspace")
+    wait_for(lambda: "c.md" in project.folder("builder", "archive"), what="the other workspace's memo run meanwhile")
+    assert project.folder("builder", "inbox") == ["b.md", "d.md"], "the busy workspace's memos wait in the inbox"
+    wait_for(lambda: "waits for workspace busy" in project.procs[0].output, what="the role held for them")
+    assert [(r["memo"], r["state"]) for r in project.status()["runs"]] == [("a.md", "running")]
     (project.root / "go1.out").touch()
-    wait_for(lambda: "c.md" in project.folder("builder", "archive"), what="the independent memo run meanwhile")
-    runs = project.status()["runs"]
-    assert [(r["memo"], r["state"]) for r in runs] == [("b.md", "running")], runs  # d.md holds no slot
-    assert project.folder("builder", "inbox") == ["d.md"], "it waits in the inbox"
+    wait_for(
+        lambda: [(r["memo"], r["state"]) for r in project.status()["runs"]] == [("b.md", "running")],
+        what="the next memo of the workspace at work",
+    )
+    assert project.folder("builder", "inbox") == ["d.md"], "the one after it waits in the inbox, holding no slot"
     (project.root / "go2.out").touch()
     wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md", "c.md", "d.md"], what="all done")
     last = records(project)[-1]
     assert last["memo"] == "d.md" and last["cwd"] == records(project)[0]["cwd"]
+    assert records(project)[1]["memo"] == "c.md" and records(project)[1]["cwd"] != records(project)[0]["cwd"]
+    assert project.procs[0].stop() == 0
+
+
+def test_a_retry_is_not_held_by_the_memos_that_wait_for_its_own_workspace(project: Project) -> None:
+    """A run waiting for its retry keeps its workspace, so the role's next memo for it waits; the retry itself
+    starts (before, the role was held for that memo, and the retry waited for the run it belongs to)."""
+    repository(project, {"builder": {"workspace": WORKTREE, "retry": {"max": 1, "backoff": ["0.1s"]}}})
+    start(project)
+    project.drop("builder", "f.md", {"id": "again"}, body="wait go.out\nfail-first\nwrite z.txt done")
+    wait_for(lambda: records(project), what="the first attempt at work")
+    project.drop("builder", "g.md", {"id": "next", "workspace": "again"}, body="see z.txt")
+    wait_for(lambda: "waits for workspace again" in project.procs[0].output, what="the follow-up waiting")
+    (project.root / "go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["f.md", "g.md"], what="the retry, then the follow-up")
+    assert records(project)[-1]["seen"] == {"z.txt": "done"}, "the follow-up saw the retry's work"
     assert project.procs[0].stop() == 0
 
 

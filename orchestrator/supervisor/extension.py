@@ -80,6 +80,8 @@ class Extension:
       (asked after every extension's sections);
     - ``check_memo``: before a memo is claimed; a reason holds the memo back (into ``held/``);
     - ``check_holds``: before each scheduling pass; it holds or releases roles through ``host.holds``;
+    - ``waits``: asked of a queued memo before it is picked; a reason keeps it queued for now, and the role's later
+      memos may start before it (a memo for a workspace another run works in);
     - ``before_finish``: a run is about to end (its memo not yet moved); it may return an awaitable (work that must
       not run on the loop: a workspace's commit), and the run settles until it is done (``supervisor.settling``);
       ``on_finished``: it has ended;
@@ -122,6 +124,9 @@ class Extension:
         return None
 
     def check_holds(self) -> None:
+        return None
+
+    def waits(self, role: Role, memo: Path) -> str | None:
         return None
 
     def before_finish(self, run: RoleRun, state: RunState, reason: str | None) -> Awaitable[Any] | None:

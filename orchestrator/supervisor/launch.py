@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from orchestrator.intake.memo import (
     parse_front_matter,
     read_memo,
 )
-from orchestrator.intake.queue import Intake
+from orchestrator.intake.queue import Intake, Queued
 from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
 from orchestrator.supervisor.lifecycle import Lifecycle
@@ -89,6 +89,8 @@ class Launcher:
         # extension points: prompt sections fill placeholders; memo checks may hold a memo back (held/)
         self.sections: list[Callable[[RoleRun], dict[str, str]]] = []
         self.memo_checks: list[Callable[[Role, MemoRef, str], str | None]] = []
+        # waits: why a queued memo may not start yet (it stays queued, and the role's later memos may pass it)
+        self.waits: list[Callable[[Role, Path], str | None]] = []
         # notes put at the very top of a prompt (called after the sections), such as a handoff over its cap
         self.notes: list[Callable[[RoleRun], list[str]]] = []
         # gates: more roles that start nothing now, asked again after each start (a usage-limit probe lets one
@@ -115,28 +117,42 @@ class Launcher:
     def _waiting(self) -> list[Waiting]:
         out = []
         for name, role in self.config.roles.items():
-            retries, queue = self.lc.retry_ready[name], self.intake.queues[name]
+            retries = self.lc.retry_ready[name]
             if retries:
                 out.append(Waiting(name, retries[0].arrival, True))
-            elif queue and not (role.batch and any(r.role.name == name for r in self.lc.runs.values())):
-                out.append(Waiting(name, next(iter(queue.values())).arrival, False))
+            elif not (role.batch and any(r.role.name == name for r in self.lc.runs.values())):
+                first = next(self._startable(role), None)
+                if first is not None:
+                    out.append(Waiting(name, first.arrival, False))
         return out
+
+    def _startable(self, role: Role) -> Iterator[Queued]:
+        """The role's queued memos that may start now, oldest first: a memo an extension says ``waits`` (for a busy
+        workspace) stays queued, and the role's later memos go before it."""
+        for entry in self.intake.queues[role.name].values():
+            if not any(wait(role, entry.path) for wait in self.waits):
+                yield entry
 
     # ------------------------------------------------------------ claims
     def start_from_queue(self, role: Role) -> None:
-        """Claim the role's first memo (for a batch role its oldest, up to ``batch_max``) and start its run.
+        """Claim the role's first memo that may start (for a batch role its oldest, up to ``batch_max``) and start
+        its run.
 
         A batch role's other memos stay queued: its next run takes them as soon as this one ends."""
         queue = self.intake.queues[role.name]
         wanted = role.batch_max if role.batch else 1
-        first = next(iter(queue.values()))
         claimed: list[tuple[MemoRef, str, str]] = []
-        while queue and len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
-            entry = queue.popitem(last=False)[1]
+        first: Queued | None = None
+        while len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
+            entry = next(self._startable(role), None)
+            if entry is None:
+                break
+            first = entry if first is None else first
+            del queue[entry.path]
             got = self.claim(role, entry.path, entry.seen_ts)
             if got is not None:
                 claimed.append(got)
-        if not claimed:
+        if first is None or not claimed:
             return
         try:
             attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1

@@ -134,6 +134,7 @@ class Supervisor:
             "notes": self.launcher.notes,
             "check_memo": self.launcher.memo_checks,
             "check_holds": self.holds.checks,
+            "waits": self.launcher.waits,
             "before_finish": self.lc.before_finish,
             "on_finished": self.lc.listeners,
             "on_transition": self.lc.on_transition,

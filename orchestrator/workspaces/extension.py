@@ -8,7 +8,8 @@ hook every end passes, cancel and forced stop included; its git work is the awai
 while the run settles), a success's work is committed on the branch and any other end's work is kept under
 ``refs/orchestrator/attempts/<name>/<run>-<attempt>`` with the workspace put back where the attempt began.
 Landing a workspace's branch (``orchestrator land``) goes through this feature's queue (``land``): no run starts in
-a workspace while it lands, and a workspace's next memo waits for a landing asked for before it. A run that ends
+a workspace while it lands, and a workspace's next memo waits for a landing asked for before it. A memo for a busy workspace waits in its queue
+(``waits``), and the role's memos for other workspaces go before it. A run that ends
 waiting for a person (``waiting/``, orchestrator/asks) keeps its work where it is, and no other memo works there
 until its own memo, answered, takes it on (or is cancelled or failed; the folder says which after a restart).
 """
@@ -190,23 +191,32 @@ class Workspaces(Extension):
         ]
 
     # ------------------------------------------------------------ one run at a time
+    def waits(self, role: Role, memo: Path) -> str | None:
+        """A memo for a workspace another run works in (or waits in for a person, or that is being landed) stays
+        queued; the role's memos for other workspaces start meanwhile, those for this one keep their order."""
+        if not role.workspace.isolated:
+            return None
+        name, key = self._name(role, memo)
+        owner = self._busy(name, None, key)
+        if owner is not None:
+            return f"waits for workspace {name} ({f'run {owner}' if owner else 'a run waiting for a person'})"
+        if self.landings.wanted(name) and self.waiting.get(name) != key:
+            # (the memo of the run waiting for a person in it goes on first: the landing waits for that run)
+            return f"waits for workspace {name} (being landed)"
+        return None
+
     def check_holds(self) -> None:
-        """A role whose next memo is for a busy workspace waits (the memo stays in its queue)."""
+        """A role whose every queued memo waits for a busy workspace is held (``status`` says for which), unless a
+        retry of its own is due: its run has its workspace."""
         queues = self.host.queues()
         roles = self._isolated()
-        firsts = [next(iter(queues.get(role.name) or ()), None) for role in roles]
-        self.names = {path: known for path, known in self.names.items() if path in firsts}  # no stale entries
-        for role, first in zip(roles, firsts, strict=True):
-            owner = None
-            if first is not None:
-                name, memo = self._name(role, first)
-                owner = self._busy(name, None, memo)
-            if owner is not None:
-                who = f"run {owner}" if owner else "a run waiting for a person"
-                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} ({who})")
-            elif first is not None and self.landings.wanted(name) and self.waiting.get(name) != memo:
-                # (the memo of the run waiting for a person in it goes on first: the landing waits for that run)
-                self.host.holds.hold(role.name, HOLD, f"its next memo waits for workspace {name} (being landed)")
+        queued = {path for role in roles for path in queues.get(role.name) or ()}
+        self.names = {path: known for path, known in self.names.items() if path in queued}  # no stale entries
+        for role in roles:
+            reasons = (self.waits(role, path) for path in queues.get(role.name) or ())
+            first = next(reasons, None)
+            if first is not None and all(reasons) and not self.host.retry_waiting(role.name):
+                self.host.holds.hold(role.name, HOLD, f"its next memo {first}")
             else:
                 self.host.holds.release(role.name, HOLD, quiet=True)
 
