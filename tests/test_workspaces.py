@@ -358,7 +358,12 @@ def test_memos_for_another_workspace_pass_the_memos_that_wait_for_a_busy_one(pro
     wait_for(lambda: "c.md" in project.folder("builder", "archive"), what="the other workspace's memo run meanwhile")
     assert project.folder("builder", "inbox") == ["b.md", "d.md"], "the busy workspace's memos wait in the inbox"
     wait_for(lambda: "waits for workspace busy" in project.procs[0].output, what="the role held for them")
-    assert [(r["memo"], r["state"]) for r in project.status()["runs"]] == [("a.md", "running")]
+    snap = project.status()
+    assert [(r["memo"], r["state"]) for r in snap["runs"]] == [("a.md", "running")]
+    assert [(w["memo"], w["reason"]) for w in snap["memo_waits"]] == [
+        (name, "waits for workspace busy (run 1)") for name in ("b.md", "d.md")
+    ]
+    assert "in the inbox: builder/b.md waits for workspace busy (run 1)" in project.cli("status").stdout
     (project.root / "go1.out").touch()
     wait_for(
         lambda: [(r["memo"], r["state"]) for r in project.status()["runs"]] == [("b.md", "running")],

@@ -87,6 +87,8 @@ def status_view(snap: dict[str, Any]) -> list[str | tables.Table]:
     parts += pause_lines(snap)
     for role, held in (snap.get("holds") or {}).items():
         parts.append(f"held: {role}: " + "; ".join(held.values()))
+    for wait in snap.get("memo_waits") or ():  # a memo for a busy workspace: the role's later memos may pass it
+        parts.append(f"in the inbox: {wait['role']}/{wait['memo']} {wait['reason']}")
     for landing in snap.get("landings") or ():  # the workspaces' landing queue, oldest first
         waits = f", waits for run {landing['waits_for_run']}" if landing.get("waits_for_run") else ""
         waits = ", waits for a run waiting for a person" if landing.get("waits_for_person") else waits

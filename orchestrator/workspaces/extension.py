@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
@@ -42,6 +43,7 @@ from orchestrator.workspaces.unfinished import unfinished
 HOLD = "workspace"  # the source of the holds this feature puts on a role
 WAIT_STEP = 0.05  # how often a start for a busy workspace looks again
 MEASURE_EVERY = 60.0  # seconds between two measures of the workspaces' disk use, at most
+SHOWN_WAITS = 20  # of a role's first queued memos, those that wait for their workspace are in ``status``
 
 
 def attempt_ref(name: str, run_id: int, attempt: int) -> str:
@@ -139,6 +141,15 @@ class Workspaces(Extension):
 
     def snapshot(self, full: bool) -> dict[str, Any]:
         out: dict[str, Any] = self.landings.snapshot()
+        queues = self.host.queues()
+        waits = [
+            {"role": role.name, "memo": path.name, "reason": why}
+            for role in self._isolated()
+            for path in itertools.islice(queues.get(role.name) or (), SHOWN_WAITS)
+            if (why := self.waits(role, path))
+        ]
+        if waits:
+            out["memo_waits"] = waits
         if self.disk is not None:
             out["workspaces"] = self.disk
         if self.where:
