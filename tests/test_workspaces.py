@@ -378,6 +378,30 @@ def test_memos_for_another_workspace_pass_the_memos_that_wait_for_a_busy_one(pro
     assert project.procs[0].stop() == 0
 
 
+def test_a_reply_to_a_reply_that_waits_in_the_inbox_is_in_its_conversation_and_waits_behind_it(
+    project: Project,
+) -> None:
+    """The memo index knows a memo once it is claimed, so c (reply_to b, b waiting in the inbox for a's workspace)
+    was named after b, a free workspace, and ran at once, before b and without a's work (found by a review)."""
+    repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 3}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "a"}, body="write x.txt from-a\nwait go1.out")
+    wait_for(lambda: records(project), what="a at work")
+    project.drop("builder", "b.md", {"id": "b", "reply_to": "a"}, body="see x.txt\nwrite y.txt from-b")
+    project.drop("builder", "c.md", {"id": "c", "reply_to": "b"}, body="see y.txt")
+    wait_for(
+        lambda: len(records(project)) > 1 or len(project.status().get("memo_waits") or ()) == 2,
+        what="c waiting or started",
+    )
+    assert project.folder("builder", "inbox") == ["b.md", "c.md"], "c waits for its conversation's workspace"
+    (project.root / "go1.out").touch()
+    wait_for(lambda: len(project.folder("builder", "archive")) == 3, what="all done")
+    first, second, third = records(project)
+    assert [second["memo"], third["memo"]] == ["b.md", "c.md"]
+    assert third["cwd"] == first["cwd"] and third["seen"] == {"y.txt": "from-b"}
+    assert project.procs[0].stop() == 0
+
+
 def test_a_retry_is_not_held_by_the_memos_that_wait_for_its_own_workspace(project: Project) -> None:
     """A run waiting for its retry keeps its workspace, so the role's next memo for it waits; the retry itself
     starts (before, the role was held for that memo, and the retry waited for the run it belongs to)."""

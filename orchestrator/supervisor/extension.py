@@ -37,6 +37,7 @@ from orchestrator.supervisor.feature_requests import Command
 from orchestrator.supervisor.holds import Holds
 
 Handler = Callable[[Any], None]
+WAITS_PASSED = 100  # a role's later memos may pass at most this many of its queued memos that ``waits``
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ class Extension:
     - ``check_memo``: before a memo is claimed; a reason holds the memo back (into ``held/``);
     - ``check_holds``: before each scheduling pass; it holds or releases roles through ``host.holds``;
     - ``waits``: asked of a queued memo before it is picked; a reason keeps it queued for now, and the role's later
-      memos may start before it (a memo for a workspace another run works in);
+      memos may start before it (a memo for a workspace another run works in), up to ``WAITS_PASSED`` of them: past
+      those, the role's memos wait in order (a pass looks at no more);
     - ``before_finish``: a run is about to end (its memo not yet moved); it may return an awaitable (work that must
       not run on the loop: a workspace's commit), and the run settles until it is done (``supervisor.settling``);
       ``on_finished``: it has ended;

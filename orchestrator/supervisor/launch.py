@@ -11,6 +11,7 @@ spawn runs in a task, whose outcome comes back as ``AgentStarted`` or
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
@@ -41,6 +42,7 @@ from orchestrator.intake.memo import (
 from orchestrator.intake.queue import Intake, Queued
 from orchestrator.prompts import PromptTemplate
 from orchestrator.store import Store
+from orchestrator.supervisor.extension import WAITS_PASSED
 from orchestrator.supervisor.lifecycle import Lifecycle
 from orchestrator.supervisor.memo_moves import reason_writer
 from orchestrator.supervisor.slots import Waiting, pick
@@ -129,7 +131,7 @@ class Launcher:
     def _startable(self, role: Role) -> Iterator[Queued]:
         """The role's queued memos that may start now, oldest first: a memo an extension says ``waits`` (for a busy
         workspace) stays queued, and the role's later memos go before it."""
-        for entry in self.intake.queues[role.name].values():
+        for entry in itertools.islice(self.intake.queues[role.name].values(), WAITS_PASSED + 1):
             if not any(wait(role, entry.path) for wait in self.waits):
                 yield entry
 
@@ -143,18 +145,18 @@ class Launcher:
         wanted = role.batch_max if role.batch else 1
         claimed: list[tuple[MemoRef, str, str]] = []
         first: Queued | None = None
-        while len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
-            entry = next(self._startable(role), None)
-            if entry is None:
-                break
-            first = entry if first is None else first
-            del queue[entry.path]
-            got = self.claim(role, entry.path, entry.seen_ts)
-            if got is not None:
-                claimed.append(got)
-        if first is None or not claimed:
-            return
         try:
+            while len(claimed) < wanted:  # a memo held or rejected at its claim leaves room for the next
+                entry = next(self._startable(role), None)  # an extension's ``waits``, asked between two claims
+                if entry is None:
+                    break
+                first = entry if first is None else first
+                del queue[entry.path]
+                got = self.claim(role, entry.path, entry.seen_ts)
+                if got is not None:
+                    claimed.append(got)
+            if first is None or not claimed:
+                return
             attempt = self.lc.attempts_so_far(role.name, [inbox for _, _, inbox in claimed]) + 1
             for ref, _, inbox in claimed:
                 self.lc.carry_attempts(role.name, inbox, ref.name)
@@ -162,6 +164,8 @@ class Launcher:
                 role, [ref for ref, _, _ in claimed], arrival=first.arrival, attempt=attempt, numbered=True
             )
         except Exception as exc:  # noqa: BLE001 - no run holds these claimed memos: they must not stay in active/
+            if not claimed:
+                raise  # nothing claimed: the loop's handling of an internal error
             self.console.error(f"internal error: opening a run of {role.name} failed:\n{traceback.format_exc()}")
             for ref, _, _ in claimed:
                 self._fail_unrecorded(role, ref.path, f"internal error: {type(exc).__name__}: {exc}")

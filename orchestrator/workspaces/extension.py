@@ -32,7 +32,7 @@ from orchestrator.core.events import RunFinished
 from orchestrator.core.states import RunState
 from orchestrator.intake.memo import WAITING
 from orchestrator.supervisor.decisions import DEFAULT, EndDecision, Fail
-from orchestrator.supervisor.extension import Extension, Handler, Host
+from orchestrator.supervisor.extension import WAITS_PASSED, Extension, Handler, Host
 from orchestrator.supervisor.feature_requests import Command
 from orchestrator.workspaces import copying, git, ports, records, retire
 from orchestrator.workspaces.land import LandQueue
@@ -67,6 +67,7 @@ class Workspaces(Extension):
         self.owners: dict[str, int] = {}  # workspace name -> the run working in it
         self.waiting: dict[str, str] = {}  # workspace name -> the memo waiting for a person with its work there
         self.names: dict[Path, tuple[str, str]] = {}  # a queued memo -> its workspace and its key (read once)
+        self.queued: dict[str, str] = {}  # a named memo's id -> its workspace (a reply to it is worked on there)
         self.identity: dict[str, str] | None = None
         self.making = asyncio.Lock()
         self.disk: dict[str, Any] | None = None  # the last measure of the workspaces' folders (``status``)
@@ -95,7 +96,9 @@ class Workspaces(Extension):
         """The workspace of the memo at ``path`` and the memo's key (``naming.memo_key``), read once."""
         known = self.names.get(path)
         if known is None:
-            known = self.names[path] = workspace_and_memo(self.host.store.db, role, path)
+            known = self.names[path] = workspace_and_memo(self.host.store.db, role, path, self.queued)
+            if known[1].startswith("id:"):
+                self.queued[known[1][3:]] = known[0]
         return known
 
     def _busy(self, name: str, run_id: int | None, memo: str | None = None) -> int | None:
@@ -223,8 +226,10 @@ class Workspaces(Extension):
         roles = self._isolated()
         queued = {path for role in roles for path in queues.get(role.name) or ()}
         self.names = {path: known for path, known in self.names.items() if path in queued}  # no stale entries
+        self.queued = {key[3:]: name for name, key in self.names.values() if key.startswith("id:")}
         for role in roles:
-            reasons = (self.waits(role, path) for path in queues.get(role.name) or ())
+            firsts = itertools.islice(queues.get(role.name) or (), WAITS_PASSED + 1)
+            reasons = (self.waits(role, path) for path in firsts)
             first = next(reasons, None)
             if first is not None and all(reasons) and not self.host.retry_waiting(role.name):
                 self.host.holds.hold(role.name, HOLD, f"its next memo {first}")

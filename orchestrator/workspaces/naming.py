@@ -5,6 +5,7 @@ chain, ``key: conversation``) or its own (``key: memo``)."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 
 from orchestrator.config import Role
@@ -20,9 +21,14 @@ def workspace_name(db: sqlite3.Connection, role: Role, path: Path) -> str:
     return workspace_and_memo(db, role, path)[0]
 
 
-def workspace_and_memo(db: sqlite3.Connection, role: Role, path: Path) -> tuple[str, str]:
+def workspace_and_memo(
+    db: sqlite3.Connection, role: Role, path: Path, queued: Mapping[str, str] | None = None
+) -> tuple[str, str]:
     """(the workspace the memo at ``path`` is worked on in, the memo itself: its id, else its file name), from one
-    read of its front matter; the memo is known by its id because an answer may put it back under another name."""
+    read of its front matter; the memo is known by its id because an answer may put it back under another name.
+
+    ``queued``: the workspaces of memos still queued, by id: the memo index knows a memo once it is claimed, so a
+    reply to a memo that still waits in the inbox is in that memo's workspace."""
     header = parse_front_matter(read_head(path))
     memo = memo_key(header.id, path.name)
     named = header.extra.get("workspace")
@@ -31,7 +37,8 @@ def workspace_and_memo(db: sqlite3.Connection, role: Role, path: Path) -> tuple[
     own = header.id or path.stem
     if role.workspace.key == "memo" or header.reply_to is None:
         return safe_name(own), memo
-    return safe_name(conversation(db, header.reply_to)), memo
+    first = conversation(db, header.reply_to)
+    return (queued or {}).get(first) or safe_name(first), memo
 
 
 def memo_key(memo_id: str | None, name: str) -> str:
