@@ -268,6 +268,36 @@ with log.open("a") as out:
 """
 
 
+def test_a_graceful_stop_calls_off_a_queued_landing_instead_of_starting_it_when_the_run_ends(project: Project) -> None:
+    """Nothing new starts once `up` ends: a landing queued behind a run was begun when the run ended, its check
+    killed a moment later (found by a user-view review)."""
+    repository(project, {"builder": {"workspace": {**WORKTREE, "check": [sys.executable, "-c", HELD]}}})
+    start(project)
+    built(project, "slow", "write a.txt first")
+    project.drop("builder", "more.md", {"id": "more", "workspace": "slow"}, body="wait go.out\nwrite b.txt second")
+    wait_for(lambda: len(records(project)) == 2, what="the second run at work")
+    asked = subprocess.Popen(
+        [*project.command, "land", "slow", "--root", str(project.root)],
+        env=project.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: "landing slow waits for run" in project.procs[0].output, what="the landing queued")
+        assert project.cli("stop").returncode == 0
+        (project.root / "go.out").touch()
+        _, said = asked.communicate(timeout=60)
+    finally:
+        if asked.poll() is None:
+            asked.kill()
+            asked.communicate()
+    assert asked.returncode == 1 and "called off: the orchestrator is ending" in said, said
+    assert project.procs[0].wait() == 0
+    assert "landing slow: the check" not in project.procs[0].output, "the landing was begun"
+    assert landings(project) == [("slow", "refused")]
+
+
 def test_landings_go_one_at_a_time_oldest_first_each_onto_the_last(project: Project) -> None:
     check = [sys.executable, "-c", ORDERED]
     repository(project, {"builder": {"workspace": {**WORKTREE, "check": check}, "max_concurrent": 3}})

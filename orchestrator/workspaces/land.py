@@ -33,6 +33,7 @@ from orchestrator.supervisor.feature_requests import Command, Needs
 from orchestrator.workspaces import git, land_records, landing
 
 LAND_WITHIN = 900.0  # how long `land` waits for its landing by default (the queue, the rebase, the check)
+CALLED_OFF = "the orchestrator ended before it landed"  # the reason of a landing still queued when `up` ends
 
 
 class LandRequest(FeatureRequest):
@@ -117,9 +118,13 @@ class LandQueue:
         }
 
     def stop(self) -> None:
-        """The orchestrator is ending: a running check is stopped, and every landing still waiting is told."""
+        """The orchestrator is ending: a running check is stopped, and every landing still waiting is told, and on
+        record as refused."""
         self.stopping.set()
+        at = iso(self.host.clock.now())
         for job in self.jobs:
+            if job.state == "queued":
+                land_records.ended(self.host.store.db, job.seq, job.plan.into, at, "refused", None, CALLED_OFF)
             if job.state == "queued" and not job.done.done():
                 job.done.set_exception(
                     ControlError(f"landing {job.plan.name} was called off: the orchestrator is ending")
@@ -175,8 +180,10 @@ class LandQueue:
 
     # ------------------------------------------------------------ one at a time
     def pump(self) -> None:
-        """Start the oldest landing whose workspace no run works in, unless one lands already."""
-        if self.stopping.is_set() or not self.recovered or any(job.state == "landing" for job in self.jobs):
+        """Start the oldest landing whose workspace no run works in, unless one lands already or ``up`` ends (its
+        stop calls off the ones still queued)."""
+        ending = self.stopping.is_set() or self.host.ending()
+        if ending or not self.recovered or any(job.state == "landing" for job in self.jobs):
             return
         for job in self.jobs:
             owner = self.busy(job.plan.name)
@@ -207,9 +214,7 @@ class LandQueue:
                 continue
             at = iso(self.host.clock.now())
             if row.start is None or row.folder is None or row.target is None:  # queued, never begun: none touched
-                land_records.ended(
-                    db, row.seq, row.target, at, "refused", None, "the orchestrator ended before it landed"
-                )
+                land_records.ended(db, row.seq, row.target, at, "refused", None, CALLED_OFF)
                 continue
             result = await asyncio.to_thread(
                 landing.interrupted,
