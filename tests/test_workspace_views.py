@@ -24,7 +24,9 @@ def test_status_and_history_show_each_runs_workspace_and_branch(project: Project
     (project.root / "go.out").touch()
     wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the run done")
     wait_for(lambda: project.folder("reviewer", "archive") == ["r.md"], what="the shared run done")
-    recent = {run["memo"]: run for run in project.status()["recent"]}
+    idle = project.status()
+    assert idle["run_workspaces"] == {}, "there when no run works in one, as nodes is (a script needs no guard)"
+    recent = {run["memo"]: run for run in idle["recent"]}
     assert (recent["a.md"]["workspace"], recent["a.md"]["branch"]) == ("shown", "orchestrator/shown")
     assert recent["r.md"]["workspace"] is None and recent["r.md"]["branch"] is None, "a shared role's run"
     history = json.loads(project.cli("history", "--json").stdout)["runs"]

@@ -155,10 +155,9 @@ class Workspaces(Extension):
             out["memo_waits"] = waits
         if self.disk is not None:
             out["workspaces"] = self.disk
-        if self.where:
-            out["run_workspaces"] = {
-                str(run_id): {"workspace": name, "branch": branch} for run_id, (name, branch) in self.where.items()
-            }
+        out["run_workspaces"] = {  # always there, as ``nodes`` is: a script reads it without a guard
+            str(run_id): {"workspace": name, "branch": branch} for run_id, (name, branch) in self.where.items()
+        }
         return out
 
     def _measure(self) -> None:
