@@ -220,6 +220,8 @@ def test_state_is_what_status_json_prints_and_a_new_run_is_seen_at_once(project:
     for path in ("/api/v1/history", "/api/v1/history?role=builder&all=1", "/api/v1/schedule", "/api/v1/journal"):
         assert dash.get(path).status_code == 200, path
     assert dash.get("/api/v1/handoff/builder").json()["role"] == "builder"
+    unknown = dash.get("/api/v1/handoff/nobody")  # a role not in roles.yaml is not found (it was a 400)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_role", unknown.text
     assert dash.get("/api/v1/memory/search?q=anything").json()["entries"] == []
     assert dash.get("/api/v1/trace/B-1").json()["roots"][0]["id"] == "B-1"
     metrics = dash.get("/metrics").text

@@ -191,6 +191,8 @@ class API:
         from orchestrator.continuity import commands
 
         role = request.path_params["role"]
+        if role not in self.att.config.roles:
+            return errors.error(404, "unknown_role", f"no role {role!r} in {self.att.config.path}")
         current = await asyncio.to_thread(commands.handoff_current, self.att.root, role)
         versions = await asyncio.to_thread(commands.handoff_history, self.att.root, role)
         return Json({"role": role, "current": current, "versions": versions})
