@@ -86,6 +86,7 @@ def test_an_agent_is_refused_what_is_for_people_and_nothing_changes(project: Pro
         ["release", "H-1"],
         ["handoff", "reviewer", "--restore", "1"],
         ["wake", "reviewer"],
+        ["send", "--to", "reviewer", "--from", "Owner", "as a person"],  # which the loop breaker never holds
     ]
     allowed = [["status", "--json"], ["send", "--to", "reviewer", "a note"], ["cancel", "O-1"], ["cancel", "C-1"]]
     results = agent_runs(project, "builder", "B-1.md", refused + allowed)
@@ -104,6 +105,8 @@ def test_an_agent_is_refused_what_is_for_people_and_nothing_changes(project: Pro
     assert orch.proc.poll() is None, orch.output
     assert running(project, "R-1.md")
     assert project.folder("reviewer", "held") == ["H-1.md"]
+    assert "send --from Owner is for people" in results[len(refused) - 1]["stderr"]
+    assert not any("as a person" in path.read_text() for path in (project.root / "memo").glob("reviewer/*/*.md"))
     for command in ("stop", "stop --force", "cancel --role", "cancel", "release", "handoff --restore", "wake"):
         orch.wait_output(f"refused {command} from an agent of run {run_id} (builder)")
     wait_for(lambda: notices(project, "pm"), what="the notice to pm")

@@ -8,17 +8,23 @@ from pathlib import Path
 
 from orchestrator import console
 from orchestrator.commands.common import project_root, stdin_text, who
-from orchestrator.core.errors import OrchestratorError
+from orchestrator.core.errors import OrchestratorError, RefusedError
 
 
 def cmd_send(args: argparse.Namespace) -> int:
     """``orchestrator send``: write a memo into a role's inbox."""
     from orchestrator.control import permission
+    from orchestrator.supervisor.breaker import NEVER_HELD, normal_sender
     from orchestrator.tools.send import send
 
     # an agent runs anywhere: its own root comes from its environment when --root is not given
     root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
-    permission.require(root, "send")
+    caller = permission.require(root, "send")
+    if caller.agent and normal_sender(args.sender) in NEVER_HELD:  # a person's or the orchestrator's own memos
+        raise RefusedError(
+            f"refused: send --from {args.sender.strip()} is for people, and this is {caller.describe()}; nothing was "
+            "sent (an agent's memo is from its own role: leave --from out)"
+        )
     text = stdin_text("send") if args.text == "-" else args.text
     result = send(
         root,
