@@ -497,6 +497,64 @@ def test_a_failed_setup_fails_the_attempt_and_runs_again_then_never_more(project
     assert project.procs[0].stop() == 0
 
 
+SLOW_SETUP = """
+import os, pathlib, time
+root = pathlib.Path.cwd().parents[1]
+with open(root / "setup-pids.out", "a") as out:
+    out.write(f"{os.getpid()}\\n")
+end = time.monotonic() + 30
+while not (root / "setup-go.out").exists() and time.monotonic() < end:
+    time.sleep(0.02)
+"""
+
+
+def test_a_setup_left_running_by_a_killed_orchestrator_is_stopped_and_its_attempt_not_counted(
+    project: Project,
+) -> None:
+    """Found by a user-view review: after a SIGKILL of `up` during a workspace's setup, the restart ran the setup
+    again beside the one left running, in the same worktree, and the attempt that never began was counted (two
+    such crashes, and a `retry: {max: 1}` memo failed at its first agent's failure)."""
+    setup = [sys.executable, "-c", SLOW_SETUP]
+    repository(
+        project, {"builder": {"workspace": {**WORKTREE, "setup": setup}, "retry": {"max": 1, "backoff": ["0.1s"]}}}
+    )
+    start(project)
+    pids = project.root / "setup-pids.out"
+    project.drop("builder", "a.md", {"id": "set"}, body="write a.txt x")
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 1, what="the setup under way")
+    project.procs[0].kill()
+    start(project)
+    wait_for(lambda: len(pids.read_text().split()) == 2, what="the setup made again")
+    first = int(pids.read_text().split()[0])
+    wait_for(lambda: _zombie(first), what="the setup left behind stopped")
+    (project.root / "setup-go.out").touch()
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md"], what="the memo done")
+    (record,) = records(project)
+    assert record["env"]["ORCHESTRATOR_ATTEMPT"] == "1", "the attempt that never began is not counted"
+    assert project.procs[-1].stop() == 0
+
+
+def test_a_setup_past_its_timeout_is_stopped_with_its_children_and_one_that_cannot_start_says_so(
+    tmp_path: Path,
+) -> None:
+    from orchestrator.agents.spec import SpawnError
+    from orchestrator.config.workspace import WorkspaceSettings
+    from orchestrator.workspaces.copying import provision
+
+    git(tmp_path, "init", "--quiet")
+    child = tmp_path / "child.pid"
+    spawner = f"import subprocess, sys, time; p = subprocess.Popen(['sleep', '30']); open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(30)"
+    slow = WorkspaceSettings.model_validate(
+        {"mode": "worktree", "setup": [sys.executable, "-c", spawner], "setup_timeout": "1s"}
+    )
+    with pytest.raises(SpawnError, match=r"took longer than 1s"):
+        provision(tmp_path, slow, tmp_path)
+    wait_for(lambda: _zombie(int(child.read_text())), what="the setup's child stopped with it")
+    missing = WorkspaceSettings.model_validate({"mode": "worktree", "setup": ["no-such-program-here"]})
+    with pytest.raises(SpawnError, match=r"^setup 'no-such-program-here' could not start: No such file or directory$"):
+        provision(tmp_path, missing, tmp_path)
+
+
 def test_six_ends_at_once_beside_new_starts_all_commit(project: Project) -> None:
     repository(project, {"builder": {"workspace": WORKTREE, "max_concurrent": 6}}, max_concurrent=8)
     start(project)

@@ -9,17 +9,21 @@ refused with one line, before the agent starts.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
+from orchestrator.agents.proc_table import ProcRef
 from orchestrator.agents.spec import SpawnError
 from orchestrator.config.workspace import WorkspaceSettings
 from orchestrator.workspaces import git
 
 SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
+SETUP_RUNNING = "orchestrator-setup-running"  # there while its setup runs: its pid and start time
 SKIPPED = (".git", ".orchestrator")  # never copied: the repository itself, the orchestrator's state and worktrees
 
 
@@ -72,27 +76,57 @@ def provision(root: Path, settings: WorkspaceSettings, folder: Path) -> None:
     both again."""
     if not settings.setup and not settings.copy_files:
         return
-    marker = Path(git.git(folder, "rev-parse", "--absolute-git-dir")) / SETUP_DONE
+    own = Path(git.git(folder, "rev-parse", "--absolute-git-dir"))
+    marker = own / SETUP_DONE
     if marker.exists():
         return
     copy_in(root, folder, settings.copy_files)
     if not settings.setup:
         marker.write_text("", encoding="utf-8")
         return
+    running = own / SETUP_RUNNING
+    stop_left_behind(running)
     try:
-        done = subprocess.run(  # noqa: S603 - the role's argv, never a shell
+        setup = subprocess.Popen(  # noqa: S603 - the role's argv, never a shell
             settings.setup,
             cwd=folder,
-            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=settings.setup_timeout,
-            check=False,
+            start_new_session=True,  # its own group: stopped whole at its timeout, or by the next start after a kill
         )
-    except subprocess.TimeoutExpired:
-        raise SpawnError(f"setup {settings.setup[0]!r} took longer than {settings.setup_timeout:g}s") from None
     except OSError as exc:
         raise SpawnError(f"setup {settings.setup[0]!r} could not start: {exc.strerror or exc}") from None
-    if done.returncode != 0:
-        tail = " ".join((done.stdout + done.stderr).strip().splitlines()[-3:])[-300:]
-        raise SpawnError(f"setup {settings.setup[0]!r} exited {done.returncode}: {tail}")
+    ref = ProcRef.of(setup.pid)
+    running.write_text(f"{setup.pid} {ref.create_time if ref else 0}\n", encoding="utf-8")
+    try:
+        said, _ = setup.communicate(timeout=settings.setup_timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(setup.pid)
+        setup.communicate()
+        raise SpawnError(f"setup {settings.setup[0]!r} took longer than {settings.setup_timeout:g}s") from None
+    finally:
+        running.unlink(missing_ok=True)
+    if setup.returncode != 0:
+        tail = " ".join(said.strip().splitlines()[-3:])[-300:]
+        raise SpawnError(f"setup {settings.setup[0]!r} exited {setup.returncode}: {tail}")
     marker.write_text("", encoding="utf-8")
+
+
+def stop_left_behind(running: Path) -> None:
+    """The setup an orchestrator killed mid-way left running in this workspace (its group, by the pid and start
+    time it wrote), stopped before another begins there."""
+    try:
+        pid, created = running.read_text(encoding="utf-8").split()
+        ref = ProcRef(int(pid), float(created))
+    except (OSError, ValueError):
+        return
+    if ref.alive():
+        _kill_group(ref.pid)
+    running.unlink(missing_ok=True)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
