@@ -286,6 +286,8 @@ def test_a_graceful_stop_calls_off_a_queued_landing_instead_of_starting_it_when_
     try:
         wait_for(lambda: "landing slow waits for run" in project.procs[0].output, what="the landing queued")
         assert project.cli("stop").returncode == 0
+        late = project.cli("land", "slow", timeout=20)  # asked while `up` ends: refused, not queued to be called off
+        assert late.returncode == 1 and "the orchestrator is ending; ask again" in late.stderr, late.stderr
         (project.root / "go.out").touch()
         _, said = asked.communicate(timeout=60)
     finally:

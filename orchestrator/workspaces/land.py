@@ -134,6 +134,8 @@ class LandQueue:
     # ------------------------------------------------------------ a request
     def ask(self, request: LandRequest) -> Awaitable[dict[str, Any]]:
         """Queue the landing ``request`` names; the awaitable of its answer."""
+        if self.host.ending():  # nothing new starts: it would wait in the queue only to be called off
+            raise ControlError(f"land {request.target}: the orchestrator is ending; ask again once `up` runs again")
         db = self.host.store.db
         work = land_records.workspace_of(db, request.target)
         if work is None:
