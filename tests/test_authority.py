@@ -56,6 +56,15 @@ def notices(project: Project, role: str) -> list[str]:
     return [text for text in texts.values() if "tags: [refused]" in text]
 
 
+def memo_texts(project: Project, role: str) -> list[str]:
+    """The texts of the memos in ``role``'s folders (one moved on while they are read is skipped)."""
+    texts = []
+    for path in (project.root / "memo" / role).glob("*/*.md"):
+        with contextlib.suppress(FileNotFoundError):
+            texts.append(path.read_text())
+    return texts
+
+
 def one_refusal(result: dict[str, Any]) -> str:
     assert result["code"] == REFUSED, result
     lines = result["stderr"].strip().splitlines()
@@ -138,10 +147,15 @@ def test_an_agent_that_escapes_its_session_and_unsets_its_marks_is_still_refused
         ["stop", "--force"],
         ["memory", "add", "noted by the builder"],
         ["memory", "list", "--role", "reviewer"],
+        ["send", "--to", "reviewer", "an unmarked note"],
     ]
     results = agent_runs(project, "builder", "B-2.md", commands, escape=True, command_env=UNSET_MARKS)
     agent = record_of(project, "B-2.md")
-    stop, add, other = results
+    stop, add, other, sent = results
+    # its memo is from its role (from an agent, of no run), never from owner, which the loop breaker never holds
+    assert sent["code"] == 0, sent
+    (note,) = [text for text in memo_texts(project, "reviewer") if "an unmarked note" in text]
+    assert ("from: agent" if keeper == "off" else "from: builder") in note, note
     assert stop["sid"] != agent["sid"] and stop["ppid"] != agent["pid"], "it left the agent's session and tree"
     line = one_refusal(stop)
     assert orch.proc.poll() is None, orch.output

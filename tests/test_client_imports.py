@@ -127,3 +127,13 @@ def test_the_caller_check_of_agent_side_commands_stays_off_psutil_and_asyncio() 
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_send_stays_off_psutil_asyncio_and_the_supervisor(project: Project) -> None:
+    """Its check of an agent's sender takes the loop breaker's names from ``core.senders``: importing them from the
+    breaker once loaded the supervisor, psutil and asyncio, about 100 modules, into every send."""
+    project.configure()
+    sent, modules = run_client(project, "send", "--to", "builder", "a note")
+    assert sent.returncode == 0, sent.stderr
+    heavy = {m for m in modules if m.split(".")[0] in {"psutil", "asyncio"} or m.startswith("orchestrator.supervisor")}
+    assert "orchestrator.tools.send" in modules and not heavy, sorted(heavy)

@@ -14,17 +14,20 @@ from orchestrator.core.errors import OrchestratorError, RefusedError
 def cmd_send(args: argparse.Namespace) -> int:
     """``orchestrator send``: write a memo into a role's inbox."""
     from orchestrator.control import permission
-    from orchestrator.supervisor.breaker import NEVER_HELD, normal_sender
+    from orchestrator.core.senders import AGENT_SENDER, NEVER_HELD, normal_sender
     from orchestrator.tools.send import send
 
     # an agent runs anywhere: its own root comes from its environment when --root is not given
     root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
     caller = permission.require(root, "send")
-    if caller.agent and normal_sender(args.sender) in NEVER_HELD:  # a person's or the orchestrator's own memos
-        raise RefusedError(
-            f"refused: send --from {args.sender.strip()} is for people, and this is {caller.describe()}; nothing was "
-            "sent (an agent's memo is from its own role: leave --from out)"
-        )
+    sender = (args.sender or "").strip() or None
+    if caller.agent:  # from its own role, whatever its environment says; never as a person or the orchestrator
+        if normal_sender(sender) in NEVER_HELD:
+            raise RefusedError(
+                f"refused: send --from {sender} is for people, and this is {caller.describe()}; nothing was sent (an "
+                "agent's memo is from its own role: leave --from out)"
+            )
+        sender = sender or caller.role or AGENT_SENDER
     text = stdin_text("send") if args.text == "-" else args.text
     result = send(
         root,
@@ -33,7 +36,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         subject=args.subject,
         reply_to=args.reply_to,
         tags=args.tag,
-        sender=args.sender,
+        sender=sender,
         strict=args.strict,
     )
     if result.warning:

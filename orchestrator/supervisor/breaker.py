@@ -29,12 +29,12 @@ from pathlib import Path
 
 from orchestrator.config import Role
 from orchestrator.core.run import MemoRef
+from orchestrator.core.senders import NEVER_HELD, normal_sender
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.intake import outbox
 from orchestrator.store import Store
 from orchestrator.supervisor.extension import Extension, Host
 
-NEVER_HELD = frozenset({"owner", "orchestrator"})
 DELIVERED, HELD = "delivered", "held"
 ROOT_SEARCH_CAP = 100_000  # links followed to find a chain's root (which names the chain for its one notice)
 # a created_at is believed when it is a date and time (a naive one is local time) between these bounds:
@@ -91,13 +91,6 @@ def links_of(db: sqlite3.Connection, memo_ids: set[str]) -> list[tuple[str | Non
 
 def _has_links(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memo_links'").fetchone() is not None
-
-
-def normal_sender(sender: str | None) -> str | None:
-    """``Project Manager``, ``project_manager`` and ``project-manager`` are one sender."""
-    if not sender:
-        return None
-    return "-".join(sender.strip().lower().replace("_", " ").split()) or None
 
 
 def written_time(created_at: str | None, seen_ts: float) -> float:

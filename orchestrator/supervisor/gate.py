@@ -36,9 +36,10 @@ from orchestrator.control.protocol import (
 )
 from orchestrator.core.clock import Clock
 from orchestrator.core.errors import RefusedError
+from orchestrator.core.senders import normal_sender
 from orchestrator.intake import outbox
 from orchestrator.store import Store
-from orchestrator.supervisor.breaker import links_of, normal_sender
+from orchestrator.supervisor.breaker import links_of
 from orchestrator.supervisor.feature_requests import FeatureRequests
 
 Checked = TypeVar("Checked", bound=Request | FeatureRequest)

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from orchestrator.control import protocol
 from orchestrator.control.authority import Caller
 from orchestrator.core.errors import OrchestratorError, RefusedError, UsageError
+from orchestrator.core.senders import AGENT_SENDER
 from orchestrator.web import errors, peers
 from orchestrator.web.attach import Attachment
 from orchestrator.web.hub import Hub, encode
@@ -288,7 +289,7 @@ class API:
 
         body = await _body(request, SendBody)
         self.att.require(caller, "send", True)
-        sender = caller.role if caller.agent and caller.role else "owner"
+        sender = (caller.role or AGENT_SENDER) if caller.agent else "owner"  # an agent never sends as a person
         result = await asyncio.to_thread(
             send,
             self.att.root,
