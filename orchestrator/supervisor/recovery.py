@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from orchestrator.agents import keeper, procs
+from orchestrator.agents import procs
 from orchestrator.agents.proc_table import read_marks
 from orchestrator.config import Config, Role
 from orchestrator.console import Console
@@ -128,9 +128,6 @@ def _finish_row(
         f"recovery: run {run.run_id} was {state.value} when the orchestrator stopped; {what}", role=row["role"]
     )
     names = [m.name for m in memos]
-    # being started (a workspace's setup, a slow spawn) and no agent of it ever began: that attempt does not count
-    began = bool(report.pids) or keeper.exit_path(config.state_dir, run.run_id, run.attempt).exists()
-    unbegun = state is RunState.STARTING and not began
 
     def warn(_moved: list[Path]) -> None:
         for old, memo in zip(names, run.memos, strict=True):
@@ -142,7 +139,6 @@ def _finish_row(
         RunState.RETURNED,
         reason=f"the orchestrator stopped while this run was {state.value}; at restart {what}; memo returned to the inbox",
         announce=False,
-        attempts_used=run.attempt - 1 if unbegun else None,
         then=warn,
     )
 
