@@ -97,6 +97,30 @@ def test_a_recorded_failure_is_retried_after_its_backoff(tmp_path: Path) -> None
     play(tmp_path, scenario)
 
 
+def test_a_run_that_waited_for_its_retry_waits_on_for_the_rest_of_its_pause_keeping_its_number(tmp_path: Path) -> None:
+    """Found by a user-view review: a crash during a retry's pause returned the memo, which ran again at once as a
+    new run (its backoff lost: a failing API hit again at every restart), though a retry keeps its run's number."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["60s"]}}})
+        run_id = left_by_a_dead_orchestrator(r, "W-1.md", state="retry_wait")
+        due = iso(r.clock.now() + timedelta(seconds=40))  # failed 20 s before the crash
+        r.sup.store.update_run(run_id, next_attempt_at=due, reason="exit 3")
+        await restart(r)
+        assert r.state("W-1") == "retry_wait" and r.folder("builder", "active") == ["W-1.md"]
+        assert f"recovery: run {run_id} (W-1) waits on for its retry, due in 40s" in r.console.text
+        await r.advance(39.9)
+        assert r.spawner.agents == [], "the rest of its pause is kept"
+        await r.advance(0.1)
+        agent = r.agent("W-1")
+        assert (agent.spec.run_id, agent.spec.attempt) == (run_id, 2), "its next attempt, in the same run"
+        await r.exit("W-1", 0)
+        assert r.folder("builder", "archive") == ["W-1.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_keeper_that_stopped_its_agent_at_the_timeout_ends_the_run_as_timed_out(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["1s"]}}})

@@ -32,6 +32,7 @@ import os
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,16 @@ from orchestrator.agents.spec import LaunchSpec, role_folder
 from orchestrator.config import Config, Role, RoleRun
 from orchestrator.console import Console
 from orchestrator.core.agent import AgentHandle, AttemptVerdict
-from orchestrator.core.events import AgentStarted, Event, RunExited, RunFinished, StallCheck, StopDone, TimeoutFired
+from orchestrator.core.events import (
+    AgentStarted,
+    Event,
+    RetryDue,
+    RunExited,
+    RunFinished,
+    StallCheck,
+    StopDone,
+    TimeoutFired,
+)
 from orchestrator.core.run import MemoRef
 from orchestrator.core.states import RunState
 from orchestrator.store import Store
@@ -92,6 +102,8 @@ class Adopter(Extension):
     async def adopt(self, row: dict[str, Any], role: Role | None, memos: list[MemoRef]) -> bool:
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
         state = RunState(row["state"])
+        if self.config.recovery == "adopt" and role is not None and state is RunState.RETRY_WAIT:
+            return self._waits_on(row, role, memos)
         if self.config.recovery != "adopt" or role is None or state not in ADOPTABLE:
             return False
         if self.remote is not None:
@@ -192,6 +204,24 @@ class Adopter(Extension):
         if stall is not None:  # counted from now: what it wrote while nobody watched is not known
             self.lc.arm(run, "stall", stall, StallCheck(run_id, attempt, self.clock.now().timestamp()))
         return left
+
+    def _waits_on(self, row: dict[str, Any], role: Role, memos: list[MemoRef]) -> bool:
+        """A run that waited for its retry waits on, for what was left of its pause (no agent of it runs), keeping
+        its number; its retry is due at once when its time is unknown."""
+        run = self.lc.rebuild(row, role, memos, RunState.RETRY_WAIT)
+        run.next_attempt_at = row.get("next_attempt_at")
+        try:
+            left = (datetime.fromisoformat(run.next_attempt_at or "") - self.clock.now()).total_seconds()
+        except (TypeError, ValueError):
+            left = 0.0
+        self.lc.adopt(run)
+        self.lc.arm(run, "retry", max(0.0, left), RetryDue(run.run_id))
+        self.console.line(
+            f"recovery: run {run.run_id} ({run.label}) waits on for its retry, due in {max(0.0, left):.0f}s",
+            role=role.name,
+        )
+        self._taken(run, memos)
+        return True
 
     def _taken(self, run: RoleRun, memos: list[MemoRef]) -> None:
         """A run taken back: its memos stay in active/, and its record says when (``history``)."""
