@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,10 @@ async def feature(r: Replay, request: Any) -> Any:
     return reply.result()
 
 
-def defer(r: Replay, memo: str, call: DeferredCall, session: str = "S-1") -> None:
+def defer(r: Replay, memo: str, call: DeferredCall, session: str = "S-1", ended_at: float | None = None) -> None:
     agent = r.agent(memo)
     agent.alive = False
-    agent.on_exit(agent, AttemptVerdict(0, session_id=session, deferred=call))
+    agent.on_exit(agent, AttemptVerdict(0, session_id=session, deferred=call, ended_at=ended_at))
 
 
 async def asked_and_answered(r: Replay, result: dict[str, Any]) -> Any:
@@ -119,6 +120,32 @@ def test_a_run_that_asks_twice_asks_both_questions(tmp_path: Path) -> None:
         assert waiting["question"] == "Which design, A or B? Also: May I deploy on Friday?"
         said = (root / "memo/builder/waiting/a.question").read_text(encoding="utf-8")
         assert said.startswith("question: Which design, A or B? Also: May I deploy on Friday?\n"), said
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_question_is_shown_as_asked_when_its_agent_asked_not_when_its_run_ended(tmp_path: Path) -> None:
+    """Found by a user-view review: a question asked before the run ended later (after a restart, its end read
+    from the keeper's record) was shown `since` the end; an approval is since its run's end."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root)
+        await r.drop("builder", "a.md")
+        asked = r.clock.now().isoformat(timespec="seconds")
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
+        await r.advance(30)  # the agent takes its time to end
+        await r.exit("a", 0)
+        (waiting,) = r.sup.view(False).to_json()["needs_input"]
+        assert waiting["asked_at"] == asked, waiting
+        assert f"asked: {asked}" in (root / "memo/builder/waiting/a.question").read_text()
+        # a deferred call whose end was kept while nobody watched: asked when its agent ended
+        await r.drop("builder", "b.md")
+        ended = r.clock.now().timestamp() - 20
+        defer(r, "b", DeferredCall("toolu_1", "Bash", {"command": "git push"}), ended_at=ended)
+        await r.settle()
+        approval = next(ask for ask in r.sup.view(False).to_json()["needs_input"] if ask["memo"] == "b.md")
+        assert approval["asked_at"] == datetime.fromtimestamp(ended, r.clock.now().tzinfo).isoformat(timespec="seconds")
         r.close()
 
     play(tmp_path, scenario)

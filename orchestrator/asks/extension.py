@@ -20,6 +20,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,13 @@ class Asks(Extension):
         self.db = host.store.db
         records.ensure(self.db)
         self.folder = host.config.state_dir / "asks"
-        # run -> the question its agent asked with the `ask` request (or its end parked: a restart may end it again)
-        self.asked = {ask.run_id: ask.question for ask in records.every(self.db) if ask.state in ("asked", "waiting")}
+        # run -> the question its agent asked with the `ask` request, and when (or its end parked: a restart may end
+        # it again)
+        self.asked = {
+            ask.run_id: (ask.question, ask.asked_at)
+            for ask in records.every(self.db)
+            if ask.state in ("asked", "waiting")
+        }
         self.parking: dict[int, Pending] = {}  # run -> what its end parks (decided, not yet recorded)
         self.recorded: dict[int, tuple[int, list[str]]] = {}  # run -> its ask on record, and the names it expects
         self.leaving: dict[int, list[Ask]] = {}  # run -> the waiting asks whose memos it ends (a cancel, a timeout)
@@ -130,7 +136,7 @@ class Asks(Extension):
         if run is None or not run.state.live:
             raise UsageError(f"orchestrator ask: run {request.run_id} is not running; ask from inside a run")
         question = " ".join(request.question.split())
-        earlier = self.asked.get(run.run_id)
+        earlier, at = self.asked.get(run.run_id) or (None, self.host.clock.now().isoformat(timespec="seconds"))
         if earlier is not None and question in earlier.split(JOIN):  # asked already: a person reads it once
             question = earlier
         elif earlier is not None:  # a second question of the same run: asked together, none lost
@@ -140,7 +146,7 @@ class Asks(Extension):
                     f"orchestrator ask: this run's questions together pass {QUESTION_MAX} characters; they stay as "
                     "they were: end your run, or ask once what matters most"
                 )
-        self.asked[run.run_id] = question
+        self.asked[run.run_id] = (question, at)  # asked when first asked
         records.add(
             self.db, new_ask(run, "asked", Pending("question", question, None, None), [], self.host.clock.now())
         )
@@ -154,10 +160,14 @@ class Asks(Extension):
             kind = "question" if asked is not None else "approval"
             question = (asked or "(no question given)") if kind == "question" else describe(call.name, call.input)
             tool = {"id": call.id, "name": call.name, "input": call.input}
-            pending = Pending(kind, question, tool, verdict.session_id)
+            ended = verdict.ended_at  # a kept end, read after a restart: asked when its agent ended, not now
+            zone = self.host.clock.now().tzinfo
+            at = datetime.fromtimestamp(ended, zone).isoformat(timespec="seconds") if ended is not None else None
+            pending = Pending(kind, question, tool, verdict.session_id, at)
         elif run.run_id in self.asked:  # an agent that can go on in its session (sdk) is resumed with the answer
             session = verdict.session_id if capabilities(run.role).resume else None
-            pending = Pending("question", self.asked.pop(run.run_id), None, session)
+            question, at = self.asked.pop(run.run_id)
+            pending = Pending("question", question, None, session, at)
         else:
             return DEFAULT
         self.parking[run.run_id] = pending

@@ -22,6 +22,7 @@ class Pending:
     question: str
     tool: dict[str, Any] | None
     session_id: str | None
+    at: str | None = None  # when it was asked (ISO 8601), when not as the run ends
 
 
 def answers_text(asks: list[Ask]) -> str:
@@ -50,7 +51,7 @@ def answer_how(kind: str, memo: str) -> str:
 
 def question_text(run: RoleRun, pending: Pending, memo: str, when: datetime) -> str:
     """``<stem>.question``: the question (or the call), who asked and when, and how to answer."""
-    asked = when.isoformat(timespec="seconds")
+    asked = pending.at or when.isoformat(timespec="seconds")
     return (
         f"{pending.kind}: {pending.question}\nrole: {run.role.name}\nrun: {run.run_id}\nasked: {asked}\n"
         f"answer: {answer_how(pending.kind, memo)}\n"
@@ -79,7 +80,7 @@ def new_ask(run: RoleRun, state: str, pending: Pending, names: list[str], now: d
         pending.question,
         pending.tool,
         pending.session_id,
-        now.isoformat(timespec="seconds"),
+        pending.at or now.isoformat(timespec="seconds"),
         now.timestamp() + run.role.ask_timeout,
         state,
         None,
