@@ -209,7 +209,6 @@ class Adopter(Extension):
         """A run that waited for its retry waits on, for what was left of its pause (no agent of it runs), keeping
         its number; its retry is due at once when its time is unknown."""
         run = self.lc.rebuild(row, role, memos, RunState.RETRY_WAIT)
-        run.next_attempt_at = row.get("next_attempt_at")
         try:
             left = (datetime.fromisoformat(run.next_attempt_at or "") - self.clock.now()).total_seconds()
         except (TypeError, ValueError):

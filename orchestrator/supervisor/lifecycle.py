@@ -141,6 +141,8 @@ class Lifecycle:
             state=state,
         )
         run.log_path = self.config.state_dir / "logs" / f"{run.run_id}-{role.name}.log"
+        if state is RunState.RETRY_WAIT:  # it waits on for its retry (adoption): when it is due, as recorded
+            run.next_attempt_at = row.get("next_attempt_at")
         if live:
             run.started_at = row.get("started_at")
             run.started_mono = mono_at(self.clock, row.get("started_at"))
