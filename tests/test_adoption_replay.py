@@ -58,7 +58,10 @@ async def until(condition: Any, what: str, timeout: float = 10.0) -> None:
 
 
 async def restart(r: Replay) -> None:
-    await recover(r.config, r.sup.store, r.console, r.sup.lc, r.sup.make_adopter())
+    adopter = r.sup.make_adopter()
+    await recover(r.config, r.sup.store, r.console, r.sup.lc, adopter)
+    await r.settle()
+    adopter.start()  # as the loop starts every feature once it serves
     await r.settle()
 
 
@@ -102,20 +105,51 @@ def test_a_run_that_waited_for_its_retry_waits_on_for_the_rest_of_its_pause_keep
     new run (its backoff lost: a failing API hit again at every restart), though a retry keeps its run's number."""
 
     async def scenario(root: Path) -> None:
-        r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["60s"]}}})
+        role = {"backend": "sdk", "retry_resumes": True, "retry": {"max": 2, "backoff": ["60s"]}}
+        r = Replay(root, {"builder": role})
         run_id = left_by_a_dead_orchestrator(r, "W-1.md", state="retry_wait")
         due = iso(r.clock.now() + timedelta(seconds=40))  # failed 20 s before the crash
-        r.sup.store.update_run(run_id, next_attempt_at=due, reason="exit 3")
+        r.sup.store.update_run(run_id, next_attempt_at=due, reason="exit 3", session_id="S-1", cost_usd=1.5)
         await restart(r)
         assert r.state("W-1") == "retry_wait" and r.folder("builder", "active") == ["W-1.md"]
+        (shown,) = r.sup.view(False).to_json()["runs"]
+        assert shown["started_at"] is not None, "its first start is kept"
         assert f"recovery: run {run_id} (W-1) waits on for its retry, due in 40s" in r.console.text
         await r.advance(39.9)
         assert r.spawner.agents == [], "the rest of its pause is kept"
         await r.advance(0.1)
         agent = r.agent("W-1")
         assert (agent.spec.run_id, agent.spec.attempt) == (run_id, 2), "its next attempt, in the same run"
+        assert agent.spec.resume == "S-1", "retry_resumes: the session of the attempt before the restart goes on"
+        agent.result = {"session_id": "S-1", "cost_usd": 2.0}  # the resumed session's running total
         await r.exit("W-1", 0)
+        assert r.sup.store.run(run_id)["cost_usd"] == 2.0
         assert r.folder("builder", "archive") == ["W-1.md"]
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_retry_taken_back_adds_its_spend_to_the_attempts_before_the_restart(tmp_path: Path) -> None:
+    """Found by a review: the run waiting for its retry was rebuilt without its figures, so the retry's overwrote
+    the run's totals (history and the daily budget under-counted the attempts before the restart); and one due
+    already started in the middle of recovery, before the features had started."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"backend": "sdk", "retry": {"max": 2, "backoff": ["60s"]}}})
+        run_id = left_by_a_dead_orchestrator(r, "W-2.md", state="retry_wait")
+        r.sup.store.update_run(run_id, next_attempt_at=iso(r.clock.now()), session_id="S-1", cost_usd=1.5)
+        adopter = r.sup.make_adopter()
+        await recover(r.config, r.sup.store, r.console, r.sup.lc, adopter)
+        await r.advance(1)
+        assert r.spawner.agents == [], "due already, but not started in the middle of recovery"
+        adopter.start()  # the loop serves
+        await r.advance(0.01)
+        agent = r.agent("W-2")
+        assert agent.spec.resume is None, "a retry that does not resume starts a new session"
+        agent.result = {"session_id": "S-2", "cost_usd": 0.5}
+        await r.exit("W-2", 0)
+        assert r.sup.store.run(run_id)["cost_usd"] == 2.0, "both sessions' spend"
         r.close()
 
     play(tmp_path, scenario)

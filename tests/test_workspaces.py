@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -417,6 +418,23 @@ def test_a_retry_is_not_held_by_the_memos_that_wait_for_its_own_workspace(projec
     assert project.procs[0].stop() == 0
 
 
+def test_a_run_waiting_for_its_retry_across_a_kill_of_up_keeps_its_workspace(project: Project) -> None:
+    """Found by a review: taken back after a restart, a run waiting for its retry no longer owned its workspace, so
+    the conversation's next memo ran there during the pause and the retry's start reset the branch under it."""
+    repository(project, {"builder": {"workspace": WORKTREE, "retry": {"max": 1, "backoff": ["3s"]}}})
+    start(project)
+    project.drop("builder", "a.md", {"id": "again"}, body="fail-first\nwrite a.txt from the retry")
+    wait_for(lambda: any(r["state"] == "retry_wait" for r in project.status()["runs"]), what="a waiting for its retry")
+    project.procs[0].kill()
+    start(project)
+    project.drop("builder", "b.md", {"id": "next", "workspace": "again"}, body="see a.txt\nwrite b.txt from b")
+    wait_for(lambda: project.folder("builder", "archive") == ["a.md", "b.md"], what="the retry, then b")
+    first, retry, after = records(project)
+    assert (retry["memo"], after["memo"]) == ("a.md", "b.md") and after["seen"] == {"a.txt": "from the retry"}
+    assert show(project, "orchestrator/again", "b.txt") == "from b" and show(project, "orchestrator/again", "a.txt")
+    assert project.procs[-1].stop() == 0
+
+
 def test_a_forced_stop_sets_the_attempts_work_aside(project: Project) -> None:
     repository(project, {"builder": {"workspace": WORKTREE}})
     orchestrator = project.up(WS_RECORD=str(project.root / "ws.jsonl"))
@@ -541,13 +559,19 @@ def test_a_setup_past_its_timeout_is_stopped_with_its_children_and_one_that_cann
     from orchestrator.workspaces.copying import provision
 
     git(tmp_path, "init", "--quiet")
-    child = tmp_path / "child.pid"
-    spawner = f"import subprocess, sys, time; p = subprocess.Popen(['sleep', '30']); open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(30)"
+    child, daemon = tmp_path / "child.pid", tmp_path / "daemon.pid"
+    spawner = (
+        "import subprocess, time; p = subprocess.Popen(['sleep', '30']); "
+        "d = subprocess.Popen(['sleep', '30'], start_new_session=True); "  # holds the setup's output, in no group of it
+        f"open({str(daemon)!r}, 'w').write(str(d.pid)); open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(30)"
+    )
     slow = WorkspaceSettings.model_validate(
         {"mode": "worktree", "setup": [sys.executable, "-c", spawner], "setup_timeout": "1s"}
     )
     with pytest.raises(SpawnError, match=r"took longer than 1s"):
         provision(tmp_path, slow, tmp_path)
+    assert not _zombie(int(daemon.read_text())), "given up at its timeout, not when what it left behind ended"
+    os.kill(int(daemon.read_text()), signal.SIGKILL)
     wait_for(lambda: _zombie(int(child.read_text())), what="the setup's child stopped with it")
     missing = WorkspaceSettings.model_validate({"mode": "worktree", "setup": ["no-such-program-here"]})
     with pytest.raises(SpawnError, match=r"^setup 'no-such-program-here' could not start: No such file or directory$"):

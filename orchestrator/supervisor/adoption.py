@@ -10,7 +10,8 @@ root and attempt in its environment; when the one on record has ended, the
 earliest session leader carrying those marks under a keeper: the pid of a Codex
 run's next turn may not be on record yet) is rebuilt with its agent re-attached
 through a pidfd, its slot held and its timeout counted from the original start.
-Anything else is left to recovery's stop-and-requeue.
+A run that waited for its retry waits on in ``retry_wait``, its pause's timer armed
+once the loop serves (``start``). Anything else is left to recovery's stop-and-requeue.
 
 Every backend is taken back the same way, through its own ``adopt`` and
 ``recorded`` (``agents/backends``): an ``sdk`` run's runner runs under a keeper
@@ -96,6 +97,7 @@ class Adopter(Extension):
         self.post = post
         self.pending: list[Event] = []
         self.kept: dict[str, set[str]] = {}  # role -> names of adopted memos, which stay in active/
+        self.retries: list[RoleRun] = []  # runs taken back waiting for their retry, whose timers ``start`` arms
         self._remover: ThreadPoolExecutor | None = None
         self._spent: list[Path] = []  # run folders whose exit records are spent, removed in batches
 
@@ -103,7 +105,7 @@ class Adopter(Extension):
         """Take the run of ``row`` back when its exit record or its live agent allows; False: recovery decides."""
         state = RunState(row["state"])
         if self.config.recovery == "adopt" and role is not None and state is RunState.RETRY_WAIT:
-            return self._waits_on(row, role, memos)
+            return await self._waits_on(row, role, memos)
         if self.config.recovery != "adopt" or role is None or state not in ADOPTABLE:
             return False
         if self.remote is not None:
@@ -205,22 +207,35 @@ class Adopter(Extension):
             self.lc.arm(run, "stall", stall, StallCheck(run_id, attempt, self.clock.now().timestamp()))
         return left
 
-    def _waits_on(self, row: dict[str, Any], role: Role, memos: list[MemoRef]) -> bool:
-        """A run that waited for its retry waits on, for what was left of its pause (no agent of it runs), keeping
-        its number; its retry is due at once when its time is unknown."""
-        run = self.lc.rebuild(row, role, memos, RunState.RETRY_WAIT)
-        try:
-            left = (datetime.fromisoformat(run.next_attempt_at or "") - self.clock.now()).total_seconds()
-        except (TypeError, ValueError):
-            left = 0.0
+    async def _waits_on(self, row: dict[str, Any], role: Role, memos: list[MemoRef]) -> bool:
+        """A run that waited for its retry waits on (no agent of it runs), keeping its number, its figures and
+        session, and its workspace (the extensions see it taken back); its pause's timer is armed once the loop
+        serves (``start``), for what is left of it then."""
+        run = self.lc.rebuild(row, role, memos, RunState.RETRY_WAIT, live=True)
         self.lc.adopt(run)
-        self.lc.arm(run, "retry", max(0.0, left), RetryDue(run.run_id))
+        await self._show(run, self._spec(run))
         self.console.line(
-            f"recovery: run {run.run_id} ({run.label}) waits on for its retry, due in {max(0.0, left):.0f}s",
+            f"recovery: run {run.run_id} ({run.label}) waits on for its retry, due in {self._left(run):.0f}s",
             role=role.name,
         )
+        self.retries.append(run)
         self._taken(run, memos)
         return True
+
+    def _left(self, run: RoleRun) -> float:
+        """Seconds left of a waiting run's pause (0: due, or its time unknown)."""
+        try:
+            return max(0.0, (datetime.fromisoformat(run.next_attempt_at or "") - self.clock.now()).total_seconds())
+        except (TypeError, ValueError):
+            return 0.0
+
+    def start(self) -> None:
+        """The loop serves (the features started, the first scan made): the retries taken back wait out their
+        pauses, and one that is due starts now, not in the middle of recovery."""
+        for run in self.retries:
+            if run.state is RunState.RETRY_WAIT and self.lc.runs.get(run.run_id) is run:
+                self.lc.arm(run, "retry", self._left(run), RetryDue(run.run_id))
+        self.retries.clear()
 
     def _taken(self, run: RoleRun, memos: list[MemoRef]) -> None:
         """A run taken back: its memos stay in active/, and its record says when (``history``)."""

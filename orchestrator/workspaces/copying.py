@@ -24,6 +24,7 @@ from orchestrator.workspaces import git
 
 SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
 SETUP_RUNNING = "orchestrator-setup-running"  # there while its setup runs: its pid and start time
+SETUP_OUTPUT = "orchestrator-setup-output"  # what its last setup wrote
 SKIPPED = (".git", ".orchestrator")  # never copied: the repository itself, the orchestrator's state and worktrees
 
 
@@ -86,32 +87,43 @@ def provision(root: Path, settings: WorkspaceSettings, folder: Path) -> None:
         return
     running = own / SETUP_RUNNING
     stop_left_behind(running)
+    said = own / SETUP_OUTPUT  # a file, not a pipe: a process it leaves behind holding its output holds no one
     try:
-        setup = subprocess.Popen(  # noqa: S603 - the role's argv, never a shell
-            settings.setup,
-            cwd=folder,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # its own group: stopped whole at its timeout, or by the next start after a kill
-        )
+        with open(said, "wb") as output:
+            setup = subprocess.Popen(  # noqa: S603 - the role's argv, never a shell
+                settings.setup,
+                cwd=folder,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: stopped whole at its timeout, or at the next start after a kill
+            )
     except OSError as exc:
         raise SpawnError(f"setup {settings.setup[0]!r} could not start: {exc.strerror or exc}") from None
     ref = ProcRef.of(setup.pid)
     running.write_text(f"{setup.pid} {ref.create_time if ref else 0}\n", encoding="utf-8")
     try:
-        said, _ = setup.communicate(timeout=settings.setup_timeout)
+        setup.wait(timeout=settings.setup_timeout)
     except subprocess.TimeoutExpired:
         _kill_group(setup.pid)
-        setup.communicate()
+        setup.wait()
         raise SpawnError(f"setup {settings.setup[0]!r} took longer than {settings.setup_timeout:g}s") from None
     finally:
         running.unlink(missing_ok=True)
     if setup.returncode != 0:
-        tail = " ".join(said.strip().splitlines()[-3:])[-300:]
+        tail = " ".join(_tail(said).strip().splitlines()[-3:])[-300:]
         raise SpawnError(f"setup {settings.setup[0]!r} exited {setup.returncode}: {tail}")
     marker.write_text("", encoding="utf-8")
+
+
+def _tail(path: Path) -> str:
+    """The end of a setup's output."""
+    try:
+        with open(path, "rb") as output:
+            output.seek(max(0, output.seek(0, os.SEEK_END) - 4096))
+            return output.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def stop_left_behind(running: Path) -> None:
