@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.asks import records
 from orchestrator.asks.extension import Asks
 from orchestrator.asks.hook import decision
 from orchestrator.asks.requests import AnswerRequest, AskRequest
@@ -134,7 +135,11 @@ def test_a_question_is_shown_as_asked_when_its_agent_asked_not_when_its_run_ende
         await r.drop("builder", "a.md")
         asked = r.clock.now().isoformat(timespec="seconds")
         await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="Which design?"))
-        await r.advance(30)  # the agent takes its time to end
+        await r.advance(10)
+        await feature(r, AskRequest(run_id=r.agent("a").spec.run_id, question="May I deploy?"))  # joined to it
+        on_record = records.every(r.sup.store.db, "asked")[-1]  # what a restart before the run's end reads back
+        assert (on_record.question, on_record.asked_at) == ("Which design? Also: May I deploy?", asked), on_record
+        await r.advance(20)  # the agent takes its time to end
         await r.exit("a", 0)
         (waiting,) = r.sup.view(False).to_json()["needs_input"]
         assert waiting["asked_at"] == asked, waiting

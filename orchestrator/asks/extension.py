@@ -148,7 +148,7 @@ class Asks(Extension):
                 )
         self.asked[run.run_id] = (question, at)  # asked when first asked
         records.add(
-            self.db, new_ask(run, "asked", Pending("question", question, None, None), [], self.host.clock.now())
+            self.db, new_ask(run, "asked", Pending("question", question, None, None, at), [], self.host.clock.now())
         )
         return {"run_id": run.run_id, "memo": run.label, "recorded": True, "note": ENDED_NOTE}
 
