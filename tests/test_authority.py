@@ -57,12 +57,13 @@ def notices(project: Project, role: str) -> list[str]:
 
 
 def memo_texts(project: Project, role: str) -> list[str]:
-    """The texts of the memos in ``role``'s folders (one moved on while they are read is skipped)."""
-    texts = []
+    """The texts of the memos in ``role``'s folders: one moved on while they are read is skipped, or seen in two
+    folders and kept once."""
+    texts = set()
     for path in (project.root / "memo" / role).glob("*/*.md"):
         with contextlib.suppress(FileNotFoundError):
-            texts.append(path.read_text())
-    return texts
+            texts.add(path.read_text())
+    return sorted(texts)
 
 
 def one_refusal(result: dict[str, Any]) -> str:
@@ -96,12 +97,13 @@ def test_an_agent_is_refused_what_is_for_people_and_nothing_changes(project: Pro
         ["handoff", "reviewer", "--restore", "1"],
         ["wake", "reviewer"],
         ["send", "--to", "reviewer", "--from", "Owner", "as a person"],  # which the loop breaker never holds
+        ["send", "--to", "reviewer", "--from", "reviewer", "as another role"],  # whose pair rate is not its own
     ]
     allowed = [["status", "--json"], ["send", "--to", "reviewer", "a note"], ["cancel", "O-1"], ["cancel", "C-1"]]
     results = agent_runs(project, "builder", "B-1.md", refused + allowed)
     run_id = record_of(project, "B-1.md")["run_id"]
 
-    for result in results[: len(refused)]:
+    for result in results[: len(refused) - 2]:
         line = one_refusal(result)
         assert f"is for people, and this is an agent of run {run_id} (builder)" in line, line
     status, send, cancel_own, cancel_chain = results[len(refused) :]
@@ -114,8 +116,9 @@ def test_an_agent_is_refused_what_is_for_people_and_nothing_changes(project: Pro
     assert orch.proc.poll() is None, orch.output
     assert running(project, "R-1.md")
     assert project.folder("reviewer", "held") == ["H-1.md"]
-    assert "send --from Owner is for people" in results[len(refused) - 1]["stderr"]
-    assert not any("as a person" in path.read_text() for path in (project.root / "memo").glob("reviewer/*/*.md"))
+    for result, sender in zip(results[len(refused) - 2 : len(refused)], ("Owner", "reviewer"), strict=True):
+        assert f"send --from {sender}: an agent's memo is from its own role (builder)" in one_refusal(result), result
+    assert not any("as a" in text for text in memo_texts(project, "reviewer")), "nothing was sent"
     for command in ("stop", "stop --force", "cancel --role", "cancel", "release", "handoff --restore", "wake"):
         orch.wait_output(f"refused {command} from an agent of run {run_id} (builder)")
     wait_for(lambda: notices(project, "pm"), what="the notice to pm")

@@ -115,7 +115,7 @@ def add_send(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     send.add_argument("--subject", help="default: the first line of the text")
     send.add_argument("--reply-to", metavar="ID", help="the id of the memo this one answers")
     send.add_argument("--tag", action="append", default=[], help="a tag (repeatable)")
-    send.add_argument("--from", dest="sender", metavar="NAME", help="default: $ORCHESTRATOR_ROLE, else owner")
+    send.add_argument("--from", dest="sender", metavar="NAME", help="default: owner; an agent's memo is from its role")
     send.add_argument("--strict", action="store_true", help="refuse a --reply-to that names no known memo")
     send.add_argument("--json", action="store_true")
 

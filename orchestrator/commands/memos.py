@@ -14,20 +14,21 @@ from orchestrator.core.errors import OrchestratorError, RefusedError
 def cmd_send(args: argparse.Namespace) -> int:
     """``orchestrator send``: write a memo into a role's inbox."""
     from orchestrator.control import permission
-    from orchestrator.core.senders import AGENT_SENDER, NEVER_HELD, normal_sender
+    from orchestrator.core.senders import AGENT_SENDER, normal_sender
     from orchestrator.tools.send import send
 
     # an agent runs anywhere: its own root comes from its environment when --root is not given
     root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
     caller = permission.require(root, "send")
     sender = (args.sender or "").strip() or None
-    if caller.agent:  # from its own role, whatever its environment says; never as a person or the orchestrator
-        if normal_sender(sender) in NEVER_HELD:
+    if caller.agent:  # from its own role, whatever its environment says: the loop breaker counts it as such
+        own = caller.role or AGENT_SENDER
+        if sender is not None and normal_sender(sender) != normal_sender(own):
             raise RefusedError(
-                f"refused: send --from {sender} is for people, and this is {caller.describe()}; nothing was sent (an "
-                "agent's memo is from its own role: leave --from out)"
+                f"refused: send --from {sender}: an agent's memo is from its own role ({own}), and this is "
+                f"{caller.describe()}; nothing was sent (leave --from out)"
             )
-        sender = sender or caller.role or AGENT_SENDER
+        sender = own
     text = stdin_text("send") if args.text == "-" else args.text
     result = send(
         root,
