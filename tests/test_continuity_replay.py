@@ -285,3 +285,26 @@ def test_journal_in_the_prompt_comes_from_memory_yet_sees_a_hand_edit(tmp_path: 
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_the_orchestrators_own_note_does_not_count_towards_the_handoffs_cap(tmp_path: Path) -> None:
+    """Found by a user-view review: a dead run's note (about 500 bytes) put a small handoff over its cap, so the
+    next prompt asked the agent to compact text it did not write, the journal warned, and the notify role was
+    told, after every failed run."""
+
+    async def scenario(root: Path) -> None:
+        r = continuity_replay(root, {"builder": {"handoff_max_bytes": 300}, "pm": {}}, notify="pm")
+        path = ho.handoff_path(r.config, "builder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("- the build is green\n", encoding="utf-8")
+        await r.drop("builder", "F-1.md")
+        await r.exit("F-1", 3)  # failed: the orchestrator's note of the dead run goes into the handoff
+        assert ho.section(path.read_text(encoding="utf-8")) and path.stat().st_size > 300
+        await r.drop("builder", "F-2.md")
+        assert "NOTE FROM THE ORCHESTRATOR: the handoff file" not in r.agent("F-2").spec.prompt
+        await r.exit("F-2", 3)
+        assert "over its cap" not in r.console.text
+        assert not [name for folder in ("inbox", "archive") for name in r.folder("pm", folder) if "handoff" in name]
+        r.close()
+
+    play(tmp_path, scenario)

@@ -128,6 +128,12 @@ def put_section(text: str, body: str) -> str:
     return text + ("\n" if text.strip() else "") + block
 
 
+def agents_bytes(text: str) -> int:
+    """The size of the agent's own part of a handoff (what ``handoff_max_bytes`` caps): the orchestrator's note
+    is not the agent's to compact."""
+    return len(remove_section(text).encode("utf-8"))
+
+
 def remove_section(text: str) -> str:
     """The text without the orchestrator's section (and the blank line it was given before it)."""
     match = _SECTION.search(text)

@@ -173,7 +173,7 @@ class Continuity(Extension):
         seen = ho.section(text)
         if seen:
             self.seen_note[run.run_id] = seen
-        size = len(text.encode("utf-8"))
+        size = ho.agents_bytes(text)
         cap = run.role.handoff_max_bytes
         if size > cap:
             notes.append(
@@ -236,7 +236,7 @@ class Continuity(Extension):
     def _cap_warning(self, run: RoleRun, handoff: ho.Handoff) -> str | None:
         if not handoff.usable:
             return None
-        size, cap = len(handoff.text.encode("utf-8")), run.role.handoff_max_bytes
+        size, cap = ho.agents_bytes(handoff.text), run.role.handoff_max_bytes
         if size <= cap:
             return None
         warning = f"the handoff is {size} bytes, over its cap of {cap} bytes; the next run is asked to compact it"
@@ -382,7 +382,7 @@ class Continuity(Extension):
         """With ``notify`` set, that role is told once that the handoff is over its cap (again once it was under)."""
         role = run.role.name
         flag = ho.versions_dir(self.config, role) / "told-over-cap"
-        size, cap = len(text.encode("utf-8")), run.role.handoff_max_bytes
+        size, cap = ho.agents_bytes(text), run.role.handoff_max_bytes
         if size <= cap:
             if role not in self.no_flag:  # looked for once; from then on only we write it
                 flag.unlink(missing_ok=True)
