@@ -305,3 +305,30 @@ def test_the_default_zone_is_the_machines_with_its_dst_rules(monkeypatch: Any) -
     finally:
         monkeypatch.undo()  # TZ as it was, and the C library told so
         time.tzset()
+
+
+def test_a_manual_wake_of_an_unknown_task_says_so_first_and_a_refused_one_counts_no_skip(tmp_path: Path) -> None:
+    """Found by a user-view review: `wake --task nosuch` while a wake was queued said `coalesced`, and a person's
+    refused wake was counted as a heartbeat's skip."""
+    from orchestrator.core.errors import ControlError, UsageError
+    from orchestrator.core.events import WakeRequested
+
+    async def ask(r: Replay, task: str | None) -> asyncio.Future[Any]:
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        r.sup.post(WakeRequested("rin", task, "pat", reply))
+        await r.settle()
+        return reply
+
+    async def scenario(root: Path) -> None:
+        roles = {"rin": {"wake": {"every": "30m"}, "tasks": {"diary": {"daily": "21:00", "text": "d"}}}}
+        r = await start(root, roles, at("2026-11-30T09:00"), timezone="UTC")
+        before = records.skips(r.sup.store.db, "rin")
+        assert (await ask(r, "diary")).result()
+        unknown = (await ask(r, "nosuch")).exception()
+        assert isinstance(unknown, UsageError) and "role rin has no task 'nosuch'" in str(unknown), unknown
+        coalesced = (await ask(r, None)).exception()
+        assert isinstance(coalesced, ControlError) and "coalesced" in str(coalesced)
+        assert records.skips(r.sup.store.db, "rin") == before, "a person's refused wake is no tick's skip"
+        r.close()
+
+    play(tmp_path, scenario)

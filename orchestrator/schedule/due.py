@@ -48,15 +48,21 @@ class DueTasks:
             out.append(Due(row["id"], row["text"], row["priority"], False, records.when(row["due_at"])))
         return out
 
+    def known(self, name: str, task: str, now: datetime, every: list[Due] | None = None) -> list[Due]:
+        """The role's task ``task``; ``UsageError`` naming its tasks when it has none of that name."""
+        every = self.tasks(name, now) if every is None else every
+        chosen = [d for d in every if d.name == task]
+        if not chosen:
+            raise UsageError(f"role {name} has no task {task!r}; its tasks: {', '.join(d.name for d in every)}")
+        return chosen
+
     def pick(self, name: str, now: datetime, forced: str | None = None) -> rules.Picked:
         """The tasks a wake of the role carries now: due, not carried by another wake, within the rules."""
         role = self.wakes.config.roles[name]
         busy = {task for wake in self.pending(name) for task in wake["tasks"]}
         every = self.tasks(name, now)
         if forced is not None:
-            chosen = [d for d in every if d.name == forced]
-            if not chosen:
-                raise UsageError(f"role {name} has no task {forced!r}; its tasks: {', '.join(d.name for d in every)}")
+            chosen = self.known(name, forced, now, every)
             if forced in busy:
                 raise ControlError(f"task {forced} of {name} is already carried by a wake that is queued or running")
             d = chosen[0]

@@ -305,13 +305,15 @@ class Wakes(Extension):
         self.arm()
 
     def _skip(self, name: str, reason: str, reply: asyncio.Future[Any] | None) -> None:
+        if reply is not None:  # a person's wake, refused: answered, and no tick's skip
+            if not reply.done():
+                reply.set_exception(ControlError(f"no wake of {name}: {reason}"))
+            return
         now = self.clock.now()
         records.count_skip(self.db, name, reason.split(":", 1)[0])
         records.set_event(self.db, name, "skip", reason, now)
         if name not in self.next_tick and not reason.startswith(("idle", "quiet", "coalesced")):
             self.not_before[name] = now + timedelta(seconds=RECHECK)
-        if reply is not None and not reply.done():
-            reply.set_exception(ControlError(f"no wake of {name}: {reason}"))
 
     def _write_wake(
         self,
@@ -382,6 +384,8 @@ class Wakes(Extension):
     def _on_wake_requested(self, event: WakeRequested) -> None:
         if event.role not in self.config.roles:
             raise UsageError(f"unknown role {event.role!r}; roles: {', '.join(self.config.roles)}")
+        if event.task is not None:  # said first: a task that is none of the role's is no wake to coalesce
+            self.due.known(event.role, event.task, self.clock.now())
         self.tick(event.role, f"asked by {event.who}", forced=event.task, manual=True, reply=event.reply)
         self.arm()
 
