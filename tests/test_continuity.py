@@ -75,6 +75,7 @@ def test_journal_entries_for_each_end_state_in_order(project: Project, tmp_path:
     ]
     texts = [e["text"] for e in got]
     assert '- Memo: S-1 "works"' in texts[0] and "> all done here (attempt 1)" in texts[0]
+    assert all("=== run" not in text for text in texts), "closing words are the agent's, not the log's header"
     assert "- Reason: exit code 3" in texts[1] and "> oops (attempt 1)" in texts[1]
     assert "- Reason: timed out after 1s" in texts[2]
     assert "- Reason: cancelled by" in texts[3] and "not needed" in texts[3]

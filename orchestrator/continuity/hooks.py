@@ -332,7 +332,7 @@ class Continuity(Extension):
         words = self._last_words(run)
         if words is not None:
             return jn.capped((words.result or "").splitlines())
-        return jn.capped(notices.log_tail(run.log_path, jn.CLOSING_LINES))
+        return jn.capped(jn.agents_lines(notices.log_tail(run.log_path, jn.CLOSING_LINES + 1)))
 
     def _handoff_after(self, run: RoleRun, state: RunState, reason: str | None, handoff: ho.Handoff) -> None:
         """The handoff as the run's end leaves it, written now; its fsync and version at the turn's end."""

@@ -21,6 +21,7 @@ JOURNAL = "journal"
 CLOSING_LINES = 40
 CLOSING_MAX_BYTES = 4096
 PROMPT_MAX_BYTES = 8192
+_HEADER = re.compile(r"^=== run \d+ attempt \d+\b")  # the orchestrator's line before each attempt's output
 _MARKER = re.compile(
     r"^<!-- journal run_id=(?P<run_id>\d+) attempt=(?P<attempt>\d+) seq=(?P<seq>\d+|-) "
     r"state=(?P<state>[a-z_]+) start=(?P<start>[0-9:-]+) end=(?P<end>[0-9:]+) -->$",
@@ -127,6 +128,13 @@ def append_entry(folder: Path, day: date, run_id: int, attempt: int, text: str, 
 def quote(text: str) -> str:
     """Text of an agent as a Markdown quote: nothing it says can look like an entry's marker or heading."""
     return "\n".join(f"> {line}".rstrip() for line in text.splitlines())
+
+
+def agents_lines(lines: list[str]) -> list[str]:
+    """Of a log's last lines, the last attempt's own: after the orchestrator's header of that attempt (``=== run N
+    attempt M: ...``), at most ``CLOSING_LINES``."""
+    heads = [i for i, line in enumerate(lines) if _HEADER.match(line)]
+    return (lines[heads[-1] + 1 :] if heads else lines)[-CLOSING_LINES:]
 
 
 def capped(lines: list[str], limit: int = CLOSING_MAX_BYTES) -> str:
