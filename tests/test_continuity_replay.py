@@ -225,6 +225,20 @@ def test_journal_prompt_text_keeps_the_newest_within_the_cap() -> None:
     assert len(cut.encode()) <= jn.PROMPT_MAX_BYTES and "[cut:" in cut
 
 
+def test_journal_prompt_text_says_the_day_of_its_entries() -> None:
+    """Found by a user-view review: entries of several days read `## Run 3 (09:00-09:05, ...)` alike, so an agent
+    could not tell yesterday's run from today's."""
+    made = [
+        jn.Entry("r", day, n, 1, n, "succeeded", "09:00", "09:01", f"## Run {n} (09:00-09:01, succeeded)")
+        for n, day in ((1, "2026-11-29"), (2, "2026-11-30"), (3, "2026-11-30"))
+    ]
+    text = jn.prompt_text(made)
+    assert text.index("On 2026-11-29:") < text.index("## Run 1") < text.index("On 2026-11-30:") < text.index("## Run 2")
+    assert text.count("On 2026-11-30:") == 1 and text.index("## Run 2") < text.index("## Run 3")
+    some = jn.prompt_text(made, limit=110)  # room for the last two: the older kept says its day too
+    assert some.startswith("On 2026-11-30:\n\n## Run 2") and "## Run 1" not in some, some
+
+
 def test_closing_words_are_capped_with_a_note_and_quoted_safely() -> None:
     lines = [f"line {n} " + "z" * 200 for n in range(40)]
     text = jn.capped(lines)

@@ -217,18 +217,23 @@ def _read_file(role: str, path: Path, want: int | None) -> list[Entry]:
 
 
 def prompt_text(entries: list[Entry], limit: int = PROMPT_MAX_BYTES) -> str:
-    """``$journal``: the entries (newest last) within ``limit`` bytes; older ones go first, a cut is said."""
-    chosen: list[str] = []
+    """``$journal``: the entries (newest last) within ``limit`` bytes, the first kept and each day's first under a
+    line that says the day (``On 2026-11-30:``); older ones go first, a cut is said."""
+    kept: list[Entry] = []
     used = 0
     for entry in reversed(entries):
-        block = f"{entry.text}\n\n"
+        block = f"On {entry.date}:\n\n{entry.text}\n\n"  # each measured with its day's line: never over the cap
         size = len(block.encode("utf-8"))
         if used + size > limit:
-            if not chosen:  # the newest alone is too big: its end is what matters least, keep its start
+            if not kept:  # the newest alone is too big: its end is what matters least, keep its start
                 room = max(0, limit - 80)
                 cut = block.encode("utf-8")[:room].decode("utf-8", "ignore")
-                chosen.append(cut + f"\n[cut: this entry is {size} bytes, over the journal's {limit} bytes]\n\n")
+                return cut + f"\n[cut: this entry is {size} bytes, over the journal's {limit} bytes]\n\n"
             break
-        chosen.append(block)
+        kept.append(entry)
         used += size
-    return "".join(reversed(chosen))
+    kept.reverse()
+    return "".join(
+        (f"On {entry.date}:\n\n" if i == 0 or kept[i - 1].date != entry.date else "") + f"{entry.text}\n\n"
+        for i, entry in enumerate(kept)
+    )
