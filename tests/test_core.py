@@ -362,6 +362,10 @@ def test_prompt_via_arg(project: Project) -> None:
     memo = project.memo_text({"id": "ARG"}, "a body with 'quotes' and $(no shell)")
     expected = f"run {record['run_id']} for builder:\n" + memo
     assert record["argv"] == [expected] and record["prompt"] == expected
+    # the log's header of the attempt is one line: the prompt is not written there (nor read back as its output)
+    log = (project.root / ".orchestrator" / "logs" / f"{record['run_id']}-builder.log").read_text()
+    (header,) = [line for line in log.splitlines() if line.startswith("=== run")]
+    assert header.endswith(f"<the prompt, {len(expected.encode())} bytes>") and "quotes" not in log, log
 
 
 def test_a_300_kb_memo_arrives_whole_through_stdin(project: Project) -> None:

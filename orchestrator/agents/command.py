@@ -62,7 +62,8 @@ async def launch_command(
     if executable is None:
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
-    header = f"{attempt_header(spec)}{' '.join(argv[:8])}\n"
+    shown = [f"<the prompt, {len(word.encode())} bytes>" if word is spec.prompt else word for word in argv[:8]]
+    header = f"{attempt_header(spec)}{' '.join(shown)}\n"  # one line: a prompt given as an argument is not in it
     reader = None
     if reading is not None:  # its output starts after what the log holds now and the header
         try:
