@@ -319,6 +319,20 @@ def test_the_orchestrators_own_note_does_not_count_towards_the_handoffs_cap(tmp_
         await r.exit("F-2", 3)
         assert "over its cap" not in r.console.text
         assert not [name for folder in ("inbox", "archive") for name in r.folder("pm", folder) if "handoff" in name]
+        from orchestrator.continuity import commands
+
+        shown = commands.handoff_current(root, "builder")  # `orchestrator handoff builder`: what the cap counts
+        assert shown["counted"] == len("- the build is green\n") < shown["bytes"], shown
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_a_start_marker_the_agent_left_without_its_end_is_the_agents_text() -> None:
+    """Found by a review: the orchestrator's section was matched from such a marker to the end of its own note,
+    across the agent's text, which was then neither counted towards the cap nor kept when the note went."""
+    agents = "notes\n<!-- orchestrator -->\n- the agent's own facts\n"
+    with_note = ho.put_section(agents, "a run died")
+    assert ho.section(with_note) == "<!-- orchestrator -->\na run died\n<!-- /orchestrator -->"
+    assert ho.agents_bytes(with_note) == len(agents.encode())
+    assert ho.remove_section(with_note) == agents

@@ -57,6 +57,7 @@ def handoff_current(root: Path, role: str) -> dict[str, Any]:
         "path": str(ho.handoff_path(config, role)),
         "text": text,
         "bytes": len(text.encode("utf-8")),
+        "counted": ho.agents_bytes(text),  # what the cap holds: the orchestrator's own note is not counted
         "cap": config.roles[role].handoff_max_bytes,
     }
 
@@ -132,5 +133,7 @@ def print_handoff(result: dict[str, Any] | list[dict[str, Any]], stream: TextIO 
         )
     else:
         if "cap" in result:
-            say(f"{result['path']}: {result['bytes']} bytes (cap {result['cap']})", stream)
+            counted = result.get("counted", result["bytes"])
+            beside = f", {counted} of them the agent's" if counted != result["bytes"] else ""
+            say(f"{result['path']}: {result['bytes']} bytes{beside} (cap {result['cap']})", stream)
         say(printable_block(result["text"]) if result["text"] else "(empty)", stream)

@@ -22,7 +22,9 @@ from orchestrator.intake.memo import write_atomically
 HANDOFF = "handoff.md"
 START, END = "<!-- orchestrator -->", "<!-- /orchestrator -->"
 _UNTIL = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+.*\(until (\d{4}-\d{2}-\d{2})\)\s*$")
-_SECTION = re.compile(re.escape(START) + r".*?" + re.escape(END) + r"\n?", re.DOTALL)
+# the section: a start marker, then no other start marker before its end marker (one the agent left without its end
+# is the agent's text, not the start of ours)
+_SECTION = re.compile(re.escape(START) + r"(?:(?!" + re.escape(START) + r").)*?" + re.escape(END) + r"\n?", re.DOTALL)
 _VERSION = re.compile(r"^(\d+)\.md$")
 
 
