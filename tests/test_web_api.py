@@ -7,6 +7,7 @@ HTTP with httpx.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 import sys
@@ -239,6 +240,9 @@ def test_state_is_what_status_json_prints_and_a_new_run_is_seen_at_once(project:
         answer = dash.get(page)
         assert answer.status_code == 200 and "<html" in answer.text, page
     assert dash.post("/api/v1/cancel", {"role": "builder"}).status_code == 200
+    # the cancelled run's note is a new version of the handoff: the page says when each version was kept
+    kept = re.compile(r"<td>1</td>\s*<td>\d+</td>\s*<td>\d{4}-\d\d-\d\d")
+    wait_for(lambda: kept.search(dash.get("/handoff/builder").text), what="the kept version with its time")
     assert dash.orch.stop() == 0
 
 

@@ -335,10 +335,10 @@ class Pages:
         role = request.path_params["role"]
         current = await asyncio.to_thread(commands.handoff_current, self.att.root, role)
         versions = await asyncio.to_thread(commands.handoff_history, self.att.root, role)
-        rows = [{k: e(v.get(k)) for k in ("seq", "bytes", "kept_at")} for v in versions]
+        rows = [{k: e(v.get(k)) for k in ("seq", "bytes", "saved_at")} for v in versions]
         body = (
             f"<h1>Handoff of {e(role)}</h1><pre>{e(current.get('text'))}</pre>"
-            f"<h2>Versions</h2>{table(rows, [('seq', 'run'), ('bytes', 'bytes'), ('kept_at', 'kept')])}"
+            f"<h2>Versions</h2>{table(rows, [('seq', 'run'), ('bytes', 'bytes'), ('saved_at', 'kept')])}"
         )
         return layout(f"handoff {role}", body, page="/journal")
 
