@@ -155,6 +155,33 @@ def test_a_retry_taken_back_adds_its_spend_to_the_attempts_before_the_restart(tm
     play(tmp_path, scenario)
 
 
+def test_a_retry_taken_back_that_resumes_the_last_of_two_sessions_keeps_the_first_ones_spend(tmp_path: Path) -> None:
+    """Found by a review: the run's whole total was filed under its last session, which the resumed retry
+    replaced: S-1 spent 1.0 and S-2 0.5, the retry resumed S-2 (0.8 in all), and the run's total was 0.8."""
+
+    async def scenario(root: Path) -> None:
+        role = {"backend": "sdk", "retry_resumes": True, "retry": {"max": 3, "backoff": ["60s"]}}
+        r = Replay(root, {"builder": role})
+        run_id = left_by_a_dead_orchestrator(r, "W-3.md", state="retry_wait", attempt=2)
+        r.sup.store.update_run(
+            run_id,
+            next_attempt_at=iso(r.clock.now()),
+            session_id="S-2",
+            cost_usd=1.5,
+            session_figures={"cost_usd": 0.5},
+        )
+        await restart(r)
+        await r.advance(0.01)
+        agent = r.agent("W-3")
+        assert agent.spec.resume == "S-2"
+        agent.result = {"session_id": "S-2", "cost_usd": 0.8}
+        await r.exit("W-3", 0)
+        assert r.sup.store.run(run_id)["cost_usd"] == pytest.approx(1.8), "S-1's 1.0 and S-2's 0.8"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_keeper_that_stopped_its_agent_at_the_timeout_ends_the_run_as_timed_out(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["1s"]}}})

@@ -57,6 +57,10 @@ def recorded(row: dict[str, Any], retry_resumes: bool) -> tuple[str | None, str 
     resumed_from = session if row["attempt"] > 1 and retry_resumes else None
     figures = {k: row.get(k) for k in SUMMED}
     sessions = {session or "before-restart": figures} if any(v is not None for v in figures.values()) else {}
+    own = row.get("session_figures")
+    if session and isinstance(own, dict) and own:  # the last session's own part apart: a resumed one replaces it
+        rest = {k: v - (own.get(k) or 0) if k in own else v for k, v in figures.items() if v is not None}
+        sessions = {session: dict(own), **({"before-restart": rest} if any(rest.values()) else {})}
     if sessions and row.get("cost_estimated"):
         figures["cost_estimated"] = True
     return session, resumed_from, sessions
