@@ -98,7 +98,8 @@ class Extension:
       already in it; it returns the spec to start with (``dataclasses.replace``: another ``cwd``, more ``env``,
       ``args``). It runs in the attempt's start task, outside an event's handling, so it may wait (make a
       folder, ask a program), and must not change the run. At a restart it is shown each run taken back
-      (``spec.adopted``: its agent exists, so what it returns is ignored; it may record what it sees);
+      (``spec.adopted``: its agent exists, or it waits for its retry, so what it returns is ignored; it may record
+      what it sees);
       a ``SpawnError`` it raises fails the attempt with its words (``internal``: the memos go back to the inbox),
       any other error is logged as a bug and fails the attempt as a start's would; a run cancelled or stopped
       while it is prepared starts no agent;
