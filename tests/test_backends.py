@@ -239,3 +239,24 @@ def test_a_claude_session_resumed_by_a_later_run_keeps_the_clis_cap_as_it_is(tmp
         start(tmp_path, dataclasses.replace(given, role=role, carried_usd=carried))
         argv = (tmp_path / "bin" / "claude.argv").read_text().splitlines()
         assert argv[argv.index("--max-budget-usd") + 1] == cap, argv
+
+
+def test_a_claude_command_that_gives_itself_a_looser_budget_cap_is_refused(tmp_path: Path) -> None:
+    """Found by a user-view review: the command's own --max-budget-usd 5 was left as it was, so the role's
+    budget.per_run_usd of 0.5 was never passed to the CLI, and nothing said so."""
+    from orchestrator.agents.claude_cli import check_role
+    from orchestrator.config import Config
+    from orchestrator.core.errors import ConfigError
+
+    def check(command: list[str], **settings: object) -> None:
+        role = Role(name="c", prompt="p.md", command=command, **settings)
+        check_role(Config(root=tmp_path, path=tmp_path / "roles.yaml", roles={"c": role}), role)
+
+    with pytest.raises(
+        ConfigError, match=r"roles.yaml: roles.c.command: --max-budget-usd 5 is over the role's cap of 0.5"
+    ):
+        check(["claude", "-p", "--max-budget-usd", "5"], budget={"per_run_usd": 0.5})
+    with pytest.raises(ConfigError, match=r"--max-budget-usd 2 is over the role's cap of 1 "):
+        check(["claude", "-p", "--max-budget-usd=2"], max_budget_usd=1.0)
+    check(["claude", "-p", "--max-budget-usd", "0.3"], budget={"per_run_usd": 0.5})  # tighter
+    check(["claude", "-p", "--max-budget-usd", "5"])  # no cap of the role's to loosen

@@ -45,6 +45,33 @@ def _given(argv: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
+def _given_value(argv: list[str], flag: str) -> str | None:
+    """The value ``argv`` gives ``flag`` (``flag=value`` or two arguments), or None."""
+    for word, after in zip(argv, [*argv[1:], None], strict=True):
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+        if word == flag:
+            return after
+    return None
+
+
+def _check_own_cap(config: Config, role: Role, key: str) -> None:
+    """A ``--max-budget-usd`` the command gives itself is left as it is (``cap_arguments``): one over the role's
+    caps would loosen them, so it is refused rather than kept silently."""
+    caps = [v for v in (role.max_budget_usd, role.budget.per_run_usd) if v is not None]
+    given = _given_value(role.command, "--max-budget-usd")
+    try:
+        own = float(given) if given is not None else None
+    except ValueError:
+        return  # the CLI says what is wrong with it
+    if own is not None and caps and own > min(caps):
+        raise ConfigError(
+            f"{config.path}: {key}: --max-budget-usd {given} is over the role's cap of {min(caps):g} "
+            "(budget.per_run_usd, max_budget_usd), which the CLI would then not keep; take it out of the command: "
+            "the orchestrator passes the tighter cap"
+        )
+
+
 def cap_arguments(role: Role, per_run_usd: float | None) -> list[str]:
     """The role's caps as Claude CLI arguments, so the CLI stops itself at them (the live fuse stays the outer guard):
     ``--max-turns``, and ``--max-budget-usd`` the tighter of ``max_budget_usd`` and the per-run budget. An argument
@@ -137,6 +164,7 @@ def check_role(config: Config, role: Role) -> None:
         mode_key = f"roles.{role.name}.permission_mode"
     elif is_claude_command(role.command):
         key = f"roles.{role.name}.command"
+        _check_own_cap(config, role, key)
         path = resolve_command(role.command, role_folder(config.root, role.cwd))
         if path is None:
             return  # the generic check says it is not found
