@@ -138,3 +138,27 @@ def test_heartbeat_ticks_during_a_pause_are_skipped_as_paused(tmp_path: Path) ->
         r.close()
 
     play(tmp_path, scenario)
+
+
+def test_ticks_after_a_roles_own_wake_met_the_limit_are_skipped_as_paused_not_coalesced(tmp_path: Path) -> None:
+    """Found by a user-view review: the wake that met the limit waits in the inbox, so every later tick said
+    `coalesced` and none `paused`, as operations.md promises."""
+
+    async def scenario(root: Path) -> None:
+        roles = {"rin": {"wake": {"every": "30m", "skip_when_idle": False}}}
+        r = Replay(root, roles, timezone="UTC")
+        r.wakes.start()
+        await r.advance(0)
+        (wake,) = [a for a in r.spawner.agents if a.spec.role.name == "rin"]
+        await hit_limit(
+            r, wake.spec.memo_paths[0].name.removesuffix(".md"), limit("weekly", r.clock.now().timestamp() + 7200)
+        )
+        before = records.skips(r.sup.store.db, "rin")
+        await r.advance(1800)
+        after = records.skips(r.sup.store.db, "rin")
+        assert after.get("paused", 0) == before.get("paused", 0) + 1 and after.get("coalesced", 0) == before.get(
+            "coalesced", 0
+        ), after
+        r.close()
+
+    play(tmp_path, scenario)

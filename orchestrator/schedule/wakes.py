@@ -233,12 +233,12 @@ class Wakes(Extension):
         skip: str | None = None
         if self.host.ending():
             skip = "ending: the orchestrator is ending"
-        elif name in self.probing or self.due.pending(name):
-            skip = "coalesced: the previous wake is still queued or running"
-        elif not manual and (pause := self.host.paused(name)) is not None:
-            skip = f"paused: {pause}"
+        elif not manual and (pause := self.host.paused(name)) is not None:  # said first: the wake that met the
+            skip = f"paused: {pause}"  # limit waits in the inbox, so the tick would be coalesced into it too
         elif not manual and (over := self.host.over_budget(name)) is not None:
             skip = f"budget: {over}"
+        elif name in self.probing or self.due.pending(name):
+            skip = "coalesced: the previous wake is still queued or running"
         if skip is not None:
             self._skip(name, skip, reply)
             return
