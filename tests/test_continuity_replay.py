@@ -336,3 +336,6 @@ def test_a_start_marker_the_agent_left_without_its_end_is_the_agents_text() -> N
     assert ho.section(with_note) == "<!-- orchestrator -->\na run died\n<!-- /orchestrator -->"
     assert ho.agents_bytes(with_note) == len(agents.encode())
     assert ho.remove_section(with_note) == agents
+    dated = "notes\n<!-- orchestrator -->\n- old (until 2020-01-01)\n"  # its dated items expire as the agent's do
+    kept, dropped = ho.expire(ho.put_section(dated, "a run died\n- ours (until 2020-01-01)"), date(2025, 1, 1))
+    assert dropped == ["- old (until 2020-01-01)"] and "- ours (until 2020-01-01)" in kept, kept

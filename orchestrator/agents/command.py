@@ -50,6 +50,7 @@ async def launch_command(
     role = spec.role
     cwd = spec.cwd
     argv = [*role.command, *arguments, *spec.args]
+    shown = [word.replace("\n", "\\n") for word in argv[:8]]  # the log header is one line, whatever the words
     prompt = spec.prompt.encode("utf-8")
     if role.prompt_via == "arg" and spec.prompt:  # an empty prompt is none: a resumed session goes on as it was
         if len(prompt) >= ARG_MAX_SINGLE:
@@ -58,12 +59,12 @@ async def launch_command(
                 f"(the limit is {ARG_MAX_SINGLE}); use `prompt_via: stdin` for role {role.name}"
             )
         argv.append(spec.prompt)
+        shown = [*shown, f"<the prompt, {len(prompt)} bytes>"][:8]  # not written in the log: named by its size
     executable = resolve_command(argv, cwd)
     if executable is None:
         where = "is not an executable file" if os.sep in argv[0] else "not found on PATH"
         raise SpawnError(f"command {argv[0]!r} {where} (role {role.name})")
-    shown = [f"<the prompt, {len(word.encode())} bytes>" if word is spec.prompt else word for word in argv[:8]]
-    header = f"{attempt_header(spec)}{' '.join(shown)}\n"  # one line: a prompt given as an argument is not in it
+    header = f"{attempt_header(spec)}{' '.join(shown)}\n"
     reader = None
     if reading is not None:  # its output starts after what the log holds now and the header
         try:

@@ -94,13 +94,11 @@ def expire(text: str, today: date) -> tuple[str, list[str]]:
         return text, []
     kept: list[str] = []
     dropped: list[str] = []
-    inside = False
+    ours = _SECTION.search(text)  # only the orchestrator's own section is left as it is (a start marker the agent
+    at = 0  # left without its end is the agent's text, as ``section`` has it)
     for line in text.splitlines(keepends=True):
-        stripped = line.strip()
-        if stripped == START:
-            inside = True
-        elif stripped == END:
-            inside = False
+        inside = ours is not None and ours.start() <= at < ours.end()
+        at += len(line)
         match = None if inside else _UNTIL.match(line.rstrip("\n"))
         if match:
             try:

@@ -61,8 +61,9 @@ def recorded(row: dict[str, Any], retry_resumes: bool) -> tuple[str | None, str 
     if session and isinstance(own, dict) and own:  # the last session's own part apart: a resumed one replaces it
         rest = {k: v - (own.get(k) or 0) if k in own else v for k, v in figures.items() if v is not None}
         sessions = {session: dict(own), **({"before-restart": rest} if any(rest.values()) else {})}
-    if sessions and row.get("cost_estimated"):
-        figures["cost_estimated"] = True
+    if row.get("cost_estimated"):  # estimated from `prices` (Codex's): every part of it
+        for part in sessions.values():
+            part["cost_estimated"] = True
     return session, resumed_from, sessions
 
 
