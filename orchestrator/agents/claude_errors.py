@@ -124,7 +124,8 @@ def result_limit(result: dict[str, Any], error_kind: str | None) -> tuple[str, f
     return limit_in(" ".join(str(e) for e in result.get("errors") or []) or str(result.get("result") or ""))
 
 
-_NOISE = re.compile(r"^\s*(=== run \d+ attempt \d+|sdk_runner:)")
+ATTEMPT_HEADER = r"=== run \d+ attempt \d+"  # the orchestrator's line before each attempt's output in a run's log
+_NOISE = re.compile(rf"^\s*({ATTEMPT_HEADER}|sdk_runner:)")
 
 
 def last_meaningful_line(text: str) -> str | None:

@@ -17,11 +17,13 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from orchestrator.agents.claude_errors import ATTEMPT_HEADER
+
 JOURNAL = "journal"
 CLOSING_LINES = 40
 CLOSING_MAX_BYTES = 4096
 PROMPT_MAX_BYTES = 8192
-_HEADER = re.compile(r"^=== run \d+ attempt \d+\b")  # the orchestrator's line before each attempt's output
+_HEADER = re.compile(rf"^{ATTEMPT_HEADER}\b")
 _MARKER = re.compile(
     r"^<!-- journal run_id=(?P<run_id>\d+) attempt=(?P<attempt>\d+) seq=(?P<seq>\d+|-) "
     r"state=(?P<state>[a-z_]+) start=(?P<start>[0-9:-]+) end=(?P<end>[0-9:]+) -->$",

@@ -20,6 +20,7 @@ from pathlib import Path
 from orchestrator.agents.proc_table import ProcRef
 from orchestrator.agents.spec import SpawnError
 from orchestrator.config.workspace import WorkspaceSettings
+from orchestrator.intake.notices import log_tail
 from orchestrator.workspaces import git
 
 SETUP_DONE = "orchestrator-setup-done"  # in the worktree's own git folder: its setup passed
@@ -111,19 +112,9 @@ def provision(root: Path, settings: WorkspaceSettings, folder: Path) -> None:
     finally:
         running.unlink(missing_ok=True)
     if setup.returncode != 0:
-        tail = " ".join(_tail(said).strip().splitlines()[-3:])[-300:]
+        tail = " ".join("\n".join(log_tail(said)).strip().splitlines()[-3:])[-300:]
         raise SpawnError(f"setup {settings.setup[0]!r} exited {setup.returncode}: {tail}")
     marker.write_text("", encoding="utf-8")
-
-
-def _tail(path: Path) -> str:
-    """The end of a setup's output."""
-    try:
-        with open(path, "rb") as output:
-            output.seek(max(0, output.seek(0, os.SEEK_END) - 4096))
-            return output.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def stop_left_behind(running: Path) -> None:
