@@ -14,7 +14,10 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import TextIO
+
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from typing import TextIO
 
 NOT_A_TTY_WIDTH = 160  # tables piped into a file or a test keep their columns whole
 _WORD = re.compile(r"\s*\S+\s*")

@@ -2,18 +2,22 @@
 
 Each runs as a fresh ``python -X importtime -m orchestrator`` against a real orchestrator with a sleeping
 stand-in agent; the modules it imported are read from the importtime lines. A module added to their path
-that brings pydantic, rich, YAML, asyncio, SQLite or psutil, or any orchestrator module not listed here, fails
+that brings pydantic, rich, YAML, asyncio, SQLite, psutil, pathlib, typing or socket, or any orchestrator module not listed here, fails
 this test: the start-up of these commands comes from the layering, and this is its guard.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from conftest import Project, wait_for
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 HEAVY = {
     "pydantic",
@@ -27,7 +31,12 @@ HEAVY = {
     "argcomplete",
     "tempfile",
     "traceback",
-}  # the last two: about 8 ms
+    "pathlib",
+    "typing",
+    "socket",
+}  # the last five: about 8 ms, 7 and 4 (half of what the client adds to Python's own start, argparse and json
+# aside): a client module takes path texts (os.path), names typing's types under ``TYPE_CHECKING = False`` /
+# ``if TYPE_CHECKING:``, and the control client speaks through ``_socket``
 #: every orchestrator module a client command may import
 CLIENT_MODULES = {
     "orchestrator",
@@ -59,12 +68,20 @@ CLIENT_MODULES = {
 
 
 def run_client(project: Project, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """The command's result (its own stderr lines only) and every module it imported."""
+    """The command's result (its own stderr lines only) and every module it imported.
+
+    Without ``site`` (``-S``: the package from this checkout, the libraries from site-packages with no ``.pth``
+    hook run): what an environment's start-up hooks import (an editable install's finder imports pathlib) is not
+    the client's, and would hide what the client imports."""
+    env = project.env()
+    paths = sysconfig.get_paths()
+    found = (str(CHECKOUT), paths["purelib"], paths["platlib"], env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in found if p))
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "orchestrator", *args, "--root", str(project.root)],
+        [sys.executable, "-S", "-X", "importtime", "-m", "orchestrator", *args, "--root", str(project.root)],
         capture_output=True,
         text=True,
-        env=project.env(),
+        env=env,
         timeout=60,
     )
     rows = [line for line in done.stderr.splitlines() if line.startswith("import time:")]

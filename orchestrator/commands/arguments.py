@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.core.errors import UsageError
@@ -46,7 +45,7 @@ def root_option(default: object) -> CommandParser:
     """``--root``, before the command (default None) or after it (``argparse.SUPPRESS``: an absent one must not
     overwrite ``orchestrator --root X status``'s)."""
     common = CommandParser(add_help=False)
-    common.add_argument("--root", type=Path, default=default, help="project root (default: the current directory)")
+    common.add_argument("--root", default=default, help="project root (default: the current directory)")
     return common
 
 

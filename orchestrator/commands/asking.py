@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, stdin_text, who
+from orchestrator.commands.common import root_dir, stdin_text, who
 from orchestrator.control import client as control
 from orchestrator.core.errors import UsageError
 
@@ -39,7 +38,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not run_id.isdigit():
         said = f"is {run_id!r}, not a run's number" if run_id else "is not set"
         raise UsageError(f"orchestrator ask: only an agent asks, from inside its run (ORCHESTRATOR_RUN_ID {said})")
-    result = control.call(project_root(args), "ask", run_id=int(run_id), question=question, who=who())
+    result = control.call(root_dir(args), "ask", run_id=int(run_id), question=question, who=who())
     console.say(f"Your question is recorded. {result.get('note', '')}".strip())
     return 0
 
@@ -62,9 +61,9 @@ def cmd_answer(args: argparse.Namespace) -> int:
     if text == "-":
         text = stdin_text("answer")
     # a path from here, as `cancel`'s; an id that holds a slash stays as it is
-    memo = str(Path(args.memo).resolve()) if os.sep in args.memo and os.path.lexists(args.memo) else args.memo
+    memo = os.path.realpath(args.memo) if os.sep in args.memo and os.path.lexists(args.memo) else args.memo
     result = control.call(
-        project_root(args),
+        root_dir(args),
         "answer",
         memo=memo,
         text=text,

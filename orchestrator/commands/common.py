@@ -7,24 +7,38 @@ import argparse
 import getpass
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from orchestrator import console
 from orchestrator.core.errors import UsageError
 from orchestrator.core.text import printable
 
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+
+def root_dir(args: argparse.Namespace) -> str:
+    """The project root: ``--root``, else the current directory, except inside the workspace of the agent this runs
+    in (``ORCHESTRATOR_WORKSPACE``), a git worktree whose ``memo/`` nobody watches: there, its project's root.
+
+    A path text, resolved: the client commands' root (pathlib is no part of their start-up)."""
+    if args.root is not None:
+        return os.path.realpath(args.root)
+    here = os.path.realpath(os.getcwd())
+    workspace, root = os.environ.get("ORCHESTRATOR_WORKSPACE"), os.environ.get("ORCHESTRATOR_ROOT")
+    if workspace and root:
+        inside = os.path.realpath(workspace)
+        if os.path.commonpath([here, inside]) == inside:
+            return os.path.realpath(root)
+    return here
+
 
 def project_root(args: argparse.Namespace) -> Path:
-    """The project root: ``--root``, else the current directory, except inside the workspace of the agent this runs
-    in (``ORCHESTRATOR_WORKSPACE``), a git worktree whose ``memo/`` nobody watches: there, its project's root."""
-    if args.root is not None:
-        return Path(args.root).resolve()
-    here = Path.cwd().resolve()
-    workspace, root = os.environ.get("ORCHESTRATOR_WORKSPACE"), os.environ.get("ORCHESTRATOR_ROOT")
-    if workspace and root and here.is_relative_to(Path(workspace).resolve()):
-        return Path(root).resolve()
-    return here
+    """``root_dir`` as a ``Path``, for every other command."""
+    from pathlib import Path
+
+    return Path(root_dir(args))
 
 
 def stdin_text(command: str) -> str:
@@ -39,9 +53,11 @@ def stdin_text(command: str) -> str:
 
 def utf8_only(args: argparse.Namespace) -> argparse.Namespace:
     """``args``, unless a text in them is not UTF-8 (bytes Python read with surrogateescape): refused in one line
-    before anything is sent or written, as no record (SQLite, a memo's YAML) can hold it. Paths (``--root``,
-    ``init DIR``) are ``Path`` objects, not texts: a folder's name may be any bytes."""
+    before anything is sent or written, as no record (SQLite, a memo's YAML) can hold it. Paths (``--root``, and
+    ``init DIR``, a ``Path``) are not texts: a folder's name may be any bytes."""
     for name, value in vars(args).items():
+        if name == "root":
+            continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and printable(item) != item:
                 shown = name.replace("_", "-")

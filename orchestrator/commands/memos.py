@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from orchestrator import console
 from orchestrator.commands.common import project_root, stdin_text, who
@@ -13,12 +12,14 @@ from orchestrator.core.errors import OrchestratorError, RefusedError
 
 def cmd_send(args: argparse.Namespace) -> int:
     """``orchestrator send``: write a memo into a role's inbox."""
+    from pathlib import Path
+
     from orchestrator.control import permission
     from orchestrator.core.senders import AGENT_SENDER, normal_sender
     from orchestrator.tools.send import send
 
     # an agent runs anywhere: its own root comes from its environment when --root is not given
-    root = (args.root or Path(os.environ.get("ORCHESTRATOR_ROOT") or Path.cwd())).resolve()
+    root = Path(os.path.realpath(args.root or os.environ.get("ORCHESTRATOR_ROOT") or os.getcwd()))
     caller = permission.require(root, "send")
     sender = (args.sender or "").strip() or None
     if caller.agent:  # from its own role, whatever its environment says: the loop breaker counts it as such
@@ -53,7 +54,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     """``orchestrator trace``: the conversation a memo belongs to, as a tree."""
     from orchestrator.tools import trace
 
-    memo = str(Path(args.memo).resolve()) if os.sep in args.memo else args.memo
+    memo = os.path.realpath(args.memo) if os.sep in args.memo else args.memo
     report = trace.trace(project_root(args), memo)
     if args.json:
         console.print_json(report)
@@ -94,7 +95,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
     root = project_root(args)
     permission.require(root, "release")
-    memo = str(Path(args.memo).resolve()) if args.memo and os.sep in args.memo else args.memo
+    memo = os.path.realpath(args.memo) if args.memo and os.sep in args.memo else args.memo
     done = release(root, memo, role=args.role, every=args.all, who=who())
     if args.json:
         console.print_json({"released": done})

@@ -12,7 +12,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     """``orchestrator init``: scaffold ``roles.yaml``, ``prompts/`` and ``memo/`` for a default team."""
     from orchestrator.scaffold import init_project
 
-    target = (args.dir or args.root or Path.cwd()).resolve()
+    target = Path(args.dir or args.root or Path.cwd()).resolve()
     done = init_project(target)
     for path in done.created:
         console.say(f"created {path}")

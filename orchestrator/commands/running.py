@@ -12,26 +12,27 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, show, stdin_text, who
+from orchestrator.commands.common import project_root, root_dir, show, stdin_text, who
 from orchestrator.control import client as control
 from orchestrator.control.status import collect as collect_status
 from orchestrator.control.status_view import print_status
 from orchestrator.core.durations import parse_duration
 from orchestrator.core.errors import DeadlineError, NotRunningError, OrchestratorError, UsageError
 
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``orchestrator status``: what runs, what waits, what ended."""
-    root = project_root(args)
-    snap = collect_status(root)
+    snap = collect_status(root_dir(args))
     if not snap["running"]:  # what the memory database says, read only when no orchestrator answered
         from orchestrator.memory import status as memory_status
 
-        snap["memory"] = memory_status.offline(root)
+        snap["memory"] = memory_status.offline(project_root(args))
     return show(args.json, snap, print_status)
 
 
@@ -43,9 +44,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         raise UsageError("orchestrator cancel: name a memo or use --role ROLE, not both")
     memo = args.memo
     if memo and os.sep in memo:
-        memo = str(Path(memo).resolve())
+        memo = os.path.realpath(memo)
     result = control.call(
-        project_root(args),
+        root_dir(args),
         "cancel",
         timeout=control.LONG_WAIT,
         memo=memo,
@@ -69,7 +70,7 @@ def cmd_land(args: argparse.Namespace) -> int:
     """``orchestrator land``: land a workspace's branch through the queue; exit 1 when it did not land."""
     if args.wait <= 0:
         raise UsageError("orchestrator land: --wait takes a duration above 0 (900, 15m, ...)")
-    root = project_root(args)
+    root = root_dir(args)
     try:
         result = control.call(
             root, "land", timeout=args.wait + 10, target=args.target, into=args.into, within=args.wait, who=who()
@@ -118,7 +119,7 @@ def _describe_cancel(item: dict[str, Any]) -> str:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """``orchestrator stop``: end the orchestrator; ``--force`` kills the agents and returns their memos."""
-    root = project_root(args)
+    root = root_dir(args)
     limit = _stop_timeout(args.timeout) if args.timeout is not None else None
     before = control.call(root, "status")
     control.call(root, "stop", force=args.force, who=who())
@@ -152,7 +153,7 @@ def _stop_timeout(text: str) -> float:
         raise UsageError(f"orchestrator stop: --timeout: {exc}") from None
 
 
-def _wait_for_exit(root: Path, last: dict[str, Any], timeout: float, force: bool) -> None:
+def _wait_for_exit(root: str, last: dict[str, Any], timeout: float, force: bool) -> None:
     """Return once the orchestrator of ``root`` no longer answers; after ``timeout`` raise ``DeadlineError``
     (exit 11) naming what still runs."""
     deadline = time.monotonic() + timeout
@@ -192,7 +193,7 @@ def still_running(status: dict[str, Any], waited: float, force: bool = False) ->
 def cmd_interrupt(args: argparse.Namespace) -> int:
     """``orchestrator interrupt``: end an SDK agent's current turn."""
     result = control.call(
-        project_root(args),
+        root_dir(args),
         "interrupt",
         timeout=control.LONG_WAIT,
         memo=args.memo,
@@ -215,7 +216,7 @@ def cmd_tell(args: argparse.Namespace) -> int:
     text = args.text if args.text is not None else stdin_text("tell")
     if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
         raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
-    result = control.call(project_root(args), "tell", memo=args.memo, text=text, who=who())
+    result = control.call(root_dir(args), "tell", memo=args.memo, text=text, who=who())
     if args.json:
         console.print_json(result)
     else:
@@ -226,7 +227,7 @@ def cmd_tell(args: argparse.Namespace) -> int:
 
 def cmd_wake(args: argparse.Namespace) -> int:
     """``orchestrator wake``: write a wake of a role now, by the same picking rules."""
-    result = control.call(project_root(args), "wake", timeout=120, role=args.role, task=args.task, who=who())
+    result = control.call(root_dir(args), "wake", timeout=120, role=args.role, task=args.task, who=who())
     if args.json:
         console.print_json(result)
     else:

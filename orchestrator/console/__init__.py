@@ -17,8 +17,6 @@ import json
 import sys
 import time
 from collections import deque
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
 
 from orchestrator import tables
 from orchestrator.console.log import LOG_BACKUPS, LOG_MAX_BYTES, RotatingLog, open_log
@@ -26,9 +24,12 @@ from orchestrator.core.text import one_event
 from orchestrator.core.text import printable as _printable
 from orchestrator.core.turn import at_turn_end
 
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Iterable
+    from pathlib import Path
+    from typing import Any, TextIO
 
     from rich.console import Group
     from rich.live import Live

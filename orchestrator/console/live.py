@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Group
 
 

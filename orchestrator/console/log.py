@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
-from typing import TextIO
 
 from orchestrator.core.turn import at_turn_end
+
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import TextIO
 
 LOG_MAX_BYTES = 10 * 1024 * 1024
 LOG_BACKUPS = 5

@@ -58,7 +58,7 @@ class ControlServer:
 
     def __init__(
         self,
-        path: Path,
+        path: str | Path,
         handle: Callable[[Request | FeatureRequest, Peer], Awaitable[dict[str, Any]]],
         log_error: Callable[[str], None],
         *,
@@ -66,7 +66,7 @@ class ControlServer:
         peer_uid: Callable[[socket.socket | None], int | None] | None = None,
         more: Mapping[str, type[FeatureRequest]] | None = None,
     ) -> None:
-        self.path = path
+        self.path = Path(path)
         self.more = more  # the features' requests, by ``op``
         self.handle = handle
         self.log_error = log_error

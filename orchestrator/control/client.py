@@ -13,16 +13,20 @@ within ``ANSWER_WITHIN`` itself, saying what it still waits for, so ``LONG_WAIT`
 
 from __future__ import annotations
 
+import _socket  # the C module under `socket`: what a client needs, without the wrapper's enums (about 4 ms a start)
 import contextlib
 import json
 import os
-import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 from orchestrator.core.errors import CONTROL_ERRORS, ControlError, DeadlineError, NotRunningError
+
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
+
+    Root: TypeAlias = str | os.PathLike[str]  # a Path on the orchestrator's side, a path text in a client command
 
 SOCKET_NAME = "control.sock"
 UNIX_PATH_MAX = 100
@@ -32,31 +36,33 @@ ANSWER_WITHIN = 60.0  # the orchestrator's own deadline for a cancel, interrupt 
 LONG_WAIT = ANSWER_WITHIN + 10.0  # how long the client waits for those: their answer is due before
 
 
-def socket_path(root: Path) -> Path:
+def socket_path(root: Root) -> str:
     """Where the orchestrator of ``root`` listens."""
-    return root / ".orchestrator" / SOCKET_NAME
+    return os.path.join(root, ".orchestrator", SOCKET_NAME)
 
 
 @contextlib.contextmanager
-def short_path(path: Path) -> Iterator[str]:
+def short_path(path: Root) -> Iterator[str]:
     """A path short enough for AF_UNIX (108 bytes): long ones go through /proc/self/fd of their folder."""
-    if len(os.fsencode(str(path))) < UNIX_PATH_MAX:
-        yield str(path)
+    where = os.fspath(path)
+    if len(os.fsencode(where)) < UNIX_PATH_MAX:
+        yield where
         return
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    folder, name = os.path.split(where)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
+        yield f"/proc/self/fd/{fd}/{name}"
     finally:
         os.close(fd)
 
 
-def _connect(root: Path, patience: float) -> socket.socket:
+def _connect(root: Root, patience: float) -> _socket.socket:
     """A socket connected to the orchestrator of ``root``, retrying up to ``patience`` seconds while its backlog
     is full (it is stopped, or swamped by connections it has not accepted yet)."""
     path = socket_path(root)
     deadline = time.monotonic() + patience
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         # never a blocking connect: on a full backlog it would wait for as long as the orchestrator does not accept
         sock.setblocking(False)
         try:
@@ -82,11 +88,11 @@ def _connect(root: Path, patience: float) -> socket.socket:
             raise
 
 
-def _denied_why(path: Path) -> str:
+def _denied_why(path: str) -> str:
     """Why connecting to the control socket was denied: another user's orchestrator, else a sandbox around this
     process (Codex's ``workspace-write`` shuts sockets unless its ``network_access`` is on)."""
     try:
-        mine = path.stat().st_uid == os.getuid()
+        mine = os.stat(path).st_uid == os.getuid()
     except OSError:
         mine = False
     if not mine:
@@ -97,7 +103,7 @@ def _denied_why(path: Path) -> str:
     )
 
 
-def call(root: Path, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+def call(root: Root, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
     """Send one request to the orchestrator of ``root``; raise ``NotRunningError`` or the refusal.
 
     ``timeout`` bounds the wait for the answer (``LONG_WAIT`` for a request that waits for runs to end); a socket
@@ -127,7 +133,7 @@ def call(root: Path, op: str, timeout: float = 30.0, **args: Any) -> dict[str, A
     return _result(root, data)
 
 
-def _unanswered(root: Path, op: str, args: dict[str, Any], how: str, after: str = "") -> str:
+def _unanswered(root: Root, op: str, args: dict[str, Any], how: str, after: str = "") -> str:
     """The line of a request sent and never answered (exit 11): it may have taken effect, or yet take it (a cancel
     of an orchestrator that crashed is finished by its next start)."""
     return (
@@ -142,7 +148,7 @@ def _request(op: str, args: dict[str, Any]) -> str:
     return f"{op} {target}" if isinstance(target, str) else op
 
 
-def _result(root: Path, data: bytes) -> dict[str, Any]:
+def _result(root: Root, data: bytes) -> dict[str, Any]:
     """The result of an answer line, or its refusal raised as the error class its code names."""
     try:
         answer = json.loads(data)

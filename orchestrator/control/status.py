@@ -8,28 +8,31 @@ orchestrator answers.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from orchestrator.control import client
 from orchestrator.core.errors import NotRunningError
 from orchestrator.intake.names import held_counts
 
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from typing import Any
 
-def live(root: Path) -> dict[str, Any]:
+
+def live(root: str) -> dict[str, Any]:
     """The running orchestrator's status of ``root``, with the held memos counted; ``NotRunningError`` if none."""
     snap = client.call(root, "status", timeout=10)
     snap["held"] = held_counts(root)
     return snap
 
 
-def collect(root: Path) -> dict[str, Any]:
+def collect(root: str) -> dict[str, Any]:
     """The status of ``root`` as the JSON of ``status --json``; every run in it has the keys of ``RunView.to_json``."""
     try:
         return live(root)
     except NotRunningError:
         pass
     # the record layer, loaded only now: no orchestrator runs, so the database and roles.yaml are what there is
+    from pathlib import Path
+
     from orchestrator.control.status_records import recorded
 
-    return recorded(root)
+    return recorded(Path(root))

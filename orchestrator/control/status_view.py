@@ -8,11 +8,14 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import Any, TextIO
 
 from orchestrator import tables
 from orchestrator.console import is_tty, money, say
 from orchestrator.console.live import pause_lines
+
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 def print_status(snap: dict[str, Any], stream: TextIO | None = None) -> None:

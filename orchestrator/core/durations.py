@@ -7,7 +7,10 @@ duration without loading pydantic.
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from typing import Any
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
+
+TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
+if TYPE_CHECKING:
+    from pathlib import Path
 
 INBOX, ACTIVE, ARCHIVE, FAILED, CANCELLED = "inbox", "active", "archive", "failed", "cancelled"
 HELD = "held"  # memos a check held back from running (released by a person)
@@ -26,10 +29,10 @@ def is_memo_name(name: str) -> bool:
     )
 
 
-def roles_on_disk(root: Path) -> list[str]:
+def roles_on_disk(root: str | Path) -> list[str]:
     """Every folder under ``memo/``, by name."""
     try:
-        return sorted(e.name for e in os.scandir(root / "memo") if e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in os.scandir(os.path.join(root, "memo")) if e.is_dir(follow_symlinks=False))
     except FileNotFoundError:
         return []
 
@@ -48,9 +51,15 @@ def memo_files(
                 yield role, folder, root / "memo" / role / folder / name
 
 
-def held_counts(root: Path, folder: str = HELD) -> dict[str, int]:
-    """How many memos wait in each role's ``held/`` (or ``folder``; roles with none are left out), for ``status``."""
+def held_counts(root: str | Path, folder: str = HELD) -> dict[str, int]:
+    """How many memos wait in each role's ``held/`` (or ``folder``; roles with none are left out), for ``status``
+    (a client command: ``root`` may be a path text, and no ``Path`` is made)."""
     counts: dict[str, int] = {}
-    for role, _, _ in memo_files(root, folders=(folder,)):
-        counts[role] = counts.get(role, 0) + 1
+    for role in roles_on_disk(root):
+        try:
+            found = sum(is_memo_name(e.name) for e in os.scandir(os.path.join(root, "memo", role, folder)))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if found:
+            counts[role] = found
     return counts
