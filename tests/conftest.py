@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,12 @@ def wait_for(
 ) -> Any:
     """Poll until ``condition()`` is truthy; fail naming ``what`` after ``timeout`` seconds."""
     return harness.wait_for(condition, timeout, what, interval)
+
+
+def error_line(line: str) -> bool:
+    """One of our error lines: ``orchestrator: ...``, or a message that names the program itself
+    (``orchestrator stop: ...``, ``orchestrator (pid 7) still runs ...``), which ``console.fail`` prints as it is."""
+    return re.match(r"orchestrator(:| [a-z][a-z -]*:| \(pid \d+\)) ", line) is not None
 
 
 def read_found(folder: Path, pattern: str, what: str, timeout: float = DEADLINE) -> tuple[Path, str]:

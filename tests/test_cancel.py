@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import Project, dead, read_found, wait_for
+from conftest import Project, dead, error_line, read_found, wait_for
 from orchestrator.core.events import CancelRequested
 from replay import Replay
 
@@ -73,7 +73,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
     """The command failed with ``code`` and said why in one line, without a traceback."""
     assert result.returncode == code, f"expected exit {code}, got {result.returncode}: {result.stdout}{result.stderr}"
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("orchestrator: "), result.stderr
+    assert len(lines) == 1 and error_line(lines[0]), result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     return lines[0]
 

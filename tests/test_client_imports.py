@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from conftest import Project, wait_for
+from conftest import Project, error_line, wait_for
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -114,7 +114,7 @@ def test_the_client_commands_import_only_the_standard_library(project: Project) 
 
     for args in (("tell", "L-1", "more"), ("interrupt", "L-1"), ("wake", "nosuchrole")):
         refused, modules = run_client(project, *args)
-        assert refused.returncode != 0 and refused.stderr.startswith("orchestrator: "), refused
+        assert refused.returncode != 0 and error_line(refused.stderr), refused
         assert_lean(modules, args[0])
 
     cancel, modules = run_client(project, "cancel", "L-1")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import STAND_IN, Project, wait_for
+from conftest import STAND_IN, Project, error_line, wait_for
 
 Mutate = Callable[[Path], None]
 
@@ -243,7 +243,7 @@ def test_config_error_exits_2_with_one_line_and_touches_no_memo(
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("orchestrator: ")
+    assert error_line(lines[0])
     assert str(project.root) in lines[0]  # the file, as a full path
     for fragment in fragments:
         assert fragment in lines[0]

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import Project
+from conftest import Project, error_line
 from orchestrator.config import TeamFile
 from orchestrator.ops.configuration import INPUTS, roles_schema, schema_text, validator_name
 
@@ -181,7 +181,7 @@ def test_config_check_says_the_first_problem_in_one_line(
         assert result.returncode == 2
         assert result.stdout == ""
         lines = result.stderr.splitlines()
-        assert len(lines) == 1 and expected in lines[0] and lines[0].startswith("orchestrator: "), lines
+        assert len(lines) == 1 and expected in lines[0] and error_line(lines[0]), lines
 
 
 def test_config_check_prints_the_stall_timeout_in_force(tmp_path: Path) -> None:

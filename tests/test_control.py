@@ -320,7 +320,7 @@ def test_stop_wait_gives_up_at_its_timeout_naming_what_still_runs(project: Proje
     (line,) = result.stderr.splitlines()
     (run,) = project.status()["runs"]
     assert line == (
-        f"orchestrator: orchestrator (pid {orch.proc.pid}) still runs after 1s: run {run['run_id']} (builder, L-1, "
+        f"orchestrator (pid {orch.proc.pid}) still runs after 1s: run {run['run_id']} (builder, L-1, "
         "running); it goes on ending (`orchestrator stop --force` stops its agents now)"
     )
     assert project.status()["ending"] == "graceful", "giving up the wait must not change the ending"
@@ -335,8 +335,7 @@ def test_stop_with_a_bad_timeout_is_a_usage_error(running: Project) -> None:
     result = running.cli("stop", "--wait", "--timeout", "soon")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "orchestrator: orchestrator stop: --timeout: expected a duration such as 5s, 500ms, 30m or a number of "
-        "seconds, got 'soon'"
+        "orchestrator stop: --timeout: expected a duration such as 5s, 500ms, 30m or a number of seconds, got 'soon'"
     )
     assert running.status()["ending"] is None, "a refused stop stopped nothing"
     assert running.orch.stop() == 0  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Orchestrator, Project, claude_records, pid_alive, wait_for
+from conftest import Orchestrator, Project, claude_records, error_line, pid_alive, wait_for
 from orchestrator.supervisor.recovery import orphan_run_ids
 
 QUICK_RETRY = {"max": 1, "backoff": ["0.1s"]}
@@ -71,7 +71,7 @@ def one_line_error(result: Any, code: int) -> str:
     """The command failed with ``code`` and said why in one line, without a traceback."""
     assert result.returncode == code, f"expected exit {code}, got {result.returncode}: {result.stdout}{result.stderr}"
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("orchestrator: "), result.stderr
+    assert len(lines) == 1 and error_line(lines[0]), result.stderr
     assert "Traceback" not in result.stderr
     return str(lines[0])
 

@@ -71,8 +71,10 @@ def say(text: str = "", stream: TextIO | None = None) -> None:
 
 
 def fail(message: str) -> None:
-    """A command's error: one line ``orchestrator: <message>`` on standard error."""
-    print(f"orchestrator: {message}", file=sys.stderr, flush=True)
+    """A command's error: one line ``orchestrator: <message>`` on standard error; a message that names the program
+    itself already (``orchestrator stop: --timeout: ...``, ``orchestrator (pid 7) still runs ...``) as it is."""
+    named = message.startswith(("orchestrator ", "orchestrator:"))
+    print(message if named else f"orchestrator: {message}", file=sys.stderr, flush=True)
 
 
 def print_json(data: Any) -> None:
