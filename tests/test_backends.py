@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from conftest import LOUD
+from conftest import LOUD, Project
 from orchestrator.agents import keeper
 from orchestrator.agents.backends import backend_for, capabilities, register, stall_seconds, unregister
 from orchestrator.agents.backends.command import CommandBackend
@@ -260,3 +260,19 @@ def test_a_claude_command_that_gives_itself_a_looser_budget_cap_is_refused(tmp_p
         check(["claude", "-p", "--max-budget-usd=2"], max_budget_usd=1.0)
     check(["claude", "-p", "--max-budget-usd", "0.3"], budget={"per_run_usd": 0.5})  # tighter
     check(["claude", "-p", "--max-budget-usd", "5"])  # no cap of the role's to loosen
+
+
+def test_a_plain_commands_budget_is_refused_since_nothing_counts_its_spend(project: Project) -> None:
+    """Found by a review: a plain command reports no spend, so a role's budget.per_run_usd or per_day_usd was taken
+    and never kept (its runs counted $0), silently; a team's per_day_usd still counts its other roles."""
+    for budget in ({"per_run_usd": 0.5}, {"per_day_usd": 5}):
+        project.configure({"builder": {"budget": budget}})
+        done = project.cli("config", "check")
+        key = next(iter(budget))
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert done.stderr.strip().endswith(
+            f"roles.builder.budget.{key}: a plain command reports no spend, so nothing would count it against "
+            "this budget; remove it (a team's budget.per_day_usd counts the roles whose spend is known)"
+        ), done.stderr
+    project.configure({"builder": {}}, budget={"per_day_usd": 5})
+    assert project.cli("config", "check").returncode == 0

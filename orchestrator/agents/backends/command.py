@@ -31,6 +31,17 @@ def check_program(config: Config, role: Role) -> None:
         )
 
 
+def check_no_budget(config: Config, role: Role) -> None:
+    """A plain command reports no spend: a budget of its own would be taken and never kept (fail closed)."""
+    for key in ("per_run_usd", "per_day_usd"):
+        if getattr(role.budget, key):
+            raise ConfigError(
+                f"{config.path}: roles.{role.name}.budget.{key}: a plain command reports no spend, so nothing would "
+                "count it against this budget; remove it (a team's budget.per_day_usd counts the roles whose spend "
+                "is known)"
+            )
+
+
 class CommandBackend:
     """Any program: started, adopted and read by its exit status alone."""
 
@@ -44,6 +55,7 @@ class CommandBackend:
 
     def check(self, config: Config, role: Role) -> None:
         check_program(config, role)
+        check_no_budget(config, role)
 
     def program(self, config: Config, role: Role) -> Program:
         return Program("command", role.command[0], verdict="not Claude Code: its exit status is the verdict")
