@@ -276,3 +276,6 @@ def test_a_plain_commands_budget_is_refused_since_nothing_counts_its_spend(proje
         ), done.stderr
     project.configure({"builder": {}}, budget={"per_day_usd": 5})
     assert project.cli("config", "check").returncode == 0
+    project.configure({"builder": {"budget": {"per_day_usd": 5}}})  # a dry run: its stand-in replaces the command
+    dry = project.cli("config", "check", ORCHESTRATOR_SPAWN_CMD="true")
+    assert dry.returncode == 0, dry.stderr

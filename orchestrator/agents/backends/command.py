@@ -14,7 +14,7 @@ from orchestrator.agents.backends.base import Program
 from orchestrator.agents.command import adopt_command, recorded_command, start_command
 from orchestrator.agents.handle import Agent, OnExit
 from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
-from orchestrator.config import Config, Role
+from orchestrator.config import SPAWN_CMD_ENV, Config, Role
 from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ConfigError
 
@@ -32,7 +32,10 @@ def check_program(config: Config, role: Role) -> None:
 
 
 def check_no_budget(config: Config, role: Role) -> None:
-    """A plain command reports no spend: a budget of its own would be taken and never kept (fail closed)."""
+    """A plain command reports no spend: a budget of its own would be taken and never kept (fail closed). Not in a
+    dry run (``ORCHESTRATOR_SPAWN_CMD``), whose stand-in replaces the command the budget was written for."""
+    if os.environ.get(SPAWN_CMD_ENV, "").strip():
+        return
     for key in ("per_run_usd", "per_day_usd"):
         if getattr(role.budget, key):
             raise ConfigError(
