@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.core.events import CancelRequested, InterruptRequested, StopRequested
+from orchestrator.core.events import CancelRequested, InterruptRequested, StopRequested, Tick
 from orchestrator.core.states import ALLOWED, IllegalTransition, RunState, check_transition
 from orchestrator.supervisor.recovery import recover
 from replay import Boom, Replay
@@ -127,6 +128,28 @@ def test_a_daily_budget_blocks_until_the_next_day(tmp_path: Path) -> None:
         r.sup.post(__import__("orchestrator.core.events", fromlist=["Tick"]).Tick())
         await r.settle()
         assert r.agent("C-2").spec.attempt == 1, "the new day starts the waiting memo"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
+def test_a_daily_budget_counts_the_teams_day_in_its_timezone(tmp_path: Path) -> None:
+    """Found by a review: the budget's day was the machine's (UTC here) while wakes and tasks keep the team's
+    ``timezone``; a team in Tokyo had its daily budget start again at 09:00 its time."""
+
+    async def scenario(root: Path) -> None:
+        start = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)  # 23:00 in Tokyo
+        r = Replay(root, {"builder": {"budget": {"per_day_usd": 1.0}}}, start, timezone="Asia/Tokyo")
+        await r.drop("builder", "C-1.md")
+        r.agent("C-1").result = {"cost_usd": 1.5, "session_id": "s1"}
+        await r.exit("C-1", 0)
+        await r.drop("builder", "C-2.md")
+        assert len(r.spawner.agents) == 1
+        assert "new runs wait until 2026-12-01" in r.sup.budgets.current["builder"]
+        await r.advance(90 * 60)  # 15:30 UTC, 00:30 on December 1st in Tokyo: still November 30th in UTC
+        r.sup.post(Tick())
+        await r.settle()
+        assert r.agent("C-2").spec.attempt == 1, "Tokyo's new day starts the waiting memo"
         r.close()
 
     play(tmp_path, scenario)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 
 from orchestrator.config import Config, RoleRun
+from orchestrator.config.schedule import zone as team_zone
 from orchestrator.console import Console
 from orchestrator.core.team_events import TeamEvent
 from orchestrator.store import Store
@@ -19,9 +20,11 @@ TEAM = "*"
 TOLD = "budget_told"  # the store's meta: the blocks already announced, ``{key: day}`` (a restart does not tell again)
 
 
-def day_start(now: datetime) -> datetime:
-    """Midnight of ``now``'s local day: daily budgets count from here."""
-    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+def day_start(now: datetime, zone: tzinfo | None = None) -> datetime:
+    """Midnight of ``now``'s day in ``zone`` (the team's ``timezone``; None: ``now``'s own), in that zone: daily
+    budgets count from here."""
+    here = now.astimezone(zone) if zone is not None else now
+    return here.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def blocks(
@@ -31,10 +34,12 @@ def blocks(
     spent_by_role: dict[str, float],
     team_spent: float,
     estimated: frozenset[str] = frozenset(),
+    zone: tzinfo | None = None,
 ) -> dict[str, str]:
-    """Why each blocked role (or ``"*"`` for the team) may start nothing new today, keyed by role; ``estimated``:
-    the roles (and ``"*"``) whose spend is in part an estimate from `prices`, marked ``~`` as everywhere."""
-    tomorrow = (day_start(now) + timedelta(days=1)).strftime("%Y-%m-%d")
+    """Why each blocked role (or ``"*"`` for the team) may start nothing new today (in ``zone``), keyed by role;
+    ``estimated``: the roles (and ``"*"``) whose spend is in part an estimate from `prices`, marked ``~`` as
+    everywhere."""
+    tomorrow = (day_start(now, zone).date() + timedelta(days=1)).isoformat()
     out: dict[str, str] = {}
 
     def said(key: str, spent: float) -> str:
@@ -84,14 +89,16 @@ class Budgets:
         if not caps and not team_cap:
             self._told({})
             return
-        since = day_start(now).isoformat(timespec="milliseconds")
+        zone = team_zone(self.config.timezone)
+        # with the offset the runs' times are written with (the machine's), as they are compared as text
+        since = day_start(now, zone).astimezone(now.tzinfo).isoformat(timespec="milliseconds")
         running = _running_costs(runs, self._inherited(runs))
         spent = {name: self.store.spent_since(since, name) + running.get(name, 0.0) for name in caps}
         team = self.store.spent_since(since) + sum(running.values()) if team_cap else 0.0
         over = [name for name in caps if spent[name] >= caps[name]] + ([TEAM] if team_cap and team >= team_cap else [])
         estimated = frozenset(k for k in over if self.store.estimated_since(since, None if k == TEAM else k))
-        new = blocks(now, caps, team_cap, spent, team, estimated)
-        day = day_start(now).date().isoformat()
+        new = blocks(now, caps, team_cap, spent, team, estimated, zone)
+        day = day_start(now, zone).date().isoformat()
         for key, why in new.items():
             if self.current.get(key) is None:
                 self.console.line(f"budget: {why}", role=None if key == TEAM else key)
