@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -51,6 +52,11 @@ def test_daily_budget_blocks_per_role_and_for_the_team() -> None:
     assert budgets.blocked_roles(out, ["a", "b"]) == ["a", "b"]
     assert budgets.blocked_roles({"a": "x"}, ["a", "b"]) == ["a"]
     assert budgets.day_start(now).hour == 0
+    # the team's day (timezone: Asia/Tokyo) on a UTC machine: the spend of today counts from 15:00 UTC
+    late = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
+    assert budgets.counted_since(late, ZoneInfo("Asia/Tokyo")) == "2026-11-30T15:00:00.000+00:00"
+    assert budgets.counted_since(late, None) == "2026-11-30T00:00:00.000+00:00"
+    assert "new runs wait until 2026-12-02" in budgets.blocks(late, {}, 1.0, {}, 1.0, zone=ZoneInfo("Asia/Tokyo"))["*"]
 
 
 def _role(**settings: object) -> Role:

@@ -27,6 +27,12 @@ def day_start(now: datetime, zone: tzinfo | None = None) -> datetime:
     return here.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def counted_since(now: datetime, zone: tzinfo | None) -> str:
+    """Where today's spend begins for the daily budgets (midnight in ``zone``, the team's), written with ``now``'s
+    offset, as the runs' times are (the store compares them as text)."""
+    return day_start(now, zone).astimezone(now.tzinfo).isoformat(timespec="milliseconds")
+
+
 def blocks(
     now: datetime,
     role_caps: dict[str, float],
@@ -90,8 +96,7 @@ class Budgets:
             self._told({})
             return
         zone = team_zone(self.config.timezone)
-        # with the offset the runs' times are written with (the machine's), as they are compared as text
-        since = day_start(now, zone).astimezone(now.tzinfo).isoformat(timespec="milliseconds")
+        since = counted_since(now, zone)
         running = _running_costs(runs, self._inherited(runs))
         spent = {name: self.store.spent_since(since, name) + running.get(name, 0.0) for name in caps}
         team = self.store.spent_since(since) + sum(running.values()) if team_cap else 0.0

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.agents.backends import capabilities
+from orchestrator.config.schedule import zone as team_zone
 from orchestrator.control import protocol
 from orchestrator.control.authority import PERSON, Caller
 from orchestrator.core.errors import MemoFinishedError, UnknownMemoError
@@ -28,6 +29,7 @@ from orchestrator.core.view import FIGURES, RunView
 from orchestrator.intake.catalog import held_counts
 from orchestrator.intake.memo import FAILED, INBOX, free_name
 from orchestrator.intake.notices import reason_path
+from orchestrator.supervisor.budgets import counted_since
 from orchestrator.supervisor.extension import Extension, Host
 
 if TYPE_CHECKING:
@@ -77,9 +79,9 @@ class Attachment(Extension):
         return self._host.snapshot(False)
 
     def spent_today(self) -> dict[str, Any]:
-        """Spend since local midnight, the team's and each role's, beside the budgets of ``roles.yaml``."""
-        start = self.clock.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
-        since = start.isoformat(timespec="milliseconds")
+        """Spend since midnight in the team's ``timezone`` (as the daily budgets count it), the team's and each
+        role's, beside the budgets of ``roles.yaml``."""
+        since = counted_since(self.clock.now(), team_zone(self.config.timezone))
         store = self._host.store
 
         def spent(role: str | None) -> dict[str, Any]:
