@@ -773,8 +773,10 @@ def test_an_unanswered_question_is_told_again_every_remind_on_the_supervisors_cl
         assert told(0) == [None, 1]
         await r.advance(4 * 3600)
         assert told(0) == [None, 1, 2] and told(1) == [None], "a channel without remind is told once"
-        reminder = [item for item in taken[0] if isinstance(item, Deliver)][-1].body
+        bodies = [item.body for item in taken[0] if isinstance(item, Deliver)]
+        reminder = bodies[-1]
         assert reminder["question"] == "Which design?" and reminder["memo"] == "a.md"
+        assert len({body["id"] for body in bodies}) == 3, "each reminder a notification with an id of its own"
         await feature(r, AnswerRequest(memo="a", text="the first", who="pat"))
         assert r.state("a.md") == "running", "answered: its memo runs again"
         await r.advance(10 * 3600)

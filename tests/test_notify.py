@@ -46,6 +46,16 @@ class Hook:
             def log_message(self, *args: Any) -> None:
                 return None
 
+        self.refuse = 0  # how many POSTs to answer 500 first
+
+        class Handler(Handler):  # type: ignore[no-redef]
+            def send_response(self, code: int, message: str | None = None) -> None:
+                if server.refuse > 0:
+                    server.refuse -= 1
+                    code = 500
+                super().send_response(code, message)
+
+        server = self
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -93,6 +103,24 @@ def test_a_failure_is_posted_as_signed_json_and_no_secret_is_written(project: Pr
     written += [p.read_text(errors="replace") for p in (project.root / "memo").rglob("*") if p.is_file()]
     for text in written:
         assert SECRET not in text and TOKEN not in text
+
+
+def test_each_event_has_an_id_its_retried_sends_keep(project: Project, hook: Hook) -> None:
+    """Found by a review: a send retried after a timeout the receiver had in fact taken came twice, with nothing to
+    tell it from a second event of the same kind."""
+    project.configure(notifications=[{"kind": "webhook", "url_env": "TEAM_HOOK", "backoff": ["0.1s"]}])
+    hook.refuse = 1
+    for name in ("b1.md", "b2.md"):
+        project.drop("builder", name, {"agent": {"exit": 1}})
+    orch = project.up("--until-idle", wait_ready=False, TEAM_HOOK=hook.url)
+    assert orch.wait(30) == 0, orch.output
+    wait_for(lambda: len(hook.received) == 3, what="one event sent twice, the other once")
+    bodies = [json.loads(post["body"]) for post in hook.received]
+    ids = {body["memo"]: set() for body in bodies}
+    for body in bodies:
+        ids[body["memo"]].add(body["id"])
+    assert [len(found) for found in ids.values()] == [1, 1], bodies
+    assert ids["b1.md"] != ids["b2.md"] and all(len(i) == 32 for found in ids.values() for i in found)
 
 
 def test_a_webhook_that_is_down_delays_no_run_and_is_one_line(project: Project) -> None:

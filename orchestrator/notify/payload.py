@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -28,8 +29,10 @@ def dashboard_url(config: Config) -> str | None:
 
 
 def payload(event: TeamEvent, config: Config, now: datetime) -> dict[str, Any]:
-    """``{event, team, role, memo, subject, reason | question, time, dashboard}``: one object per event."""
+    """``{id, event, team, role, memo, subject, reason | question, time, dashboard}``: one object per event; its
+    ``id`` is the event's own, kept by every retry of its send, so a receiver can drop one it took already."""
     body: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
         "event": event.kind,
         "team": str(config.root),
         "role": event.role,

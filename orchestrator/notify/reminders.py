@@ -7,6 +7,7 @@ rule on time); the channel's thread only sends what it is handed, each reminder 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,8 @@ class Reminders:
             if reminder.due <= now:
                 reminder.count += 1
                 reminder.due = now + reminder.every
-                out.append((channel, {**reminder.body, "reminder": reminder.count}))
+                # a notification of its own: its own id, or a receiver that drops what it took already drops it
+                out.append((channel, {**reminder.body, "id": uuid.uuid4().hex, "reminder": reminder.count}))
         self._arm()
         return out
 
