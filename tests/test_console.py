@@ -213,6 +213,7 @@ def _run(state: RunState, agent: Any = None, memos: int = 1) -> Run:
         started_mono=time.monotonic() - 5.0,
         started_at="2026-11-30T09:12:01.000+01:00",
         next_attempt_at="2026-11-30T09:13:01.000+01:00",
+        timers={"retry": SimpleNamespace()} if state is RunState.RETRY_WAIT else {},  # a retry not yet due
     )
 
 

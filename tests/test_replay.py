@@ -155,6 +155,27 @@ def test_a_daily_budget_counts_the_teams_day_in_its_timezone(tmp_path: Path) -> 
     play(tmp_path, scenario)
 
 
+def test_a_retry_due_but_held_says_so_instead_of_a_time_gone_by(tmp_path: Path) -> None:
+    """Found by a review: a retry held by a daily budget showed its next attempt at a time already past."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"budget": {"per_day_usd": 1.0}, "retry": {"max": 2, "backoff": ["60s"]}}})
+        await r.drop("builder", "B-1.md")
+        r.agent("B-1").result = {"cost_usd": 1.5, "session_id": "s1"}
+        await r.exit("B-1", 1)
+        r.sup.post(Tick())
+        await r.settle()
+        (run,) = r.sup.snapshot()["runs"]
+        assert run["state"] == "retry_wait" and run["next_attempt_at"] and not run["activity"]
+        await r.advance(60)
+        (run,) = r.sup.snapshot()["runs"]
+        assert run["state"] == "retry_wait" and len(r.spawner.agents) == 1, "the budget holds its retry"
+        assert run["activity"] == f"retry due since {run['next_attempt_at'][11:19]}; it waits to start (a free slot, or a budget, pause or hold below)"
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_fifo_across_roles_under_the_team_limit(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, {"a": {}, "b": {}}, max_concurrent=1)
