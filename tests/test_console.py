@@ -399,3 +399,20 @@ def test_the_log_writes_a_turn_of_the_loop_at_once_and_a_line_without_a_loop_at_
     assert asyncio.run(turn()) == "no loop\n", "within a turn the lines wait for its end"
     assert path.read_text() == "no loop\none\ntwo\n"
     log.close()
+
+
+def test_an_error_line_names_the_program_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """A message that names the program itself is printed as it is; one that merely begins with the word (a branch
+    or a memo named orchestrator) still gets the prefix."""
+    for message, printed in (
+        ("orchestrator stop: --timeout: bad", "orchestrator stop: --timeout: bad"),
+        ("orchestrator (pid 7) still runs after 1s", "orchestrator (pid 7) still runs after 1s"),
+        ("orchestrator: x", "orchestrator: x"),
+        ("no such memo", "orchestrator: no such memo"),
+        (
+            "orchestrator is checked out in /srv/wt; land it there",
+            "orchestrator: orchestrator is checked out in /srv/wt; land it there",
+        ),
+    ):
+        console.fail(message)
+        assert capsys.readouterr().err == printed + "\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import time
 from collections import deque
@@ -73,8 +74,12 @@ def say(text: str = "", stream: TextIO | None = None) -> None:
 def fail(message: str) -> None:
     """A command's error: one line ``orchestrator: <message>`` on standard error; a message that names the program
     itself already (``orchestrator stop: --timeout: ...``, ``orchestrator (pid 7) still runs ...``) as it is."""
-    named = message.startswith(("orchestrator ", "orchestrator:"))
+    named = _NAMES_ITSELF.match(message) is not None
     print(message if named else f"orchestrator: {message}", file=sys.stderr, flush=True)
+
+
+# "orchestrator stop: ...", "orchestrator (pid 7) ...": not a branch or a memo named orchestrator that begins a line
+_NAMES_ITSELF = re.compile(r"orchestrator(:| [a-z][a-z -]*:| \(pid \d+\)) ")
 
 
 def print_json(data: Any) -> None:
