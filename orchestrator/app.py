@@ -9,8 +9,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.agents import keeper
-from orchestrator.agents.backends import backend_for
+from orchestrator.agents import backends, keeper
 from orchestrator.agents.spec import ARG_MAX_SINGLE, role_folder
 from orchestrator.asks.checks import check_asks
 from orchestrator.config import Config, Role, load_config
@@ -38,7 +37,7 @@ def preflight(config: Config) -> None:
         cwd = role_folder(config.root, role.cwd)
         if not cwd.is_dir():
             raise ConfigError(f"{config.path}: roles.{role.name}.cwd: folder {cwd} does not exist")
-        backend_for(role).check(config, role)  # its program, and what its kind of agent needs
+        backends.check(config, role)  # its program, and what its kind of agent needs
         check_sizes(config, role)
 
 

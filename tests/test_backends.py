@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from conftest import LOUD, Project
+from conftest import FAKE_CLAUDE, LOUD, Project
 from orchestrator.agents import keeper
 from orchestrator.agents.backends import backend_for, capabilities, register, stall_seconds, unregister
 from orchestrator.agents.backends.command import CommandBackend
@@ -262,20 +262,37 @@ def test_a_claude_command_that_gives_itself_a_looser_budget_cap_is_refused(tmp_p
     check(["claude", "-p", "--max-budget-usd", "5"])  # no cap of the role's to loosen
 
 
-def test_a_plain_commands_budget_is_refused_since_nothing_counts_its_spend(project: Project) -> None:
-    """Found by a review: a plain command reports no spend, so a role's budget.per_run_usd or per_day_usd was taken
-    and never kept (its runs counted $0), silently; a team's per_day_usd still counts its other roles."""
-    for budget in ({"per_run_usd": 0.5}, {"per_day_usd": 5}):
-        project.configure({"builder": {"budget": budget}})
+def test_a_budget_nothing_counts_is_refused(project: Project, tmp_path: Path) -> None:
+    """Found by a review: a role whose agent reports no spend (a plain command, claude without stream-json) had its
+    budget.per_run_usd or per_day_usd taken and never kept (its runs counted $0), silently; the team's per_day_usd
+    still counts its other roles, and a role turns a budget from defaults off."""
+    run_cap = "roles.builder.budget.per_run_usd (its own, or from defaults): a plain command reports no spend"
+    day_cap = "roles.builder.budget.per_day_usd (its own, or from defaults): this role's agent reports no spend"
+    claude = tmp_path / "bin" / "claude"  # the fake Claude Code CLI, named as the registry knows it
+    claude.parent.mkdir()
+    claude.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_CLAUDE}" "$@"\n', encoding="utf-8")
+    claude.chmod(0o755)
+    for settings, top, said in (
+        ({"budget": {"per_run_usd": 0.5}}, {}, run_cap),
+        ({"budget": {"per_day_usd": 5}}, {}, day_cap),
+        ({}, {"defaults": {"budget": {"per_day_usd": 5}}}, day_cap),
+        ({"command": [str(claude), "-p"], "budget": {"per_day_usd": 5}}, {}, day_cap),
+    ):
+        project.configure({"builder": settings}, **top)
+        for command in (("config", "check"), ("doctor",)):
+            done = project.cli(*command)
+            assert done.returncode != 0 and said in done.stdout + done.stderr, (command, settings, done)
+    for settings, top in (
+        ({}, {"budget": {"per_day_usd": 5}}),  # the team's
+        ({"budget": {"per_day_usd": "off"}}, {"defaults": {"budget": {"per_day_usd": 5}}}),
+        (
+            {"command": [str(claude), "-p", "--output-format", "stream-json", "--verbose"]},
+            {"defaults": {"budget": {"per_day_usd": 5}}},
+        ),
+    ):
+        project.configure({"builder": settings}, **top)
         done = project.cli("config", "check")
-        key = next(iter(budget))
-        assert done.returncode == 2, (done.stdout, done.stderr)
-        assert done.stderr.strip().endswith(
-            f"roles.builder.budget.{key}: a plain command reports no spend, so nothing would count it against "
-            "this budget; remove it (a team's budget.per_day_usd counts the roles whose spend is known)"
-        ), done.stderr
-    project.configure({"builder": {}}, budget={"per_day_usd": 5})
-    assert project.cli("config", "check").returncode == 0
-    project.configure({"builder": {"budget": {"per_day_usd": 5}}})  # a dry run: its stand-in replaces the command
+        assert done.returncode == 0, (settings, done.stderr)
+    project.configure({"builder": {"budget": {"per_day_usd": 5, "per_run_usd": 1}}})  # a dry run: its stand-in
     dry = project.cli("config", "check", ORCHESTRATOR_SPAWN_CMD="true")
     assert dry.returncode == 0, dry.stderr

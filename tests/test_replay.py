@@ -170,7 +170,8 @@ def test_a_retry_due_but_held_says_so_instead_of_a_time_gone_by(tmp_path: Path) 
         await r.advance(60)
         (run,) = r.sup.snapshot()["runs"]
         assert run["state"] == "retry_wait" and len(r.spawner.agents) == 1, "the budget holds its retry"
-        assert run["activity"] == f"retry due since {run['next_attempt_at'][11:19]}; it waits to start (a free slot, or a budget, pause or hold below)"
+        due = f"retry due since {run['next_attempt_at'][11:19]}; it waits to start"
+        assert run["activity"] == f"{due} (a free slot, or a budget, pause or hold below)"
         r.close()
 
     play(tmp_path, scenario)

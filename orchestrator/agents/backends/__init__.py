@@ -8,6 +8,7 @@ add one.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from orchestrator.agents.backends.base import Answer, Backend, Program
@@ -15,10 +16,11 @@ from orchestrator.agents.backends.claude import ClaudeBackend
 from orchestrator.agents.backends.codex import CodexBackend
 from orchestrator.agents.backends.command import CommandBackend
 from orchestrator.agents.backends.sdk import SdkBackend
-from orchestrator.config import Role
+from orchestrator.config import SPAWN_CMD_ENV, Config, Role
 from orchestrator.core.agent import Capabilities
+from orchestrator.core.errors import ConfigError
 
-__all__ = ["Answer", "Backend", "Program", "backend_for", "capabilities", "register", "stall_seconds"]
+__all__ = ["Answer", "Backend", "Program", "backend_for", "capabilities", "check", "register", "stall_seconds"]
 
 _named: dict[str, Backend] = {}  # a role's ``backend`` -> its backend
 _programs: dict[str, Backend] = {}  # a ``command`` role's program name -> the backend that knows it
@@ -52,6 +54,21 @@ def backend_for(role: Role) -> Backend:
 def capabilities(role: Role) -> Capabilities:
     """What ``role``'s agents can do."""
     return backend_for(role).capabilities(role)
+
+
+def check(config: Config, role: Role) -> None:
+    """The start-up checks of ``role`` (``up``, ``config check``, ``doctor``): its backend's, then that a daily budget
+    of its own has a spend to count (not in a dry run, ``ORCHESTRATOR_SPAWN_CMD``, whose stand-in replaces the
+    command the budget was written for)."""
+    backend_for(role).check(config, role)
+    caps = capabilities(role)
+    if role.budget.per_day_usd and not (caps.cost or caps.tokens) and not os.environ.get(SPAWN_CMD_ENV, "").strip():
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.budget.per_day_usd (its own, or from defaults): this role's agent "
+            "reports no spend as its command runs it (a plain command, claude without --output-format stream-json, "
+            "codex exec without --json), so nothing would count it against the budget; set it to off for this role "
+            "(the team's budget.per_day_usd counts the roles whose spend is known)"
+        )
 
 
 def stall_seconds(role: Role) -> float | None:

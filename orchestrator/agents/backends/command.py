@@ -31,18 +31,15 @@ def check_program(config: Config, role: Role) -> None:
         )
 
 
-def check_no_budget(config: Config, role: Role) -> None:
-    """A plain command reports no spend: a budget of its own would be taken and never kept (fail closed). Not in a
-    dry run (``ORCHESTRATOR_SPAWN_CMD``), whose stand-in replaces the command the budget was written for."""
-    if os.environ.get(SPAWN_CMD_ENV, "").strip():
-        return
-    for key in ("per_run_usd", "per_day_usd"):
-        if getattr(role.budget, key):
-            raise ConfigError(
-                f"{config.path}: roles.{role.name}.budget.{key}: a plain command reports no spend, so nothing would "
-                "count it against this budget; remove it (a team's budget.per_day_usd counts the roles whose spend "
-                "is known)"
-            )
+def check_no_run_budget(config: Config, role: Role) -> None:
+    """A plain command reports no spend, so nothing could stop a run at a per-run budget (fail closed). Not in a dry
+    run (``ORCHESTRATOR_SPAWN_CMD``), whose stand-in replaces the command the budget was written for. A daily budget
+    is the registry's to check (``backends.check``), for every backend that reports no spend."""
+    if role.budget.per_run_usd and not os.environ.get(SPAWN_CMD_ENV, "").strip():
+        raise ConfigError(
+            f"{config.path}: roles.{role.name}.budget.per_run_usd (its own, or from defaults): a plain command "
+            "reports no spend, so nothing could stop a run at it; set it to off for this role"
+        )
 
 
 class CommandBackend:
@@ -58,7 +55,7 @@ class CommandBackend:
 
     def check(self, config: Config, role: Role) -> None:
         check_program(config, role)
-        check_no_budget(config, role)
+        check_no_run_budget(config, role)
 
     def program(self, config: Config, role: Role) -> Program:
         return Program("command", role.command[0], verdict="not Claude Code: its exit status is the verdict")

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.agents.backends import Answer, Program, backend_for
+from orchestrator.agents.backends import Answer, Program, backend_for, check
 from orchestrator.agents.spec import resolve_command, role_folder
 from orchestrator.config import SPAWN_CMD_ENV, Config, Role
 from orchestrator.continuity.context import ContextProblem, read_context
@@ -94,7 +94,7 @@ def check_command(checkup: Checkup, role: Role) -> tuple[Finding, Program | None
                 return missing, None
         else:
             resolved = {program.path: [program.found_by]} if program.path else {}
-        backend.check(config, role)  # as `up` (for Claude Code: the CLI this shell finds answers --version)
+        check(config, role)  # as `up` (for Claude Code: the CLI this shell finds answers --version)
         version = program.version
         versions = {path: version(path, key) for path in resolved} if version is not None else {}
     except ConfigError as exc:
