@@ -24,3 +24,21 @@ def test_root_before_the_command_is_kept(project: Project, tmp_path: Path) -> No
         )
         assert done.returncode == 0, (args, done.stderr)
         assert "roles.yaml" not in done.stderr
+
+
+def test_an_empty_root_is_the_current_directory_for_send_too(project: Project, tmp_path: Path) -> None:
+    """Found by a user-view hunt: `send --root ""` (a script's empty variable) wrote into $ORCHESTRATOR_ROOT's
+    project instead of the current directory's, as every other command takes it."""
+    project.configure()
+    other = tmp_path / "other"
+    other.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "send", "--root", "", "--to", "builder", "hello there"],
+        capture_output=True,
+        text=True,
+        cwd=project.root,
+        env={**project.env(), "ORCHESTRATOR_ROOT": str(other)},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).parent == project.root / "memo" / "builder" / "inbox"

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import Project, wait_for
 from orchestrator.control import channel as control
+from orchestrator.core.errors import UnknownMemoError
 
 LONG = 300
 
@@ -536,6 +537,33 @@ def test_interrupt_and_tell_on_a_command_agent_are_refused_and_it_keeps_running(
         assert result.returncode == 9, result.stderr
         assert result.stderr.count("\n") == 1 and "command backend" in result.stderr
     assert project.cli("interrupt", "nope").returncode == 6
+    # by a path relative to here, as cancel takes one (found by a user-view hunt: it was "already finished")
+    path = "memo/builder/active/B-031.md"
+    for args in (("interrupt", path), ("tell", path, "please stop")):
+        result = subprocess.run(
+            [*project.command, *args, "--root", str(project.root)],
+            capture_output=True,
+            text=True,
+            cwd=project.root,
+            env=project.env(),
+            timeout=60,
+        )
+        assert result.returncode == 9 and "command backend" in result.stderr, (args, result.stderr)
+    with pytest.raises(UnknownMemoError, match="no running memo matches"):  # not "already finished: running"
+        control.call(project.root, "interrupt", memo=path, who="a raw request")
+    # a path into a folder whose name is not UTF-8 cannot be sent: one line, nothing done
+    odd = os.path.join(os.fsencode(project.root.parent), b"caf\xe9")
+    os.mkdir(odd)
+    result = subprocess.run(
+        [*project.command, "cancel", "./B-031.md", "--root", str(project.root)],
+        capture_output=True,
+        text=True,
+        cwd=odd,
+        env=project.env(),
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "caf\\xe9/B-031.md' is not UTF-8 text" in result.stderr, result.stderr
     assert alive_of(tree) == list(tree)
     assert [r["state"] for r in project.status()["runs"]] == ["running"]
     assert project.cli("cancel", "B-031").returncode == 0

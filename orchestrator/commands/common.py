@@ -34,6 +34,12 @@ def root_dir(args: argparse.Namespace) -> str:
     return here
 
 
+def memo_arg(memo: str) -> str:
+    """A memo as named on the command line, as the orchestrator looks it up: a path (it holds a separator) made
+    absolute from here and resolved; an id or a file name as it is."""
+    return os.path.realpath(memo) if os.sep in memo else memo
+
+
 def project_root(args: argparse.Namespace) -> Path:
     """``root_dir`` as a ``Path``, for every other command."""
     from pathlib import Path

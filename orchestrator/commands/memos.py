@@ -6,7 +6,7 @@ import argparse
 import os
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, stdin_text, who
+from orchestrator.commands.common import memo_arg, project_root, stdin_text, who
 from orchestrator.core.errors import OrchestratorError, RefusedError
 
 
@@ -19,7 +19,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     from orchestrator.tools.send import send
 
     # an agent runs anywhere: its own root comes from its environment when --root is not given
-    root = Path(os.path.realpath(args.root or os.environ.get("ORCHESTRATOR_ROOT") or os.getcwd()))
+    given = args.root if args.root is not None else os.environ.get("ORCHESTRATOR_ROOT") or os.getcwd()
+    root = Path(os.path.realpath(given))  # `--root ""` is here, as for every command
     caller = permission.require(root, "send")
     sender = (args.sender or "").strip() or None
     if caller.agent:  # from its own role, whatever its environment says: the loop breaker counts it as such
@@ -54,7 +55,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     """``orchestrator trace``: the conversation a memo belongs to, as a tree."""
     from orchestrator.tools import trace
 
-    memo = os.path.realpath(args.memo) if os.sep in args.memo else args.memo
+    memo = memo_arg(args.memo)
     report = trace.trace(project_root(args), memo)
     if args.json:
         console.print_json(report)
@@ -95,7 +96,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
     root = project_root(args)
     permission.require(root, "release")
-    memo = os.path.realpath(args.memo) if args.memo and os.sep in args.memo else args.memo
+    memo = memo_arg(args.memo) if args.memo else args.memo
     done = release(root, memo, role=args.role, every=args.all, who=who())
     if args.json:
         console.print_json({"released": done})

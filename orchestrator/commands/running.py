@@ -9,12 +9,11 @@ costs Python's start-up and a round trip, not the orchestrator's imports.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 from orchestrator import console
-from orchestrator.commands.common import project_root, root_dir, show, stdin_text, who
+from orchestrator.commands.common import memo_arg, project_root, root_dir, show, stdin_text, who
 from orchestrator.control import client as control
 from orchestrator.control.status import collect as collect_status
 from orchestrator.control.status_view import print_status
@@ -42,9 +41,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         raise UsageError("orchestrator cancel: name a memo (id, file name or path) or use --role ROLE")
     if args.memo and args.role:
         raise UsageError("orchestrator cancel: name a memo or use --role ROLE, not both")
-    memo = args.memo
-    if memo and os.sep in memo:
-        memo = os.path.realpath(memo)
+    memo = memo_arg(args.memo) if args.memo else args.memo
     result = control.call(
         root_dir(args),
         "cancel",
@@ -196,7 +193,7 @@ def cmd_interrupt(args: argparse.Namespace) -> int:
         root_dir(args),
         "interrupt",
         timeout=control.LONG_WAIT,
-        memo=args.memo,
+        memo=memo_arg(args.memo),
         keep=args.keep,
         reason=args.reason,
         who=who(),
@@ -216,7 +213,7 @@ def cmd_tell(args: argparse.Namespace) -> int:
     text = args.text if args.text is not None else stdin_text("tell")
     if not text.strip():  # here, not in the orchestrator: the control channel would turn it into a plain refusal
         raise UsageError("orchestrator tell: nothing to tell: give the text as an argument or on standard input")
-    result = control.call(root_dir(args), "tell", memo=args.memo, text=text, who=who())
+    result = control.call(root_dir(args), "tell", memo=memo_arg(args.memo), text=text, who=who())
     if args.json:
         console.print_json(result)
     else:

@@ -1,6 +1,6 @@
 """The client of the control channel: one request to the orchestrator of a root, its answer or its refusal.
 
-Standard library only, and nothing of the orchestrator above ``core.errors``: the
+Standard library only, and nothing of the orchestrator above ``core``: the
 client commands (``status``, ``cancel``, ``stop``, ...) start from this module, so
 their start-up is Python's own plus a few milliseconds. A request is the JSON
 object the server's ``protocol`` validates (``{"op": "cancel", "memo": ...}``); an
@@ -20,7 +20,8 @@ import os
 import time
 from collections.abc import Iterator
 
-from orchestrator.core.errors import CONTROL_ERRORS, ControlError, DeadlineError, NotRunningError
+from orchestrator.core.errors import CONTROL_ERRORS, ControlError, DeadlineError, NotRunningError, UsageError
+from orchestrator.core.text import printable
 
 TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
 if TYPE_CHECKING:
@@ -109,12 +110,19 @@ def call(root: Root, op: str, timeout: float = 30.0, **args: Any) -> dict[str, A
     ``timeout`` bounds the wait for the answer (``LONG_WAIT`` for a request that waits for runs to end); a socket
     whose backlog stays full is given up on after ``CONNECT_PATIENCE`` seconds either way.
     """
+    try:
+        line = (json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:  # a path resolved into a folder whose name is not UTF-8: no request can carry it
+        said = ", ".join(f"'{printable(v)}'" for v in args.values() if isinstance(v, str) and printable(v) != v)
+        raise UsageError(
+            f"orchestrator {op}: {said} is not UTF-8 text (names and paths sent are); nothing was done"
+        ) from None
     patience = min(CONNECT_PATIENCE, timeout)
     sock = _connect(root, patience)
     sock.settimeout(timeout)
     try:
         try:
-            sock.sendall((json.dumps({"op": op, **args}, ensure_ascii=False) + "\n").encode())
+            sock.sendall(line)
         except (BrokenPipeError, ConnectionResetError):
             pass  # it refused us and closed before reading; its one-line answer is still there to read
         data = b""
