@@ -137,7 +137,26 @@ def test_another_user_cannot_use_the_channel() -> None:
             assert result.returncode == 0, result.stderr
             return result.stdout.strip()
 
+        def status_as_nobody() -> subprocess.CompletedProcess[str]:
+            """``orchestrator status`` as another user: this checkout's client, standard library only."""
+            return subprocess.run(
+                ["/usr/bin/python3", "-S", "-m", "orchestrator", "status", "--root", str(project.root)],
+                user=65534,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                cwd="/",
+                env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent), "PATH": os.environ["PATH"]},
+            )
+
         try:
+            # found by a user-view hunt: it fell back to the records, and said state.db: Permission denied (exit 1)
+            denied = status_as_nobody()
+            assert denied.returncode == 4, (denied.stdout, denied.stderr)
+            assert denied.stderr == (
+                f"orchestrator: cannot reach the orchestrator of {project.root}: permission denied (it belongs to "
+                "another user)\n"
+            )
             assert as_nobody() == "EACCES"  # the folder
             os.chmod(base / ".orchestrator", 0o711)
             assert as_nobody() == "EACCES"  # the socket

@@ -20,7 +20,14 @@ import os
 import time
 from collections.abc import Iterator
 
-from orchestrator.core.errors import CONTROL_ERRORS, ControlError, DeadlineError, NotRunningError, UsageError
+from orchestrator.core.errors import (
+    CONTROL_ERRORS,
+    ControlError,
+    DeadlineError,
+    NotRunningError,
+    UnreachableError,
+    UsageError,
+)
 from orchestrator.core.text import printable
 
 TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
@@ -83,7 +90,7 @@ def _connect(root: Root, patience: float) -> _socket.socket:
             raise NotRunningError(f"no orchestrator is running for {root}; start one with `orchestrator up`") from None
         except PermissionError:
             sock.close()
-            raise NotRunningError(f"cannot reach the orchestrator of {root}: {_denied_why(path)}") from None
+            raise UnreachableError(f"cannot reach the orchestrator of {root}: {_denied_why(path)}") from None
         except BaseException:
             sock.close()
             raise
@@ -93,11 +100,21 @@ def _denied_why(path: str) -> str:
     """Why connecting to the control socket was denied: another user's orchestrator, else a sandbox around this
     process (Codex's ``workspace-write`` shuts sockets unless its ``network_access`` is on)."""
     try:
-        mine = os.stat(path).st_uid == os.getuid()
-    except OSError:
-        mine = False
-    if not mine:
+        found = os.stat(path)
+    except PermissionError:  # its folder shuts us out: whose it is says why
+        try:
+            mine = os.stat(os.path.dirname(path)).st_uid == os.getuid()
+        except OSError:
+            mine = False
+        if mine:
+            return f"permission denied on {os.path.dirname(path)} (its mode shuts you out; it should be 0700)"
         return "permission denied (it belongs to another user)"
+    except OSError:
+        return "permission denied"
+    if found.st_uid != os.getuid():
+        return "permission denied (it belongs to another user)"
+    if found.st_mode & 0o600 != 0o600:
+        return f"permission denied by its mode ({found.st_mode & 0o777:o}; it should be 600)"
     return (
         "the connection was denied by a sandbox around this process (for a Codex role: "
         "config: {sandbox_workspace_write.network_access: true})"

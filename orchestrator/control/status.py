@@ -9,7 +9,7 @@ orchestrator answers.
 from __future__ import annotations
 
 from orchestrator.control import client
-from orchestrator.core.errors import NotRunningError
+from orchestrator.core.errors import NotRunningError, UnreachableError
 from orchestrator.intake.names import held_counts
 
 TYPE_CHECKING = False  # typing's flag without importing typing: see tests/test_client_imports.py
@@ -28,6 +28,8 @@ def collect(root: str) -> dict[str, Any]:
     """The status of ``root`` as the JSON of ``status --json``; every run in it has the keys of ``RunView.to_json``."""
     try:
         return live(root)
+    except UnreachableError:  # another user's (or a sandbox's): its records are no more ours to read than its socket
+        raise
     except NotRunningError:
         pass
     # the record layer, loaded only now: no orchestrator runs, so the database and roles.yaml are what there is

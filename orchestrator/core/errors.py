@@ -59,6 +59,11 @@ class NotRunningError(OrchestratorError):
     exit_code = 4
 
 
+class UnreachableError(NotRunningError):
+    """An orchestrator may serve this root, but this process may not reach it (another user's, a sandbox): what it
+    recorded is not this process's to read either."""
+
+
 class AlreadyRunningError(OrchestratorError):
     """Another orchestrator already holds this project root."""
 
