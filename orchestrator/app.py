@@ -53,7 +53,7 @@ def check_sizes(config: Config, role: Role) -> None:
                 f"{config.path}: roles.{role.name}.{key}: expected at most {ARG_MAX_SINGLE - 1} bytes (the longest "
                 f"string Linux passes to a program), got {size}; put long text in a file and pass its path"
             )
-    inherited = sum(len(f"{key}={value}".encode()) + 9 for key, value in os.environ.items())
+    inherited = sum(len(key) + len(value) + 10 for key, value in os.environb.items())  # bytes: any may not be UTF-8
     total = inherited + sum(size + 9 for _, size in sizes)  # each string also costs its pointer and its NUL
     room = os.sysconf("SC_ARG_MAX") - ARG_MAX_SINGLE // 2  # what the orchestrator adds: its marks, the memo list
     if total > room:

@@ -187,6 +187,16 @@ def test_a_role_environment_too_long_for_linux_is_refused_at_start_not_retried_f
     assert "Traceback" not in orch.output
 
 
+def test_an_environment_variable_that_is_not_utf8_starts_nothing_wrong(project: Project) -> None:
+    """Found by a user-view hunt: a variable of ``up``'s own environment that is not UTF-8 (a ``PWD`` in a folder
+    named in Latin-1) made its start-up check an internal error (exit 70); the agent gets it as it is."""
+    project.configure()
+    project.drop("builder", "a.md", {"id": "A-1"})
+    orch = project.up("--until-idle", wait_ready=False, ODD=os.fsdecode(b"caf\xe9"))
+    assert orch.wait() == 0, orch.output
+    assert project.folder("builder", "archive") == ["a.md"]
+
+
 def test_a_list_of_memos_that_cannot_be_written_returns_the_batch_to_the_inbox(tmp_path: Path) -> None:
     async def scenario() -> None:
         r = Replay(tmp_path, {"pm": {"batch": True, "batch_max": 2}})
