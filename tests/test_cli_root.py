@@ -42,3 +42,22 @@ def test_an_empty_root_is_the_current_directory_for_send_too(project: Project, t
     )
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).parent == project.root / "memo" / "builder" / "inbox"
+
+
+def test_a_root_that_is_a_symlink_loop_is_one_line_naming_it(project: Project, tmp_path: Path) -> None:
+    """Found by a user-view hunt: it was "Too many levels of symbolic links (at client.py:70; the traceback is in
+    ...)", naming no path."""
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "status", "--root", str(tmp_path / "loop1")],
+        capture_output=True,
+        text=True,
+        env=project.env(),
+        timeout=60,
+    )
+    assert done.returncode == 4, done.stderr
+    assert done.stderr == (
+        f"orchestrator: no orchestrator can be reached at {tmp_path / 'loop1'}/.orchestrator/control.sock: "
+        "Too many levels of symbolic links\n"
+    )

@@ -91,6 +91,9 @@ def _connect(root: Root, patience: float) -> _socket.socket:
         except PermissionError:
             sock.close()
             raise UnreachableError(f"cannot reach the orchestrator of {root}: {_denied_why(path)}") from None
+        except OSError as exc:  # the path itself is wrong (a symlink loop, a name too long): said with the path
+            sock.close()
+            raise UnreachableError(f"no orchestrator can be reached at {path}: {exc.strerror or exc}") from None
         except BaseException:
             sock.close()
             raise

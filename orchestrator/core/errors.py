@@ -60,8 +60,8 @@ class NotRunningError(OrchestratorError):
 
 
 class UnreachableError(NotRunningError):
-    """An orchestrator may serve this root, but this process may not reach it (another user's, a sandbox): what it
-    recorded is not this process's to read either."""
+    """An orchestrator may serve this root, but this process may not reach it (another user's, a sandbox, a path
+    that cannot be followed): what it recorded is not this process's to read either."""
 
 
 class AlreadyRunningError(OrchestratorError):
