@@ -50,7 +50,7 @@ def wait_for(
 def error_line(line: str) -> bool:
     """One of our error lines: ``orchestrator: ...``, or a message that names the program itself
     (``orchestrator stop: ...``, ``orchestrator (pid 7) still runs ...``), which ``console.fail`` prints as it is."""
-    return re.match(r"orchestrator(:| [a-z][a-z -]*:| \(pid \d+\)) ", line) is not None
+    return re.match(r"orchestrator(:| [a-z][a-z-]*( [a-z][a-z-]*)?( --[a-z-]+ \S+)?:| \(pid \d+\)) ", line) is not None
 
 
 def read_found(folder: Path, pattern: str, what: str, timeout: float = DEADLINE) -> tuple[Path, str]:

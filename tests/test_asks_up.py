@@ -46,7 +46,8 @@ def test_a_command_agent_asks_waits_across_a_restart_and_runs_again_with_the_ans
     wait_for(lambda: len(results(told)) >= 2 if told.exists() else False, 30, "the question told, then reminded")
     event, reminder = results(told)[:2]
     assert (event["event"], event["memo"], event["question"]) == ("needs_input", "A.md", "Which design, A or B?")
-    assert "reminder" not in event and reminder == {**event, "reminder": 1}, reminder
+    assert "reminder" not in event and reminder == {**event, "reminder": 1, "id": reminder["id"]}, reminder
+    assert reminder["id"] != event["id"], "a reminder is a notification of its own"
     project.drop("builder", "B.md", front={"id": "B"})
     wait_for(lambda: "B.md" in project.folder("builder", "archive"), 30, "B.md run while A.md waits")
 

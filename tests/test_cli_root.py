@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import Project
 
 
@@ -61,3 +63,18 @@ def test_a_root_that_is_a_symlink_loop_is_one_line_naming_it(project: Project, t
         f"orchestrator: no orchestrator can be reached at {tmp_path / 'loop1'}/.orchestrator/control.sock: "
         "Too many levels of symbolic links\n"
     )
+
+
+def test_a_memo_is_a_path_when_it_or_its_folder_is_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a review: tell and interrupt made an id that holds a slash (``team/B-1``) a path; a memo of the inbox
+    that moved on to active/ since is still named by its path."""
+    from orchestrator.commands.common import memo_arg
+
+    (tmp_path / "memo" / "builder" / "inbox").mkdir(parents=True)
+    (tmp_path / "memo" / "builder" / "active" / "x.md").parent.mkdir()
+    (tmp_path / "memo" / "builder" / "active" / "x.md").write_text("x", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert memo_arg("team/B-1") == "team/B-1"
+    assert memo_arg("B-1") == "B-1"
+    assert memo_arg("memo/builder/inbox/x.md") == str(tmp_path / "memo" / "builder" / "inbox" / "x.md")
+    assert memo_arg("./memo/builder/active/x.md") == str(tmp_path / "memo" / "builder" / "active" / "x.md")

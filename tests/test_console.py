@@ -213,7 +213,6 @@ def _run(state: RunState, agent: Any = None, memos: int = 1) -> Run:
         started_mono=time.monotonic() - 5.0,
         started_at="2026-11-30T09:12:01.000+01:00",
         next_attempt_at="2026-11-30T09:13:01.000+01:00",
-        timers={"retry": SimpleNamespace()} if state is RunState.RETRY_WAIT else {},  # a retry not yet due
     )
 
 
@@ -408,6 +407,8 @@ def test_an_error_line_names_the_program_once(capsys: pytest.CaptureFixture[str]
         ("orchestrator stop: --timeout: bad", "orchestrator stop: --timeout: bad"),
         ("orchestrator (pid 7) still runs after 1s", "orchestrator (pid 7) still runs after 1s"),
         ("orchestrator: x", "orchestrator: x"),
+        ("orchestrator task add: --due x: bad", "orchestrator task add: --due x: bad"),
+        ("orchestrator up --web 127.0.0.1:99999: too high", "orchestrator up --web 127.0.0.1:99999: too high"),
         ("no such memo", "orchestrator: no such memo"),
         (
             "orchestrator is checked out in /srv/wt; land it there",

@@ -363,6 +363,24 @@ def test_an_end_waits_for_a_features_work_and_nothing_else_ends_the_run_meanwhil
     play(tmp_path, scenario)
 
 
+def test_a_retry_cancelled_while_due_says_it_is_ending_not_due(tmp_path: Path) -> None:
+    """Found by a review: a run cancelled from retry_wait whose end waits for a feature's work stays in retry_wait
+    while it settles, and said "retry due since ..." (with its next attempt's time) instead of what it was doing."""
+
+    async def scenario(root: Path) -> None:
+        r = Replay(root, {"builder": {"retry": {"max": 2, "backoff": ["600s"]}}}, more=[Saving])
+        await r.drop("builder", "a.md")
+        await r.exit("a", 1)
+        assert r.state("a") == "retry_wait" and r.sup.view().runs[0].activity is None, "not due yet"
+        cancel = await r.request(CancelRequested, memo="a")
+        assert r.sup.view().runs[0].activity == "ending as cancelled"
+        Saving.gate.set()
+        await until(lambda: cancel.done(), "the cancel's answer")
+        r.close()
+
+    play(tmp_path, scenario)
+
+
 def test_a_feature_whose_end_work_breaks_is_loud_and_the_end_goes_on(tmp_path: Path) -> None:
     async def scenario(root: Path) -> None:
         r = Replay(root, {"builder": {}}, more=[Saving, PortFeature])

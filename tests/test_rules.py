@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from zoneinfo import ZoneInfo
@@ -13,6 +13,7 @@ from conftest import Project, loud_lines
 from orchestrator.config import Role
 from orchestrator.core.agent import describe_exit
 from orchestrator.core.clock import ManualClock
+from orchestrator.store import Store
 from orchestrator.supervisor import budgets, rules
 from orchestrator.supervisor.slots import SlotError, Slots, Waiting, pick
 
@@ -52,9 +53,9 @@ def test_daily_budget_blocks_per_role_and_for_the_team() -> None:
     assert budgets.blocked_roles(out, ["a", "b"]) == ["a", "b"]
     assert budgets.blocked_roles({"a": "x"}, ["a", "b"]) == ["a"]
     assert budgets.day_start(now).hour == 0
-    # the team's day (timezone: Asia/Tokyo) on a UTC machine: the spend of today counts from 15:00 UTC
+    # the team's day (timezone: Asia/Tokyo) on a UTC machine: the spend of today counts from 15:00 UTC, Tokyo's midnight
     late = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
-    assert budgets.counted_since(late, ZoneInfo("Asia/Tokyo")) == "2026-11-30T15:00:00.000+00:00"
+    assert budgets.counted_since(late, ZoneInfo("Asia/Tokyo")) == "2026-12-01T00:00:00.000+09:00"
     assert budgets.counted_since(late, None) == "2026-11-30T00:00:00.000+00:00"
     assert "new runs wait until 2026-12-02" in budgets.blocks(late, {}, 1.0, {}, 1.0, zone=ZoneInfo("Asia/Tokyo"))["*"]
 
@@ -112,3 +113,30 @@ def test_the_harness_fails_a_test_whose_orchestrator_printed_a_bug(tmp_path: Pat
     assert loud_lines(proj) == [out.read_text().strip()]
     proj.procs[0] = SimpleNamespace(output="2026-11-30 09:00:00 done B-1 in 0.1s\n")  # type: ignore[call-overload]
     assert loud_lines(proj) == []
+
+
+def test_the_days_spend_is_counted_by_instant_across_a_change_of_the_clocks(tmp_path: Path) -> None:
+    """Found by a review: the day's start and the runs' times were compared as text, each with its own offset, so on
+    the days a zone's clocks change (Europe/Berlin here) yesterday's late run counted today, or today's first did
+    not; and in a zone whose clocks go back from 01:00 to midnight, the day began at the second midnight."""
+    berlin = ZoneInfo("Europe/Berlin")
+    store = Store(tmp_path / "state.db")
+    try:
+        for day, now in (("2025-10-25", datetime(2025, 10, 26, 12, 0)), ("2025-03-29", datetime(2025, 3, 30, 12, 0))):
+            yesterday = datetime.fromisoformat(f"{day}T23:30").replace(tzinfo=berlin)
+            today = (yesterday + timedelta(hours=1)).astimezone(berlin)  # 00:30 of the day after, Berlin's time
+            for at, cost in ((yesterday, 5.0), (today, 1.0)):
+                run_id = store.insert_run(
+                    role="r", backend="command", memos=["m.md"], memo_ids=[None], state="succeeded", attempt=1
+                )
+                store.update_run(run_id, started_at=at.isoformat(timespec="milliseconds"), cost_usd=cost)
+            here = now.replace(tzinfo=berlin)
+            here = here.astimezone(timezone(here.utcoffset() or timedelta()))  # as SystemClock.now(): a fixed offset
+            since = budgets.counted_since(here, berlin)
+            assert store.spent_since(since) == 1.0, (day, since)
+            store.db.execute("DELETE FROM runs")
+    finally:
+        store.close()
+    havana = ZoneInfo("America/Havana")  # 2025-11-02: 01:00 goes back to 00:00
+    repeated = datetime(2025, 11, 2, 0, 30, fold=1, tzinfo=havana)
+    assert budgets.day_start(repeated, havana).utcoffset() == timedelta(hours=-4), "the day's first midnight"

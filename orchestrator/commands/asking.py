@@ -13,7 +13,7 @@ import json
 import os
 
 from orchestrator import console
-from orchestrator.commands.common import root_dir, stdin_text, who
+from orchestrator.commands.common import memo_arg, root_dir, stdin_text, who
 from orchestrator.control import client as control
 from orchestrator.core.errors import UsageError
 
@@ -61,7 +61,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     if text == "-":
         text = stdin_text("answer")
     # a path from here, as `cancel`'s; an id that holds a slash stays as it is
-    memo = os.path.realpath(args.memo) if os.sep in args.memo and os.path.lexists(args.memo) else args.memo
+    memo = memo_arg(args.memo)
     result = control.call(
         root_dir(args),
         "answer",

@@ -35,9 +35,12 @@ def root_dir(args: argparse.Namespace) -> str:
 
 
 def memo_arg(memo: str) -> str:
-    """A memo as named on the command line, as the orchestrator looks it up: a path (it holds a separator) made
-    absolute from here and resolved; an id or a file name as it is."""
-    return os.path.realpath(memo) if os.sep in memo else memo
+    """A memo as named on the command line, as the orchestrator looks it up: a path made absolute from here and
+    resolved; an id or a file name as it is. A path holds a separator and it, or its folder, is here (a memo of the
+    inbox may have moved on to active/ meanwhile); an id may hold a slash too (``team/B-1``)."""
+    if os.sep in memo and (os.path.lexists(memo) or os.path.isdir(os.path.dirname(memo))):
+        return os.path.realpath(memo)
+    return memo
 
 
 def project_root(args: argparse.Namespace) -> Path:

@@ -78,8 +78,9 @@ def fail(message: str) -> None:
     print(message if named else f"orchestrator: {message}", file=sys.stderr, flush=True)
 
 
-# "orchestrator stop: ...", "orchestrator (pid 7) ...": not a branch or a memo named orchestrator that begins a line
-_NAMES_ITSELF = re.compile(r"orchestrator(:| [a-z][a-z -]*:| \(pid \d+\)) ")
+# "orchestrator stop: ...", "orchestrator task add: ...", "orchestrator up --web ADDRESS: ...", "orchestrator (pid 7)
+# ...": not a branch or a memo named orchestrator that begins a line
+_NAMES_ITSELF = re.compile(r"orchestrator(:| [a-z][a-z-]*( [a-z][a-z-]*)?( --[a-z-]+ \S+)?:| \(pid \d+\)) ")
 
 
 def print_json(data: Any) -> None:

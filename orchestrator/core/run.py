@@ -86,6 +86,7 @@ class Run(Generic[RoleT]):
     started_mono: float | None = None
     started_at: str | None = None
     next_attempt_at: str | None = None
+    retry_due: bool = False  # its retry's time has come (RETRY_WAIT): what holds it now is its role's, not its timer
     exit_codes: list[int] = field(default_factory=list)
     timers: dict[str, asyncio.TimerHandle | Any] = field(default_factory=dict)
     session_id: str | None = None

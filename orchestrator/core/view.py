@@ -218,8 +218,8 @@ class RunView(BaseModel):
             log=str(run.log_path) if run.log_path else None,
             node=agent.node if agent else None,
         )
-        if state is RunState.RETRY_WAIT and "retry" not in run.timers and run.next_attempt_at:
-            # its timer has fired: what holds it is its role's (a slot, a budget, a pause, a hold), not its time
+        if state is RunState.RETRY_WAIT and run.retry_due and run.settling is None and run.next_attempt_at:
+            # due, and not ending: what holds it is its role's (a slot, a budget, a pause, a hold), not its time
             fields["activity"] = (
                 f"retry due since {run.next_attempt_at[11:19]}; it waits to start (a free slot, or a budget, pause or hold below)"
             )

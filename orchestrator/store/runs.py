@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrator.core.states import FINISHED
@@ -320,8 +320,12 @@ class RunRecords:
         return bool(self._since("COALESCE(MAX(cost_estimated), 0)", since_iso, role))
 
     def _since(self, what: str, since_iso: str, role: str | None) -> Any:
-        query = f"SELECT {what} FROM runs WHERE {RUN_TIME} >= ?"
-        args: list[Any] = [since_iso]
+        """``what`` over the runs from the instant ``since_iso`` on, whatever offset each run's time was written
+        with (a day when the clocks change holds two): the text range (a time's text is within a day of its
+        instant's in any offset) keeps the scan to a few days, ``julianday`` compares the instants."""
+        wide = (datetime.fromisoformat(since_iso) - timedelta(days=2)).isoformat(timespec="milliseconds")
+        query = f"SELECT {what} FROM runs WHERE {RUN_TIME} >= ? AND julianday({RUN_TIME}) >= julianday(?)"
+        args: list[Any] = [wide, since_iso]
         if role:
             query += " AND role = ?"
             args.append(role)

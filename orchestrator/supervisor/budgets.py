@@ -24,13 +24,13 @@ def day_start(now: datetime, zone: tzinfo | None = None) -> datetime:
     """Midnight of ``now``'s day in ``zone`` (the team's ``timezone``; None: ``now``'s own), in that zone: daily
     budgets count from here."""
     here = now.astimezone(zone) if zone is not None else now
-    return here.replace(hour=0, minute=0, second=0, microsecond=0)
+    return here.replace(hour=0, minute=0, second=0, microsecond=0, fold=0)  # the first, where the clocks go back
 
 
 def counted_since(now: datetime, zone: tzinfo | None) -> str:
-    """Where today's spend begins for the daily budgets (midnight in ``zone``, the team's), written with ``now``'s
-    offset, as the runs' times are (the store compares them as text)."""
-    return day_start(now, zone).astimezone(now.tzinfo).isoformat(timespec="milliseconds")
+    """Where today's spend begins for the daily budgets: midnight in ``zone`` (the team's), an instant the store
+    compares with each run's by instant."""
+    return day_start(now, zone).isoformat(timespec="milliseconds")
 
 
 def blocks(

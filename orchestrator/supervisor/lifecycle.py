@@ -304,11 +304,13 @@ class Lifecycle:
     def wait_for_retry(self, run: RoleRun, delay: float, reason: str) -> None:
         """RETRY_WAIT for ``delay`` seconds (no slot held), then ``RetryDue`` is posted."""
         run.next_attempt_at = iso(self.clock.now() + timedelta(seconds=delay))
+        run.retry_due = False
         self.transition(run, RunState.RETRY_WAIT, next_attempt_at=run.next_attempt_at, reason=reason)
         self.arm(run, "retry", delay, RetryDue(run.run_id))
 
     def retry_due(self, run: RoleRun) -> None:
         run.timers.pop("retry", None)
+        run.retry_due = True
         self.retry_ready[run.role.name].append(run)
 
     # ------------------------------------------------------------ the one end
