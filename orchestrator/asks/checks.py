@@ -4,17 +4,15 @@ call would run unapproved, the promise broken)."""
 
 from __future__ import annotations
 
-import os
-
 from orchestrator.asks.settings import hooked
-from orchestrator.config import SPAWN_CMD_ENV, Config
+from orchestrator.config import Config, dry_run
 from orchestrator.core.errors import ConfigError
 
 
 def check_asks(config: Config) -> None:
     """``ConfigError`` naming the role and the way out when its ``approve:`` could not hold a call (not in a dry run,
     ``ORCHESTRATOR_SPAWN_CMD``, whose stand-in replaces every command)."""
-    if os.environ.get(SPAWN_CMD_ENV, "").strip():
+    if dry_run():
         return
     for name, role in config.roles.items():
         if role.approve and not hooked(role):

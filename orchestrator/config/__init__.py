@@ -242,11 +242,17 @@ def _another_agents(defaults: dict[str, Any]) -> bool:
     return Path(str(command[0])).name != "codex"
 
 
+def dry_run() -> bool:
+    """Whether ``ORCHESTRATOR_SPAWN_CMD`` replaces every role's command (a dry run): the checks of what a role's own
+    command would do (its hook, its spend) are not made for the stand-in."""
+    return bool(os.environ.get(SPAWN_CMD_ENV, "").strip())
+
+
 def _spawn_command_override() -> list[str] | None:
     """``ORCHESTRATOR_SPAWN_CMD`` replaces every role's command (for dry runs)."""
-    raw = os.environ.get(SPAWN_CMD_ENV)
-    if raw is None or not raw.strip():
+    if not dry_run():
         return None
+    raw = os.environ[SPAWN_CMD_ENV]
     try:
         argv = shlex.split(raw)
     except ValueError as exc:

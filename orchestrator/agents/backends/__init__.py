@@ -8,7 +8,6 @@ add one.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from orchestrator.agents.backends.base import Answer, Backend, Program
@@ -16,7 +15,7 @@ from orchestrator.agents.backends.claude import ClaudeBackend
 from orchestrator.agents.backends.codex import CodexBackend
 from orchestrator.agents.backends.command import CommandBackend
 from orchestrator.agents.backends.sdk import SdkBackend
-from orchestrator.config import SPAWN_CMD_ENV, Config, Role
+from orchestrator.config import Config, Role, dry_run
 from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ConfigError
 
@@ -62,7 +61,7 @@ def check(config: Config, role: Role) -> None:
     command the budget was written for)."""
     backend_for(role).check(config, role)
     caps = capabilities(role)
-    if role.budget.per_day_usd and not (caps.cost or caps.tokens) and not os.environ.get(SPAWN_CMD_ENV, "").strip():
+    if role.budget.per_day_usd and not (caps.cost or caps.tokens) and not dry_run():
         raise ConfigError(
             f"{config.path}: roles.{role.name}.budget.per_day_usd (its own, or from defaults): this role's agent "
             "reports no spend as its command runs it (a plain command, claude without --output-format stream-json, "

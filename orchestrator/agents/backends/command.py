@@ -14,7 +14,7 @@ from orchestrator.agents.backends.base import Program
 from orchestrator.agents.command import adopt_command, recorded_command, start_command
 from orchestrator.agents.handle import Agent, OnExit
 from orchestrator.agents.spec import LaunchSpec, resolve_command, role_folder
-from orchestrator.config import SPAWN_CMD_ENV, Config, Role
+from orchestrator.config import Config, Role, dry_run
 from orchestrator.core.agent import Capabilities
 from orchestrator.core.errors import ConfigError
 
@@ -35,7 +35,7 @@ def check_no_run_budget(config: Config, role: Role) -> None:
     """A plain command reports no spend, so nothing could stop a run at a per-run budget (fail closed). Not in a dry
     run (``ORCHESTRATOR_SPAWN_CMD``), whose stand-in replaces the command the budget was written for. A daily budget
     is the registry's to check (``backends.check``), for every backend that reports no spend."""
-    if role.budget.per_run_usd and not os.environ.get(SPAWN_CMD_ENV, "").strip():
+    if role.budget.per_run_usd and not dry_run():
         raise ConfigError(
             f"{config.path}: roles.{role.name}.budget.per_run_usd (its own, or from defaults): a plain command "
             "reports no spend, so nothing could stop a run at it; set it to off for this role"

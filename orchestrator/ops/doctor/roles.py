@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.agents.backends import Answer, Program, backend_for, check
 from orchestrator.agents.spec import resolve_command, role_folder
-from orchestrator.config import SPAWN_CMD_ENV, Config, Role
+from orchestrator.config import SPAWN_CMD_ENV, Config, Role, dry_run
 from orchestrator.continuity.context import ContextProblem, read_context
 from orchestrator.core.errors import ConfigError
 from orchestrator.intake.memo import FOLDERS, HELD
@@ -104,7 +104,7 @@ def check_command(checkup: Checkup, role: Role) -> tuple[Finding, Program | None
         for path, whose in resolved.items()
     )
     name = program.name
-    if os.environ.get(SPAWN_CMD_ENV, "").strip():
+    if dry_run():
         name += f" ({SPAWN_CMD_ENV})"
     if program.login is None:
         return ok("command", f"{name} -> {shown}; {program.verdict}", role.name), None
