@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import RoleRun
-from orchestrator.core.states import FINISHED
+from orchestrator.core.states import RunState
 from orchestrator.intake.memo import INBOX, WAITING, MemoHeader, is_memo_name, parse_front_matter, read_head
 from orchestrator.store import Store
-
-FINISHED_STATES = frozenset(state.value for state in FINISHED)
 
 
 @dataclass
@@ -111,7 +109,7 @@ def finished_message(store: Store, query: str) -> str | None:
     """How a memo that matches no live work ended, from the database; None when it did not end (a query of a form
     that matched nothing live, such as a path relative to another folder, is not said to have finished)."""
     row = store.last_run_of_memo(query)
-    if row is None or row["state"] not in FINISHED_STATES:
+    if row is None or not RunState(row["state"]).finished:
         return None
     ended = row.get("ended_at") or "?"
     why = f" ({row['reason']})" if row.get("reason") else ""
